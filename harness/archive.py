@@ -1,0 +1,182 @@
+"""The archive: one SQLite file (WAL) via sqlite-utils, with content-addressed blobs beside it.
+
+Rows are inserted as work finishes and never rewritten, except a submission's status transition
+(RUNNING -> final). A harness killed mid-run therefore leaves a database that opens and lists every
+finished evaluation; the unfinished submission stays RUNNING (``harness list`` shows it as such).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import sqlite_utils
+
+ARCHIVE_DB = "archive.db"
+BLOBS = "blobs"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# -- migrations: a list of small functions, applied once each, in order -------------------------------
+
+
+def m001_core(db: sqlite_utils.Database) -> None:
+    db["blobs"].create({"sha256": str, "size": int, "kind": str, "created_at": str}, pk="sha256")
+    db["environments"].create({"id": str, "host": str, "hardware": str, "data": str, "created_at": str}, pk="id")
+    db["solutions"].create({"hash": str, "name": str, "definition": str, "author": str, "language": str,
+                            "entry_point": str, "blob": str, "created_at": str}, pk="hash")
+    db["submissions"].create({"id": int, "solution_hash": str, "solution_name": str, "definition": str,
+                              "author": str, "status": str, "message": str, "options": str,
+                              "environment_id": str, "created_at": str, "finished_at": str},
+                             pk="id", foreign_keys=[("solution_hash", "solutions", "hash")])
+    db["evaluations"].create({"id": int, "submission_id": int, "definition": str, "workload_uuid": str,
+                              "workload_label": str, "status": str, "max_absolute_error": float,
+                              "max_relative_error": float, "matched_ratio": float, "latency_ms": float,
+                              "reference_latency_ms": float, "speedup_factor": float, "aligned": int,
+                              "timing_note": str, "message": str, "log_blob": str, "trace": str, "extra": str,
+                              "environment_id": str, "started_at": str, "finished_at": str},
+                             pk="id", foreign_keys=[("submission_id", "submissions", "id")])
+    db["evaluations"].create_index(["submission_id"])
+    db["evaluations"].create_index(["definition", "workload_uuid"])
+    db["timing_samples"].create({"id": int, "evaluation_id": int, "role": str, "trial": int, "backend": str,
+                                 "aligned": int, "median_ms": float, "samples": str},
+                                pk="id", foreign_keys=[("evaluation_id", "evaluations", "id")])
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core]
+
+
+def migrate(db: sqlite_utils.Database) -> list[str]:
+    if "_migrations" not in db.table_names():
+        db["_migrations"].create({"name": str, "applied_at": str}, pk="name")
+    done = {r["name"] for r in db["_migrations"].rows}
+    applied = []
+    for m in MIGRATIONS:
+        if m.__name__ in done:
+            continue
+        with db.conn:  # each migration is one transaction
+            m(db)
+            db["_migrations"].insert({"name": m.__name__, "applied_at": now()})
+        applied.append(m.__name__)
+    return applied
+
+
+class ArchiveError(ValueError):
+    pass
+
+
+class Archive:
+    def __init__(self, path: Path | str, create: bool = True):
+        path = Path(path)
+        if path.suffix == ".db":
+            folder, db_path = path.parent, path
+        else:
+            folder, db_path = path, path / ARCHIVE_DB
+        if not folder.exists():
+            if not create:
+                raise ArchiveError(f"archive folder {folder} does not exist")
+            folder.mkdir(parents=True)
+        elif not folder.is_dir():
+            raise ArchiveError(f"archive path {folder} is not a folder")
+        self.folder = folder
+        self.blob_dir = folder / BLOBS
+        self.db = sqlite_utils.Database(db_path)
+        self.db.enable_wal()
+        self.db.execute("PRAGMA busy_timeout = 30000")
+        self.db.execute("PRAGMA foreign_keys = ON")
+        migrate(self.db)
+
+    # -- blobs ------------------------------------------------------------------------------------------
+
+    def put_blob(self, data: bytes | str, kind: str) -> str:
+        raw = data.encode() if isinstance(data, str) else data
+        digest = hashlib.sha256(raw).hexdigest()
+        target = self.blob_dir / digest[:2] / digest[2:]
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_bytes(raw)
+            os.replace(tmp, target)  # atomic: a crash never leaves half a blob under its hash
+        self.db["blobs"].insert({"sha256": digest, "size": len(raw), "kind": kind, "created_at": now()},
+                                ignore=True)
+        return digest
+
+    def get_blob(self, digest: str) -> bytes:
+        return (self.blob_dir / digest[:2] / digest[2:]).read_bytes()
+
+    # -- writes -----------------------------------------------------------------------------------------
+
+    def put_environment(self, env: dict[str, Any]) -> str:
+        data = json.dumps(env, sort_keys=True, default=str)
+        env_id = hashlib.sha256(data.encode()).hexdigest()[:16]
+        self.db["environments"].insert({"id": env_id, "host": env.get("host", ""), "hardware": env.get("hardware", ""),
+                                        "data": data, "created_at": now()}, ignore=True)
+        return env_id
+
+    def put_solution(self, solution_json: dict[str, Any], content_hash: str) -> str:
+        blob = self.put_blob(json.dumps(solution_json, indent=2), "solution")
+        spec = solution_json["spec"]
+        self.db["solutions"].insert({"hash": content_hash, "name": solution_json["name"],
+                                     "definition": solution_json["definition"], "author": solution_json["author"],
+                                     "language": spec["language"], "entry_point": spec["entry_point"],
+                                     "blob": blob, "created_at": now()}, ignore=True)
+        return content_hash
+
+    def start_submission(self, solution_hash: str, solution_name: str, definition: str, author: str,
+                         options: dict[str, Any], environment_id: Optional[str]) -> int:
+        with self.db.conn:
+            table = self.db["submissions"].insert({
+                "solution_hash": solution_hash, "solution_name": solution_name, "definition": definition,
+                "author": author, "status": "RUNNING", "message": "", "options": json.dumps(options, default=str),
+                "environment_id": environment_id, "created_at": now(), "finished_at": None})
+        return int(table.last_pk)
+
+    def finish_submission(self, submission_id: int, status: str, message: str = "") -> None:
+        with self.db.conn:
+            self.db["submissions"].update(submission_id, {"status": status, "message": message, "finished_at": now()})
+
+    def add_evaluation(self, row: dict[str, Any], timing: Iterable[dict[str, Any]] = ()) -> int:
+        row = {**row}
+        for key in ("extra", "trace"):
+            if key in row and not isinstance(row[key], str):
+                row[key] = json.dumps(row[key], default=str)
+        with self.db.conn:  # the evaluation and its samples land together or not at all
+            eval_id = int(self.db["evaluations"].insert(row).last_pk)
+            for t in timing:
+                self.db["timing_samples"].insert({"evaluation_id": eval_id, **t,
+                                                  "samples": json.dumps(t.get("samples", []))})
+        return eval_id
+
+    # -- reads ------------------------------------------------------------------------------------------
+
+    def submissions(self, limit: int = 50, definition: Optional[str] = None) -> list[dict[str, Any]]:
+        where, args = ("definition = ?", [definition]) if definition else (None, [])
+        rows = list(self.db["submissions"].rows_where(where, args, order_by="id desc", limit=limit))
+        for r in rows:
+            counts = self.db.execute(
+                "select status, count(*) from evaluations where submission_id = ? group by status", [r["id"]]).fetchall()
+            r["counts"] = dict(counts)
+        return rows
+
+    def submission(self, submission_id: int) -> dict[str, Any]:
+        try:
+            row = self.db["submissions"].get(submission_id)
+        except sqlite_utils.db.NotFoundError:
+            raise ArchiveError(f"no submission {submission_id} in {self.folder}") from None
+        row["evaluations"] = list(self.db["evaluations"].rows_where("submission_id = ?", [submission_id], order_by="id"))
+        for e in row["evaluations"]:
+            e["extra"] = json.loads(e["extra"]) if e.get("extra") else {}
+        env = self.db["environments"].get(row["environment_id"]) if row.get("environment_id") else None
+        row["environment"] = json.loads(env["data"]) if env else {}
+        row["options"] = json.loads(row["options"]) if row.get("options") else {}
+        return row
+
+    def solution_json(self, content_hash: str) -> dict[str, Any]:
+        return json.loads(self.get_blob(self.db["solutions"].get(content_hash)["blob"]))

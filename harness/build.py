@@ -1,0 +1,239 @@
+"""Build a Solution into a callable: python | triton | cuda | cpp. Runs inside the worker only.
+
+Every failure is a ``BuildError`` carrying the compiler's (or importer's) output, which becomes a
+COMPILE_ERROR with that log. On a machine without a GPU, CUDA sources are compiled by nvcc to a
+cubin for the target architecture, so compile errors are still caught, but nothing is run.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from .schema import Definition, Language, Solution
+
+DEFAULT_CUDA_ARCH = os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
+CUDA_SUFFIXES = {".cu"}
+CPP_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
+
+
+class BuildError(Exception):
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass
+class Built:
+    fn: Optional[Callable[..., Any]]
+    log: str = ""
+    compile_only: bool = False  # CUDA sources checked by nvcc on a host without a GPU
+    artifacts: dict[str, str] = field(default_factory=dict)  # kind -> path (cubin, .so)
+    signature_note: str = ""
+
+
+def expected_params(definition: Definition, dps: bool) -> list[str]:
+    return list(definition.inputs) + (list(definition.outputs) if dps else [])
+
+
+def signature_problem(fn: Callable[..., Any], definition: Definition, dps: bool) -> Optional[str]:
+    """Why ``fn`` cannot be called as the definition says, or None. Extra defaulted parameters are fine."""
+    names = expected_params(definition, dps)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # compiled callables may not expose a signature; the first call will tell
+    try:
+        sig.bind(*[object()] * len(names))
+    except TypeError as err:
+        style = "destination-passing style" if dps else "value-returning style"
+        return (f"{style} callable must take {len(names)} positional parameters ({', '.join(names)}), "
+                f"but its signature is {sig}: {err}")
+    return None
+
+
+def static_signature_problem(solution: Solution, definition: Definition) -> Optional[str]:
+    """The same check from the source text alone, before any process is started (python/triton only)."""
+    if solution.spec.language not in (Language.python, Language.triton):
+        return None
+    source = next(s.content for s in solution.sources if s.path == solution.spec.entry_file)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return f"{solution.spec.entry_file}:{err.lineno}: syntax error: {err.msg}"
+    symbol = solution.spec.entry_symbol
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == symbol), None)
+    if fn is None:
+        # It may be bound some other way (an assignment, a class, an import); the worker checks at run time.
+        defined = any(isinstance(n, (ast.Assign, ast.ClassDef, ast.ImportFrom, ast.Import)) for n in tree.body)
+        return None if defined else f"{solution.spec.entry_file} defines no top-level `{symbol}`"
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    required = len(positional) - len(a.defaults)
+    n = len(expected_params(definition, solution.spec.destination_passing_style))
+    if (a.vararg is None and len(positional) < n) or required > n:
+        names = expected_params(definition, solution.spec.destination_passing_style)
+        style = "destination-passing style" if solution.spec.destination_passing_style else "value-returning style"
+        return (f"{solution.spec.entry_point}: {style} callable must take {n} positional parameters "
+                f"({', '.join(names)}), but it takes {len(positional)} ({', '.join(x.arg for x in positional)})")
+    missing_kwonly = [k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+    if missing_kwonly:
+        return f"{solution.spec.entry_point}: keyword-only parameters without defaults: {missing_kwonly}"
+    return None
+
+
+def write_sources(solution: Solution, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    for src in solution.sources:
+        target = (dest / src.path).resolve()
+        if root not in target.parents:
+            raise BuildError(f"source path {src.path!r} escapes the solution folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(src.content)
+    return dest
+
+
+@contextlib.contextmanager
+def captured_fds(log_path: Path):
+    """Send this process's fd 1 and 2 to a file for the duration (compilers write there, not to sys.stdout)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def _import_python(solution: Solution, workdir: Path) -> Built:
+    package = f"crucible_solution_{solution.content_hash[:12]}"
+    src_root = workdir / "src"
+    pkg_dir = write_sources(solution, src_root / package)
+    for d in [pkg_dir, *[p for p in pkg_dir.rglob("*") if p.is_dir()]]:
+        (d / "__init__.py").touch(exist_ok=True)
+    if str(src_root) not in sys.path:
+        sys.path.insert(0, str(src_root))
+    module_name = package + "." + solution.spec.entry_file.removesuffix(".py").replace("/", ".")
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as err:  # SyntaxError, ImportError, SystemExit from module level...
+        raise BuildError(f"importing {solution.spec.entry_file} failed: {type(err).__name__}: {err}",
+                         traceback.format_exc()) from None
+    fn = getattr(module, solution.spec.entry_symbol, None)
+    if fn is None:
+        raise BuildError(f"{solution.spec.entry_file} has no symbol {solution.spec.entry_symbol!r}")
+    if not callable(fn):
+        raise BuildError(f"{solution.spec.entry_point} is a {type(fn).__name__}, not callable")
+    return Built(fn=fn)
+
+
+def _sources_by_kind(pkg_dir: Path, solution: Solution) -> tuple[list[str], list[str]]:
+    cuda = [str(pkg_dir / s.path) for s in solution.sources if Path(s.path).suffix in CUDA_SUFFIXES]
+    cpp = [str(pkg_dir / s.path) for s in solution.sources if Path(s.path).suffix in CPP_SUFFIXES]
+    return cuda, cpp
+
+
+def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str) -> Built:
+    nvcc = shutil.which("nvcc") or (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
+    if not Path(nvcc).exists():
+        raise BuildError("CUDA sources need nvcc to be checked, and nvcc was not found (set CUDA_HOME)")
+    includes = [f"-I{pkg_dir}"]
+    try:
+        from torch.utils.cpp_extension import include_paths
+        import sysconfig
+
+        includes += [f"-I{p}" for p in include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    except Exception:
+        pass
+    log, artifacts = [], {}
+    for f in cuda_files:
+        cubin = out_dir / (Path(f).stem + f".{arch}.cubin")
+        cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-std=c++17", "-O3", *includes, "-o", str(cubin), f]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        log.append("$ " + " ".join(cmd[:4] + ["..."] + cmd[-3:]) + "\n" + proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise BuildError(f"nvcc failed on {Path(f).name} (exit {proc.returncode})", "\n".join(log))
+        artifacts[f"cubin:{Path(f).name}"] = str(cubin)
+    return Built(fn=None, log="\n".join(log), compile_only=True, artifacts=artifacts)
+
+
+def _build_native(solution: Solution, workdir: Path, have_gpu: bool) -> Built:
+    pkg_dir = write_sources(solution, workdir / "src" / "native")
+    build_dir = workdir / "build"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cuda_files, cpp_files = _sources_by_kind(pkg_dir, solution)
+    if not cuda_files and not cpp_files:
+        raise BuildError(f"a {solution.spec.language.value} solution needs .cu/.cpp sources; none were given")
+    if cuda_files and not have_gpu:
+        return _nvcc_cubins(cuda_files, pkg_dir, build_dir, DEFAULT_CUDA_ARCH)
+    name = f"crucible_{solution.content_hash[:12]}"
+    log_path = workdir / "build.log"
+    binding = solution.spec.binding or "tvm-ffi"
+    try:
+        with captured_fds(log_path):
+            if binding == "torch":
+                from torch.utils.cpp_extension import load
+
+                module = load(name=name, sources=cpp_files + cuda_files, build_directory=str(build_dir),
+                              extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], verbose=True)
+            else:
+                try:
+                    import tvm_ffi.cpp
+                except ImportError:
+                    raise BuildError("binding 'tvm-ffi' needs the apache-tvm-ffi package (pip install crucible[gpu]) "
+                                     "or use binding 'torch'") from None
+                module = tvm_ffi.cpp.load(name, cpp_files=cpp_files or None, cuda_files=cuda_files or None,
+                                          build_directory=str(build_dir))
+    except BuildError:
+        raise
+    except BaseException as err:
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        raise BuildError(f"building the {binding} extension failed: {type(err).__name__}: {err}",
+                         log + "\n" + traceback.format_exc()) from None
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    fn = getattr(module, solution.spec.entry_symbol, None)
+    if fn is None:
+        raise BuildError(f"the built module exports no {solution.spec.entry_symbol!r}", log)
+    so = next(iter(sorted(build_dir.glob("*.so"))), None)
+    return Built(fn=fn, log=log, artifacts={"so": str(so)} if so else {})
+
+
+def build(solution: Solution, definition: Definition, workdir: Path, have_gpu: bool) -> Built:
+    if solution.definition != definition.name:
+        raise BuildError(f"solution is for {solution.definition!r}, not {definition.name!r}")
+    lang = solution.spec.language
+    if lang in (Language.python, Language.triton):
+        built = _import_python(solution, workdir)
+    elif lang in (Language.cuda, Language.cpp):
+        built = _build_native(solution, workdir, have_gpu)
+    else:
+        raise BuildError(f"language {lang.value!r} is not supported by this harness yet")
+    if built.fn is not None:
+        problem = signature_problem(built.fn, definition, solution.spec.destination_passing_style)
+        if problem:
+            raise BuildError(problem, built.log)
+    return built
+
+
+def make_workdir(prefix: str = "crucible-build-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))

@@ -1,0 +1,301 @@
+"""`harness`: a thin command line over the library. Parses, calls, prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .archive import Archive, ArchiveError
+from .dataset import Dataset
+from .schema import SchemaError, Solution, load_model
+
+DEFAULT_ARCHIVE = Path("artifacts")
+# Tables stay readable when piped (rich would otherwise assume 80 columns).
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def open_archive(path: Optional[str], create_default: bool = True) -> Archive:
+    try:
+        if path is None:
+            return Archive(DEFAULT_ARCHIVE, create=create_default)
+        return Archive(path, create=False)
+    except ArchiveError as e:
+        fail(str(e))
+    except Exception as e:  # a file that is not a SQLite database, a locked folder...
+        fail(f"cannot open archive {path or DEFAULT_ARCHIVE}: {e}")
+    raise AssertionError
+
+
+def open_dataset(path: Optional[str]) -> Dataset:
+    try:
+        ds = Dataset(path)
+        ds.definitions  # parse now: a malformed dataset is reported before any work
+        ds.workloads
+        return ds
+    except SchemaError as e:
+        fail(str(e))
+    raise AssertionError
+
+
+def fmt(x: Optional[float], digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.3e}"
+
+
+STATUS_STYLE = {"PASSED": "green", "SKIPPED": "dim", "RUNNING": "yellow"}
+
+
+def styled(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]"
+
+
+@click.group()
+@click.version_option("0.1.0", prog_name="harness")
+def main() -> None:
+    """Crucible harness: build, check, time and archive kernel solutions."""
+
+
+@main.command()
+@click.argument("solutions", nargs=-1, required=True, type=click.Path())
+@click.option("--workloads", "-w", multiple=True, help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated).")
+@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: ./artifacts).")
+@click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per solution.")
+@click.option("--timeout", type=float, help="Seconds per workload, build included (default: the preset's, 300).")
+@click.option("--all-workloads", is_flag=True, help="On CPU, also run workloads too large for the Triton interpreter.")
+@click.option("--no-timing", is_flag=True, help="Correctness only, even on a GPU.")
+@click.option("--no-net-isolation", is_flag=True, help="Let the worker use the network (not recommended).")
+def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
+           as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_net_isolation: bool) -> None:
+    """Evaluate SOLUTION.json files (or folders of them) and archive the results."""
+    from .evaluate import SKIPPED, Session, SubmitOptions
+
+    files: list[Path] = []
+    for s in solutions:
+        p = Path(s)
+        files.extend(sorted(p.rglob("*.json")) if p.is_dir() else [p])
+    loaded: list[Solution] = []
+    ds = open_dataset(dataset)
+    for f in files:
+        try:
+            sol = load_model(Solution, f)
+            ds.definition(sol.definition)
+        except SchemaError as e:
+            fail(str(e))
+        loaded.append(sol)
+    archive = open_archive(archive_path)
+    selection = [w for item in workloads for w in item.split(",") if w] or None
+    opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
+                         timing=not no_timing, isolate_network=not no_net_isolation)
+    if selection:
+        for sol in loaded:
+            try:
+                ds.workloads_for(sol.definition, selection)
+            except SchemaError as e:
+                fail(str(e))
+
+    exit_code = 0
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        task = {"id": None}
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "start":
+                task["id"] = progress.add_task(f"{data['solution']} [{data['definition']}]", total=data["workloads"])
+            elif kind == "workload":
+                progress.update(task["id"], description=f"{data['label']}")
+            elif kind == "result":
+                progress.advance(task["id"])
+                if data["status"] not in ("PASSED", SKIPPED):
+                    progress.console.print(f"  {data['label']}: {styled(data['status'])} {data['message'][:300]}",
+                                           highlight=False)
+
+        with Session(ds, archive, opts, progress=on_event) as session:
+            for sol in loaded:
+                try:
+                    result = session.submit(sol)
+                except SchemaError as e:
+                    fail(str(e))
+                if as_json:
+                    out.print_json(json.dumps(result.to_json()))
+                else:
+                    print_result(result)
+                if not result.all_passed:
+                    exit_code = 1
+    sys.exit(exit_code)
+
+
+def print_result(result: Any) -> None:
+    table = Table(title=f"submission {result.submission_id}: {result.solution} on {result.definition}",
+                  title_justify="left")
+    for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "ref ms", "speedup"):
+        table.add_column(col, justify="left" if col in ("workload", "status") else "right", no_wrap=True)
+    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=60)
+    for w in result.workloads:
+        note = w.message or w.timing_note
+        table.add_row(w.label, styled(w.status), fmt(w.max_absolute_error), fmt(w.max_relative_error),
+                      fmt(w.latency_ms, 4), fmt(w.reference_latency_ms, 4), fmt(w.speedup_factor), note[:80])
+    out.print(table)
+    out.print(f"status: {styled(result.status)}", highlight=False)
+    if result.timing_unavailable_reason:
+        out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
+    for n in result.notices:
+        out.print(f"[yellow]notice:[/] {n}", highlight=False)
+
+
+@main.command("list")
+@click.option("--archive", "archive_path", type=click.Path())
+@click.option("--definition", help="Only this definition.")
+@click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int, as_json: bool) -> None:
+    """List submissions, newest first."""
+    archive = open_archive(archive_path)
+    rows = archive.submissions(limit=limit, definition=definition)
+    if as_json:
+        out.print_json(json.dumps(rows, default=str))
+        return
+    table = Table()
+    for col in ("id", "solution", "definition", "author", "status", "workloads", "created"):
+        table.add_column(col)
+    for r in rows:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(r["counts"].items()))
+        table.add_row(str(r["id"]), r["solution_name"], r["definition"], r["author"], styled(r["status"]), counts,
+                      (r["created_at"] or "")[:19])
+    out.print(table)
+
+
+@main.command()
+@click.argument("submission_id", type=int)
+@click.option("--archive", "archive_path", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--log", "log_for", help="Print the log of this workload (label or uuid).")
+def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for: Optional[str]) -> None:
+    """Show one submission: its evaluations, environment and audits."""
+    archive = open_archive(archive_path)
+    try:
+        row = archive.submission(submission_id)
+    except ArchiveError as e:
+        fail(str(e))
+    if log_for:
+        ev = next((e for e in row["evaluations"] if log_for in (e["workload_label"], e["workload_uuid"])), None)
+        if ev is None:
+            fail(f"submission {submission_id} has no workload {log_for!r}")
+        out.print(archive.get_blob(ev["log_blob"]).decode(errors="replace") if ev["log_blob"] else "(empty log)",
+                  markup=False, highlight=False)
+        return
+    if as_json:
+        for e in row["evaluations"]:
+            e.pop("trace", None)
+        out.print_json(json.dumps(row, default=str))
+        return
+    env = row["environment"]
+    out.print(f"[bold]submission {row['id']}[/]: {row['solution_name']} by {row['author']} on {row['definition']} "
+              f"- {styled(row['status'])}", highlight=False)
+    out.print(f"created {row['created_at']}, finished {row['finished_at'] or '(not finished)'}; "
+              f"hardware: {env.get('hardware', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
+              f"{env.get('network_isolation', '')}", highlight=False)
+    if row["message"]:
+        out.print(f"[yellow]{row['message']}[/]", highlight=False)
+    table = Table()
+    for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "speedup", "audits"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("message", no_wrap=True, overflow="ellipsis", max_width=60)
+    for e in row["evaluations"]:
+        audits = e["extra"].get("audits", [])
+        failed = [a["name"] for a in audits if not a["passed"]]
+        table.add_row(e["workload_label"], styled(e["status"]), fmt(e["max_absolute_error"]),
+                      fmt(e["max_relative_error"]), fmt(e["latency_ms"], 4), fmt(e["speedup_factor"]),
+                      ("[red]" + ", ".join(failed) + "[/]") if failed else ("clean" if audits else "-"),
+                      (e["message"] or e["timing_note"] or "")[:100])
+    out.print(table)
+
+
+@main.command()
+@click.argument("directory", type=click.Path())
+@click.option("--archive", "archive_path", type=click.Path())
+@click.option("--dataset", type=click.Path())
+@click.option("--definition", "definitions", multiple=True, help="Only these definitions (names or aliases).")
+def export(directory: str, archive_path: Optional[str], dataset: Optional[str], definitions: tuple[str, ...]) -> None:
+    """Write the archive as a FlashInfer-Bench trace set (definitions, workloads, solutions, traces)."""
+    from .export import export_trace_set
+
+    archive = open_archive(archive_path)
+    ds = open_dataset(dataset)
+    try:
+        names = [n for d in definitions for n in ds.resolve(d)] or None
+    except SchemaError as e:
+        fail(str(e))
+    report = export_trace_set(archive, ds, Path(directory), names)
+    out.print(f"wrote {report.definitions} definitions, {report.workloads} workloads, {report.solutions} solutions, "
+              f"{report.traces} traces to {directory}", highlight=False)
+    for n in report.notices:
+        out.print(f"[yellow]notice:[/] {n}", highlight=False)
+
+
+@main.command("import")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--archive", "archive_path", type=click.Path())
+def import_cmd(directory: str, archive_path: Optional[str]) -> None:
+    """Read a FlashInfer-Bench trace set's solutions and traces into the archive."""
+    from .export import import_trace_set
+
+    archive = open_archive(archive_path)
+    try:
+        report = import_trace_set(archive, Path(directory))
+    except SchemaError as e:
+        fail(str(e))
+    out.print(f"imported {report.solutions} solutions and {report.traces} traces from {directory}", highlight=False)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False))
+@click.option("--definition", required=True)
+@click.option("--entry-point", required=True, help="file.py::symbol")
+@click.option("--language", required=True, type=click.Choice(["python", "triton", "cuda", "cpp"]))
+@click.option("--name", required=True)
+@click.option("--author", required=True)
+@click.option("--binding", type=click.Choice(["torch", "tvm-ffi"]))
+@click.option("--target", "targets", multiple=True, default=("H200",), show_default=True)
+@click.option("--value-returning", is_flag=True, help="The entry point returns outputs instead of writing them.")
+@click.option("--output", "-o", type=click.Path(), help="Write here (default: stdout).")
+def pack(folder: str, definition: str, entry_point: str, language: str, name: str, author: str,
+         binding: Optional[str], targets: tuple[str, ...], value_returning: bool, output: Optional[str]) -> None:
+    """Pack the source files of FOLDER into a solution JSON."""
+    from .schema import parse_model
+
+    root = Path(folder)
+    sources = [{"path": str(p.relative_to(root)), "content": p.read_text()}
+               for p in sorted(root.rglob("*")) if p.is_file() and p.suffix in {".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp"}
+               and "__pycache__" not in p.parts]
+    data = {"name": name, "definition": definition, "author": author,
+            "spec": {"language": language, "target_hardware": list(targets), "entry_point": entry_point,
+                     "dependencies": [], "destination_passing_style": not value_returning, "binding": binding},
+            "sources": sources}
+    try:
+        parse_model(Solution, data, folder)
+    except SchemaError as e:
+        fail(str(e))
+    text = json.dumps(data, indent=2) + "\n"
+    if output:
+        Path(output).write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,450 @@
+"""The evaluation pipeline: static checks -> build -> correctness -> timing -> archive.
+
+A ``Session`` owns the trusted reference worker and its cache of reference outputs, so several
+solutions (and the controller's thousands of candidates) reuse them. Each solution gets its own
+candidate worker, built once and reused for all workloads; a worker that crashes, hangs or breaks its
+CUDA context is replaced by a fresh one for the next workload.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import platform
+import secrets
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from .archive import Archive
+from .build import static_signature_problem
+from .correctness import CheckResult, Tolerance, check_outputs, merge_results
+from .dataset import Dataset, EvalPreset
+from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
+from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, Performance, Solution,
+                     Trace, Workload, dump_json)
+
+SKIPPED = "SKIPPED"  # Crucible's own status for a workload that was not evaluated (never exported)
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class SubmitOptions:
+    workloads: Optional[list[str]] = None
+    timeout_s: Optional[float] = None  # per workload, build included; default from the preset (300 s)
+    all_workloads_on_cpu: bool = False
+    cpu_max_input_mib: float = 12.0  # larger workloads are too slow for the Triton interpreter
+    timing: bool = True
+    isolate_network: bool = True
+    device_index: Optional[int] = None
+
+
+@dataclass
+class WorkloadResult:
+    workload: str
+    label: str
+    status: str
+    max_absolute_error: Optional[float] = None
+    max_relative_error: Optional[float] = None
+    matched_ratio: Optional[float] = None
+    latency_ms: Optional[float] = None
+    reference_latency_ms: Optional[float] = None
+    speedup_factor: Optional[float] = None
+    aligned: Optional[bool] = None
+    timing_note: str = ""
+    message: str = ""
+    log: str = ""
+    audits: list[dict[str, Any]] = field(default_factory=list)
+    timing: list[dict[str, Any]] = field(default_factory=list)
+    evaluation_id: Optional[int] = None
+
+    @property
+    def evaluated(self) -> bool:
+        return self.status != SKIPPED
+
+
+@dataclass
+class SubmissionResult:
+    submission_id: int
+    solution: str
+    definition: str
+    status: str
+    workloads: list[WorkloadResult]
+    notices: list[str] = field(default_factory=list)
+    timing_unavailable_reason: Optional[str] = None
+
+    @property
+    def all_passed(self) -> bool:
+        evaluated = [w for w in self.workloads if w.evaluated]
+        return bool(evaluated) and all(w.status == EvaluationStatus.PASSED.value for w in evaluated)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "submission_id": self.submission_id, "solution": self.solution, "definition": self.definition,
+            "status": self.status,
+            "workloads": [{"workload": w.workload, "label": w.label, "status": w.status,
+                           "max_absolute_error": w.max_absolute_error, "max_relative_error": w.max_relative_error,
+                           "latency_ms": w.latency_ms, "message": w.message or None}
+                          for w in self.workloads],
+            "timing_unavailable_reason": self.timing_unavailable_reason,
+            "notices": self.notices,
+        }
+
+
+def input_bytes(definition: Definition, workload: Workload) -> int:
+    from .inputs import torch_dtype
+
+    total = 0
+    for spec in definition.inputs.values():
+        if spec.shape is None:
+            continue
+        n = 1
+        for d in definition.shape_of(spec, workload.axes):
+            n *= d
+        total += n * torch.empty((), dtype=torch_dtype(spec.dtype)).element_size()
+    return total
+
+
+def trial_seed(secret: bytes, workload: Workload, trial: int) -> int:
+    return int.from_bytes(hashlib.sha256(secret + f"/{workload.uuid}/{trial}".encode()).digest()[:7], "little")
+
+
+def aggregate_timing(trials: list[dict[str, Any]]) -> tuple[float, bool, str]:
+    """Official latency: the mean over trials of each trial's median. Never mixes aligned and not."""
+    aligned = {bool(t.get("aligned")) for t in trials}
+    if len(aligned) != 1:
+        raise ValueError("aligned and non-aligned timing trials cannot be combined")
+    return statistics.fmean(t["median_ms"] for t in trials), aligned.pop(), trials[0].get("backend", "")
+
+
+def _timing_rows(role: str, trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"role": role, "trial": i, "backend": t.get("backend"), "aligned": int(bool(t.get("aligned"))),
+             "median_ms": t.get("median_ms"), "samples": t.get("samples_ms", [])} for i, t in enumerate(trials)]
+
+
+class Session:
+    """Trusted state shared by submissions: the reference worker, its outputs, the environment."""
+
+    def __init__(self, dataset: Dataset, archive: Archive, options: Optional[SubmitOptions] = None,
+                 progress: Optional[Progress] = None):
+        self.dataset = dataset
+        self.archive = archive
+        self.options = options or SubmitOptions()
+        self.progress = progress or (lambda kind, data: None)
+        self._secret = secrets.token_bytes(16)  # seeds the candidate cannot predict before it runs
+        self._reference: Optional[WorkerProcess] = None
+        self._ref_outputs: dict[tuple[str, str, int], tuple[str, dict[str, torch.Tensor]]] = {}
+        self._ref_latency: dict[tuple[str, str], Optional[float]] = {}
+        self.environment: dict[str, Any] = {}
+
+    # -- the trusted reference worker ---------------------------------------------------------------
+
+    def _worker_options(self, role: str) -> WorkerOptions:
+        return WorkerOptions(role=role, device_index=self.options.device_index, cpu_only=not self.has_gpu,
+                             isolate_network=self.options.isolate_network)
+
+    @property
+    def has_gpu(self) -> bool:
+        # Decided without initialising CUDA in this process: the harness never holds a CUDA context.
+        if not hasattr(self, "_has_gpu"):
+            probe = WorkerProcess(WorkerOptions(role="reference", device_index=self.options.device_index,
+                                                isolate_network=self.options.isolate_network))
+            try:
+                env = probe.start()
+            finally:
+                probe.stop()
+            self._has_gpu = bool(env.get("cuda_available"))
+        return self._has_gpu
+
+    def reference_worker(self) -> WorkerProcess:
+        if self._reference is None or not self._reference.alive:
+            self._reference = WorkerProcess(self._worker_options("reference"))
+            env = self._reference.start()
+            self.environment = {
+                "host": platform.node(), "platform": platform.platform(), "harness": "crucible 0.1.0",
+                "hardware": env.get("device_name") or f"cpu ({platform.processor() or platform.machine()})",
+                "network_isolation": self._reference.isolation_note, **env,
+            }
+        return self._reference
+
+    def reference_outputs(self, definition: Definition, workload: Workload, seed: int) -> tuple[str, dict[str, torch.Tensor]]:
+        key = (definition.name, workload.uuid, seed)
+        if key not in self._ref_outputs:
+            worker = self.reference_worker()
+            header, tensors = worker.request(
+                {"op": "reference", "definition": definition.model_dump(mode="json"),
+                 "workload": workload.model_dump(mode="json"), "seed": seed,
+                 "dataset_root": str(self.dataset.root)}, timeout_s=3600)
+            if not header.get("ok"):
+                raise RuntimeError(f"the reference failed on workload {workload.uuid}: {header.get('error')}\n"
+                                   f"{header.get('traceback', '')}")
+            self._ref_outputs[key] = (header["input_fingerprint"], tensors)
+        return self._ref_outputs[key]
+
+    def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
+                          preset: EvalPreset) -> Optional[float]:
+        key = (definition.name, workload.uuid)
+        if key not in self._ref_latency:
+            header, _ = self.reference_worker().request(
+                {"op": "time", "definition": definition.model_dump(mode="json"),
+                 "workload": workload.model_dump(mode="json"), "seeds": seeds, "warmup": preset.warmup,
+                 "iterations": preset.iterations, "dataset_root": str(self.dataset.root)}, timeout_s=3600)
+            self._ref_latency[key] = aggregate_timing(header["trials"])[0] if header.get("ok") else None
+        return self._ref_latency[key]
+
+    def close(self) -> None:
+        if self._reference is not None:
+            self._reference.stop()
+            self._reference = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- one solution -------------------------------------------------------------------------------
+
+    def submit(self, solution: Solution) -> SubmissionResult:
+        definition = self.dataset.definition(solution.definition)
+        preset = self.dataset.preset(definition.name)
+        timeout_s = self.options.timeout_s or preset.timeout_s
+        workloads = self.dataset.workloads_for(definition.name, self.options.workloads)
+        if not workloads:
+            raise ValueError(f"definition {definition.name} has no workloads in {self.dataset.root}")
+        tol = Tolerance(preset.atol, preset.rtol, preset.required_matched_ratio, preset.allow_matching_nonfinite)
+
+        self.reference_worker()  # fixes the environment before anything is archived
+        env_id = self.archive.put_environment(self.environment)
+        self.archive.put_solution(dump_json(solution), solution.content_hash)
+        submission_id = self.archive.start_submission(
+            solution.content_hash, solution.name, definition.name, solution.author,
+            {"workloads": [w.uuid for w in workloads], "timeout_s": timeout_s, "preset": preset.model_dump(),
+             "gpu": self.has_gpu}, env_id)
+        result = SubmissionResult(submission_id, solution.name, definition.name, "RUNNING", [])
+        if not self.has_gpu:
+            result.timing_unavailable_reason = "no GPU on this host: correctness only, timing unavailable"
+        elif not self.options.timing:
+            result.timing_unavailable_reason = "timing switched off (--no-timing)"
+        self.progress("start", {"submission_id": submission_id, "solution": solution.name,
+                                "definition": definition.name, "workloads": len(workloads)})
+
+        static_problem = static_signature_problem(solution, definition)
+        candidate: Optional[WorkerProcess] = None
+        build_failure: Optional[WorkloadResult] = None
+        try:
+            for workload in workloads:
+                label = self.dataset.label(workload)
+                self.progress("workload", {"label": label, "uuid": workload.uuid})
+                wr: WorkloadResult
+                size = input_bytes(definition, workload)
+                if (not self.has_gpu and not self.options.all_workloads_on_cpu
+                        and size > self.options.cpu_max_input_mib * (1 << 20)):
+                    wr = WorkloadResult(workload.uuid, label, SKIPPED,
+                                        message=f"skipped on CPU: {size / (1 << 20):.0f} MiB of inputs > "
+                                                f"{self.options.cpu_max_input_mib:g} MiB, too slow for the "
+                                                f"Triton interpreter (--all-workloads runs it)")
+                elif static_problem:
+                    wr = WorkloadResult(workload.uuid, label, EvaluationStatus.COMPILE_ERROR.value,
+                                        message=static_problem, log=static_problem)
+                elif build_failure is not None:
+                    wr = WorkloadResult(workload.uuid, label, build_failure.status, message=build_failure.message,
+                                        log=build_failure.log)
+                else:
+                    if candidate is None or not candidate.alive:
+                        candidate, failure = self._start_candidate(solution, definition, timeout_s)
+                        if failure is not None:
+                            build_failure = failure
+                            wr = WorkloadResult(workload.uuid, label, failure.status, message=failure.message,
+                                                log=failure.log)
+                            self._record(result, definition, solution, workload, wr, env_id)
+                            continue
+                    if candidate.compile_only:
+                        wr = WorkloadResult(workload.uuid, label, SKIPPED,
+                                            message="compiled with nvcc for " + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
+                                                    + "; no GPU on this host to run it")
+                    else:
+                        wr = self._evaluate_workload(candidate, definition, workload, label, preset, tol, timeout_s)
+                        if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
+                                                                EvaluationStatus.TIMEOUT.value):
+                            # A fresh process (and CUDA context) for the next workload.
+                            candidate.stop()
+                            candidate = None
+                self._record(result, definition, solution, workload, wr, env_id)
+        finally:
+            if candidate is not None:
+                candidate.stop()
+
+        evaluated = [w for w in result.workloads if w.evaluated]
+        if not evaluated:
+            result.status = SKIPPED
+        else:
+            result.status = next((w.status for w in evaluated if w.status != EvaluationStatus.PASSED.value),
+                                 EvaluationStatus.PASSED.value)
+        skipped = [w for w in result.workloads if not w.evaluated]
+        if skipped:
+            result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
+        self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices))
+        self.progress("done", {"status": result.status})
+        return result
+
+    def _start_candidate(self, solution: Solution, definition: Definition,
+                         timeout_s: float) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+        worker = WorkerProcess(self._worker_options("candidate"))
+        try:
+            worker.start()
+            header, _ = worker.request({"op": "build", "solution": dump_json(solution),
+                                        "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)
+        except WorkerTimeout as err:
+            log = worker.log_text()
+            worker.stop()
+            return None, WorkloadResult("", "", EvaluationStatus.TIMEOUT.value, message=f"build: {err}", log=log)
+        except WorkerCrashed as err:
+            log = worker.log_text()
+            worker.stop()
+            return None, WorkloadResult("", "", EvaluationStatus.COMPILE_ERROR.value, message=f"build: {err}", log=log)
+        if not header.get("ok"):
+            log = (header.get("log") or "") + "\n" + worker.log_text()
+            worker.stop()
+            return None, WorkloadResult("", "", header.get("status", "COMPILE_ERROR"), message=header.get("error", ""),
+                                        log=log.strip())
+        worker.compile_only = bool(header.get("compile_only"))
+        worker.build_log = header.get("log", "")
+        return worker, None
+
+    def _evaluate_workload(self, worker: WorkerProcess, definition: Definition, workload: Workload, label: str,
+                           preset: EvalPreset, tol: Tolerance, timeout_s: float) -> WorkloadResult:
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        log_offset = worker.log_size()
+        seeds = [trial_seed(self._secret, workload, t) for t in range(preset.num_trials)]
+        merged: Optional[CheckResult] = None
+        audits: list[dict[str, Any]] = []
+        wr = WorkloadResult(workload.uuid, label, EvaluationStatus.PASSED.value)
+        try:
+            for trial, seed in enumerate(seeds):
+                ref_fp, ref_out = self.reference_outputs(definition, workload, seed)
+                header, outputs = worker.request(
+                    {"op": "run", "workload": workload.model_dump(mode="json"), "seed": seed,
+                     "dataset_root": str(self.dataset.root)}, timeout_s=max(deadline - time.monotonic(), 0.001))
+                if not header.get("ok"):
+                    wr.status = header.get("status", EvaluationStatus.RUNTIME_ERROR.value)
+                    wr.message = f"trial {trial}: {header.get('error', 'failed')}"
+                    if header.get("context_broken"):
+                        wr.message += " (the CUDA context is broken; the next workload gets a fresh process)"
+                        worker.kill()
+                    break
+                if header.get("input_fingerprint") != ref_fp:
+                    wr.status = EvaluationStatus.RUNTIME_ERROR.value
+                    wr.message = "harness fault: candidate and reference inputs differ (input generation not deterministic)"
+                    break
+                if header.get("mutated_inputs"):
+                    audits.append({"name": "input_mutation", "passed": False,
+                                   "detail": f"trial {trial}: modified inputs {header['mutated_inputs']}"})
+                if header.get("aliased_outputs"):
+                    audits.append({"name": "output_aliasing", "passed": False,
+                                   "detail": f"trial {trial}: {'; '.join(header['aliased_outputs'])}"})
+                check = check_outputs(outputs, ref_out, tol)
+                merged = check if merged is None else merge_results(merged, check)
+                if not check.passed:
+                    wr.status = check.status.value
+                    wr.message = f"trial {trial}: {check.message}"
+                    break
+        except WorkerTimeout as err:
+            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{err} (limit {timeout_s:.0f} s per workload)"
+        except WorkerCrashed as err:
+            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, str(err)
+        if merged is not None and merged.has_errors:
+            wr.max_absolute_error = merged.max_absolute_error
+            wr.max_relative_error = merged.max_relative_error
+            wr.matched_ratio = merged.matched_ratio
+        if not audits:
+            audits.append({"name": "input_mutation", "passed": True, "detail": "inputs unchanged"})
+            audits.append({"name": "output_aliasing", "passed": True, "detail": "outputs are fresh memory"})
+        wr.audits = audits
+
+        if wr.status == EvaluationStatus.PASSED.value:
+            self._time(worker, definition, workload, seeds, preset, wr, deadline)
+        wr.log = worker.log_since(log_offset) if worker.workdir else ""
+        return wr
+
+    def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
+              preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:
+        import time
+
+        if not self.has_gpu:
+            wr.timing_note = "no GPU: timing unavailable"
+            return
+        if not self.options.timing:
+            wr.timing_note = "timing switched off"
+            return
+        try:
+            header, _ = worker.request({"op": "time", "workload": workload.model_dump(mode="json"), "seeds": seeds,
+                                        "warmup": preset.warmup, "iterations": preset.iterations,
+                                        "dataset_root": str(self.dataset.root)},
+                                       timeout_s=max(deadline - time.monotonic(), 0.001))
+        except WorkerTimeout as err:
+            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"timing: {err}"
+            return
+        except WorkerCrashed as err:
+            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"timing: {err}"
+            return
+        if not header.get("ok"):
+            wr.status = EvaluationStatus.RUNTIME_ERROR.value
+            wr.message = f"timing: {header.get('error')}"
+            return
+        wr.timing = header["trials"]
+        wr.latency_ms, wr.aligned, backend = aggregate_timing(header["trials"])
+        wr.timing_note = header["trials"][0].get("note", "") or ("" if wr.aligned else f"{backend}: not aligned")
+        wr.reference_latency_ms = self.reference_latency(definition, workload, seeds, preset)
+        if wr.reference_latency_ms is not None and wr.latency_ms > 0:
+            wr.speedup_factor = wr.reference_latency_ms / wr.latency_ms
+
+    # -- archive --------------------------------------------------------------------------------------
+
+    def _official_trace(self, definition: Definition, solution: Solution, workload: Workload,
+                        wr: WorkloadResult) -> Optional[dict[str, Any]]:
+        """The FlashInfer Trace for this evaluation, or None when it cannot be one (skipped; untimed PASS)."""
+        if not wr.evaluated:
+            return None
+        status = EvaluationStatus(wr.status)
+        correctness = performance = None
+        if status in (EvaluationStatus.PASSED, EvaluationStatus.INCORRECT_NUMERICAL):
+            correctness = Correctness(max_relative_error=wr.max_relative_error or 0.0,
+                                      max_absolute_error=wr.max_absolute_error or 0.0,
+                                      extra={"matched_ratio": wr.matched_ratio})
+        if status == EvaluationStatus.PASSED:
+            if wr.latency_ms is None or wr.reference_latency_ms is None or not wr.aligned:
+                return None  # an official PASSED trace needs official (aligned) performance
+            performance = Performance(latency_ms=wr.latency_ms, reference_latency_ms=wr.reference_latency_ms,
+                                      speedup_factor=wr.speedup_factor or 0.0)
+        env = self.environment
+        libs = {k: str(env[k]) for k in ("torch", "triton", "cuda") if env.get(k)}
+        evaluation = Evaluation(status=status, environment=Environment(hardware=str(env.get("hardware", "")), libs=libs),
+                                timestamp=dt.datetime.now(dt.timezone.utc).isoformat(), log=wr.log,
+                                correctness=correctness, performance=performance)
+        return dump_json(Trace(definition=definition.name, workload=workload, solution=solution.name,
+                               evaluation=evaluation))
+
+    def _record(self, result: SubmissionResult, definition: Definition, solution: Solution, workload: Workload,
+                wr: WorkloadResult, env_id: str) -> None:
+        wr.workload = workload.uuid
+        log_blob = self.archive.put_blob(wr.log, "log") if wr.log else None
+        timing_rows = _timing_rows("candidate", wr.timing)
+        wr.evaluation_id = self.archive.add_evaluation({
+            "submission_id": result.submission_id, "definition": definition.name, "workload_uuid": workload.uuid,
+            "workload_label": wr.label, "status": wr.status, "max_absolute_error": wr.max_absolute_error,
+            "max_relative_error": wr.max_relative_error, "matched_ratio": wr.matched_ratio,
+            "latency_ms": wr.latency_ms, "reference_latency_ms": wr.reference_latency_ms,
+            "speedup_factor": wr.speedup_factor, "aligned": None if wr.aligned is None else int(wr.aligned),
+            "timing_note": wr.timing_note, "message": wr.message, "log_blob": log_blob,
+            "trace": self._official_trace(definition, solution, workload, wr),
+            "extra": {"audits": wr.audits}, "environment_id": env_id,
+            "started_at": None, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}, timing_rows)
+        result.workloads.append(wr)
+        self.progress("result", asdict(wr) | {"log": ""})

@@ -1,0 +1,164 @@
+"""Workload + seed -> input tensors, the same in every process that asks.
+
+Random tensors follow FlashInfer-Bench's rules (floats: randn; fp8: randn clamped to +-2;
+int8: [-128, 128); other ints: [-1024, 1024); bool: 0/1; random scalars: randn). Index tensors
+cannot be random numbers, so they get structure: ``*_indices`` over a page pool become a random
+permutation of the pool (pages scattered, never contiguous), a random ``*_indptr`` splits the indices
+evenly, a random ``*_last_page_len`` marks every last page full. Every tensor draws from its own
+generator seeded by (seed, input name), so the reference worker and the candidate worker produce
+identical inputs without ever exchanging them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+from .schema import Definition, DType, RandomInput, SafetensorsInput, ScalarInput, SchemaError, TensorSpec, Workload
+
+TORCH_DTYPES = {
+    DType.float32: torch.float32,
+    DType.float16: torch.float16,
+    DType.bfloat16: torch.bfloat16,
+    DType.float8_e4m3fn: getattr(torch, "float8_e4m3fn", None),
+    DType.float8_e5m2: getattr(torch, "float8_e5m2", None),
+    DType.float4_e2m1: getattr(torch, "float4_e2m1fn_x2", None),
+    DType.int64: torch.int64,
+    DType.int32: torch.int32,
+    DType.int16: torch.int16,
+    DType.int8: torch.int8,
+    DType.bool: torch.bool,
+}
+
+Value = Union[torch.Tensor, float, int, bool]
+
+
+def torch_dtype(dtype: DType) -> torch.dtype:
+    t = TORCH_DTYPES[dtype]
+    if t is None:
+        raise SchemaError(f"dtype {dtype.value} is not supported by this torch ({torch.__version__})")
+    return t
+
+
+def _generator(seed: int, name: str, device: torch.device) -> torch.Generator:
+    digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
+    g = torch.Generator(device=device)
+    g.manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
+    return g
+
+
+def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+    if dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+    if dtype.is_floating_point:  # fp8 / fp4
+        return torch.randn(shape, generator=gen, device=device).clamp_(-2, 2).to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen, device=device).bool()
+    lo, hi = (-128, 128) if dtype == torch.int8 else (-1024, 1024)
+    return torch.randint(lo, hi, shape, generator=gen, device=device, dtype=dtype)
+
+
+@lru_cache(maxsize=64)
+def _load_safetensors(path: str, device: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(path, device=device)
+
+
+def _structured(name: str, spec: TensorSpec, shape: tuple[int, ...], dtype: torch.dtype, definition: Definition,
+                workload: Workload, gen: torch.Generator, device: torch.device) -> torch.Tensor | None:
+    """Valid index tensors for inputs the workload leaves random."""
+    if dtype not in (torch.int32, torch.int64) or len(shape) != 1:
+        return None
+    if name.endswith("indices") and "num_pages" in workload.axes:
+        pool = workload.axes["num_pages"]
+        if shape[0] > pool:
+            raise SchemaError(f"workload {workload.uuid}: {name} needs {shape[0]} pages but num_pages is {pool}")
+        return torch.randperm(pool, generator=gen, device=device)[: shape[0]].to(dtype)
+    if name.endswith("indptr"):
+        total = next((workload.axes[a] for a in ("num_kv_indices", "num_indices") if a in workload.axes), None)
+        if total is None:
+            return None
+        n = shape[0] - 1
+        per = torch.full((n,), total // max(n, 1), dtype=torch.int64)
+        per[: total - int(per.sum())] += 1
+        return torch.cat([torch.zeros(1, dtype=torch.int64), per.cumsum(0)]).to(dtype).to(device)
+    if name.endswith("last_page_len") and "page_size" in definition.const_axes:
+        return torch.full(shape, definition.const_axes["page_size"], dtype=dtype, device=device)
+    return None
+
+
+def generate_inputs(definition: Definition, workload: Workload, seed: int, device: str | torch.device = "cpu",
+                    root: Path | None = None) -> dict[str, Value]:
+    """All inputs of a definition for one workload and seed, in the definition's order."""
+    device = torch.device(device)
+    var_values = dict(workload.axes)
+    missing = [a for a in definition.var_axes if a not in var_values]
+    if missing:
+        raise SchemaError(f"workload {workload.uuid}: var axes {missing} have no value")
+    out: dict[str, Value] = {}
+    for name, spec in definition.inputs.items():
+        source = workload.inputs.get(name, RandomInput(type="random"))
+        gen = _generator(seed, name, device)
+        if spec.shape is None:  # scalar
+            if isinstance(source, ScalarInput):
+                out[name] = source.value
+            else:
+                out[name] = float(torch.randn((), generator=gen, device=device).item())
+            continue
+        shape = definition.shape_of(spec, var_values)
+        dtype = torch_dtype(spec.dtype)
+        if isinstance(source, SafetensorsInput):
+            if root is None:
+                raise SchemaError(f"workload {workload.uuid}: {name} reads {source.path} but no dataset root is known")
+            path = (Path(root) / source.path).resolve()
+            if not path.exists():
+                raise SchemaError(f"workload {workload.uuid}: {name}: blob {path} does not exist")
+            tensors = _load_safetensors(str(path), str(device))
+            if source.tensor_key not in tensors:
+                raise SchemaError(f"{path}: no tensor {source.tensor_key!r} (has {sorted(tensors)})")
+            t = tensors[source.tensor_key]
+            if tuple(t.shape) != shape or t.dtype != dtype:
+                raise SchemaError(f"{path}: {source.tensor_key} is {tuple(t.shape)} {t.dtype}, "
+                                  f"definition wants {shape} {dtype}")
+            out[name] = t.clone()
+        elif isinstance(source, ScalarInput):
+            out[name] = torch.full(shape, source.value, dtype=dtype, device=device)
+        else:
+            t = _structured(name, spec, shape, dtype, definition, workload, gen, device)
+            out[name] = t if t is not None else random_tensor(shape, dtype, gen, device)
+    return out
+
+
+def allocate_outputs(definition: Definition, workload: Workload, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    device = torch.device(device)
+    return {
+        name: torch.empty(definition.shape_of(spec, workload.axes), dtype=torch_dtype(spec.dtype), device=device)
+        for name, spec in definition.outputs.items()
+    }
+
+
+_FULL_HASH_LIMIT = 1 << 20
+
+
+def fingerprint(values: dict[str, Any]) -> str:
+    """A cheap content hash of tensors (and scalars), used to prove two processes hold the same inputs."""
+    h = hashlib.sha256()
+    for name, v in values.items():
+        h.update(name.encode())
+        if isinstance(v, torch.Tensor):
+            t = v.detach().reshape(-1)
+            if t.numel() > _FULL_HASH_LIMIT:
+                # Large inputs: a fixed strided sample keeps this cheap; it still tells two
+                # generators apart, which is all it is for.
+                t = t[:: t.numel() // _FULL_HASH_LIMIT + 1]
+            t = t.contiguous().cpu()
+            h.update(str(t.dtype).encode() + str(tuple(t.shape)).encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(v).encode())
+    return h.hexdigest()

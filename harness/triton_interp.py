@@ -1,0 +1,104 @@
+"""Fixes for Triton's CPU interpreter (TRITON_INTERPRET=1), applied in the worker, never to candidate code.
+
+Without them the interpreter rejects correct bf16 kernels and accepts wrong fp8 ones:
+- ``tl.dot`` on bf16 operands multiplies the raw uint16 bit patterns (errors around 1e11);
+- fp32 -> bf16 casts truncate instead of rounding to nearest even;
+- casts to float8 mis-round (1.953 becomes 1.0).
+Each fix converts through exact bit arithmetic or torch's own (correctly rounded) casts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_PATCHED = False
+
+
+def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16_bits_rtne(values: np.ndarray) -> np.ndarray:
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        rounded[nan] = np.uint16(0x7FC0)
+    return rounded
+
+
+def _torch_fp8_cast(values: np.ndarray, src, dst):
+    """Any float -> fp8 (or fp8 -> float) through torch, which rounds correctly."""
+    import torch
+    import triton.language as tl
+
+    fp8 = {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}
+    if src in fp8:
+        t = torch.from_numpy(np.ascontiguousarray(values).view(np.uint8).copy()).view(fp8[src]).to(torch.float32)
+    elif src == tl.bfloat16:
+        t = torch.from_numpy(_bf16_bits_to_f32(values))
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(values).astype(np.float32))
+    if dst in fp8:
+        return t.to(fp8[dst]).view(torch.uint8).numpy()
+    if dst == tl.bfloat16:
+        return _f32_to_bf16_bits_rtne(t.numpy())
+    return t.numpy().astype({tl.float16: np.float16, tl.float32: np.float32, tl.float64: np.float64}[dst])
+
+
+def apply() -> bool:
+    """Patch the interpreter once per process. Returns False when Triton is not importable."""
+    global _PATCHED
+    if _PATCHED:
+        return True
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter as interp
+    except Exception:
+        return False
+
+    builder = interp.InterpreterBuilder
+    fp8_types = {t for t in (getattr(tl, "float8e4nv", None), getattr(tl, "float8e5", None)) if t is not None}
+    original_cast = builder.cast_impl
+    original_fp_to_fp = builder.create_fp_to_fp
+    original_dot = builder.create_dot
+
+    def as_float32(handle):
+        if handle.dtype.scalar == tl.bfloat16:
+            return _bf16_bits_to_f32(handle.data)
+        if handle.dtype.scalar in fp8_types:
+            return _torch_fp8_cast(handle.data, handle.dtype.scalar, tl.float32)
+        return None
+
+    def cast_impl(self, src, dst_type):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s == tl.float32 and d == tl.bfloat16:
+            return interp.TensorHandle(_f32_to_bf16_bits_rtne(src.data), d)
+        if s == tl.bfloat16 and d == tl.float32:
+            return interp.TensorHandle(_bf16_bits_to_f32(src.data), d)
+        if (s in fp8_types or d in fp8_types) and s.is_floating() and d.is_floating():
+            return interp.TensorHandle(_torch_fp8_cast(src.data, s, d), d)
+        return original_cast(self, src, dst_type)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        s, d = src.dtype.scalar, dst_type.scalar
+        rtz = rounding_mode is not None and "RTZ" in str(rounding_mode)
+        if not rtz and ((s == tl.float32 and d == tl.bfloat16) or s in fp8_types or d in fp8_types):
+            return cast_impl(self, src, dst_type)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        a32, b32 = as_float32(a), as_float32(b)
+        if a32 is None and b32 is None:
+            return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        a32 = a32 if a32 is not None else a.data.astype(np.float32)
+        b32 = b32 if b32 is not None else b.data.astype(np.float32)
+        return interp.TensorHandle(np.matmul(a32, b32, dtype=d.data.dtype) + d.data, d.dtype.scalar)
+
+    builder.cast_impl = cast_impl
+    for name in ("create_fp_ext", "create_fp_trunc"):
+        setattr(builder, name, lambda self, src, dst_type: cast_impl(self, src, dst_type))
+    builder.create_fp_to_fp = create_fp_to_fp
+    builder.create_dot = create_dot
+    _PATCHED = True
+    return True

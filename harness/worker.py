@@ -1,0 +1,249 @@
+"""The worker process: the only place candidate code is imported and called.
+
+Started by ``harness.runner`` as ``python -m harness.worker --role R --rfd N --wfd M`` with a scrubbed
+environment in a private folder. Requests arrive as JSON; replies are JSON plus safetensors
+(``harness.protocol``). Two roles:
+- ``candidate``: builds one solution, runs it on inputs it generates itself from (workload, seed),
+  checks that it left its inputs alone, and times it. It never receives reference outputs.
+- ``reference``: runs the definition's reference (trusted code) and returns its outputs to the harness,
+  which compares them with the candidate's in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import protocol
+from .build import Built, BuildError, build
+from .inputs import allocate_outputs, fingerprint, generate_inputs
+from .schema import Definition, Solution, Workload
+
+
+def _environment() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception:
+        info["triton"] = None
+    if info["cuda_available"]:
+        props = torch.cuda.get_device_properties(0)
+        info.update(device_count=torch.cuda.device_count(), device_name=props.name, cuda=torch.version.cuda,
+                    capability=f"{props.major}.{props.minor}", sm_count=props.multi_processor_count,
+                    l2_bytes=getattr(props, "L2_cache_size", None), memory_bytes=props.total_memory,
+                    uuid=str(getattr(props, "uuid", "")))
+    return info
+
+
+def _device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _context_broken(device: torch.device) -> bool:
+    """After an exception: is this process's CUDA context still usable?"""
+    if device.type != "cuda":
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device=device).add_(1).item()
+        return False
+    except Exception:
+        return True
+
+
+def _as_output_dict(definition: Definition, returned: Any) -> dict[str, Any]:
+    names = list(definition.outputs)
+    if isinstance(returned, torch.Tensor) and len(names) == 1:
+        return {names[0]: returned}
+    if isinstance(returned, (tuple, list)) and len(returned) == len(names):
+        return dict(zip(names, returned))
+    raise TypeError(f"a value-returning solution must return {len(names)} tensor(s) "
+                    f"({', '.join(names)}), got {type(returned).__name__}"
+                    + (f" of length {len(returned)}" if isinstance(returned, (tuple, list)) else ""))
+
+
+def _aliasing(inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
+    """Outputs that share memory with an input or with another output."""
+    seen: dict[int, str] = {}
+    for name, t in inputs.items():
+        if isinstance(t, torch.Tensor) and t.numel():
+            seen[t.untyped_storage().data_ptr()] = f"input {name}"
+    problems = []
+    for name, t in outputs.items():
+        if not isinstance(t, torch.Tensor) or not t.numel():
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            problems.append(f"output {name} shares memory with {seen[ptr]}")
+        seen[ptr] = f"output {name}"
+    return problems
+
+
+class Worker:
+    def __init__(self, role: str):
+        self.role = role
+        self.device = _device()
+        self.built: Optional[Built] = None
+        self.solution: Optional[Solution] = None
+        self.definition: Optional[Definition] = None
+        self._references: dict[str, Callable[..., Any]] = {}
+        self.workdir = Path.cwd()
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def hello(self, req: dict) -> tuple[dict, dict]:
+        return {"ok": True, "role": self.role, "environment": _environment()}, {}
+
+    def build(self, req: dict) -> tuple[dict, dict]:
+        self.solution = Solution.model_validate(req["solution"])
+        self.definition = Definition.model_validate(req["definition"])
+        started = time.perf_counter()
+        try:
+            self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
+        except BuildError as err:
+            return {"ok": False, "status": "COMPILE_ERROR", "error": str(err), "log": err.log}, {}
+        return {"ok": True, "compile_only": self.built.compile_only, "log": self.built.log,
+                "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, {}
+
+    def _workload_inputs(self, req: dict) -> tuple[Definition, Workload, dict[str, Any]]:
+        definition = Definition.model_validate(req["definition"]) if "definition" in req else self.definition
+        workload = Workload.model_validate(req["workload"])
+        inputs = generate_inputs(definition, workload, int(req["seed"]), self.device, Path(req["dataset_root"]))
+        return definition, workload, inputs
+
+    def run(self, req: dict) -> tuple[dict, dict]:
+        """One call of the candidate on fresh inputs; outputs go back for the harness to judge."""
+        assert self.built is not None and self.built.fn is not None, "build first"
+        definition, workload, inputs = self._workload_inputs(req)
+        input_fp = fingerprint(inputs)
+        # The candidate gets clones; the originals stay here to prove the call left its inputs alone.
+        args = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        started = time.perf_counter()
+        if self.solution.spec.destination_passing_style:
+            outputs = allocate_outputs(definition, workload, self.device)
+            returned = self.built.fn(*args.values(), *outputs.values())
+            note = "" if returned is None else "the DPS entry point returned a value; it was ignored"
+        else:
+            outputs = _as_output_dict(definition, self.built.fn(*args.values()))
+            note = ""
+        _sync(self.device)
+        elapsed = time.perf_counter() - started
+        mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and not torch.equal(v, args[k])]
+        aliased = _aliasing(args, outputs)
+        bad = {k: type(v).__name__ for k, v in outputs.items() if not isinstance(v, torch.Tensor)}
+        if bad:
+            raise TypeError(f"outputs must be tensors, got {bad}")
+        return ({"ok": True, "input_fingerprint": input_fp, "mutated_inputs": mutated, "aliased_outputs": aliased,
+                 "elapsed_s": elapsed, "note": note}, {k: v for k, v in outputs.items()})
+
+    def _reference_fn(self, definition: Definition) -> Callable[..., Any]:
+        key = definition.content_hash
+        if key not in self._references:
+            namespace: dict[str, Any] = {"__name__": f"reference_{definition.name}"}
+            exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), namespace)
+            self._references[key] = namespace["run"]
+        return self._references[key]
+
+    def reference(self, req: dict) -> tuple[dict, dict]:
+        assert self.role == "reference", "only the reference worker runs references"
+        definition, workload, inputs = self._workload_inputs(req)
+        started = time.perf_counter()
+        with torch.no_grad():
+            outputs = _as_output_dict(definition, self._reference_fn(definition)(*inputs.values()))
+        _sync(self.device)
+        return ({"ok": True, "input_fingerprint": fingerprint(inputs), "elapsed_s": time.perf_counter() - started},
+                {k: v for k, v in outputs.items()})
+
+    def time(self, req: dict) -> tuple[dict, dict]:
+        """The official timer over ``seeds`` (one trial each, fresh inputs per trial)."""
+        from .timing import time_trial
+
+        if self.device.type != "cuda":
+            return {"ok": False, "status": "UNAVAILABLE", "error": "no GPU: timing unavailable"}, {}
+        trials = []
+        for seed in req["seeds"]:
+            definition, workload, inputs = self._workload_inputs({**req, "seed": seed})
+            if self.role == "reference":
+                fn, args = self._reference_fn(definition), list(inputs.values())
+            elif self.solution.spec.destination_passing_style:
+                fn = self.built.fn
+                args = list(inputs.values()) + list(allocate_outputs(definition, workload, self.device).values())
+            else:
+                fn, args = self.built.fn, list(inputs.values())
+            trial = time_trial(fn, args, warmup=int(req["warmup"]), iterations=int(req["iterations"]),
+                               device=self.device, backend=req.get("backend", "auto"))
+            trials.append(trial.model_dump() if hasattr(trial, "model_dump") else trial.__dict__)
+            del inputs, args
+        return {"ok": True, "trials": trials}, {}
+
+    # -- loop -------------------------------------------------------------------------------------
+
+    def serve(self, rfd: int, wfd: int) -> None:
+        handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
+                    "time": self.time}
+        while True:
+            try:
+                req, _ = protocol.read_message(rfd)
+            except protocol.PeerClosed:
+                return
+            op = req.get("op")
+            if op == "exit":
+                protocol.write_message(wfd, {"ok": True})
+                return
+            try:
+                header, tensors = handlers[op](req)
+            except BaseException as err:  # candidate code may raise anything, SystemExit included
+                tb = traceback.format_exc()
+                print(tb, file=sys.stderr, flush=True)
+                header, tensors = {"ok": False, "status": "RUNTIME_ERROR",
+                                   "error": f"{type(err).__name__}: {err}", "traceback": tb,
+                                   "context_broken": _context_broken(self.device)}, {}
+            try:
+                protocol.write_message(wfd, header, tensors)
+            except Exception as err:  # e.g. outputs that cannot be serialised
+                protocol.write_message(wfd, {"ok": False, "status": "RUNTIME_ERROR",
+                                             "error": f"could not send the reply: {type(err).__name__}: {err}"})
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="harness.worker")
+    parser.add_argument("--role", choices=["candidate", "reference"], required=True)
+    parser.add_argument("--rfd", type=int, required=True)
+    parser.add_argument("--wfd", type=int, required=True)
+    args = parser.parse_args(argv)
+    faulthandler.enable()  # a segfault prints the Python stack into the log
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except Exception:
+        pass
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from . import triton_interp
+
+        triton_interp.apply()
+    Worker(args.role).serve(args.rfd, args.wfd)
+
+
+if __name__ == "__main__":
+    main()
