@@ -86,13 +86,32 @@ CallableCase = tuple[str, Callable[..., Any], Sequence[Any]]
 
 
 def extra_callables(workload: Workload) -> list[CallableCase]:
-    """Hook for more callables per workload, e.g. our example Triton decode solution.
+    """More callables per workload: by default the example Triton decode solution (DPS).
 
-    Replace this function (or pass ``--extra module:function`` naming one with the same
-    signature) to add ``(label, fn, args)`` entries; each is timed by both timers exactly
-    like the built-in cases.
+    Pass ``--extra module:function`` naming a function with this signature to time others; each
+    ``(label, fn, args)`` entry is timed by both timers exactly like the built-in cases.
     """
-    return []
+    import importlib.util
+    import math
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(
+        "example_triton_gqa_decode", REPO_ROOT / "examples" / "triton_gqa_decode" / "kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    device = torch.device("cuda")
+    generator = torch.Generator(device="cpu").manual_seed(7)
+    num_pages = workload.batch * workload.kv_len
+    kv_indices = torch.randperm(num_pages, generator=generator).to(torch.int32).to(device)
+    kv_indptr = (torch.arange(workload.batch + 1, dtype=torch.int32) * workload.kv_len).to(device)
+    k_cache = torch.randn(num_pages, PAGE_SIZE, NUM_KV_HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    v_cache = torch.randn_like(k_cache)
+    q = torch.randn(workload.batch, NUM_QO_HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    output = torch.empty_like(q)
+    lse = torch.empty(workload.batch, NUM_QO_HEADS, dtype=torch.float32, device=device)
+    args = (q, k_cache, v_cache, kv_indptr, kv_indices, 1.0 / math.sqrt(HEAD_DIM), output, lse)
+    return [("example.triton_gqa_decode", module.run, args)]
 
 
 @dataclass

@@ -145,7 +145,7 @@ class Archive:
     def add_evaluation(self, row: dict[str, Any], timing: Iterable[dict[str, Any]] = ()) -> int:
         row = {**row}
         for key in ("extra", "trace"):
-            if key in row and not isinstance(row[key], str):
+            if row.get(key) is not None and not isinstance(row[key], str):
                 row[key] = json.dumps(row[key], default=str)
         with self.db.conn:  # the evaluation and its samples land together or not at all
             eval_id = int(self.db["evaluations"].insert(row).last_pk)

@@ -121,8 +121,9 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
             elif kind == "result":
                 progress.advance(task["id"])
                 if data["status"] not in ("PASSED", SKIPPED):
-                    progress.console.print(f"  {data['label']}: {styled(data['status'])} {data['message'][:300]}",
-                                           highlight=False)
+                    first_line = (data["message"] or "").split("\n")[0]
+                    progress.console.print(f"  {data['label']}: {styled(data['status'])} {first_line[:300]}",
+                                           highlight=False, markup=False)
 
         with Session(ds, archive, opts, progress=on_event) as session:
             for sol in loaded:
@@ -146,7 +147,7 @@ def print_result(result: Any) -> None:
         table.add_column(col, justify="left" if col in ("workload", "status") else "right", no_wrap=True)
     table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=60)
     for w in result.workloads:
-        note = w.message or w.timing_note
+        note = (w.message or w.timing_note).split("\n")[0]
         table.add_row(w.label, styled(w.status), fmt(w.max_absolute_error), fmt(w.max_relative_error),
                       fmt(w.latency_ms, 4), fmt(w.reference_latency_ms, 4), fmt(w.speedup_factor), note[:80])
     out.print(table)
@@ -221,7 +222,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
         table.add_row(e["workload_label"], styled(e["status"]), fmt(e["max_absolute_error"]),
                       fmt(e["max_relative_error"]), fmt(e["latency_ms"], 4), fmt(e["speedup_factor"]),
                       ("[red]" + ", ".join(failed) + "[/]") if failed else ("clean" if audits else "-"),
-                      (e["message"] or e["timing_note"] or "")[:100])
+                      (e["message"] or e["timing_note"] or "").split("\n")[0])
     out.print(table)
 
 

@@ -89,16 +89,17 @@ def check_output(name: str, got: torch.Tensor, want: torch.Tensor, tol: Toleranc
 
 
 def check_outputs(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], tol: Tolerance) -> CheckResult:
-    """All outputs of one call; the first failing output decides the status, errors are maxima."""
+    """All outputs of one call, in ``want``'s order: shapes and dtypes of every output before any value."""
     missing = [n for n in want if n not in got]
     if missing:
         return CheckResult(EvaluationStatus.RUNTIME_ERROR, message=f"missing outputs: {missing}")
+    for name, ref in want.items():
+        x = got[name]
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != tuple(ref.shape) or x.dtype != ref.dtype:
+            return check_output(name, x, ref, tol)
     merged = CheckResult(EvaluationStatus.PASSED)
     for name, ref in want.items():
-        r = check_output(name, got[name], ref, tol)
-        merged = merge_results(merged, r)
-        if r.status in (EvaluationStatus.INCORRECT_SHAPE, EvaluationStatus.INCORRECT_DTYPE, EvaluationStatus.RUNTIME_ERROR):
-            return merged
+        merged = merge_results(merged, check_output(name, got[name], ref, tol))
     return merged
 
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up a CPU development environment in .venv (idempotent). GPU hosts: see README "On a GPU host".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+. .venv/bin/activate
+pip_q() { python -m pip install -q --disable-pip-version-check "$@"; }
+# The CPU torch wheel: a bare `torch` requirement would pull a multi-GB CUDA build.
+python -c "import torch" 2>/dev/null || pip_q "torch==2.13.0"
+# Triton for the CPU interpreter; triton 3.6 breaks with numpy >= 2.4 (range over tl.cdiv).
+python -c "import triton" 2>/dev/null || pip_q "triton==3.6.0" "numpy<2.4"
+pip_q -e ".[dev]"
+# The official data models, to prove exports load with them (their GPU dependencies are not needed).
+python -c "import flashinfer_bench" 2>/dev/null || pip_q --no-deps "flashinfer-bench==0.1.2" "docstring-parser>=0.16"

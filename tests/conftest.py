@@ -1,0 +1,49 @@
+"""Fixtures shared by the tests; the data and builders they use live in support.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from support import make_tiny_dataset
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except Exception:
+        has_gpu = False
+    if not has_gpu:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset_root(tmp_path_factory) -> Path:
+    return make_tiny_dataset(tmp_path_factory.mktemp("dataset"))
+
+
+@pytest.fixture
+def tiny_dataset(tiny_dataset_root):
+    from harness.dataset import Dataset
+
+    return Dataset(tiny_dataset_root)
+
+
+@pytest.fixture
+def archive(tmp_path):
+    from harness.archive import Archive
+
+    return Archive(tmp_path / "archive")
+
+
+@pytest.fixture(autouse=True)
+def _no_secrets_leak(monkeypatch):
+    # Tests must never depend on a real key; a fake one proves the worker does not inherit it.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-must-not-leak")
+    yield

@@ -1,0 +1,180 @@
+"""`harness submit/list/show` as a user runs them: real subprocesses, real exit codes, real archives."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from support import KV8_PS1, ROOT, TORCH_CANDIDATE, solution_dict, triton_example
+
+
+def harness(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+
+
+def write(tmp_path: Path, data, name: str = "solution.json") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def archive_dir(tmp_path):
+    d = tmp_path / "archive"
+    d.mkdir()
+    return d
+
+
+def test_submit_json_output_and_exit_code(tmp_path, archive_dir, tiny_dataset_root):
+    sol = write(tmp_path, solution_dict(TORCH_CANDIDATE))
+    proc = harness("submit", str(sol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) >= {"submission_id", "solution", "definition", "status", "workloads"}
+    assert out["status"] == "PASSED" and out["definition"] == KV8_PS1
+    assert [w["status"] for w in out["workloads"]] == ["PASSED", "PASSED"]
+    for w in out["workloads"]:
+        assert set(w) >= {"workload", "status", "max_absolute_error", "max_relative_error", "latency_ms"}
+        assert w["latency_ms"] is None
+    assert "no GPU" in out["timing_unavailable_reason"]
+
+    listed = harness("list", "--archive", str(archive_dir), "--json")
+    rows = json.loads(listed.stdout)
+    assert rows[0]["id"] == out["submission_id"] and rows[0]["status"] == "PASSED"
+    shown = harness("show", str(out["submission_id"]), "--archive", str(archive_dir))
+    assert shown.returncode == 0 and "tiny_b2_t40" in shown.stdout and "PASSED" in shown.stdout
+    table = harness("list", "--archive", str(archive_dir))
+    assert "candidate" in table.stdout and "2 PASSED" in table.stdout
+
+
+def test_submit_fails_with_exit_1_when_a_workload_fails(tmp_path, archive_dir, tiny_dataset_root):
+    sol = write(tmp_path, solution_dict(TORCH_CANDIDATE.replace("* sm_scale", "* 2.0")))
+    proc = harness("submit", str(sol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root),
+                   "--workloads", "tiny_b2_t40")
+    assert proc.returncode == 1
+    assert "INCORRECT_NUMERICAL" in proc.stdout
+    assert len(json.loads(harness("show", "1", "--archive", str(archive_dir), "--json").stdout)["evaluations"]) == 1
+
+
+def test_submit_skips_large_workloads_on_cpu_with_a_notice(tmp_path, archive_dir):
+    sol = write(tmp_path, triton_example(KV8_PS1))
+    proc = harness("submit", str(sol), "--archive", str(archive_dir), "--workloads", "uniform_b1_kv512,uniform_b16_kv512")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SKIPPED" in proc.stdout and "too slow for the Triton interpreter" in proc.stdout
+    assert "timing unavailable" in proc.stdout
+
+
+BAD_INPUTS = [
+    ("malformed", "{not json", "not valid JSON: line 1"),
+    ("schema", {"name": "x"}, "definition: Field required"),
+    ("unknown_definition", solution_dict(TORCH_CANDIDATE, definition="no_such_op"), "unknown definition 'no_such_op'"),
+    ("missing_entry_file", {**solution_dict(TORCH_CANDIDATE), "spec": {**solution_dict(TORCH_CANDIDATE)["spec"],
+                            "entry_point": "main.py::run"}}, "entry file 'main.py' is not among the sources"),
+    ("escape", solution_dict(TORCH_CANDIDATE, entry="../evil.py::run"), "must be relative and stay inside"),
+    ("absolute", solution_dict(TORCH_CANDIDATE, entry="/tmp/evil.py::run"), "must be relative and stay inside"),
+]
+
+
+@pytest.mark.parametrize("case, data, message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_solution_files_give_one_clear_line_and_lose_nothing(tmp_path, archive_dir, case, data, message):
+    good = write(tmp_path, solution_dict(TORCH_CANDIDATE), "good.json")
+    harness("submit", str(good), "--archive", str(archive_dir), "--workloads", "uniform_b1_kv512")
+    before = json.loads(harness("list", "--archive", str(archive_dir), "--json").stdout)
+    bad = write(tmp_path, data, "bad.json")
+    proc = harness("submit", str(bad), "--archive", str(archive_dir))
+    assert proc.returncode == 2
+    assert message in proc.stderr and str(bad) in proc.stderr or case == "unknown_definition" and message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    after = json.loads(harness("list", "--archive", str(archive_dir), "--json").stdout)
+    assert after == before
+
+
+def test_missing_symbol_and_wrong_signature_are_recorded_compile_errors(tmp_path, archive_dir, tiny_dataset_root):
+    no_symbol = write(tmp_path, solution_dict("def other(*a):\n    pass\n"), "nosym.json")
+    proc = harness("submit", str(no_symbol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root), "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 1 and out["status"] == "COMPILE_ERROR"
+    assert "defines no top-level `run`" in out["workloads"][0]["message"]
+    wrong = write(tmp_path, solution_dict("def run(q, k):\n    pass\n"), "wrong.json")
+    out = json.loads(harness("submit", str(wrong), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root),
+                             "--json").stdout)
+    assert out["status"] == "COMPILE_ERROR" and "must take 8 positional parameters" in out["workloads"][0]["message"]
+
+
+def test_nonexistent_archive_folder_and_unknown_workload_are_clear_errors(tmp_path):
+    sol = write(tmp_path, solution_dict(TORCH_CANDIDATE))
+    proc = harness("submit", str(sol), "--archive", str(tmp_path / "nope"))
+    assert proc.returncode == 2 and "archive folder" in proc.stderr and "does not exist" in proc.stderr
+    proc = harness("submit", str(sol), "--archive", str(tmp_path), "--workloads", "no_such_workload")
+    assert proc.returncode == 2 and "no workload 'no_such_workload'" in proc.stderr
+    proc = harness("show", "42", "--archive", str(tmp_path))
+    assert proc.returncode == 2 and "no submission 42" in proc.stderr
+
+
+SLOW_ON_SECOND = '''
+import time
+import torch
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+    if q.shape[0] == 3:
+        time.sleep(600)
+    output.zero_(); lse.zero_()
+'''
+
+
+def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive_dir, tiny_dataset_root):
+    sol = write(tmp_path, solution_dict(SLOW_ON_SECOND))
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "submit", str(sol), "--archive", str(archive_dir),
+                             "--dataset", str(tiny_dataset_root)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    db_path = archive_dir / "archive.db"
+    deadline = time.time() + 120
+    finished = 0
+    while time.time() < deadline and not finished:
+        time.sleep(0.5)
+        if db_path.exists():
+            try:
+                finished = sqlite3.connect(db_path).execute("select count(*) from evaluations").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+    assert finished == 1, "the first workload's evaluation should be archived before the kill"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    con = sqlite3.connect(db_path)
+    assert con.execute("pragma integrity_check").fetchone()[0] == "ok"
+    listed = json.loads(harness("list", "--archive", str(archive_dir), "--json").stdout)
+    assert listed[0]["status"] == "RUNNING" and listed[0]["counts"] == {"INCORRECT_NUMERICAL": 1}
+    shown = harness("show", str(listed[0]["id"]), "--archive", str(archive_dir))
+    assert "tiny_b2_t40" in shown.stdout and "(not finished)" in shown.stdout
+
+
+def test_show_prints_a_workloads_log(tmp_path, archive_dir, tiny_dataset_root):
+    noisy = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape", "    print('hello from the candidate')\n    batch, heads, dim = q.shape")
+    sol = write(tmp_path, solution_dict(noisy))
+    out = json.loads(harness("submit", str(sol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root),
+                             "--json", "--workloads", "tiny_b2_t40").stdout)
+    log = harness("show", str(out["submission_id"]), "--archive", str(archive_dir), "--log", "tiny_b2_t40")
+    assert "hello from the candidate" in log.stdout
+
+
+def test_pack_builds_a_solution_from_a_folder(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kernel.py").write_text(TORCH_CANDIDATE)
+    out = tmp_path / "packed.json"
+    proc = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language", "python",
+                   "--name", "packed", "--author", "me", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["sources"][0]["path"] == "kernel.py" and data["spec"]["destination_passing_style"] is True
+    bad = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "main.py::run", "--language", "python",
+                  "--name", "packed", "--author", "me")
+    assert bad.returncode == 2 and "entry file 'main.py'" in bad.stderr

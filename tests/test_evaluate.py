@@ -1,0 +1,194 @@
+"""The pipeline end to end on CPU: build in a worker, judge against the reference, archive; and every
+way a candidate can misbehave ends as a recorded status while the harness carries on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.archive import Archive
+from harness.dataset import Dataset
+from harness.evaluate import Session, SubmitOptions
+from harness.runner import network_isolation
+from harness.schema import Solution
+
+from support import KV8_PS1, KV8_PS64, TORCH_CANDIDATE, solution_dict, triton_example
+
+PS1_WORKLOADS = ["tiny_b2_t40", "tiny_b3_t96"]
+
+
+@pytest.fixture(scope="module")
+def session(tiny_dataset_root, tmp_path_factory):
+    archive = Archive(tmp_path_factory.mktemp("archive"))
+    with Session(Dataset(tiny_dataset_root), archive, SubmitOptions(workloads=PS1_WORKLOADS, timeout_s=60)) as s:
+        yield s
+
+
+def submit(session, source: str | dict, **kw):
+    data = source if isinstance(source, dict) else solution_dict(source, **kw)
+    return session.submit(Solution.model_validate(data))
+
+
+def statuses(result):
+    return [w.status for w in result.workloads]
+
+
+def test_honest_python_candidate_passes_and_is_archived(session):
+    result = submit(session, TORCH_CANDIDATE)
+    assert statuses(result) == ["PASSED", "PASSED"]
+    assert result.all_passed and result.status == "PASSED"
+    w = result.workloads[0]
+    assert w.max_absolute_error is not None and w.max_absolute_error < 1e-2
+    assert w.latency_ms is None and "no GPU" in w.timing_note
+    row = session.archive.submission(result.submission_id)
+    assert row["status"] == "PASSED" and len(row["evaluations"]) == 2
+    assert row["environment"]["torch"] and row["environment"]["hardware"]
+
+
+def test_example_triton_solution_passes_in_the_interpreter(session):
+    result = submit(session, triton_example(KV8_PS1))
+    assert statuses(result) == ["PASSED", "PASSED"], [w.message for w in result.workloads]
+
+
+def test_example_triton_solution_passes_page_size_64(tiny_dataset_root, archive):
+    with Session(Dataset(tiny_dataset_root), archive, SubmitOptions()) as s:
+        result = s.submit(Solution.model_validate(triton_example(KV8_PS64)))
+    assert statuses(result) == ["PASSED"]
+
+
+def test_wrong_numbers_are_incorrect_numerical_with_errors(session):
+    wrong = TORCH_CANDIDATE.replace("* sm_scale", "* sm_scale * 1.5")
+    result = submit(session, wrong)
+    assert statuses(result) == ["INCORRECT_NUMERICAL"] * 2
+    assert result.workloads[0].max_absolute_error > 1e-2
+    assert "outside atol" in result.workloads[0].message
+
+
+VALUE_RETURNING = '''
+import torch
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):
+    out = torch.zeros(q.shape, dtype={out_dtype})
+    lse = torch.zeros(q.shape[:2], dtype=torch.float32)
+    return {ret}
+'''
+
+
+@pytest.mark.parametrize("out_dtype, ret, expected", [
+    ("torch.bfloat16", "out, lse", "INCORRECT_NUMERICAL"),
+    ("torch.float16", "out, lse", "INCORRECT_DTYPE"),
+    ("torch.bfloat16", "out[:, :1], lse", "INCORRECT_SHAPE"),
+    ("torch.bfloat16", "out", "RUNTIME_ERROR"),  # one tensor where two are due
+    ("torch.bfloat16", "out, lse.fill_(float('nan'))", "INCORRECT_NUMERICAL"),
+])
+def test_value_returning_outputs_are_checked_shape_then_dtype_then_values(session, out_dtype, ret, expected):
+    source = VALUE_RETURNING.format(out_dtype=out_dtype, ret=ret)
+    result = submit(session, source, dps=False)
+    assert result.workloads[0].status == expected, result.workloads[0].message
+
+
+CRASH_ON_BATCH_2 = '''
+import os, sys, ctypes, signal
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+    if q.shape[0] == 2:
+        {crash}
+    output.zero_(); lse.zero_()
+'''
+
+
+@pytest.mark.parametrize("crash, expect_in_message", [
+    ("ctypes.string_at(0)", "SIGSEGV"),
+    ("os.abort()", "SIGABRT"),
+    ("sys.exit(3)", "SystemExit"),
+    ("os._exit(7)", "exit code 7"),
+    ("raise MemoryError('out of memory')", "MemoryError"),
+    ("os.kill(os.getpid(), signal.SIGKILL)", "SIGKILL"),
+])
+def test_crashes_are_runtime_errors_and_the_next_workload_still_runs(session, crash, expect_in_message):
+    result = submit(session, CRASH_ON_BATCH_2.format(crash=crash))
+    first, second = result.workloads
+    assert first.status == "RUNTIME_ERROR" and expect_in_message in first.message + first.log
+    # The second workload ran in a fresh worker: the candidate returned zeros, so it is judged, not crashed.
+    assert second.status == "INCORRECT_NUMERICAL"
+
+
+def test_a_hang_is_a_timeout_and_the_harness_carries_on(tiny_dataset_root, archive):
+    source = CRASH_ON_BATCH_2.format(crash="import time\n        while True: time.sleep(0.05)")
+    with Session(Dataset(tiny_dataset_root), archive, SubmitOptions(workloads=PS1_WORKLOADS, timeout_s=6)) as s:
+        result = s.submit(Solution.model_validate(solution_dict(source)))
+        assert [w.status for w in result.workloads] == ["TIMEOUT", "INCORRECT_NUMERICAL"]
+        again = s.submit(Solution.model_validate(solution_dict(TORCH_CANDIDATE)))
+        assert again.status == "PASSED"
+
+
+def test_output_floods_are_truncated_in_the_log(session):
+    flood = CRASH_ON_BATCH_2.format(crash="print('x' * (12 << 20)); raise RuntimeError('after the flood')")
+    result = submit(session, flood)
+    log = result.workloads[0].log
+    assert result.workloads[0].status == "RUNTIME_ERROR"
+    assert len(log.encode()) <= (5 << 20) + 200 and "bytes of log cut" in log
+
+
+PROBE = '''
+import os
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+    raise RuntimeError("PROBE " + {expr})
+'''
+
+
+def test_worker_environment_is_scrubbed_and_private(session, monkeypatch):
+    expr = "repr(os.environ.get('ANTHROPIC_API_KEY')) + ' ' + os.getcwd() + ' ' + os.environ.get('HOME', '')"
+    result = submit(session, PROBE.format(expr=expr))
+    message = result.workloads[0].message
+    assert "PROBE None" in message  # the parent's key (set by conftest) did not reach the worker
+    cwd = message.split("PROBE None ")[1].split()[0]
+    assert "crucible-candidate-" in cwd and f" {cwd}" in message  # HOME is the private folder too
+
+
+def test_worker_has_no_network_where_the_host_allows_it(session):
+    prefix, note = network_isolation()
+    if not prefix:
+        pytest.skip(note)
+    expr = ("(lambda s: (s.settimeout(3), str(s.connect_ex(('1.1.1.1', 53)))))(__import__('socket').socket())[1]")
+    result = submit(session, PROBE.format(expr=expr))
+    code = int(result.workloads[0].message.split("PROBE ")[1].split()[0])
+    assert code != 0  # ENETUNREACH: the namespace has no route anywhere
+
+
+def test_input_mutation_and_output_aliasing_are_flagged(session):
+    mutate = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape", "    batch, heads, dim = q.shape\n    q.add_(1.0)")
+    result = submit(session, mutate)
+    audits = {a["name"]: a for a in result.workloads[0].audits}
+    assert audits["input_mutation"]["passed"] is False and "q" in audits["input_mutation"]["detail"]
+    alias = "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):\n    return q, q[:, :, 0].float()\n"
+    result = submit(session, alias, dps=False)
+    audits = {a["name"]: a for a in result.workloads[0].audits}
+    assert audits["output_aliasing"]["passed"] is False
+
+
+def test_signature_mismatch_is_a_compile_error_before_any_call(session):
+    source = "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output):\n    pass\n"
+    result = submit(session, source)
+    assert statuses(result) == ["COMPILE_ERROR"] * 2
+    assert "must take 8 positional parameters" in result.workloads[0].message
+
+
+def test_signature_of_a_non_function_entry_is_checked_in_the_worker(session):
+    source = "class Runner:\n    def __call__(self, a, b):\n        pass\nrun = Runner()\n"
+    result = submit(session, source)
+    assert statuses(result) == ["COMPILE_ERROR"] * 2 and "positional parameters" in result.workloads[0].message
+
+
+def test_import_failure_is_a_compile_error_with_the_traceback(session):
+    result = submit(session, "import no_such_module_anywhere\n\ndef run(*args):\n    pass\n")
+    assert statuses(result) == ["COMPILE_ERROR"] * 2
+    assert "no_such_module_anywhere" in result.workloads[0].log
+
+
+def test_archive_rows_are_complete_and_readable(session):
+    result = submit(session, TORCH_CANDIDATE)
+    db = session.archive.db
+    rows = list(db["evaluations"].rows_where("submission_id = ?", [result.submission_id]))
+    assert [r["status"] for r in rows] == ["PASSED", "PASSED"]
+    assert all(json.loads(r["extra"])["audits"] for r in rows)
+    assert db.execute("pragma journal_mode").fetchone()[0] == "wal"

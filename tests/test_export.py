@@ -1,0 +1,64 @@
+"""`harness export` writes a trace set the official flashinfer_bench package loads; `harness import` reads it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from harness.archive import Archive
+from harness.dataset import Dataset
+from harness.evaluate import Session, SubmitOptions
+from harness.export import export_trace_set, import_trace_set
+from harness.schema import Solution
+from support import KV8_PS1, TORCH_CANDIDATE, solution_dict
+
+
+@pytest.fixture(scope="module")
+def filled_archive(tiny_dataset_root, tmp_path_factory):
+    archive = Archive(tmp_path_factory.mktemp("archive"))
+    with Session(Dataset(tiny_dataset_root), archive, SubmitOptions()) as s:
+        s.submit(Solution.model_validate(solution_dict(TORCH_CANDIDATE, name="honest")))
+        s.submit(Solution.model_validate(solution_dict(TORCH_CANDIDATE.replace("* sm_scale", "* 3.0"), name="wrong")))
+        s.submit(Solution.model_validate(solution_dict("def run(a):\n    pass\n", name="broken")))
+    return archive
+
+
+def test_export_loads_with_the_official_trace_set(filled_archive, tiny_dataset_root, tmp_path):
+    fib = pytest.importorskip("flashinfer_bench.data")
+    report = export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    ts = fib.TraceSet.from_path(str(tmp_path / "export"))
+    assert set(ts.definitions) == {KV8_PS1, "gqa_paged_decode_h32_kv8_d128_ps64"}
+    assert len(ts.workloads[KV8_PS1]) == 2
+    assert {s.name for s in ts.solutions[KV8_PS1]} == {"honest", "wrong", "broken"}
+    statuses = sorted(t.evaluation.status.value for t in ts.traces[KV8_PS1] if t.evaluation is not None)
+    # PASSED on CPU has no official performance, so it stays out of the traces (and the report says so).
+    assert statuses == ["COMPILE_ERROR", "COMPILE_ERROR", "INCORRECT_NUMERICAL", "INCORRECT_NUMERICAL"]
+    assert report.traces == 4 and any("no aligned timing" in n for n in report.notices)
+
+
+def test_exported_index_tensors_are_valid_blobs(filled_archive, tiny_dataset_root, tmp_path):
+    from safetensors.torch import load_file
+
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    line = (tmp_path / "export" / "workloads" / "gqa_paged" / f"{KV8_PS1}.jsonl").read_text().splitlines()[0]
+    wl = json.loads(line)["workload"]
+    spec = wl["inputs"]["kv_indices"]
+    assert spec["type"] == "safetensors"
+    tensors = load_file(str(tmp_path / "export" / spec["path"]))
+    idx, indptr = tensors["kv_indices"], tensors["kv_indptr"]
+    assert idx.numel() == wl["axes"]["num_kv_indices"] and int(indptr[-1]) == idx.numel()
+    assert torch.unique(idx).numel() == idx.numel() and int(idx.max()) < wl["axes"]["num_pages"]
+
+
+def test_import_round_trip(filled_archive, tiny_dataset_root, tmp_path):
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    fresh = Archive(tmp_path / "fresh")
+    report = import_trace_set(fresh, tmp_path / "export")
+    assert report.solutions == 3 and report.traces == 4
+    rows = fresh.submissions()
+    assert sorted(r["status"] for r in rows) == ["COMPILE_ERROR", "INCORRECT_NUMERICAL"]
+    wrong = next(r for r in rows if r["solution_name"] == "wrong")
+    evals = fresh.submission(wrong["id"])["evaluations"]
+    assert all(e["max_absolute_error"] > 1e-2 for e in evals)
