@@ -61,7 +61,7 @@ def migrate(db: sqlite_utils.Database) -> list[str]:
     for m in MIGRATIONS:
         if m.__name__ in done:
             continue
-        with db.conn:  # each migration is one transaction
+        with db.atomic():  # each migration is one transaction
             m(db)
             db["_migrations"].insert({"name": m.__name__, "applied_at": now()})
         applied.append(m.__name__)
@@ -73,7 +73,8 @@ class ArchiveError(ValueError):
 
 
 class Archive:
-    def __init__(self, path: Path | str, create: bool = True):
+    def __init__(self, path: Path | str, create: bool = True, require_db: bool = False):
+        """``create``: make the folder if missing. ``require_db``: the folder must already hold an archive."""
         path = Path(path)
         if path.suffix == ".db":
             folder, db_path = path.parent, path
@@ -85,6 +86,8 @@ class Archive:
             folder.mkdir(parents=True)
         elif not folder.is_dir():
             raise ArchiveError(f"archive path {folder} is not a folder")
+        if require_db and not db_path.exists():
+            raise ArchiveError(f"{folder} holds no archive ({db_path.name} is missing)")
         self.folder = folder
         self.blob_dir = folder / BLOBS
         self.db = sqlite_utils.Database(db_path)
@@ -131,7 +134,7 @@ class Archive:
 
     def start_submission(self, solution_hash: str, solution_name: str, definition: str, author: str,
                          options: dict[str, Any], environment_id: Optional[str]) -> int:
-        with self.db.conn:
+        with self.db.atomic():
             table = self.db["submissions"].insert({
                 "solution_hash": solution_hash, "solution_name": solution_name, "definition": definition,
                 "author": author, "status": "RUNNING", "message": "", "options": json.dumps(options, default=str),
@@ -139,7 +142,7 @@ class Archive:
         return int(table.last_pk)
 
     def finish_submission(self, submission_id: int, status: str, message: str = "") -> None:
-        with self.db.conn:
+        with self.db.atomic():
             self.db["submissions"].update(submission_id, {"status": status, "message": message, "finished_at": now()})
 
     def add_evaluation(self, row: dict[str, Any], timing: Iterable[dict[str, Any]] = ()) -> int:
@@ -147,7 +150,7 @@ class Archive:
         for key in ("extra", "trace"):
             if row.get(key) is not None and not isinstance(row[key], str):
                 row[key] = json.dumps(row[key], default=str)
-        with self.db.conn:  # the evaluation and its samples land together or not at all
+        with self.db.atomic():  # the evaluation and its samples land together or not at all
             eval_id = int(self.db["evaluations"].insert(row).last_pk)
             for t in timing:
                 self.db["timing_samples"].insert({"evaluation_id": eval_id, **t,

@@ -73,11 +73,12 @@ def static_signature_problem(solution: Solution, definition: Definition) -> Opti
     except SyntaxError as err:
         return f"{solution.spec.entry_file}:{err.lineno}: syntax error: {err.msg}"
     symbol = solution.spec.entry_symbol
-    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == symbol), None)
-    if fn is None:
-        # It may be bound some other way (an assignment, a class, an import); the worker checks at run time.
-        defined = any(isinstance(n, (ast.Assign, ast.ClassDef, ast.ImportFrom, ast.Import)) for n in tree.body)
-        return None if defined else f"{solution.spec.entry_file} defines no top-level `{symbol}`"
+    bindings = [n for n in tree.body if symbol in _names_bound(n)]
+    if not bindings:
+        return f"{solution.spec.entry_file} defines no top-level `{symbol}`"
+    fn = bindings[-1]  # Python keeps the last binding
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None  # bound some other way (a class, an assignment, an import): the worker checks it
     a = fn.args
     positional = a.posonlyargs + a.args
     required = len(positional) - len(a.defaults)
@@ -91,6 +92,17 @@ def static_signature_problem(solution: Solution, definition: Definition) -> Opti
     if missing_kwonly:
         return f"{solution.spec.entry_point}: keyword-only parameters without defaults: {missing_kwonly}"
     return None
+
+
+def _names_bound(node: ast.stmt) -> set[str]:
+    """Names a top-level statement binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+        node, (ast.AnnAssign, ast.AugAssign)) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
 def write_sources(solution: Solution, dest: Path) -> Path:
@@ -167,13 +179,14 @@ def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str)
         pass
     log, artifacts = [], {}
     for f in cuda_files:
-        cubin = out_dir / (Path(f).stem + f".{arch}.cubin")
+        rel = Path(f).relative_to(pkg_dir)
+        cubin = out_dir / ("__".join(rel.with_suffix("").parts) + f".{arch}.cubin")
         cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-std=c++17", "-O3", *includes, "-o", str(cubin), f]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         log.append("$ " + " ".join(cmd[:4] + ["..."] + cmd[-3:]) + "\n" + proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise BuildError(f"nvcc failed on {Path(f).name} (exit {proc.returncode})", "\n".join(log))
-        artifacts[f"cubin:{Path(f).name}"] = str(cubin)
+        artifacts[f"cubin:{rel.as_posix()}"] = str(cubin)
     return Built(fn=None, log="\n".join(log), compile_only=True, artifacts=artifacts)
 
 

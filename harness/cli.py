@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -27,11 +28,12 @@ def fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-def open_archive(path: Optional[str], create_default: bool = True) -> Archive:
+def open_archive(path: Optional[str], reading: bool = False) -> Archive:
+    """Writers may start an archive in an existing folder; readers need one that holds an archive."""
     try:
         if path is None:
-            return Archive(DEFAULT_ARCHIVE, create=create_default)
-        return Archive(path, create=False)
+            return Archive(DEFAULT_ARCHIVE, create=True)
+        return Archive(path, create=False, require_db=reading)
     except ArchiveError as e:
         fail(str(e))
     except Exception as e:  # a file that is not a SQLite database, a locked folder...
@@ -122,8 +124,8 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
                 progress.advance(task["id"])
                 if data["status"] not in ("PASSED", SKIPPED):
                     first_line = (data["message"] or "").split("\n")[0]
-                    progress.console.print(f"  {data['label']}: {styled(data['status'])} {first_line[:300]}",
-                                           highlight=False, markup=False)
+                    progress.console.print(f"  {data['label']}: {styled(data['status'])} {escape(first_line[:300])}",
+                                           highlight=False)
 
         with Session(ds, archive, opts, progress=on_event) as session:
             for sol in loaded:
@@ -165,7 +167,7 @@ def print_result(result: Any) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int, as_json: bool) -> None:
     """List submissions, newest first."""
-    archive = open_archive(archive_path)
+    archive = open_archive(archive_path, reading=True)
     rows = archive.submissions(limit=limit, definition=definition)
     if as_json:
         out.print_json(json.dumps(rows, default=str))
@@ -187,7 +189,7 @@ def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int,
 @click.option("--log", "log_for", help="Print the log of this workload (label or uuid).")
 def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for: Optional[str]) -> None:
     """Show one submission: its evaluations, environment and audits."""
-    archive = open_archive(archive_path)
+    archive = open_archive(archive_path, reading=True)
     try:
         row = archive.submission(submission_id)
     except ArchiveError as e:
@@ -235,7 +237,7 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
     """Write the archive as a FlashInfer-Bench trace set (definitions, workloads, solutions, traces)."""
     from .export import export_trace_set
 
-    archive = open_archive(archive_path)
+    archive = open_archive(archive_path, reading=True)
     ds = open_dataset(dataset)
     try:
         names = [n for d in definitions for n in ds.resolve(d)] or None

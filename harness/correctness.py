@@ -72,7 +72,9 @@ def check_output(name: str, got: torch.Tensor, want: torch.Tensor, tol: Toleranc
         return CheckResult(EvaluationStatus.PASSED)
     abs_err = (x - y).abs()
     rel_err = abs_err / (y.abs() + REL_EPS)
-    failed = (abs_err > tol.atol) & (rel_err > tol.rtol)
+    # Written as "not within either bound" so that NaN comparisons (a finite value where the reference
+    # is infinite) fail; the official `abs > atol and rel > rtol` would let them pass.
+    failed = ~((abs_err <= tol.atol) | (rel_err <= tol.rtol))
     n_failed = int(failed.sum())
     ratio = 1.0 - n_failed / x.numel()
     result = CheckResult(EvaluationStatus.PASSED, float(abs_err.max()), float(rel_err.max()), ratio)

@@ -128,7 +128,7 @@ class Dataset:
 
     def preset(self, definition: str) -> EvalPreset:
         cfg = self._eval_config
-        d = self.definitions[definition]
+        d = self.definition(definition)
         merged: dict[str, Any] = {}
         merged.update(cfg.get("default") or {})
         merged.update((cfg.get("op_type") or {}).get(d.op_type) or {})

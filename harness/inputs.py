@@ -151,6 +151,7 @@ def fingerprint(values: dict[str, Any]) -> str:
     for name, v in values.items():
         h.update(name.encode())
         if isinstance(v, torch.Tensor):
+            h.update(str(tuple(v.shape)).encode())
             t = v.detach().reshape(-1)
             if t.numel() > _FULL_HASH_LIMIT:
                 # Large inputs: a fixed strided sample keeps this cheap; it still tells two

@@ -85,8 +85,9 @@ def read_message(fd: int, deadline: Optional[float] = None) -> tuple[dict[str, A
     if body_len:
         from safetensors.torch import load
 
+        body = _read_exact(fd, body_len, deadline)  # Timeout / PeerClosed pass through as themselves
         try:
-            tensors = load(_read_exact(fd, body_len, deadline))
+            tensors = load(body)
         except Exception as err:  # malformed payload from an untrusted peer
             raise ProtocolError(f"payload is not valid safetensors: {err}") from None
     return header, tensors

@@ -217,11 +217,12 @@ class Solution(_Model):
 
     @model_validator(mode="after")
     def _sources_consistent(self) -> "Solution":
-        paths = [s.path for s in self.sources]
+        # "./kernel.py" and "kernel.py" are the same file once written out.
+        paths = [PurePosixPath(s.path).as_posix() for s in self.sources]
         dupes = sorted({p for p in paths if paths.count(p) > 1})
         if dupes:
             raise ValueError(f"duplicate source paths: {dupes}")
-        if self.spec.entry_file not in paths:
+        if PurePosixPath(self.spec.entry_file).as_posix() not in paths:
             raise ValueError(f"entry file {self.spec.entry_file!r} is not among the sources {paths}")
         return self
 

@@ -1,0 +1,269 @@
+"""Building a Solution: the signature checks (from source and on callables), writing sources, importing
+Python, and nvcc's compile-only check of CUDA sources on a host without a GPU."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+
+import pytest
+
+from harness.build import (BuildError, Built, build, expected_params, signature_problem, static_signature_problem,
+                           write_sources)
+from harness.schema import Definition, Solution, SourceFile, load_model
+
+from support import DEFINITIONS, KV8_PS1, TORCH_CANDIDATE, solution_dict
+
+DPS_PARAMS = "q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse"
+VALUE_PARAMS = "q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale"
+
+
+@pytest.fixture(scope="module")
+def definition() -> Definition:
+    return load_model(Definition, DEFINITIONS / "definitions" / "gqa_paged" / f"{KV8_PS1}.json")
+
+
+def solution(source: str, **kw) -> Solution:
+    return Solution.model_validate(solution_dict(source, **kw))
+
+
+def test_expected_params(definition):
+    assert ", ".join(expected_params(definition, True)) == DPS_PARAMS
+    assert ", ".join(expected_params(definition, False)) == VALUE_PARAMS
+
+
+# -- static check from the source text ----------------------------------------------------------------
+
+STATIC = [
+    # (id, source, dps, None or words in the problem)
+    ("dps_8", f"def run({DPS_PARAMS}):\n    pass\n", True, None),
+    ("dps_7", "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output):\n    pass\n", True,
+     f"kernel.py::run: destination-passing style callable must take 8 positional parameters ({DPS_PARAMS}), "
+     "but it takes 7 (q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output)"),
+    ("dps_9_required", f"def run({DPS_PARAMS}, block):\n    pass\n", True, "must take 8 positional parameters"),
+    ("extra_defaulted", f"def run({DPS_PARAMS}, block=64, warps=4):\n    pass\n", True, None),
+    ("varargs_only", "def run(*args):\n    pass\n", True, None),
+    ("some_then_varargs", "def run(q, k_cache, *rest, **kw):\n    pass\n", True, None),
+    ("posonly", "def run(q, k_cache, v_cache, /, kv_indptr, kv_indices, sm_scale, output, lse):\n    pass\n", True, None),
+    ("other_names", "def run(a, b, c, d, e, f, g, h):\n    pass\n", True, None),
+    ("async", f"async def run({DPS_PARAMS}):\n    pass\n", True, None),
+    ("kwonly_without_default", f"def run({DPS_PARAMS}, *, block):\n    pass\n", True,
+     "kernel.py::run: keyword-only parameters without defaults: ['block']"),
+    ("kwonly_with_default", f"def run({DPS_PARAMS}, *, block=1):\n    pass\n", True, None),
+    ("missing_symbol", "def kernel(*args):\n    pass\n", True, "kernel.py defines no top-level `run`"),
+    ("nested_only", "class K:\n    def run(self, *a):\n        pass\n", True, "kernel.py defines no top-level `run`"),
+    ("bound_by_assignment", "def _impl(*a):\n    pass\n\nrun = _impl\n", True, None),
+    ("syntax_error", "import torch\n\ndef run(q,\n    pass\n", True, "kernel.py:3: syntax error"),
+    ("value_style_6", f"def run({VALUE_PARAMS}):\n    return 1\n", False, None),
+    ("value_style_given_8", f"def run({DPS_PARAMS}):\n    return 1\n", False,
+     f"value-returning style callable must take 6 positional parameters ({VALUE_PARAMS}), but it takes 8"),
+    ("value_style_5", "def run(q, k_cache, v_cache, kv_indptr, kv_indices):\n    return 1\n", False,
+     "must take 6 positional parameters"),
+]
+
+
+@pytest.mark.parametrize("source, dps, problem", [c[1:] for c in STATIC], ids=[c[0] for c in STATIC])
+def test_static_signature_problem(definition, source, dps, problem):
+    got = static_signature_problem(solution(source, dps=dps), definition)
+    if problem is None:
+        assert got is None
+    else:
+        assert got is not None and problem in got
+
+
+def test_static_check_reads_the_entry_file_not_the_others(definition):
+    s = solution(f"def run({DPS_PARAMS}):\n    pass\n", extra_sources={"helper.py": "def run(x):\n    pass\n"})
+    assert static_signature_problem(s, definition) is None
+    s = solution("def run(x):\n    pass\n", extra_sources={"helper.py": f"def run({DPS_PARAMS}):\n    pass\n"})
+    assert "takes 1 (x)" in static_signature_problem(s, definition)
+
+
+def test_static_check_skips_native_languages(definition):
+    s = solution("this is not python", entry="kernel.cu::run", language="cuda")
+    assert static_signature_problem(s, definition) is None
+
+
+def test_static_check_uses_the_last_definition(definition):
+    source = ("def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):\n    pass\n\n\n"
+              f"def run({DPS_PARAMS}):\n    pass\n")
+    assert static_signature_problem(solution(source), definition) is None
+
+
+# -- the same check on callables ------------------------------------------------------------------------
+
+
+def _dps(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+    pass
+
+
+def _seven(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output):
+    pass
+
+
+def _defaulted(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse, block=64):
+    pass
+
+
+def _kwonly(*args, block):
+    pass
+
+
+class _Callable:
+    def __call__(self, q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+        pass
+
+
+@pytest.mark.parametrize("fn, dps, words", [
+    (_dps, True, None),
+    (_seven, True, f"destination-passing style callable must take 8 positional parameters ({DPS_PARAMS})"),
+    (_defaulted, True, None),
+    (lambda *a: None, True, None),
+    (lambda *a, **k: None, False, None),
+    (_kwonly, True, "missing a required argument: 'block'"),
+    (_Callable(), True, None),
+    (functools.partial(_seven, 1), True, "must take 8"),  # partial leaves 6 positional parameters
+    (functools.partial(_defaulted, block=1), True, None),
+    (_dps, False, "value-returning style callable must take 6 positional parameters"),
+    (max, True, None),  # no inspectable signature: the first call will tell
+])
+def test_signature_problem_on_callables(definition, fn, dps, words):
+    got = signature_problem(fn, definition, dps)
+    if words is None:
+        assert got is None
+    else:
+        assert got is not None and words in got
+
+
+# -- writing sources ------------------------------------------------------------------------------------
+
+
+def test_write_sources_writes_nested_files(tmp_path):
+    s = solution("X = 1\n", extra_sources={"pkg/sub/util.py": "Y = 2\n"})
+    dest = write_sources(s, tmp_path / "out")
+    assert (dest / "kernel.py").read_text() == "X = 1\n"
+    assert (dest / "pkg" / "sub" / "util.py").read_text() == "Y = 2\n"
+
+
+@pytest.mark.parametrize("path", ["../evil.py", "/tmp/evil.py", "a/../../evil.py", "."])
+def test_write_sources_rejects_escaping_paths(tmp_path, path):
+    # the schema rejects these already; write_sources must hold even for an unvalidated model
+    s = Solution.model_construct(**{**solution("X = 1\n").__dict__,
+                                    "sources": [SourceFile.model_construct(path=path, content="bad")]})
+    with pytest.raises(BuildError, match="escapes the solution folder"):
+        write_sources(s, tmp_path / "out")
+    assert not (tmp_path / "evil.py").exists()
+
+
+def test_write_sources_rejects_a_symlink_out_of_the_folder(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "out"
+    dest.mkdir()
+    (dest / "link").symlink_to(outside, target_is_directory=True)
+    s = solution("X = 1\n", extra_sources={"link/evil.py": "bad"})
+    with pytest.raises(BuildError, match="'link/evil.py' escapes"):
+        write_sources(s, dest)
+    assert not (outside / "evil.py").exists()
+
+
+# -- building Python ------------------------------------------------------------------------------------
+
+
+def test_build_python_returns_the_callable(definition, tmp_path):
+    source = TORCH_CANDIDATE + "\n\nMARK = 'build-python-returns'\n"
+    built = build(solution(source, extra_sources={"helpers/consts.py": "SCALE = 3\n"}), definition, tmp_path,
+                  have_gpu=False)
+    assert isinstance(built, Built) and callable(built.fn) and not built.compile_only
+    assert built.fn.__name__ == "run"
+    assert built.fn.__module__.endswith(".kernel")
+    assert signature_problem(built.fn, definition, True) is None
+
+
+def test_build_python_can_import_its_own_modules(definition, tmp_path):
+    source = f"from .helpers.consts import SCALE\n\ndef run({DPS_PARAMS}):\n    return SCALE\n"
+    built = build(solution(source, extra_sources={"helpers/consts.py": "SCALE = 17\n"}), definition, tmp_path,
+                  have_gpu=False)
+    assert built.fn(*range(8)) == 17
+
+
+@pytest.mark.parametrize("source, error, log_words", [
+    ("import crucible_no_such_module_xyz\n", "ModuleNotFoundError", "No module named 'crucible_no_such_module_xyz'"),
+    ("def run(:\n    pass\n", "SyntaxError", "SyntaxError"),
+    ("raise SystemExit(3)\n", "SystemExit", "SystemExit"),
+    ("x = 1 / 0\n", "ZeroDivisionError", "division by zero"),
+])
+def test_import_errors_are_build_errors_with_a_traceback(definition, tmp_path, source, error, log_words):
+    with pytest.raises(BuildError) as err:
+        build(solution(source), definition, tmp_path, have_gpu=False)
+    assert f"importing kernel.py failed: {error}" in str(err.value)
+    assert err.value.log.startswith("Traceback (most recent call last)")
+    assert log_words in err.value.log
+
+
+@pytest.mark.parametrize("source, words", [
+    ("import torch\n\ndef kernel(*a):\n    pass\n", "kernel.py has no symbol 'run'"),
+    ("run = 42\n", "kernel.py::run is a int, not callable"),
+    ("def run(q, k_cache):\n    pass\n", "destination-passing style callable must take 8 positional parameters"),
+])
+def test_build_checks_the_entry_symbol(definition, tmp_path, source, words):
+    with pytest.raises(BuildError) as err:
+        build(solution(source), definition, tmp_path, have_gpu=False)
+    assert words in str(err.value)
+
+
+def test_build_refuses_another_definition(definition, tmp_path):
+    with pytest.raises(BuildError, match="solution is for 'other_def', not"):
+        build(solution("def run(*a):\n    pass\n", definition="other_def"), definition, tmp_path, have_gpu=False)
+
+
+def test_build_refuses_unsupported_languages(definition, tmp_path):
+    with pytest.raises(BuildError, match="language 'tilelang' is not supported"):
+        build(solution("x", language="tilelang"), definition, tmp_path, have_gpu=False)
+
+
+def test_native_solution_without_native_sources(definition, tmp_path):
+    with pytest.raises(BuildError, match="needs .cu/.cpp sources; none were given"):
+        build(solution("x = 1\n", entry="kernel.py::run", language="cuda"), definition, tmp_path, have_gpu=False)
+
+
+# -- CUDA, compile-only ---------------------------------------------------------------------------------
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+GOOD_KERNEL = """
+extern "C" __global__ void scale(float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+"""
+
+
+@needs_nvcc
+def test_nvcc_compile_error_is_a_build_error_with_its_log(definition, tmp_path):
+    bad = GOOD_KERNEL.replace("x[i] *= a;", "x[i] *= a")
+    with pytest.raises(BuildError) as err:
+        build(solution(bad, entry="kernel.cu::run", language="cuda"), definition, tmp_path, have_gpu=False)
+    assert "nvcc failed on kernel.cu" in str(err.value)
+    assert 'error: expected a ";"' in err.value.log
+    assert "kernel.cu" in err.value.log
+
+
+@needs_nvcc
+def test_nvcc_compiles_a_valid_kernel_to_a_cubin(definition, tmp_path):
+    built = build(solution(GOOD_KERNEL, entry="kernel.cu::run", language="cuda"), definition, tmp_path,
+                  have_gpu=False)
+    assert built.compile_only and built.fn is None
+    assert list(built.artifacts) == ["cubin:kernel.cu"]
+    cubin = built.artifacts["cubin:kernel.cu"]
+    with open(cubin, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+    assert built.log.startswith("$ ") and "-cubin" in built.log
+
+
+@needs_nvcc
+def test_nvcc_keeps_one_cubin_per_source(definition, tmp_path):
+    s = solution(GOOD_KERNEL, entry="a/kernel.cu::run", language="cuda",
+                 extra_sources={"b/kernel.cu": GOOD_KERNEL.replace("scale", "scale2")})
+    built = build(s, definition, tmp_path, have_gpu=False)
+    assert len(built.artifacts) == 2
+    assert len({open(p, "rb").read() for p in built.artifacts.values()}) == 2

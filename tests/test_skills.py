@@ -1,0 +1,499 @@
+"""Skills are data the controller obeys: check their format, their machine-readable parts and the
+kernel templates they ship (render every allowed combination; run one of each kind on the CPU)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from controller.skills import (
+    KernelTemplate,
+    PromotionThresholds,
+    SkillError,
+    kernel_templates,
+    load_skill,
+    load_skills,
+    machine_blocks,
+    promotion_thresholds,
+    render_skill_template,
+    render_template,
+    skill_excerpt,
+    template_placeholders,
+    validate_skill,
+    validate_skills,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SKILLS = REPO / "skills"
+EXPECTED_SKILLS = {"gqa-decode", "ncu-profiling", "promotion-rules", "hopper-tactics", "blackwell-tactics"}
+PS1_SIGNATURE = ["q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "sm_scale", "output", "lse"]
+PS64_SIGNATURE = ["q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "kv_last_page_len", "sm_scale", "output", "lse"]
+
+
+@pytest.fixture(scope="module")
+def skills():
+    return load_skills(SKILLS)
+
+
+@pytest.fixture(scope="module")
+def gqa(skills):
+    return skills["gqa-decode"]
+
+
+# ------------------------------------------------------------------------------ shipped skills
+
+
+def test_every_shipped_skill_validates_clean(skills):
+    assert EXPECTED_SKILLS <= set(skills)
+    assert validate_skills(skills) == []
+
+
+def test_every_yaml_block_parses_to_a_mapping(skills):
+    for name in ("gqa-decode", "ncu-profiling", "promotion-rules", "hopper-tactics", "blackwell-tactics"):
+        blocks = machine_blocks(skills[name])
+        assert blocks, f"{name} has no machine-readable yaml block"
+        assert all(isinstance(block, dict) for block in blocks)
+
+
+def test_promotion_thresholds_load_with_expected_values(skills):
+    thresholds = promotion_thresholds(skills)
+    assert thresholds == PromotionThresholds(
+        require_all_workloads_passed=True,
+        require_clean_audits=True,
+        min_repeats=2,
+        noise_floor_rel=0.02,
+        paired_order="ABBA",
+        max_regime_regression_rel=0.05,
+        stop_no_improvement_rounds=3,
+        stop_at_fraction_of_floor=0.9,
+    )
+
+
+def test_gqa_tolerances_and_signatures(gqa):
+    (block,) = machine_blocks(gqa)
+    assert block["tolerances"]["atol"] == 0.01
+    assert block["tolerances"]["rtol"] == 0.01
+    assert block["dps_signature"]["page_size_1"] == PS1_SIGNATURE
+    assert block["dps_signature"]["page_size_64"] == PS64_SIGNATURE
+
+
+def test_ncu_classification_thresholds(skills):
+    (block,) = machine_blocks(skills["ncu-profiling"])
+    assert block["classification"]["latency_bound_below_sol_pct"] == 60
+    assert block["classification"]["at_roofline_fraction_of_floor"] == 0.9
+    assert set(block["metrics"]) == {"sm_90", "sm_100"}
+    # The note in the tactics skills: the hmma counter alone proves nothing on Hopper.
+    assert block["metrics"]["sm_90"]["wgmma_inst"] == "sm__inst_executed_pipe_tensor_op_gmma.sum"
+
+
+def test_every_tactic_names_a_known_limiter(skills):
+    (ncu,) = machine_blocks(skills["ncu-profiling"])
+    known = set(ncu["limiters"])
+    for name in ("hopper-tactics", "blackwell-tactics"):
+        (block,) = machine_blocks(skills[name])
+        for tactic in block["tactics"]:
+            assert tactic["limiter"] in known, f"{name}: {tactic['id']} names unknown limiter {tactic['limiter']}"
+            assert tactic["verify"], f"{name}: {tactic['id']} says nothing to verify"
+
+
+def test_skill_excerpt_is_bounded(skills):
+    for skill in skills.values():
+        for limit in (50, 400, 2000):
+            excerpt = skill_excerpt(skill, limit)
+            assert len(excerpt) <= limit
+        assert skill.name in skill_excerpt(skill, 2000)
+    small = skills["promotion-rules"]
+    assert skill_excerpt(small, 100_000).endswith(small.body.strip() + "\n")
+    with pytest.raises(ValueError):
+        skill_excerpt(small, 0)
+
+
+# ------------------------------------------------------------------------------ the validator
+
+
+def write_skill(root: Path, folder: str, front: str, body: str = "# Body\n", files: dict | None = None) -> Path:
+    skill_dir = root / folder
+    skill_dir.mkdir(parents=True)
+    (skill_dir / "SKILL.md").write_text(f"---\n{front}---\n{body}", encoding="utf-8")
+    for relative, text in (files or {}).items():
+        target = skill_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return skill_dir
+
+
+GOOD_FRONT = "name: {name}\ndescription: Says what it is. Use it when testing.\n"
+
+
+def problems_of(skill_dir: Path) -> list[str]:
+    return validate_skill(load_skill(skill_dir))
+
+
+def test_a_minimal_good_skill_is_clean(tmp_path):
+    skill_dir = write_skill(
+        tmp_path, "good-one", GOOD_FRONT.format(name="good-one"), "See [notes](references/notes.md).\n",
+        {"references/notes.md": "plain notes, [a site](https://example.com), [anchor](#x)\n"},
+    )
+    assert problems_of(skill_dir) == []
+
+
+def test_validator_catches_name_mismatch(tmp_path):
+    skill_dir = write_skill(tmp_path, "folder-name", GOOD_FRONT.format(name="other-name"))
+    (problem,) = problems_of(skill_dir)
+    assert "SKILL.md" in problem and "does not match its folder name 'folder-name'" in problem
+
+
+@pytest.mark.parametrize("bad_name", ["Upper-Case", "-leading", "double--hyphen", "under_score", "x" * 65])
+def test_validator_catches_bad_name_format(tmp_path, bad_name):
+    skill_dir = write_skill(tmp_path, bad_name, GOOD_FRONT.format(name=bad_name))
+    problems = problems_of(skill_dir)
+    assert problems and all("'name'" in problem for problem in problems)
+    assert not any("does not match" in problem for problem in problems)
+
+
+def test_validator_catches_long_and_missing_description(tmp_path):
+    long_dir = write_skill(tmp_path, "long-desc", f"name: long-desc\ndescription: {'w' * 1025}\n")
+    (problem,) = problems_of(long_dir)
+    assert "long-desc" in problem and "1025 characters, at most 1024" in problem
+    missing_dir = write_skill(tmp_path, "no-desc", "name: no-desc\n")
+    (problem,) = problems_of(missing_dir)
+    assert "no-desc" in problem and "no 'description'" in problem
+
+
+def test_validator_catches_body_of_500_lines(tmp_path):
+    skill_dir = write_skill(tmp_path, "long-body", GOOD_FRONT.format(name="long-body"), "line\n" * 500)
+    (problem,) = problems_of(skill_dir)
+    assert "long-body" in problem and "500 lines" in problem
+    fine_dir = write_skill(tmp_path, "fine-body", GOOD_FRONT.format(name="fine-body"), "line\n" * 499)
+    assert problems_of(fine_dir) == []
+
+
+def test_validator_catches_missing_reference(tmp_path):
+    skill_dir = write_skill(tmp_path, "missing-ref", GOOD_FRONT.format(name="missing-ref"),
+                            "Read [this](references/gone.md).\n")
+    (problem,) = problems_of(skill_dir)
+    assert "missing-ref" in problem and "'references/gone.md'" in problem and "does not exist" in problem
+
+
+def test_validator_catches_reference_of_a_reference(tmp_path):
+    skill_dir = write_skill(
+        tmp_path, "deep-ref", GOOD_FRONT.format(name="deep-ref"), "Read [a](references/a.md).\n",
+        {"references/a.md": "Also read [b](b.md).\n", "references/b.md": "the end\n"},
+    )
+    (problem,) = problems_of(skill_dir)
+    assert "references/a.md" in problem and "'b.md'" in problem and "one level deep" in problem
+
+
+def test_validator_catches_link_outside_the_skill(tmp_path):
+    (tmp_path / "elsewhere.md").write_text("x", encoding="utf-8")
+    skill_dir = write_skill(tmp_path, "escapes", GOOD_FRONT.format(name="escapes"), "[x](../elsewhere.md)\n")
+    (problem,) = problems_of(skill_dir)
+    assert "outside the skill folder" in problem
+
+
+def test_links_inside_code_blocks_are_not_references(tmp_path):
+    body = "```python\nx = table[i](arg)\n```\n```md\n[not a link](nowhere.md)\n```\n"
+    skill_dir = write_skill(tmp_path, "code-only", GOOD_FRONT.format(name="code-only"), body)
+    assert problems_of(skill_dir) == []
+
+
+def test_validator_catches_unparseable_front_matter_and_yaml_block(tmp_path):
+    broken = write_skill(tmp_path, "broken-front", "name: [unclosed\ndescription: x\n")
+    (problem,) = problems_of(broken)
+    assert "broken-front" in problem and "front matter is not valid YAML" in problem
+
+    no_front = tmp_path / "no-front"
+    no_front.mkdir()
+    (no_front / "SKILL.md").write_text("# just a body\n", encoding="utf-8")
+    (problem,) = problems_of(no_front)
+    assert "no front matter" in problem
+
+    bad_block = write_skill(tmp_path, "bad-block", GOOD_FRONT.format(name="bad-block"),
+                            "text\n\n```yaml\nkey: [1, 2\n```\n")
+    (problem,) = problems_of(bad_block)
+    assert "yaml block 1" in problem and "does not parse" in problem
+    with pytest.raises(SkillError, match="yaml block 1"):
+        machine_blocks(load_skill(bad_block))
+
+
+def test_validator_catches_unknown_front_matter_key_and_bad_metadata(tmp_path):
+    skill_dir = write_skill(tmp_path, "extra-key",
+                            "name: extra-key\ndescription: d, use when x\nversion: 2\nmetadata:\n  n: 3\n")
+    problems = problems_of(skill_dir)
+    assert any("'version' is not in the spec" in problem for problem in problems)
+    assert any("'metadata' maps strings to strings" in problem for problem in problems)
+
+
+def test_validator_reports_every_problem_at_once(tmp_path):
+    skill_dir = write_skill(tmp_path, "many-wrongs", f"name: Wrong\ndescription: {'d' * 2000}\n",
+                            "[gone](references/gone.md)\n" + "line\n" * 600)
+    assert len(problems_of(skill_dir)) >= 4
+
+
+# --------------------------------------------------------------------------- promotion loading
+
+
+def promotion_skills(tmp_path: Path, block: str) -> dict:
+    write_skill(tmp_path, "promotion-rules", GOOD_FRONT.format(name="promotion-rules"), f"```yaml\n{block}```\n")
+    return load_skills(tmp_path)
+
+
+GOOD_BLOCK = textwrap.dedent("""\
+    require_all_workloads_passed: true
+    require_clean_audits: true
+    min_repeats: 2
+    noise_floor_rel: 0.02
+    paired_order: ABBA
+    max_regime_regression_rel: 0.05
+    stop_no_improvement_rounds: 3
+    stop_at_fraction_of_floor: 0.9
+    """)
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("min_repeats: 1", "min_repeats: must be at least 2"),
+    ("min_repeats: '2'", "min_repeats: Input should be a valid integer"),
+    ("noise_floor_rel: 1.5", "noise_floor_rel: is a relative fraction"),
+    ("paired_order: ABB", "paired_order: must run A and B equally often"),
+    ("paired_order: ACCA", "paired_order: must be a sequence of A"),
+    ("require_clean_audits: false", "require_clean_audits: must be true"),
+    ("require_all_workloads_passed: false", "require_all_workloads_passed: must be true"),
+    ("stop_at_fraction_of_floor: 0", "stop_at_fraction_of_floor: is the fraction"),
+    ("stop_no_improvement_rounds: 0", "stop_no_improvement_rounds: must be at least 1"),
+    ("noise_floor: 0.02", "noise_floor: unknown key"),
+])
+def test_promotion_threshold_errors_say_what_is_wrong(tmp_path, line, expected):
+    key = line.split(":")[0]
+    lines = [existing for existing in GOOD_BLOCK.splitlines() if not existing.startswith(key + ":")]
+    skills = promotion_skills(tmp_path, "\n".join(lines + [line]) + "\n")
+    with pytest.raises(SkillError) as caught:
+        promotion_thresholds(skills)
+    assert expected in str(caught.value)
+    assert "promotion-rules" in str(caught.value)
+
+
+def test_promotion_missing_key_and_missing_skill(tmp_path):
+    block = "\n".join(line for line in GOOD_BLOCK.splitlines() if not line.startswith("min_repeats")) + "\n"
+    with pytest.raises(SkillError, match="min_repeats: missing"):
+        promotion_thresholds(promotion_skills(tmp_path, block))
+    with pytest.raises(SkillError, match="no 'promotion-rules' skill"):
+        promotion_thresholds({})
+
+
+# ---------------------------------------------------------------------------------- templates
+
+
+def test_render_template_fills_and_rejects():
+    assert render_template("a={A} b={B_2} c={A} d={'k': v}", {"A": 1, "B_2": "x"}) == "a=1 b=x c=1 d={'k': v}"
+    assert template_placeholders("{X} {Y} {X} {z}") == ["X", "Y"]
+    with pytest.raises(SkillError, match="no value for placeholder.*B"):
+        render_template("{A} {B}", {"A": 1})
+    with pytest.raises(SkillError, match="unknown placeholder.*C"):
+        render_template("{A}", {"A": 1, "C": 2})
+    with pytest.raises(SkillError, match="must be an int, float or str"):
+        render_template("{A}", {"A": [1]})
+
+
+def test_template_check_rejects_values_outside_the_list(gqa):
+    template = kernel_templates(gqa)["triton-per-kv-head"]
+    params = {name: choices[0] for name, choices in template.placeholders.items()}
+    render_skill_template(gqa, template, params)
+    with pytest.raises(SkillError, match="BLOCK_N=48 not allowed"):
+        render_skill_template(gqa, template, dict(params, BLOCK_N=48))
+    with pytest.raises(SkillError, match="SPLIT_KV is not a placeholder"):
+        render_skill_template(gqa, template, dict(params, SPLIT_KV=2))
+
+
+def _module_constants(tree: ast.Module) -> dict:
+    constants = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                constants[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return constants
+
+
+def _selected_run_signatures(tree: ast.Module) -> list[list[str]]:
+    """Parameter lists of the `run` functions the module defines at import, resolving top-level
+    `if` statements over module constants (the templates pick run's signature by PAGE_SIZE)."""
+    constants = _module_constants(tree)
+    signatures = []
+
+    def visit(statements):
+        for node in statements:
+            if isinstance(node, ast.FunctionDef) and node.name == "run":
+                signatures.append([arg.arg for arg in node.args.args])
+            elif isinstance(node, ast.If):
+                condition = eval(compile(ast.Expression(node.test), "<template>", "eval"), {"__builtins__": {}}, constants)
+                visit(node.body if condition else node.orelse)
+
+    visit(tree.body)
+    return signatures
+
+
+def test_templates_listed_match_their_files(gqa):
+    templates = kernel_templates(gqa)
+    assert set(templates) == {"triton-per-kv-head", "triton-split-kv"}
+    for template in templates.values():
+        text = (gqa.folder / template.path).read_text(encoding="utf-8")
+        assert set(template_placeholders(text)) == set(template.placeholders), template.name
+        template.check({**{n: c[0] for n, c in template.placeholders.items()}, **template.defaults,
+                        "PAGE_SIZE": 64})
+
+
+def test_starting_points_are_allowed_configurations(gqa, skills):
+    (block,) = machine_blocks(gqa)
+    (ncu,) = machine_blocks(skills["ncu-profiling"])
+    templates = kernel_templates(gqa)
+    for regime, point in block["starting_points"].items():
+        assert regime in {"latency-bound", "memory-bound", "compute-bound"}, regime
+        assert f"**{regime}**" in skills["ncu-profiling"].body  # a class ncu-profiling defines
+        params = {key: value for key, value in point.items() if key != "template"}
+        templates[point["template"]].check({**params, "PAGE_SIZE": 64})
+    assert ncu["classification"]
+
+
+def test_every_allowed_combination_renders_to_a_dps_run(gqa):
+    rendered = 0
+    for template in kernel_templates(gqa).values():
+        for params in template.grid():
+            source = render_skill_template(gqa, template, params)
+            tree = ast.parse(source)
+            expected = PS1_SIGNATURE if params["PAGE_SIZE"] == 1 else PS64_SIGNATURE
+            assert _selected_run_signatures(tree) == [expected], (template.name, params)
+            rendered += 1
+    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7)
+
+
+def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
+    def helpers(path: Path) -> str:
+        text = path.read_text(encoding="utf-8")
+        start = text.index("@triton.jit\ndef _sequence_length")
+        end = text.index("@triton.jit\ndef _attend_tokens")
+        end = text.index("\n\n\n", end)
+        return text[start:end]
+
+    templates = kernel_templates(gqa)
+    first, second = (helpers(gqa.folder / t.path) for t in templates.values())
+    assert first == second
+
+
+# ------------------------------------------------- the templates on Triton's CPU interpreter
+
+INTERPRETER_CHECK = r'''
+import json, math, os, sys
+assert os.environ.get("TRITON_INTERPRET") == "1"  # must be set before triton is imported
+import importlib.util
+import torch
+
+def reference(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
+    """Straightforward fp32 loop over requests and query heads."""
+    batch, heads, dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    group = heads // kv_heads
+    output = torch.zeros(batch, heads, dim)
+    lse = torch.full((batch, heads), -math.inf)
+    for b in range(batch):
+        pages = kv_indices[kv_indptr[b]:kv_indptr[b + 1]].long()
+        if len(pages) == 0:
+            continue
+        last = page_size if kv_last_page_len is None else int(kv_last_page_len[b])
+        length = (len(pages) - 1) * page_size + last
+        keys = k_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
+        values = v_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
+        for h in range(heads):
+            logits = keys[:, h // group] @ q[b, h].float() * sm_scale
+            lse[b, h] = torch.logsumexp(logits, 0) / math.log(2.0)
+            output[b, h] = torch.softmax(logits, 0) @ values[:, h // group]
+    return output, lse
+
+def failures(candidate, expected, atol, rtol):
+    """Elements failing the official rule; -inf must match -inf exactly."""
+    candidate = candidate.float()
+    matched_inf = torch.isneginf(candidate) & torch.isneginf(expected)
+    error = (candidate - expected).abs()
+    bad = (error > atol) & (error / (expected.abs() + 1e-8) > rtol)
+    bad = (bad | ~torch.isfinite(candidate)) & ~matched_inf
+    return int(bad.sum())
+
+case = json.loads(sys.argv[1])
+spec = importlib.util.spec_from_file_location("candidate", case["path"])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+
+torch.manual_seed(case["seed"])
+page_size, kv_heads, lengths = case["page_size"], case["kv_heads"], case["lengths"]
+pages_per_request = [-(-length // page_size) for length in lengths]
+pool = sum(pages_per_request) + 5
+kv_indices = torch.randperm(pool)[: sum(pages_per_request)].to(torch.int32)  # scattered pages
+kv_indptr = torch.tensor([0] + torch.tensor(pages_per_request).cumsum(0).tolist(), dtype=torch.int32)
+last_page_len = torch.tensor([length - (n - 1) * page_size if n else 0
+                              for length, n in zip(lengths, pages_per_request)], dtype=torch.int32)
+q = torch.randn(len(lengths), 32, 128).to(torch.bfloat16)
+k_cache = torch.randn(pool, page_size, kv_heads, 128).to(torch.bfloat16)
+v_cache = torch.randn(pool, page_size, kv_heads, 128).to(torch.bfloat16)
+sm_scale = 1.0 / math.sqrt(128)
+output = torch.full((len(lengths), 32, 128), float("nan")).to(torch.bfloat16)  # poisoned, like the harness
+lse = torch.full((len(lengths), 32), float("nan"))
+inputs = [q, k_cache, v_cache, kv_indptr, kv_indices] + ([last_page_len] if page_size > 1 else []) + [sm_scale]
+snapshot = [x.clone() if torch.is_tensor(x) else x for x in inputs]
+result = module.run(*inputs, output, lse)
+expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
+                                          last_page_len if page_size > 1 else None, sm_scale)
+print(json.dumps({
+    "returned_none": result is None,
+    "output_failures": failures(output, expected_output, case["atol"], case["rtol"]),
+    "lse_failures": failures(lse, expected_lse, case["atol"], case["rtol"]),
+    "empty_rows_zero": all(bool((output[b] == 0).all()) for b, n in enumerate(lengths) if n == 0),
+    "empty_lse_neg_inf": all(bool(torch.isneginf(lse[b]).all()) for b, n in enumerate(lengths) if n == 0),
+    "inputs_unchanged": all(torch.equal(a, b) for a, b in zip(inputs, snapshot) if torch.is_tensor(a)),
+}))
+'''
+
+# One rendered template of each kind, covering both page sizes, both KV-head counts, both
+# inner-product paths, an empty request (page size 1) and a multi-page partial last page (64).
+INTERPRETER_CASES = [
+    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0},
+     {"kv_heads": 8, "lengths": [5, 0]}),
+    ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 4},
+     {"kv_heads": 4, "lengths": [70, 3]}),
+]
+
+
+def _triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None and importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.skipif(not _triton_available(), reason="triton and torch are needed for the interpreter check")
+@pytest.mark.parametrize("name, params, case", INTERPRETER_CASES, ids=[c[0] for c in INTERPRETER_CASES])
+def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):
+    (block,) = machine_blocks(gqa)
+    template: KernelTemplate = kernel_templates(gqa)[name]
+    kernel_file = tmp_path / "kernel.py"
+    kernel_file.write_text(render_skill_template(gqa, template, params), encoding="utf-8")
+    script = tmp_path / "check.py"
+    script.write_text(INTERPRETER_CHECK, encoding="utf-8")
+    argument = json.dumps({
+        "path": str(kernel_file), "page_size": params["PAGE_SIZE"], "seed": 0,
+        "atol": block["tolerances"]["atol"], "rtol": block["tolerances"]["rtol"], **case,
+    })
+    # A fresh process: TRITON_INTERPRET is read when triton is imported.
+    environment = dict(os.environ, TRITON_INTERPRET="1")
+    completed = subprocess.run([sys.executable, str(script), argument], capture_output=True, text=True,
+                               env=environment, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert report == {
+        "returned_none": True, "output_failures": 0, "lse_failures": 0,
+        "empty_rows_zero": True, "empty_lse_neg_inf": True, "inputs_unchanged": True,
+    }
