@@ -50,7 +50,18 @@ def m001_core(db: sqlite_utils.Database) -> None:
                                 pk="id", foreign_keys=[("evaluation_id", "evaluations", "id")])
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core]
+def m002_baselines_and_scores(db: sqlite_utils.Database) -> None:
+    # FlashInfer baseline latencies, measured once per GPU, toolchain and workload and reused.
+    db["baseline_runs"].create({"id": int, "gpu_key": str, "toolchain": str, "definition": str, "workload_uuid": str,
+                                "solution_hash": str, "solution_name": str, "status": str, "official_ms": float,
+                                "kernel_ms": float, "created_at": str}, pk="id")
+    db["baseline_runs"].create_index(["gpu_key", "toolchain", "definition", "workload_uuid", "solution_hash"])
+    # The reference's official latency per GPU, toolchain, definition (content hash) and workload.
+    db["reference_latency"].create({"key": str, "latency_ms": float, "created_at": str}, pk="key")
+    db["submissions"].add_column("scores", str)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:
@@ -141,9 +152,31 @@ class Archive:
                 "environment_id": environment_id, "created_at": now(), "finished_at": None})
         return int(table.last_pk)
 
-    def finish_submission(self, submission_id: int, status: str, message: str = "") -> None:
+    def finish_submission(self, submission_id: int, status: str, message: str = "",
+                          scores: Optional[dict[str, Any]] = None) -> None:
         with self.db.atomic():
-            self.db["submissions"].update(submission_id, {"status": status, "message": message, "finished_at": now()})
+            self.db["submissions"].update(submission_id, {"status": status, "message": message, "finished_at": now(),
+                                                          "scores": json.dumps(scores or {})})
+
+    def baseline_run(self, gpu_key: str, toolchain: str, definition: str, workload_uuid: str,
+                     solution_hash: str) -> Optional[dict[str, Any]]:
+        rows = list(self.db["baseline_runs"].rows_where(
+            "gpu_key = ? and toolchain = ? and definition = ? and workload_uuid = ? and solution_hash = ?",
+            [gpu_key, toolchain, definition, workload_uuid, solution_hash], order_by="id desc", limit=1))
+        return {k: rows[0][k] for k in ("status", "official_ms", "kernel_ms")} if rows else None
+
+    def cached_reference_latency(self, key: str) -> Optional[float]:
+        rows = list(self.db["reference_latency"].rows_where("key = ?", [key]))
+        return rows[0]["latency_ms"] if rows else None
+
+    def cache_reference_latency(self, key: str, latency_ms: float) -> None:
+        with self.db.atomic():
+            self.db["reference_latency"].insert({"key": key, "latency_ms": latency_ms, "created_at": now()},
+                                                replace=True)
+
+    def add_baseline_run(self, row: dict[str, Any]) -> None:
+        with self.db.atomic():
+            self.db["baseline_runs"].insert({**row, "created_at": now()})
 
     def add_evaluation(self, row: dict[str, Any], timing: Iterable[dict[str, Any]] = ()) -> int:
         row = {**row}
@@ -179,6 +212,7 @@ class Archive:
         env = self.db["environments"].get(row["environment_id"]) if row.get("environment_id") else None
         row["environment"] = json.loads(env["data"]) if env else {}
         row["options"] = json.loads(row["options"]) if row.get("options") else {}
+        row["scores"] = json.loads(row["scores"]) if row.get("scores") else {}
         return row
 
     def solution_json(self, content_hash: str) -> dict[str, Any]:

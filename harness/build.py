@@ -37,19 +37,21 @@ class BuildError(Exception):
 @dataclass
 class Built:
     fn: Optional[Callable[..., Any]]
+    setup: Optional[Callable[..., Any]] = None
     log: str = ""
     compile_only: bool = False  # CUDA sources checked by nvcc on a host without a GPU
     artifacts: dict[str, str] = field(default_factory=dict)  # kind -> path (cubin, .so)
     signature_note: str = ""
 
 
-def expected_params(definition: Definition, dps: bool) -> list[str]:
-    return list(definition.inputs) + (list(definition.outputs) if dps else [])
+def expected_params(definition: Definition, dps: bool, has_setup: bool = False) -> list[str]:
+    return list(definition.inputs) + (list(definition.outputs) if dps else []) + (["setup_state"] if has_setup else [])
 
 
-def signature_problem(fn: Callable[..., Any], definition: Definition, dps: bool) -> Optional[str]:
+def signature_problem(fn: Callable[..., Any], definition: Definition, dps: bool,
+                      has_setup: bool = False) -> Optional[str]:
     """Why ``fn`` cannot be called as the definition says, or None. Extra defaulted parameters are fine."""
-    names = expected_params(definition, dps)
+    names = expected_params(definition, dps, has_setup)
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -82,9 +84,10 @@ def static_signature_problem(solution: Solution, definition: Definition) -> Opti
     a = fn.args
     positional = a.posonlyargs + a.args
     required = len(positional) - len(a.defaults)
-    n = len(expected_params(definition, solution.spec.destination_passing_style))
+    has_setup = solution.spec.setup is not None
+    n = len(expected_params(definition, solution.spec.destination_passing_style, has_setup))
     if (a.vararg is None and len(positional) < n) or required > n:
-        names = expected_params(definition, solution.spec.destination_passing_style)
+        names = expected_params(definition, solution.spec.destination_passing_style, has_setup)
         style = "destination-passing style" if solution.spec.destination_passing_style else "value-returning style"
         return (f"{solution.spec.entry_point}: {style} callable must take {n} positional parameters "
                 f"({', '.join(names)}), but it takes {len(positional)} ({', '.join(x.arg for x in positional)})")
@@ -156,7 +159,14 @@ def _import_python(solution: Solution, workdir: Path) -> Built:
         raise BuildError(f"{solution.spec.entry_file} has no symbol {solution.spec.entry_symbol!r}")
     if not callable(fn):
         raise BuildError(f"{solution.spec.entry_point} is a {type(fn).__name__}, not callable")
-    return Built(fn=fn)
+    setup = None
+    if solution.spec.setup:
+        setup_file, setup_symbol = solution.spec.setup.split("::")
+        setup_module = importlib.import_module(package + "." + setup_file.removesuffix(".py").replace("/", "."))
+        setup = getattr(setup_module, setup_symbol, None)
+        if not callable(setup):
+            raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
+    return Built(fn=fn, setup=setup)
 
 
 def _sources_by_kind(pkg_dir: Path, solution: Solution) -> tuple[list[str], list[str]]:
@@ -242,7 +252,11 @@ def build(solution: Solution, definition: Definition, workdir: Path, have_gpu: b
     else:
         raise BuildError(f"language {lang.value!r} is not supported by this harness yet")
     if built.fn is not None:
-        problem = signature_problem(built.fn, definition, solution.spec.destination_passing_style)
+        problem = signature_problem(built.fn, definition, solution.spec.destination_passing_style,
+                                    solution.spec.setup is not None)
+        if not problem and built.setup is not None:
+            problem = signature_problem(built.setup, definition, False)
+            problem = problem and f"setup: {problem}"
         if problem:
             raise BuildError(problem, built.log)
     return built

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,7 +20,7 @@ from .schema import SchemaError, Solution, load_model
 
 DEFAULT_ARCHIVE = Path("artifacts")
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 
@@ -72,7 +73,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("solutions", nargs=-1, required=True, type=click.Path())
+@click.argument("solutions", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--workloads", "-w", multiple=True, help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated).")
 @click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: ./artifacts).")
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
@@ -80,11 +81,17 @@ def main() -> None:
 @click.option("--timeout", type=float, help="Seconds per workload, build included (default: the preset's, 300).")
 @click.option("--all-workloads", is_flag=True, help="On CPU, also run workloads too large for the Triton interpreter.")
 @click.option("--no-timing", is_flag=True, help="Correctness only, even on a GPU.")
+@click.option("--no-baselines", is_flag=True, help="Do not measure the FlashInfer baselines.")
 @click.option("--no-net-isolation", is_flag=True, help="Let the worker use the network (not recommended).")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
-           as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_net_isolation: bool) -> None:
-    """Evaluate SOLUTION.json files (or folders of them) and archive the results."""
-    from .evaluate import SKIPPED, Session, SubmitOptions
+           as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
+           no_net_isolation: bool) -> None:
+    """Evaluate SOLUTION.json files (or folders of them) and archive the results.
+
+    With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
+    """
+    from .evaluate import SKIPPED, SubmitOptions
+    from .parallel import submit_all
 
     files: list[Path] = []
     for s in solutions:
@@ -102,7 +109,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     archive = open_archive(archive_path)
     selection = [w for item in workloads for w in item.split(",") if w] or None
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
-                         timing=not no_timing, isolate_network=not no_net_isolation)
+                         timing=not no_timing, baselines=not no_baselines, isolate_network=not no_net_isolation)
     if selection:
         for sol in loaded:
             try:
@@ -113,51 +120,69 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     exit_code = 0
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
-        task = {"id": None}
+        tasks: dict[str, Any] = {}  # one progress bar per GPU lane (thread)
 
         def on_event(kind: str, data: dict[str, Any]) -> None:
+            lane = threading.current_thread().name
             if kind == "start":
-                task["id"] = progress.add_task(f"{data['solution']} [{data['definition']}]", total=data["workloads"])
+                tasks[lane] = progress.add_task(f"{data['solution']} [{data['definition']}]", total=data["workloads"])
             elif kind == "workload":
-                progress.update(task["id"], description=f"{data['label']}")
+                progress.update(tasks[lane], description=f"{data['label']}")
             elif kind == "result":
-                progress.advance(task["id"])
+                progress.advance(tasks[lane])
                 if data["status"] not in ("PASSED", SKIPPED):
                     first_line = (data["message"] or "").split("\n")[0]
                     progress.console.print(f"  {data['label']}: {styled(data['status'])} {escape(first_line[:300])}",
                                            highlight=False)
 
-        with Session(ds, archive, opts, progress=on_event) as session:
-            for sol in loaded:
-                try:
-                    result = session.submit(sol)
-                except SchemaError as e:
-                    fail(str(e))
-                if as_json:
-                    out.print_json(json.dumps(result.to_json()))
-                else:
-                    print_result(result)
-                if not result.all_passed:
-                    exit_code = 1
+        def on_result(result: Any) -> None:
+            nonlocal exit_code
+            if as_json:
+                out.print_json(json.dumps(result.to_json(), default=str))
+            else:
+                print_result(result)
+            if not result.all_passed:
+                exit_code = 1
+
+        try:
+            submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
+        except SchemaError as e:
+            fail(str(e))
     sys.exit(exit_code)
+
+
+def pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def times(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.3g}x"
 
 
 def print_result(result: Any) -> None:
     table = Table(title=f"submission {result.submission_id}: {result.solution} on {result.definition}",
                   title_justify="left")
-    for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "ref ms", "speedup"):
+    for col in ("workload", "status", "latency ms", "kernel ms", "vs ref", "vs FI official", "vs FI kernel",
+                "% of floor", "max abs err"):
         table.add_column(col, justify="left" if col in ("workload", "status") else "right", no_wrap=True)
     table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=60)
     for w in result.workloads:
         note = (w.message or w.timing_note).split("\n")[0]
-        table.add_row(w.label, styled(w.status), fmt(w.max_absolute_error), fmt(w.max_relative_error),
-                      fmt(w.latency_ms, 4), fmt(w.reference_latency_ms, 4), fmt(w.speedup_factor), note[:80])
+        kernel = fmt(w.kernel_latency_ms, 4) if w.kernel_latency_ms != w.latency_ms else ""
+        table.add_row(w.label, styled(w.status), fmt(w.latency_ms, 4), kernel, times(w.speedup_factor),
+                      times(w.speedup_vs_fi_official), times(w.speedup_vs_fi_kernel), pct(w.fraction_of_floor),
+                      fmt(w.max_absolute_error), escape(note))
     out.print(table)
     out.print(f"status: {styled(result.status)}", highlight=False)
+    if any(v is not None for v in result.scores.values()):
+        names = {"vs_reference": "vs reference", "vs_flashinfer_official": "vs FlashInfer (official, plan inside)",
+                 "vs_flashinfer_kernel": "vs FlashInfer (kernel, plan in setup)"}
+        out.print("score (mean speedup, 0 if any workload failed): "
+                  + "; ".join(f"{names[k]} {times(v)}" for k, v in result.scores.items()), highlight=False)
     if result.timing_unavailable_reason:
         out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
     for n in result.notices:
-        out.print(f"[yellow]notice:[/] {n}", highlight=False)
+        out.print(f"[yellow]notice:[/] {escape(n)}", highlight=False)
 
 
 @main.command("list")

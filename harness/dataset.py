@@ -18,7 +18,7 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from .schema import Definition, SchemaError, Trace, Workload, load_jsonl, load_model
+from .schema import Definition, SchemaError, Solution, Trace, Workload, load_jsonl, load_model
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "definitions"
 
@@ -122,6 +122,18 @@ class Dataset:
                 raise SchemaError(f"no workload {key!r} for {definition}; use a uuid, a label or an index")
             chosen.extend(h for h in hits if h not in chosen)
         return chosen
+
+    def baselines(self, definition: str) -> list[Solution]:
+        """Solutions by author ``baseline`` (solutions/baseline/<op_type>/<definition>/*.json)."""
+        return [s for s in self._solutions.get(definition, []) if s.author == "baseline"]
+
+    @cached_property
+    def _solutions(self) -> dict[str, list[Solution]]:
+        out: dict[str, list[Solution]] = {}
+        for path in sorted((self.root / "solutions").rglob("*.json")):
+            s = load_model(Solution, path)
+            out.setdefault(s.definition, []).append(s)
+        return out
 
     def label(self, workload: Workload) -> str:
         return self.labels.get(workload.uuid) or workload.uuid[:8]

@@ -8,8 +8,10 @@ CUDA context is replaced by a fresh one for the next workload.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
+import time
 import os
 import platform
 import secrets
@@ -39,6 +41,7 @@ class SubmitOptions:
     all_workloads_on_cpu: bool = False
     cpu_max_input_mib: float = 12.0  # larger workloads are too slow for the Triton interpreter
     timing: bool = True
+    baselines: bool = True  # measure FlashInfer baselines (cached per GPU, toolchain and workload)
     isolate_network: bool = True
     device_index: Optional[int] = None
 
@@ -54,12 +57,22 @@ class WorkloadResult:
     latency_ms: Optional[float] = None
     reference_latency_ms: Optional[float] = None
     speedup_factor: Optional[float] = None
+    kernel_latency_ms: Optional[float] = None  # setup outside the timed call (= latency_ms without setup)
+    fi_official_ms: Optional[float] = None  # the faster FlashInfer baseline, plan() inside the timed call
+    fi_kernel_ms: Optional[float] = None  # the faster FlashInfer baseline, plan() in setup
+    speedup_vs_fi_official: Optional[float] = None
+    speedup_vs_fi_kernel: Optional[float] = None
+    floor_ms: Optional[float] = None
+    fraction_of_floor: Optional[float] = None
+    throttled: Optional[bool] = None
     aligned: Optional[bool] = None
     timing_note: str = ""
     message: str = ""
     log: str = ""
     audits: list[dict[str, Any]] = field(default_factory=list)
     timing: list[dict[str, Any]] = field(default_factory=list)
+    timing_kernel: list[dict[str, Any]] = field(default_factory=list)
+    gpu_state: dict[str, Any] = field(default_factory=dict)
     evaluation_id: Optional[int] = None
 
     @property
@@ -76,6 +89,9 @@ class SubmissionResult:
     workloads: list[WorkloadResult]
     notices: list[str] = field(default_factory=list)
     timing_unavailable_reason: Optional[str] = None
+    scores: dict[str, Optional[float]] = field(default_factory=dict)
+    phases_s: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
 
     @property
     def all_passed(self) -> bool:
@@ -88,9 +104,17 @@ class SubmissionResult:
             "status": self.status,
             "workloads": [{"workload": w.workload, "label": w.label, "status": w.status,
                            "max_absolute_error": w.max_absolute_error, "max_relative_error": w.max_relative_error,
-                           "latency_ms": w.latency_ms, "message": w.message or None}
+                           "latency_ms": w.latency_ms, "kernel_latency_ms": w.kernel_latency_ms,
+                           "reference_latency_ms": w.reference_latency_ms, "speedup_vs_reference": w.speedup_factor,
+                           "flashinfer_official_ms": w.fi_official_ms, "flashinfer_kernel_ms": w.fi_kernel_ms,
+                           "speedup_vs_flashinfer_official": w.speedup_vs_fi_official,
+                           "speedup_vs_flashinfer_kernel": w.speedup_vs_fi_kernel,
+                           "floor_ms": w.floor_ms, "fraction_of_floor": w.fraction_of_floor, "aligned": w.aligned,
+                           "throttled": w.throttled, "audits": w.audits, "message": w.message or None}
                           for w in self.workloads],
+            "scores": self.scores,
             "timing_unavailable_reason": self.timing_unavailable_reason,
+            "wall_s": self.wall_s, "phases_s": self.phases_s,
             "notices": self.notices,
         }
 
@@ -111,6 +135,26 @@ def input_bytes(definition: Definition, workload: Workload) -> int:
 
 def trial_seed(secret: bytes, workload: Workload, trial: int) -> int:
     return int.from_bytes(hashlib.sha256(secret + f"/{workload.uuid}/{trial}".encode()).digest()[:7], "little")
+
+
+def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[float]]:
+    """The official definition score: arithmetic mean of per-workload speedups, 0 if any workload failed.
+
+    One score per baseline: the Python reference (what traces store), FlashInfer as the contest times it
+    (plan inside) and FlashInfer's kernels alone (plan in setup). None where a speedup is missing.
+    """
+    evaluated = [w for w in workloads if w.evaluated]
+    keys = {"vs_reference": "speedup_factor", "vs_flashinfer_official": "speedup_vs_fi_official",
+            "vs_flashinfer_kernel": "speedup_vs_fi_kernel"}
+    if not evaluated:
+        return {k: None for k in keys}
+    if any(w.status != EvaluationStatus.PASSED.value for w in evaluated):
+        return {k: 0.0 for k in keys}
+    out: dict[str, Optional[float]] = {}
+    for k, attr in keys.items():
+        values = [getattr(w, attr) for w in evaluated]
+        out[k] = statistics.fmean(values) if all(v is not None for v in values) else None
+    return out
 
 
 def aggregate_timing(trials: list[dict[str, Any]]) -> tuple[float, bool, str]:
@@ -138,8 +182,31 @@ class Session:
         self._secret = secrets.token_bytes(16)  # seeds the candidate cannot predict before it runs
         self._reference: Optional[WorkerProcess] = None
         self._ref_outputs: dict[tuple[str, str, int], tuple[str, dict[str, torch.Tensor]]] = {}
-        self._ref_latency: dict[tuple[str, str], Optional[float]] = {}
+        self._ref_latency: dict[str, Optional[float]] = {}
+        self.phase_s: dict[str, float] = {}  # where the time goes: worker start, build, reference, ...
+        self._phase_stack: list[tuple[str, float]] = []
+        self._baseline_workers: dict[str, Optional[WorkerProcess]] = {}
+        self._ceilings: Any = None
         self.environment: dict[str, Any] = {}
+
+    # -- where the time goes ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        """Exclusive accounting: time inside a nested phase counts for it alone, not for its parent."""
+        now = time.perf_counter()
+        if self._phase_stack:
+            outer, since = self._phase_stack[-1]
+            self.phase_s[outer] = self.phase_s.get(outer, 0.0) + now - since
+        self._phase_stack.append((name, now))
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            _, since = self._phase_stack.pop()
+            self.phase_s[name] = self.phase_s.get(name, 0.0) + end - since
+            if self._phase_stack:
+                self._phase_stack[-1] = (self._phase_stack[-1][0], end)
 
     # -- the trusted reference worker ---------------------------------------------------------------
 
@@ -159,7 +226,8 @@ class Session:
             # The reference is trusted code and needs no Triton interpreter: the same options on any host.
             self._reference = WorkerProcess(WorkerOptions(role="reference", device_index=self.options.device_index,
                                                           isolate_network=self.options.isolate_network))
-            env = self._reference.start()
+            with self._phase("worker_start"):
+                env = self._reference.start()
             self.environment = {
                 "host": platform.node(), "platform": platform.platform(), "harness": "crucible 0.1.0",
                 "hardware": env.get("device_name") or f"cpu ({platform.processor() or platform.machine()})",
@@ -171,10 +239,11 @@ class Session:
         key = (definition.name, workload.uuid, seed)
         if key not in self._ref_outputs:
             worker = self.reference_worker()
-            header, tensors = worker.request(
-                {"op": "reference", "definition": definition.model_dump(mode="json"),
-                 "workload": workload.model_dump(mode="json"), "seed": seed,
-                 "dataset_root": str(self.dataset.root)}, timeout_s=3600)
+            with self._phase("reference"):
+                header, tensors = worker.request(
+                    {"op": "reference", "definition": definition.model_dump(mode="json"),
+                     "workload": workload.model_dump(mode="json"), "seed": seed,
+                     "dataset_root": str(self.dataset.root)}, timeout_s=3600)
             if not header.get("ok"):
                 raise RuntimeError(f"the reference failed on workload {workload.uuid}: {header.get('error')}\n"
                                    f"{header.get('traceback', '')}")
@@ -183,16 +252,131 @@ class Session:
 
     def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
                           preset: EvalPreset) -> Optional[float]:
-        key = (definition.name, workload.uuid)
+        # The reference's latency does not depend on the candidate: time it once per GPU and toolchain.
+        key = (f"{self.gpu_key}|{self.toolchain_key}|{definition.content_hash[:16]}|{workload.uuid}|"
+               f"{preset.warmup}/{preset.iterations}/{preset.num_trials}")
         if key not in self._ref_latency:
-            header, _ = self.reference_worker().request(
-                {"op": "time", "definition": definition.model_dump(mode="json"),
-                 "workload": workload.model_dump(mode="json"), "seeds": seeds, "warmup": preset.warmup,
-                 "iterations": preset.iterations, "dataset_root": str(self.dataset.root)}, timeout_s=3600)
-            self._ref_latency[key] = aggregate_timing(header["trials"])[0] if header.get("ok") else None
+            cached = self.archive.cached_reference_latency(key)
+            if cached is None:
+                worker = self.reference_worker()
+                with self._phase("reference_timing"):
+                    header, _ = worker.request(
+                        {"op": "time", "definition": definition.model_dump(mode="json"),
+                         "workload": workload.model_dump(mode="json"), "seeds": seeds, "warmup": preset.warmup,
+                         "iterations": preset.iterations, "dataset_root": str(self.dataset.root)}, timeout_s=3600)
+                if header.get("ok"):
+                    cached = aggregate_timing(header["trials"])[0]
+                    self.archive.cache_reference_latency(key, cached)
+            self._ref_latency[key] = cached
         return self._ref_latency[key]
 
+    @property
+    def gpu_key(self) -> str:
+        return f"{self.environment.get('device_name', 'cpu')}|{self.environment.get('uuid', '')}"
+
+    @property
+    def toolchain_key(self) -> str:
+        env = self.environment
+        return " ".join(f"{k} {env.get(k)}" for k in ("torch", "triton", "cuda", "flashinfer", "driver"))
+
+    def ceilings(self):
+        """The roofline's ceilings for this GPU: measured once, then read from the archive folder."""
+        from .roofline import Ceilings, CeilingsCache
+
+        if self._ceilings is None:
+            cache = CeilingsCache(self.archive.folder / "ceilings.json")
+            name, uuid = self.environment.get("device_name", ""), self.environment.get("uuid", "")
+            found = cache.get(name, uuid)
+            if found is None:
+                header, _ = self.reference_worker().request({"op": "ceilings"}, timeout_s=600)
+                if not header.get("ok"):
+                    raise RuntimeError(f"measuring the GPU's ceilings failed: {header.get('error')}")
+                found = Ceilings.model_validate(header["ceilings"])
+                cache.put(found, uuid)
+            self._ceilings = found
+        return self._ceilings
+
+    def baseline(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
+                 timeout_s: float) -> Optional[dict[str, Any]]:
+        """The FlashInfer baselines on this workload, measured once per GPU, toolchain and workload."""
+        solutions = self.dataset.baselines(definition.name)
+        if not solutions:
+            return None
+        runs = []
+        for sol in solutions:
+            cached = self.archive.baseline_run(self.gpu_key, self.toolchain_key, definition.name, workload.uuid,
+                                               sol.content_hash)
+            if cached is None:
+                worker = self._baseline_workers.get(sol.content_hash)
+                if sol.content_hash not in self._baseline_workers or (worker is not None and not worker.alive):
+                    worker, failure = self._start_candidate(sol, definition, timeout_s)
+                    self._baseline_workers[sol.content_hash] = worker
+                if worker is None:
+                    cached = {"status": "COMPILE_ERROR", "official_ms": None, "kernel_ms": None}
+                else:
+                    wr = self._evaluate_workload(worker, definition, workload, self.dataset.label(workload), preset,
+                                                 tol, timeout_s)
+                    cached = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms}
+                self.archive.add_baseline_run({"gpu_key": self.gpu_key, "toolchain": self.toolchain_key,
+                                               "definition": definition.name, "workload_uuid": workload.uuid,
+                                               "solution_hash": sol.content_hash, "solution_name": sol.name,
+                                               **cached})
+            runs.append({"solution": sol.name, **cached})
+        passed = [r for r in runs if r["status"] == EvaluationStatus.PASSED.value and r["official_ms"]]
+        if not passed:
+            return {"runs": runs, "official_ms": None, "kernel_ms": None}
+        best_official = min(passed, key=lambda r: r["official_ms"])
+        best_kernel = min(passed, key=lambda r: r["kernel_ms"] or r["official_ms"])
+        return {"runs": runs, "official_ms": best_official["official_ms"], "official_solution": best_official["solution"],
+                "kernel_ms": best_kernel["kernel_ms"] or best_kernel["official_ms"],
+                "kernel_solution": best_kernel["solution"]}
+
+    def _compare(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
+                 timeout_s: float, wr: WorkloadResult) -> None:
+        """Put a timed result in context: the reference, FlashInfer and the hardware floor."""
+        from .roofline import roofline, workload_cost
+
+        seeds = self._seeds(workload, preset)
+        wr.reference_latency_ms = self.reference_latency(definition, workload, seeds, preset)
+        if wr.reference_latency_ms is not None and wr.latency_ms:
+            wr.speedup_factor = wr.reference_latency_ms / wr.latency_ms
+        with self._phase("baselines"):
+            fi = self.baseline(definition, workload, preset, tol, timeout_s) if self.options.baselines else None
+        if fi and fi["official_ms"]:
+            wr.fi_official_ms, wr.fi_kernel_ms = fi["official_ms"], fi["kernel_ms"]
+            wr.speedup_vs_fi_official = fi["official_ms"] / wr.latency_ms
+            wr.speedup_vs_fi_kernel = fi["kernel_ms"] / (wr.kernel_latency_ms or wr.latency_ms)
+        cost = workload_cost(definition, workload, tokens=self._exact_tokens(definition, workload))
+        with self._phase("ceilings"):
+            ceilings = self.ceilings()
+        result = roofline(cost, ceilings, wr.kernel_latency_ms or wr.latency_ms)
+        wr.floor_ms, wr.fraction_of_floor = result.floor_ms, result.fraction_of_floor
+        wr.audits.append({"name": "roofline_plausibility", "passed": not result.impossible, "detail": result.detail})
+        if result.impossible:
+            wr.message = f"faster than the hardware allows: {result.detail}"
+
+    def _exact_tokens(self, definition: Definition, workload: Workload) -> Optional[int]:
+        """Exact token count for paged workloads whose page table is a blob (needs the last-page lengths)."""
+        from .inputs import _load_safetensors
+        from .roofline import paged_token_count
+        from .schema import SafetensorsInput
+
+        specs = [workload.inputs.get(n) for n in ("kv_indptr", "kv_last_page_len")]
+        page_size = definition.const_axes.get("page_size")
+        if page_size is None or not all(isinstance(s, SafetensorsInput) for s in specs):
+            return None
+        indptr, last = (_load_safetensors(str((self.dataset.root / s.path).resolve()), "cpu")[s.tensor_key]
+                        for s in specs)
+        return paged_token_count(indptr, last, page_size)
+
+    def _seeds(self, workload: Workload, preset: EvalPreset) -> list[int]:
+        return [trial_seed(self._secret, workload, t) for t in range(preset.num_trials)]
+
     def close(self) -> None:
+        for worker in self._baseline_workers.values():
+            if worker is not None:
+                worker.stop()
+        self._baseline_workers.clear()
         if self._reference is not None:
             self._reference.stop()
             self._reference = None
@@ -206,6 +390,14 @@ class Session:
     # -- one solution -------------------------------------------------------------------------------
 
     def submit(self, solution: Solution) -> SubmissionResult:
+        started, phases_before = time.perf_counter(), dict(self.phase_s)
+        result = self._submit(solution)
+        result.wall_s = time.perf_counter() - started
+        result.phases_s = {k: round(v - phases_before.get(k, 0.0), 3) for k, v in self.phase_s.items()
+                           if v - phases_before.get(k, 0.0) > 0}
+        return result
+
+    def _submit(self, solution: Solution) -> SubmissionResult:
         definition = self.dataset.definition(solution.definition)
         preset = self.dataset.preset(definition.name)
         timeout_s = self.options.timeout_s or preset.timeout_s
@@ -265,6 +457,8 @@ class Session:
                                                     + "; no GPU on this host to run it")
                     else:
                         wr = self._evaluate_workload(candidate, definition, workload, label, preset, tol, timeout_s)
+                        if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
+                            self._compare(definition, workload, preset, tol, timeout_s, wr)
                         if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
                                                                 EvaluationStatus.TIMEOUT.value):
                             # A fresh process (and CUDA context) for the next workload.
@@ -281,10 +475,11 @@ class Session:
         else:
             result.status = next((w.status for w in evaluated if w.status != EvaluationStatus.PASSED.value),
                                  EvaluationStatus.PASSED.value)
+        result.scores = definition_scores(result.workloads)
         skipped = [w for w in result.workloads if not w.evaluated]
         if skipped:
             result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
-        self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices))
+        self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices), result.scores)
         self.progress("done", {"status": result.status})
         return result
 
@@ -292,9 +487,11 @@ class Session:
                          timeout_s: float) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
         worker = WorkerProcess(self._worker_options("candidate"))
         try:
-            worker.start()
-            header, _ = worker.request({"op": "build", "solution": dump_json(solution),
-                                        "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)
+            with self._phase("worker_start"):
+                worker.start()
+            with self._phase("build"):
+                header, _ = worker.request({"op": "build", "solution": dump_json(solution),
+                                            "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)
         except WorkerTimeout as err:
             log = worker.log_text()
             worker.stop()
@@ -314,20 +511,19 @@ class Session:
 
     def _evaluate_workload(self, worker: WorkerProcess, definition: Definition, workload: Workload, label: str,
                            preset: EvalPreset, tol: Tolerance, timeout_s: float) -> WorkloadResult:
-        import time
-
         deadline = time.monotonic() + timeout_s
         log_offset = worker.log_size()
-        seeds = [trial_seed(self._secret, workload, t) for t in range(preset.num_trials)]
+        seeds = self._seeds(workload, preset)
         merged: Optional[CheckResult] = None
         audits: list[dict[str, Any]] = []
         wr = WorkloadResult(workload.uuid, label, EvaluationStatus.PASSED.value)
         try:
             for trial, seed in enumerate(seeds):
                 ref_fp, ref_out = self.reference_outputs(definition, workload, seed)
-                header, outputs = worker.request(
-                    {"op": "run", "workload": workload.model_dump(mode="json"), "seed": seed,
-                     "dataset_root": str(self.dataset.root)}, timeout_s=max(deadline - time.monotonic(), 0.001))
+                with self._phase("correctness"):
+                    header, outputs = worker.request(
+                        {"op": "run", "workload": workload.model_dump(mode="json"), "seed": seed,
+                         "dataset_root": str(self.dataset.root)}, timeout_s=max(deadline - time.monotonic(), 0.001))
                 if not header.get("ok"):
                     wr.status = header.get("status", EvaluationStatus.RUNTIME_ERROR.value)
                     wr.message = f"trial {trial}: {header.get('error', 'failed')}"
@@ -346,7 +542,8 @@ class Session:
                     audits.append({"name": "output_aliasing", "passed": False,
                                    "detail": f"trial {trial}: {'; '.join(header['aliased_outputs'])}"})
                 # Definition order, not the payload's (safetensors sorts names).
-                check = check_outputs(outputs, {n: ref_out[n] for n in definition.outputs}, tol)
+                with self._phase("compare"):
+                    check = check_outputs(outputs, {n: ref_out[n] for n in definition.outputs}, tol)
                 merged = check if merged is None else merge_results(merged, check)
                 if not check.passed:
                     wr.status = check.status.value
@@ -372,8 +569,6 @@ class Session:
 
     def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
               preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:
-        import time
-
         if not self.has_gpu:
             wr.timing_note = "no GPU: timing unavailable"
             return
@@ -381,10 +576,11 @@ class Session:
             wr.timing_note = "timing switched off"
             return
         try:
-            header, _ = worker.request({"op": "time", "workload": workload.model_dump(mode="json"), "seeds": seeds,
-                                        "warmup": preset.warmup, "iterations": preset.iterations,
-                                        "dataset_root": str(self.dataset.root)},
-                                       timeout_s=max(deadline - time.monotonic(), 0.001))
+            with self._phase("timing"):
+                header, _ = worker.request({"op": "time", "workload": workload.model_dump(mode="json"),
+                                            "seeds": seeds, "warmup": preset.warmup, "iterations": preset.iterations,
+                                            "dataset_root": str(self.dataset.root)},
+                                           timeout_s=max(deadline - time.monotonic(), 0.001))
         except WorkerTimeout as err:
             wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"timing: {err}"
             return
@@ -395,12 +591,19 @@ class Session:
             wr.status = EvaluationStatus.RUNTIME_ERROR.value
             wr.message = f"timing: {header.get('error')}"
             return
+        from .gpu_state import throttled
+
         wr.timing = header["trials"]
         wr.latency_ms, wr.aligned, backend = aggregate_timing(header["trials"])
+        wr.kernel_latency_ms = wr.latency_ms
+        if header.get("kernel_trials"):
+            wr.timing_kernel = header["kernel_trials"]
+            wr.kernel_latency_ms = aggregate_timing(header["kernel_trials"])[0]
         wr.timing_note = header["trials"][0].get("note", "") or ("" if wr.aligned else f"{backend}: not aligned")
-        wr.reference_latency_ms = self.reference_latency(definition, workload, seeds, preset)
-        if wr.reference_latency_ms is not None and wr.latency_ms > 0:
-            wr.speedup_factor = wr.reference_latency_ms / wr.latency_ms
+        wr.gpu_state = {"before": header.get("gpu_state_before"), "after": header.get("gpu_state_after")}
+        wr.throttled, reasons = throttled(header.get("gpu_state_before") or {}, header.get("gpu_state_after") or {})
+        if wr.throttled:
+            wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + "GPU throttled: " + ", ".join(reasons)
 
     # -- archive --------------------------------------------------------------------------------------
 
@@ -432,7 +635,7 @@ class Session:
                 wr: WorkloadResult, env_id: str) -> None:
         wr.workload = workload.uuid
         log_blob = self.archive.put_blob(wr.log, "log") if wr.log else None
-        timing_rows = _timing_rows("candidate", wr.timing)
+        timing_rows = _timing_rows("candidate", wr.timing) + _timing_rows("candidate_kernel", wr.timing_kernel)
         wr.evaluation_id = self.archive.add_evaluation({
             "submission_id": result.submission_id, "definition": definition.name, "workload_uuid": workload.uuid,
             "workload_label": wr.label, "status": wr.status, "max_absolute_error": wr.max_absolute_error,
@@ -441,7 +644,12 @@ class Session:
             "speedup_factor": wr.speedup_factor, "aligned": None if wr.aligned is None else int(wr.aligned),
             "timing_note": wr.timing_note, "message": wr.message, "log_blob": log_blob,
             "trace": self._official_trace(definition, solution, workload, wr),
-            "extra": {"audits": wr.audits}, "environment_id": env_id,
+            "extra": {"audits": wr.audits, "kernel_latency_ms": wr.kernel_latency_ms,
+                      "flashinfer_official_ms": wr.fi_official_ms, "flashinfer_kernel_ms": wr.fi_kernel_ms,
+                      "speedup_vs_flashinfer_official": wr.speedup_vs_fi_official,
+                      "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,
+                      "fraction_of_floor": wr.fraction_of_floor, "throttled": wr.throttled, "gpu_state": wr.gpu_state},
+            "environment_id": env_id,
             "started_at": None, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}, timing_rows)
         result.workloads.append(wr)
-        self.progress("result", asdict(wr) | {"log": ""})
+        self.progress("result", {"label": wr.label, "status": wr.status, "message": wr.message})

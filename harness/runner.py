@@ -110,7 +110,10 @@ class WorkerProcess:
         if self.options.cpu_only:
             extra.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
         elif self.options.device_index is not None:
-            extra["CUDA_VISIBLE_DEVICES"] = str(self.options.device_index)
+            # Index into what this process may see: "2,3" and index 1 mean physical GPU 3.
+            visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+            i = self.options.device_index
+            extra["CUDA_VISIBLE_DEVICES"] = visible[i] if i < len(visible) else str(i)
         env = scrubbed_environment(extra, home=self.workdir)
         prefix: tuple[str, ...] = ()
         self.isolation_note = "network isolation off"

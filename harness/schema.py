@@ -173,15 +173,21 @@ class BuildSpec(_Model):
     dependencies: list[str] = Field(default_factory=list)
     destination_passing_style: bool = True
     binding: Optional[Literal["tvm-ffi", "torch"]] = None
+    # Crucible's extension, after flashinfer-bench's open setup() proposal: "file.py::symbol" called once
+    # per workload and input set with the inputs, outside the timed region; its result is passed to the
+    # entry point as one extra trailing argument. Left out of exported JSON when unset.
+    setup: Optional[str] = None
 
-    @field_validator("entry_point")
+    @field_validator("entry_point", "setup")
     @classmethod
-    def _entry_point_form(cls, value: str) -> str:
+    def _entry_point_form(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
         if value.count("::") != 1:
-            raise ValueError(f"entry_point must look like 'file.py::symbol' (exactly one '::'), got {value!r}")
+            raise ValueError(f"must look like 'file.py::symbol' (exactly one '::'), got {value!r}")
         file, symbol = value.split("::")
         if not file or not symbol:
-            raise ValueError(f"entry_point needs both a file and a symbol, got {value!r}")
+            raise ValueError(f"needs both a file and a symbol, got {value!r}")
         return value
 
     @property
@@ -224,6 +230,8 @@ class Solution(_Model):
             raise ValueError(f"duplicate source paths: {dupes}")
         if PurePosixPath(self.spec.entry_file).as_posix() not in paths:
             raise ValueError(f"entry file {self.spec.entry_file!r} is not among the sources {paths}")
+        if self.spec.setup and PurePosixPath(self.spec.setup.split("::")[0]).as_posix() not in paths:
+            raise ValueError(f"setup file {self.spec.setup.split('::')[0]!r} is not among the sources {paths}")
         return self
 
     @property
@@ -237,6 +245,7 @@ class Solution(_Model):
             "binding": self.spec.binding,
             "dependencies": sorted(self.spec.dependencies),
             "dps": self.spec.destination_passing_style,
+            "setup": self.spec.setup,
             "sources": sorted((s.path, s.content) for s in self.sources),
         }
         h.update(json.dumps(payload, sort_keys=True).encode())
@@ -378,6 +387,8 @@ def load_jsonl(model: type[M], path: Union[str, Path]) -> list[M]:
 def dump_json(model: BaseModel) -> dict[str, Any]:
     """The wire form: None-valued optional fields kept as the official writer keeps them."""
     data = model.model_dump(mode="json")
+    if isinstance(model, Solution) and data["spec"].get("setup") is None:
+        data["spec"].pop("setup", None)  # keep the official wire format when the extension is unused
     if isinstance(model, Evaluation) and model.correctness is not None:
         data["correctness"] = model.correctness.to_json_dict()
     if isinstance(model, Trace) and model.evaluation is not None and model.evaluation.correctness is not None:

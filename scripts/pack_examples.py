@@ -1,4 +1,5 @@
-"""Pack every example folder into solution JSON files (run after editing an example's sources).
+"""Pack the example folders and the FlashInfer baselines into solution JSON files (run after editing
+their sources).
 
     python scripts/pack_examples.py          # rewrite the JSON files
     python scripts/pack_examples.py --check  # exit 1 if any JSON is out of date
@@ -11,6 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+BASELINE_SRC = ROOT / "definitions" / "baselines_src" / "flashinfer_gqa_decode.py"
+BASELINE_OUT = ROOT / "definitions" / "solutions" / "baseline" / "gqa_paged"
 
 # (folder, output file, definition, entry point, name, author)
 PS1 = ["gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps1"]
@@ -33,14 +36,35 @@ def pack(folder: str, definition: str, entry: str, name: str, author: str) -> st
     return json.dumps(data, indent=2) + "\n"
 
 
+def pack_baseline(definition: str, variant: str) -> str:
+    paged = definition.endswith("_ps64")
+    # Solution names are unique across a trace set.
+    data = {"name": f"flashinfer_decode_{variant}_{definition.removeprefix('gqa_paged_decode_')}",
+            "definition": definition, "author": "baseline",
+            "spec": {"language": "python", "target_hardware": ["H200", "B200"],
+                     "entry_point": "flashinfer_gqa_decode.py::" + ("run_paged" if paged else "run"),
+                     "dependencies": ["flashinfer"], "destination_passing_style": True, "binding": None,
+                     "setup": "flashinfer_gqa_decode.py::plan_" + ("paged_" if paged else "") + variant},
+            "sources": [{"path": BASELINE_SRC.name, "content": BASELINE_SRC.read_text()}],
+            "description": f"FlashInfer BatchDecodeWithPagedKVCacheWrapper ({variant.replace('_', ' ')}), planned in setup."}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def all_outputs() -> list[tuple[Path, str]]:
+    out = [(EXAMPLES / folder / name, pack(folder, definition, entry, sol_name, author))
+           for folder, name, definition, entry, sol_name, author in PLAN]
+    for definition in PS1 + PS64:
+        for variant in ("tensor_cores", "cuda_cores"):
+            out.append((BASELINE_OUT / definition / f"flashinfer_decode_{variant}.json", pack_baseline(definition, variant)))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
     stale = []
-    for folder, out, definition, entry, name, author in PLAN:
-        text = pack(folder, definition, entry, name, author)
-        path = EXAMPLES / folder / out
+    for path, text in all_outputs():
         if args.check:
             if not path.exists() or path.read_text() != text:
                 stale.append(str(path.relative_to(ROOT)))

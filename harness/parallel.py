@@ -1,0 +1,88 @@
+"""Spread evaluations over every GPU of a host: one Session per GPU, one evaluation per GPU at a time.
+
+The per-GPU lock is a file lock, so it also holds between separate harness processes on one host (two
+people, or the controller and a person, submitting at once). Each thread has its own archive connection;
+SQLite's WAL mode and busy timeout serialise the writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import queue
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable, Optional
+
+from .archive import Archive
+from .dataset import Dataset
+from .evaluate import Progress, Session, SubmissionResult, SubmitOptions
+from .schema import Solution
+
+LOCK_DIR = Path(os.environ.get("CRUCIBLE_LOCK_DIR", tempfile.gettempdir()))
+
+
+@contextlib.contextmanager
+def gpu_lock(key: str):
+    """Hold the host-wide lock of one GPU (keyed by its UUID, or its index when the UUID is unknown)."""
+    path = LOCK_DIR / f"crucible-gpu-{key.replace('/', '_')}.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def visible_gpu_count(dataset: Dataset, archive: Archive, options: SubmitOptions) -> int:
+    """Asked of a worker, so this process never initialises CUDA."""
+    with Session(dataset, archive, options) as probe:
+        probe.reference_worker()
+        return int(probe.environment.get("device_count") or 0) if probe.environment.get("cuda_available") else 0
+
+
+def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, options: SubmitOptions,
+               progress: Optional[Progress] = None, gpus: Optional[int] = None,
+               on_result: Optional[Callable[[SubmissionResult], None]] = None) -> list[SubmissionResult]:
+    """Evaluate ``solutions`` on all visible GPUs (or sequentially on CPU / one GPU); results in input order."""
+    if gpus is None:  # one solution needs no probe: it runs on the first visible GPU either way
+        gpus = visible_gpu_count(dataset, Archive(archive_path), options) if len(solutions) > 1 else 1
+    n_gpus = gpus
+    lanes = max(1, min(n_gpus, len(solutions)))
+    results: list[Optional[SubmissionResult]] = [None] * len(solutions)
+    work: "queue.Queue[tuple[int, Solution]]" = queue.Queue()
+    for item in enumerate(solutions):
+        work.put(item)
+    errors: list[BaseException] = []
+
+    def lane(index: Optional[int]) -> None:
+        lane_options = SubmitOptions(**{**options.__dict__, "device_index": index})
+        try:
+            with Session(dataset, Archive(archive_path), lane_options, progress=progress) as session:
+                while True:
+                    try:
+                        i, solution = work.get_nowait()
+                    except queue.Empty:
+                        return
+                    session.reference_worker()
+                    key = session.environment.get("gpu_uuid") or session.environment.get("uuid") or f"index{index}"
+                    with gpu_lock(key) if session.has_gpu else contextlib.nullcontext():
+                        results[i] = session.submit(solution)
+                    if on_result is not None:
+                        on_result(results[i])
+        except BaseException as err:  # surfaced in the caller's thread
+            errors.append(err)
+
+    if lanes == 1:
+        lane(options.device_index)
+    else:
+        threads = [threading.Thread(target=lane, args=(g,), name=f"gpu{g}") for g in range(lanes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return [r for r in results if r is not None]
