@@ -51,3 +51,49 @@ def test_the_harness_process_never_initialises_cuda(session):
 
     session.submit(Solution.model_validate(triton_example(KV8_PS1)))
     assert not torch.cuda.is_initialized()
+
+
+def test_flashinfer_baselines_roofline_and_scores(tmp_path):
+    archive = Archive(tmp_path / "archive")
+    with Session(Dataset(), archive, SubmitOptions(workloads=["uniform_b1_kv512", "uniform_b64_kv2048"])) as s:
+        result = s.submit(Solution.model_validate(triton_example(KV8_PS1)))
+        runs_after_first = archive.db["baseline_runs"].count
+        again = s.submit(Solution.model_validate(triton_example(KV8_PS1)))
+    assert result.status == "PASSED"
+    for w in result.workloads:
+        # plan() inside the timed call costs host time the kernel figure does not pay
+        assert w.fi_official_ms > w.fi_kernel_ms > 0
+        assert w.speedup_vs_fi_official == pytest.approx(w.fi_official_ms / w.latency_ms)
+        assert 0 < w.floor_ms < w.latency_ms and 0 < w.fraction_of_floor <= 1.05
+        assert any(a["name"] == "roofline_plausibility" and a["passed"] for a in w.audits)
+    assert runs_after_first == 4  # 2 workloads x 2 FlashInfer variants, measured once...
+    assert archive.db["baseline_runs"].count == 4  # ...and reused by the second submission
+    assert again.workloads[0].fi_official_ms == result.workloads[0].fi_official_ms
+    assert result.scores["vs_flashinfer_official"] > 0 and result.scores["vs_reference"] > 1
+
+
+def test_baseline_solution_submitted_directly_reports_both_figures(tmp_path):
+    from harness.dataset import Dataset as DS
+
+    baseline = next(s for s in DS().baselines(KV8_PS1) if "tensor_cores" in s.name)
+    with Session(Dataset(), Archive(tmp_path / "a"), SubmitOptions(workloads=["uniform_b16_kv2048"],
+                                                                    baselines=False)) as s:
+        result = s.submit(baseline)
+    w = result.workloads[0]
+    assert w.status == "PASSED" and w.latency_ms > w.kernel_latency_ms > 0
+
+
+def test_submissions_spread_over_all_gpus(tmp_path):
+    import torch
+
+    from harness.parallel import submit_all
+
+    solutions = [Solution.model_validate(triton_example(d)) for d in
+                 ("gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps1")]
+    results = submit_all(solutions, Dataset(), tmp_path / "archive",
+                         SubmitOptions(workloads=["uniform_b16_kv512"], baselines=False))
+    assert [r.definition for r in results] == [s.definition for s in solutions]
+    assert all(r.status == "PASSED" for r in results)
+    archive = Archive(tmp_path / "archive")
+    gpus = {archive.submission(r.submission_id)["environment"].get("gpu_uuid") for r in results}
+    assert len(gpus) == min(2, torch.cuda.device_count())
