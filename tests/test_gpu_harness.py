@@ -97,3 +97,65 @@ def test_submissions_spread_over_all_gpus(tmp_path):
     archive = Archive(tmp_path / "archive")
     gpus = {archive.submission(r.submission_id)["environment"].get("gpu_uuid") for r in results}
     assert len(gpus) == min(2, torch.cuda.device_count())
+
+
+LAUNCHES_NOTHING_WHEN_WARM = '''
+import math
+import torch
+
+_seen = {}
+
+
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+    key = (q.data_ptr(), output.data_ptr())
+    if key in _seen:  # the timer reuses buffers: nothing is launched, the old result stays
+        return
+    _seen[key] = True
+    group = q.shape[1] // k_cache.shape[2]
+    for b in range(q.shape[0]):
+        pages = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
+        k = k_cache[pages, 0].float().repeat_interleave(group, dim=1)
+        v = v_cache[pages, 0].float().repeat_interleave(group, dim=1)
+        logits = torch.einsum("hd,thd->ht", q[b].float(), k) * sm_scale
+        lse[b] = torch.logsumexp(logits, -1) / math.log(2.0)
+        output[b] = torch.einsum("ht,thd->hd", torch.softmax(logits, -1), v).to(output.dtype)
+'''
+
+SPINS_FOREVER = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _spin(flag_ptr):
+    while tl.load(flag_ptr, volatile=True) == 0:
+        pass
+
+
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
+    flag = kv_indptr[:1] * 0  # a fresh zero that nobody will ever set
+    _spin[(1,)](flag)
+'''
+
+
+def _solution(source: str, name: str) -> Solution:
+    return Solution.model_validate({
+        "name": name, "definition": KV8_PS1, "author": "tests",
+        "spec": {"language": "triton", "target_hardware": ["H200"], "entry_point": "kernel.py::run",
+                 "destination_passing_style": True},
+        "sources": [{"path": "kernel.py", "content": source}]})
+
+
+def test_a_call_that_launches_nothing_during_timing_is_a_runtime_error(session):
+    result = session.submit(_solution(LAUNCHES_NOTHING_WHEN_WARM, "launches_nothing"))
+    w = result.workloads[0]
+    assert w.status == "RUNTIME_ERROR" and "no GPU activity" in w.message, w.message
+
+
+def test_a_kernel_that_never_finishes_is_a_timeout_and_the_gpu_stays_usable(tmp_path):
+    with Session(Dataset(), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["uniform_b1_kv512"], timeout_s=30, baselines=False)) as s:
+        hung = s.submit(_solution(SPINS_FOREVER, "spins_forever"))
+        assert hung.workloads[0].status == "TIMEOUT"
+        after = s.submit(Solution.model_validate(triton_example(KV8_PS1)))
+    assert after.status == "PASSED"
