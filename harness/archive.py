@@ -61,7 +61,37 @@ def m002_baselines_and_scores(db: sqlite_utils.Database) -> None:
     db["submissions"].add_column("scores", str)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores]
+def m003_controller(db: sqlite_utils.Database) -> None:
+    # The controller's own record (controller/store.py): runs of the loop, their rounds, every generation
+    # request (archived before it is sent) and response (raw text blob, tokens, cost), every candidate (its
+    # solution blob and the harness submission that judged it) and every promotion decision.
+    db["runs"].create({"id": str, "definition": str, "provider": str, "config": str, "status": str,
+                       "stop_reason": str, "created_at": str, "finished_at": str}, pk="id")
+    db["rounds"].create({"id": int, "run_id": str, "round": int, "kind": str, "plan": str, "status": str,
+                         "summary": str, "wall_s": float, "created_at": str, "finished_at": str},
+                        pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["rounds"].create_index(["run_id", "round"], unique=True)
+    db["requests"].create({"id": int, "run_id": str, "round": int, "key": str, "kind": str, "hash": str,
+                           "request": str, "created_at": str}, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["requests"].create_index(["run_id", "key"], unique=True)
+    db["responses"].create({"id": int, "request_id": int, "provider": str, "model": str, "raw_blob": str,
+                            "reply": str, "tokens_in": int, "tokens_out": int, "cost_usd": float, "wall_s": float,
+                            "stopped": str, "error": str, "created_at": str},
+                           pk="id", foreign_keys=[("request_id", "requests", "id")])
+    db["responses"].create_index(["request_id"], unique=True)
+    db["candidates"].create({"id": int, "run_id": str, "round": int, "request_id": int, "seq": int, "depth": int,
+                             "parent_id": int, "solution_hash": str, "solution_name": str, "solution_blob": str,
+                             "origin": str, "status": str, "reason": str, "submission_id": int,
+                             "created_at": str, "finished_at": str},
+                            pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["candidates"].create_index(["run_id", "round"])
+    db["decisions"].create({"id": int, "run_id": str, "round": int, "candidate_id": int, "incumbent_id": int,
+                            "verdict": str, "rule": str, "reasons": str, "details": str, "exported": str,
+                            "created_at": str}, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["decisions"].create_index(["run_id", "candidate_id"], unique=True)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:

@@ -75,6 +75,8 @@ def static_signature_problem(solution: Solution, definition: Definition) -> Opti
     except SyntaxError as err:
         return f"{solution.spec.entry_file}:{err.lineno}: syntax error: {err.msg}"
     symbol = solution.spec.entry_symbol
+    if any(symbol in _names_bound(n) for n in _conditional_statements(tree.body)):
+        return None  # bound under an if/try at module level: which branch wins is the worker's to see
     bindings = [n for n in tree.body if symbol in _names_bound(n)]
     if not bindings:
         return f"{solution.spec.entry_file} defines no top-level `{symbol}`"
@@ -95,6 +97,23 @@ def static_signature_problem(solution: Solution, definition: Definition) -> Opti
     if missing_kwonly:
         return f"{solution.spec.entry_point}: keyword-only parameters without defaults: {missing_kwonly}"
     return None
+
+
+def _conditional_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements nested in module-level if/try/with blocks (they still bind module names)."""
+    out: list[ast.stmt] = []
+    for node in body:
+        blocks = []
+        if isinstance(node, (ast.If, ast.While, ast.For)):
+            blocks = [node.body, node.orelse]
+        elif isinstance(node, ast.Try):
+            blocks = [node.body, node.orelse, node.finalbody, *[h.body for h in node.handlers]]
+        elif isinstance(node, ast.With):
+            blocks = [node.body]
+        for block in blocks:
+            out.extend(block)
+            out.extend(_conditional_statements(block))
+    return out
 
 
 def _names_bound(node: ast.stmt) -> set[str]:

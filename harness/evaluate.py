@@ -14,6 +14,7 @@ import hashlib
 import time
 import os
 import platform
+import random
 import secrets
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from .archive import Archive
+from .audits import (AuditConfig, plan_recheck, precision_verdict, promotion_blockers, recheck_verdict,
+                     replay_verdict, thread_verdict)
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, check_outputs, merge_results
 from .dataset import Dataset, EvalPreset
@@ -42,6 +45,7 @@ class SubmitOptions:
     cpu_max_input_mib: float = 12.0  # larger workloads are too slow for the Triton interpreter
     timing: bool = True
     baselines: bool = True  # measure FlashInfer baselines (cached per GPU, toolchain and workload)
+    audit_level: str = "fast"  # "fast" (the loop's default) or "full" (promotion): see harness.audits
     isolate_network: bool = True
     device_index: Optional[int] = None
 
@@ -90,6 +94,8 @@ class SubmissionResult:
     notices: list[str] = field(default_factory=list)
     timing_unavailable_reason: Optional[str] = None
     scores: dict[str, Optional[float]] = field(default_factory=dict)
+    static_findings: list[dict[str, Any]] = field(default_factory=list)
+    promotion_blockers: list[str] = field(default_factory=list)
     phases_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -113,6 +119,8 @@ class SubmissionResult:
                            "throttled": w.throttled, "audits": w.audits, "message": w.message or None}
                           for w in self.workloads],
             "scores": self.scores,
+            "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
+            "static_findings": self.static_findings,
             "timing_unavailable_reason": self.timing_unavailable_reason,
             "wall_s": self.wall_s, "phases_s": self.phases_s,
             "notices": self.notices,
@@ -182,6 +190,9 @@ class Session:
         self._secret = secrets.token_bytes(16)  # seeds the candidate cannot predict before it runs
         self._reference: Optional[WorkerProcess] = None
         self._ref_outputs: dict[tuple[str, str, int], tuple[str, dict[str, torch.Tensor]]] = {}
+        self._oracle: dict[tuple[str, str, int], dict[str, torch.Tensor]] = {}
+        self.audit_config = AuditConfig.for_level(self.options.audit_level)
+        self._rng = random.Random(secrets.randbits(64))  # secret order of recheck calls
         self._ref_latency: dict[str, Optional[float]] = {}
         self.phase_s: dict[str, float] = {}  # where the time goes: worker start, build, reference, ...
         self._phase_stack: list[tuple[str, float]] = []
@@ -250,6 +261,20 @@ class Session:
             self._ref_outputs[key] = (header["input_fingerprint"], tensors)
         return self._ref_outputs[key]
 
+    def oracle_outputs(self, definition: Definition, workload: Workload, seed: int) -> dict[str, torch.Tensor]:
+        key = (definition.name, workload.uuid, seed)
+        if key not in self._oracle:
+            worker = self.reference_worker()
+            with self._phase("audits"):
+                header, tensors = worker.request(
+                    {"op": "oracle", "definition": definition.model_dump(mode="json"),
+                     "workload": workload.model_dump(mode="json"), "seed": seed,
+                     "dataset_root": str(self.dataset.root)}, timeout_s=3600)
+            if not header.get("ok"):
+                raise RuntimeError(f"the fp64 oracle failed on workload {workload.uuid}: {header.get('error')}")
+            self._oracle[key] = tensors
+        return self._oracle[key]
+
     def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
                           preset: EvalPreset) -> Optional[float]:
         # The reference's latency does not depend on the candidate: time it once per GPU and toolchain.
@@ -315,7 +340,7 @@ class Session:
                     cached = {"status": "COMPILE_ERROR", "official_ms": None, "kernel_ms": None}
                 else:
                     wr = self._evaluate_workload(worker, definition, workload, self.dataset.label(workload), preset,
-                                                 tol, timeout_s)
+                                                 tol, timeout_s, run_audits=False)
                     cached = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms}
                 self.archive.add_baseline_run({"gpu_key": self.gpu_key, "toolchain": self.toolchain_key,
                                                "definition": definition.name, "workload_uuid": workload.uuid,
@@ -409,11 +434,15 @@ class Session:
         self.reference_worker()  # fixes the environment before anything is archived
         env_id = self.archive.put_environment(self.environment)
         self.archive.put_solution(dump_json(solution), solution.content_hash)
+        static_findings = self._static_gate(solution, definition)
         submission_id = self.archive.start_submission(
             solution.content_hash, solution.name, definition.name, solution.author,
             {"workloads": [w.uuid for w in workloads], "timeout_s": timeout_s, "preset": preset.model_dump(),
-             "gpu": self.has_gpu}, env_id)
-        result = SubmissionResult(submission_id, solution.name, definition.name, "RUNNING", [])
+             "gpu": self.has_gpu, "audit_level": self.audit_config.level,
+             "static_gate": {"passed": not any(f["severity"] == "error" for f in static_findings),
+                             "findings": static_findings}}, env_id)
+        result = SubmissionResult(submission_id, solution.name, definition.name, "RUNNING", [],
+                                  static_findings=static_findings)
         if not self.has_gpu:
             result.timing_unavailable_reason = "no GPU on this host: correctness only, timing unavailable"
         elif not self.options.timing:
@@ -476,12 +505,27 @@ class Session:
             result.status = next((w.status for w in evaluated if w.status != EvaluationStatus.PASSED.value),
                                  EvaluationStatus.PASSED.value)
         result.scores = definition_scores(result.workloads)
+        result.promotion_blockers = promotion_blockers(
+            [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads], result.static_findings)
         skipped = [w for w in result.workloads if not w.evaluated]
         if skipped:
             result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
-        self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices), result.scores)
+        self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices),
+                                       {**result.scores, "promotable": not result.promotion_blockers,
+                                        "promotion_blockers": result.promotion_blockers})
         self.progress("done", {"status": result.status})
         return result
+
+    def _static_gate(self, solution: Solution, definition: Definition) -> list[dict[str, Any]]:
+        """Findings of the static gate (before any build), archived as an audit on every workload."""
+        from .static_gate import load_policy, scan_sources
+
+        policy = load_policy(self.dataset.root / "audit_policy.yaml", definition=definition.name,
+                             op_type=definition.op_type) if (self.dataset.root / "audit_policy.yaml").exists() \
+            else load_policy(definition=definition.name, op_type=definition.op_type)
+        with self._phase("static_gate"):
+            findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
+        return [f.model_dump() for f in findings]
 
     def _start_candidate(self, solution: Solution, definition: Definition,
                          timeout_s: float) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
@@ -510,7 +554,8 @@ class Session:
         return worker, None
 
     def _evaluate_workload(self, worker: WorkerProcess, definition: Definition, workload: Workload, label: str,
-                           preset: EvalPreset, tol: Tolerance, timeout_s: float) -> WorkloadResult:
+                           preset: EvalPreset, tol: Tolerance, timeout_s: float,
+                           run_audits: bool = True) -> WorkloadResult:
         deadline = time.monotonic() + timeout_s
         log_offset = worker.log_size()
         seeds = self._seeds(workload, preset)
@@ -545,6 +590,8 @@ class Session:
                 with self._phase("compare"):
                     check = check_outputs(outputs, {n: ref_out[n] for n in definition.outputs}, tol)
                 merged = check if merged is None else merge_results(merged, check)
+                if trial == 0 and check.passed and run_audits:
+                    audits.append(self._precision_audit(definition, workload, seed, outputs, ref_out))
                 if not check.passed:
                     wr.status = check.status.value
                     wr.message = f"trial {trial}: {check.message}"
@@ -564,8 +611,61 @@ class Session:
 
         if wr.status == EvaluationStatus.PASSED.value:
             self._time(worker, definition, workload, seeds, preset, wr, deadline)
+        if wr.status == EvaluationStatus.PASSED.value and run_audits:
+            self._recheck(worker, definition, workload, preset, tol, wr, deadline)
         wr.log = worker.log_since(log_offset) if worker.workdir else ""
         return wr
+
+    def _precision_audit(self, definition: Definition, workload: Workload, seed: int,
+                         got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, Any]:
+        oracle = self.oracle_outputs(definition, workload, seed)
+        errors = {}
+        for name in definition.outputs:
+            o = oracle[name].to(torch.float64)
+            finite = torch.isfinite(o) & torch.isfinite(ref[name].to(torch.float64))
+            if not finite.any():
+                continue
+            cand_err = (got[name].to(torch.float64) - o)[finite].abs().mean().item()
+            ref_err = (ref[name].to(torch.float64) - o)[finite].abs().mean().item()
+            errors[name] = (cand_err, ref_err)
+        return precision_verdict(errors, self.audit_config)
+
+    def _recheck(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
+                 tol: Tolerance, wr: WorkloadResult, deadline: float) -> None:
+        """After timing: fresh and reused-buffer calls in secret order, every output judged (harness.audits)."""
+        cfg = self.audit_config
+        fresh = [trial_seed(self._secret, workload, 1000 + i) for i in range(cfg.fresh_input_sets)]
+        steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng)
+        try:
+            with self._phase("audits"):
+                header, outputs = worker.request({"op": "recheck", "workload": workload.model_dump(mode="json"),
+                                                  "steps": steps, "dataset_root": str(self.dataset.root)},
+                                                 timeout_s=max(deadline - time.monotonic(), 0.001))
+        except WorkerTimeout as err:
+            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"recheck: {err}"
+            return
+        except WorkerCrashed as err:
+            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"recheck: {err}"
+            return
+        if not header.get("ok"):
+            wr.audits.append({"name": "fresh_input_recheck", "passed": False,
+                              "detail": f"the candidate failed on recheck inputs: {header.get('error')}"})
+            return
+        checks = []
+        for i, step in enumerate(steps):
+            ref_fp, ref_out = self.reference_outputs(definition, workload, int(step["seed"]))
+            if header["input_fingerprints"][i] != ref_fp:
+                checks.append((step, False, "inputs differ from the reference's (the call changed them?)"))
+                continue
+            got = {n: outputs[f"{i}/{n}"] for n in definition.outputs if f"{i}/{n}" in outputs}
+            result = check_outputs(got, {n: ref_out[n] for n in definition.outputs}, tol)
+            checks.append((step, result.passed, result.message))
+        wr.audits.append(recheck_verdict(checks))
+        wr.audits.append(thread_verdict(header["threads_before"], header["threads_after"]))
+        fresh_ms = [ms for ms, s in zip(header["wall_ms"], steps) if s["kind"] == "fresh"]
+        replay = replay_verdict(wr.latency_ms, fresh_ms, cfg) if self.has_gpu else None
+        if replay is not None:
+            wr.audits.append(replay)
 
     def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
               preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:

@@ -115,6 +115,37 @@ def _aliasing(inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def _poisoned(t: torch.Tensor) -> torch.Tensor:
+    """NaN where a float can hold it, an unlikely sentinel elsewhere: nothing a skipped call could pass with."""
+    return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
+
+
+class _Float64Torch:
+    """torch, except that every floating dtype it names is float64 (for the fp64 oracle)."""
+
+    _WIDE = {"float32", "float", "bfloat16", "float16", "half"}
+
+    def __getattr__(self, name: str) -> Any:
+        return torch.float64 if name in self._WIDE else getattr(torch, name)
+
+
+_FLOAT64_TORCH = _Float64Torch()
+
+
+def _float64_import(name, globals=None, locals=None, fromlist=(), level=0):
+    module = __import__(name, globals, locals, fromlist, level)
+    return _FLOAT64_TORCH if name == "torch" and not fromlist else module
+
+
 class Worker:
     def __init__(self, role: str):
         self.role = role
@@ -172,6 +203,59 @@ class Worker:
             raise TypeError(f"outputs must be tensors, got {bad}")
         return ({"ok": True, "input_fingerprint": input_fp, "mutated_inputs": mutated, "aliased_outputs": aliased,
                  "elapsed_s": elapsed, "note": note}, {k: v for k, v in outputs.items()})
+
+    def recheck(self, req: dict) -> tuple[dict, dict]:
+        """The fresh-input recheck (harness.audits.plan_recheck): outputs of every step go back to be judged."""
+        assert self.built is not None and self.built.fn is not None, "build first"
+        definition, workload = self.definition, Workload.model_validate(req["workload"])
+        root = Path(req["dataset_root"])
+        threads_before = _thread_count()
+        buffers: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        out_tensors: dict[str, torch.Tensor] = {}
+        wall_ms, fingerprints = [], []
+        for i, step in enumerate(req["steps"]):
+            fresh = generate_inputs(definition, workload, int(step["seed"]), self.device, root)
+            if step["kind"] == "fresh":
+                inputs = fresh
+                outputs = {n: _poisoned(t) for n, t in allocate_outputs(definition, workload, self.device).items()}
+            else:  # the same tensors as an earlier call, refilled in place with other data
+                inputs, outputs = buffers[int(step["buffers_of"])]
+                for name, value in fresh.items():
+                    if isinstance(value, torch.Tensor):
+                        inputs[name].copy_(value)
+                    else:
+                        inputs[name] = value
+                del fresh
+            fingerprints.append(fingerprint(inputs))
+            _sync(self.device)
+            started = time.perf_counter()
+            state = (self.built.setup(*inputs.values()),) if self.built.setup is not None else ()
+            if self.solution.spec.destination_passing_style:
+                self.built.fn(*inputs.values(), *outputs.values(), *state)
+            else:
+                outputs = _as_output_dict(definition, self.built.fn(*inputs.values(), *state))
+            _sync(self.device)
+            wall_ms.append((time.perf_counter() - started) * 1e3)
+            for name, t in outputs.items():
+                # A copy now: a later "reuse" step writes into these very buffers.
+                out_tensors[f"{i}/{name}"] = t.detach().clone()
+            buffers.append((inputs, outputs))
+        return ({"ok": True, "wall_ms": wall_ms, "input_fingerprints": fingerprints,
+                 "threads_before": threads_before, "threads_after": _thread_count()}, out_tensors)
+
+    def oracle(self, req: dict) -> tuple[dict, dict]:
+        """The reference evaluated in float64 throughout: the yardstick of the precision audit."""
+        assert self.role == "reference", "only the reference worker runs references"
+        definition, workload, inputs = self._workload_inputs(req)
+        wide = {k: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                for k, v in inputs.items()}
+        namespace: dict[str, Any] = {"__name__": f"oracle_{definition.name}",
+                                     "__builtins__": {**__builtins__.__dict__, "__import__": _float64_import}
+                                     if hasattr(__builtins__, "__dict__") else {**__builtins__, "__import__": _float64_import}}
+        exec(compile(definition.reference, f"<oracle {definition.name}>", "exec"), namespace)
+        with torch.no_grad():
+            outputs = _as_output_dict(definition, namespace["run"](*wide.values()))
+        return {"ok": True, "input_fingerprint": fingerprint(inputs)}, {k: v for k, v in outputs.items()}
 
     def _reference_fn(self, definition: Definition) -> Callable[..., Any]:
         key = definition.content_hash
@@ -247,7 +331,8 @@ class Worker:
 
     def serve(self, rfd: int, wfd: int) -> None:
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
-                    "time": self.time, "ceilings": self.ceilings}
+                    "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
+                    "oracle": self.oracle}
         while True:
             try:
                 req, _ = protocol.read_message(rfd)

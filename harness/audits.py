@@ -1,0 +1,190 @@
+"""Audits stricter than the official evaluation: pure decisions, fed by the worker and the reference worker.
+
+The official timer calls the candidate on one input set, reusing the same input and output buffers for
+every timed call, and never looks at those outputs again. That lets a candidate replay a cached result,
+skip work once an output buffer holds something, or behave until it has been called N times. The
+fresh-input recheck closes those doors: after timing, the candidate is called again in a secret order
+
+- on input sets it has never seen, with output buffers poisoned with NaN (replay and skip-if-written
+  have nothing to return), and
+- on a used input buffer whose content was overwritten with new data, into the output buffer it wrote
+  before (a cache keyed by pointer, or a "the output already holds a result" shortcut, returns the old
+  answer),
+
+and every one of those outputs is checked against the reference. Each audit is a dict
+``{"name", "passed", "detail"}``; an evaluation with any failed audit can never be promoted.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Optional
+
+AUDIT_LEVELS = ("fast", "full")
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    level: str = "fast"
+    fresh_input_sets: int = 2  # distinct never-seen input sets per workload (fast); full uses 4
+    reused_buffer_calls: int = 1  # calls on overwritten input buffers into already-written outputs
+    precision_error_multiple: float = 4.0  # candidate error vs fp64 oracle <= this x the reference's own
+    precision_error_floor: float = 1e-6  # below this mean error nobody is judged (exact results)
+    clock_ratio: float = 2.0  # wall time per call may exceed the CUPTI span by this factor...
+    clock_slack_ms: float = 0.05  # ...plus this much launch and synchronisation overhead
+    replay_ratio: float = 1.5  # fresh-input calls may be this much slower than the official figure...
+    replay_slack_ms: float = 0.05  # ...plus this, before the official figure looks replayed
+    attribution_min_share: float = 0.95  # share of GPU time in kernels the candidate built
+    speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
+
+    @classmethod
+    def for_level(cls, level: str, **overrides: Any) -> "AuditConfig":
+        if level not in AUDIT_LEVELS:
+            raise ValueError(f"audit level must be one of {AUDIT_LEVELS}, got {level!r}")
+        base = {"fast": {}, "full": {"fresh_input_sets": 4, "reused_buffer_calls": 2}}[level]
+        return cls(level=level, **{**base, **overrides})
+
+
+def audit(name: str, passed: bool, detail: str) -> dict[str, Any]:
+    return {"name": name, "passed": bool(passed), "detail": detail}
+
+
+# -- fresh-input recheck ---------------------------------------------------------------------------------
+
+
+def plan_recheck(fresh_seeds: list[int], reused_calls: int, rng: random.Random) -> list[dict[str, Any]]:
+    """The call sequence, in an order the candidate cannot predict.
+
+    ``{"kind": "fresh", "seed": s}``: new input tensors for seed s, NaN-poisoned new outputs.
+    ``{"kind": "reuse", "seed": s, "buffers_of": i}``: the input tensors of step i overwritten in place
+    with seed s's content, outputs written into step i's (already written) output buffers.
+    """
+    if len(fresh_seeds) < 2 and reused_calls:
+        raise ValueError("reusing buffers needs at least two fresh input sets")
+    seeds = list(fresh_seeds)
+    rng.shuffle(seeds)
+    steps: list[dict[str, Any]] = [{"kind": "fresh", "seed": s} for s in seeds]
+    for _ in range(reused_calls):
+        i = rng.randrange(len(seeds))
+        # Overwrite with the content of a *different* seed, so a stale answer is a wrong answer.
+        other = rng.choice([s for j, s in enumerate(seeds) if j != i])
+        steps.append({"kind": "reuse", "seed": other, "buffers_of": i})
+    return steps
+
+
+def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> dict[str, Any]:
+    """One audit from the per-step correctness checks: (step, passed, message)."""
+    failed = [(s, m) for s, ok, m in step_checks if not ok]
+    if not step_checks:
+        return audit("fresh_input_recheck", False, "no recheck calls were made")
+    if failed:
+        step, message = failed[0]
+        how = ("on fresh inputs with NaN-poisoned outputs" if step["kind"] == "fresh" else
+               "on reused input buffers holding new data, into outputs it had already written")
+        return audit("fresh_input_recheck", False,
+                     f"{len(failed)} of {len(step_checks)} recheck calls wrong; first {how}: {message} "
+                     "(signs of replay, skip-if-written or call counting)")
+    return audit("fresh_input_recheck", True, f"{len(step_checks)} calls in secret order, all correct")
+
+
+def replay_verdict(official_ms: Optional[float], fresh_call_ms: list[float], cfg: AuditConfig) -> Optional[dict[str, Any]]:
+    """Does the official figure (same inputs every call) look like replay next to fresh-input calls?"""
+    if official_ms is None or not fresh_call_ms:
+        return None
+    fresh = statistics.median(fresh_call_ms)
+    limit = cfg.replay_ratio * official_ms + cfg.replay_slack_ms
+    return audit("fresh_input_timing", fresh <= limit,
+                 f"fresh-input call {fresh:.4g} ms vs official {official_ms:.4g} ms (limit {limit:.4g} ms)")
+
+
+# -- clock truth, threads ----------------------------------------------------------------------------------
+
+
+def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditConfig) -> Optional[dict[str, Any]]:
+    """Synchronised wall time per call against the CUPTI span: host work the timer cannot see."""
+    if not wall_ms or not span_ms:
+        return None
+    wall, span = statistics.median(wall_ms), statistics.median(span_ms)
+    if wall < span * 0.98:
+        return audit("clock_truth", False, f"wall {wall:.4g} ms shorter than the GPU span {span:.4g} ms: "
+                                           "the timer's clock was tampered with")
+    limit = cfg.clock_ratio * span + cfg.clock_slack_ms
+    return audit("clock_truth", wall <= limit,
+                 f"wall {wall:.4g} ms vs CUPTI span {span:.4g} ms (limit {limit:.4g} ms)"
+                 + ("" if wall <= limit else ": work on host threads or outside the timed GPU activity"))
+
+
+def thread_verdict(threads_before: int, threads_after: int) -> dict[str, Any]:
+    new = threads_after - threads_before
+    return audit("thread_creation", new <= 0,
+                 "no new threads" if new <= 0 else f"{new} thread(s) started by the candidate during its calls")
+
+
+# -- precision ---------------------------------------------------------------------------------------------
+
+
+def precision_verdict(errors: dict[str, tuple[float, float]], cfg: AuditConfig) -> dict[str, Any]:
+    """``errors``: output -> (candidate mean |err| vs fp64 oracle, reference mean |err| vs the oracle)."""
+    worst = None
+    for name, (cand, ref) in errors.items():
+        limit = max(cfg.precision_error_multiple * ref, cfg.precision_error_floor)
+        ratio = cand / ref if ref > 0 else float("inf") if cand > cfg.precision_error_floor else 0.0
+        if cand > limit and (worst is None or ratio > worst[1]):
+            worst = (name, ratio, cand, ref)
+    if worst:
+        name, ratio, cand, ref = worst
+        return audit("precision", False, f"{name}: mean error vs fp64 {cand:.3g} is {ratio:.1f}x the reference's "
+                                         f"{ref:.3g} (limit {cfg.precision_error_multiple:g}x): lower-precision "
+                                         "arithmetic than the reference")
+    summary = ", ".join(f"{n} {c:.3g} vs {r:.3g}" for n, (c, r) in errors.items())
+    return audit("precision", True, f"mean error vs fp64 within {cfg.precision_error_multiple:g}x the reference's "
+                                    f"({summary})")
+
+
+# -- attribution -------------------------------------------------------------------------------------------
+
+LIBRARY_MARKERS = ("at::", "at_cuda", "aten", "cublas", "cutlass", "nvjet", "cudnn", "flashinfer", "BatchDecode",
+                   "BatchPrefill", "gemv", "gemm", "elementwise_kernel", "reduce_kernel", "vectorized_")
+
+
+def attribution_verdict(kernel_ns: dict[str, float], candidate_kernels: set[str],
+                        cfg: AuditConfig) -> dict[str, Any]:
+    """At least ``attribution_min_share`` of GPU time in kernels the candidate built."""
+    total = sum(kernel_ns.values())
+    if total <= 0:
+        return audit("attribution", False, "no GPU time was attributed to any kernel")
+
+    def own(name: str) -> bool:
+        return any(k and k in name for k in candidate_kernels) and not any(m in name for m in LIBRARY_MARKERS)
+
+    mine = sum(t for n, t in kernel_ns.items() if own(n))
+    share = mine / total
+    others = sorted(((t, n) for n, t in kernel_ns.items() if not own(n)), reverse=True)[:3]
+    detail = f"{100 * share:.1f}% of GPU time in the candidate's kernels"
+    if others:
+        detail += "; elsewhere: " + ", ".join(f"{n[:60]} {100 * t / total:.1f}%" for t, n in others)
+    return audit("attribution", share >= cfg.attribution_min_share, detail)
+
+
+# -- promotion gate ----------------------------------------------------------------------------------------
+
+
+def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[dict[str, Any]]) -> list[str]:
+    """Why an evaluated submission cannot be promoted (empty: it can)."""
+    reasons = []
+    errors = [f for f in static_findings if f.get("severity") == "error"]
+    if errors:
+        f = errors[0]
+        reasons.append(f"static gate: {len(errors)} error finding(s), first {f['rule']} at {f['path']}:{f['line']}")
+    evaluated = [w for w in workloads if w["status"] != "SKIPPED"]
+    if not evaluated:
+        reasons.append("no workload was evaluated")
+    for w in evaluated:
+        if w["status"] != "PASSED":
+            reasons.append(f"{w['label']}: {w['status']}")
+        for a in w.get("audits", []):
+            if not a["passed"]:
+                reasons.append(f"{w['label']}: audit {a['name']} failed: {a['detail']}")
+    return reasons
