@@ -91,7 +91,15 @@ def m003_controller(db: sqlite_utils.Database) -> None:
     db["decisions"].create_index(["run_id", "candidate_id"], unique=True)
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller]
+def m004_profiles(db: sqlite_utils.Database) -> None:
+    # Nsight Compute profiles: raw report blob + digest per (submission or solution, workload).
+    from .profile import m004_profiles as create_profiles
+
+    create_profiles(db)
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
+                                                              m004_profiles]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:

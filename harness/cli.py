@@ -82,10 +82,13 @@ def main() -> None:
 @click.option("--all-workloads", is_flag=True, help="On CPU, also run workloads too large for the Triton interpreter.")
 @click.option("--no-timing", is_flag=True, help="Correctness only, even on a GPU.")
 @click.option("--no-baselines", is_flag=True, help="Do not measure the FlashInfer baselines.")
+@click.option("--audit-level", type=click.Choice(["fast", "full", "off"]), default="fast", show_default=True,
+              help="fast: static gate, mutation, aliasing, fresh-input recheck, precision; full: more recheck "
+                   "calls and kernel attribution; off: none (never promotable).")
 @click.option("--no-net-isolation", is_flag=True, help="Let the worker use the network (not recommended).")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
-           no_net_isolation: bool) -> None:
+           audit_level: str, no_net_isolation: bool) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
@@ -109,7 +112,8 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     archive = open_archive(archive_path)
     selection = [w for item in workloads for w in item.split(",") if w] or None
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
-                         timing=not no_timing, baselines=not no_baselines, isolate_network=not no_net_isolation)
+                         timing=not no_timing, baselines=not no_baselines, audit_level=audit_level,
+                         isolate_network=not no_net_isolation)
     if selection:
         for sol in loaded:
             try:
@@ -174,6 +178,7 @@ def print_result(result: Any) -> None:
                       fmt(w.max_absolute_error), escape(note))
     out.print(table)
     out.print(f"status: {styled(result.status)}", highlight=False)
+    print_promotability(result.promotion_blockers, result.static_findings)
     if any(v is not None for v in result.scores.values()):
         names = {"vs_reference": "vs reference", "vs_flashinfer_official": "vs FlashInfer (official, plan inside)",
                  "vs_flashinfer_kernel": "vs FlashInfer (kernel, plan in setup)"}
@@ -183,6 +188,17 @@ def print_result(result: Any) -> None:
         out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
     for n in result.notices:
         out.print(f"[yellow]notice:[/] {escape(n)}", highlight=False)
+
+
+def print_promotability(blockers: list[str], findings: list[dict[str, Any]]) -> None:
+    if not blockers:
+        out.print("promotable: [green]yes[/] (every workload PASSED, every audit clean)", highlight=False)
+    else:
+        out.print(f"promotable: [red]no[/] ({len(blockers)} reason(s)); first: {escape(blockers[0])}", highlight=False)
+    for f in findings[:10]:
+        colour = "red" if f["severity"] == "error" else "yellow"
+        out.print(f"  static [{colour}]{f['severity']}[/] {f['rule']} {f['path']}:{f['line']}: {escape(f['message'])}",
+                  highlight=False)
 
 
 @main.command("list")
@@ -238,7 +254,10 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
               f"hardware: {env.get('hardware', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
               f"{env.get('network_isolation', '')}", highlight=False)
     if row["message"]:
-        out.print(f"[yellow]{row['message']}[/]", highlight=False)
+        out.print(f"[yellow]{escape(row['message'])}[/]", highlight=False)
+    if "promotable" in row["scores"]:
+        print_promotability(row["scores"].get("promotion_blockers", []),
+                            row["options"].get("static_gate", {}).get("findings", []))
     table = Table()
     for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "speedup", "audits"):
         table.add_column(col, no_wrap=True)
@@ -324,6 +343,10 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
     else:
         sys.stdout.write(text)
 
+
+from .profile_cli import profile  # noqa: E402  (registered after the group exists)
+
+main.add_command(profile)
 
 if __name__ == "__main__":
     main()

@@ -17,15 +17,14 @@ import platform
 import random
 import secrets
 import statistics
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
 
 from .archive import Archive
-from .audits import (AuditConfig, plan_recheck, precision_verdict, promotion_blockers, recheck_verdict,
-                     replay_verdict, thread_verdict)
+from .audits import (AuditConfig, attribution_verdict, clock_truth_verdict, plan_recheck, precision_verdict,
+                     promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, check_outputs, merge_results
 from .dataset import Dataset, EvalPreset
@@ -485,9 +484,13 @@ class Session:
                                             message="compiled with nvcc for " + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
                                                     + "; no GPU on this host to run it")
                     else:
-                        wr = self._evaluate_workload(candidate, definition, workload, label, preset, tol, timeout_s)
+                        wr = self._evaluate_workload(candidate, definition, workload, label, preset, tol, timeout_s,
+                                                     run_audits=self.audit_config.level != "off")
                         if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
                             self._compare(definition, workload, preset, tol, timeout_s, wr)
+                            suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound
+                            if self.audit_config.level == "full" or suspicious:
+                                self._attribution(candidate, workload, wr)
                         if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
                                                                 EvaluationStatus.TIMEOUT.value):
                             # A fresh process (and CUDA context) for the next workload.
@@ -506,7 +509,8 @@ class Session:
                                  EvaluationStatus.PASSED.value)
         result.scores = definition_scores(result.workloads)
         result.promotion_blockers = promotion_blockers(
-            [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads], result.static_findings)
+            [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads], result.static_findings,
+            self.audit_config.level)
         skipped = [w for w in result.workloads if not w.evaluated]
         if skipped:
             result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
@@ -667,6 +671,20 @@ class Session:
         if replay is not None:
             wr.audits.append(replay)
 
+    def _attribution(self, worker: WorkerProcess, workload: Workload, wr: WorkloadResult) -> None:
+        """GPU only, on `full` audits or a suspiciously large speedup: who did the work?"""
+        try:
+            with self._phase("audits"):
+                header, _ = worker.request({"op": "attribution", "workload": workload.model_dump(mode="json"),
+                                            "seed": trial_seed(self._secret, workload, 2000),
+                                            "dataset_root": str(self.dataset.root)}, timeout_s=600)
+        except (WorkerTimeout, WorkerCrashed) as err:
+            wr.audits.append({"name": "attribution", "passed": False, "detail": f"profiling failed: {err}"})
+            return
+        if header.get("ok"):
+            wr.audits.append(attribution_verdict(header["kernel_ns"], set(header["candidate_kernels"]),
+                                                 self.audit_config))
+
     def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
               preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:
         if not self.has_gpu:
@@ -679,7 +697,8 @@ class Session:
             with self._phase("timing"):
                 header, _ = worker.request({"op": "time", "workload": workload.model_dump(mode="json"),
                                             "seeds": seeds, "warmup": preset.warmup, "iterations": preset.iterations,
-                                            "dataset_root": str(self.dataset.root)},
+                                            "dataset_root": str(self.dataset.root),
+                                            "clock_truth_calls": 5 if self.audit_config.level != "off" else 0},
                                            timeout_s=max(deadline - time.monotonic(), 0.001))
         except WorkerTimeout as err:
             wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"timing: {err}"
@@ -695,6 +714,10 @@ class Session:
 
         wr.timing = header["trials"]
         wr.latency_ms, wr.aligned, backend = aggregate_timing(header["trials"])
+        walls = [w for t in header["trials"] for w in t.get("wall_ms", [])]
+        clock = clock_truth_verdict(walls, [t["median_ms"] for t in header["trials"]], self.audit_config)
+        if clock is not None:
+            wr.audits.append(clock)
         wr.kernel_latency_ms = wr.latency_ms
         if header.get("kernel_trials"):
             wr.timing_kernel = header["kernel_trials"]

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import torch
 
 from .archive import Archive
 from .dataset import Dataset

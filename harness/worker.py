@@ -312,6 +312,16 @@ class Worker:
             kw = dict(warmup=int(req["warmup"]), iterations=int(req["iterations"]), device=self.device,
                       backend=req.get("backend", "auto"))
             official.append(dump(time_trial(timed(), args, **kw)))
+            if req.get("clock_truth_calls"):
+                # Synchronised wall time per call, next to the CUPTI span: host work the timer cannot see.
+                walls = []
+                for _ in range(int(req["clock_truth_calls"])):
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    timed()(*args)
+                    torch.cuda.synchronize()
+                    walls.append((time.perf_counter() - t0) * 1e3)
+                official[-1]["wall_ms"] = walls
             if setup is not None:
                 state = setup(*args[:n_inputs])
                 kernel.append(dump(time_trial(fn, [*args, state], **kw)))
@@ -320,6 +330,46 @@ class Worker:
         state_after = gpu_state(index)
         return {"ok": True, "trials": official, "kernel_trials": kernel or None,
                 "gpu_state_before": state_before, "gpu_state_after": state_after}, {}
+
+    def attribution(self, req: dict) -> tuple[dict, dict]:
+        """GPU time per kernel name over one profiled call, and the names of the kernels the candidate built."""
+        if self.device.type != "cuda":
+            return {"ok": False, "status": "UNAVAILABLE", "error": "no GPU: attribution unavailable"}, {}
+        from torch.profiler import ProfilerActivity, profile
+
+        definition, workload, inputs = self._workload_inputs(req)
+        args = list(inputs.values())
+        if self.solution.spec.destination_passing_style:
+            args += list(allocate_outputs(definition, workload, self.device).values())
+        state = [self.built.setup(*inputs.values())] if self.built.setup is not None else []
+        self.built.fn(*args, *state)  # compiled and warm before the profiled call
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self.built.fn(*args, *state)
+            torch.cuda.synchronize()
+        kernel_ns: dict[str, float] = {}
+        for event in prof.events():
+            us = getattr(event, "device_time", 0.0) or getattr(event, "cuda_time", 0.0)
+            if us:
+                kernel_ns[event.name] = kernel_ns.get(event.name, 0.0) + us * 1e3
+        return {"ok": True, "kernel_ns": kernel_ns, "candidate_kernels": sorted(self._candidate_kernels())}, {}
+
+    def _candidate_kernels(self) -> set[str]:
+        """Kernels the candidate built: its Triton JIT functions and the __global__ functions in its sources."""
+        import re
+
+        names: set[str] = set()
+        for src in self.solution.sources:
+            names.update(re.findall(r"__global__\s+(?:void|[\w:<>]+)\s+(\w+)\s*\(", src.content))
+        try:
+            from triton.runtime.jit import JITFunction
+        except Exception:
+            return names
+        prefix = f"crucible_solution_{self.solution.content_hash[:12]}"
+        for mod_name, module in list(sys.modules.items()):
+            if mod_name.startswith(prefix):
+                names.update(getattr(v, "__name__", "") for v in vars(module).values() if isinstance(v, JITFunction))
+        return {n for n in names if n}
 
     def ceilings(self, req: dict) -> tuple[dict, dict]:
         """Copy / read bandwidth and bf16 matmul rate of this GPU (the roofline's ceilings)."""
@@ -332,7 +382,7 @@ class Worker:
     def serve(self, rfd: int, wfd: int) -> None:
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
                     "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
-                    "oracle": self.oracle}
+                    "oracle": self.oracle, "attribution": self.attribution}
         while True:
             try:
                 req, _ = protocol.read_message(rfd)

@@ -1,0 +1,196 @@
+"""`harness profile`: profile a candidate's kernels with ncu and print the evidence a model would read.
+
+The lead wires it into the `harness` group (harness/cli.py):
+
+    from .profile_cli import profile
+    main.add_command(profile)
+
+and appends ``harness.profile.m004_profiles`` to ``harness.archive.MIGRATIONS`` (until then
+``record_profile`` creates the table itself and records the migration as applied).
+
+    harness profile SUBMISSION_ID            # its solution; measured results give regimes and gaps
+    harness profile SOLUTION.json            # the latest archived submission of that solution, if any
+        [--workload W]...                    # default: one representative workload per regime
+        [--backend auto|ncu|nsight] [--arch sm_90] [--timeout 600] [--seed 0] [--json]
+
+Exit codes: 0 every profile ok; 1 some profile failed (target error, timeout, no kernels); 2 usage
+errors; 3 no profiler here (ncu missing, counters restricted: ERR_NVGPUCTRPERM).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+EXIT_UNAVAILABLE = 3
+
+
+def _workload_facts(dataset: Any, definition: Any, workload: Any) -> tuple[Optional[list[int]], Optional[int]]:
+    """(request lengths in tokens, roofline bytes) of a workload, from its index blobs where it has them."""
+    from .inputs import _load_safetensors
+    from .roofline import paged_token_count, workload_cost
+    from .schema import SafetensorsInput
+
+    page_size = definition.const_axes.get("page_size", 1)
+    specs = {n: workload.inputs.get(n) for n in ("kv_indptr", "kv_last_page_len")}
+    tensors: dict[str, list[int]] = {}
+    for name, spec in specs.items():
+        if isinstance(spec, SafetensorsInput):
+            try:
+                t = _load_safetensors(str((dataset.root / spec.path).resolve()), "cpu")[spec.tensor_key]
+                tensors[name] = [int(x) for x in t.tolist()]
+            except Exception:
+                pass
+    lengths: Optional[list[int]] = None
+    tokens: Optional[int] = None
+    indptr = tensors.get("kv_indptr")
+    if indptr is not None:
+        pages = [b - a for a, b in zip(indptr, indptr[1:])]
+        last = tensors.get("kv_last_page_len")
+        if page_size == 1:
+            lengths = pages
+        elif last is not None and len(last) == len(pages):
+            lengths = [(p - 1) * page_size + lp if p else 0 for p, lp in zip(pages, last)]
+            tokens = paged_token_count(indptr, last, page_size)
+    try:
+        cost = workload_cost(definition, workload, tokens=tokens)
+        roofline_bytes = cost.bytes_moved
+    except Exception:
+        roofline_bytes = None
+    return lengths, roofline_bytes
+
+
+def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
+    rows = list(archive.db["submissions"].rows_where("solution_hash = ? and status != 'RUNNING'", [solution_hash],
+                                                     order_by="id desc", limit=1))
+    return int(rows[0]["id"]) if rows else None
+
+
+@click.command("profile")
+@click.argument("target")
+@click.option("--workload", "-w", "workloads", multiple=True,
+              help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated). "
+                   "Default: one representative per regime.")
+@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: ./artifacts).")
+@click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
+@click.option("--json", "as_json", is_flag=True, help="Print the profiles and the evidence as JSON.")
+@click.option("--backend", type=click.Choice(["auto", "ncu", "nsight"]), default="auto", show_default=True,
+              help="nsight needs nsight-python 1.x and ncu >= 2026.2.1; auto falls back to raw ncu.")
+@click.option("--arch", help="Metric table to request (sm_90, sm_100). Default: from nvidia-smi, else sm_90.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per workload.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Input seed of the profiled call.")
+@click.option("--max-bytes", type=int, default=4096, show_default=True, help="Bound of the Markdown evidence.")
+@click.option("--no-net-isolation", is_flag=True, help="Let the profiled process use the network.")
+def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
+            as_json: bool, backend: str, arch: Optional[str], timeout: float, seed: int, max_bytes: int,
+            no_net_isolation: bool) -> None:
+    """Profile SUBMISSION_ID's (or SOLUTION.json's) kernels with Nsight Compute on chosen workloads.
+
+    Each workload runs once in a fresh sandboxed process under ncu (clock control off, NVTX range
+    around the one profiled call). The raw report goes into the archive as a blob, the digest as a row
+    of the `profiles` table; the evidence (regimes, kernel digests, largest gaps) is printed.
+    """
+    from controller.evidence import (build_evidence, digest_summary, load_workload_weights, representatives,
+                                     requested_metrics, workload_stats)
+
+    from .archive import ArchiveError
+    from .cli import err, fail, open_archive, open_dataset, out
+    from .profile import (NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, record_profile,
+                          select_backend)
+    from .schema import SchemaError, Solution, dump_json, load_model
+
+    path = Path(target)
+    if not path.exists() and not target.isdigit():
+        fail(f"{target!r} is neither a solution file nor a submission id")
+    ds = open_dataset(dataset)
+    archive = open_archive(archive_path)
+    submission: Optional[dict[str, Any]] = None
+    try:
+        if path.exists():
+            solution = load_model(Solution, path)
+            sub_id = _latest_submission(archive, solution.content_hash)
+            submission = archive.submission(sub_id) if sub_id is not None else None
+        else:  # a submission id
+            submission = archive.submission(int(target))
+            solution = Solution.model_validate(archive.solution_json(submission["solution_hash"]))
+        definition = ds.definition(solution.definition)
+        selection = [w for item in workloads for w in item.split(",") if w]
+        chosen = ds.workloads_for(definition.name, selection) if selection else None
+    except (SchemaError, ArchiveError) as e:
+        fail(str(e))
+    all_workloads = ds.workloads_for(definition.name)
+    if not all_workloads:
+        fail(f"definition {definition.name} has no workloads in {ds.root}")
+
+    evaluations = {e["workload_uuid"]: e for e in (submission or {}).get("evaluations", [])}
+    results, axes, lengths, roofline_bytes = [], {}, {}, {}
+    for w in all_workloads:
+        row = evaluations.get(w.uuid) or {"workload_uuid": w.uuid, "status": "NOT_EVALUATED"}
+        results.append({**row, "workload_label": ds.label(w)})
+        axes[w.uuid] = {**definition.const_axes, **w.axes}
+        lens, rbytes = _workload_facts(ds, definition, w)
+        if lens is not None:
+            lengths[w.uuid] = lens
+        if rbytes is not None:
+            roofline_bytes[w.uuid] = rbytes
+    try:
+        weights = load_workload_weights(ds.root)
+    except ValueError as e:
+        fail(str(e))
+    stats = workload_stats(results, axes, definition=definition.name, weights=weights, lengths=lengths)
+    uuids = [w.uuid for w in chosen] if chosen else list(representatives(stats).values())
+
+    notes: list[str] = []
+    if arch is None:
+        arch, why = detect_arch()
+        if arch is None:
+            arch = "sm_90"
+            notes.append(f"architecture not detected ({why}); requested the sm_90 metric names")
+    profiler = select_backend(backend)
+    available, why = profiler.available()
+    if not available:
+        notes.append(f"profiler unavailable: {why}")
+    labels = {w.uuid: ds.label(w) for w in all_workloads}
+    err.print(f"profiling {solution.name} on {len(uuids)} workload(s) with {profiler.name}: {why}", highlight=False,
+              markup=False)
+
+    def on_progress(uuid: str, summary: Any) -> None:
+        err.print(f"  {labels.get(uuid, uuid)}: {summary.status}" + (f" ({summary.reason[:200]})" if summary.reason
+                                                                     else ""), highlight=False, markup=False)
+
+    summaries = profile_workloads(profiler, dump_json(solution), solution.content_hash, uuids, ds.root,
+                                  requested_metrics(arch), seed=seed, timeout_s=timeout,
+                                  isolate_network=not no_net_isolation, progress=on_progress)
+    by_uuid = {w.uuid: w for w in stats}
+    records = []
+    for s in summaries:
+        w = by_uuid.get(s.workload_uuid)
+        digests = digest_summary(s, fraction_of_floor=w.fraction_of_floor if w else None,
+                                 roofline_bytes=roofline_bytes.get(s.workload_uuid)) if s.status == OK else []
+        digest = {"definition": definition.name, "workload_label": labels.get(s.workload_uuid, ""),
+                  "regime": w.regime if w else "", "arch_requested": arch,
+                  "digests": [d.to_json() for d in digests]}
+        row_id = record_profile(archive, s, digest, submission_id=submission["id"] if submission else None)
+        records.append({"id": row_id, "workload": s.workload_uuid, "label": labels.get(s.workload_uuid, ""),
+                        "backend": s.backend, "status": s.status, "reason": s.reason, **digest})
+    hardware = ((submission or {}).get("environment") or {}).get("hardware", "")
+    evidence = build_evidence(definition.name, solution.name, stats, summaries, hardware=hardware, notes=notes,
+                              roofline_bytes=roofline_bytes)
+    markdown = evidence.to_markdown(max_bytes=max_bytes)
+    if as_json:
+        out.print_json(json.dumps({"solution": solution.name, "definition": definition.name,
+                                   "submission_id": submission["id"] if submission else None,
+                                   "backend": profiler.name, "backend_reason": why, "profiles": records,
+                                   "evidence": evidence.to_json(), "markdown": markdown}, default=str))
+    else:
+        out.print(markdown, markup=False, highlight=False)
+    statuses = {s.status for s in summaries}
+    if statuses <= {OK}:
+        sys.exit(0)
+    if statuses <= {UNAVAILABLE, NO_PERMISSION}:
+        sys.exit(EXIT_UNAVAILABLE)
+    sys.exit(1)

@@ -1,0 +1,102 @@
+"""The audits' decisions, table-driven (the worker and reference worker only feed them numbers)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.audits import (AuditConfig, attribution_verdict, clock_truth_verdict, plan_recheck, precision_verdict,
+                            promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
+
+CFG = AuditConfig()
+
+
+def test_levels():
+    assert AuditConfig.for_level("full").fresh_input_sets == 4
+    assert AuditConfig.for_level("fast").fresh_input_sets == 2
+    with pytest.raises(ValueError, match="audit level"):
+        AuditConfig.for_level("paranoid")
+
+
+def test_recheck_plan_is_secret_but_complete():
+    seeds = [11, 22, 33, 44]
+    orders = {tuple(s["seed"] for s in plan_recheck(seeds, 0, random.Random(i))) for i in range(20)}
+    assert len(orders) > 1  # the order depends on the secret generator
+    plan = plan_recheck(seeds, 2, random.Random(3))
+    fresh = [s for s in plan if s["kind"] == "fresh"]
+    reuse = [s for s in plan if s["kind"] == "reuse"]
+    assert sorted(s["seed"] for s in fresh) == seeds and len(reuse) == 2
+    for r in reuse:  # new content is always different from what the buffers held
+        assert r["seed"] != fresh[r["buffers_of"]]["seed"]
+    with pytest.raises(ValueError):
+        plan_recheck([1], 1, random.Random(0))
+
+
+@pytest.mark.parametrize("checks, passed, text", [
+    ([], False, "no recheck calls"),
+    ([({"kind": "fresh"}, True, ""), ({"kind": "reuse"}, True, "")], True, "all correct"),
+    ([({"kind": "fresh"}, True, ""), ({"kind": "reuse"}, False, "stale")], False, "reused input buffers"),
+    ([({"kind": "fresh"}, False, "nan")], False, "NaN-poisoned"),
+])
+def test_recheck_verdict(checks, passed, text):
+    v = recheck_verdict(checks)
+    assert v["passed"] is passed and text in v["detail"]
+
+
+@pytest.mark.parametrize("official, fresh, passed", [
+    (0.30, [0.31, 0.33], True),  # honest: a fresh call costs what a timed call costs, plus launch
+    (0.005, [0.30, 0.29], False),  # replay: the official figure is a cache hit
+    (0.010, [0.045], True),  # tiny kernel: launch overhead is inside the slack
+    (None, [0.3], None),
+])
+def test_replay_verdict(official, fresh, passed):
+    v = replay_verdict(official, fresh, CFG)
+    assert (v is None) if passed is None else v["passed"] is passed
+
+
+@pytest.mark.parametrize("wall, span, passed, text", [
+    ([0.32, 0.33], [0.30], True, "limit"),
+    ([2.5, 2.4], [0.30], False, "host threads"),  # work the CUPTI span cannot see
+    ([0.10], [0.30], False, "tampered"),  # wall shorter than the GPU span: impossible
+])
+def test_clock_truth(wall, span, passed, text):
+    v = clock_truth_verdict(wall, span, CFG)
+    assert v["passed"] is passed and text in v["detail"]
+
+
+def test_threads():
+    assert thread_verdict(5, 5)["passed"] and not thread_verdict(5, 7)["passed"]
+
+
+@pytest.mark.parametrize("errors, passed", [
+    ({"output": (1.1e-4, 0.8e-4), "lse": (2e-7, 3e-7)}, True),
+    ({"output": (1.1e-4, 0.8e-4), "lse": (2.5e-3, 3e-7)}, False),  # fp16 statistics
+    ({"output": (1e-9, 0.0)}, True),  # exact reference, negligible error: under the floor
+    ({"output": (1e-3, 0.0)}, False),
+])
+def test_precision(errors, passed):
+    assert precision_verdict(errors, CFG)["passed"] is passed
+
+
+@pytest.mark.parametrize("kernels, mine, passed", [
+    ({"_gqa_decode_kernel": 9.8e4, "Memset": 1e3}, {"_gqa_decode_kernel"}, True),
+    ({"_gqa_decode_kernel": 1e4, "nvjet_sm90_tst_64x16": 9e4}, {"_gqa_decode_kernel"}, False),
+    ({"void at::native::elementwise_kernel<...>": 1e5}, {"elementwise_kernel"}, False),  # aten is never "mine"
+    ({}, {"k"}, False),
+])
+def test_attribution(kernels, mine, passed):
+    assert attribution_verdict(kernels, mine, CFG)["passed"] is passed
+
+
+def test_promotion_blockers():
+    clean = [{"label": "a", "status": "PASSED", "audits": [{"name": "x", "passed": True, "detail": ""}]}]
+    assert promotion_blockers(clean, []) == []
+    assert promotion_blockers(clean, [], audit_level="off") == ["audits were switched off"]
+    dirty = [{"label": "a", "status": "PASSED", "audits": [{"name": "precision", "passed": False, "detail": "d"}]}]
+    assert "audit precision failed" in promotion_blockers(dirty, [])[0]
+    failed = [{"label": "a", "status": "TIMEOUT", "audits": []}]
+    assert promotion_blockers(failed, []) == ["a: TIMEOUT"]
+    static = [{"severity": "error", "rule": "timer_tampering", "path": "k.py", "line": 3}]
+    assert "timer_tampering at k.py:3" in promotion_blockers(clean, static)[0]
+    assert promotion_blockers([{"label": "a", "status": "SKIPPED"}], []) == ["no workload was evaluated"]
