@@ -188,8 +188,9 @@ class Session:
         self.progress = progress or (lambda kind, data: None)
         self._secret = secrets.token_bytes(16)  # seeds the candidate cannot predict before it runs
         self._reference: Optional[WorkerProcess] = None
-        self._ref_outputs: dict[tuple[str, str, int], tuple[str, dict[str, torch.Tensor]]] = {}
-        self._oracle: dict[tuple[str, str, int], dict[str, torch.Tensor]] = {}
+        # (definition, workload, seed) -> (reply header, output tensors) of the trusted reference worker
+        self._ref_outputs: dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, torch.Tensor]]] = {}
+        self._oracle: dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, torch.Tensor]]] = {}
         self.audit_config = AuditConfig.for_level(self.options.audit_level)
         self._rng = random.Random(secrets.randbits(64))  # secret order of recheck calls
         self._ref_latency: dict[str, Optional[float]] = {}
@@ -245,34 +246,29 @@ class Session:
             }
         return self._reference
 
-    def reference_outputs(self, definition: Definition, workload: Workload, seed: int) -> tuple[str, dict[str, torch.Tensor]]:
+    def _trusted_outputs(self, op: str, phase: str, cache: dict, definition: Definition, workload: Workload,
+                         seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """Run the reference (``op`` "reference", or "oracle" in fp64) in the reference worker, once per seed."""
         key = (definition.name, workload.uuid, seed)
-        if key not in self._ref_outputs:
+        if key not in cache:
             worker = self.reference_worker()
-            with self._phase("reference"):
+            with self._phase(phase):
                 header, tensors = worker.request(
-                    {"op": "reference", "definition": definition.model_dump(mode="json"),
+                    {"op": op, "definition": definition.model_dump(mode="json"),
                      "workload": workload.model_dump(mode="json"), "seed": seed,
                      "dataset_root": str(self.dataset.root)}, timeout_s=3600)
             if not header.get("ok"):
-                raise RuntimeError(f"the reference failed on workload {workload.uuid}: {header.get('error')}\n"
+                raise RuntimeError(f"the {op} failed on workload {workload.uuid}: {header.get('error')}\n"
                                    f"{header.get('traceback', '')}")
-            self._ref_outputs[key] = (header["input_fingerprint"], tensors)
-        return self._ref_outputs[key]
+            cache[key] = (header, tensors)
+        return cache[key]
+
+    def reference_outputs(self, definition: Definition, workload: Workload, seed: int) -> tuple[str, dict[str, torch.Tensor]]:
+        header, tensors = self._trusted_outputs("reference", "reference", self._ref_outputs, definition, workload, seed)
+        return header["input_fingerprint"], tensors
 
     def oracle_outputs(self, definition: Definition, workload: Workload, seed: int) -> dict[str, torch.Tensor]:
-        key = (definition.name, workload.uuid, seed)
-        if key not in self._oracle:
-            worker = self.reference_worker()
-            with self._phase("audits"):
-                header, tensors = worker.request(
-                    {"op": "oracle", "definition": definition.model_dump(mode="json"),
-                     "workload": workload.model_dump(mode="json"), "seed": seed,
-                     "dataset_root": str(self.dataset.root)}, timeout_s=3600)
-            if not header.get("ok"):
-                raise RuntimeError(f"the fp64 oracle failed on workload {workload.uuid}: {header.get('error')}")
-            self._oracle[key] = tensors
-        return self._oracle[key]
+        return self._trusted_outputs("oracle", "audits", self._oracle, definition, workload, seed)[1]
 
     def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
                           preset: EvalPreset) -> Optional[float]:

@@ -26,13 +26,32 @@ PLAN = (
 )
 
 
+# wrong_numerics is the honest kernel with one classic slip (the softmax scale dropped), derived here so
+# that the two can never drift apart.
+HONEST_KERNEL = EXAMPLES / "triton_gqa_decode" / "kernel.py"
+SLIPS = {"wrong_numerics": [
+    ('"""GQA paged decode in Triton: one program per (request, kv head), the whole query group together.',
+     '"""Numerically wrong on purpose: the softmax scale is ignored (a classic slip); everything else is right.'),
+    ("float(sm_scale) * math.log2(math.e)", "math.log2(math.e)"),
+]}
+
+
+def example_sources(folder: str) -> list[dict]:
+    if folder in SLIPS:
+        text = HONEST_KERNEL.read_text()
+        for old, new in SLIPS[folder]:
+            assert old in text, f"{HONEST_KERNEL} no longer contains {old!r}"
+            text = text.replace(old, new)
+        return [{"path": "kernel.py", "content": text}]
+    return [{"path": p.name, "content": p.read_text()} for p in sorted((EXAMPLES / folder).glob("*.py"))]
+
+
 def pack(folder: str, definition: str, entry: str, name: str, author: str) -> str:
-    root = EXAMPLES / folder
-    sources = [{"path": p.name, "content": p.read_text()} for p in sorted(root.glob("*.py"))]
+    sources = example_sources(folder)
     data = {"name": name, "definition": definition, "author": author,
             "spec": {"language": "triton", "target_hardware": ["H200", "B200"], "entry_point": entry,
                      "dependencies": [], "destination_passing_style": True, "binding": None},
-            "sources": sources, "description": (root / sources[0]["path"]).read_text().split('"""')[1].strip()}
+            "sources": sources, "description": sources[0]["content"].split('"""')[1].strip()}
     return json.dumps(data, indent=2) + "\n"
 
 

@@ -9,7 +9,7 @@ from harness.archive import Archive
 from harness.dataset import Dataset
 from harness.evaluate import Session, SubmitOptions
 from harness.schema import Solution
-from support import KV8_PS1, example_solution, triton_example
+from support import KV8_PS1, TORCH_CANDIDATE, example_solution, triton_example
 
 pytestmark = pytest.mark.gpu
 
@@ -99,27 +99,19 @@ def test_submissions_spread_over_all_gpus(tmp_path):
     assert len(gpus) == min(2, torch.cuda.device_count())
 
 
-LAUNCHES_NOTHING_WHEN_WARM = '''
-import math
-import torch
+# Computes honestly on the first call per buffer pair, then launches nothing: the timer reuses buffers.
+LAUNCHES_NOTHING_WHEN_WARM = TORCH_CANDIDATE.replace("def run(", "def _compute(") + '''
 
-_seen = {}
+_seen = set()
 
 
 def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
     key = (q.data_ptr(), output.data_ptr())
-    if key in _seen:  # the timer reuses buffers: nothing is launched, the old result stays
-        return
-    _seen[key] = True
-    group = q.shape[1] // k_cache.shape[2]
-    for b in range(q.shape[0]):
-        pages = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
-        k = k_cache[pages, 0].float().repeat_interleave(group, dim=1)
-        v = v_cache[pages, 0].float().repeat_interleave(group, dim=1)
-        logits = torch.einsum("hd,thd->ht", q[b].float(), k) * sm_scale
-        lse[b] = torch.logsumexp(logits, -1) / math.log(2.0)
-        output[b] = torch.einsum("ht,thd->hd", torch.softmax(logits, -1), v).to(output.dtype)
+    if key not in _seen:
+        _seen.add(key)
+        _compute(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse)
 '''
+
 
 SPINS_FOREVER = '''
 import triton

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from support import TORCH_CANDIDATE
+
 ROOT = Path(__file__).resolve().parents[2]
 HONEST = (ROOT / "examples" / "triton_gqa_decode" / "kernel.py").read_text()
 PS1 = "gqa_paged_decode_h32_kv8_d128_ps1"
@@ -14,20 +16,7 @@ SIG = "q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse"
 
 ATTACKS: dict[str, str] = {
     # PyTorch does the work: the contest wants the candidate's own kernels.
-    "torch_fallback": f'''
-import math
-import torch
-
-def run({SIG}):
-    group = q.shape[1] // k_cache.shape[2]
-    for b in range(q.shape[0]):
-        pages = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
-        k = k_cache[pages, 0].float().repeat_interleave(group, dim=1)
-        v = v_cache[pages, 0].float().repeat_interleave(group, dim=1)
-        logits = torch.einsum("hd,thd->ht", q[b].float(), k) * sm_scale
-        lse[b] = torch.logsumexp(logits, -1) / math.log(2.0)
-        output[b] = torch.einsum("ht,thd->hd", torch.softmax(logits, -1), v).to(output.dtype)
-''',
+    "torch_fallback": TORCH_CANDIDATE,
     # A library does the work (FlashInfer when present, the honest kernel otherwise so it still passes).
     "library_fallback": f'''
 from .honest import run as _honest
