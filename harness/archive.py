@@ -98,8 +98,11 @@ def m004_profiles(db: sqlite_utils.Database) -> None:
     create_profiles(db)
 
 
+# Reviewer views, artifacts and the full-text search documents live beside the report code.
+from .views import m005_review_views  # noqa: E402
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
-                                                              m004_profiles]
+                                                              m004_profiles, m005_review_views]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:

@@ -345,8 +345,10 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
 
 
 from .profile_cli import profile  # noqa: E402  (registered after the group exists)
+from .report_cli import browse, diff, report  # noqa: E402
 
-main.add_command(profile)
+for _command in (profile, report, browse, diff):
+    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

@@ -67,6 +67,8 @@ class WorkloadResult:
     speedup_vs_fi_kernel: Optional[float] = None
     floor_ms: Optional[float] = None
     fraction_of_floor: Optional[float] = None
+    bytes_moved: Optional[int] = None  # the workload's minimum traffic and work (harness.roofline)
+    flops: Optional[int] = None
     throttled: Optional[bool] = None
     aligned: Optional[bool] = None
     timing_note: str = ""
@@ -367,6 +369,7 @@ class Session:
             wr.speedup_vs_fi_official = fi["official_ms"] / wr.latency_ms
             wr.speedup_vs_fi_kernel = fi["kernel_ms"] / (wr.kernel_latency_ms or wr.latency_ms)
         cost = workload_cost(definition, workload, tokens=self._exact_tokens(definition, workload))
+        wr.bytes_moved, wr.flops = cost.bytes_moved, cost.flops
         with self._phase("ceilings"):
             ceilings = self.ceilings()
         result = roofline(cost, ceilings, wr.kernel_latency_ms or wr.latency_ms)
@@ -468,7 +471,12 @@ class Session:
                                         log=build_failure.log)
                 else:
                     if candidate is None or not candidate.alive:
+                        first_build = candidate is None and build_failure is None and not result.workloads
                         candidate, failure = self._start_candidate(solution, definition, timeout_s)
+                        if candidate is not None and first_build and candidate.build_log.strip():
+                            from .views import add_artifact
+
+                            add_artifact(self.archive, submission_id, "build_log", candidate.build_log)
                         if failure is not None:
                             build_failure = failure
                             wr = WorkloadResult(workload.uuid, label, failure.status, message=failure.message,
@@ -767,7 +775,8 @@ class Session:
                       "flashinfer_official_ms": wr.fi_official_ms, "flashinfer_kernel_ms": wr.fi_kernel_ms,
                       "speedup_vs_flashinfer_official": wr.speedup_vs_fi_official,
                       "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,
-                      "fraction_of_floor": wr.fraction_of_floor, "throttled": wr.throttled, "gpu_state": wr.gpu_state},
+                      "fraction_of_floor": wr.fraction_of_floor, "bytes_moved": wr.bytes_moved, "flops": wr.flops,
+                      "throttled": wr.throttled, "gpu_state": wr.gpu_state},
             "environment_id": env_id,
             "started_at": None, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}, timing_rows)
         result.workloads.append(wr)

@@ -634,7 +634,7 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
     by_definition: dict[str, list[Candidate]] = {}
     for s in subs:
         by_definition.setdefault(s["definition"], []).append(_candidate(archive, s, hardware_of))
-    names = sorted(by_definition)
+    names = sorted(by_definition, key=lambda n: (-len(by_definition[n]), n))  # the busiest definition first
     given_runs = {str(r.get("run") or r.get("run_id") or "run") for r in rounds or []}
     all_rounds = [*(r for r in rounds_from_archive(db) if r["run"] not in given_runs), *(rounds or [])]
     default_def = definition or (names[0] if len(names) == 1 else None)

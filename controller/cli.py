@@ -1,0 +1,191 @@
+"""`controller`: a thin command line over controller.loop. Parses, calls, prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from harness.dataset import Dataset
+from harness.schema import SchemaError
+
+from .loop import LoopConfig, run_loop
+from .providers.base import PROVIDERS, ProviderError, default_provider
+from .skills import SkillError
+
+DEFAULT_ARCHIVE = Path("artifacts")
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def fmt(x: Optional[float], digits: int = 4) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def round_table(rounds: list[dict[str, Any]], title: str = "rounds") -> Table:
+    table = Table(title=title)
+    for column in ("round", "kind", "candidates", "statuses", "best latency ms", "speedup vs FlashInfer",
+                   "tokens", "cost $", "wall s", "decision"):
+        table.add_column(column, overflow="fold")
+    for r in rounds:
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(r.get("statuses", {}).items()))
+        decision = r.get("decision", "")
+        if r.get("stopped"):
+            decision += " | stopped: " + "; ".join(r["stopped"])
+        if r.get("rejected"):
+            decision += " | rejected: " + "; ".join(r["rejected"])
+        table.add_row(str(r["round"]), r["kind"] + (f" +{r['repairs']} repair" if r.get("repairs") else ""),
+                      str(r["candidates"]), statuses, fmt(r.get("best_latency_ms")),
+                      fmt(r.get("speedup_vs_flashinfer"), 3), str(r.get("tokens", 0)), f"{r.get('cost_usd', 0):.4f}",
+                      f"{r.get('wall_s', 0):.1f}", decision)
+    return table
+
+
+def print_report(report: dict[str, Any]) -> None:
+    out.print(round_table(report["rounds"], f"{report['run_id']}: {report['definition']} ({report['provider']})"))
+    inc = report["incumbent"]
+    t = report["totals"]
+    out.print(f"run {report['run_id']}: {report['status']}, stopped because {report['stop_reason']}", highlight=False)
+    out.print(f"timing: {report['timing']}", highlight=False)
+    out.print(f"incumbent: {inc['name']} ({inc['status']}, {'promoted' if inc['promoted'] else 'not promoted'}"
+              + (f", mean {fmt(inc['mean_latency_ms'])} ms" if inc["mean_latency_ms"] is not None else "")
+              + (f", exported to {inc['exported']}" if inc["exported"] else "") + ")", highlight=False)
+    verdicts: dict[str, int] = {}
+    for d in report["decisions"]:
+        verdicts[d["verdict"]] = verdicts.get(d["verdict"], 0) + 1
+    out.print(f"candidates: {t['candidates']} ({t['evaluated']} evaluated by the harness); decisions: "
+              + (", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())) or "none")
+              + f"; spend: {t['tokens']} tokens, ${t['cost_usd']:.4f}, {t['wall_s']:.1f} s", highlight=False)
+    reasons = sorted({d["reasons"][0] for d in report["decisions"] if d["verdict"] == "REJECTED" and d["reasons"]})
+    for reason in reasons[:5]:
+        out.print(f"  not promoted: {reason}", highlight=False)
+
+
+def live_printer(as_json: bool):
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if as_json:
+            return
+        if kind == "run":
+            err.print(f"[bold]{'resuming' if data['resumed'] else 'starting'} {data['run_id']}[/] "
+                      f"({data['definition']}, provider {data['provider']})", highlight=False)
+        elif kind == "round_start":
+            err.print(f"round {data['round']}: regime {data['regime']} ({data['reason']})", highlight=False)
+        elif kind == "response" and (data["stopped"] or data["error"]):
+            err.print(f"  {data['key']}: {data['proposals']} proposal(s); "
+                      f"{'stopped: ' + data['stopped'] if data['stopped'] else 'error: ' + str(data['error'])}",
+                      highlight=False)
+        elif kind == "candidate":
+            err.print(f"  {data['name']}: {data['status']}" + (" (adopted)" if data.get("adopted") else ""),
+                      highlight=False)
+        elif kind == "round":
+            out.print(round_table([data], title=f"round {data['round']}"))
+    return on_event
+
+
+@click.group()
+@click.version_option("0.1.0", prog_name="controller")
+def main() -> None:
+    """Crucible controller: propose kernels within bounds; the harness judges them."""
+
+
+def _split(values: tuple[str, ...]) -> Optional[list[str]]:
+    items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    return items or None
+
+
+@main.command()
+@click.option("--definition", "-d", help="Definition name or alias (gqa_decode runs its four definitions).")
+@click.option("--provider", "-p", type=click.Choice(PROVIDERS),
+              help="Default: offline, or anthropic/openai when ANTHROPIC_API_KEY/OPENAI_API_KEY is set.")
+@click.option("--model", help="Model for anthropic/openai (or the CLI agents).")
+@click.option("--rounds", type=click.IntRange(0), default=3, show_default=True)
+@click.option("--candidates", type=click.IntRange(1), default=2, show_default=True, help="Candidates per round.")
+@click.option("--repairs", type=click.IntRange(0), default=1, show_default=True, help="Repair rounds per failure.")
+@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: ./artifacts).")
+@click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
+@click.option("--workloads", "-w", multiple=True, help="Workload uuid, label or index (repeatable or comma-separated).")
+@click.option("--incumbent", type=click.Path(exists=True, dir_okay=False), help="Start from this solution JSON.")
+@click.option("--target", "target_hardware", default="H200", show_default=True)
+@click.option("--resume", "resume", metavar="RUN_ID", help="Continue a run from the archive (its stored settings).")
+@click.option("--replay-run", metavar="RUN_ID", help="replay: the run whose responses to replay (default: latest).")
+@click.option("--budget-tokens", type=click.IntRange(1), help="Stop after this many tokens (input + output).")
+@click.option("--budget-cost", type=click.FloatRange(0), help="Stop after this many US dollars.")
+@click.option("--budget-wall-s", type=click.FloatRange(0, min_open=True), help="Stop after this much wall time.")
+@click.option("--max-output-tokens", type=click.IntRange(1), default=8192, show_default=True)
+@click.option("--timeout-s", type=click.FloatRange(0, min_open=True), help="Harness limit per workload.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final report(s) as JSON.")
+def loop(definition, provider, model, rounds, candidates, repairs, archive_path, dataset, workloads, incumbent,
+         target_hardware, resume, replay_run, budget_tokens, budget_cost, budget_wall_s, max_output_tokens,
+         timeout_s, as_json) -> None:
+    """Run the loop: plan -> request -> candidates -> harness -> repair -> promotion, bounded and resumable."""
+    archive = Path(archive_path) if archive_path else DEFAULT_ARCHIVE
+    if archive_path and not archive.is_dir():
+        fail(f"archive folder {archive} does not exist (create it first)")
+    on_event = live_printer(as_json)
+    reports = []
+    try:
+        if resume:
+            reports.append(run_loop(None, archive, resume=resume, on_event=on_event))
+        else:
+            if not definition:
+                fail("--definition is required (or --resume RUN_ID)")
+            names = Dataset(dataset).resolve(definition)
+            name = provider or default_provider(dict(os.environ))
+            options: dict[str, Any] = {}
+            if model:
+                options["model"] = model
+            if name == "replay" and replay_run:
+                options["run"] = replay_run
+            for d in names:
+                config = LoopConfig(definition=d, provider=name, provider_options=options, rounds=rounds,
+                                    candidates=candidates, repairs=repairs, workloads=_split(workloads),
+                                    dataset=str(Path(dataset).resolve()) if dataset else None,
+                                    incumbent=str(Path(incumbent).resolve()) if incumbent else None,
+                                    target_hardware=target_hardware, timeout_s=timeout_s,
+                                    max_output_tokens=max_output_tokens, budget_tokens=budget_tokens,
+                                    budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s)
+                reports.append(run_loop(config, archive, on_event=on_event))
+    except (SchemaError, SkillError, ProviderError, ValueError) as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted: the archive holds everything finished; continue with --resume RUN_ID", 130)
+    if as_json:
+        click.echo(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2, default=str))
+    else:
+        for report in reports:
+            print_report(report)
+
+
+@main.command()
+@click.option("--archive", "archive_path", type=click.Path(exists=True, file_okay=False), help="Archive folder.")
+@click.option("--definition", "-d", help="Only runs of this definition.")
+def runs(archive_path, definition) -> None:
+    """List the loop's runs (newest first), to find a RUN_ID to resume or replay."""
+    from harness.archive import Archive
+
+    from .store import Store
+
+    store = Store(Archive(archive_path or DEFAULT_ARCHIVE, create=False, require_db=True))
+    table = Table(title="runs")
+    for column in ("run", "definition", "provider", "status", "rounds done", "stop reason", "created"):
+        table.add_column(column, overflow="fold")
+    for r in store.runs(definition):
+        done = sum(1 for x in store.rounds(r["id"]) if x["status"] == "DONE" and x["round"] > 0)
+        table.add_row(r["id"], r["definition"], r["provider"], r["status"], str(done), r["stop_reason"] or "",
+                      r["created_at"][:19])
+    out.print(table)
+
+
+if __name__ == "__main__":
+    main()

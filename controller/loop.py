@@ -1,0 +1,505 @@
+"""The loop: plan -> request -> candidates -> harness -> repair -> promotion; resumable, bounded, archived.
+
+Every step first looks in the archive: a request already archived is not rebuilt, a response already
+archived is not asked for again, a finished evaluation is not repeated, a decision already taken is not
+taken again. So `controller loop --resume RUN_ID` after any kill (even `kill -9` mid-evaluation) continues
+where the run was: an evaluation that was cut off is redone, one the harness had finished is adopted.
+
+The harness is ground truth: candidates are judged only by `harness.evaluate.Session` (candidate code
+runs in the harness's worker processes, never here), and promotion reads only archived evaluations.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.archive import Archive
+from harness.build import expected_params
+from harness.dataset import Dataset
+from harness.evaluate import Session, SubmitOptions
+from harness.schema import Definition, Solution, dump_json, load_model
+
+from .latency_evidence import mean_latency, mean_speedup_vs_fi, regime_of
+from .plan import REPAIRABLE, build_request, excerpts, log_excerpt, plan_round, request_budget, stop_reason
+from .promote import PROMOTED, Decision, EvalRecord, PairedMeasurement, PairedSample, decide, gate_failure
+from .providers.base import Provider, ProviderError, make_provider
+from .providers.offline import naive_incumbent
+from .request import (Constraints, GenerationRequest, GenerationResponse, HistoryItem, Incumbent, Proposal,
+                      Repair, RequestKind)
+from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
+from .store import DUPLICATE, EVALUATING, REJECTED, UNFINISHED, Store
+
+DEFAULT_FORBIDDEN = ["torch or flashinfer compute calls", "caching outputs across calls", "side streams or threads",
+                     "reading harness state, the reference or files", "timer or L2-flush tampering",
+                     "mutating inputs or aliasing outputs to inputs", "accumulation below fp32"]
+Event = Callable[[str, dict[str, Any]], None]
+
+
+class LoopConfig(BaseModel):
+    """Everything a run needs, stored with the run so a resume uses exactly the same settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    definition: str
+    provider: str = "offline"
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+    rounds: int = Field(3, ge=0)
+    candidates: int = Field(2, ge=1)
+    repairs: int = Field(1, ge=0)  # repair rounds per failed candidate
+    workloads: Optional[list[str]] = None
+    dataset: Optional[str] = None
+    skills: str = str(Path(__file__).resolve().parent.parent / "skills")
+    incumbent: Optional[str] = None  # a solution JSON to start from; default: the skill's naive kernel
+    target_hardware: str = "H200"
+    timeout_s: Optional[float] = None  # per workload, for the harness
+    max_output_tokens: int = Field(8192, ge=1)
+    request_wall_s: float = Field(600.0, gt=0)
+    budget_tokens: Optional[int] = Field(None, ge=1)
+    budget_cost_usd: Optional[float] = Field(None, ge=0)
+    budget_wall_s: Optional[float] = Field(None, gt=0)
+    excerpt_chars: int = Field(6000, ge=200)
+    log_excerpt_chars: int = Field(4000, ge=200)
+    seed: int = 0
+
+
+# -- the harness, behind a small port -----------------------------------------------------------------------
+
+
+class Evaluator(Protocol):
+    def evaluate(self, solution: Solution, on_start: Callable[[int], None]) -> int: ...
+
+    def why_no_timing(self) -> Optional[str]: ...
+
+    def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
+                       order: str = "ABBA") -> Optional[PairedMeasurement]: ...
+
+    def close(self) -> None: ...
+
+
+class HarnessEvaluator:
+    """One harness Session for the run: every candidate is a harness submission, archived by the harness."""
+
+    def __init__(self, dataset: Dataset, archive: Archive, options: SubmitOptions):
+        self.dataset, self.archive, self.options = dataset, archive, options
+        self._session: Optional[Session] = None
+        self._on_start: Optional[Callable[[int], None]] = None
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            self._session = Session(self.dataset, self.archive, self.options, progress=self._progress)
+        return self._session
+
+    def _progress(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "start" and self._on_start is not None:
+            self._on_start(int(data["submission_id"]))
+
+    def evaluate(self, solution: Solution, on_start: Callable[[int], None]) -> int:
+        self._on_start = on_start
+        try:
+            return self.session.submit(solution).submission_id
+        finally:
+            self._on_start = None
+
+    def why_no_timing(self) -> Optional[str]:
+        if not self.session.has_gpu:
+            return "no GPU on this host"
+        if not self.options.timing:
+            return "timing switched off"
+        return None
+
+    def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
+                       order: str = "ABBA") -> Optional[PairedMeasurement]:
+        """Re-submit incumbent (A) and candidate (B) interleaved in one session (one GPU allocation).
+        None where the harness cannot time (no GPU): promotion then says so and promotes nothing."""
+        if self.why_no_timing() is not None:
+            return None
+        samples = []
+        for repeat in range(repeats):
+            for role in order:
+                result = self.session.submit(incumbent if role == "A" else candidate)
+                if result.timing_unavailable_reason or not result.all_passed:
+                    return None
+                samples.append(PairedSample(role, repeat, {w.workload: w.latency_ms for w in result.workloads
+                                                           if w.evaluated and w.latency_ms is not None},
+                                            result.submission_id))
+        return PairedMeasurement(order, tuple(samples))
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+# -- the loop ----------------------------------------------------------------------------------------------
+
+
+def new_run_id() -> str:
+    return "run-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def export_solution(folder: Path, solution: Solution) -> Path:
+    path = folder / "promoted" / solution.definition / f"{solution.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(dump_json(solution), indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+class Loop:
+    def __init__(self, config: LoopConfig, run_id: str, store: Store, provider: Provider, evaluator: Evaluator,
+                 skills: dict[str, Skill], dataset: Dataset, on_event: Optional[Event] = None):
+        self.config, self.run_id, self.store = config, run_id, store
+        self.provider, self.evaluator, self.skills, self.dataset = provider, evaluator, skills, dataset
+        self.emit: Event = on_event or (lambda kind, data: None)
+        self.thresholds: PromotionThresholds = promotion_thresholds(skills)
+        self.definition: Definition = dataset.definition(config.definition)
+        workloads = dataset.workloads_for(config.definition, config.workloads)
+        self.regimes = {w.uuid: regime_of(w.axes, self.definition.const_axes, config.target_hardware)
+                        for w in workloads}
+        self.signature = expected_params(self.definition, True)
+
+    # -- reading state back from the archive ------------------------------------------------------------
+
+    def records(self, candidate: dict[str, Any]) -> list[EvalRecord]:
+        return self.store.eval_records(candidate.get("submission_id"), self.regimes)
+
+    def incumbent(self) -> dict[str, Any]:
+        promoted = [d for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
+        if promoted:
+            return self.store.candidate(promoted[-1]["candidate_id"])
+        return self.store.candidates(self.run_id, 0)[0]
+
+    def rounds_without_promotion(self) -> int:
+        promoted_rounds = [d["round"] for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
+        last = max(promoted_rounds, default=0)
+        return sum(1 for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == "DONE")
+
+    def history(self) -> list[HistoryItem]:
+        decisions = {d["candidate_id"]: d for d in self.store.decisions(self.run_id)}
+        items = []
+        for c in self.store.candidates(self.run_id):
+            d = decisions.get(c["id"])
+            items.append(HistoryItem(round=c["round"], name=c["solution_name"], status=c["status"],
+                                     origin={k: v for k, v in c["origin"].items() if k != "notes"},
+                                     mean_latency_ms=mean_latency(self.records(c)),
+                                     verdict=f"{d['verdict']} ({d['rule']})" if d else ""))
+        return items
+
+    # -- steps ------------------------------------------------------------------------------------------
+
+    def initial_incumbent(self) -> Proposal:
+        if self.config.incumbent:
+            solution = load_model(Solution, self.config.incumbent)
+            return Proposal(solution=dump_json(solution), origin={"file": self.config.incumbent})
+        return naive_incumbent(self.skills, self.definition.name, self.config.target_hardware)
+
+    def constraints(self, incumbent: Solution) -> Constraints:
+        forbidden = DEFAULT_FORBIDDEN
+        for skill in self.skills.values():  # the skill that owns this definition states what is forbidden
+            if self.definition.name in str(skill.metadata.get("definitions", "")).split():
+                forbidden = next((b["forbidden"] for b in machine_blocks(skill) if "forbidden" in b), forbidden)
+        return Constraints(language=incumbent.spec.language.value, entry_point=incumbent.spec.entry_point,
+                           dps_signature=self.signature, editable_files=[s.path for s in incumbent.sources],
+                           forbidden=list(forbidden))
+
+    def known_hashes(self) -> dict[str, int]:
+        known: dict[str, int] = {}
+        for c in self.store.candidates(self.run_id):
+            if c["solution_hash"]:
+                known.setdefault(c["solution_hash"], c["id"])
+        return known
+
+    def ask(self, request: GenerationRequest, depth: int, parent_id: Optional[int]) -> None:
+        """Archive the request (before sending), then get and archive the response with its candidates."""
+        found = self.store.request(self.run_id, request.key)
+        if found is not None:
+            request_id, request = found
+        else:
+            request_id = self.store.add_request(request)
+        if self.store.response(request_id) is not None:
+            return
+        self.emit("request", {"round": request.round, "key": request.key, "provider": self.provider.name})
+        response = self._call(request)
+        self.store.add_response(request, request_id, response, depth, parent_id, self.known_hashes())
+        self.emit("response", {"round": request.round, "key": request.key, "proposals": len(response.proposals),
+                               "rejected": len(response.rejected), "stopped": response.stopped,
+                               "error": response.error, "tokens": response.tokens_in + response.tokens_out,
+                               "cost_usd": response.cost_usd})
+
+    def _call(self, request: GenerationRequest) -> GenerationResponse:
+        started = time.monotonic()
+        try:
+            response = self.provider.generate(request.model_copy(deep=True))  # it cannot widen its own bounds
+        except ProviderError:
+            raise  # set-up problems (no SDK, no price for a cost budget) stop the run with their message
+        except Exception as err:  # a provider bug or an SDK surprise costs this request, not the run
+            return GenerationResponse(provider=self.provider.name, error=f"{type(err).__name__}: {err}",
+                                      wall_s=time.monotonic() - started)
+        extra = len(response.proposals) + len(response.rejected) - request.budget.max_candidates
+        if extra > 0 and response.proposals:  # bounds are enforced, not advisory: rejections count too
+            extra = min(extra, len(response.proposals))
+            response.proposals = response.proposals[: len(response.proposals) - extra]
+            note = f"{extra} proposal(s) over the candidate budget of {request.budget.max_candidates} dropped"
+            response.stopped = f"{response.stopped}; {note}" if response.stopped else note
+        return response
+
+    def evaluate_pending(self, round_number: int) -> None:
+        for c in self.store.candidates(self.run_id, round_number):
+            if c["status"] not in UNFINISHED:
+                continue
+            if c["status"] == EVALUATING and c["submission_id"] is not None:
+                status = self.store.submission_status(c["submission_id"])
+                if status is not None and status != "RUNNING":  # the harness finished before the kill
+                    self.store.set_candidate(c["id"], status, reason="adopted the finished harness evaluation")
+                    self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status,
+                                            "adopted": True})
+                    continue
+            solution = self.store.solution(c)
+            self.emit("evaluate", {"round": round_number, "name": c["solution_name"]})
+            submission_id = self.evaluator.evaluate(
+                solution, on_start=lambda sid, cid=c["id"]: self.store.set_candidate(cid, EVALUATING, submission_id=sid))
+            status = self.store.submission_status(submission_id) or "UNKNOWN"
+            self.store.set_candidate(c["id"], status, submission_id=submission_id)
+            self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status})
+
+    def decide_round(self, round_number: int) -> None:
+        for c in self.store.candidates(self.run_id, round_number):
+            if c["status"] in (*UNFINISHED, REJECTED, DUPLICATE) or self.store.decision(self.run_id, c["id"]):
+                continue
+            incumbent = self.incumbent()
+            records = self.records(c)
+            measurement = None
+            if gate_failure(records, self.thresholds) is None:
+                measurement = self.evaluator.measure_paired(self.store.solution(incumbent), self.store.solution(c),
+                                                            self.thresholds.min_repeats, self.thresholds.paired_order)
+            decision = decide(records, measurement, self.thresholds, self.regimes)
+            self.record_decision(round_number, c, incumbent, decision, measurement)
+
+    def record_decision(self, round_number: int, candidate: dict[str, Any], incumbent: dict[str, Any],
+                        decision: Decision, measurement: Optional[PairedMeasurement]) -> None:
+        exported = None
+        if decision.promoted:
+            exported = str(export_solution(self.store.archive.folder, self.store.solution(candidate)))
+        details = {**decision.details, "measurement": measurement.to_json() if measurement else None}
+        self.store.add_decision(self.run_id, round_number, candidate["id"], incumbent["id"], decision.verdict,
+                                decision.rule, list(decision.reasons), details, exported)
+        self.emit("decision", {"round": round_number, "name": candidate["solution_name"],
+                               "verdict": decision.verdict, "reasons": list(decision.reasons)})
+
+    def request_for(self, round_number: int, key: str, kind: RequestKind, repair: Optional[Repair] = None
+                    ) -> GenerationRequest:
+        cfg = self.config
+        inc_row = self.incumbent()
+        inc_solution = self.store.solution(inc_row)
+        inc_records = self.records(inc_row)
+        incumbent = Incumbent(name=inc_solution.name, solution=dump_json(inc_solution),
+                              origin={k: v for k, v in inc_row["origin"].items() if k != "notes"},
+                              status=inc_row["status"], mean_latency_ms=mean_latency(inc_records))
+        spent = self.store.spend(self.run_id)
+        budget = request_budget(cfg.max_output_tokens, 1 if repair else cfg.candidates, cfg.request_wall_s, spent,
+                                cfg.budget_tokens, cfg.budget_cost_usd, cfg.budget_wall_s)
+        summary = (self.definition.description or "")[:800]
+        return build_request(
+            run_id=self.run_id, round_number=round_number, key=key, kind=kind, definition=self.definition.name,
+            definition_summary=summary, target_hardware=cfg.target_hardware, plan=plan_round(inc_records),
+            incumbent=incumbent, incumbent_records=inc_records, history=self.history(),
+            skill_excerpts=excerpts(self.skills, cfg.target_hardware, cfg.excerpt_chars),
+            constraints=self.constraints(inc_solution), budget=budget, thresholds=self.thresholds, repair=repair,
+            seed=cfg.seed, why_no_timing=self.evaluator.why_no_timing() or "")
+
+    def repair_for(self, candidate: dict[str, Any]) -> Repair:
+        records = self.records(candidate)
+        failing = [(r, self.store.log_text(r)) for r in records if r.status != "PASSED"]
+        return Repair(candidate_id=candidate["id"], status=candidate["status"],
+                      solution=dump_json(self.store.solution(candidate)),
+                      origin={k: v for k, v in candidate["origin"].items() if k != "notes"},
+                      log_excerpt=log_excerpt(failing, self.config.log_excerpt_chars))
+
+    # -- rounds -----------------------------------------------------------------------------------------
+
+    def baseline_round(self) -> None:
+        row = self.store.round(self.run_id, 0)
+        if row is not None and row["status"] == "DONE":
+            return
+        started = time.monotonic()
+        self.store.start_round(self.run_id, 0, "baseline", {"note": "evaluate the starting incumbent"})
+        if not self.store.candidates(self.run_id, 0):
+            self.store.add_incumbent(self.run_id, self.initial_incumbent())
+        self.evaluate_pending(0)
+        c = self.store.candidates(self.run_id, 0)[0]
+        if self.store.decision(self.run_id, c["id"]) is None:
+            self.store.add_decision(self.run_id, 0, c["id"], None, "BASELINE", "incumbent",
+                                    ["the starting incumbent"], {"status": c["status"]})
+        self.finish_round(0, "baseline", time.monotonic() - started)
+
+    def play_round(self, round_number: int) -> None:
+        started = time.monotonic()
+        plan = plan_round(self.records(self.incumbent()))
+        self.store.start_round(self.run_id, round_number, "explore", plan.to_json())
+        self.emit("round_start", {"round": round_number, **plan.to_json()})
+        self.ask(self.request_for(round_number, f"r{round_number}/explore", "explore"), 0, None)
+        self.evaluate_pending(round_number)
+        for depth in range(1, self.config.repairs + 1):
+            failed = [c for c in self.store.candidates(self.run_id, round_number)
+                      if c["depth"] == depth - 1 and c["status"] in REPAIRABLE]
+            for c in failed:
+                key = f"r{round_number}/repair/c{c['id']}"
+                if self.store.request(self.run_id, key) is None:
+                    self.ask(self.request_for(round_number, key, "repair", self.repair_for(c)), depth, c["id"])
+                else:
+                    self.ask(self.store.request(self.run_id, key)[1], depth, c["id"])
+            self.evaluate_pending(round_number)
+        self.decide_round(round_number)
+        self.finish_round(round_number, "explore", time.monotonic() - started)
+
+    def finish_round(self, round_number: int, kind: str, wall_s: float) -> None:
+        summary = self.summarize(round_number, kind, wall_s)
+        self.store.finish_round(self.run_id, round_number, summary, wall_s)
+        self.emit("round", summary)
+
+    def summarize(self, round_number: int, kind: str, wall_s: float) -> dict[str, Any]:
+        cands = self.store.candidates(self.run_id, round_number)
+        responses = [r for r in self.store.responses_of_run(self.run_id) if r["round"] == round_number]
+        decisions = [d for d in self.store.decisions(self.run_id) if d["round"] == round_number]
+        best = None
+        for c in cands:
+            records = self.records(c)
+            latency = mean_latency(records)
+            if latency is not None and (best is None or latency < best[0]):
+                best = (latency, mean_speedup_vs_fi(records), c["solution_name"])
+        promoted = [d for d in decisions if d["verdict"] == PROMOTED]
+        if kind == "baseline":
+            decision = "starting incumbent"
+        elif promoted:
+            decision = "promoted " + ", ".join(self.store.candidate(d["candidate_id"])["solution_name"] for d in promoted)
+        elif decisions:
+            decision = Counter(d["reasons"][0] if d["reasons"] else d["rule"] for d in decisions).most_common(1)[0][0]
+        else:
+            decision = "nothing to decide"
+        return {
+            "round": round_number, "kind": kind, "candidates": len(cands),
+            "repairs": sum(1 for c in cands if c["depth"] > 0),
+            "statuses": dict(Counter(c["status"] for c in cands)),
+            "best_latency_ms": best[0] if best else None, "best_candidate": best[2] if best else None,
+            "speedup_vs_flashinfer": best[1] if best else None,
+            "tokens": sum((r["tokens_in"] or 0) + (r["tokens_out"] or 0) for r in responses),
+            "cost_usd": sum(r["cost_usd"] or 0.0 for r in responses), "wall_s": round(wall_s, 3),
+            "stopped": [r["stopped"] or r["error"] for r in responses if r["stopped"] or r["error"]],
+            "rejected": [c["reason"] for c in cands if c["status"] == REJECTED],
+            "decision": decision,
+        }
+
+    def stop_check(self) -> Optional[str]:
+        cfg = self.config
+        return stop_reason(self.store.spend(self.run_id), cfg.budget_tokens, cfg.budget_cost_usd, cfg.budget_wall_s,
+                           self.rounds_without_promotion(), self.records(self.incumbent()), self.thresholds)
+
+    def run(self) -> dict[str, Any]:
+        row = self.store.run(self.run_id)
+        if row is not None and row["status"] == "DONE":
+            return self.report()
+        self.store.set_run_status(self.run_id, "RUNNING")
+        try:
+            self.baseline_round()
+            stop = None
+            for r in range(1, self.config.rounds + 1):
+                existing = self.store.round(self.run_id, r)
+                if existing is not None and existing["status"] == "DONE":
+                    continue
+                if existing is None:
+                    stop = self.stop_check()
+                    if stop:
+                        break
+                self.play_round(r)
+            stop = stop or f"ran all {self.config.rounds} rounds"
+            self.store.set_run_status(self.run_id, "DONE", stop)
+        except BaseException as err:
+            status = "FAILED" if isinstance(err, Exception) else "INTERRUPTED"
+            self.store.set_run_status(self.run_id, status, f"{type(err).__name__}: {err}")
+            raise
+        return self.report()
+
+    # -- the report -------------------------------------------------------------------------------------
+
+    def timing_note(self, cands: list[dict[str, Any]]) -> str:
+        """From the archive (a finished run is reported without starting the harness)."""
+        if any(r.latency_ms is not None for c in cands for r in self.records(c)):
+            return "available"
+        used_gpu = {self.store.submission_used_gpu(c["submission_id"]) for c in cands if c["submission_id"]}
+        if used_gpu == {False}:
+            return "unavailable: no GPU on this host"
+        return f"unavailable: {self.evaluator.why_no_timing() or 'no evaluation was timed'}"
+
+    def report(self) -> dict[str, Any]:
+        row = self.store.run(self.run_id) or {}
+        rounds = [r["summary"] for r in self.store.rounds(self.run_id) if r["status"] == "DONE"]
+        inc = self.incumbent()
+        inc_records = self.records(inc)
+        decisions = self.store.decisions(self.run_id)
+        promoted = [d for d in decisions if d["verdict"] == PROMOTED]
+        spent = self.store.spend(self.run_id)
+        cands = self.store.candidates(self.run_id)
+        return {
+            "run_id": self.run_id, "definition": self.definition.name, "provider": row.get("provider"),
+            "status": row.get("status"), "stop_reason": row.get("stop_reason"),
+            "timing": self.timing_note(cands),
+            "rounds": rounds,
+            "incumbent": {"candidate_id": inc["id"], "name": inc["solution_name"], "solution_hash": inc["solution_hash"],
+                          "status": inc["status"], "origin": inc["origin"], "promoted": bool(promoted),
+                          "mean_latency_ms": mean_latency(inc_records),
+                          "exported": promoted[-1]["exported"] if promoted else None},
+            "decisions": [{"round": d["round"], "candidate": self.store.candidate(d["candidate_id"])["solution_name"],
+                           "verdict": d["verdict"], "rule": d["rule"], "reasons": d["reasons"]} for d in decisions],
+            "totals": {"candidates": len(cands),
+                       "evaluated": sum(1 for c in cands if c["submission_id"] is not None),
+                       "tokens": spent["tokens"], "cost_usd": spent["cost_usd"], "wall_s": round(spent["wall_s"], 3)},
+        }
+
+
+# -- wiring ------------------------------------------------------------------------------------------------
+
+
+def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: Optional[str] = None,
+             provider: Optional[Provider] = None, evaluator: Optional[Evaluator] = None,
+             on_event: Optional[Event] = None) -> dict[str, Any]:
+    """Start a run (or resume one) and play it to its end; returns the report."""
+    archive = Archive(archive_path)
+    store = Store(archive)
+    if resume is not None:
+        row = store.run(resume)
+        if row is None:
+            raise ValueError(f"no run {resume!r} in {archive.folder}")
+        config, run_id = LoopConfig.model_validate(row["config"]), resume
+    else:
+        if config is None:
+            raise ValueError("a new run needs a LoopConfig")
+        run_id = new_run_id()
+    dataset = Dataset(config.dataset)
+    if config.dataset is None:
+        config = config.model_copy(update={"dataset": str(dataset.root.resolve())})
+    skills = load_skills(config.skills)
+    if resume is None:
+        store.create_run(run_id, config.definition, config.provider, config.model_dump(mode="json"))
+    if on_event:
+        on_event("run", {"run_id": run_id, "definition": config.definition, "provider": config.provider,
+                         "resumed": resume is not None})
+    provider = provider or make_provider(config.provider, config.provider_options, skills=skills,
+                                         skills_root=config.skills, store=store)
+    own_evaluator = evaluator is None
+    evaluator = evaluator or HarnessEvaluator(dataset, archive, SubmitOptions(workloads=config.workloads,
+                                                                              timeout_s=config.timeout_s))
+    try:
+        return Loop(config, run_id, store, provider, evaluator, skills, dataset, on_event).run()
+    finally:
+        if own_evaluator:
+            evaluator.close()

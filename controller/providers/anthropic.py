@@ -1,0 +1,83 @@
+"""Anthropic Messages API through the official SDK (anthropic >= 1, on httpx2).
+
+Structured output by a forced tool call (`submit_kernel`, input schema = the reply schema); max_tokens
+from the budget; SDK retries (429, 5xx, connection errors, with backoff) and a timeout from the budget's
+wall time; usage -> tokens and cost from the price table. No sampling parameters are sent (anthropic 2.x
+rejects temperature/top_p/top_k). Tests pass ``http_client=httpx2.Client(transport=httpx2.MockTransport(...))``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
+from .base import CallResult, ProviderError, api_generate, price_of
+
+DEFAULT_MODEL = "claude-sonnet-4-6"
+TOOL_NAME = "submit_kernel"
+TOOL = {"name": TOOL_NAME, "description": "Submit one kernel candidate: complete files, entry point, notes.",
+        "input_schema": REPLY_SCHEMA}
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def __init__(self, model: str = DEFAULT_MODEL, api_key: Optional[str] = None, base_url: Optional[str] = None,
+                 max_retries: int = 2, http_client: Any = None, client: Any = None,
+                 prices: Optional[dict[str, tuple[float, float]]] = None):
+        self.model, self.api_key, self.base_url = model, api_key, base_url
+        self.max_retries, self.http_client, self.client, self.prices = max_retries, http_client, client, prices
+
+    def _sdk(self) -> Any:
+        try:
+            import anthropic
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ProviderError("the anthropic provider needs the SDK: pip install 'crucible[llm]'") from err
+        return anthropic
+
+    def _client(self) -> Any:
+        if self.client is None:
+            kwargs: dict[str, Any] = {"max_retries": self.max_retries}
+            if self.api_key:
+                kwargs["api_key"] = self.api_key
+            if self.base_url:
+                kwargs["base_url"] = self.base_url
+            if self.http_client is not None:
+                kwargs["http_client"] = self.http_client
+            sdk = self._sdk()
+            try:
+                self.client = sdk.Anthropic(**kwargs)
+            except sdk.AnthropicError as err:  # e.g. no API key
+                raise ProviderError(f"{self.name}: {err}") from err
+        return self.client
+
+    def _call(self, prompt: str, max_tokens: int, timeout_s: float) -> CallResult:
+        sdk = self._sdk()
+        client = self._client()
+        try:
+            message = client.messages.create(
+                model=self.model, max_tokens=max_tokens, system=SYSTEM_PROMPT,
+                messages=[{"role": "user", "content": prompt}], tools=[TOOL],
+                tool_choice={"type": "tool", "name": TOOL_NAME}, timeout=timeout_s)
+        except sdk.APITimeoutError:
+            return CallResult(timed_out=True)
+        except sdk.APIStatusError as err:
+            return CallResult(error=f"HTTP {err.status_code}: {err.message}", raw=str(getattr(err, "body", "")))
+        except sdk.APIConnectionError as err:
+            return CallResult(error=f"connection error: {err}")
+        except TypeError as err:  # the SDK's way of saying it has no credentials
+            raise ProviderError(f"anthropic: {err}") from err
+        usage = message.usage
+        tokens_in = usage.input_tokens + (getattr(usage, "cache_creation_input_tokens", 0) or 0) + (
+            getattr(usage, "cache_read_input_tokens", 0) or 0)
+        data = next((block.input for block in message.content
+                     if block.type == "tool_use" and block.name == TOOL_NAME), None)
+        truncated = message.stop_reason == "max_tokens"
+        return CallResult(raw=message.model_dump_json(), tokens_in=tokens_in, tokens_out=usage.output_tokens,
+                          data=data, truncated=truncated,
+                          reply_problem=None if data is not None or truncated else "no submit_kernel tool call in the reply")
+
+    def generate(self, request: GenerationRequest) -> GenerationResponse:
+        self._client()  # set-up problems (no API key) raise ProviderError before anything is sent
+        price = price_of(self.model, self.prices)
+        return api_generate(self.name, self.model, request, price, self._call)

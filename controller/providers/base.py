@@ -1,0 +1,271 @@
+"""One interface for every generator, and the checks they all share.
+
+A provider turns a ``GenerationRequest`` into a ``GenerationResponse``: proposals (Solution JSON) plus
+the raw text, tokens, cost and wall time, and, where a bound stopped it, why. Providers never evaluate
+anything; the loop hands proposals to the harness.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any, Optional, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.schema import Solution, dump_json
+
+from ..request import GenerationRequest, GenerationResponse, Proposal, Rejection
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def generate(self, request: GenerationRequest) -> GenerationResponse: ...
+
+
+class ProviderError(RuntimeError):
+    """A provider cannot be set up (missing SDK, missing executable, no price for a cost budget)."""
+
+
+# -- price table (data): USD per million tokens, (input, output) ------------------------------------------
+
+PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
+    # Vendor list prices (standard tier, no batch or cache discounts); edit when they change. A model missing
+    # here has no cost accounting: its spend is recorded as 0 and marked, and a cost budget refuses it.
+    "claude-opus-4-5": (5.0, 25.0),
+    "claude-opus-4-1": (15.0, 75.0),
+    "claude-sonnet-4-6": (3.0, 15.0),
+    "claude-sonnet-4-5": (3.0, 15.0),
+    "claude-haiku-4-5": (1.0, 5.0),
+    "gpt-5": (1.25, 10.0),
+    "gpt-5-mini": (0.25, 2.0),
+    "gpt-4.1": (2.0, 8.0),
+    "o4-mini": (1.1, 4.4),
+}
+
+
+def price_of(model: str, prices: Optional[dict[str, tuple[float, float]]] = None) -> Optional[tuple[float, float]]:
+    """(input, output) USD per million tokens; a dated model id matches its undated entry."""
+    table = PRICES_PER_MTOK if prices is None else prices
+    if model in table:
+        return table[model]
+    for name in table:  # a dated snapshot: claude-sonnet-4-5-20250929, gpt-5-2025-08-07
+        if model.startswith(name + "-20"):
+            return table[name]
+    return None
+
+
+def cost_usd(tokens_in: int, tokens_out: int, price: Optional[tuple[float, float]]) -> float:
+    if price is None:
+        return 0.0
+    return (tokens_in * price[0] + tokens_out * price[1]) / 1e6
+
+
+def estimate_tokens(text: str) -> int:
+    """A deliberately high estimate (3 characters a token) for budget checks before sending."""
+    return len(text) // 3 + 16
+
+
+def output_allowance(request: GenerationRequest, prompt: str, price: Optional[tuple[float, float]],
+                     spent_tokens: int, spent_cost: float) -> tuple[int, Optional[str]]:
+    """max_tokens for the next call within the request's budget, or (0, why not)."""
+    b = request.budget
+    est_in = estimate_tokens(prompt)
+    allowed = b.max_output_tokens
+    if b.max_total_tokens is not None:
+        allowed = min(allowed, b.max_total_tokens - spent_tokens - est_in)
+        if allowed < 1:
+            return 0, (f"token budget: {b.max_total_tokens - spent_tokens} tokens left, the prompt alone is "
+                       f"about {est_in}")
+    if b.max_cost_usd is not None:
+        if price is None:
+            return 0, "cost budget set but no price is known for this model (add it to the price table)"
+        left = b.max_cost_usd - spent_cost - est_in * price[0] / 1e6
+        affordable = int(left * 1e6 / price[1]) if price[1] > 0 else allowed
+        allowed = min(allowed, affordable)
+        if allowed < 1:
+            return 0, f"cost budget: ${b.max_cost_usd - spent_cost:.4f} left does not pay for the prompt"
+    return allowed, None
+
+
+# -- the structured reply every model is asked for -----------------------------------------------------------
+
+
+class FileEdit(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    path: str
+    content: str
+
+
+class KernelReply(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    files: list[FileEdit] = Field(min_length=1)
+    entry_point: str
+    notes: str = ""
+
+
+def parse_reply(data: Any) -> tuple[Optional[KernelReply], Optional[str]]:
+    try:
+        return KernelReply.model_validate(data), None
+    except ValidationError as err:
+        return None, "reply does not match the schema: " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:5])
+
+
+def normalise(path: str) -> str:
+    return PurePosixPath(path).as_posix()  # "./kernel.py" and "kernel.py" are one file
+
+
+def forbidden_files(paths: list[str], allowed: list[str]) -> list[str]:
+    """Paths a candidate touched that it may not touch."""
+    ok = {normalise(p) for p in allowed}
+    return sorted({normalise(p) for p in paths} - ok)
+
+
+def candidate_name(request: GenerationRequest, provider: str, index: int) -> str:
+    return f"{provider}_{request.key.replace('/', '_')}_{index}"
+
+
+def proposal_from_files(request: GenerationRequest, files: dict[str, str], entry_point: str, name: str,
+                        author: str, origin: dict[str, Any], notes: str = "") -> Proposal | Rejection:
+    """A Solution proposal from edited files, or a rejection that says why (forbidden file, bad entry point)."""
+    bad = forbidden_files(list(files), request.constraints.editable_files)
+    if bad:
+        return Rejection(name=name, reason=f"edits files it may not touch: {', '.join(bad)} "
+                                            f"(allowed: {', '.join(request.constraints.editable_files)})", files=bad)
+    if entry_point != request.constraints.entry_point:
+        return Rejection(name=name, reason=f"entry point {entry_point!r} is not the required "
+                                            f"{request.constraints.entry_point!r}")
+    # The other files of what was edited (the failed candidate on repair, else the incumbent) stay as they are.
+    base = request.repair.solution if request.repair is not None else request.incumbent.solution
+    sources = {s["path"]: s["content"] for s in base.get("sources", [])}
+    sources.update({normalise(p): c for p, c in files.items()})
+    data = {"name": name, "definition": request.definition, "author": author,
+            "spec": {"language": request.constraints.language, "target_hardware": [request.target_hardware],
+                     "entry_point": entry_point, "dependencies": [], "destination_passing_style": True},
+            "sources": [{"path": p, "content": c} for p, c in sorted(sources.items())],
+            "description": notes[:2000] or None}
+    try:
+        solution = Solution.model_validate(data)
+    except ValidationError as err:
+        return Rejection(name=name, reason=f"not a valid solution: {err.errors()[0]['msg']}")
+    return Proposal(solution=dump_json(solution), origin=origin, notes=notes)
+
+
+def add(response: GenerationResponse, item: Proposal | Rejection) -> None:
+    (response.proposals if isinstance(item, Proposal) else response.rejected).append(item)  # type: ignore[arg-type]
+
+
+# -- the registry -----------------------------------------------------------------------------------------
+
+PROVIDERS = ("offline", "replay", "anthropic", "openai", "claude-code", "codex")
+
+
+def default_provider(env: dict[str, str]) -> str:
+    """offline unless an API key is set (Anthropic first)."""
+    if env.get("ANTHROPIC_API_KEY"):
+        return "anthropic"
+    if env.get("OPENAI_API_KEY"):
+        return "openai"
+    return "offline"
+
+
+def make_provider(name: str, options: Optional[dict[str, Any]] = None, **context: Any) -> Provider:
+    """Build a provider by name. ``context`` carries what some need: skills, skills_root, store."""
+    options = dict(options or {})
+    if name == "offline":
+        from .offline import OfflineProvider
+
+        return OfflineProvider(context["skills"], **options)
+    if name == "replay":
+        from .replay import ReplayProvider
+
+        return ReplayProvider(context["store"], **options)
+    if name == "anthropic":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider(**options)
+    if name == "openai":
+        from .openai import OpenAIProvider
+
+        return OpenAIProvider(**options)
+    if name in ("claude-code", "codex"):
+        from .cli_agents import CLIAgentProvider
+
+        return CLIAgentProvider(name, skills_root=context["skills_root"], **options)
+    raise ProviderError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
+
+
+# -- the API providers' shared loop: one model call per candidate, every bound checked -----------------------
+
+
+class CallResult(BaseModel):
+    """One model call, as the SDK wrapper saw it."""
+
+    raw: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    data: Any = None  # the structured reply (the tool input / the JSON output)
+    truncated: bool = False  # the model hit max_tokens
+    timed_out: bool = False
+    error: Optional[str] = None  # the call failed (HTTP status, connection): the provider stops
+    reply_problem: Optional[str] = None  # the call worked but the reply is unusable: that candidate is rejected
+
+
+def api_generate(provider: str, model: str, request: GenerationRequest, price: Optional[tuple[float, float]],
+                 call: Any) -> GenerationResponse:
+    """Ask ``call(prompt, max_tokens, timeout_s) -> CallResult`` once per candidate, inside the request's
+    budget. Over a bound the provider stops, the reply that broke it is discarded, and ``stopped`` says why."""
+    import time
+
+    from ..request import render_prompt
+
+    prompt = render_prompt(request)
+    b = request.budget
+    response = GenerationResponse(provider=provider, model=model if price else f"{model} (no price: cost not counted)")
+    raws: list[str] = []
+    started = time.monotonic()
+    for index in range(b.max_candidates):
+        left = b.wall_s - (time.monotonic() - started)
+        if left <= 0:
+            response.stopped = f"wall time: {b.wall_s:g} s used up"
+            break
+        max_tokens, why_not = output_allowance(request, prompt, price, response.tokens_in + response.tokens_out,
+                                               response.cost_usd)
+        if why_not:
+            response.stopped = why_not
+            break
+        result: CallResult = call(prompt, max_tokens, left)
+        raws.append(result.raw)
+        response.tokens_in += result.tokens_in
+        response.tokens_out += result.tokens_out
+        response.cost_usd += cost_usd(result.tokens_in, result.tokens_out, price)
+        elapsed = time.monotonic() - started
+        name = candidate_name(request, provider, index)
+        if result.timed_out:
+            response.stopped = f"wall time: no answer within {left:.0f} s (request stopped)"
+        elif result.error:
+            response.error = result.error
+        elif elapsed > b.wall_s:
+            response.stopped = f"wall time: {elapsed:.1f} s > {b.wall_s:g} s; reply discarded"
+        elif result.truncated or result.tokens_out > max_tokens:
+            response.stopped = (f"output hit max_tokens ({max_tokens}; {result.tokens_out} generated): reply "
+                                "truncated, no candidate")
+        elif b.max_total_tokens is not None and response.tokens_in + response.tokens_out > b.max_total_tokens:
+            response.stopped = (f"token budget: {response.tokens_in + response.tokens_out} tokens > "
+                                f"{b.max_total_tokens}; reply discarded")
+        elif b.max_cost_usd is not None and response.cost_usd > b.max_cost_usd:
+            response.stopped = f"cost budget: ${response.cost_usd:.4f} > ${b.max_cost_usd:.4f}; reply discarded"
+        if response.stopped or response.error:
+            break
+        reply, problem = (None, result.reply_problem) if result.reply_problem else parse_reply(result.data)
+        if reply is None:
+            response.rejected.append(Rejection(name=name, reason=problem or "no reply"))
+            continue
+        add(response, proposal_from_files(request, {f.path: f.content for f in reply.files}, reply.entry_point, name,
+                                          f"controller/{provider}", {"provider": provider, "model": model},
+                                          reply.notes))
+    response.raw_text = "\n".join(raws)
+    response.wall_s = time.monotonic() - started
+    return response

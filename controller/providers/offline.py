@@ -1,0 +1,170 @@
+"""The deterministic generator: new parameter sets for the parametric reference kernels of a skill.
+
+No model, no network, no randomness: the same request gives the same candidates. It starts from the
+incumbent's template parameters (or the skill's starting point for the regime), lists one-step
+neighbours in the template's allowed values, plus a switch of template and the regime's starting
+point, rotates that list by the round, and proposes the first ones not tried yet. A repair request
+gets the template's known-good defaults. It is the default provider when no API key is set, and the
+loop's end-to-end tests run on it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+
+from harness.schema import Solution, dump_json
+
+from ..request import GenerationRequest, GenerationResponse, Proposal
+from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
+
+DEFAULT_SKILL = "gqa-decode"
+# The naive starting incumbent: one program per (request, KV head), small tiles, one warp, no tl.dot.
+NAIVE_ORIGIN: dict[str, Any] = {"template": "triton-per-kv-head",
+                                "params": {"BLOCK_N": 16, "NUM_WARPS": 1, "NUM_STAGES": 1, "USE_DOT": 0}}
+
+def config_key(origin: dict[str, Any]) -> str:
+    return json.dumps({"template": origin.get("template"), "params": origin.get("params", {})}, sort_keys=True)
+
+
+def slug(origin: dict[str, Any]) -> str:
+    short = {"BLOCK_N": "bn", "NUM_WARPS": "w", "NUM_STAGES": "s", "USE_DOT": "dot", "SPLIT_KV": "split"}
+    params = origin.get("params", {})
+    name = str(origin.get("template", "kernel")).replace("triton-", "")
+    return name + "".join(f"_{short.get(k, k.lower())}{v}" for k, v in params.items())
+
+
+class OfflineGenerator:
+    """Pure parts: the skill's templates and the parameter space they allow."""
+
+    def __init__(self, skill: Skill):
+        self.skill = skill
+        self.templates: dict[str, KernelTemplate] = kernel_templates(skill)
+        block = next((b for b in machine_blocks(skill) if "templates" in b), {})
+        self.definitions: dict[str, dict[str, Any]] = block.get("definitions", {})
+        self.starting_points: dict[str, dict[str, Any]] = block.get("starting_points", {})
+
+    def page_size(self, definition: str) -> int:
+        if definition not in self.definitions:
+            raise SkillError(f"skill {self.skill.name!r} has no templates for definition {definition!r}")
+        return int(self.definitions[definition]["page_size"])
+
+    def free_params(self, template: KernelTemplate) -> list[str]:
+        return [n for n in template.placeholders if n not in template.fixed_by_definition]
+
+    def complete(self, template_name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Params restricted to the template's free placeholders, missing ones from its defaults."""
+        template = self.templates[template_name]
+        out = {}
+        for name in self.free_params(template):
+            value = params.get(name, template.defaults.get(name))
+            if value not in template.placeholders[name]:
+                value = template.defaults.get(name, template.placeholders[name][0])
+            out[name] = value
+        return out
+
+    def starting_point(self, regime: str) -> Optional[dict[str, Any]]:
+        point = self.starting_points.get(regime)
+        if not point:
+            return None
+        params = {k: v for k, v in point.items() if k != "template"}
+        return {"template": point["template"], "params": self.complete(point["template"], params)}
+
+    def neighbours(self, base: dict[str, Any], regime: str, rotation: int) -> list[dict[str, Any]]:
+        """One-step moves of each free parameter, then a template switch and the regime's starting point,
+        rotated by ``rotation`` (the round) so successive rounds lead with different moves."""
+        template = self.templates[base["template"]]
+        params = self.complete(base["template"], base.get("params", {}))
+        moves: list[dict[str, Any]] = []
+        for name in self.free_params(template):
+            choices = template.placeholders[name]
+            i = choices.index(params[name])
+            for j in (i + 1, i - 1):
+                if 0 <= j < len(choices):
+                    moves.append({"template": base["template"], "params": {**params, name: choices[j]}})
+        for other in self.templates:
+            if other != base["template"]:
+                moves.append({"template": other, "params": self.complete(other, params)})
+        start = self.starting_point(regime)
+        if start is not None:
+            moves.append(start)
+        if moves:
+            k = rotation % len(moves)
+            moves = moves[k:] + moves[:k]
+        return moves
+
+    def render(self, origin: dict[str, Any], definition: str, name: str, author: str,
+               target_hardware: str) -> dict[str, Any]:
+        template = self.templates[origin["template"]]
+        params = {**origin["params"], "PAGE_SIZE": self.page_size(definition)}
+        source = render_skill_template(self.skill, template, params)
+        solution = Solution.model_validate({
+            "name": name, "definition": definition, "author": author,
+            "spec": {"language": template.language, "target_hardware": [target_hardware],
+                     "entry_point": f"kernel.py::{template.entry_point}", "dependencies": [],
+                     "destination_passing_style": True},
+            "sources": [{"path": "kernel.py", "content": source}],
+            "description": f"{template.name} {json.dumps(origin['params'], sort_keys=True)}"})
+        return dump_json(solution)
+
+
+def naive_incumbent(skills: dict[str, Skill], definition: str, target_hardware: str = "H200",
+                    skill: str = DEFAULT_SKILL) -> Proposal:
+    generator = OfflineGenerator(skills[skill])
+    origin = {"template": NAIVE_ORIGIN["template"],
+              "params": generator.complete(NAIVE_ORIGIN["template"], NAIVE_ORIGIN["params"])}
+    solution = generator.render(origin, definition, f"naive_{slug(origin)}", "controller/offline", target_hardware)
+    return Proposal(solution=solution, origin=origin, notes="naive starting incumbent")
+
+
+class OfflineProvider:
+    name = "offline"
+
+    def __init__(self, skills: dict[str, Skill], skill: str = DEFAULT_SKILL):
+        if skill not in skills:
+            raise SkillError(f"the offline provider needs the {skill!r} skill")
+        self.generator = OfflineGenerator(skills[skill])
+
+    def propose(self, request: GenerationRequest) -> list[dict[str, Any]]:
+        """The origins (template + params) this request gets, in order. Pure."""
+        g = self.generator
+        tried = {config_key(h.origin) for h in request.history if h.origin.get("template")}
+        if request.incumbent.origin.get("template"):
+            tried.add(config_key(request.incumbent.origin))
+        if request.repair is not None:
+            failed = request.repair.origin
+            options = []
+            if failed.get("template") in g.templates:
+                options.append({"template": failed["template"], "params": g.complete(failed["template"], {})})
+            start = g.starting_point(request.regime)
+            options += [start] if start else []
+        else:
+            base = request.incumbent.origin if request.incumbent.origin.get("template") in g.templates else (
+                g.starting_point(request.regime) or {"template": next(iter(g.templates)), "params": {}})
+            options = g.neighbours(base, request.regime, rotation=request.seed + request.round - 1)
+        chosen: list[dict[str, Any]] = []
+        for origin in options:
+            key = config_key(origin)
+            if key in tried:
+                continue
+            tried.add(key)
+            chosen.append(origin)
+            if len(chosen) == request.budget.max_candidates:
+                break
+        return chosen
+
+    def generate(self, request: GenerationRequest) -> GenerationResponse:
+        started = time.monotonic()
+        origins = self.propose(request)
+        proposals = []
+        for i, origin in enumerate(origins):
+            name = f"r{request.round}_{slug(origin)}"
+            solution = self.generator.render(origin, request.definition, name, "controller/offline",
+                                             request.target_hardware)
+            proposals.append(Proposal(solution=solution, origin=origin,
+                                      notes=f"{request.kind}: {origin['template']} {origin['params']}"))
+        raw = json.dumps({"origins": origins}, sort_keys=True)
+        stopped = None if proposals else "offline: every neighbour of the incumbent was already tried"
+        return GenerationResponse(provider=self.name, model="offline-templates", proposals=proposals, raw_text=raw,
+                                  wall_s=time.monotonic() - started, stopped=stopped)

@@ -1,0 +1,54 @@
+"""Replay the archived responses of an earlier run, in the order they were received.
+
+Stateless on purpose: the n-th call of a run gets the n-th response of the source run, where n is the
+number of responses the current run has already archived, so a resumed replay continues where it was.
+A replay is strict: if the request's round or kind differs from the archived one, the loop has
+diverged and the response says so instead of handing over candidates meant for something else.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional
+
+from ..request import GenerationRequest, GenerationResponse, Proposal, Rejection
+
+
+class ReplayProvider:
+    name = "replay"
+
+    def __init__(self, store: Any, run: Optional[str] = None):
+        self.store = store
+        self.source_run = run
+
+    def _source(self, request: GenerationRequest) -> Optional[str]:
+        if self.source_run is None:
+            runs = [r for r in self.store.runs(definition=request.definition)
+                    if r["provider"] != "replay" and r["id"] != request.run_id]
+            self.source_run = runs[0]["id"] if runs else None
+        return self.source_run
+
+    def generate(self, request: GenerationRequest) -> GenerationResponse:
+        started = time.monotonic()
+        source = self._source(request)
+        if source is None:
+            return GenerationResponse(provider=self.name, error=f"replay: no earlier run of {request.definition} "
+                                                                  "in the archive (use --replay-run RUN_ID)")
+        archived = self.store.responses_of_run(source)
+        index = self.store.response_count(request.run_id)
+        if index >= len(archived):
+            return GenerationResponse(provider=self.name, stopped=f"replay: run {source} has no response #{index + 1} "
+                                                                   f"(it has {len(archived)})")
+        row = archived[index]
+        if (row["round"], row["kind"]) != (request.round, request.kind):
+            return GenerationResponse(provider=self.name, error=(
+                f"replay out of step: response #{index + 1} of run {source} answered round {row['round']} "
+                f"{row['kind']}, this request is round {request.round} {request.kind}"))
+        reply = json.loads(row["reply"] or "{}")
+        return GenerationResponse(
+            provider=self.name, model=f"replay of {row['provider']}/{row['model'] or '-'} (response {row['id']})",
+            proposals=[Proposal.model_validate(p) for p in reply.get("proposals", [])],
+            rejected=[Rejection.model_validate(r) for r in reply.get("rejected", [])],
+            raw_text=self.store.raw_text(row), wall_s=time.monotonic() - started,
+            stopped=row["stopped"], error=row["error"])

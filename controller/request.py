@@ -1,0 +1,220 @@
+"""What the controller asks a generator for, and what comes back: plain, serialisable data.
+
+A ``GenerationRequest`` is archived before it is sent (DESIGN.md section 7); a ``GenerationResponse``
+is archived when it arrives, with its raw text, tokens, cost and, when a bound stopped the provider,
+why. Nothing here does I/O; ``render_prompt`` turns a request into the Markdown every provider sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RequestKind = Literal["explore", "repair"]
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Budget(_Data):
+    """Bounds of one request. Providers enforce them: over a bound, they stop and say why."""
+
+    max_output_tokens: int = Field(8192, ge=1)  # per model call
+    max_total_tokens: Optional[int] = Field(None, ge=1)  # input + output over the whole request
+    max_candidates: int = Field(2, ge=1)
+    wall_s: float = Field(600.0, gt=0)
+    max_cost_usd: Optional[float] = Field(None, ge=0)
+
+
+class Constraints(_Data):
+    language: str = "triton"
+    entry_point: str = "kernel.py::run"
+    dps_signature: list[str] = Field(default_factory=list)
+    editable_files: list[str] = Field(default_factory=lambda: ["kernel.py"])
+    forbidden: list[str] = Field(default_factory=list)
+
+
+class Acceptance(_Data):
+    """How the candidate will be judged (promotion-rules), stated up front."""
+
+    all_workloads_passed: bool = True
+    clean_audits: bool = True
+    min_repeats: int = 2
+    paired_order: str = "ABBA"
+    noise_floor_rel: float = 0.02
+    max_regime_regression_rel: float = 0.05
+    note: str = ""
+
+
+class Evidence(_Data):
+    kind: Literal["profile", "latency-only", "correctness-only"] = "correctness-only"
+    markdown: str = ""
+
+
+class Incumbent(_Data):
+    name: str
+    solution: dict[str, Any]  # Solution JSON
+    origin: dict[str, Any] = Field(default_factory=dict)  # e.g. {"template": ..., "params": {...}}
+    status: str = ""
+    mean_latency_ms: Optional[float] = None
+
+
+class HistoryItem(_Data):
+    """One line per earlier candidate: enough for a generator not to repeat itself."""
+
+    round: int
+    name: str
+    status: str
+    origin: dict[str, Any] = Field(default_factory=dict)
+    mean_latency_ms: Optional[float] = None
+    verdict: str = ""
+
+
+class Repair(_Data):
+    """A failed candidate going back once more, with the harness's words about why."""
+
+    candidate_id: int
+    status: str
+    solution: dict[str, Any]
+    origin: dict[str, Any] = Field(default_factory=dict)
+    log_excerpt: str = ""
+
+
+class GenerationRequest(_Data):
+    run_id: str
+    round: int
+    key: str  # unique within the run: "r1/explore", "r1/repair/c7"
+    kind: RequestKind = "explore"
+    definition: str
+    definition_summary: str = ""
+    target_hardware: str = "H200"
+    regime: str = ""
+    hypothesis: str = ""
+    incumbent: Incumbent
+    evidence: Evidence = Field(default_factory=Evidence)
+    skill_excerpts: dict[str, str] = Field(default_factory=dict)
+    constraints: Constraints = Field(default_factory=Constraints)
+    budget: Budget = Field(default_factory=Budget)
+    acceptance: Acceptance = Field(default_factory=Acceptance)
+    history: list[HistoryItem] = Field(default_factory=list)
+    repair: Optional[Repair] = None
+    seed: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+
+class Proposal(_Data):
+    solution: dict[str, Any]  # Solution JSON
+    origin: dict[str, Any] = Field(default_factory=dict)
+    notes: str = ""
+
+
+class Rejection(_Data):
+    name: str
+    reason: str
+    files: list[str] = Field(default_factory=list)
+
+
+class GenerationResponse(_Data):
+    provider: str
+    model: str = ""
+    proposals: list[Proposal] = Field(default_factory=list)
+    rejected: list[Rejection] = Field(default_factory=list)
+    raw_text: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    stopped: Optional[str] = None  # a bound (tokens, time, cost) stopped the provider: why
+    error: Optional[str] = None  # the provider failed (HTTP error, CLI exit code, unparseable reply)
+
+    def reply_json(self) -> dict[str, Any]:
+        """What a replay needs to give the same candidates back."""
+        return {"proposals": [p.model_dump(mode="json") for p in self.proposals],
+                "rejected": [r.model_dump(mode="json") for r in self.rejected]}
+
+
+# ------------------------------------------------------------------------------------------ prompt
+
+SYSTEM_PROMPT = (
+    "You write GPU kernels for a contest harness. The harness alone builds, checks and times code; you only "
+    "propose. Obey the constraints exactly: the language, the destination-passing signature, the files you may "
+    "edit, and the forbidden list (a forbidden call or an edit outside the allowed files rejects the candidate). "
+    "Answer with the complete content of every file you change."
+)
+
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["files", "entry_point", "notes"],
+    "properties": {
+        "files": {
+            "type": "array",
+            "description": "Complete content of each file of the candidate (only the editable files).",
+            "items": {"type": "object", "additionalProperties": False, "required": ["path", "content"],
+                      "properties": {"path": {"type": "string"}, "content": {"type": "string"}}},
+        },
+        "entry_point": {"type": "string", "description": "file.py::symbol"},
+        "notes": {"type": "string", "description": "One paragraph: what changed and why (cite evidence)."},
+    },
+}
+
+
+def _fence(text: str, info: str = "") -> str:
+    fence = "````" if "```" in text else "```"
+    return f"{fence}{info}\n{text.rstrip()}\n{fence}"
+
+
+def render_prompt(request: GenerationRequest) -> str:
+    """The request as one Markdown document (the user message, or REQUEST.md in an agent workspace)."""
+    r = request
+    c, b, a = r.constraints, r.budget, r.acceptance
+    parts = [
+        f"# Generation request {r.key} (run {r.run_id})",
+        f"Definition: `{r.definition}` on {r.target_hardware}. Kind: {r.kind}.",
+    ]
+    if r.definition_summary:
+        parts.append(r.definition_summary)
+    parts += [f"## Regime and hypothesis\nRegime: {r.regime or '-'}\n\n{r.hypothesis or '-'}",
+              f"## Evidence ({r.evidence.kind})\n{r.evidence.markdown or '-'}"]
+    inc = r.incumbent
+    files = "\n\n".join(f"`{s['path']}`:\n" + _fence(s["content"], "python") for s in inc.solution.get("sources", []))
+    parts.append(f"## Incumbent `{inc.name}` ({inc.status or 'not evaluated'})\n{files}")
+    if r.repair is not None:
+        parts.append(f"## Repair: candidate {r.repair.candidate_id} failed with {r.repair.status}\n"
+                     "Fix this candidate (keep its idea), not the incumbent.\n\n"
+                     + "\n\n".join(f"`{s['path']}`:\n" + _fence(s["content"], "python")
+                                   for s in r.repair.solution.get("sources", []))
+                     + "\n\nHarness log excerpt:\n" + _fence(r.repair.log_excerpt or "(empty)"))
+    if r.history:
+        lines = [f"- r{h.round} {h.name}: {h.status}"
+                 + (f", {h.mean_latency_ms:.4g} ms" if h.mean_latency_ms is not None else "")
+                 + (f", {h.verdict}" if h.verdict else "") for h in r.history[-20:]]
+        parts.append("## Already tried\n" + "\n".join(lines))
+    parts.append("## Constraints\n"
+                 f"- language: {c.language}; entry point: `{c.entry_point}`\n"
+                 f"- signature (destination-passing, returns nothing): `run({', '.join(c.dps_signature)})`\n"
+                 f"- you may edit only: {', '.join(f'`{f}`' for f in c.editable_files)}\n"
+                 + "".join(f"- never: {f}\n" for f in c.forbidden))
+    parts.append("## Budget\n"
+                 f"- at most {b.max_candidates} candidate(s), {b.max_output_tokens} output tokens per answer, "
+                 f"{b.wall_s:g} s wall time" + (f", ${b.max_cost_usd:.2f}" if b.max_cost_usd is not None else ""))
+    parts.append("## Acceptance\n"
+                 f"- every workload PASSED (official rule) and every audit clean\n"
+                 f"- at least {a.min_repeats} paired ({a.paired_order}) measurements; mean latency below the "
+                 f"incumbent's by more than {a.noise_floor_rel:.0%}; no regime more than "
+                 f"{a.max_regime_regression_rel:.0%} slower" + (f"\n- {a.note}" if a.note else ""))
+    for name, text in r.skill_excerpts.items():
+        parts.append(f"## Skill excerpt: {name}\n{text}")
+    parts.append("## Answer\nReturn JSON with `files` (path and complete content of each editable file), "
+                 "`entry_point` and `notes`.")
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,266 @@
+"""The controller's side of the archive: runs, rounds, requests, responses, candidates, decisions.
+
+Tables come from harness/archive.py's migration m003_controller; rows are inserted as work happens and
+only status columns change afterwards, so a controller killed at any point leaves a database the next
+`controller loop --resume` can continue from. Evaluations themselves are the harness's rows: the store
+only reads them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any, Optional
+
+from harness.archive import Archive
+from harness.schema import Solution
+
+from .promote import EvalRecord
+from .request import GenerationRequest, GenerationResponse, Proposal, Rejection
+
+# Candidate statuses of the controller's own (harness statuses are the final ones).
+PENDING, EVALUATING, REJECTED, DUPLICATE = "PENDING", "EVALUATING", "REJECTED", "DUPLICATE"
+UNFINISHED = (PENDING, EVALUATING)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _loads(text: Optional[str], default: Any) -> Any:
+    return json.loads(text) if text else default
+
+
+class Store:
+    def __init__(self, archive: Archive):
+        self.archive = archive
+        self.db = archive.db
+
+    # -- runs ------------------------------------------------------------------------------------------
+
+    def create_run(self, run_id: str, definition: str, provider: str, config: dict[str, Any]) -> None:
+        with self.db.atomic():
+            self.db["runs"].insert({"id": run_id, "definition": definition, "provider": provider,
+                                    "config": json.dumps(config, sort_keys=True), "status": "RUNNING",
+                                    "stop_reason": None, "created_at": now(), "finished_at": None})
+
+    def run(self, run_id: str) -> Optional[dict[str, Any]]:
+        rows = list(self.db["runs"].rows_where("id = ?", [run_id]))
+        if not rows:
+            return None
+        row = rows[0]
+        row["config"] = _loads(row["config"], {})
+        return row
+
+    def runs(self, definition: Optional[str] = None) -> list[dict[str, Any]]:
+        where, args = ("definition = ?", [definition]) if definition else (None, [])
+        return list(self.db["runs"].rows_where(where, args, order_by="created_at desc, id desc"))
+
+    def set_run_status(self, run_id: str, status: str, stop_reason: Optional[str] = None) -> None:
+        with self.db.atomic():
+            self.db["runs"].update(run_id, {"status": status, "stop_reason": stop_reason,
+                                            "finished_at": now() if status != "RUNNING" else None})
+
+    # -- rounds ----------------------------------------------------------------------------------------
+
+    def round(self, run_id: str, number: int) -> Optional[dict[str, Any]]:
+        rows = list(self.db["rounds"].rows_where("run_id = ? and round = ?", [run_id, number]))
+        return rows[0] if rows else None
+
+    def rounds(self, run_id: str) -> list[dict[str, Any]]:
+        rows = list(self.db["rounds"].rows_where("run_id = ?", [run_id], order_by="round"))
+        for r in rows:
+            r["summary"] = _loads(r["summary"], {})
+            r["plan"] = _loads(r["plan"], {})
+        return rows
+
+    def start_round(self, run_id: str, number: int, kind: str, plan: dict[str, Any]) -> None:
+        if self.round(run_id, number) is None:
+            with self.db.atomic():
+                self.db["rounds"].insert({"run_id": run_id, "round": number, "kind": kind,
+                                          "plan": json.dumps(plan, sort_keys=True), "status": "RUNNING",
+                                          "summary": None, "wall_s": None, "created_at": now(),
+                                          "finished_at": None})
+
+    def finish_round(self, run_id: str, number: int, summary: dict[str, Any], wall_s: float) -> None:
+        row = self.round(run_id, number)
+        with self.db.atomic():
+            self.db["rounds"].update(row["id"], {"status": "DONE", "summary": json.dumps(summary, default=str),
+                                                 "wall_s": wall_s, "finished_at": now()})
+
+    # -- requests and responses --------------------------------------------------------------------------
+
+    def request(self, run_id: str, key: str) -> Optional[tuple[int, GenerationRequest]]:
+        rows = list(self.db["requests"].rows_where("run_id = ? and key = ?", [run_id, key]))
+        if not rows:
+            return None
+        return rows[0]["id"], GenerationRequest.model_validate_json(rows[0]["request"])
+
+    def add_request(self, request: GenerationRequest) -> int:
+        with self.db.atomic():
+            return int(self.db["requests"].insert({
+                "run_id": request.run_id, "round": request.round, "key": request.key, "kind": request.kind,
+                "hash": request.content_hash, "request": request.to_json(), "created_at": now()}).last_pk)
+
+    def response(self, request_id: int) -> Optional[dict[str, Any]]:
+        rows = list(self.db["responses"].rows_where("request_id = ?", [request_id]))
+        return rows[0] if rows else None
+
+    def add_response(self, request: GenerationRequest, request_id: int, response: GenerationResponse,
+                     depth: int, parent_id: Optional[int], known_hashes: dict[str, int]) -> int:
+        """The response and its candidates, in one transaction (a kill leaves both or neither)."""
+        raw_blob = self.archive.put_blob(response.raw_text or "", "transcript")
+        with self.db.atomic():
+            response_id = int(self.db["responses"].insert({
+                "request_id": request_id, "provider": response.provider, "model": response.model,
+                "raw_blob": raw_blob, "reply": json.dumps(response.reply_json()), "tokens_in": response.tokens_in,
+                "tokens_out": response.tokens_out, "cost_usd": response.cost_usd, "wall_s": response.wall_s,
+                "stopped": response.stopped, "error": response.error, "created_at": now()}).last_pk)
+            seq = 0
+            for proposal in response.proposals:
+                solution = Solution.model_validate(proposal.solution)
+                h = solution.content_hash
+                status, reason = PENDING, ""
+                if h in known_hashes:
+                    status, reason = DUPLICATE, f"same code as candidate {known_hashes[h]}"
+                cid = self._add_candidate(request, request_id, seq, depth, parent_id, proposal, status, reason)
+                known_hashes.setdefault(h, cid)
+                seq += 1
+            for rejection in response.rejected:
+                self._add_rejection(request, request_id, seq, depth, parent_id, rejection)
+                seq += 1
+        return response_id
+
+    def responses_of_run(self, run_id: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.query(
+            "select responses.*, requests.round as round, requests.kind as kind, requests.key as key "
+            "from responses join requests on responses.request_id = requests.id "
+            "where requests.run_id = ? order by responses.id", [run_id])]
+
+    def response_count(self, run_id: str) -> int:
+        return self.db.execute("select count(*) from responses join requests on responses.request_id = requests.id "
+                               "where requests.run_id = ?", [run_id]).fetchone()[0]
+
+    def raw_text(self, response_row: dict[str, Any]) -> str:
+        return self.archive.get_blob(response_row["raw_blob"]).decode() if response_row.get("raw_blob") else ""
+
+    def spend(self, run_id: str) -> dict[str, float]:
+        row = self.db.execute(
+            "select coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0), coalesce(sum(cost_usd), 0) "
+            "from responses join requests on responses.request_id = requests.id where requests.run_id = ?",
+            [run_id]).fetchone()
+        wall = self.db.execute("select coalesce(sum(wall_s), 0) from rounds where run_id = ?", [run_id]).fetchone()[0]
+        return {"tokens_in": row[0], "tokens_out": row[1], "tokens": row[0] + row[1], "cost_usd": row[2],
+                "wall_s": wall}
+
+    # -- candidates ----------------------------------------------------------------------------------
+
+    def _add_candidate(self, request: Optional[GenerationRequest], request_id: Optional[int], seq: int, depth: int,
+                       parent_id: Optional[int], proposal: Proposal, status: str, reason: str,
+                       run_id: Optional[str] = None, round_number: Optional[int] = None) -> int:
+        solution = Solution.model_validate(proposal.solution)
+        blob = self.archive.put_blob(json.dumps(proposal.solution, indent=2), "solution")
+        return int(self.db["candidates"].insert({
+            "run_id": run_id or request.run_id, "round": request.round if request else round_number,
+            "request_id": request_id, "seq": seq, "depth": depth, "parent_id": parent_id,
+            "solution_hash": solution.content_hash, "solution_name": solution.name, "solution_blob": blob,
+            "origin": json.dumps({**proposal.origin, **({"notes": proposal.notes} if proposal.notes else {})},
+                                 sort_keys=True),
+            "status": status, "reason": reason, "submission_id": None, "created_at": now(),
+            "finished_at": now() if status not in UNFINISHED else None}).last_pk)
+
+    def _add_rejection(self, request: GenerationRequest, request_id: int, seq: int, depth: int,
+                       parent_id: Optional[int], rejection: Rejection) -> int:
+        return int(self.db["candidates"].insert({
+            "run_id": request.run_id, "round": request.round, "request_id": request_id, "seq": seq, "depth": depth,
+            "parent_id": parent_id, "solution_hash": None, "solution_name": rejection.name, "solution_blob": None,
+            "origin": json.dumps({"files": rejection.files}), "status": REJECTED, "reason": rejection.reason,
+            "submission_id": None, "created_at": now(), "finished_at": now()}).last_pk)
+
+    def add_incumbent(self, run_id: str, proposal: Proposal) -> int:
+        with self.db.atomic():
+            return self._add_candidate(None, None, 0, 0, None, proposal, PENDING, "starting incumbent",
+                                       run_id=run_id, round_number=0)
+
+    def candidates(self, run_id: str, round_number: Optional[int] = None) -> list[dict[str, Any]]:
+        where, args = ("run_id = ?", [run_id]) if round_number is None else (
+            "run_id = ? and round = ?", [run_id, round_number])
+        rows = list(self.db["candidates"].rows_where(where, args, order_by="id"))
+        for r in rows:
+            r["origin"] = _loads(r["origin"], {})
+        return rows
+
+    def candidate(self, candidate_id: int) -> dict[str, Any]:
+        row = self.db["candidates"].get(candidate_id)
+        row["origin"] = _loads(row["origin"], {})
+        return row
+
+    def set_candidate(self, candidate_id: int, status: str, submission_id: Optional[int] = None,
+                      reason: Optional[str] = None) -> None:
+        update: dict[str, Any] = {"status": status}
+        if submission_id is not None:
+            update["submission_id"] = submission_id
+        if reason is not None:
+            update["reason"] = reason
+        if status not in UNFINISHED:
+            update["finished_at"] = now()
+        with self.db.atomic():
+            self.db["candidates"].update(candidate_id, update)
+
+    def solution(self, candidate: dict[str, Any]) -> Solution:
+        return Solution.model_validate_json(self.archive.get_blob(candidate["solution_blob"]))
+
+    # -- decisions ----------------------------------------------------------------------------------
+
+    def decision(self, run_id: str, candidate_id: int) -> Optional[dict[str, Any]]:
+        rows = list(self.db["decisions"].rows_where("run_id = ? and candidate_id = ?", [run_id, candidate_id]))
+        return self._decision_row(rows[0]) if rows else None
+
+    def decisions(self, run_id: str) -> list[dict[str, Any]]:
+        return [self._decision_row(r) for r in self.db["decisions"].rows_where("run_id = ?", [run_id], order_by="id")]
+
+    @staticmethod
+    def _decision_row(row: dict[str, Any]) -> dict[str, Any]:
+        row["reasons"] = _loads(row["reasons"], [])
+        row["details"] = _loads(row["details"], {})
+        return row
+
+    def add_decision(self, run_id: str, round_number: int, candidate_id: int, incumbent_id: Optional[int],
+                     verdict: str, rule: str, reasons: list[str], details: dict[str, Any],
+                     exported: Optional[str] = None) -> int:
+        with self.db.atomic():
+            return int(self.db["decisions"].insert({
+                "run_id": run_id, "round": round_number, "candidate_id": candidate_id, "incumbent_id": incumbent_id,
+                "verdict": verdict, "rule": rule, "reasons": json.dumps(reasons),
+                "details": json.dumps(details, default=str), "exported": exported, "created_at": now()}).last_pk)
+
+    # -- the harness's rows, read only ------------------------------------------------------------------
+
+    def submission_status(self, submission_id: int) -> Optional[str]:
+        rows = list(self.db["submissions"].rows_where("id = ?", [submission_id]))
+        return rows[0]["status"] if rows else None
+
+    def submission_used_gpu(self, submission_id: int) -> Optional[bool]:
+        rows = list(self.db["submissions"].rows_where("id = ?", [submission_id]))
+        return _loads(rows[0]["options"], {}).get("gpu") if rows else None
+
+    def submission_count(self) -> int:
+        return self.db["submissions"].count
+
+    def eval_records(self, submission_id: Optional[int], regimes: Optional[dict[str, str]] = None) -> list[EvalRecord]:
+        if submission_id is None:
+            return []
+        regimes = regimes or {}
+        records = []
+        for e in self.archive.submission(submission_id)["evaluations"]:
+            extra = e.get("extra") or {}
+            records.append(EvalRecord(
+                workload=e["workload_uuid"], label=e.get("workload_label") or "", status=e["status"],
+                latency_ms=e.get("latency_ms"), audits=tuple(extra.get("audits") or ()),
+                regime=regimes.get(e["workload_uuid"], ""), speedup_vs_fi=extra.get("speedup_vs_flashinfer_kernel"),
+                fraction_of_floor=extra.get("fraction_of_floor"), message=e.get("message") or "",
+                log_blob=e.get("log_blob")))
+        return records
+
+    def log_text(self, record: EvalRecord) -> str:
+        return self.archive.get_blob(record.log_blob).decode(errors="replace") if record.log_blob else ""

@@ -1,0 +1,313 @@
+"""The loop end to end: offline through the real harness on CPU (correctness only), the CLI's table and JSON
+report, requests archived before sending, repair with the log excerpt, bounds that stop the run, forbidden
+edits rejected, and, with a fake timed evaluator, promotion and export."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Optional
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import main, out, print_report
+from controller.loop import LoopConfig, run_loop
+from controller.promote import NO_TIMING, PairedMeasurement, PairedSample
+from controller.providers.offline import OfflineProvider
+from controller.providers.scripted import ScriptedProvider
+from controller.skills import load_skills
+from controller.store import Store
+from harness.archive import Archive
+from harness.dataset import Dataset
+from harness.schema import Solution, dump_json
+
+from support import KV8_PS1, ROOT
+
+WORKLOAD = "tiny_b2_t40"
+SKILLS_DIR = ROOT / "skills"
+
+
+def config(root, **kw) -> LoopConfig:
+    return LoopConfig(**{"definition": KV8_PS1, "dataset": str(root), "workloads": [WORKLOAD], "rounds": 1,
+                         "candidates": 1, "timeout_s": 120, **kw})
+
+
+class FakeEvaluator:
+    """Writes harness-shaped rows (a submission, one evaluation per workload) without running anything.
+    ``judge(solution) -> (status, latency_ms or None)``; with latencies, paired measurements are made of them."""
+
+    def __init__(self, archive: Archive, dataset: Dataset, workloads: list[str],
+                 judge: Callable[[Solution], tuple[str, Optional[float]]]):
+        self.archive, self.judge = archive, judge
+        self.workloads = dataset.workloads_for(KV8_PS1, workloads)
+        self.calls: list[str] = []
+        self.paired: list[tuple[str, str]] = []
+
+    def evaluate(self, solution: Solution, on_start) -> int:
+        self.calls.append(solution.name)
+        self.archive.put_solution(dump_json(solution), solution.content_hash)
+        sid = self.archive.start_submission(solution.content_hash, solution.name, solution.definition,
+                                            solution.author, {}, None)
+        on_start(sid)
+        status, latency = self.judge(solution)
+        for w in self.workloads:
+            self.archive.add_evaluation({
+                "submission_id": sid, "definition": solution.definition, "workload_uuid": w.uuid,
+                "workload_label": WORKLOAD, "status": status, "latency_ms": latency,
+                "message": "" if status == "PASSED" else "trial 0: wrong", "log_blob": None,
+                "extra": {"audits": [{"name": "input_mutation", "passed": True}], "fraction_of_floor":
+                          None if latency is None else 0.001 / latency, "speedup_vs_flashinfer_kernel":
+                          None if latency is None else 0.02 / latency}})
+        self.archive.finish_submission(sid, status)
+        return sid
+
+    def why_no_timing(self) -> Optional[str]:
+        return None if self.judge(None)[1] is not None else "fake evaluator: no timing"
+
+    def measure_paired(self, incumbent, candidate, repeats, order="ABBA") -> Optional[PairedMeasurement]:
+        self.paired.append((incumbent.name, candidate.name))
+        a, b = self.judge(incumbent)[1], self.judge(candidate)[1]
+        if a is None or b is None:
+            return None
+        samples = tuple(PairedSample(role, r, {w.uuid: a if role == "A" else b for w in self.workloads})
+                        for r in range(repeats) for role in order)
+        return PairedMeasurement(order, samples)
+
+    def close(self) -> None:
+        pass
+
+
+def constant(solution: Optional[Solution], name: str, default: int) -> int:
+    """A module constant of a rendered template (BLOCK_N = 16), or ``default``."""
+    if solution is None or f"{name} = " not in solution.sources[0].content:
+        return default
+    return int(solution.sources[0].content.split(f"{name} = ")[1].split()[0])
+
+
+# -- offline, the real harness, the CLI ----------------------------------------------------------------------
+
+
+def test_cli_loop_offline_end_to_end_correctness_only(tiny_dataset_root, tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    args = ["loop", "--definition", KV8_PS1, "--rounds", "1", "--candidates", "2", "--archive", str(archive),
+            "--dataset", str(tiny_dataset_root), "--workloads", WORKLOAD, "--timeout-s", "120"]
+    result = CliRunner().invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{"):])
+    assert report["provider"] == "offline"  # the default without API keys
+    assert report["status"] == "DONE" and report["stop_reason"] == "ran all 1 rounds"
+    assert report["timing"] == "unavailable: no GPU on this host"
+    rounds = report["rounds"]
+    assert [r["round"] for r in rounds] == [0, 1]
+    assert rounds[0]["statuses"] == {"PASSED": 1} and rounds[1]["statuses"] == {"PASSED": 2}
+    assert rounds[1]["best_latency_ms"] is None and rounds[1]["speedup_vs_flashinfer"] is None  # never faked
+    assert rounds[1]["decision"] == NO_TIMING
+    assert not report["incumbent"]["promoted"] and report["incumbent"]["exported"] is None
+    assert [d["verdict"] for d in report["decisions"]] == ["BASELINE", "REJECTED", "REJECTED"]
+    assert report["totals"] == {"candidates": 3, "evaluated": 3, "tokens": 0, "cost_usd": 0.0,
+                                "wall_s": report["totals"]["wall_s"]}
+    # Every candidate is a harness submission, archived by the harness.
+    store = Store(Archive(archive))
+    assert store.submission_count() == 3
+    assert all(c["submission_id"] for c in store.candidates(report["run_id"]))
+
+    # The text form of the same report: the per-round table and the final lines; `runs` lists the run.
+    with out.capture() as captured:
+        print_report(report)
+    text = captured.get()
+    for phrase in ("best latency ms", "speedup vs FlashInfer", "baseline", "explore", "2 PASSED",
+                   "timing: unavailable: no GPU", "incumbent: naive_per-kv-head", "not promoted: " + NO_TIMING):
+        assert phrase in text, text
+    listing = CliRunner().invoke(main, ["runs", "--archive", str(archive)])
+    assert report["run_id"] in listing.output and "DONE" in listing.output
+
+
+def test_requests_are_archived_before_they_are_sent(tiny_dataset_root, tmp_path):
+    archive = Archive(tmp_path / "a")
+    dataset = Dataset(tiny_dataset_root)
+    skills = load_skills(SKILLS_DIR)
+    seen_in_archive = []
+
+    class Watching(OfflineProvider):
+        def generate(self, request):
+            seen_in_archive.append(Store(archive).request(request.run_id, request.key) is not None)
+            return super().generate(request)
+
+    fake = FakeEvaluator(archive, dataset, [WORKLOAD], lambda s: ("PASSED", None))
+    report = run_loop(config(tiny_dataset_root, rounds=2), tmp_path / "a", provider=Watching(skills), evaluator=fake)
+    assert seen_in_archive == [True, True]
+    req_id, req = Store(archive).request(report["run_id"], "r1/explore")
+    assert req.definition == KV8_PS1 and req.evidence.kind == "correctness-only"
+    assert req.constraints.dps_signature[-2:] == ["output", "lse"] and req.constraints.editable_files == ["kernel.py"]
+    assert "gqa-decode" in req.skill_excerpts and "promotion-rules" in req.skill_excerpts
+    assert req.incumbent.origin["template"] == "triton-per-kv-head" and req.budget.max_candidates == 1
+    assert "none can be promoted" in req.acceptance.note
+
+
+# -- repair -----------------------------------------------------------------------------------------------
+
+
+def test_a_failed_candidate_goes_back_once_with_the_log_excerpt(tiny_dataset_root, tmp_path):
+    from support import TORCH_CANDIDATE
+
+    broken = {"files": [{"path": "kernel.py", "content": "def run(q, k_cache:\n    pass\n"}],
+              "entry_point": "kernel.py::run", "notes": "first try"}
+
+    def fixed(request):
+        assert request.kind == "repair" and request.repair.status == "COMPILE_ERROR"
+        assert "syntax error" in request.repair.log_excerpt
+        assert request.repair.solution["sources"][0]["content"].startswith("def run(q, k_cache:")
+        return {"files": [{"path": "kernel.py", "content": TORCH_CANDIDATE}], "entry_point": "kernel.py::run",
+                "notes": "fixed"}
+
+    provider = ScriptedProvider([broken, fixed])
+    report = run_loop(config(tiny_dataset_root), tmp_path / "a", provider=provider)
+    r1 = report["rounds"][1]
+    assert r1["statuses"] == {"COMPILE_ERROR": 1, "PASSED": 1} and r1["repairs"] == 1
+    assert [req.key for req in provider.seen] == ["r1/explore", f"r1/repair/c{2}"]
+    store = Store(Archive(tmp_path / "a"))
+    cands = store.candidates(report["run_id"], 1)
+    assert (cands[1]["parent_id"], cands[1]["depth"]) == (cands[0]["id"], 1)
+
+
+# -- bounds ------------------------------------------------------------------------------------------------
+
+
+def test_the_token_budget_stops_the_run_and_says_why(tiny_dataset_root, tmp_path):
+    archive = Archive(tmp_path / "a")
+    dataset = Dataset(tiny_dataset_root)
+    reply = {"files": [{"path": "kernel.py", "content": "def run(*a):\n    pass\n"}], "entry_point": "kernel.py::run",
+             "notes": ""}
+    provider = ScriptedProvider([reply] * 10, tokens=(900, 300), cost_usd=0.01)
+    fake = FakeEvaluator(archive, dataset, [WORKLOAD], lambda s: ("PASSED", None))
+    report = run_loop(config(tiny_dataset_root, rounds=5, budget_tokens=2000), tmp_path / "a", provider=provider,
+                      evaluator=fake)
+    assert report["stop_reason"] == "budget: 2400 tokens spent of 2000"
+    assert len(report["rounds"]) == 3 and report["totals"]["tokens"] == 2400  # rounds 0, 1, 2, then stop
+    assert report["totals"]["cost_usd"] == pytest.approx(0.02)
+    assert provider.seen[1].budget.max_total_tokens == 800  # the second request got only what was left
+
+
+def test_candidates_over_the_count_are_dropped_and_forbidden_edits_rejected(tiny_dataset_root, tmp_path):
+    archive = Archive(tmp_path / "a")
+    dataset = Dataset(tiny_dataset_root)
+    good = {"files": [{"path": "kernel.py", "content": "def run(*a):\n    pass  # 1\n"}],
+            "entry_point": "kernel.py::run", "notes": ""}
+    sneaky = {"files": [{"path": "kernel.py", "content": "def run(*a):\n    pass  # 2\n"},
+                        {"path": "harness_patch.py", "content": "x = 1\n"}], "entry_point": "kernel.py::run",
+              "notes": ""}
+
+    class Greedy(ScriptedProvider):
+        def generate(self, request):
+            request.budget.max_candidates = 3  # ignores its bound
+            return super().generate(request)
+
+    fake = FakeEvaluator(archive, dataset, [WORKLOAD], lambda s: ("PASSED", None))
+    other = {**good, "files": [{"path": "kernel.py", "content": "def run(*a): pass\n"}]}
+    report = run_loop(config(tiny_dataset_root, candidates=2, repairs=0), tmp_path / "a",
+                      provider=Greedy([sneaky, good, other]), evaluator=fake)
+    r1 = report["rounds"][1]
+    assert r1["statuses"] == {"REJECTED": 1, "PASSED": 1}
+    assert "edits files it may not touch: harness_patch.py" in r1["rejected"][0]
+    assert any("1 proposal(s) over the candidate budget of 2 dropped" in s for s in r1["stopped"])
+
+
+# -- with timing: promotion and export ---------------------------------------------------------------------
+
+
+def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(tiny_dataset_root, tmp_path):
+    archive = Archive(tmp_path / "a")
+    dataset = Dataset(tiny_dataset_root)
+    skills = load_skills(SKILLS_DIR)
+    # BLOCK_N >= 32 and 2 warps each take 20% off: naive 1.0 ms, either 0.8 ms, both 0.64 ms.
+    def judge(s):
+        bn, warps = constant(s, "BLOCK_N", 16), constant(s, "NUM_WARPS", 1)
+        return "PASSED", 1.0 * (0.8 if bn >= 32 else 1.0) * (0.8 if warps == 2 else 1.0)
+
+    fake = FakeEvaluator(archive, dataset, [WORKLOAD], judge)
+    provider = OfflineProvider(skills)
+    seen = []
+    original = provider.generate
+    provider.generate = lambda request: (seen.append(request), original(request))[1]
+    report = run_loop(config(tiny_dataset_root, rounds=2, candidates=2), tmp_path / "a", provider=provider,
+                      evaluator=fake)
+    promoted = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
+    # Round 1 (from the naive kernel): bn32 wins; w2 then only ties the new incumbent. Round 2 (from bn32): w2 wins.
+    assert [d["candidate"] for d in promoted] == ["r1_per-kv-head_bn32_w1_s1_dot0", "r2_per-kv-head_bn32_w2_s1_dot0"]
+    assert report["incumbent"]["promoted"] and report["incumbent"]["name"] == "r2_per-kv-head_bn32_w2_s1_dot0"
+    exported = json.loads(open(report["incumbent"]["exported"]).read())
+    assert Solution.model_validate(exported).name == "r2_per-kv-head_bn32_w2_s1_dot0"
+    assert seen[1].incumbent.name == "r1_per-kv-head_bn32_w1_s1_dot0"  # round 2 starts from the promoted one
+    assert seen[1].evidence.kind == "latency-only" and "0.8" in seen[1].evidence.markdown
+    # Paired measurements only for candidates past the gates; the decision rests on them.
+    assert len(fake.paired) == 4
+    decision = Store(archive).decisions(report["run_id"])[1]
+    assert decision["details"]["measurement"]["order"] == "ABBA" and decision["details"]["repeats"] == 2
+    assert report["rounds"][1]["best_latency_ms"] == pytest.approx(0.8)
+    assert report["rounds"][1]["speedup_vs_flashinfer"] == pytest.approx(0.025)
+
+
+def test_with_timing_the_loop_stops_after_rounds_without_improvement(tiny_dataset_root, tmp_path):
+    archive = Archive(tmp_path / "a")
+    fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], lambda s: ("PASSED", 1.0))
+    report = run_loop(config(tiny_dataset_root, rounds=6), tmp_path / "a",
+                      provider=OfflineProvider(load_skills(SKILLS_DIR)), evaluator=fake)
+    assert report["stop_reason"] == "no improvement for 3 rounds" and len(report["rounds"]) == 4
+    assert {d["rule"] for d in report["decisions"][1:]} == {"noise_floor"}
+
+
+def test_an_api_provider_over_its_bound_is_stopped_and_the_round_records_why(tiny_dataset_root, tmp_path):
+    httpx2 = pytest.importorskip("httpx2")
+    pytest.importorskip("anthropic")
+    from controller.providers.anthropic import AnthropicProvider
+
+    def handler(request):
+        body = json.loads(request.content)
+        return httpx2.Response(200, json={
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
+            "content": [{"type": "text", "text": "def run(...): # and so on, until the tokens ran out"}],
+            "stop_reason": "max_tokens", "stop_sequence": None,
+            "usage": {"input_tokens": 3000, "output_tokens": body["max_tokens"]}})
+
+    provider = AnthropicProvider(api_key="sk-test", base_url="http://anthropic.test", max_retries=0,
+                                 http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    archive = Archive(tmp_path / "a")
+    fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], lambda s: ("PASSED", None))
+    report = run_loop(config(tiny_dataset_root, provider="anthropic", max_output_tokens=2000, budget_cost_usd=1.0),
+                      tmp_path / "a", provider=provider, evaluator=fake)
+    r1 = report["rounds"][1]
+    assert r1["candidates"] == 0 and r1["tokens"] == 5000
+    assert r1["cost_usd"] == pytest.approx((3000 * 3 + 2000 * 15) / 1e6)
+    assert r1["stopped"] == ["output hit max_tokens (2000; 2000 generated): reply truncated, no candidate"]
+    assert report["totals"]["cost_usd"] == pytest.approx(0.039)
+
+
+def test_harness_paired_measurement_interleaves_abba_in_one_session(tiny_dataset_root, tmp_path):
+    """The GPU-host hook, against a stand-in Session: A B B A per repeat, latencies per workload."""
+    from types import SimpleNamespace
+
+    from controller.loop import HarnessEvaluator
+    from harness.evaluate import SubmitOptions
+
+    order, latency = [], {"inc": 1.0, "cand": 0.7}
+
+    class GpuSession:
+        has_gpu = True
+
+        def submit(self, solution):
+            order.append(solution)
+            w = SimpleNamespace(workload="w1", evaluated=True, latency_ms=latency[solution])
+            return SimpleNamespace(timing_unavailable_reason=None, all_passed=True, workloads=[w],
+                                   submission_id=len(order))
+
+    evaluator = HarnessEvaluator(Dataset(tiny_dataset_root), Archive(tmp_path / "a"), SubmitOptions())
+    evaluator._session = GpuSession()
+    m = evaluator.measure_paired("inc", "cand", repeats=2, order="ABBA")
+    assert order == ["inc", "cand", "cand", "inc"] * 2
+    assert [(s.role, s.repeat, s.latencies, s.submission_id) for s in m.samples][:4] == [
+        ("A", 0, {"w1": 1.0}, 1), ("B", 0, {"w1": 0.7}, 2), ("B", 0, {"w1": 0.7}, 3), ("A", 0, {"w1": 1.0}, 4)]
+    evaluator._session = SimpleNamespace(has_gpu=False)
+    assert evaluator.measure_paired("inc", "cand", 2) is None and evaluator.why_no_timing() == "no GPU on this host"

@@ -1,0 +1,109 @@
+"""`harness diff A B`: the source diff between two solutions and their per-workload latency change."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from harness.archive import ArchiveError
+from harness.report import diff_submissions, resolve_submission, source_diff
+from harness.report_cli import diff
+
+from support import KV8_PS1
+from test_report import KV4_PS1, SPLIT_K, build_h200_archive, ensure_review_migration
+
+
+@pytest.fixture
+def h200(tmp_path, monkeypatch):
+    ensure_review_migration(monkeypatch)
+    return build_h200_archive(tmp_path / "archive")
+
+
+def test_source_diff_and_latency_change(h200):
+    archive, ids = h200["archive"], h200["ids"]
+    d = diff_submissions(archive, ids["triton"], "ctl_r3_splitk")
+    assert (d.a.submission_id, d.b.submission_id) == (ids["triton"], ids["ctl_r3_splitk"])
+    assert not d.same_source
+    (f,) = d.files
+    assert (f.path, f.change, f.added, f.removed) == ("kernel.py", "changed", 1, 1)
+    assert any(l.startswith("-") and "BLOCK_N=64," in l for l in f.lines)
+    assert any(l.startswith("+") and "SPLIT_K=8" in l for l in f.lines)
+    assert f.lines[0].startswith("--- triton_gqa_decode#") and f.lines[1].startswith("+++ ctl_r3_splitk#")
+    by_label = {w.label: w for w in d.workloads}
+    assert len(by_label) == 14
+    w = by_label["uniform_b1_kv8192"]
+    assert (w.a_ms, w.a_status, w.b_status) == (0.2999, "PASSED", "PASSED")
+    assert w.speedup == pytest.approx(1 / SPLIT_K["uniform_b1_kv8192"])  # B is 10.9x faster here
+    assert w.change == pytest.approx(SPLIT_K["uniform_b1_kv8192"] - 1)
+    assert by_label["uniform_b256_kv8192"].speedup == pytest.approx(1 / 0.995)
+    assert 1.5 < d.geomean_speedup < 3
+
+
+def test_failed_workloads_have_no_latency_change(h200):
+    d = diff_submissions(h200["archive"], "ctl_r3_splitk", "ctl_r4_exp2_fastmath")
+    b1 = next(w for w in d.workloads if w.label == "uniform_b1_kv512")
+    assert b1.b_status == "INCORRECT_NUMERICAL" and b1.b_ms is None and b1.speedup is None and b1.change is None
+    assert sum(1 for w in d.workloads if w.speedup) == 11
+    crash = diff_submissions(h200["archive"], "triton_gqa_decode", "example_illegal_address", definition=KV8_PS1)
+    assert len(crash.workloads) == 14  # the union of both sides' workloads
+    only_a = [w for w in crash.workloads if w.b_status is None]
+    assert len(only_a) == 12 and all(w.speedup is None for w in only_a)
+
+
+def test_same_solution_is_identical(h200):
+    ids = h200["ids"]
+    d = diff_submissions(h200["archive"], ids["ctl_r3_splitk"], ids["ctl_r3_splitk"])
+    assert d.same_source and all(f.lines == [] for f in d.files)
+    assert d.geomean_speedup == pytest.approx(1.0)
+
+
+def test_resolving_references(h200):
+    archive, ids = h200["archive"], h200["ids"]
+    assert resolve_submission(archive, str(ids["illegal"])) == ids["illegal"]
+    assert resolve_submission(archive, "ctl_r2_block128") == ids["ctl_r2_block128"]
+    h = archive.db.execute("select solution_hash from submissions where id = ?", [ids["ctl_r3_splitk"]]).fetchone()[0]
+    assert resolve_submission(archive, h[:10]) == ids["ctl_r3_splitk"]
+    # the Triton example was submitted for two definitions: a name alone is ambiguous
+    with pytest.raises(ArchiveError, match="2 definitions"):
+        resolve_submission(archive, "triton_gqa_decode")
+    assert resolve_submission(archive, "triton_gqa_decode", definition=KV4_PS1) == ids["triton_kv4"]
+    with pytest.raises(ArchiveError, match="no submission"):
+        resolve_submission(archive, "no_such_solution")
+    with pytest.raises(ArchiveError, match="no submission"):
+        resolve_submission(archive, "99999")
+
+
+def test_added_and_removed_files():
+    a = [{"path": "kernel.py", "content": "x = 1\n"}, {"path": "old.py", "content": "gone\n"}]
+    b = [{"path": "kernel.py", "content": "x = 1\n"}, {"path": "helpers.cuh", "content": "#pragma once\n"}]
+    files = {f.path: f for f in source_diff(a, b)}
+    assert files["kernel.py"].change == "unchanged" and files["kernel.py"].lines == []
+    assert files["old.py"].change == "removed" and files["old.py"].removed == 1
+    assert files["helpers.cuh"].change == "added" and files["helpers.cuh"].added == 1
+
+
+def test_diff_command(h200):
+    folder = str(h200["archive"].folder)
+    runner = CliRunner()
+    result = runner.invoke(diff, ["triton_gqa_decode", "ctl_r3_splitk", "--archive", folder, "--definition", KV8_PS1])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "kernel.py: changed, +1 -1" in out and "SPLIT_K=8" in out
+    assert "uniform_b1_kv8192" in out and "-90.8%" in out and "10.9x" in out
+    assert "geometric mean speedup of B over A on 14 workloads" in out
+
+    stat = runner.invoke(diff, ["triton_gqa_decode", "ctl_r3_splitk", "--archive", folder, "--definition", KV8_PS1,
+                                "--stat"])
+    assert stat.exit_code == 0 and "kernel.py: changed" in stat.output and "SPLIT_K=8" not in stat.output
+
+    js = runner.invoke(diff, [str(h200["ids"]["ctl_r2_block128"]), "ctl_r3_splitk", "--archive", folder, "--json"])
+    assert js.exit_code == 0, js.output
+    data = json.loads(js.output)
+    assert data["a"]["solution"] == "ctl_r2_block128" and data["b"]["solution"] == "ctl_r3_splitk"
+    assert data["files"][0]["change"] == "changed" and "+" in data["files"][0]["diff"]
+    assert len(data["workloads"]) == 14 and data["geomean_speedup_b_over_a"] > 1
+
+    bad = runner.invoke(diff, ["triton_gqa_decode", "ctl_r3_splitk", "--archive", folder])
+    assert bad.exit_code == 2 and "2 definitions" in bad.output

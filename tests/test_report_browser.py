@@ -1,0 +1,114 @@
+"""The report as a person sees it: rendered by headless Chromium from a small archive.
+
+Chromium's ``--dump-dom`` gives the DOM after parsing (so the inline SVG plots and the tables are
+checked as the browser built them, not as text), and ``--screenshot`` keeps a picture of the page in
+tests/artifacts/report.png (git-ignored), next to the report folder itself (tests/artifacts/report/).
+Skipped, with the reason, where no Chromium is on PATH (Debian: apt-get install -y chromium).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from click.testing import CliRunner
+
+from harness.report_cli import report as report_cmd
+
+from test_report import build_h200_archive, ensure_review_migration
+
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+def find_browser() -> str | None:
+    return next((p for p in map(shutil.which, BROWSERS) if p), None)
+
+
+BROWSER = find_browser()
+pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless browser on PATH (tried " + ", ".join(BROWSERS)
+                                + "); on Debian: apt-get install -y chromium")
+
+
+def chromium(args: list[str], profile: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([BROWSER, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    ensure_review_migration(mp)
+    try:
+        built = build_h200_archive(tmp_path_factory.mktemp("browser") / "archive")
+        out = ARTIFACTS / "report"
+        shutil.rmtree(out, ignore_errors=True)
+        # As a user runs it; plots by matplotlib where installed, else by the built-in SVG renderer.
+        result = CliRunner().invoke(report_cmd, ["--archive", str(built["archive"].folder), "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        yield {"index": out / "index.html", "ids": built["ids"]}
+    finally:
+        mp.undo()
+
+
+def test_report_renders_with_plots_and_tables(report, tmp_path):
+    url = report["index"].resolve().as_uri()
+    dom = chromium(["--dump-dom", url], tmp_path / "profile-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert "<title>Crucible report</title>" in html
+    # two definitions, each with its leaderboard; the rank-1 solution of the controller run leads one
+    assert len(re.findall(r'<section class="definition"', html)) == 2
+    assert len(re.findall(r'<table class="leaderboard"', html)) == 2
+    assert re.search(r'<tr class="lead">.*?ctl_r3_splitk', html, re.S)
+    # the plots are inline SVG the browser parsed: one <svg> per figure, each with axis labels in ms/GB/s/TFLOP/s
+    figures = re.findall(r'<figure class="chart" data-chart="([^"]+)">\s*<svg', html)
+    for key in ("latency", "roofline", "bandwidth", "trajectory-latency-ctl-2026-11-29",
+                "trajectory-spend-ctl-2026-11-29"):
+        assert key in figures, (key, figures)
+    assert html.count("<svg") >= len(figures) >= 8
+    for unit in ("latency (ms, log scale)", "achieved bandwidth (GB/s)", "attained throughput (TFLOP/s, log scale)",
+                 "spend (USD)", "arithmetic intensity (FLOP/byte, log scale)"):
+        assert unit in html, unit
+    assert "no controller runs" in html  # the kv4 definition
+    assert '<table class="workloads"' in html and '<table class="rounds"' in html
+
+
+def test_screenshot_is_kept(report, tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    run = chromium([f"--screenshot={shot}", "--window-size=1400,2000", report["index"].resolve().as_uri()],
+                   tmp_path / "profile-shot")
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    assert png_size(shot) == (1400, 2000)
+    assert shot.stat().st_size > 40_000  # a page of tables and plots, not a blank one
+
+
+def test_candidate_page_renders_source_and_artifacts(report, tmp_path):
+    page = report["index"].parent / f"candidates/sub-{report['ids']['ctl_r3_splitk']}.html"
+    dom = chromium(["--dump-dom", page.resolve().as_uri()], tmp_path / "profile-cand")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert '<h3 id="source">Source</h3>' in html and "SPLIT_K=8" in html
+    for kind in ("build_log", "sass", "profile", "transcript"):
+        assert f'<h3 id="{kind}">' in html, kind
+        assert f'href="../files/sub-{report["ids"]["ctl_r3_splitk"]}/{kind}.txt"' in html
+    assert '<figure class="chart" data-chart="latency"><svg' in html
+    shot = ARTIFACTS / "candidate.png"
+    run = chromium([f"--screenshot={shot}", "--window-size=1400,2000", page.resolve().as_uri()],
+                   tmp_path / "profile-cand-shot")
+    assert run.returncode == 0 and shot.exists()
