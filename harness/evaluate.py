@@ -718,8 +718,9 @@ class Session:
 
         wr.timing = header["trials"]
         wr.latency_ms, wr.aligned, backend = aggregate_timing(header["trials"])
-        walls = [w for t in header["trials"] for w in t.get("wall_ms", [])]
-        clock = clock_truth_verdict(walls, [t["median_ms"] for t in header["trials"]], self.audit_config)
+        clock_trials = header.get("kernel_trials") or header["trials"]  # wall times were taken on this callable
+        walls = [w for t in clock_trials for w in t.get("wall_ms", [])]
+        clock = clock_truth_verdict(walls, [t["median_ms"] for t in clock_trials], self.audit_config)
         if clock is not None:
             wr.audits.append(clock)
         wr.kernel_latency_ms = wr.latency_ms
