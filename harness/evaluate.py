@@ -624,6 +624,18 @@ class Session:
         wr.log = worker.log_since(log_offset) if worker.workdir else ""
         return wr
 
+    def _within_deadline(self, worker: WorkerProcess, message: dict[str, Any], deadline: float, wr: WorkloadResult,
+                         what: str, phase: str) -> Optional[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+        """One request inside the workload's deadline; a hang or a crash becomes the workload's status."""
+        try:
+            with self._phase(phase):
+                return worker.request(message, timeout_s=max(deadline - time.monotonic(), 0.001))
+        except WorkerTimeout as err:
+            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{what}: {err}"
+        except WorkerCrashed as err:
+            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"{what}: {err}"
+        return None
+
     def _precision_audit(self, definition: Definition, workload: Workload, seed: int,
                          got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, Any]:
         oracle = self.oracle_outputs(definition, workload, seed)
@@ -644,17 +656,12 @@ class Session:
         cfg = self.audit_config
         fresh = [trial_seed(self._secret, workload, 1000 + i) for i in range(cfg.fresh_input_sets)]
         steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng)
-        try:
-            with self._phase("audits"):
-                header, outputs = worker.request({"op": "recheck", "workload": workload.model_dump(mode="json"),
-                                                  "steps": steps, "dataset_root": str(self.dataset.root)},
-                                                 timeout_s=max(deadline - time.monotonic(), 0.001))
-        except WorkerTimeout as err:
-            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"recheck: {err}"
+        reply = self._within_deadline(worker, {"op": "recheck", "workload": workload.model_dump(mode="json"),
+                                               "steps": steps, "dataset_root": str(self.dataset.root)},
+                                      deadline, wr, "recheck", "audits")
+        if reply is None:
             return
-        except WorkerCrashed as err:
-            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"recheck: {err}"
-            return
+        header, outputs = reply
         if not header.get("ok"):
             wr.audits.append({"name": "fresh_input_recheck", "passed": False,
                               "detail": f"the candidate failed on recheck inputs: {header.get('error')}"})
@@ -697,19 +704,14 @@ class Session:
         if not self.options.timing:
             wr.timing_note = "timing switched off"
             return
-        try:
-            with self._phase("timing"):
-                header, _ = worker.request({"op": "time", "workload": workload.model_dump(mode="json"),
-                                            "seeds": seeds, "warmup": preset.warmup, "iterations": preset.iterations,
-                                            "dataset_root": str(self.dataset.root),
-                                            "clock_truth_calls": 5 if self.audit_config.level != "off" else 0},
-                                           timeout_s=max(deadline - time.monotonic(), 0.001))
-        except WorkerTimeout as err:
-            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"timing: {err}"
+        reply = self._within_deadline(worker, {"op": "time", "workload": workload.model_dump(mode="json"),
+                                               "seeds": seeds, "warmup": preset.warmup,
+                                               "iterations": preset.iterations, "dataset_root": str(self.dataset.root),
+                                               "clock_truth_calls": 5 if self.audit_config.level != "off" else 0},
+                                      deadline, wr, "timing", "timing")
+        if reply is None:
             return
-        except WorkerCrashed as err:
-            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"timing: {err}"
-            return
+        header, _ = reply
         if not header.get("ok"):
             wr.status = EvaluationStatus.RUNTIME_ERROR.value
             wr.message = f"timing: {header.get('error')}"

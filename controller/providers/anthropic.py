@@ -8,10 +8,9 @@ rejects temperature/top_p/top_k). Tests pass ``http_client=httpx2.Client(transpo
 
 from __future__ import annotations
 
-from typing import Any, Optional
 
 from ..request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
-from .base import CallResult, ProviderError, api_generate, price_of
+from .base import CallResult, ProviderError, SdkProvider, api_generate, price_of
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 TOOL_NAME = "submit_kernel"
@@ -19,37 +18,12 @@ TOOL = {"name": TOOL_NAME, "description": "Submit one kernel candidate: complete
         "input_schema": REPLY_SCHEMA}
 
 
-class AnthropicProvider:
+class AnthropicProvider(SdkProvider):
     name = "anthropic"
-
-    def __init__(self, model: str = DEFAULT_MODEL, api_key: Optional[str] = None, base_url: Optional[str] = None,
-                 max_retries: int = 2, http_client: Any = None, client: Any = None,
-                 prices: Optional[dict[str, tuple[float, float]]] = None):
-        self.model, self.api_key, self.base_url = model, api_key, base_url
-        self.max_retries, self.http_client, self.client, self.prices = max_retries, http_client, client, prices
-
-    def _sdk(self) -> Any:
-        try:
-            import anthropic
-        except ImportError as err:  # pragma: no cover - depends on the environment
-            raise ProviderError("the anthropic provider needs the SDK: pip install 'crucible[llm]'") from err
-        return anthropic
-
-    def _client(self) -> Any:
-        if self.client is None:
-            kwargs: dict[str, Any] = {"max_retries": self.max_retries}
-            if self.api_key:
-                kwargs["api_key"] = self.api_key
-            if self.base_url:
-                kwargs["base_url"] = self.base_url
-            if self.http_client is not None:
-                kwargs["http_client"] = self.http_client
-            sdk = self._sdk()
-            try:
-                self.client = sdk.Anthropic(**kwargs)
-            except sdk.AnthropicError as err:  # e.g. no API key
-                raise ProviderError(f"{self.name}: {err}") from err
-        return self.client
+    sdk_module = "anthropic"
+    client_class = "Anthropic"
+    error_class = "AnthropicError"
+    default_model = DEFAULT_MODEL
 
     def _call(self, prompt: str, max_tokens: int, timeout_s: float) -> CallResult:
         sdk = self._sdk()

@@ -200,6 +200,49 @@ def make_provider(name: str, options: Optional[dict[str, Any]] = None, **context
 # -- the API providers' shared loop: one model call per candidate, every bound checked -----------------------
 
 
+class SdkProvider:
+    """Plumbing the API providers share: the SDK imported lazily, one client, configuration as data.
+
+    Subclasses name their SDK (module, client class, base error class) and implement ``_call``.
+    """
+
+    name = ""
+    sdk_module = ""
+    client_class = ""
+    error_class = ""
+    default_model = ""
+
+    def __init__(self, model: Optional[str] = None, api_key: Optional[str] = None, base_url: Optional[str] = None,
+                 max_retries: int = 2, http_client: Any = None, client: Any = None,
+                 prices: Optional[dict[str, tuple[float, float]]] = None):
+        self.model, self.api_key, self.base_url = model or self.default_model, api_key, base_url
+        self.max_retries, self.http_client, self.client, self.prices = max_retries, http_client, client, prices
+
+    def _sdk(self) -> Any:
+        import importlib
+
+        try:
+            return importlib.import_module(self.sdk_module)
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise ProviderError(f"the {self.name} provider needs the SDK: pip install 'crucible[llm]'") from err
+
+    def _client(self) -> Any:
+        if self.client is None:
+            kwargs: dict[str, Any] = {"max_retries": self.max_retries}
+            if self.api_key:
+                kwargs["api_key"] = self.api_key
+            if self.base_url:
+                kwargs["base_url"] = self.base_url
+            if self.http_client is not None:
+                kwargs["http_client"] = self.http_client
+            sdk = self._sdk()
+            try:
+                self.client = getattr(sdk, self.client_class)(**kwargs)
+            except getattr(sdk, self.error_class) as err:  # e.g. no API key
+                raise ProviderError(f"{self.name}: {err}") from err
+        return self.client
+
+
 class CallResult(BaseModel):
     """One model call, as the SDK wrapper saw it."""
 

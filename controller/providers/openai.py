@@ -8,46 +8,20 @@ tokens and cost from the price table. Tests pass ``http_client=httpx2.Client(tra
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
 
 from ..request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
-from .base import CallResult, ProviderError, api_generate, price_of
+from .base import CallResult, SdkProvider, api_generate, price_of
 
 DEFAULT_MODEL = "gpt-5"
 TEXT_FORMAT = {"format": {"type": "json_schema", "name": "kernel_candidate", "schema": REPLY_SCHEMA, "strict": True}}
 
 
-class OpenAIProvider:
+class OpenAIProvider(SdkProvider):
     name = "openai"
-
-    def __init__(self, model: str = DEFAULT_MODEL, api_key: Optional[str] = None, base_url: Optional[str] = None,
-                 max_retries: int = 2, http_client: Any = None, client: Any = None,
-                 prices: Optional[dict[str, tuple[float, float]]] = None):
-        self.model, self.api_key, self.base_url = model, api_key, base_url
-        self.max_retries, self.http_client, self.client, self.prices = max_retries, http_client, client, prices
-
-    def _sdk(self) -> Any:
-        try:
-            import openai
-        except ImportError as err:  # pragma: no cover - depends on the environment
-            raise ProviderError("the openai provider needs the SDK: pip install 'crucible[llm]'") from err
-        return openai
-
-    def _client(self) -> Any:
-        if self.client is None:
-            kwargs: dict[str, Any] = {"max_retries": self.max_retries}
-            if self.api_key:
-                kwargs["api_key"] = self.api_key
-            if self.base_url:
-                kwargs["base_url"] = self.base_url
-            if self.http_client is not None:
-                kwargs["http_client"] = self.http_client
-            sdk = self._sdk()
-            try:
-                self.client = sdk.OpenAI(**kwargs)
-            except sdk.OpenAIError as err:  # e.g. no API key
-                raise ProviderError(f"{self.name}: {err}") from err
-        return self.client
+    sdk_module = "openai"
+    client_class = "OpenAI"
+    error_class = "OpenAIError"
+    default_model = DEFAULT_MODEL
 
     def _call(self, prompt: str, max_tokens: int, timeout_s: float) -> CallResult:
         sdk = self._sdk()
