@@ -695,6 +695,11 @@ class Session:
         if header.get("ok"):
             wr.audits.append(attribution_verdict(header["kernel_ns"], set(header["candidate_kernels"]),
                                                  self.audit_config))
+        elif header.get("status") == "UNAVAILABLE":  # the profiler, not the candidate: say so, judge nothing
+            wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + f"attribution: {header.get('error')}"
+        else:
+            wr.audits.append({"name": "attribution", "passed": False,
+                              "detail": f"the candidate failed under the profiler: {header.get('error')}"})
 
     def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
               preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:

@@ -350,10 +350,15 @@ class Worker:
             self.built.fn(*args, *state)
             torch.cuda.synchronize()
         kernel_ns: dict[str, float] = {}
-        for event in prof.events():
-            us = getattr(event, "device_time", 0.0) or getattr(event, "cuda_time", 0.0)
+        for event in prof.key_averages():
+            # Attribute names moved between torch releases (cuda_* -> device_*); self time, so that an
+            # operator's kernels are not counted again under the operator.
+            us = next((getattr(event, a) for a in ("self_device_time_total", "self_cuda_time_total")
+                       if getattr(event, a, None)), 0.0)
             if us:
-                kernel_ns[event.name] = kernel_ns.get(event.name, 0.0) + us * 1e3
+                kernel_ns[event.key] = kernel_ns.get(event.key, 0.0) + float(us) * 1e3
+        if not kernel_ns:
+            return {"ok": False, "status": "UNAVAILABLE", "error": "the profiler reported no GPU time"}, {}
         return {"ok": True, "kernel_ns": kernel_ns, "candidate_kernels": sorted(self._candidate_kernels())}, {}
 
     def _candidate_kernels(self) -> set[str]:
