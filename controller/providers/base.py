@@ -7,6 +7,7 @@ anything; the loop hands proposals to the harness.
 
 from __future__ import annotations
 
+import time
 from pathlib import PurePosixPath
 from typing import Any, Optional, Protocol, runtime_checkable
 
@@ -200,6 +201,16 @@ def make_provider(name: str, options: Optional[dict[str, Any]] = None, **context
 # -- the API providers' shared loop: one model call per candidate, every bound checked -----------------------
 
 
+def candidate_slots(budget: Any, response: GenerationResponse, started: float):
+    """Yield (index, seconds left) for each candidate the budget allows; record why it stopped early."""
+    for index in range(budget.max_candidates):
+        left = budget.wall_s - (time.monotonic() - started)
+        if left <= 0:
+            response.stopped = f"wall time: {budget.wall_s:g} s used up"
+            return
+        yield index, left
+
+
 class SdkProvider:
     """Plumbing the API providers share: the SDK imported lazily, one client, configuration as data.
 
@@ -269,11 +280,7 @@ def api_generate(provider: str, model: str, request: GenerationRequest, price: O
     response = GenerationResponse(provider=provider, model=model if price else f"{model} (no price: cost not counted)")
     raws: list[str] = []
     started = time.monotonic()
-    for index in range(b.max_candidates):
-        left = b.wall_s - (time.monotonic() - started)
-        if left <= 0:
-            response.stopped = f"wall time: {b.wall_s:g} s used up"
-            break
+    for index, left in candidate_slots(b, response, started):
         max_tokens, why_not = output_allowance(request, prompt, price, response.tokens_in + response.tokens_out,
                                                response.cost_usd)
         if why_not:

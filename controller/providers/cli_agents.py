@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..request import GenerationRequest, GenerationResponse, Rejection, render_prompt
-from .base import add, candidate_name, cost_usd, normalise, price_of, proposal_from_files
+from .base import add, candidate_name, candidate_slots, cost_usd, normalise, price_of, proposal_from_files
 
 AGENTS: dict[str, dict[str, Any]] = {
     "claude-code": {
@@ -174,11 +174,7 @@ class CLIAgentProvider:
         price = price_of(self.model or "", self.prices) if self.model else None
         raws: list[str] = []
         started = time.monotonic()
-        for index in range(b.max_candidates):
-            left = b.wall_s - (time.monotonic() - started)
-            if left <= 0:
-                response.stopped = f"wall time: {b.wall_s:g} s used up"
-                break
+        for index, left in candidate_slots(b, response, started):
             run = self.run_once(request, index, left)
             raws.append(json.dumps({k: v for k, v in run.items() if k != "edited"}))
             if "error" in run:
