@@ -2,8 +2,9 @@
 # Everything that needs a GPU, in one pass: GPU tests, example submissions with baselines and roofline,
 # timer parity, evaluation throughput, and (with two or more GPUs) evaluations spread over the GPUs.
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
-# STAGES (default "core"): core = GPU tests, example submission, illegal address, parity, throughput,
-# multi-GPU; extra stages, each a few minutes: adversarial audit_cost profile controller report.
+# STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
+# GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
+# fixtures controller report.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
@@ -20,56 +21,105 @@ export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fiws} MAX_JOB
 ARCHIVE=${ARCHIVE:-/tmp/crucible-archive}; mkdir -p "$ARCHIVE"
 NGPU=$(nvidia-smi -L | wc -l)
 STAGES=" ${STAGES:-core} "
+case "$STAGES" in *" core "*) STAGES="$STAGES gputests examples parity throughput ";; esac
 has() { case "$STAGES" in *" $1 "*) return 0;; esac; return 1; }
 LOG="$OUT/run.log"
-section() { echo; echo "===== $* ====="; } 
+section() { { echo; echo "===== $* ===== $(date -u +%T)"; } >> "$LOG"; }
 { date -u; nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > "$LOG" 2>&1
 
-if has core; then
-if [ "$NGPU" -ge 2 ]; then
+THROUGHPUT=
+if has throughput && [ "$NGPU" -ge 2 ]; then  # on the second GPU, beside the rest
   (CUDA_VISIBLE_DEVICES=1 timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log") &
   THROUGHPUT=$!
   export CUDA_VISIBLE_DEVICES=0
 fi
-timeout 200 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider -k "not spread" 2>&1 | tee -a "$LOG"
-timeout 200 python3 -m harness.cli submit examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json --archive "$ARCHIVE" \
-  2>&1 | tee -a "$LOG"
-timeout 60 python3 -m harness.cli submit examples/illegal_address/solution.json -w uniform_b1_kv512 -w uniform_b16_kv512 --archive "$ARCHIVE" \
-  --no-baselines 2>&1 | tee -a "$LOG"
-timeout 150 python3 benchmarks/timing_parity.py ${PARITY_ARGS:-} --out "$OUT" 2>&1 | tee -a "$LOG"
-if [ "$NGPU" -ge 2 ]; then
-  wait $THROUGHPUT
-  unset CUDA_VISIBLE_DEVICES
+if has gputests; then
+  section "GPU tests"
+  timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider -k "not spread" 2>&1 | tee -a "$LOG"
+fi
+if has examples; then
+  section "example submission"
+  timeout 200 python3 -m harness.cli submit examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json --archive "$ARCHIVE" \
+    --json > "$OUT/submit_example.json" 2>> "$LOG"
+  SID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["submission_id"])' "$OUT/submit_example.json" 2>> "$LOG")
+  [ -n "$SID" ] && python3 -m harness.cli show "$SID" --archive "$ARCHIVE" >> "$LOG" 2>&1
+  section "illegal address"
+  timeout 60 python3 -m harness.cli submit examples/illegal_address/solution.json -w uniform_b1_kv512 -w uniform_b16_kv512 --archive "$ARCHIVE" \
+    --no-baselines 2>&1 | tee -a "$LOG"
+fi
+if has parity; then
+  section "timer parity"
+  timeout 150 python3 benchmarks/timing_parity.py ${PARITY_ARGS:-} --out "$OUT" 2>&1 | tee -a "$LOG"
+fi
+if has throughput; then
+  if [ -n "$THROUGHPUT" ]; then
+    wait $THROUGHPUT
+  else
+    section "evaluation throughput"
+    timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log"
+  fi
+fi
+unset CUDA_VISIBLE_DEVICES
+if has core && [ "$NGPU" -ge 2 ]; then
+  section "multi-GPU spread"
   timeout 120 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider -k "spread" 2>&1 | tee -a "$LOG"
   timeout 120 python3 -m harness.cli submit examples/triton_gqa_decode/solutions/ -w uniform_b64_kv2048 -w skewed_b64 --archive "$ARCHIVE" \
     2>&1 | tee -a "$LOG"
-else
-  timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log"
 fi
-fi  # core
 
 if has adversarial; then  # the attack suite where CUPTI, streams and timing replay are real
-  timeout 500 python3 -m pytest -q tests/adversarial tests/test_gpu_harness.py -p no:cacheprovider 2>&1 | tee -a "$LOG"
+  section "adversarial suite"
+  timeout ${ADV_TIMEOUT:-500} python3 -m pytest -q -rA tests/adversarial -p no:cacheprovider 2>&1 | tail -60 | tee -a "$LOG"
 fi
 if has audit_cost; then
-  timeout 500 python3 benchmarks/audit_cost.py --out "$OUT" 2>&1 | tee -a "$LOG"
+  section "audit cost"
+  timeout ${AUDIT_TIMEOUT:-500} python3 benchmarks/audit_cost.py --out "$OUT" ${AUDIT_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
-if has profile; then  # real ncu recordings for tests/fixtures/ncu (see its README)
+if has fixtures; then  # real ncu recordings for tests/fixtures/ncu (its README has the same commands)
+  section "ncu fixtures"
+  NCU=$(python3 -c 'from harness.profile import find_ncu; print(find_ncu() or "")')
   METRICS=$(python3 -c 'from controller.evidence import requested_metrics; print(",".join(requested_metrics("sm_90")))')
+  DEF=gqa_paged_decode_h32_kv8_d128_ps1; SOLS=definitions/solutions/baseline/gqa_paged/$DEF
+  B1=020253b8-8850-5672-98d0-1200bdec213b; B256=a66c5b83-ed1f-5418-919c-756a9a5c8ce3
+  FIX=/tmp/ncu_fixtures; mkdir -p $FIX
+  record() {
+    timeout 200 "$NCU" --clock-control none --cache-control all --target-processes all \
+      --nvtx --nvtx-include crucible_candidate/ --metrics "$METRICS" \
+      --log-file "$FIX/$1.log" --force-overwrite --export "$FIX/$1" \
+      python3 -m harness.profile_target --solution "$2" --workload "$3" --seed 0 --dataset definitions \
+      --status-file "$FIX/$1.status.json" >> "$LOG" 2>&1
+    "$NCU" --import "$FIX/$1.ncu-rep" --csv --page raw --print-units base > "$FIX/$1.csv" 2>> "$LOG"
+    "$NCU" --import "$FIX/$1.ncu-rep" --page details --print-units base > "$FIX/$1.details.txt" 2>> "$LOG"
+    echo "recorded $1: $(wc -l < "$FIX/$1.csv") csv lines" >> "$LOG"
+  }
+  record h200_flashinfer_tensor_cores_b1_kv8192   $SOLS/flashinfer_decode_tensor_cores.json $B1
+  record h200_flashinfer_tensor_cores_b256_kv2048 $SOLS/flashinfer_decode_tensor_cores.json $B256
+  record h200_flashinfer_cuda_cores_b1_kv8192     $SOLS/flashinfer_decode_cuda_cores.json   $B1
+  record h200_flashinfer_cuda_cores_b256_kv2048   $SOLS/flashinfer_decode_cuda_cores.json   $B256
+  record h200_triton_example_b1_kv8192            examples/triton_gqa_decode/solutions/$DEF.json $B1
+  record h200_triton_example_b256_kv2048          examples/triton_gqa_decode/solutions/$DEF.json $B256
+  grep -hE '==(ERROR|WARNING)==' $FIX/*.log >> "$LOG"; cat $FIX/*.status.json >> "$LOG"
+  rm -f $FIX/*.ncu-rep; tar czf "$OUT/ncu_fixtures.tgz" -C /tmp ncu_fixtures
+fi
+if has profile; then  # the same through `harness profile`: sandboxed, archived, digested
+  section "harness profile"
   for sol in examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json \
              definitions/solutions/baseline/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1/*.json; do
     timeout 200 python3 -m harness.cli profile "$sol" -w uniform_b1_kv8192 -w uniform_b256_kv2048 \
-      --archive "$ARCHIVE" --json 2>&1 | tee -a "$LOG"
+      --archive "$ARCHIVE" --json >> "$OUT/profile.jsonl" 2>> "$LOG"
   done
 fi
 if has controller; then
-  timeout 560 python3 -m controller.cli loop --definition gqa_paged_decode_h32_kv8_d128_ps1 --provider offline \
-    --rounds 4 --candidates 3 --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
+  section "controller loop"
+  timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --definition gqa_paged_decode_h32_kv8_d128_ps1 --provider offline \
+    --rounds ${ROUNDS:-4} --candidates ${CANDIDATES:-3} --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
 fi
 if has report; then
   python3 -m harness.cli report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \
     && tar czf "$OUT/report.tgz" -C /tmp report
 fi
+section "archive"
 python3 -m harness.cli list --archive "$ARCHIVE" >> "$LOG" 2>&1
+[ -n "${KEEP_ARCHIVE:-}" ] && tar czf "$OUT/archive.tgz" -C "$ARCHIVE" . 2>/dev/null
 exit 0
