@@ -678,7 +678,8 @@ class Session:
         wr.audits.append(recheck_verdict(checks))
         wr.audits.append(thread_verdict(header["threads_before"], header["threads_after"]))
         fresh_ms = [ms for ms, s in zip(header["wall_ms"], steps) if s["kind"] == "fresh"]
-        replay = replay_verdict(wr.latency_ms, fresh_ms, cfg) if self.has_gpu else None
+        repeat_ms = [ms for ms, s in zip(header.get("repeat_wall_ms", []), steps) if s["kind"] == "fresh"]
+        replay = replay_verdict(repeat_ms, fresh_ms, cfg) if self.has_gpu else None
         if replay is not None:
             wr.audits.append(replay)
 
