@@ -222,3 +222,25 @@ def test_submit_json_and_show_carry_the_audit_and_the_sass_artifact(tmp_path, ti
                                                             [results[0]["submission_id"]])]
     text = Archive(archive).get_blob(blob).decode()
     assert "wgmma_kernel [sm_90]" in text and len(text) < 4096
+
+
+@needs_tools
+def test_full_level_on_cpu_notes_the_missing_gpu_and_python_code_has_no_sass(tiny_dataset_root, tmp_path):
+    from harness.archive import Archive
+    from harness.dataset import Dataset
+    from harness.evaluate import Session, SubmitOptions
+    from support import TORCH_CANDIDATE, solution_dict
+
+    python = solution_dict(TORCH_CANDIDATE)
+    python["spec"]["instruction_claims"] = ["hmma"]
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], audit_level="full")) as session:
+        cuda = session.submit(Solution.model_validate(cuda_solution(["wgmma"])))
+        plain = session.submit(Solution.model_validate(solution_dict(TORCH_CANDIDATE)))
+        claimed = session.submit(Solution.model_validate(python))
+    (audit,) = cuda.audits
+    assert audit["passed"] and "counters not checked (no GPU on this host)" in audit["detail"]
+    assert plain.audits == []  # nothing claimed, nothing built for a GPU: no audit to show
+    (audit,) = claimed.audits  # a note, never held against the candidate
+    assert audit["passed"] and "no SASS (the build produced no GPU binary)" in audit["detail"], audit
+    assert not any("instruction_proof" in b for b in claimed.promotion_blockers)
