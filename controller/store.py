@@ -252,11 +252,14 @@ class Store:
             return []
         regimes = regimes or {}
         records = []
-        for e in self.archive.submission(submission_id)["evaluations"]:
+        submission = self.archive.submission(submission_id)
+        # Audits of the whole submission (the instruction proof) hold for every workload: the gate sees them.
+        whole = tuple((submission.get("scores") or {}).get("audits") or ())
+        for e in submission["evaluations"]:
             extra = e.get("extra") or {}
             records.append(EvalRecord(
                 workload=e["workload_uuid"], label=e.get("workload_label") or "", status=e["status"],
-                latency_ms=e.get("latency_ms"), audits=tuple(extra.get("audits") or ()),
+                latency_ms=e.get("latency_ms"), audits=tuple(extra.get("audits") or ()) + whole,
                 regime=regimes.get(e["workload_uuid"], ""), speedup_vs_fi=extra.get("speedup_vs_flashinfer_kernel"),
                 fraction_of_floor=extra.get("fraction_of_floor"), message=e.get("message") or "",
                 log_blob=e.get("log_blob")))

@@ -180,9 +180,12 @@ def attribution_verdict(kernel_ns: dict[str, float], candidate_kernels: set[str]
 
 
 def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[dict[str, Any]],
-                       audit_level: str = "fast") -> list[str]:
-    """Why an evaluated submission cannot be promoted (empty: it can)."""
+                       audit_level: str = "fast", submission_audits: Optional[list[dict[str, Any]]] = None) -> list[str]:
+    """Why an evaluated submission cannot be promoted (empty: it can).
+
+    ``submission_audits``: audits of the submission as a whole (the instruction proof), not of one workload."""
     reasons = [] if audit_level != "off" else ["audits were switched off"]
+    reasons += [f"audit {a['name']} failed: {a['detail']}" for a in submission_audits or [] if not a["passed"]]
     errors = [f for f in static_findings if f.get("severity") == "error"]
     if errors:
         f = errors[0]

@@ -179,6 +179,7 @@ def print_result(result: Any) -> None:
     out.print(table)
     out.print(f"status: {styled(result.status)}", highlight=False)
     print_promotability(result.promotion_blockers, result.static_findings)
+    print_submission_audits(result.audits)
     if any(v is not None for v in result.scores.values()):
         names = {"vs_reference": "vs reference", "vs_flashinfer_official": "vs FlashInfer (official, plan inside)",
                  "vs_flashinfer_kernel": "vs FlashInfer (kernel, plan in setup)"}
@@ -188,6 +189,13 @@ def print_result(result: Any) -> None:
         out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
     for n in result.notices:
         out.print(f"[yellow]notice:[/] {escape(n)}", highlight=False)
+
+
+def print_submission_audits(audits: list[dict[str, Any]]) -> None:
+    """Audits of the whole submission (the instruction proof); per-workload audits are in the table."""
+    for a in audits:
+        mark = "[green]passed[/]" if a["passed"] else "[red]failed[/]"
+        out.print(f"audit {a['name']} {mark}: {escape(a['detail'])}", highlight=False)
 
 
 def print_promotability(blockers: list[str], findings: list[dict[str, Any]]) -> None:
@@ -258,6 +266,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
     if "promotable" in row["scores"]:
         print_promotability(row["scores"].get("promotion_blockers", []),
                             row["options"].get("static_gate", {}).get("findings", []))
+    print_submission_audits(row["scores"].get("audits") or [])
     table = Table()
     for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "speedup", "audits"):
         table.add_column(col, no_wrap=True)

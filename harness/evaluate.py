@@ -97,6 +97,7 @@ class SubmissionResult:
     scores: dict[str, Optional[float]] = field(default_factory=dict)
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     promotion_blockers: list[str] = field(default_factory=list)
+    audits: list[dict[str, Any]] = field(default_factory=list)  # of the submission as a whole (instruction proof)
     phases_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -119,7 +120,7 @@ class SubmissionResult:
                            "floor_ms": w.floor_ms, "fraction_of_floor": w.fraction_of_floor, "aligned": w.aligned,
                            "throttled": w.throttled, "audits": w.audits, "message": w.message or None}
                           for w in self.workloads],
-            "scores": self.scores,
+            "scores": self.scores, "audits": self.audits,
             "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
             "static_findings": self.static_findings,
             "timing_unavailable_reason": self.timing_unavailable_reason,
@@ -501,6 +502,8 @@ class Session:
                             candidate.stop()
                             candidate = None
                 self._record(result, definition, solution, workload, wr, env_id)
+            if build_failure is None and not static_problem:
+                self._instruction_proof(candidate, solution, definition, result)
         finally:
             if candidate is not None:
                 candidate.stop()
@@ -514,13 +517,13 @@ class Session:
         result.scores = definition_scores(result.workloads)
         result.promotion_blockers = promotion_blockers(
             [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads], result.static_findings,
-            self.audit_config.level)
+            self.audit_config.level, result.audits)
         skipped = [w for w in result.workloads if not w.evaluated]
         if skipped:
             result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
         self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices),
                                        {**result.scores, "promotable": not result.promotion_blockers,
-                                        "promotion_blockers": result.promotion_blockers})
+                                        "promotion_blockers": result.promotion_blockers, "audits": result.audits})
         self.progress("done", {"status": result.status})
         return result
 
@@ -534,6 +537,99 @@ class Session:
         with self._phase("static_gate"):
             findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
         return [f.model_dump() for f in findings]
+
+    def _policy_claims(self, definition: Definition) -> list[str]:
+        """Instruction families the definition's audit policy requires of every solution (harness.sass)."""
+        import yaml
+
+        from .sass import policy_claims
+        from .static_gate import DEFAULT_POLICY_PATH
+
+        path = self.dataset.root / "audit_policy.yaml"
+        data = yaml.safe_load((path if path.exists() else DEFAULT_POLICY_PATH).read_text(encoding="utf-8"))
+        return policy_claims(data, definition.name, definition.op_type)
+
+    def _instruction_proof(self, worker: Optional[WorkerProcess], solution: Solution, definition: Definition,
+                           result: SubmissionResult) -> None:
+        """Once per submission, after its workloads (Triton compiles kernels as they first run): the SASS of what
+        the candidate built, archived as the `sass` artifact, and the instruction_proof audit of its claims."""
+        from .sass import KernelSass, histogram, instruction_proof, merged_claims, summary_text
+        from .views import add_artifact
+
+        if self.audit_config.level == "off":
+            return
+        claims = merged_claims(solution.spec.instruction_claims, self._policy_claims(definition))
+        kernels: list[KernelSass] = []
+        note = "no candidate worker is running (none was started, or the last one failed)"
+        if worker is not None and worker.alive:
+            try:
+                with self._phase("audits"):
+                    header, _ = worker.request({"op": "sass"}, timeout_s=600)
+            except (WorkerTimeout, WorkerCrashed) as err:
+                header = {"ok": False, "error": f"disassembly failed: {err}"}
+            note = header.get("error", "")
+            if header.get("ok"):
+                kernels = [KernelSass.from_json(k) for k in header["kernels"]]
+                note = "; ".join(header.get("notes") or []) or ("" if kernels else "no kernel in the binaries")
+                if kernels:
+                    head = f"{solution.name}: SASS of {', '.join(header['files'])} ({header['tool']})"
+                    add_artifact(self.archive, result.submission_id, "sass",
+                                 summary_text(kernels, header=head + (f"\nnotes: {note}" if note else "")))
+        if not claims and not kernels:
+            return  # nothing claimed, nothing built for a GPU here: no audit to show
+        arch = self._gpu_arch() or (kernels[0].arch if kernels else None)
+        counters, counter_note, failure = None, "", ""
+        if not claims or not kernels:
+            pass
+        elif self.audit_config.level != "full":
+            counter_note = "ncu counters run at --audit-level full"
+        elif not self.has_gpu:
+            counter_note = "no GPU on this host"
+        else:
+            counters, counter_note, failure = self._claim_counters(solution, result, claims, kernels, arch)
+        audit = instruction_proof(claims, histogram(kernels) if kernels else None, counters, arch,
+                                  sass_note=note, counter_note=counter_note)
+        if failure:
+            audit = {**audit, "passed": False, "detail": f"{failure}; {audit['detail']}"}
+        result.audits.append(audit)
+
+    def _gpu_arch(self) -> Optional[str]:
+        capability = str(self.environment.get("capability") or "")
+        return "sm_" + capability.replace(".", "") if capability else None
+
+    def _claim_counters(self, solution: Solution, result: SubmissionResult, claims: list[str],
+                        kernels: list[Any], arch: Optional[str]) -> tuple[Optional[dict[str, Any]], str, str]:
+        """(counters summed over the candidate's own kernels or None, why None, why the proof failed) from one
+        Nsight Compute pass over the first PASSED workload (harness.profile: its own sandboxed target process)."""
+        from .profile import NO_PERMISSION, OK, UNAVAILABLE, profile_workloads, record_profile, select_backend
+        from .sass import FAMILIES, arch_key, counter_metrics, own_kernel_counters
+
+        if not any(arch_key(arch) in FAMILIES[c].counters for c in claims):
+            return None, f"no counter for {', '.join(claims)} on {arch}", ""
+        passed = next((w for w in result.workloads if w.status == EvaluationStatus.PASSED.value), None)
+        if passed is None:
+            return None, "no workload passed, none profiled", ""
+        profiler = select_backend("auto")
+        ok, why = profiler.available()
+        if not ok:
+            return None, f"no profiler: {why}", ""
+        metrics = counter_metrics(claims, arch)
+        workload = self.dataset.workloads_for(result.definition, [passed.workload])[0]
+        with self._phase("audits"):
+            summary = profile_workloads(profiler, dump_json(solution), solution.content_hash, [passed.workload],
+                                        self.dataset.root, metrics, seed=trial_seed(self._secret, workload, 3000),
+                                        isolate_network=self.options.isolate_network)[0]
+        record_profile(self.archive, summary, {"purpose": "instruction_proof"}, result.submission_id)
+        if summary.status in (UNAVAILABLE, NO_PERMISSION):  # the host's profiler, not the candidate
+            return None, f"profiler {summary.status}: {summary.reason}", ""
+        if summary.status != OK:
+            return None, "", f"counters could not be collected: profile {summary.status}: {summary.reason}"
+        counters, matched = own_kernel_counters(
+            ((k.name, {m: k.value(m) for m in metrics}) for k in summary.kernels), [k.name for k in kernels], metrics)
+        if not matched:
+            return None, "", ("none of the profiled kernels (" + ", ".join(k.name[:60] for k in summary.kernels[:3])
+                              + ") is one the candidate built")
+        return counters, "", ""
 
     def _start_candidate(self, solution: Solution, definition: Definition,
                          timeout_s: float) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:

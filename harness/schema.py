@@ -177,6 +177,20 @@ class BuildSpec(_Model):
     # per workload and input set with the inputs, outside the timed region; its result is passed to the
     # entry point as one extra trailing argument. Left out of exported JSON when unset.
     setup: Optional[str] = None
+    # Crucible's extension: instruction families the solution claims to use (harness/sass.py FAMILIES, e.g.
+    # "wgmma"); the instruction_proof audit checks them against the built code's SASS and, at the full audit
+    # level, against Nsight Compute counters. Left out of exported JSON when unset.
+    instruction_claims: Optional[list[str]] = None
+
+    @field_validator("instruction_claims")
+    @classmethod
+    def _known_families(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+        from .sass import FAMILIES, unknown_claims
+
+        unknown = unknown_claims(value or [])
+        if unknown:
+            raise ValueError(f"unknown instruction families {unknown}; known: {', '.join(FAMILIES)}")
+        return value
 
     @field_validator("entry_point", "setup")
     @classmethod
@@ -248,6 +262,8 @@ class Solution(_Model):
             "setup": self.spec.setup,
             "sources": sorted((s.path, s.content) for s in self.sources),
         }
+        if self.spec.instruction_claims:  # only when set: hashes of solutions without claims stay as they were
+            payload["instruction_claims"] = sorted(self.spec.instruction_claims)
         h.update(json.dumps(payload, sort_keys=True).encode())
         return h.hexdigest()
 
@@ -389,6 +405,8 @@ def dump_json(model: BaseModel) -> dict[str, Any]:
     data = model.model_dump(mode="json")
     if isinstance(model, Solution) and data["spec"].get("setup") is None:
         data["spec"].pop("setup", None)  # keep the official wire format when the extension is unused
+    if isinstance(model, Solution) and data["spec"].get("instruction_claims") is None:
+        data["spec"].pop("instruction_claims", None)
     if isinstance(model, Evaluation) and model.correctness is not None:
         data["correctness"] = model.correctness.to_json_dict()
     if isinstance(model, Trace) and model.evaluation is not None and model.evaluation.correctness is not None:

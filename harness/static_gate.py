@@ -192,9 +192,17 @@ def _apply_layer(rules: dict[str, dict[str, Any]], allow: dict[str, list[str]], 
         return
     if not isinstance(layer, Mapping):
         raise PolicyError(f"{where}: expected a mapping, got {type(layer).__name__}")
-    unknown_keys = set(layer) - {"rules", "allow"}
+    unknown_keys = set(layer) - {"rules", "allow", "instruction_claims"}
     if unknown_keys:
-        raise PolicyError(f"{where}: unknown keys {sorted(unknown_keys)} (expected 'rules' and/or 'allow')")
+        raise PolicyError(f"{where}: unknown keys {sorted(unknown_keys)} "
+                          "(expected 'rules', 'allow' and/or 'instruction_claims')")
+    # instruction_claims belong to the instruction proof (harness/sass.py: policy_claims); checked here so that
+    # a misspelt family fails when the policy loads instead of passing unnoticed.
+    from .sass import unknown_claims
+
+    claims = layer.get("instruction_claims") or []
+    if not isinstance(claims, list) or unknown_claims(claims):
+        raise PolicyError(f"{where}.instruction_claims: expected a list of known instruction families, got {claims!r}")
     for rule_id, override in (layer.get("rules") or {}).items():
         if rule_id not in RULES:
             raise PolicyError(f"{where}.rules: unknown rule id {rule_id!r}; known: {sorted(RULES)}")

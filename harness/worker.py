@@ -422,6 +422,31 @@ class Worker:
                 names.update(getattr(v, "__name__", "") for v in vars(module).values() if isinstance(v, JITFunction))
         return {n for n in names if n}
 
+    def sass(self, req: dict) -> tuple[dict, dict]:
+        """Per-kernel opcode histograms of what this worker built (harness.sass); runs no candidate code.
+
+        The binaries: the build's cubins (CUDA compiled without a GPU) or extension .so, and the cubins Triton
+        wrote into this worker's private cache while the candidate ran (so: after the workloads)."""
+        from .sass import disassemble, find_disassembler
+
+        assert self.built is not None, "build first"
+        files = [Path(p) for p in self.built.artifacts.values() if Path(p).is_file()]
+        cache = Path(os.environ.get("TRITON_CACHE_DIR", self.workdir / ".triton")).resolve()
+        if self.workdir.resolve() in cache.parents:  # a shared cache would hold other solutions' kernels
+            files += sorted(cache.rglob("*.cubin"))
+        if not files:
+            why = ("Triton compiles its kernels for a GPU when they first run; none ran on this host"
+                   if self.solution.spec.language.value == "triton" and self.device.type != "cuda"
+                   else "the build produced no GPU binary")
+            return {"ok": False, "status": "UNAVAILABLE", "error": why}, {}
+        tool = find_disassembler()
+        if tool is None:
+            return {"ok": False, "status": "UNAVAILABLE",
+                    "error": "no cuobjdump or nvdisasm (PATH, $CUDA_HOME/bin, Triton's bin)"}, {}
+        kernels, notes = disassemble(files, tool, timeout_s=float(req.get("timeout_s", 120)))
+        return {"ok": True, "kernels": [k.to_json() for k in kernels], "notes": notes, "tool": tool[1],
+                "files": [f.name for f in files]}, {}
+
     def ceilings(self, req: dict) -> tuple[dict, dict]:
         """Copy / read bandwidth and bf16 matmul rate of this GPU (the roofline's ceilings)."""
         from .roofline import measure_ceilings
@@ -433,7 +458,7 @@ class Worker:
     def serve(self, rfd: int, wfd: int) -> None:
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
                     "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
-                    "oracle": self.oracle, "attribution": self.attribution}
+                    "oracle": self.oracle, "attribution": self.attribution, "sass": self.sass}
         while True:
             try:
                 req, _ = protocol.read_message(rfd)
