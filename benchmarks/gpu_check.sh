@@ -4,7 +4,7 @@
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
-# fixtures controller report.
+# fixtures proof controller report.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
@@ -108,6 +108,21 @@ if has profile; then  # the same through `harness profile`: sandboxed, archived,
              definitions/solutions/baseline/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1/*.json; do
     timeout 200 python3 -m harness.cli profile "$sol" -w uniform_b1_kv8192 -w uniform_b256_kv2048 \
       --archive "$ARCHIVE" --json >> "$OUT/profile.jsonl" 2>> "$LOG"
+  done
+fi
+if has proof; then  # instruction proof on real SASS and ncu counters: an honest claim and a false one
+  section "instruction proof"
+  for claim in hmma wgmma; do
+    python3 - "$claim" <<'PY'
+import json, sys
+src = "examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json"
+d = json.load(open(src)); d["name"] = f"triton_gqa_decode_claims_{sys.argv[1]}"
+d["spec"]["instruction_claims"] = [sys.argv[1]]
+json.dump(d, open(f"/tmp/claims_{sys.argv[1]}.json", "w"))
+PY
+    timeout 240 python3 -m harness.cli submit /tmp/claims_$claim.json -w uniform_b64_kv2048 --audit-level full --archive "$ARCHIVE" \
+      --json > "/tmp/proof_$claim.json" 2>> "$LOG"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], "promotable", d["promotable"]); [print(" ", a["name"], a["passed"], a["detail"][:400]) for a in d.get("audits", []) + [a for w in d["workloads"] for a in w["audits"]]]' "/tmp/proof_$claim.json" >> "$LOG" 2>&1
   done
 fi
 if has controller; then
