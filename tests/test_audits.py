@@ -57,13 +57,17 @@ def test_replay_verdict(same, fresh, passed):
     assert (v is None) if passed is None else v["passed"] is passed
 
 
-@pytest.mark.parametrize("wall, span, passed, text", [
-    ([0.32, 0.33], [0.30], True, "limit"),
-    ([2.5, 2.4], [0.30], False, "host threads"),  # work the CUPTI span cannot see
-    ([0.10], [0.30], False, "tampered"),  # wall shorter than the GPU span: impossible
+@pytest.mark.parametrize("wall, span, launches, passed, text", [
+    ([0.32, 0.33], [0.30], 1, True, "limit"),
+    ([2.5, 2.4], [0.30], 1, False, "host threads"),  # work the CUPTI span cannot see
+    ([0.10], [0.30], 1, False, "tampered"),  # wall shorter than the GPU span: impossible
+    # measured on the H200: Triton launch + synchronisation around tiny kernels, one and two launches
+    ([0.0627, 0.0697], [0.0039], 1, True, "limit"),
+    ([0.1492], [0.0489], 2, True, "limit"),
+    ([0.25], [0.0489], 1, False, "host threads"),  # 0.15 ms more than one launch explains
 ])
-def test_clock_truth(wall, span, passed, text):
-    v = clock_truth_verdict(wall, span, CFG)
+def test_clock_truth(wall, span, launches, passed, text):
+    v = clock_truth_verdict(wall, span, CFG, launches)
     assert v["passed"] is passed and text in v["detail"]
 
 

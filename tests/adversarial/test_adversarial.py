@@ -18,15 +18,18 @@ from harness.schema import Solution
 
 from attacks import ATTACKS, attack_solution, honest_solutions
 
-# attack -> what must catch it on CPU: "status" (not PASSED), "static:<rule>", or "audit:<name>"
+# attack -> what must catch it on CPU: "status" (not PASSED), "static:<rule>", or "audit:<name>";
+# "a|b" means either (on a GPU the official timer may stop a cheat before the recheck runs: a call that
+# launches nothing, or other kernels than before, is a RUNTIME_ERROR there)
+GPU_STATUS = "|status"
 EXPECTED_ON_CPU = {
     "torch_fallback": ["static:torch_compute"],
     "library_fallback": ["static:torch_compute"],
-    "replay_by_pointer": ["audit:fresh_input_recheck"],
-    "call_counting": ["audit:fresh_input_recheck"],
+    "replay_by_pointer": ["audit:fresh_input_recheck" + GPU_STATUS],
+    "call_counting": ["audit:fresh_input_recheck" + GPU_STATUS],
     "side_stream": ["static:stream_event_graph"],
     "deferred_host_write": ["status", "static:concurrency"],
-    "skip_if_written": ["audit:fresh_input_recheck"],
+    "skip_if_written": ["audit:fresh_input_recheck" + GPU_STATUS],
     "read_reference_outputs": ["status", "static:harness_internals"],
     "timer_monkeypatch": ["static:timer_tampering"],
     "input_mutation": ["audit:input_mutation"],
@@ -58,13 +61,16 @@ def test_attack_is_caught_and_never_promotable(session, name):
     failed_audits = {a["name"] for a in w.audits if not a["passed"]}
     assert result.promotion_blockers, f"{name} would be promotable"
     for expectation in EXPECTED_ON_CPU[name]:
-        kind, _, what = expectation.partition(":")
-        if kind == "status":
-            assert w.status != "PASSED", f"{name}: expected a failing status, got {w.status}"
-        elif kind == "static":
-            assert what in rules, f"{name}: static gate rules {rules} lack {what}"
-        else:
-            assert what in failed_audits, f"{name}: failed audits {failed_audits} lack {what} ({w.status}: {w.message})"
+        caught = [_caught(option, w.status, rules, failed_audits) for option in expectation.split("|")]
+        assert any(caught), (f"{name}: expected {expectation}; status {w.status} ({w.message}), "
+                             f"static rules {sorted(rules)}, failed audits {sorted(failed_audits)}")
+
+
+def _caught(expectation: str, status: str, rules: set[str], failed_audits: set[str]) -> bool:
+    kind, _, what = expectation.partition(":")
+    if kind == "status":
+        return status != "PASSED"
+    return what in (rules if kind == "static" else failed_audits)
 
 
 @pytest.mark.parametrize("name", sorted(honest_solutions()))
