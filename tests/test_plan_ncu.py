@@ -167,3 +167,12 @@ def test_offline_without_a_diagnosis_or_with_an_unmapped_limiter_is_unchanged():
     plain = provider.propose(request_with(PER_HEAD, None))
     assert provider.propose(request_with(PER_HEAD, Diagnosis(classification="at-roofline"))) == plain
     assert provider.propose(request_with(PER_HEAD, Diagnosis(classification="x", limiter="launch-gaps"))) == plain
+
+
+def test_offline_starting_point_follows_the_ncu_class():
+    provider = OfflineProvider(SKILLS)
+    no_template: dict = {"file": "mine.json"}
+    assert provider.base(request_with(no_template, None))["template"] == "triton-split-kv"  # regime latency-bound
+    ncu_says = Diagnosis(classification="memory-bound", limiter="dependent-loads")
+    assert provider.base(request_with(no_template, ncu_says))["template"] == "triton-per-kv-head"
+    assert provider.base(request_with(no_template, Diagnosis(classification="unknown")))["template"] == "triton-split-kv"

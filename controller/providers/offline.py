@@ -168,7 +168,13 @@ class OfflineProvider:
         g = self.generator
         if request.incumbent.origin.get("template") in g.templates:
             return request.incumbent.origin
-        return g.starting_point(request.regime) or {"template": next(iter(g.templates)), "params": {}}
+        return g.starting_point(self.regime_class(request)) or {"template": next(iter(g.templates)), "params": {}}
+
+    def regime_class(self, request: GenerationRequest) -> str:
+        """The key of the skill's starting points: ncu's classification where the request has one (the
+        starting points are keyed by it), else the planned regime."""
+        found = request.diagnosis.classification if request.diagnosis else ""
+        return found if found in self.generator.starting_points else request.regime
 
     def directed(self, request: GenerationRequest) -> list[dict[str, Any]]:
         """The moves the request's ncu diagnosis calls for (none without one)."""
@@ -191,7 +197,7 @@ class OfflineProvider:
             options += [start] if start else []
         else:
             base = self.base(request)
-            options = self.directed(request) + g.neighbours(base, request.regime,
+            options = self.directed(request) + g.neighbours(base, self.regime_class(request),
                                                             rotation=request.seed + request.round - 1)
         chosen: list[dict[str, Any]] = []
         for origin in options:
