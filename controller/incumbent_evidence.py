@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from harness.profile import NO_PERMISSION, OK, UNAVAILABLE, ProfileSummary, detect_arch, profile_workloads, select_backend
+from harness.profile import (NO_PERMISSION, OK, UNAVAILABLE, ProfileSummary, detect_arch, profile_workloads,
+                             select_backend)
 from harness.schema import Solution, dump_json
 
 from .evidence import build_evidence, requested_metrics
@@ -103,6 +104,7 @@ def profile_incumbent(profiler: IncumbentProfiler, archive: Any, dataset: Any, d
         return IncumbentEvidence(note=f"ncu profile failed: {failed or 'no kernel digests'}",
                                  profiler_unusable=any(s.status in (NO_PERMISSION, UNAVAILABLE) for s in summaries))
     note = (f"ncu profiles of {solution.name} on {len(summaries)} workload(s)"
-            + (f", {len(reused)} reused from the archive" if reused else "") + (f"; failed: {failed}" if failed else ""))
+            + (f", {len(reused)} reused from the archive" if reused else "")
+            + (f"; failed: {failed}" if failed else ""))
     return IncumbentEvidence(ncu_markdown=evidence.to_markdown(EVIDENCE_MAX_BYTES), note=note,
                              diagnoses=diagnoses_by_regime(evidence.profiles, loop_regimes, book))

@@ -5,6 +5,11 @@ archived is not asked for again, a finished evaluation is not repeated, a decisi
 taken again. So `controller loop --resume RUN_ID` after any kill (even `kill -9` mid-evaluation) continues
 where the run was: an evaluation that was cut off is redone, one the harness had finished is adopted.
 
+Evidence: where a GPU and ncu are present, each incumbent is profiled once (controller/incumbent_evidence.py;
+archived profiles of the same code are reused, so a resumed run plans the same) and requests carry the ncu
+Markdown and a diagnosis the planner picks the regime and hypothesis from; otherwise, or when profiling
+fails, latency evidence and the reason. A profile never stops a run.
+
 The harness is ground truth: candidates are judged only by `harness.evaluate.Session` (candidate code
 runs in the harness's worker processes, never here), and promotion reads only archived evaluations.
 """

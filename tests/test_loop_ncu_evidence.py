@@ -33,7 +33,8 @@ class FakeProfiler:
 
     def __init__(self, fixture: str = GRID_TOO_SMALL, available=(True, "fake ncu 2025.3.1"), status: str = OK,
                  reason: str = "", raises: Optional[Exception] = None):
-        self.fixture, self._available, self.status, self.reason, self.raises = fixture, available, status, reason, raises
+        self.fixture, self._available, self.status, self.reason = fixture, available, status, reason
+        self.raises = raises
         self.calls: list[tuple[str, list[str]]] = []
 
     def available(self):

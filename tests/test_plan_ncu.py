@@ -142,17 +142,17 @@ def request_with(origin: dict, diagnosis, candidates: int = 3) -> GenerationRequ
                              budget=Budget(max_candidates=candidates))
 
 
+def moved(origin: dict, template: str = "", **params) -> dict:
+    return {"template": template or origin["template"], "params": {**origin["params"], **params}}
+
+
 @pytest.mark.parametrize("origin, limiter, first", [
-    (PER_HEAD, "grid-too-small", [{"template": "triton-split-kv", "params": {**PER_HEAD["params"], "SPLIT_KV": 32}}]),
-    (SPLIT, "grid-too-small", [{"template": "triton-split-kv", "params": {**SPLIT["params"], "SPLIT_KV": 32}}]),
-    (PER_HEAD, "register-occupancy", [{"template": "triton-per-kv-head", "params": {**PER_HEAD["params"], "NUM_WARPS": 2}},
-                                      {"template": "triton-per-kv-head", "params": {**PER_HEAD["params"], "BLOCK_N": 16}},
-                                      {"template": "triton-per-kv-head",
-                                       "params": {**PER_HEAD["params"], "NUM_WARPS": 2, "BLOCK_N": 16}}]),
-    (PER_HEAD, "dependent-loads", [{"template": "triton-per-kv-head", "params": {**PER_HEAD["params"], "NUM_STAGES": 3}},
-                                   {"template": "triton-per-kv-head", "params": {**PER_HEAD["params"], "BLOCK_N": 64}}]),
-    (SPLIT, "memory-bandwidth", [{"template": "triton-split-kv", "params": {**SPLIT["params"], "BLOCK_N": 128}},
-                                 {"template": "triton-split-kv", "params": {**SPLIT["params"], "NUM_STAGES": 3}}]),
+    (PER_HEAD, "grid-too-small", [moved(PER_HEAD, "triton-split-kv", SPLIT_KV=32)]),  # the skill's default
+    (SPLIT, "grid-too-small", [moved(SPLIT, SPLIT_KV=32)]),  # one step up
+    (PER_HEAD, "register-occupancy", [moved(PER_HEAD, NUM_WARPS=2), moved(PER_HEAD, BLOCK_N=16),
+                                      moved(PER_HEAD, NUM_WARPS=2, BLOCK_N=16)]),  # alone, then together
+    (PER_HEAD, "dependent-loads", [moved(PER_HEAD, NUM_STAGES=3), moved(PER_HEAD, BLOCK_N=64)]),
+    (SPLIT, "memory-bandwidth", [moved(SPLIT, BLOCK_N=128), moved(SPLIT, NUM_STAGES=3), moved(SPLIT, SPLIT_KV=32)]),
 ])
 def test_offline_proposes_the_tactic_first(origin, limiter, first):
     provider = OfflineProvider(SKILLS)
@@ -175,4 +175,5 @@ def test_offline_starting_point_follows_the_ncu_class():
     assert provider.base(request_with(no_template, None))["template"] == "triton-split-kv"  # regime latency-bound
     ncu_says = Diagnosis(classification="memory-bound", limiter="dependent-loads")
     assert provider.base(request_with(no_template, ncu_says))["template"] == "triton-per-kv-head"
-    assert provider.base(request_with(no_template, Diagnosis(classification="unknown")))["template"] == "triton-split-kv"
+    unknown = Diagnosis(classification="unknown")
+    assert provider.base(request_with(no_template, unknown))["template"] == "triton-split-kv"

@@ -5,8 +5,9 @@ incumbent's template parameters (or the skill's starting point for the regime), 
 neighbours in the template's allowed values, plus a switch of template and the regime's starting
 point, rotates that list by the round, and proposes the first ones not tried yet. When the request
 carries an ncu diagnosis, the skill's `tactic_moves` for its limiter come first (each move alone, then
-together), so the profile steers the search. A repair request gets the template's known-good defaults. It is the default provider when no API key is set, and the
-loop's end-to-end tests run on it.
+together), so the profile steers the search; ncu's classification then also picks the starting point.
+A repair request gets the template's known-good defaults. It is the default provider when no API key
+is set, and the loop's end-to-end tests run on it.
 """
 
 from __future__ import annotations
