@@ -79,6 +79,9 @@ def live_printer(as_json: bool):
         if kind == "run":
             err.print(f"[bold]{'resuming' if data['resumed'] else 'starting'} {data['run_id']}[/] "
                       f"({data['definition']}, provider {data['provider']})", highlight=False)
+        elif kind == "evidence":
+            err.print(f"evidence for {data['incumbent']}: {data['source']} ({data['note']})", highlight=False,
+                      markup=False)
         elif kind == "round_start":
             err.print(f"round {data['round']}: regime {data['regime']} ({data['reason']})", highlight=False)
         elif kind == "response" and (data["stopped"] or data["error"]):
@@ -124,10 +127,14 @@ def _split(values: tuple[str, ...]) -> Optional[list[str]]:
 @click.option("--budget-wall-s", type=click.FloatRange(0, min_open=True), help="Stop after this much wall time.")
 @click.option("--max-output-tokens", type=click.IntRange(1), default=8192, show_default=True)
 @click.option("--timeout-s", type=click.FloatRange(0, min_open=True), help="Harness limit per workload.")
+@click.option("--profile/--no-profile", "profile", default=None,
+              help="ncu evidence for each incumbent. Default: when a GPU and ncu are here, else latency evidence.")
+@click.option("--profile-timeout-s", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+              help="Profiler limit per workload.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report(s) as JSON.")
 def loop(definition, provider, model, rounds, candidates, repairs, archive_path, dataset, workloads, incumbent,
          target_hardware, resume, replay_run, budget_tokens, budget_cost, budget_wall_s, max_output_tokens,
-         timeout_s, as_json) -> None:
+         timeout_s, profile, profile_timeout_s, as_json) -> None:
     """Run the loop: plan -> request -> candidates -> harness -> repair -> promotion, bounded and resumable."""
     archive = Path(archive_path) if archive_path else DEFAULT_ARCHIVE
     if archive_path and not archive.is_dir():
@@ -154,7 +161,8 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                                     incumbent=str(Path(incumbent).resolve()) if incumbent else None,
                                     target_hardware=target_hardware, timeout_s=timeout_s,
                                     max_output_tokens=max_output_tokens, budget_tokens=budget_tokens,
-                                    budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s)
+                                    budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s, profile=profile,
+                                    profile_timeout_s=profile_timeout_s)
                 reports.append(run_loop(config, archive, on_event=on_event))
     except (SchemaError, SkillError, ProviderError, ValueError) as e:
         fail(str(e))

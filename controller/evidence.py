@@ -16,8 +16,8 @@ architecture and the classification thresholds (editing the skill changes the di
 - ``build_evidence`` -> ``Evidence``: the regime table, per-regime kernel digests and the three largest
   gaps; ``to_json`` / ``from_json`` and ``to_markdown`` (bounded, under 4 KB by default: what a model reads).
 
-(``controller/latency_evidence.py`` is the loop's earlier, latency-only table; this module is the
-profile-aware record that supersedes it once wired.)
+(``controller/latency_evidence.py`` is the loop's latency-only table, used when no profile is at hand;
+``controller/incumbent_evidence.py`` profiles the loop's incumbent and renders this record for requests.)
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Evidence for a request from archived evaluations alone: per-workload status, latency, speedup, roofline.
 
 The loop uses this when no profile is at hand: latency-only where the harness timed, correctness-only
-where it could not (no GPU). The ncu digests and regime tables of the profiling work live in
-controller/evidence.py; on a GPU host their Markdown can replace this one in the request. Pure functions.
+where it could not (no GPU). The ncu digests and regime tables live in controller/evidence.py; where the
+loop could profile its incumbent (controller/incumbent_evidence.py) their Markdown replaces this one in the
+request (controller/plan.py, ``request_evidence``). Pure functions.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ archived is not asked for again, a finished evaluation is not repeated, a decisi
 taken again. So `controller loop --resume RUN_ID` after any kill (even `kill -9` mid-evaluation) continues
 where the run was: an evaluation that was cut off is redone, one the harness had finished is adopted.
 
+Evidence: where a GPU and ncu are present, each incumbent is profiled once (controller/incumbent_evidence.py;
+archived profiles of the same code are reused, so a resumed run plans the same) and requests carry the ncu
+Markdown and a diagnosis the planner picks the regime and hypothesis from; otherwise, or when profiling
+fails, latency evidence and the reason. A profile never stops a run.
+
 The harness is ground truth: candidates are judged only by `harness.evaluate.Session` (candidate code
 runs in the harness's worker processes, never here), and promotion reads only archived evaluations.
 """
@@ -27,8 +32,10 @@ from harness.dataset import Dataset
 from harness.evaluate import Session, SubmitOptions
 from harness.schema import Definition, Solution, dump_json, load_model
 
+from .incumbent_evidence import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
 from .latency_evidence import mean_latency, mean_speedup_vs_fi, regime_of
-from .plan import REPAIRABLE, build_request, excerpts, log_excerpt, plan_round, request_budget, stop_reason
+from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, plan_round, request_budget,
+                   stop_reason)
 from .promote import PROMOTED, Decision, EvalRecord, PairedMeasurement, PairedSample, decide, gate_failure
 from .providers.base import Provider, ProviderError, make_provider
 from .providers.offline import naive_incumbent
@@ -36,6 +43,7 @@ from .request import (Constraints, GenerationRequest, GenerationResponse, Histor
                       Repair, RequestKind)
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
 from .store import DUPLICATE, EVALUATING, REJECTED, UNFINISHED, Store
+from .tactics import tactic_book
 
 DEFAULT_FORBIDDEN = ["torch or flashinfer compute calls", "caching outputs across calls", "side streams or threads",
                      "reading harness state, the reference or files", "timer or L2-flush tampering",
@@ -68,6 +76,8 @@ class LoopConfig(BaseModel):
     excerpt_chars: int = Field(6000, ge=200)
     log_excerpt_chars: int = Field(4000, ge=200)
     seed: int = 0
+    profile: Optional[bool] = None  # ncu evidence: None = when a GPU and ncu are here, False = never
+    profile_timeout_s: float = Field(600.0, gt=0)  # per profiled workload
 
 
 # -- the harness, behind a small port -----------------------------------------------------------------------
@@ -157,16 +167,21 @@ def export_solution(folder: Path, solution: Solution) -> Path:
 
 class Loop:
     def __init__(self, config: LoopConfig, run_id: str, store: Store, provider: Provider, evaluator: Evaluator,
-                 skills: dict[str, Skill], dataset: Dataset, on_event: Optional[Event] = None):
+                 skills: dict[str, Skill], dataset: Dataset, on_event: Optional[Event] = None,
+                 profiler: Optional[IncumbentProfiler] = None):
         self.config, self.run_id, self.store = config, run_id, store
         self.provider, self.evaluator, self.skills, self.dataset = provider, evaluator, skills, dataset
+        self.profiler = profiler
         self.emit: Event = on_event or (lambda kind, data: None)
         self.thresholds: PromotionThresholds = promotion_thresholds(skills)
+        self.book = tactic_book(skills, config.target_hardware)
         self.definition: Definition = dataset.definition(config.definition)
-        workloads = dataset.workloads_for(config.definition, config.workloads)
+        self.workloads = dataset.workloads_for(config.definition, config.workloads)
         self.regimes = {w.uuid: regime_of(w.axes, self.definition.const_axes, config.target_hardware)
-                        for w in workloads}
+                        for w in self.workloads}
         self.signature = expected_params(self.definition, True)
+        self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)
+        self._no_profiler: Optional[str] = None  # set once the profiler said it cannot work here
 
     # -- reading state back from the archive ------------------------------------------------------------
 
@@ -211,6 +226,43 @@ class Loop:
         return Constraints(language=incumbent.spec.language.value, entry_point=incumbent.spec.entry_point,
                            dps_signature=self.signature, editable_files=[s.path for s in incumbent.sources],
                            forbidden=list(forbidden))
+
+    # -- evidence and plan -----------------------------------------------------------------------------
+
+    def incumbent_evidence(self) -> IncumbentEvidence:
+        """ncu evidence of the current incumbent, profiled once per incumbent (archived profiles of the same
+        code are reused); latency evidence with the reason whenever that is not possible."""
+        inc = self.incumbent()
+        if inc["id"] not in self._evidence:
+            found = self._profile(inc)
+            if found.profiler_unusable:
+                self._no_profiler = found.note
+            self._evidence[inc["id"]] = found
+            self.emit("evidence", {"incumbent": inc["solution_name"], "source": found.source, "note": found.note})
+        return self._evidence[inc["id"]]
+
+    def _profile(self, inc: dict[str, Any]) -> IncumbentEvidence:
+        if self.config.profile is False:
+            return IncumbentEvidence(note="profiling switched off (--no-profile)")
+        if self.profiler is None:
+            return IncumbentEvidence(note="no profiler configured")
+        if self._no_profiler is not None:
+            return IncumbentEvidence(note=self._no_profiler)
+        records = self.records(inc)
+        if not records or any(r.status != "PASSED" for r in records):
+            return IncumbentEvidence(note="the incumbent has not passed every workload; not profiled")
+        try:
+            ok, why = self.profiler.available()
+            if not ok:
+                return IncumbentEvidence(note=f"no profiler here: {why}", profiler_unusable=True)
+            return profile_incumbent(self.profiler, self.store.archive, self.dataset, self.definition,
+                                     self.store.solution(inc), self.store.archive.submission(inc["submission_id"]),
+                                     self.workloads, self.regimes, self.book)
+        except Exception as err:  # a profiler bug or a broken report costs the digest, never the run
+            return IncumbentEvidence(note=f"profiling failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
+
+    def plan(self) -> RoundPlan:
+        return plan_round(self.records(self.incumbent()), self.incumbent_evidence().diagnoses, self.book)
 
     def known_hashes(self) -> dict[str, int]:
         known: dict[str, int] = {}
@@ -309,13 +361,15 @@ class Loop:
         budget = request_budget(cfg.max_output_tokens, 1 if repair else cfg.candidates, cfg.request_wall_s, spent,
                                 cfg.budget_tokens, cfg.budget_cost_usd, cfg.budget_wall_s)
         summary = (self.definition.description or "")[:800]
+        evidence = self.incumbent_evidence()
         return build_request(
             run_id=self.run_id, round_number=round_number, key=key, kind=kind, definition=self.definition.name,
-            definition_summary=summary, target_hardware=cfg.target_hardware, plan=plan_round(inc_records),
+            definition_summary=summary, target_hardware=cfg.target_hardware, plan=self.plan(),
             incumbent=incumbent, incumbent_records=inc_records, history=self.history(),
             skill_excerpts=excerpts(self.skills, cfg.target_hardware, cfg.excerpt_chars),
             constraints=self.constraints(inc_solution), budget=budget, thresholds=self.thresholds, repair=repair,
-            seed=cfg.seed, why_no_timing=self.evaluator.why_no_timing() or "")
+            seed=cfg.seed, why_no_timing=self.evaluator.why_no_timing() or "", ncu_markdown=evidence.ncu_markdown,
+            evidence_note=evidence.note)
 
     def repair_for(self, candidate: dict[str, Any]) -> Repair:
         records = self.records(candidate)
@@ -344,7 +398,7 @@ class Loop:
 
     def play_round(self, round_number: int) -> None:
         started = time.monotonic()
-        plan = plan_round(self.records(self.incumbent()))
+        plan = self.plan()
         self.store.start_round(self.run_id, round_number, "explore", plan.to_json())
         self.emit("round_start", {"round": round_number, **plan.to_json()})
         self.ask(self.request_for(round_number, f"r{round_number}/explore", "explore"), 0, None)
@@ -471,7 +525,7 @@ class Loop:
 
 def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: Optional[str] = None,
              provider: Optional[Provider] = None, evaluator: Optional[Evaluator] = None,
-             on_event: Optional[Event] = None) -> dict[str, Any]:
+             on_event: Optional[Event] = None, profiler: Optional[IncumbentProfiler] = None) -> dict[str, Any]:
     """Start a run (or resume one) and play it to its end; returns the report."""
     archive = Archive(archive_path)
     store = Store(archive)
@@ -498,8 +552,10 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
     own_evaluator = evaluator is None
     evaluator = evaluator or HarnessEvaluator(dataset, archive, SubmitOptions(workloads=config.workloads,
                                                                               timeout_s=config.timeout_s))
+    if profiler is None and config.profile is not False:
+        profiler = NcuIncumbentProfiler(dataset.root, timeout_s=config.profile_timeout_s, seed=config.seed)
     try:
-        return Loop(config, run_id, store, provider, evaluator, skills, dataset, on_event).run()
+        return Loop(config, run_id, store, provider, evaluator, skills, dataset, on_event, profiler).run()
     finally:
         if own_evaluator:
             evaluator.close()

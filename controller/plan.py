@@ -7,11 +7,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .latency_evidence import build_evidence
+from .latency_evidence import build_evidence, timing_available
 from .promote import EvalRecord
-from .request import (Acceptance, Budget, Constraints, GenerationRequest, HistoryItem, Incumbent, Repair,
-                      RequestKind)
+from .request import (Acceptance, Budget, Constraints, Diagnosis, Evidence, GenerationRequest, HistoryItem,
+                      Incumbent, Repair, RequestKind)
 from .skills import PromotionThresholds, Skill, skill_excerpt
+from .tactics import TACTICS_BY_TARGET, TacticBook, hypothesis_text
 
 # What to try, by regime (data, not code). The offline provider reads the regime, a model reads the text.
 HYPOTHESES: dict[str, str] = {
@@ -25,8 +26,6 @@ REPAIRABLE = ("COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_SHAPE", "INCORRECT_NU
               "TIMEOUT")
 # Skills every request quotes (when present), then the tactics of the target's architecture.
 REQUEST_SKILLS = ("gqa-decode", "promotion-rules")
-TACTICS_BY_TARGET = {"H200": "hopper-tactics", "H100": "hopper-tactics", "B200": "blackwell-tactics",
-                     "GB200": "blackwell-tactics"}
 
 
 @dataclass(frozen=True)
@@ -34,29 +33,59 @@ class RoundPlan:
     regime: str
     hypothesis: str
     reason: str
+    diagnosis: Optional[Diagnosis] = None  # with ncu evidence for the regime
 
     def to_json(self) -> dict[str, Any]:
-        return {"regime": self.regime, "hypothesis": self.hypothesis, "reason": self.reason}
+        out: dict[str, Any] = {"regime": self.regime, "hypothesis": self.hypothesis, "reason": self.reason}
+        if self.diagnosis is not None:  # latency-only plans stay as they were
+            out["diagnosis"] = self.diagnosis.model_dump(mode="json")
+        return out
 
 
-def plan_round(incumbent: list[EvalRecord]) -> RoundPlan:
-    """The regime furthest from its roofline when timing exists; else the one with most failures, else most
-    workloads (ties: alphabetical)."""
+def rank_regimes(incumbent: list[EvalRecord]) -> list[tuple[str, str]]:
+    """(regime, reason), most worth attacking first: furthest from its roofline when every workload is timed;
+    else most failures, then most workloads (ties: alphabetical)."""
     groups: dict[str, list[EvalRecord]] = {}
     for r in incumbent:
         groups.setdefault(r.regime or "all", []).append(r)
-    if not groups:
-        return RoundPlan("all", HYPOTHESES["all"], "no evaluations of the incumbent")
     fractions = {g: [r.fraction_of_floor for r in rs] for g, rs in groups.items()}
-    if all(v is not None for vs in fractions.values() for v in vs):
-        regime = min(sorted(fractions), key=lambda g: statistics.fmean(fractions[g]))  # type: ignore[arg-type]
-        reason = f"furthest from the roofline ({statistics.fmean(fractions[regime]):.0%} of the floor)"  # type: ignore[arg-type]
-    else:
-        failures = {g: sum(r.status != "PASSED" for r in rs) for g, rs in groups.items()}
-        regime = max(sorted(groups), key=lambda g: (failures[g], len(groups[g])))
-        reason = (f"{failures[regime]} failing workload(s)" if failures[regime]
-                  else f"no timing; the regime with most workloads ({len(groups[regime])})")
-    return RoundPlan(regime, HYPOTHESES.get(regime, HYPOTHESES["all"]), reason)
+    if groups and all(v is not None for vs in fractions.values() for v in vs):
+        mean = {g: statistics.fmean(fractions[g]) for g in groups}  # type: ignore[arg-type]
+        return [(g, f"furthest from the roofline ({mean[g]:.0%} of the floor)")
+                for g in sorted(sorted(groups), key=lambda g: mean[g])]
+    failures = {g: sum(r.status != "PASSED" for r in rs) for g, rs in groups.items()}
+    ordered = sorted(sorted(groups), key=lambda g: (-failures[g], -len(groups[g])))  # ties stay alphabetical
+    return [(g, f"{failures[g]} failing workload(s)" if failures[g]
+             else f"no timing; the regime with most workloads ({len(groups[g])})") for g in ordered]
+
+
+def plan_round(incumbent: list[EvalRecord], diagnoses: Optional[dict[str, Diagnosis]] = None,
+               book: Optional[TacticBook] = None) -> RoundPlan:
+    """Which regime to attack, with which hypothesis.
+
+    Latency only (no ``diagnoses``): the first regime of ``rank_regimes`` and its regime's hypothesis.
+    With ncu diagnoses (loop regime -> Diagnosis of its profiled workload): regimes ncu finds at the roofline
+    are skipped (unless all are), and the chosen regime's limiter picks the hypothesis through the skills'
+    limiter-to-tactic tables (``book``); a regime without a diagnosis keeps the latency hypothesis.
+    """
+    ranked = rank_regimes(incumbent)
+    if not ranked:
+        return RoundPlan("all", HYPOTHESES["all"], "no evaluations of the incumbent")
+    if not diagnoses:
+        regime, reason = ranked[0]
+        return RoundPlan(regime, HYPOTHESES.get(regime, HYPOTHESES["all"]), reason)
+    at_roofline = {g for g, d in diagnoses.items() if d.classification == "at-roofline"}
+    open_ = [(g, why) for g, why in ranked if g not in at_roofline]
+    regime, reason = (open_ or ranked)[0]
+    if open_ and at_roofline:
+        reason += f"; ncu: {', '.join(sorted(at_roofline))} at the roofline"
+    fallback = HYPOTHESES.get(regime, HYPOTHESES["all"])
+    diagnosis = diagnoses.get(regime)
+    if diagnosis is None:
+        return RoundPlan(regime, fallback, reason + "; no ncu profile of this regime")
+    hypothesis = hypothesis_text(diagnosis, book or TacticBook(), fallback)
+    reason += f"; ncu: {diagnosis.classification}" + (f", limiter {diagnosis.limiter}" if diagnosis.limiter else "")
+    return RoundPlan(regime, hypothesis, reason, diagnosis)
 
 
 def stop_reason(spent: dict[str, float], budget_tokens: Optional[int], budget_cost_usd: Optional[float],
@@ -104,16 +133,28 @@ def build_request(*, run_id: str, round_number: int, key: str, kind: RequestKind
                   definition_summary: str, target_hardware: str, plan: RoundPlan, incumbent: Incumbent,
                   incumbent_records: list[EvalRecord], history: list[HistoryItem], skill_excerpts: dict[str, str],
                   constraints: Constraints, budget: Budget, thresholds: PromotionThresholds,
-                  repair: Optional[Repair] = None, seed: int = 0, why_no_timing: str = "no GPU on this host"
-                  ) -> GenerationRequest:
-    evidence = build_evidence(incumbent_records, why_no_timing)
+                  repair: Optional[Repair] = None, seed: int = 0, why_no_timing: str = "no GPU on this host",
+                  ncu_markdown: Optional[str] = None, evidence_note: str = "") -> GenerationRequest:
+    evidence = request_evidence(incumbent_records, why_no_timing, ncu_markdown, evidence_note)
     return GenerationRequest(
         run_id=run_id, round=round_number, key=key, kind=kind, definition=definition,
         definition_summary=definition_summary, target_hardware=target_hardware, regime=plan.regime,
         hypothesis=plan.hypothesis if repair is None else "Make the failed candidate pass; keep its idea.",
+        diagnosis=plan.diagnosis if repair is None else None,
         incumbent=incumbent, evidence=evidence, skill_excerpts=skill_excerpts, constraints=constraints,
-        budget=budget, acceptance=acceptance(thresholds, evidence.kind != "correctness-only"), history=history,
+        budget=budget, acceptance=acceptance(thresholds, timing_available(incumbent_records)), history=history,
         repair=repair, seed=seed)
+
+
+def request_evidence(records: list[EvalRecord], why_no_timing: str, ncu_markdown: Optional[str] = None,
+                     note: str = "") -> Evidence:
+    """The ncu evidence Markdown when a profile gave kernel digests; else the latency-only (or correctness-only)
+    table of the archived evaluations, saying why no profile backs it."""
+    if ncu_markdown:
+        return Evidence(kind="profile", markdown=ncu_markdown, source="ncu", note=note)
+    latency = build_evidence(records, why_no_timing)
+    markdown = latency.markdown + (f"\n\nNo ncu profile: {note}" if note else "")
+    return latency.model_copy(update={"markdown": markdown, "source": "latency", "note": note})
 
 
 def log_excerpt(failures: list[tuple[EvalRecord, str]], max_chars: int) -> str:

@@ -53,6 +53,26 @@ class Acceptance(_Data):
 class Evidence(_Data):
     kind: Literal["profile", "latency-only", "correctness-only"] = "correctness-only"
     markdown: str = ""
+    # Where it came from: ncu digests of the incumbent (controller/evidence.py) or the archived timings alone
+    # (controller/latency_evidence.py); `note` says why a request carries latency evidence (no GPU, no ncu,
+    # ERR_NVGPUCTRPERM, a failed profile, --no-profile), or what was profiled.
+    source: Literal["ncu", "latency"] = "latency"
+    note: str = ""
+
+
+class Diagnosis(_Data):
+    """What ncu said about the incumbent's dominant kernel in the planned regime (controller/tactics.py).
+    Providers act on it: the offline generator maps `limiter` to parameter moves of its templates."""
+
+    source: Literal["ncu"] = "ncu"
+    workload: str = ""  # label of the profiled workload
+    kernel: str = ""
+    classification: str = ""  # at-roofline | latency-bound | memory-bound | compute-bound | unknown
+    limiter: Optional[str] = None  # an id of ncu-profiling's `limiters`
+    occupancy_limiter: Optional[str] = None  # registers | shared_mem | warps | blocks
+    tactics: list[str] = Field(default_factory=list)  # tactic ids of the target's tactics skill
+    verify: list[str] = Field(default_factory=list)  # ncu metrics that must move if the tactic worked
+    facts: dict[str, float] = Field(default_factory=dict)  # the numbers the limiter was decided on
 
 
 class Incumbent(_Data):
@@ -94,6 +114,7 @@ class GenerationRequest(_Data):
     target_hardware: str = "H200"
     regime: str = ""
     hypothesis: str = ""
+    diagnosis: Optional[Diagnosis] = None  # only with ncu evidence, never for repairs
     incumbent: Incumbent
     evidence: Evidence = Field(default_factory=Evidence)
     skill_excerpts: dict[str, str] = Field(default_factory=dict)

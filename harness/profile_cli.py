@@ -29,41 +29,6 @@ import click
 EXIT_UNAVAILABLE = 3
 
 
-def _workload_facts(dataset: Any, definition: Any, workload: Any) -> tuple[Optional[list[int]], Optional[int]]:
-    """(request lengths in tokens, roofline bytes) of a workload, from its index blobs where it has them."""
-    from .inputs import _load_safetensors
-    from .roofline import paged_token_count, workload_cost
-    from .schema import SafetensorsInput
-
-    page_size = definition.const_axes.get("page_size", 1)
-    specs = {n: workload.inputs.get(n) for n in ("kv_indptr", "kv_last_page_len")}
-    tensors: dict[str, list[int]] = {}
-    for name, spec in specs.items():
-        if isinstance(spec, SafetensorsInput):
-            try:
-                t = _load_safetensors(str((dataset.root / spec.path).resolve()), "cpu")[spec.tensor_key]
-                tensors[name] = [int(x) for x in t.tolist()]
-            except Exception:
-                pass
-    lengths: Optional[list[int]] = None
-    tokens: Optional[int] = None
-    indptr = tensors.get("kv_indptr")
-    if indptr is not None:
-        pages = [b - a for a, b in zip(indptr, indptr[1:])]
-        last = tensors.get("kv_last_page_len")
-        if page_size == 1:
-            lengths = pages
-        elif last is not None and len(last) == len(pages):
-            lengths = [(p - 1) * page_size + lp if p else 0 for p, lp in zip(pages, last)]
-            tokens = paged_token_count(indptr, last, page_size)
-    try:
-        cost = workload_cost(definition, workload, tokens=tokens)
-        roofline_bytes = cost.bytes_moved
-    except Exception:
-        roofline_bytes = None
-    return lengths, roofline_bytes
-
-
 def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
     rows = list(archive.db["submissions"].rows_where("solution_hash = ? and status != 'RUNNING'", [solution_hash],
                                                      order_by="id desc", limit=1))
@@ -94,13 +59,12 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     around the one profiled call). The raw report goes into the archive as a blob, the digest as a row
     of the `profiles` table; the evidence (regimes, kernel digests, largest gaps) is printed.
     """
-    from controller.evidence import (build_evidence, digest_summary, load_workload_weights, representatives,
-                                     requested_metrics, workload_stats)
+    from controller.evidence import build_evidence, representatives, requested_metrics
+    from controller.profile_evidence import archive_profiles, measured_stats
 
     from .archive import ArchiveError
     from .cli import err, fail, open_archive, open_dataset, out
-    from .profile import (NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, record_profile,
-                          select_backend)
+    from .profile import NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, select_backend
     from .schema import SchemaError, Solution, dump_json, load_model
 
     path = Path(target)
@@ -126,22 +90,11 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     if not all_workloads:
         fail(f"definition {definition.name} has no workloads in {ds.root}")
 
-    evaluations = {e["workload_uuid"]: e for e in (submission or {}).get("evaluations", [])}
-    results, axes, lengths, roofline_bytes = [], {}, {}, {}
-    for w in all_workloads:
-        row = evaluations.get(w.uuid) or {"workload_uuid": w.uuid, "status": "NOT_EVALUATED"}
-        results.append({**row, "workload_label": ds.label(w)})
-        axes[w.uuid] = {**definition.const_axes, **w.axes}
-        lens, rbytes = _workload_facts(ds, definition, w)
-        if lens is not None:
-            lengths[w.uuid] = lens
-        if rbytes is not None:
-            roofline_bytes[w.uuid] = rbytes
     try:
-        weights = load_workload_weights(ds.root)
-    except ValueError as e:
+        measured = measured_stats(ds, definition, submission, all_workloads)
+    except ValueError as e:  # a malformed workload_weights.yaml
         fail(str(e))
-    stats = workload_stats(results, axes, definition=definition.name, weights=weights, lengths=lengths)
+    stats, roofline_bytes = measured.stats, measured.roofline_bytes
     uuids = [w.uuid for w in chosen] if chosen else list(representatives(stats).values())
 
     notes: list[str] = []
@@ -154,7 +107,7 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     available, why = profiler.available()
     if not available:
         notes.append(f"profiler unavailable: {why}")
-    labels = {w.uuid: ds.label(w) for w in all_workloads}
+    labels = measured.labels
     err.print(f"profiling {solution.name} on {len(uuids)} workload(s) with {profiler.name}: {why}", highlight=False,
               markup=False)
 
@@ -165,18 +118,8 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     summaries = profile_workloads(profiler, dump_json(solution), solution.content_hash, uuids, ds.root,
                                   requested_metrics(arch), seed=seed, timeout_s=timeout,
                                   isolate_network=not no_net_isolation, progress=on_progress)
-    by_uuid = {w.uuid: w for w in stats}
-    records = []
-    for s in summaries:
-        w = by_uuid.get(s.workload_uuid)
-        digests = digest_summary(s, fraction_of_floor=w.fraction_of_floor if w else None,
-                                 roofline_bytes=roofline_bytes.get(s.workload_uuid)) if s.status == OK else []
-        digest = {"definition": definition.name, "workload_label": labels.get(s.workload_uuid, ""),
-                  "regime": w.regime if w else "", "arch_requested": arch,
-                  "digests": [d.to_json() for d in digests]}
-        row_id = record_profile(archive, s, digest, submission_id=submission["id"] if submission else None)
-        records.append({"id": row_id, "workload": s.workload_uuid, "label": labels.get(s.workload_uuid, ""),
-                        "backend": s.backend, "status": s.status, "reason": s.reason, **digest})
+    records = archive_profiles(archive, summaries, measured, definition.name, arch,
+                               submission_id=submission["id"] if submission else None)
     hardware = ((submission or {}).get("environment") or {}).get("hardware", "")
     evidence = build_evidence(definition.name, solution.name, stats, summaries, hardware=hardware, notes=notes,
                               roofline_bytes=roofline_bytes)

@@ -3,9 +3,11 @@
 No model, no network, no randomness: the same request gives the same candidates. It starts from the
 incumbent's template parameters (or the skill's starting point for the regime), lists one-step
 neighbours in the template's allowed values, plus a switch of template and the regime's starting
-point, rotates that list by the round, and proposes the first ones not tried yet. A repair request
-gets the template's known-good defaults. It is the default provider when no API key is set, and the
-loop's end-to-end tests run on it.
+point, rotates that list by the round, and proposes the first ones not tried yet. When the request
+carries an ncu diagnosis, the skill's `tactic_moves` for its limiter come first (each move alone, then
+together), so the profile steers the search; ncu's classification then also picks the starting point.
+A repair request gets the template's known-good defaults. It is the default provider when no API key
+is set, and the loop's end-to-end tests run on it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class OfflineGenerator:
         block = next((b for b in machine_blocks(skill) if "templates" in b), {})
         self.definitions: dict[str, dict[str, Any]] = block.get("definitions", {})
         self.starting_points: dict[str, dict[str, Any]] = block.get("starting_points", {})
+        self.tactic_moves: dict[str, dict[str, Any]] = block.get("tactic_moves", {})
 
     def page_size(self, definition: str) -> int:
         if definition not in self.definitions:
@@ -94,6 +97,41 @@ class OfflineGenerator:
             moves = moves[k:] + moves[:k]
         return moves
 
+    def _moved(self, base: dict[str, Any], moves: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """``base`` with ``moves`` applied (see the skill's `tactic_moves`); None if the template is unknown."""
+        name = moves.get("template", base["template"])
+        if name not in self.templates:
+            return None
+        template = self.templates[name]
+        had = self.complete(base["template"], base.get("params", {}))
+        params = self.complete(name, had)
+        for param, move in moves.items():
+            if param == "template" or param not in params:
+                continue  # a move on a placeholder this template does not have does not apply
+            choices = template.placeholders[param]
+            if move in ("up", "down"):
+                if param in had:  # a placeholder new with a template switch keeps the skill's default
+                    i = choices.index(params[param]) + (1 if move == "up" else -1)
+                    params[param] = choices[min(max(i, 0), len(choices) - 1)]
+            elif move in choices:
+                params[param] = move
+        return {"template": name, "params": params}
+
+    def tactic_options(self, base: dict[str, Any], limiter: Optional[str]) -> list[dict[str, Any]]:
+        """The limiter's moves on ``base``: each one alone (with any template switch), then all together;
+        moves that change nothing are dropped."""
+        moves = self.tactic_moves.get(limiter or "") or {}
+        switch = {"template": moves["template"]} if "template" in moves else {}
+        singles = [{**switch, k: v} for k, v in moves.items() if k != "template"] or ([switch] if switch else [])
+        options = [self._moved(base, m) for m in [*singles, moves] if m]
+        unchanged = config_key({"template": base["template"],
+                                "params": self.complete(base["template"], base.get("params", {}))})
+        out: list[dict[str, Any]] = []
+        for o in options:
+            if o is not None and config_key(o) != unchanged and o not in out:
+                out.append(o)
+        return out
+
     def render(self, origin: dict[str, Any], definition: str, name: str, author: str,
                target_hardware: str) -> dict[str, Any]:
         template = self.templates[origin["template"]]
@@ -126,6 +164,25 @@ class OfflineProvider:
             raise SkillError(f"the offline provider needs the {skill!r} skill")
         self.generator = OfflineGenerator(skills[skill])
 
+    def base(self, request: GenerationRequest) -> dict[str, Any]:
+        """Where an explore request starts: the incumbent's template and params, else the regime's start."""
+        g = self.generator
+        if request.incumbent.origin.get("template") in g.templates:
+            return request.incumbent.origin
+        return g.starting_point(self.regime_class(request)) or {"template": next(iter(g.templates)), "params": {}}
+
+    def regime_class(self, request: GenerationRequest) -> str:
+        """The key of the skill's starting points: ncu's classification where the request has one (the
+        starting points are keyed by it), else the planned regime."""
+        found = request.diagnosis.classification if request.diagnosis else ""
+        return found if found in self.generator.starting_points else request.regime
+
+    def directed(self, request: GenerationRequest) -> list[dict[str, Any]]:
+        """The moves the request's ncu diagnosis calls for (none without one)."""
+        if request.diagnosis is None or request.repair is not None:
+            return []
+        return self.generator.tactic_options(self.base(request), request.diagnosis.limiter)
+
     def propose(self, request: GenerationRequest) -> list[dict[str, Any]]:
         """The origins (template + params) this request gets, in order. Pure."""
         g = self.generator
@@ -140,9 +197,9 @@ class OfflineProvider:
             start = g.starting_point(request.regime)
             options += [start] if start else []
         else:
-            base = request.incumbent.origin if request.incumbent.origin.get("template") in g.templates else (
-                g.starting_point(request.regime) or {"template": next(iter(g.templates)), "params": {}})
-            options = g.neighbours(base, request.regime, rotation=request.seed + request.round - 1)
+            base = self.base(request)
+            options = self.directed(request) + g.neighbours(base, self.regime_class(request),
+                                                            rotation=request.seed + request.round - 1)
         chosen: list[dict[str, Any]] = []
         for origin in options:
             key = config_key(origin)
@@ -157,13 +214,15 @@ class OfflineProvider:
     def generate(self, request: GenerationRequest) -> GenerationResponse:
         started = time.monotonic()
         origins = self.propose(request)
+        directed = self.directed(request)
         proposals = []
         for i, origin in enumerate(origins):
             name = f"r{request.round}_{slug(origin)}"
             solution = self.generator.render(origin, request.definition, name, "controller/offline",
                                              request.target_hardware)
+            why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if origin in directed else ""
             proposals.append(Proposal(solution=solution, origin=origin,
-                                      notes=f"{request.kind}: {origin['template']} {origin['params']}"))
+                                      notes=f"{request.kind}: {origin['template']} {origin['params']}{why}"))
         raw = json.dumps({"origins": origins}, sort_keys=True)
         stopped = None if proposals else "offline: every neighbour of the incumbent was already tried"
         return GenerationResponse(provider=self.name, model="offline-templates", proposals=proposals, raw_text=raw,
