@@ -45,13 +45,15 @@ def main() -> int:
     solution = REPO / "examples" / "triton_gqa_decode" / "solutions" / f"{args.definition}.json"
     workloads = [w for w in args.workloads.split(",") if w]
     archive = Path(tempfile.mkdtemp(prefix="crucible-audit-cost-"))
-    submit(solution, archive, "off", workloads)  # warm every cache
+    warm = submit(solution, archive, "off", workloads)  # warm every cache
+    print(f"warm-up: wall {warm['wall_s']:.1f} s", flush=True)
     walls: dict[str, list[float]] = {lvl: [] for lvl in LEVELS}
     phases: dict[str, dict] = {}
     for r in range(args.rounds):
         for level in (LEVELS if r % 2 == 0 else LEVELS[::-1]):
             result = submit(solution, archive, level, workloads)
             walls[level].append(result["wall_s"])
+            print(f"round {r} {level}: wall {result['wall_s']:.1f} s, phases {result['phases_s']}", flush=True)
             phases[level] = result["phases_s"]
     median = {lvl: statistics.median(v) for lvl, v in walls.items()}
     overhead = {lvl: median[lvl] / median["off"] - 1 for lvl in ("fast", "full")}
