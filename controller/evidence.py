@@ -40,14 +40,6 @@ WEIGHTS_FILE = "workload_weights.yaml"
 # ---------------------------------------------------------------------------------------------
 # The metric table (from the skill)
 
-# Digest fields the skill's table does not name yet. Standard LaunchStats attributes, printed on the raw
-# page; not in the H200-verified list, so they are reported missing (never invented) if ncu omits them.
-# Move them into the skill's yaml block once a recording on the H200 confirms them.
-SUPPLEMENT_METRICS = {
-    "shared_mem_static_bytes": "launch__shared_mem_per_block_static",
-    "shared_mem_dynamic_bytes": "launch__shared_mem_per_block_dynamic",
-}
-
 FIELD_UNITS = {
     "duration_ns": "ns", "sol_compute_pct": "%", "sol_memory_pct": "%", "dram_pct": "%",
     "dram_read_bytes": "B", "dram_write_bytes": "B",
@@ -96,13 +88,10 @@ def table_arch(arch: Optional[str], config: Optional[Mapping[str, Any]] = None) 
 
 
 def metric_table(arch: Optional[str], config: Optional[Mapping[str, Any]] = None) -> dict[str, str]:
-    """digest field -> ncu metric name for an architecture (stall metrics excluded, supplement included)."""
+    """digest field -> ncu metric name for an architecture (stall metrics excluded)."""
     config = config or ncu_config()
     table = config["metrics"][table_arch(arch, config)]
-    out = {k: v for k, v in table.items() if k not in ("stall_ratio_pattern", "stall_reasons")}
-    for k, v in SUPPLEMENT_METRICS.items():
-        out.setdefault(k, v)
-    return out
+    return {k: v for k, v in table.items() if k not in ("stall_ratio_pattern", "stall_reasons")}
 
 
 def stall_metrics(arch: Optional[str], config: Optional[Mapping[str, Any]] = None) -> dict[str, str]:

@@ -72,15 +72,18 @@ def test_flashinfer_baselines_roofline_and_scores(tmp_path):
     assert result.scores["vs_flashinfer_official"] > 0 and result.scores["vs_reference"] > 1
 
 
-def test_baseline_solution_submitted_directly_reports_both_figures(tmp_path):
+def test_baseline_solutions_submitted_directly_report_both_figures_and_pass_every_audit(tmp_path):
+    """The FlashInfer baselines are honest: submitted as candidates, no audit of the default level flags them
+    (the adversarial suite's zero-false-positive rule; FlashInfer needs a GPU, so it is checked here)."""
     from harness.dataset import Dataset as DS
 
-    baseline = next(s for s in DS().baselines(KV8_PS1) if "tensor_cores" in s.name)
-    with Session(Dataset(), Archive(tmp_path / "a"), SubmitOptions(workloads=["uniform_b16_kv2048"],
+    with Session(Dataset(), Archive(tmp_path / "a"), SubmitOptions(workloads=["uniform_b1_kv8192", "uniform_b16_kv2048"],
                                                                     baselines=False)) as s:
-        result = s.submit(baseline)
-    w = result.workloads[0]
-    assert w.status == "PASSED" and w.latency_ms > w.kernel_latency_ms > 0
+        for baseline in DS().baselines(KV8_PS1):
+            result = s.submit(baseline)
+            for w in result.workloads:
+                assert w.status == "PASSED" and w.latency_ms > w.kernel_latency_ms > 0, (baseline.name, w.message)
+            assert result.promotion_blockers == [], (baseline.name, result.promotion_blockers)
 
 
 def test_submissions_spread_over_all_gpus(tmp_path):
