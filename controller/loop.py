@@ -36,7 +36,8 @@ from .incumbent_evidence import IncumbentEvidence, IncumbentProfiler, NcuIncumbe
 from .latency_evidence import mean_latency, mean_speedup_vs_fi, regime_of
 from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, plan_round, request_budget,
                    stop_reason)
-from .promote import PROMOTED, Decision, EvalRecord, PairedMeasurement, PairedSample, decide, gate_failure
+from .promote import (PROMOTED, Decision, EvalRecord, PairedMeasurement, PairedSample, decide, gate_failure,
+                      screen_failure)
 from .providers.base import Provider, ProviderError, make_provider
 from .providers.offline import naive_incumbent
 from .request import (Constraints, GenerationRequest, GenerationResponse, HistoryItem, Incumbent, Proposal,
@@ -331,10 +332,14 @@ class Loop:
             incumbent = self.incumbent()
             records = self.records(c)
             measurement = None
+            screened = None
             if gate_failure(records, self.thresholds) is None:
-                measurement = self.evaluator.measure_paired(self.store.solution(incumbent), self.store.solution(c),
-                                                            self.thresholds.min_repeats, self.thresholds.paired_order)
-            decision = decide(records, measurement, self.thresholds, self.regimes)
+                screened = screen_failure(records, self.records(incumbent), self.thresholds)
+                if screened is None:
+                    measurement = self.evaluator.measure_paired(self.store.solution(incumbent),
+                                                                self.store.solution(c), self.thresholds.min_repeats,
+                                                                self.thresholds.paired_order)
+            decision = screened or decide(records, measurement, self.thresholds, self.regimes)
             self.record_decision(round_number, c, incumbent, decision, measurement)
 
     def record_decision(self, round_number: int, candidate: dict[str, Any], incumbent: dict[str, Any],

@@ -3,6 +3,8 @@
 Rules, checked in order; the first that fails is the recorded reason:
   1. every workload PASSED;          2. every audit clean;
   3. timing exists (on a host without a GPU it does not: "no timing: correctness only, nothing promoted");
+     screen: a candidate whose own evaluation is already slower than the incumbent's (beyond
+     ``screen_slack_rel``) is refused before any paired measurement is spent on it;
   4. at least ``min_repeats`` paired repeats, each in ``paired_order`` (ABBA: incumbent, candidate,
      candidate, incumbent, measured back to back by the harness);
   5. mean latency over workloads below the incumbent's by more than ``noise_floor_rel``;
@@ -85,6 +87,32 @@ def gate_failure(records: list[EvalRecord], thresholds: PromotionThresholds) -> 
         return _reject("clean_audits", f"audit {a.get('name')} failed on {r.label or r.workload[:8]}: "
                                        f"{a.get('detail', '')}".rstrip(": "))
     return None
+
+
+def _mean_latency(records: list[EvalRecord], workloads: list[str]) -> Optional[float]:
+    by_workload = {r.workload: r.latency_ms for r in records}
+    values = [by_workload.get(w) for w in workloads]
+    return statistics.fmean(values) if values and all(v is not None for v in values) else None  # type: ignore[arg-type]
+
+
+def screen_failure(records: list[EvalRecord], incumbent_records: list[EvalRecord],
+                   thresholds: PromotionThresholds) -> Optional[Decision]:
+    """Before a paired measurement: is the candidate's own evaluation already clearly slower?
+
+    Two single measurements on the same workloads; without latencies on both sides (no GPU, or the
+    incumbent was evaluated on other workloads) nothing is screened out.
+    """
+    workloads = [r.workload for r in records]
+    mean_b, mean_a = _mean_latency(records, workloads), _mean_latency(incumbent_records, workloads)
+    if mean_a is None or mean_b is None:
+        return None
+    change = mean_b / mean_a - 1.0
+    if change <= thresholds.screen_slack_rel + 1e-9:  # exactly at the slack is still let through
+        return None
+    return _reject("screen", f"its evaluation averaged {mean_b:.4g} ms vs the incumbent's {mean_a:.4g} ms "
+                             f"({change:+.1%}, more than {thresholds.screen_slack_rel:.0%} slower): "
+                             "no paired measurement spent on it",
+                   mean_incumbent_ms=mean_a, mean_candidate_ms=mean_b, change_rel=change)
 
 
 def repeats_in_order(measurement: PairedMeasurement, order: str) -> tuple[int, list[str]]:

@@ -405,6 +405,9 @@ class PromotionThresholds(BaseModel):
     max_regime_regression_rel: float
     stop_no_improvement_rounds: int
     stop_at_fraction_of_floor: float
+    # A candidate whose own evaluation is slower than the incumbent's by more than this does not get a
+    # paired measurement (2 x ABBA = 8 full submissions): screening can only refuse, never promote.
+    screen_slack_rel: float = 0.01
 
     @field_validator("require_all_workloads_passed")
     @classmethod
@@ -432,7 +435,7 @@ class PromotionThresholds(BaseModel):
             raise ValueError(f"must be at least 2 (one measurement cannot show it repeats), got {value}")
         return value
 
-    @field_validator("noise_floor_rel", "max_regime_regression_rel")
+    @field_validator("noise_floor_rel", "max_regime_regression_rel", "screen_slack_rel")
     @classmethod
     def _relative_fraction(cls, value: float) -> float:
         if not 0.0 <= value < 1.0:

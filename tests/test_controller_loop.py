@@ -242,8 +242,12 @@ def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(
     assert Solution.model_validate(exported).name == "r2_per-kv-head_bn32_w2_s1_dot0"
     assert seen[1].incumbent.name == "r1_per-kv-head_bn32_w1_s1_dot0"  # round 2 starts from the promoted one
     assert seen[1].evidence.kind == "latency-only" and "0.8" in seen[1].evidence.markdown
-    # Paired measurements only for candidates past the gates; the decision rests on them.
-    assert len(fake.paired) == 4
+    # Paired measurements only for candidates past the gates and the screen; the decision rests on them.
+    # r2's split-KV candidate (0.8 ms) is slower than the new incumbent (0.64 ms) in its own evaluation.
+    assert [(d["candidate"], d["rule"]) for d in report["decisions"][1:]] == [
+        ("r1_per-kv-head_bn32_w1_s1_dot0", "promoted"), ("r1_per-kv-head_bn16_w2_s1_dot0", "noise_floor"),
+        ("r2_per-kv-head_bn32_w2_s1_dot0", "promoted"), ("r2_per-kv-head_bn32_w1_s2_dot0", "screen")]
+    assert len(fake.paired) == 3
     decision = Store(archive).decisions(report["run_id"])[1]
     assert decision["details"]["measurement"]["order"] == "ABBA" and decision["details"]["repeats"] == 2
     assert report["rounds"][1]["best_latency_ms"] == pytest.approx(0.8)

@@ -6,7 +6,7 @@ import pytest
 
 from controller.plan import plan_round, request_budget, stop_reason
 from controller.promote import (NO_TIMING, PROMOTED, REJECTED, EvalRecord, PairedMeasurement, PairedSample, decide,
-                                gate_failure)
+                                gate_failure, screen_failure)
 from controller.skills import PromotionThresholds, load_skills, promotion_thresholds
 
 from support import ROOT
@@ -121,3 +121,23 @@ def test_request_budget_is_cut_to_what_the_loop_has_left():
     assert (b.max_total_tokens, b.max_cost_usd, b.wall_s, b.max_candidates) == (100, 0.25, 30, 2)
     unbounded = request_budget(8192, 1, 600, SPENT0, None, None, None)
     assert unbounded.max_total_tokens is None and unbounded.max_cost_usd is None and unbounded.wall_s == 600
+
+
+def timed(latencies: dict, status: str = "PASSED") -> list[EvalRecord]:
+    return [EvalRecord(workload=w, status=status, latency_ms=ms, audits=CLEAN, label=w) for w, ms in latencies.items()]
+
+
+@pytest.mark.parametrize("candidate, incumbent, screened, phrase", [
+    ({"w1": 1.0, "w2": 2.0}, {"w1": 1.0, "w2": 2.0}, False, ""),  # a tie goes on to the paired measurement
+    ({"w1": 1.01, "w2": 2.02}, {"w1": 1.0, "w2": 2.0}, False, ""),  # +1.0%: within the slack
+    ({"w1": 1.05, "w2": 2.0}, {"w1": 1.0, "w2": 2.0}, True, "+1.7%"),  # the mean over workloads decides
+    ({"w1": 1.2, "w2": 2.2}, {"w1": 1.0, "w2": 2.0}, True, "+13.3%"),  # clearly slower: no paired run
+    ({"w1": 0.5, "w2": 1.0}, {"w1": 1.0, "w2": 2.0}, False, ""),  # faster: measured properly
+    ({"w1": None, "w2": 2.5}, {"w1": 1.0, "w2": 2.0}, False, ""),  # no latency (no GPU): nothing screened
+    ({"w1": 1.2, "w2": 2.5}, {"w1": 1.0}, False, ""),  # incumbent never ran w2: nothing screened
+])
+def test_screen(candidate, incumbent, screened, phrase):
+    decision = screen_failure(timed(candidate), timed(incumbent), TH)
+    assert (decision is not None) is screened
+    if screened:
+        assert decision.verdict == REJECTED and decision.rule == "screen" and phrase in decision.reasons[0]

@@ -74,6 +74,7 @@ def test_promotion_thresholds_load_with_expected_values(skills):
         max_regime_regression_rel=0.05,
         stop_no_improvement_rounds=3,
         stop_at_fraction_of_floor=0.9,
+        screen_slack_rel=0.01,
     )
 
 
