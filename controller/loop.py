@@ -136,7 +136,9 @@ class HarnessEvaluator:
         samples = []
         for repeat in range(repeats):
             for role in order:
-                result = self.session.submit(incumbent if role == "A" else candidate)
+                # timing runs: both were audited in their own evaluations (an "off" run is never promotable
+                # by itself; promotion reads the candidate's audited evaluation)
+                result = self.session.submit(incumbent if role == "A" else candidate, audit_level="off")
                 if result.timing_unavailable_reason or not result.all_passed:
                     return None
                 samples.append(PairedSample(role, repeat, {w.workload: w.latency_ms for w in result.workloads

@@ -413,9 +413,18 @@ class Session:
 
     # -- one solution -------------------------------------------------------------------------------
 
-    def submit(self, solution: Solution) -> SubmissionResult:
+    def submit(self, solution: Solution, *, audit_level: Optional[str] = None) -> SubmissionResult:
+        """Evaluate ``solution`` on the session's workloads. ``audit_level`` overrides the session's for this
+        submission only (the controller's paired timing runs use "off": the candidate's audits were run on
+        its own evaluation, and the candidate cannot tell the levels apart while it is being timed)."""
         started, phases_before = time.perf_counter(), dict(self.phase_s)
-        result = self._submit(solution)
+        session_config = self.audit_config
+        if audit_level is not None:
+            self.audit_config = AuditConfig.for_level(audit_level)
+        try:
+            result = self._submit(solution)
+        finally:
+            self.audit_config = session_config
         result.wall_s = time.perf_counter() - started
         result.phases_s = {k: round(v - phases_before.get(k, 0.0), 3) for k, v in self.phase_s.items()
                            if v - phases_before.get(k, 0.0) > 0}

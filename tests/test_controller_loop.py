@@ -301,7 +301,8 @@ def test_harness_paired_measurement_interleaves_abba_in_one_session(tiny_dataset
     class GpuSession:
         has_gpu = True
 
-        def submit(self, solution):
+        def submit(self, solution, audit_level=None):
+            assert audit_level == "off"  # timing runs; the audits belong to each one's own evaluation
             order.append(solution)
             w = SimpleNamespace(workload="w1", evaluated=True, latency_ms=latency[solution])
             return SimpleNamespace(timing_unavailable_reason=None, all_passed=True, workloads=[w],

@@ -192,3 +192,23 @@ def test_archive_rows_are_complete_and_readable(session):
     assert [r["status"] for r in rows] == ["PASSED", "PASSED"]
     assert all(json.loads(r["extra"])["audits"] for r in rows)
     assert db.execute("pragma journal_mode").fetchone()[0] == "wal"
+
+
+def test_audit_level_can_be_overridden_for_one_submission(tiny_dataset_root, tmp_path):
+    """The controller's paired timing runs ask for "off"; the session's own level is back afterwards."""
+    from harness.archive import Archive
+    from harness.dataset import Dataset
+    from harness.evaluate import Session, SubmitOptions
+    from harness.schema import Solution
+
+    from support import triton_example
+
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], audit_level="fast")) as s:
+        solution = Solution.model_validate(triton_example())
+        off = s.submit(solution, audit_level="off")
+        fast = s.submit(solution)
+    off_audits = {a["name"] for a in off.workloads[0].audits}  # mutation and aliasing come with every call
+    assert "fresh_input_recheck" not in off_audits and off.promotion_blockers  # never promotable unaudited
+    assert {"fresh_input_recheck", "precision"} <= {a["name"] for a in fast.workloads[0].audits}
+    assert fast.promotion_blockers == [] and s.audit_config.level == "fast"
