@@ -17,7 +17,7 @@ PACKAGES=(
   "pydantic==2.14.4" "pydantic-core==2.50.5" "annotated-types" "typing-inspection" "typing-extensions>=4.16"
   "sqlite-utils>=4" "sqlite-fts4" "click-default-group" "tabulate" "python-dateutil"
   "flashinfer-python==0.6.18.post1" "apache-tvm-ffi==0.1.15.post2" "cupti-python==13.0.1"
-  "flashinfer-bench==0.1.2" "docstring-parser"
+  "flashinfer-bench==0.1.2" "docstring-parser" "nvidia-ml-py"  # NVML: GPU state without a nvidia-smi process per reading
 )
 python3 -m pip download --no-deps --only-binary=:all: --python-version "$PY" --implementation cp "${PLATFORMS[@]}" \
   -d "$DIR" "${PACKAGES[@]}"
