@@ -128,7 +128,8 @@ fi
 if has controller; then
   section "controller loop"
   timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --definition gqa_paged_decode_h32_kv8_d128_ps1 --provider offline \
-    --rounds ${ROUNDS:-4} --candidates ${CANDIDATES:-3} --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
+    --rounds ${ROUNDS:-4} --candidates ${CANDIDATES:-3} ${CONTROLLER_ARGS:-} --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
+  python3 -m controller.cli trajectory --archive "$ARCHIVE" --out "$OUT" >> "$LOG" 2>&1
 fi
 if has report; then
   python3 -m harness.cli report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \

@@ -195,5 +195,41 @@ def runs(archive_path, definition) -> None:
     out.print(table)
 
 
+@main.command()
+@click.argument("run_id", required=False)
+@click.option("--archive", "archive_path", type=click.Path(exists=True, file_okay=False), help="Archive folder.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write trajectory.{json,md,png} here.")
+def trajectory(run_id, archive_path, out_dir) -> None:
+    """Where a run's incumbent stood after each round (default: the newest run): mean latency, speedup vs
+    FlashInfer, % of the roofline floor, overall and per regime."""
+    from harness.archive import Archive
+
+    from .store import Store
+    from .trajectory import plot_trajectory, trajectory_markdown
+
+    store = Store(Archive(archive_path or DEFAULT_ARCHIVE, create=False, require_db=True))
+    runs_found = store.runs()
+    if run_id is None:
+        if not runs_found:
+            fail("the archive holds no controller runs")
+        run_id = runs_found[0]["id"]
+    row = store.run(run_id)
+    if row is None:
+        fail(f"no run {run_id!r} in the archive; `controller runs` lists them")
+    data = {"run_id": run_id, "definition": row["definition"], "provider": row["provider"], "status": row["status"],
+            "stop_reason": row["stop_reason"],
+            "rounds": [r["summary"] for r in store.rounds(run_id) if r["status"] == "DONE"]}
+    text = trajectory_markdown(data)
+    click.echo(text)
+    if out_dir:
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "trajectory.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+        (folder / "trajectory.md").write_text(text)
+        plotted = plot_trajectory(data, str(folder / "trajectory.png"))
+        click.echo(f"wrote {folder}/trajectory.json, trajectory.md" + (", trajectory.png" if plotted else
+                                                                        " (no plot: matplotlib missing)"))
+
+
 if __name__ == "__main__":
     main()

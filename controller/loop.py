@@ -45,6 +45,7 @@ from .request import (Constraints, GenerationRequest, GenerationResponse, Histor
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
 from .store import DUPLICATE, EVALUATING, REJECTED, UNFINISHED, Store
 from .tactics import tactic_book
+from .trajectory import standing
 
 DEFAULT_FORBIDDEN = ["torch or flashinfer compute calls", "caching outputs across calls", "side streams or threads",
                      "reading harness state, the reference or files", "timer or L2-flush tampering",
@@ -439,6 +440,7 @@ class Loop:
             if latency is not None and (best is None or latency < best[0]):
                 best = (latency, mean_speedup_vs_fi(records), c["solution_name"])
         promoted = [d for d in decisions if d["verdict"] == PROMOTED]
+        incumbent = self.incumbent()
         if kind == "baseline":
             decision = "starting incumbent"
         elif promoted:
@@ -458,6 +460,8 @@ class Loop:
             "stopped": [r["stopped"] or r["error"] for r in responses if r["stopped"] or r["error"]],
             "rejected": [c["reason"] for c in cands if c["status"] == REJECTED],
             "decision": decision,
+            # where the run stands after this round: the trajectory (controller/trajectory.py)
+            "incumbent": {"name": incumbent["solution_name"], **standing(self.records(incumbent))},
         }
 
     def stop_check(self) -> Optional[str]:

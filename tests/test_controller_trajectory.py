@@ -1,0 +1,89 @@
+"""The trajectory: the incumbent after each round, overall and per regime, archived and written out."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from controller.cli import main
+from controller.loop import run_loop
+from controller.promote import EvalRecord
+from controller.providers.offline import OfflineProvider
+from controller.skills import load_skills
+from controller.trajectory import standing, trajectory_markdown
+from harness.archive import Archive
+from harness.dataset import Dataset
+
+from support import ROOT
+from test_controller_loop import WORKLOAD, FakeEvaluator, config, constant
+
+
+def rec(w, regime, latency, fi=None, floor=None, status="PASSED"):
+    return EvalRecord(workload=w, status=status, latency_ms=latency, regime=regime, speedup_vs_fi=fi,
+                      fraction_of_floor=floor, label=w)
+
+
+@pytest.mark.parametrize("records, overall, regimes", [
+    ([rec("a", "small", 1.0, 0.5, 0.1), rec("b", "small", 3.0, 1.5, 0.3), rec("c", "large", 2.0, 1.0, 0.9)],
+     {"latency_ms": 2.0, "speedup_vs_fi": 1.0, "fraction_of_floor": pytest.approx(1.3 / 3)},
+     {"small": {"latency_ms": 2.0, "speedup_vs_fi": 1.0, "fraction_of_floor": pytest.approx(0.2), "workloads": 2},
+      "large": {"latency_ms": 2.0, "speedup_vs_fi": 1.0, "fraction_of_floor": 0.9, "workloads": 1}}),
+    # a failed workload: no figure at all, never a mean over the survivors
+    ([rec("a", "small", 1.0, 0.5, 0.1), rec("b", "large", None, status="INCORRECT_NUMERICAL")],
+     {"latency_ms": None, "speedup_vs_fi": None, "fraction_of_floor": None},
+     {"small": {"latency_ms": None, "speedup_vs_fi": None, "fraction_of_floor": None, "workloads": 1},
+      "large": {"latency_ms": None, "speedup_vs_fi": None, "fraction_of_floor": None, "workloads": 1}}),
+    # timed, but no FlashInfer baseline on one workload: latency known, speedup not
+    ([rec("a", "", 1.0, None, 0.5), rec("b", "", 2.0, 1.0, 0.5)],
+     {"latency_ms": 1.5, "speedup_vs_fi": None, "fraction_of_floor": 0.5},
+     {"all": {"latency_ms": 1.5, "speedup_vs_fi": None, "fraction_of_floor": 0.5, "workloads": 2}}),
+])
+def test_standing(records, overall, regimes):
+    s = standing(records)
+    assert {k: s[k] for k in overall} == overall and s["regimes"] == regimes and s["workloads"] == len(records)
+
+
+def test_markdown_has_a_row_per_round_and_a_column_per_regime():
+    report = {"definition": "d", "provider": "offline", "run_id": "r", "rounds": [
+        {"round": 0, "candidates": 1, "decision": "starting incumbent",
+         "incumbent": {"name": "naive", "latency_ms": 1.0, "speedup_vs_fi": 0.5, "fraction_of_floor": 0.25,
+                       "regimes": {"small": {"latency_ms": 1.0, "fraction_of_floor": 0.25}}}},
+        {"round": 1, "candidates": 3, "decision": "promoted fast | x",
+         "incumbent": {"name": "fast", "latency_ms": 0.5, "speedup_vs_fi": 1.0, "fraction_of_floor": 0.5,
+                       "regimes": {"small": {"latency_ms": 0.5, "fraction_of_floor": 0.5},
+                                   "large": {"latency_ms": None, "fraction_of_floor": None}}}}]}
+    lines = trajectory_markdown(report).splitlines()
+    assert "| round | incumbent | mean ms | vs FlashInfer | % of floor | small ms (% floor) | large ms (% floor) |" in lines[4]
+    assert lines[6] == "| 0 | `naive` | 1 | 0.5x | 25% | 1 (25%) | - (-) | 1 | starting incumbent |"
+    assert lines[7] == "| 1 | `fast` | 0.5 | 1x | 50% | 0.5 (50%) | - (-) | 3 | promoted fast / x |"
+
+
+def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, tmp_path):
+    archive = Archive(tmp_path / "a")
+    # as in the loop tests: BLOCK_N >= 32 and 2 warps each take 20% off (1.0 -> 0.8 -> 0.64 ms)
+    judge = lambda s: ("PASSED", 1.0 * (0.8 if constant(s, "BLOCK_N", 16) >= 32 else 1.0)  # noqa: E731
+                       * (0.8 if constant(s, "NUM_WARPS", 1) == 2 else 1.0))
+    fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], judge)
+    report = run_loop(config(tiny_dataset_root, rounds=2, candidates=2), tmp_path / "a",
+                      provider=OfflineProvider(load_skills(ROOT / "skills")), evaluator=fake)
+    latencies = [r["incumbent"]["latency_ms"] for r in report["rounds"]]
+    assert latencies == pytest.approx([1.0, 0.8, 0.64])
+    assert [r["incumbent"]["fraction_of_floor"] for r in report["rounds"]] == pytest.approx([0.001, 0.00125, 0.0015625])
+    assert all(set(r["incumbent"]["regimes"]) == {"latency-bound"} for r in report["rounds"])
+
+    out_dir = tmp_path / "traj"
+    result = CliRunner().invoke(main, ["trajectory", "--archive", str(tmp_path / "a"), "--out", str(out_dir)])
+    assert result.exit_code == 0, result.output
+    assert "| 2 | `r2_per-kv-head_bn32_w2_s1_dot0` | 0.64 | 0.0312x | 0% |" in result.output
+    data = json.loads((out_dir / "trajectory.json").read_text())
+    assert data["run_id"] == report["run_id"] and len(data["rounds"]) == 3
+    assert (out_dir / "trajectory.md").read_text() == result.output.split("wrote ")[0].rstrip("\n") + "\n"
+    assert (out_dir / "trajectory.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_trajectory_of_an_unknown_run_says_so(tmp_path):
+    Archive(tmp_path / "a")
+    result = CliRunner().invoke(main, ["trajectory", "nope", "--archive", str(tmp_path / "a")])
+    assert result.exit_code == 2 and "no run 'nope'" in result.output
