@@ -200,6 +200,7 @@ class Session:
         self.phase_s: dict[str, float] = {}  # where the time goes: worker start, build, reference, ...
         self._phase_stack: list[tuple[str, float]] = []
         self._baseline_workers: dict[str, Optional[WorkerProcess]] = {}
+        self._spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
         self._ceilings: Any = None
         self.environment: dict[str, Any] = {}
 
@@ -396,7 +397,33 @@ class Session:
     def _seeds(self, workload: Workload, preset: EvalPreset) -> list[int]:
         return [trial_seed(self._secret, workload, t) for t in range(preset.num_trials)]
 
+    def _fresh_candidate_worker(self) -> WorkerProcess:
+        """A candidate process that has never run any code but ours: the spare started earlier, or a new one.
+
+        Every candidate gets its own process (isolation); starting one costs seconds (importing torch,
+        Triton, CUPTI), so the session keeps one spare launched in the background.
+        """
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.alive and spare.options == self._worker_options("candidate"):
+            return spare
+        if spare is not None:
+            spare.stop(graceful=False)  # it never ran anything: nothing to wind down
+        worker = WorkerProcess(self._worker_options("candidate"))
+        worker.launch()
+        return worker
+
+    def _launch_spare(self) -> None:
+        if self._spare is None:
+            self._spare = WorkerProcess(self._worker_options("candidate"))
+            try:
+                self._spare.launch()
+            except OSError:
+                self._spare = None
+
     def close(self) -> None:
+        if self._spare is not None:
+            self._spare.stop(graceful=False)
+            self._spare = None
         for worker in self._baseline_workers.values():
             if worker is not None:
                 worker.stop()
@@ -642,10 +669,11 @@ class Session:
 
     def _start_candidate(self, solution: Solution, definition: Definition,
                          timeout_s: float) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
-        worker = WorkerProcess(self._worker_options("candidate"))
+        worker = self._fresh_candidate_worker()
         try:
             with self._phase("worker_start"):
-                worker.start()
+                worker.wait_ready()
+            self._launch_spare()  # the next candidate's process starts while this one is evaluated
             with self._phase("build"):
                 header, _ = worker.request({"op": "build", "solution": dump_json(solution),
                                             "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)

@@ -105,6 +105,11 @@ class WorkerProcess:
     # -- life cycle -----------------------------------------------------------------------------------
 
     def start(self) -> dict[str, Any]:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (it imports torch and friends meanwhile)."""
         self.workdir = Path(tempfile.mkdtemp(prefix=f"crucible-{self.options.role}-"))
         extra = {}
         if self.options.cpu_only:
@@ -131,6 +136,9 @@ class WorkerProcess:
         os.close(req_r)
         os.close(rep_w)
         self._w, self._r = req_w, rep_r
+
+    def wait_ready(self) -> dict[str, Any]:
+        """The worker's hello: its environment, once its imports are done."""
         header, _ = self.request({"op": "hello"}, timeout_s=self.options.start_timeout_s)
         self.environment = header.get("environment", {})
         return self.environment
@@ -168,8 +176,9 @@ class WorkerProcess:
                 pass
             self.proc.wait()
 
-    def stop(self) -> None:
-        if self.alive:
+    def stop(self, graceful: bool = True) -> None:
+        """End the process (asking it first when ``graceful``) and remove its private folder."""
+        if self.alive and graceful:
             try:
                 self.request({"op": "exit"}, timeout_s=10)
                 self.proc.wait(timeout=10)

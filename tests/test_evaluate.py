@@ -212,3 +212,25 @@ def test_audit_level_can_be_overridden_for_one_submission(tiny_dataset_root, tmp
     assert "fresh_input_recheck" not in off_audits and off.promotion_blockers  # never promotable unaudited
     assert {"fresh_input_recheck", "precision"} <= {a["name"] for a in fast.workloads[0].audits}
     assert fast.promotion_blockers == [] and s.audit_config.level == "fast"
+
+
+def test_each_candidate_gets_a_fresh_process_started_ahead_of_time(tiny_dataset_root, tmp_path):
+    """The spare launched during one submission serves the next one, and is then used up, never reused."""
+    from harness.archive import Archive
+    from harness.dataset import Dataset
+    from harness.evaluate import Session, SubmitOptions
+    from harness.schema import Solution
+
+    from support import triton_example
+
+    solution = Solution.model_validate(triton_example())
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], audit_level="off")) as s:
+        assert s.submit(solution).all_passed
+        spare = s._spare
+        assert spare is not None and spare.alive  # launched while the first candidate ran
+        assert s.submit(solution).all_passed
+        assert not spare.alive and spare.workdir is None  # it served the second candidate and was stopped
+        assert s._spare is not None and s._spare is not spare and s._spare.alive
+        last = s._spare
+    assert not last.alive and last.workdir is None  # closing the session removes the unused spare
