@@ -65,10 +65,12 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
     """One row per round: the incumbent after the round, overall and per regime, and what was decided."""
     rounds = report.get("rounds") or []
     names = regime_names(rounds)
+    timed = any((r.get("incumbent") or {}).get("latency_ms") is not None for r in rounds)
+    timing = report.get("timing") or ("official timer" if timed else "no latencies: timing unavailable where this ran")
     head = ["round", "incumbent", "mean ms", "vs FlashInfer", "% of floor",
             *[f"{n} ms (% floor)" for n in names], "candidates", "decision"]
     lines = [f"# Trajectory: {report.get('definition', '?')} ({report.get('provider', '?')}, run {report.get('run_id', '?')})",
-             "", f"Timing: {report.get('timing') or 'official timer'}. Stop: {report.get('stop_reason') or '-'}.", "",
+             "", f"Timing: {timing}. Stop: {report.get('stop_reason') or '-'}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rounds:
         inc = r.get("incumbent") or {}

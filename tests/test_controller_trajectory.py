@@ -55,6 +55,9 @@ def test_markdown_has_a_row_per_round_and_a_column_per_regime():
                        "regimes": {"small": {"latency_ms": 0.5, "fraction_of_floor": 0.5},
                                    "large": {"latency_ms": None, "fraction_of_floor": None}}}}]}
     lines = trajectory_markdown(report).splitlines()
+    assert lines[2].startswith("Timing: official timer.")
+    untimed = {**report, "rounds": [{**r, "incumbent": {**r["incumbent"], "latency_ms": None}} for r in report["rounds"]]}
+    assert "timing unavailable" in trajectory_markdown(untimed).splitlines()[2]
     assert "| round | incumbent | mean ms | vs FlashInfer | % of floor | small ms (% floor) | large ms (% floor) |" in lines[4]
     assert lines[6] == "| 0 | `naive` | 1 | 0.5x | 25% | 1 (25%) | - (-) | 1 | starting incumbent |"
     assert lines[7] == "| 1 | `fast` | 0.5 | 1x | 50% | 0.5 (50%) | - (-) | 3 | promoted fast / x |"
