@@ -178,10 +178,19 @@ def attribution_verdict(kernel_ns: dict[str, float], candidate_kernels: set[str]
     mine = sum(t for n, t in kernel_ns.items() if own(n))
     share = mine / total
     others = sorted(((t, n) for n, t in kernel_ns.items() if not own(n)), reverse=True)[:3]
-    detail = f"{100 * share:.1f}% of GPU time in the candidate's kernels"
+    passed = share >= cfg.attribution_min_share
+    # Time outside the candidate's kernels (PyTorch, cuBLAS, cuDNN, FlashInfer...) doing the work: the
+    # evaluation is a fallback, and says so first.
+    detail = ("" if passed else "fallback: ") + f"{100 * share:.1f}% of GPU time in the candidate's kernels"
     if others:
         detail += "; elsewhere: " + ", ".join(f"{n[:60]} {100 * t / total:.1f}%" for t, n in others)
-    return audit("attribution", share >= cfg.attribution_min_share, detail)
+    return audit("attribution", passed, detail)
+
+
+def is_fallback(audits: list[dict[str, Any]]) -> bool:
+    """Did attribution find the work done outside the candidate's own kernels?"""
+    return any(a.get("name") == "attribution" and not a.get("passed") and str(a.get("detail", "")).startswith("fallback")
+               for a in audits)
 
 
 # -- promotion gate ----------------------------------------------------------------------------------------

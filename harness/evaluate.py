@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from .archive import Archive
-from .audits import (AuditConfig, attribution_verdict, clock_truth_verdict, plan_recheck, precision_verdict,
-                     promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
+from .audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
+                     precision_verdict, promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, check_outputs, merge_results
 from .dataset import Dataset, EvalPreset
@@ -118,7 +118,8 @@ class SubmissionResult:
                            "speedup_vs_flashinfer_official": w.speedup_vs_fi_official,
                            "speedup_vs_flashinfer_kernel": w.speedup_vs_fi_kernel,
                            "floor_ms": w.floor_ms, "fraction_of_floor": w.fraction_of_floor, "aligned": w.aligned,
-                           "throttled": w.throttled, "audits": w.audits, "message": w.message or None}
+                           "throttled": w.throttled, "fallback": is_fallback(w.audits), "audits": w.audits,
+                           "message": w.message or None}
                           for w in self.workloads],
             "scores": self.scores, "audits": self.audits,
             "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
@@ -919,7 +920,7 @@ class Session:
                       "speedup_vs_flashinfer_official": wr.speedup_vs_fi_official,
                       "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,
                       "fraction_of_floor": wr.fraction_of_floor, "bytes_moved": wr.bytes_moved, "flops": wr.flops,
-                      "throttled": wr.throttled, "gpu_state": wr.gpu_state},
+                      "throttled": wr.throttled, "fallback": is_fallback(wr.audits), "gpu_state": wr.gpu_state},
             "environment_id": env_id,
             "started_at": None, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}, timing_rows)
         result.workloads.append(wr)

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from harness.audits import (AuditConfig, attribution_verdict, clock_truth_verdict, plan_recheck, precision_verdict,
-                            promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
+from harness.audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
+                            precision_verdict, promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
 
 CFG = AuditConfig()
 
@@ -85,14 +85,18 @@ def test_precision(errors, passed):
     assert precision_verdict(errors, CFG)["passed"] is passed
 
 
-@pytest.mark.parametrize("kernels, mine, passed", [
-    ({"_gqa_decode_kernel": 9.8e4, "Memset": 1e3}, {"_gqa_decode_kernel"}, True),
-    ({"_gqa_decode_kernel": 1e4, "nvjet_sm90_tst_64x16": 9e4}, {"_gqa_decode_kernel"}, False),
-    ({"void at::native::elementwise_kernel<...>": 1e5}, {"elementwise_kernel"}, False),  # aten is never "mine"
-    ({}, {"k"}, False),
+@pytest.mark.parametrize("kernels, mine, passed, fallback", [
+    ({"_gqa_decode_kernel": 9.8e4, "Memset": 1e3}, {"_gqa_decode_kernel"}, True, False),
+    ({"_gqa_decode_kernel": 1e4, "nvjet_sm90_tst_64x16": 9e4}, {"_gqa_decode_kernel"}, False, True),  # cuBLAS
+    ({"void at::native::elementwise_kernel<...>": 1e5}, {"elementwise_kernel"}, False, True),  # aten is never "mine"
+    ({"void flashinfer::BatchDecodeWithPagedKVCacheKernel<...>": 1e5}, {"_gqa_decode_kernel"}, False, True),
+    ({}, {"k"}, False, False),  # nothing measured: a failed audit, but not evidence of a library doing the work
 ])
-def test_attribution(kernels, mine, passed):
-    assert attribution_verdict(kernels, mine, CFG)["passed"] is passed
+def test_attribution(kernels, mine, passed, fallback):
+    verdict = attribution_verdict(kernels, mine, CFG)
+    assert verdict["passed"] is passed
+    assert is_fallback([verdict]) is fallback
+    assert not is_fallback([{"name": "precision", "passed": False, "detail": "fallback: not attribution"}])
 
 
 def test_promotion_blockers():
