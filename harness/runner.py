@@ -129,7 +129,7 @@ class WorkerProcess:
         self.log_path = self.workdir / "worker.log"
         log = open(self.log_path, "wb")
         cmd = [*prefix, sys.executable, "-m", "harness.worker", "--role", self.options.role,
-               "--rfd", str(req_r), "--wfd", str(rep_w)]
+               "--rfd", str(req_r), "--wfd", str(rep_w), "--parent-pid", str(os.getpid())]
         self.proc = subprocess.Popen(cmd, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=log,
                                      stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w), start_new_session=True)
         log.close()

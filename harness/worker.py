@@ -483,12 +483,31 @@ class Worker:
                                              "error": f"could not send the reply: {type(err).__name__}: {err}"})
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this worker when the harness dies, even by kill -9: a candidate stuck in a hang (or a spare
+    worker) must not outlive it, holding a GPU. The worker runs in its own session, so signals sent to
+    the harness's process group never reach it; Linux's parent-death signal does."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the pipe's end-of-file still stops an idle worker
+    if os.getppid() != parent_pid:  # the harness died before the signal was armed
+        os._exit(1)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="harness.worker")
     parser.add_argument("--role", choices=["candidate", "reference"], required=True)
     parser.add_argument("--rfd", type=int, required=True)
     parser.add_argument("--wfd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, default=None, help="die with this process (the harness)")
     args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        _die_with_parent(args.parent_pid)
     faulthandler.enable()  # a segfault prints the Python stack into the log
     try:
         import resource

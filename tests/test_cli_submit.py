@@ -130,6 +130,26 @@ def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
 '''
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive_dir, tiny_dataset_root):
     sol = write(tmp_path, solution_dict(SLOW_ON_SECOND))
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "submit", str(sol), "--archive", str(archive_dir),
@@ -146,8 +166,16 @@ def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive
             except sqlite3.OperationalError:
                 pass
     assert finished == 1, "the first workload's evaluation should be archived before the kill"
+    workers = _children(proc.pid)
+    assert workers, "the harness should have worker processes (reference, candidate, a spare)"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    # The workers run in their own sessions (the kill above never reaches them) and one is stuck in the slow
+    # candidate: the parent-death signal must take them down with the harness.
+    deadline = time.time() + 20
+    while time.time() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not [pid for pid in workers if _alive(pid)], "worker processes outlived the harness"
     con = sqlite3.connect(db_path)
     assert con.execute("pragma integrity_check").fetchone()[0] == "ok"
     listed = json.loads(harness("list", "--archive", str(archive_dir), "--json").stdout)
