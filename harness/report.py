@@ -156,6 +156,12 @@ class Round:
     metric: str = ""  # what best_latency_ms measures, e.g. "mean over workloads"
     passed: Optional[int] = None
     promoted: Optional[int] = None
+    # where the incumbent stood after the round (the loop's round summary, controller/trajectory.py)
+    incumbent: str = ""
+    incumbent_latency_ms: Optional[float] = None
+    incumbent_fraction_of_floor: Optional[float] = None
+    incumbent_speedup_vs_fi: Optional[float] = None
+    incumbent_regimes: dict[str, Optional[float]] = field(default_factory=dict)  # regime -> mean ms
 
 
 @dataclass
@@ -552,7 +558,12 @@ def _rounds_from(items: Iterable[dict[str, Any]], default_definition: Optional[s
                   best_solution=str(item.get("best_solution") or ""), note=str(item.get("note") or ""),
                   metric=str(item.get("metric") or ""),
                   passed=int(item["passed"]) if item.get("passed") is not None else None,
-                  promoted=int(item["promoted"]) if item.get("promoted") is not None else None)
+                  promoted=int(item["promoted"]) if item.get("promoted") is not None else None,
+                  incumbent=str(item.get("incumbent") or ""),
+                  incumbent_latency_ms=_num(item.get("incumbent_latency_ms")),
+                  incumbent_fraction_of_floor=_num(item.get("incumbent_fraction_of_floor")),
+                  incumbent_speedup_vs_fi=_num(item.get("incumbent_speedup_vs_fi")),
+                  incumbent_regimes={str(k): _num(v) for k, v in (item.get("incumbent_regimes") or {}).items()})
         out.setdefault(definition, {}).setdefault(r.run, []).append(r)
     for runs in out.values():
         for rs in runs.values():
@@ -581,8 +592,9 @@ def rounds_from_archive(db: Any) -> list[dict[str, Any]]:
         "and latency_ms is not null group by submission_id").fetchall()}
     out: list[dict[str, Any]] = []
     for run in _rows(db, "select id, definition from runs order by created_at, id"):
-        kinds = {r["round"]: r["kind"] for r in _rows(db, "select round, kind from rounds where run_id = ?",
-                                                      [run["id"]])}
+        round_rows = _rows(db, "select round, kind, summary from rounds where run_id = ?", [run["id"]])
+        kinds = {r["round"]: r["kind"] for r in round_rows}
+        standings = {r["round"]: _incumbent_standing(r.get("summary")) for r in round_rows}
         cands = _rows(db, "select c.*, s.status as submission_status from candidates c left join submissions s "
                           "on s.id = c.submission_id where c.run_id = ? order by c.round, c.id", [run["id"]])
         cost = dict(db.execute("select q.round, sum(p.cost_usd) from responses p join requests q "
@@ -600,8 +612,25 @@ def rounds_from_archive(db: Any) -> list[dict[str, Any]]:
                         "best_solution": best["solution_name"] if best else "", "spend_usd": cost.get(n),
                         "candidates": len(mine), "passed": len(passed), "promoted": promoted.get(n, 0),
                         "note": "incumbent" if n == 0 else kinds.get(n, ""),
-                        "metric": f"mean over {workloads} workloads" if workloads else "mean over workloads"})
+                        "metric": f"mean over {workloads} workloads" if workloads else "mean over workloads",
+                        **standings.get(n, {})})
     return out
+
+
+def _incumbent_standing(summary: Any) -> dict[str, Any]:
+    """The ``incumbent`` block of an archived round summary, flattened for ``Round``; {} where absent."""
+    try:
+        data = json.loads(summary) if isinstance(summary, str) else (summary or {})
+    except json.JSONDecodeError:
+        return {}
+    inc = data.get("incumbent") if isinstance(data, dict) else None
+    if not isinstance(inc, dict):
+        return {}
+    regimes = inc.get("regimes") if isinstance(inc.get("regimes"), dict) else {}
+    return {"incumbent": str(inc.get("name") or ""), "incumbent_latency_ms": inc.get("latency_ms"),
+            "incumbent_fraction_of_floor": inc.get("fraction_of_floor"),
+            "incumbent_speedup_vs_fi": inc.get("speedup_vs_fi"),
+            "incumbent_regimes": {k: (v or {}).get("latency_ms") for k, v in regimes.items()}}
 
 
 def load_rounds_file(path: Union[str, Path]) -> list[dict[str, Any]]:
@@ -1297,8 +1326,21 @@ def trajectory_charts(run: str, rounds: list[Round]) -> list[Chart]:
                                     color=PALETTE["candidate"],
                                     tips=[f"round {r.round}: {r.best_latency_ms} ms ({r.best_solution})"
                                           for r in rounds]),
-                             Series("best so far", xs, best_so_far, style="step", color=PALETTE["accent"])],
+                             Series("best so far", xs, best_so_far, style="step", color=PALETTE["accent"]),
+                             *([Series("incumbent", xs, [r.incumbent_latency_ms for r in rounds], style="step",
+                                       color=PALETTE["roof"],
+                                       tips=[f"round {r.round}: {r.incumbent} {r.incumbent_latency_ms} ms"
+                                             for r in rounds])]
+                               if any(r.incumbent_latency_ms is not None for r in rounds) else [])],
                             logy=logy, width=540, height=320, integer_x=True))
+    regimes = sorted({k for r in rounds for k, v in r.incumbent_regimes.items() if v is not None})
+    if regimes:
+        colors = list(PALETTE.values())
+        charts.append(Chart(f"trajectory-regimes-{run}", "Incumbent per regime (mean ms)", "round", "latency (ms)",
+                            [Series(g, xs, [r.incumbent_regimes.get(g) for r in rounds], style="line",
+                                    color=colors[i % len(colors)],
+                                    tips=[f"round {r.round}: {g} {r.incumbent_regimes.get(g)} ms" for r in rounds])
+                             for i, g in enumerate(regimes)], logy=True, width=540, height=320, integer_x=True))
     if any(r.cumulative_spend_usd is not None for r in rounds):
         charts.append(Chart(f"trajectory-spend-{run}", "Provider spend, cumulative", "round", "spend (USD)",
                             [Series("spend", xs, [r.cumulative_spend_usd for r in rounds], style="line",
@@ -1523,14 +1565,18 @@ def _rounds_table(rounds: list[Round]) -> str:
     head = "".join(_th(n, "", num) for n, num in (("round", True), ("best latency ms", True), ("candidates", True),
                                                     ("passed", True), ("promoted", True), ("spend USD", True),
                                                     ("cumulative USD", True), ("best solution", False),
-                                                    ("note", False)))
+                                                    ("incumbent after", False), ("incumbent ms", True),
+                                                    ("vs FI", True), ("% of floor", True), ("note", False)))
     dash = lambda v: "–" if v is None else str(v)  # noqa: E731
     rows = "".join(
         "<tr>" + _td(str(r.round), True) + _td(fmt_ms(r.best_latency_ms), True)
         + _td(dash(r.candidates), True) + _td(dash(r.passed), True) + _td(dash(r.promoted), True)
         + _td("–" if r.spend_usd is None else f"{r.spend_usd:.2f}", True)
         + _td("–" if r.cumulative_spend_usd is None else f"{r.cumulative_spend_usd:.2f}", True)
-        + _td(_esc(r.best_solution)) + _td(_esc(r.note)) + "</tr>" for r in rounds)
+        + _td(_esc(r.best_solution)) + _td(_esc(r.incumbent)) + _td(fmt_ms(r.incumbent_latency_ms), True)
+        + _td("–" if r.incumbent_speedup_vs_fi is None else f"{r.incumbent_speedup_vs_fi:.3g}x", True)
+        + _td("–" if r.incumbent_fraction_of_floor is None else f"{100 * r.incumbent_fraction_of_floor:.0f}%", True)
+        + _td(_esc(r.note)) + "</tr>" for r in rounds)
     return f'<table class="rounds"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
