@@ -6,6 +6,8 @@
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
 # fixtures proof controller report.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
+# Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
+# CONTROLLER_ARGS, AUDIT_ARGS, PARITY_ARGS, KEEP_ARCHIVE=1 (archive.tgz back in OUT).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,12 +38,13 @@ if has throughput && [ "$NGPU" -ge 2 ]; then  # on the second GPU, beside the re
 fi
 if has gputests; then
   section "GPU tests"
-  timeout 300 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider -k "not spread" 2>&1 | tee -a "$LOG"
+  timeout 300 python3 -m pytest -q -rA -m gpu tests/ -p no:cacheprovider -k "${GPUTESTS_K:-not spread}" 2>&1 \
+    | grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^E " | tee -a "$LOG"
 fi
 if has examples; then
   section "example submission"
   timeout 200 python3 -m harness.cli submit examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json --archive "$ARCHIVE" \
-    --json > "$OUT/submit_example.json" 2>> "$LOG"
+    ${EXAMPLE_WORKLOADS:+-w "$EXAMPLE_WORKLOADS"} --json > "$OUT/submit_example.json" 2>> "$LOG"
   SID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["submission_id"])' "$OUT/submit_example.json" 2>> "$LOG")
   [ -n "$SID" ] && python3 -m harness.cli show "$SID" --archive "$ARCHIVE" >> "$LOG" 2>&1
   section "illegal address"
