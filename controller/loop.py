@@ -562,7 +562,8 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
                                          skills_root=config.skills, store=store)
     own_evaluator = evaluator is None
     evaluator = evaluator or HarnessEvaluator(dataset, archive, SubmitOptions(workloads=config.workloads,
-                                                                              timeout_s=config.timeout_s))
+                                                                              timeout_s=config.timeout_s,
+                                                                              spare_worker=True))
     if profiler is None and config.profile is not False:
         profiler = NcuIncumbentProfiler(dataset.root, timeout_s=config.profile_timeout_s, seed=config.seed)
     try:

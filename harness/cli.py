@@ -113,7 +113,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     selection = [w for item in workloads for w in item.split(",") if w] or None
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
                          timing=not no_timing, baselines=not no_baselines, audit_level=audit_level,
-                         isolate_network=not no_net_isolation)
+                         isolate_network=not no_net_isolation, spare_worker=len(loaded) > 1)
     if selection:
         for sol in loaded:
             try:

@@ -47,6 +47,10 @@ class SubmitOptions:
     audit_level: str = "fast"  # "fast" (the loop's default) or "full" (promotion): see harness.audits
     isolate_network: bool = True
     device_index: Optional[int] = None
+    # Keep one candidate process launched ahead (it imports torch and Triton while the current candidate
+    # runs): for sessions that evaluate many solutions (the controller, a folder of solutions). A one-off
+    # submission would only pay for a process it never uses.
+    spare_worker: bool = False
 
 
 @dataclass
@@ -674,7 +678,8 @@ class Session:
         try:
             with self._phase("worker_start"):
                 worker.wait_ready()
-            self._launch_spare()  # the next candidate's process starts while this one is evaluated
+            if self.options.spare_worker:
+                self._launch_spare()  # the next candidate's process starts while this one is evaluated
             with self._phase("build"):
                 header, _ = worker.request({"op": "build", "solution": dump_json(solution),
                                             "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)

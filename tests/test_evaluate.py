@@ -224,8 +224,11 @@ def test_each_candidate_gets_a_fresh_process_started_ahead_of_time(tiny_dataset_
     from support import triton_example
 
     solution = Solution.model_validate(triton_example())
-    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "one-off"),
                  SubmitOptions(workloads=["tiny_b2_t40"], audit_level="off")) as s:
+        assert s.submit(solution).all_passed and s._spare is None  # not asked for: no process wasted
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], audit_level="off", spare_worker=True)) as s:
         assert s.submit(solution).all_passed
         spare = s._spare
         assert spare is not None and spare.alive  # launched while the first candidate ran
