@@ -24,7 +24,8 @@ import torch
 
 from .archive import Archive
 from .audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
-                     precision_verdict, promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
+                     policy_thresholds, precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
+                     thread_verdict)
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, check_outputs, merge_results
 from .dataset import Dataset, EvalPreset
@@ -451,8 +452,13 @@ class Session:
         its own evaluation, and the candidate cannot tell the levels apart while it is being timed)."""
         started, phases_before = time.perf_counter(), dict(self.phase_s)
         session_config = self.audit_config
-        if audit_level is not None:
-            self.audit_config = AuditConfig.for_level(audit_level)
+        try:
+            # the level (the session's, or this submission's) with the definition's thresholds from its policy
+            definition = self.dataset.definition(solution.definition)
+            overrides = policy_thresholds(self._policy_document(), definition.name, definition.op_type)
+        except (KeyError, ValueError):
+            overrides = {}  # an unknown definition is reported by _submit; a bad policy by the static gate
+        self.audit_config = AuditConfig.for_level(audit_level or session_config.level, **overrides)
         try:
             result = self._submit(solution)
         finally:
@@ -535,8 +541,10 @@ class Session:
                         if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
                             self._compare(definition, workload, preset, tol, timeout_s, wr)
                             suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound
-                            if self.audit_config.level == "full" or suspicious:
+                            if self.audit_config.level == "full":
                                 self._attribution(candidate, workload, wr)
+                            elif suspicious and self.audit_config.level != "off":
+                                self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr)
                         if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
                                                                 EvaluationStatus.TIMEOUT.value):
                             # A fresh process (and CUDA context) for the next workload.
@@ -579,16 +587,20 @@ class Session:
             findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
         return [f.model_dump() for f in findings]
 
-    def _policy_claims(self, definition: Definition) -> list[str]:
-        """Instruction families the definition's audit policy requires of every solution (harness.sass)."""
+    def _policy_document(self) -> dict[str, Any]:
+        """The dataset's audit_policy.yaml (else the shipped one), as data."""
         import yaml
 
-        from .sass import policy_claims
         from .static_gate import DEFAULT_POLICY_PATH
 
         path = self.dataset.root / "audit_policy.yaml"
-        data = yaml.safe_load((path if path.exists() else DEFAULT_POLICY_PATH).read_text(encoding="utf-8"))
-        return policy_claims(data, definition.name, definition.op_type)
+        return yaml.safe_load((path if path.exists() else DEFAULT_POLICY_PATH).read_text(encoding="utf-8")) or {}
+
+    def _policy_claims(self, definition: Definition) -> list[str]:
+        """Instruction families the definition's audit policy requires of every solution (harness.sass)."""
+        from .sass import policy_claims
+
+        return policy_claims(self._policy_document(), definition.name, definition.op_type)
 
     def _instruction_proof(self, worker: Optional[WorkerProcess], solution: Solution, definition: Definition,
                            result: SubmissionResult) -> None:
@@ -790,10 +802,11 @@ class Session:
         return precision_verdict(errors, self.audit_config)
 
     def _recheck(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
-                 tol: Tolerance, wr: WorkloadResult, deadline: float) -> None:
+                 tol: Tolerance, wr: WorkloadResult, deadline: float, cfg: Optional[AuditConfig] = None,
+                 seed_base: int = 1000) -> None:
         """After timing: fresh and reused-buffer calls in secret order, every output judged (harness.audits)."""
-        cfg = self.audit_config
-        fresh = [trial_seed(self._secret, workload, 1000 + i) for i in range(cfg.fresh_input_sets)]
+        cfg = cfg or self.audit_config
+        fresh = [trial_seed(self._secret, workload, seed_base + i) for i in range(cfg.fresh_input_sets)]
         steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng)
         reply = self._within_deadline(worker, {"op": "recheck", "workload": workload.model_dump(mode="json"),
                                                "steps": steps, "dataset_root": str(self.dataset.root)},
@@ -821,6 +834,18 @@ class Session:
         replay = replay_verdict(repeat_ms, fresh_ms, cfg) if self.has_gpu else None
         if replay is not None:
             wr.audits.append(replay)
+
+    def _escalate(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
+                  tol: Tolerance, timeout_s: float, wr: WorkloadResult) -> None:
+        """Too fast to believe (a speedup over FlashInfer above the bound): the full audit set on this workload,
+        i.e. the full level's recheck on other never-seen inputs, and attribution of the GPU time."""
+        full = AuditConfig.for_level("full")
+        wr.audits.append({"name": "escalation", "passed": True,
+                          "detail": f"{wr.speedup_vs_fi_kernel:.3g}x faster than FlashInfer (bound "
+                                    f"{self.audit_config.speedup_bound:g}x): full audits run on this workload"})
+        self._recheck(worker, definition, workload, preset, tol, wr, time.monotonic() + timeout_s, cfg=full,
+                      seed_base=3000)
+        self._attribution(worker, workload, wr)
 
     def _attribution(self, worker: WorkerProcess, workload: Workload, wr: WorkloadResult) -> None:
         """GPU only, on `full` audits or a suspiciously large speedup: who did the work?"""

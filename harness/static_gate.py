@@ -192,10 +192,18 @@ def _apply_layer(rules: dict[str, dict[str, Any]], allow: dict[str, list[str]], 
         return
     if not isinstance(layer, Mapping):
         raise PolicyError(f"{where}: expected a mapping, got {type(layer).__name__}")
-    unknown_keys = set(layer) - {"rules", "allow", "instruction_claims"}
+    unknown_keys = set(layer) - {"rules", "allow", "instruction_claims", "thresholds"}
     if unknown_keys:
         raise PolicyError(f"{where}: unknown keys {sorted(unknown_keys)} "
-                          "(expected 'rules', 'allow' and/or 'instruction_claims')")
+                          "(expected 'rules', 'allow', 'instruction_claims' and/or 'thresholds')")
+    # thresholds belong to the runtime audits (harness/audits.py: policy_thresholds); checked here too, so a
+    # typo fails when the policy loads.
+    from .audits import policy_thresholds
+
+    try:
+        policy_thresholds({"default": {"thresholds": layer.get("thresholds") or {}}}, None, None)
+    except ValueError as err:
+        raise PolicyError(f"{where}: {str(err).removeprefix('default.')}") from None
     # instruction_claims belong to the instruction proof (harness/sass.py: policy_claims); checked here so that
     # a misspelt family fails when the policy loads instead of passing unnoticed.
     from .sass import unknown_claims

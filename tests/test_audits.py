@@ -7,7 +7,8 @@ import random
 import pytest
 
 from harness.audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
-                            precision_verdict, promotion_blockers, recheck_verdict, replay_verdict, thread_verdict)
+                            policy_thresholds, precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
+                            thread_verdict)
 
 CFG = AuditConfig()
 
@@ -110,3 +111,44 @@ def test_promotion_blockers():
     static = [{"severity": "error", "rule": "timer_tampering", "path": "k.py", "line": 3}]
     assert "timer_tampering at k.py:3" in promotion_blockers(clean, static)[0]
     assert promotion_blockers([{"label": "a", "status": "SKIPPED"}], []) == ["no workload was evaluated"]
+
+
+@pytest.mark.parametrize("data, expected", [
+    (None, {}),
+    ({"default": {"thresholds": {"speedup_bound": 8}}}, {"speedup_bound": 8.0}),
+    # a later layer wins per key, other keys stay
+    ({"default": {"thresholds": {"speedup_bound": 8, "replay_ratio": 3}},
+      "op_type": {"gqa_paged": {"thresholds": {"speedup_bound": 4}}},
+      "definition": {"d1": {"thresholds": {"precision_error_multiple": 2}}}},
+     {"speedup_bound": 4.0, "replay_ratio": 3.0, "precision_error_multiple": 2.0}),
+    ({"definition": {"other": {"thresholds": {"speedup_bound": 2}}}}, {}),  # another definition's layer
+])
+def test_policy_thresholds_layering(data, expected):
+    assert policy_thresholds(data, "d1", "gqa_paged") == expected
+
+
+@pytest.mark.parametrize("thresholds, words", [
+    ({"speed_bound": 3}, "unknown threshold 'speed_bound'"),
+    ({"speedup_bound": 0}, "positive number"),
+    ({"speedup_bound": "5"}, "positive number"),
+    ({"clock_ratio": True}, "positive number"),
+    ({"attribution_min_share": 95}, "at most 1"),
+])
+def test_policy_thresholds_say_what_is_wrong(thresholds, words):
+    with pytest.raises(ValueError, match="definition.d1.thresholds") as err:
+        policy_thresholds({"definition": {"d1": {"thresholds": thresholds}}}, "d1", None)
+    assert words in str(err.value)
+    # the static gate's policy loader refuses the same file
+    from harness.static_gate import PolicyError, policy_from_mapping
+
+    with pytest.raises(PolicyError, match=words.split("'")[0]):
+        policy_from_mapping({"version": 1, "definition": {"d1": {"thresholds": thresholds}}}, definition="d1")
+
+
+def test_the_shipped_policy_sets_no_threshold_the_defaults_do():
+    import yaml
+
+    from harness.static_gate import DEFAULT_POLICY_PATH
+
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    assert policy_thresholds(data, "gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged") == {}

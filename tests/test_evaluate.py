@@ -237,3 +237,60 @@ def test_each_candidate_gets_a_fresh_process_started_ahead_of_time(tiny_dataset_
         assert s._spare is not None and s._spare is not spare and s._spare.alive
         last = s._spare
     assert not last.alive and last.workdir is None  # closing the session removes the unused spare
+
+
+def test_a_definitions_policy_thresholds_reach_its_audits(tiny_dataset_root, tmp_path):
+    """audit_policy.yaml `thresholds:` for one definition: a precision multiple of 1e-6 makes the honest
+    example's ordinary bf16 error a failure there, and only there."""
+    import shutil
+
+    import yaml
+
+    from harness.archive import Archive
+    from harness.dataset import Dataset
+    from harness.evaluate import Session, SubmitOptions
+    from harness.schema import Solution
+    from harness.static_gate import DEFAULT_POLICY_PATH
+
+    from support import KV8_PS1, triton_example
+
+    root = tmp_path / "ds"
+    shutil.copytree(tiny_dataset_root, root)
+    policy = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    policy["definition"] = {KV8_PS1: {"thresholds": {"precision_error_multiple": 1e-6, "precision_error_floor": 1e-12}}}
+    (root / "audit_policy.yaml").write_text(yaml.safe_dump(policy))
+    with Session(Dataset(root), Archive(tmp_path / "a"), SubmitOptions(workloads=["tiny_b2_t40"])) as s:
+        result = s.submit(Solution.model_validate(triton_example()))
+    precision = next(a for a in result.workloads[0].audits if a["name"] == "precision")
+    assert not precision["passed"] and "1e-06x" in precision["detail"]
+    assert s.audit_config.precision_error_multiple == 4.0  # the session's own config is back afterwards
+
+
+def test_a_speedup_beyond_the_bound_runs_the_full_audit_set_on_that_workload(tiny_dataset_root, tmp_path):
+    """Escalation (GPU only in a real run, where the FlashInfer speedup is known): the full level's recheck
+    on other never-seen inputs, then attribution (which says why it cannot run on a CPU)."""
+    from harness.archive import Archive
+    from harness.correctness import Tolerance
+    from harness.dataset import Dataset
+    from harness.evaluate import Session, SubmitOptions, WorkloadResult
+    from harness.schema import Solution
+
+    from support import KV8_PS1, triton_example
+
+    ds = Dataset(tiny_dataset_root)
+    definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
+    [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
+    tol = Tolerance(preset.atol, preset.rtol, preset.required_matched_ratio, preset.allow_matching_nonfinite)
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions(workloads=["tiny_b2_t40"])) as s:
+        worker, failure = s._start_candidate(Solution.model_validate(triton_example()), definition, 120)
+        assert failure is None
+        try:
+            wr = WorkloadResult(workload.uuid, "tiny_b2_t40", "PASSED", speedup_vs_fi_kernel=9.0)
+            s._escalate(worker, definition, workload, preset, tol, 120, wr)
+        finally:
+            worker.stop()
+    names = [a["name"] for a in wr.audits]
+    assert names[0] == "escalation" and "9x faster than FlashInfer (bound 5x)" in wr.audits[0]["detail"]
+    recheck = next(a for a in wr.audits if a["name"] == "fresh_input_recheck")
+    assert recheck["passed"] and recheck["detail"].startswith("6 calls")  # full: 4 fresh sets + 2 reused buffers
+    assert "attribution" in wr.timing_note  # no GPU: said, not held against the candidate
