@@ -15,7 +15,7 @@ from rich.table import Table
 from harness.dataset import Dataset
 from harness.schema import SchemaError
 
-from .loop import LoopConfig, run_loop
+from .loop import LoopConfig, run_loop, run_loops
 from .providers.base import PROVIDERS, ProviderError, default_provider
 from .skills import SkillError
 
@@ -154,16 +154,22 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                 options["model"] = model
             if name == "replay" and replay_run:
                 options["run"] = replay_run
-            for d in names:
-                config = LoopConfig(definition=d, provider=name, provider_options=options, rounds=rounds,
-                                    candidates=candidates, repairs=repairs, workloads=_split(workloads),
-                                    dataset=str(Path(dataset).resolve()) if dataset else None,
-                                    incumbent=str(Path(incumbent).resolve()) if incumbent else None,
-                                    target_hardware=target_hardware, timeout_s=timeout_s,
-                                    max_output_tokens=max_output_tokens, budget_tokens=budget_tokens,
-                                    budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s, profile=profile,
-                                    profile_timeout_s=profile_timeout_s)
-                reports.append(run_loop(config, archive, on_event=on_event))
+            configs = [LoopConfig(definition=d, provider=name, provider_options=options, rounds=rounds,
+                                  candidates=candidates, repairs=repairs, workloads=_split(workloads),
+                                  dataset=str(Path(dataset).resolve()) if dataset else None,
+                                  incumbent=str(Path(incumbent).resolve()) if incumbent else None,
+                                  target_hardware=target_hardware, timeout_s=timeout_s,
+                                  max_output_tokens=max_output_tokens, budget_tokens=budget_tokens,
+                                  budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s, profile=profile,
+                                  profile_timeout_s=profile_timeout_s) for d in names]
+            gpus = 0
+            if len(configs) > 1:  # several definitions: one per GPU where there are several GPUs
+                from harness.archive import Archive
+                from harness.evaluate import SubmitOptions
+                from harness.parallel import visible_gpu_count
+
+                gpus = visible_gpu_count(Dataset(dataset), Archive(archive), SubmitOptions())
+            reports.extend(run_loops(configs, archive, gpus, on_event=on_event))
     except (SchemaError, SkillError, ProviderError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -38,12 +38,13 @@ class IncumbentProfiler(Protocol):
 
 
 class NcuIncumbentProfiler:
-    """ncu (or nsight-python) on this host's first visible GPU; each workload in a fresh sandboxed process."""
+    """ncu (or nsight-python) on one GPU (``device_index``; default the first visible); each workload in a fresh
+    sandboxed process."""
 
     def __init__(self, dataset_root: Path, backend: str = "auto", timeout_s: float = 600.0, seed: int = 0,
-                 isolate_network: bool = True):
+                 isolate_network: bool = True, device_index: Optional[int] = None):
         self.dataset_root, self.backend_name, self.timeout_s = Path(dataset_root), backend, timeout_s
-        self.seed, self.isolate_network = seed, isolate_network
+        self.seed, self.isolate_network, self.device_index = seed, isolate_network, device_index
         self.arch: Optional[str] = None
         self._backend: Any = None
         self._answer: Optional[tuple[bool, str]] = None
@@ -61,7 +62,8 @@ class NcuIncumbentProfiler:
     def profile(self, solution: Solution, workload_uuids: Sequence[str]) -> list[ProfileSummary]:
         return profile_workloads(self._backend, dump_json(solution), solution.content_hash, workload_uuids,
                                  self.dataset_root, requested_metrics(self.arch), seed=self.seed,
-                                 timeout_s=self.timeout_s, isolate_network=self.isolate_network)
+                                 timeout_s=self.timeout_s, isolate_network=self.isolate_network,
+                                 device_index=self.device_index)
 
 
 @dataclass

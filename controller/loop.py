@@ -536,8 +536,10 @@ class Loop:
 
 def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: Optional[str] = None,
              provider: Optional[Provider] = None, evaluator: Optional[Evaluator] = None,
-             on_event: Optional[Event] = None, profiler: Optional[IncumbentProfiler] = None) -> dict[str, Any]:
-    """Start a run (or resume one) and play it to its end; returns the report."""
+             on_event: Optional[Event] = None, profiler: Optional[IncumbentProfiler] = None,
+             device_index: Optional[int] = None) -> dict[str, Any]:
+    """Start a run (or resume one) and play it to its end; returns the report. ``device_index``: the GPU its
+    evaluations and profiles use (a host setting, not part of the stored config: a resume may run elsewhere)."""
     archive = Archive(archive_path)
     store = Store(archive)
     if resume is not None:
@@ -563,11 +565,50 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
     own_evaluator = evaluator is None
     evaluator = evaluator or HarnessEvaluator(dataset, archive, SubmitOptions(workloads=config.workloads,
                                                                               timeout_s=config.timeout_s,
-                                                                              spare_worker=True))
+                                                                              spare_worker=True,
+                                                                              device_index=device_index))
     if profiler is None and config.profile is not False:
-        profiler = NcuIncumbentProfiler(dataset.root, timeout_s=config.profile_timeout_s, seed=config.seed)
+        profiler = NcuIncumbentProfiler(dataset.root, timeout_s=config.profile_timeout_s, seed=config.seed,
+                                        device_index=device_index)
     try:
         return Loop(config, run_id, store, provider, evaluator, skills, dataset, on_event, profiler).run()
     finally:
         if own_evaluator:
             evaluator.close()
+
+
+def run_loops(configs: list[LoopConfig], archive_path: Path | str, gpus: int, *, on_event: Optional[Event] = None,
+              runner: Callable[..., dict[str, Any]] = run_loop) -> list[dict[str, Any]]:
+    """One run per config (e.g. the four definitions of gqa_decode): with two or more GPUs, one lane per GPU
+    takes the next config, so runs go side by side, each on its own GPU; else one after the other.
+    Reports come back in the order of ``configs``; the first error is raised after every lane has stopped."""
+    import queue
+    import threading
+
+    if gpus < 2 or len(configs) < 2:
+        return [runner(c, archive_path, on_event=on_event) for c in configs]
+    work: "queue.Queue[tuple[int, LoopConfig]]" = queue.Queue()
+    for item in enumerate(configs):
+        work.put(item)
+    reports: list[Optional[dict[str, Any]]] = [None] * len(configs)
+    errors: list[BaseException] = []
+
+    def lane(device: int) -> None:
+        while not errors:
+            try:
+                i, config = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                reports[i] = runner(config, archive_path, on_event=on_event, device_index=device)
+            except BaseException as err:  # surfaced in the caller's thread, after the other lanes stop
+                errors.append(err)
+
+    threads = [threading.Thread(target=lane, args=(g,), name=f"loop-gpu{g}") for g in range(min(gpus, len(configs)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [r for r in reports if r is not None]

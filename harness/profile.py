@@ -912,8 +912,8 @@ def archived_profiles(archive: Any, solution_hash: Optional[str] = None,
 def profile_workloads(profiler: Profiler, solution_json: dict[str, Any], solution_hash: str,
                       workload_uuids: Iterable[str], dataset_root: Path, metrics: list[str], *, seed: int = 0,
                       timeout_s: float = DEFAULT_TIMEOUT_S, isolate_network: bool = True, allow_cpu: bool = False,
-                      warmup: int = 1, progress: Optional[Callable[[str, ProfileSummary], None]] = None
-                      ) -> list[ProfileSummary]:
+                      warmup: int = 1, progress: Optional[Callable[[str, ProfileSummary], None]] = None,
+                      device_index: Optional[int] = None) -> list[ProfileSummary]:
     """Profile the solution on each workload, one fresh target process (and ncu run) per workload."""
     out = []
     with tempfile.TemporaryDirectory(prefix="crucible-profile-sol-") as tmp:
@@ -923,7 +923,7 @@ def profile_workloads(profiler: Profiler, solution_json: dict[str, Any], solutio
             request = ProfileRequest(solution_path=sol_path, workload_uuid=uuid, dataset_root=Path(dataset_root),
                                      metrics=list(metrics), seed=seed, solution_hash=solution_hash,
                                      timeout_s=timeout_s, warmup=warmup, isolate_network=isolate_network,
-                                     allow_cpu=allow_cpu)
+                                     allow_cpu=allow_cpu, device_index=device_index)
             summary = profiler.profile(request)  # carries the report's bytes: its folder is gone
             out.append(summary)
             if progress:

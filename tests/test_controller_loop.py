@@ -316,3 +316,66 @@ def test_harness_paired_measurement_interleaves_abba_in_one_session(tiny_dataset
         ("A", 0, {"w1": 1.0}, 1), ("B", 0, {"w1": 0.7}, 2), ("B", 0, {"w1": 0.7}, 3), ("A", 0, {"w1": 1.0}, 4)]
     evaluator._session = SimpleNamespace(has_gpu=False)
     assert evaluator.measure_paired("inc", "cand", 2) is None and evaluator.why_no_timing() == "no GPU on this host"
+
+
+# -- several definitions, several GPUs ------------------------------------------------------------------------
+
+
+def test_several_definitions_run_side_by_side_one_gpu_each(tiny_dataset_root, tmp_path):
+    """run_loops: with 2 GPUs, two lanes run at once (a barrier proves it), each on its own device index;
+    reports come back in the order of the configs. With one GPU (or none) they run one after the other."""
+    import threading
+
+    from controller.loop import run_loops
+
+    configs = [config(tiny_dataset_root, definition=d) for d in ("d1", "d2", "d3")]
+    both_lanes_running = threading.Barrier(2, timeout=10)
+    calls = []
+
+    def runner(cfg, archive_path, on_event=None, device_index=None):
+        calls.append((cfg.definition, device_index))
+        if len(calls) <= 2:
+            both_lanes_running.wait()  # would time out (BrokenBarrierError) if the lanes ran one by one
+        return {"definition": cfg.definition}
+
+    reports = run_loops(configs, tmp_path, gpus=2, runner=runner)
+    assert [r["definition"] for r in reports] == ["d1", "d2", "d3"]
+    assert {d for _, d in calls} == {0, 1} and sorted(c for c, _ in calls) == ["d1", "d2", "d3"]
+
+    calls.clear()
+    sequential = run_loops(configs, tmp_path, gpus=1, runner=lambda cfg, a, on_event=None: calls.append(cfg.definition)
+                           or {"definition": cfg.definition})
+    assert calls == ["d1", "d2", "d3"] and [r["definition"] for r in sequential] == calls
+
+
+def test_a_failing_lane_raises_after_the_others_stop(tiny_dataset_root, tmp_path):
+    from controller.loop import run_loops
+
+    configs = [config(tiny_dataset_root, definition=d) for d in ("d1", "d2")]
+
+    def runner(cfg, archive_path, on_event=None, device_index=None):
+        if cfg.definition == "d2":
+            raise ValueError("d2 broke")
+        return {"definition": cfg.definition}
+
+    with pytest.raises(ValueError, match="d2 broke"):
+        run_loops(configs, tmp_path, gpus=2, runner=runner)
+
+
+def test_cli_loop_over_an_alias_runs_each_definition(tmp_path, monkeypatch):
+    """`controller loop --definition gqa_decode`: the alias's four definitions, one run each (on this CPU host
+    one after the other: the GPU probe finds none); round 0 only, one small workload, to stay quick."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    result = CliRunner().invoke(main, ["loop", "--definition", "gqa_decode", "--rounds", "0", "--archive", str(archive),
+                                       "--dataset", str(ROOT / "definitions"), "--workloads", "uniform_b1_kv512",
+                                       "--no-profile", "--json"])
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.output[result.output.index("["):])
+    assert sorted(r["definition"] for r in reports) == ["gqa_paged_decode_h32_kv4_d128_ps1",
+                                                        "gqa_paged_decode_h32_kv4_d128_ps64",
+                                                        "gqa_paged_decode_h32_kv8_d128_ps1",
+                                                        "gqa_paged_decode_h32_kv8_d128_ps64"]
+    assert all(r["status"] == "DONE" and len(r["rounds"]) == 1 for r in reports)
