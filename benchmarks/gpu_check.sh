@@ -7,7 +7,8 @@
 # fixtures proof controller report.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
-# CONTROLLER_ARGS, AUDIT_ARGS, PARITY_ARGS, KEEP_ARCHIVE=1 (archive.tgz back in OUT).
+# CONTROLLER_DEFINITION (gqa_decode: its four definitions, one GPU each on a multi-GPU host), CONTROLLER_ARGS,
+# AUDIT_ARGS, PARITY_ARGS, KEEP_ARCHIVE=1 (archive.tgz back in OUT).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -130,9 +131,10 @@ PY
 fi
 if has controller; then
   section "controller loop"
-  timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --definition gqa_paged_decode_h32_kv8_d128_ps1 --provider offline \
+  timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --definition ${CONTROLLER_DEFINITION:-gqa_paged_decode_h32_kv8_d128_ps1} --provider offline \
     --rounds ${ROUNDS:-4} --candidates ${CANDIDATES:-3} ${CONTROLLER_ARGS:-} --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
-  python3 -m controller.cli trajectory --archive "$ARCHIVE" --out "$OUT" >> "$LOG" 2>&1
+  python3 -m controller.cli trajectory --all --archive "$ARCHIVE" --out /tmp/trajectory >> "$LOG" 2>&1
+  tar czf "$OUT/trajectory.tgz" -C /tmp trajectory
 fi
 if has report; then
   python3 -m harness.cli report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \

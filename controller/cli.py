@@ -204,8 +204,10 @@ def runs(archive_path, definition) -> None:
 @main.command()
 @click.argument("run_id", required=False)
 @click.option("--archive", "archive_path", type=click.Path(exists=True, file_okay=False), help="Archive folder.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write trajectory.{json,md,png} here.")
-def trajectory(run_id, archive_path, out_dir) -> None:
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Write trajectory.{json,md,png} here (with --all: trajectory-<definition>-<run>.*).")
+@click.option("--all", "all_runs", is_flag=True, help="Every run in the archive, not only the newest.")
+def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
     """Where a run's incumbent stood after each round (default: the newest run): mean latency, speedup vs
     FlashInfer, % of the roofline floor, overall and per regime."""
     from harness.archive import Archive
@@ -215,26 +217,30 @@ def trajectory(run_id, archive_path, out_dir) -> None:
 
     store = Store(Archive(archive_path or DEFAULT_ARCHIVE, create=False, require_db=True))
     runs_found = store.runs()
-    if run_id is None:
-        if not runs_found:
-            fail("the archive holds no controller runs")
-        run_id = runs_found[0]["id"]
-    row = store.run(run_id)
-    if row is None:
-        fail(f"no run {run_id!r} in the archive; `controller runs` lists them")
-    data = {"run_id": run_id, "definition": row["definition"], "provider": row["provider"], "status": row["status"],
-            "stop_reason": row["stop_reason"],
-            "rounds": [r["summary"] for r in store.rounds(run_id) if r["status"] == "DONE"]}
-    text = trajectory_markdown(data)
-    click.echo(text)
-    if out_dir:
-        folder = Path(out_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "trajectory.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-        (folder / "trajectory.md").write_text(text)
-        plotted = plot_trajectory(data, str(folder / "trajectory.png"))
-        click.echo(f"wrote {folder}/trajectory.json, trajectory.md" + (", trajectory.png" if plotted else
-                                                                        " (no plot: matplotlib missing)"))
+    if run_id is not None:
+        if store.run(run_id) is None:
+            fail(f"no run {run_id!r} in the archive; `controller runs` lists them")
+        chosen = [run_id]
+    elif not runs_found:
+        fail("the archive holds no controller runs")
+    else:
+        chosen = [r["id"] for r in runs_found] if all_runs else [runs_found[0]["id"]]
+    for rid in chosen:
+        row = store.run(rid)
+        data = {"run_id": rid, "definition": row["definition"], "provider": row["provider"], "status": row["status"],
+                "stop_reason": row["stop_reason"],
+                "rounds": [r["summary"] for r in store.rounds(rid) if r["status"] == "DONE"]}
+        text = trajectory_markdown(data)
+        click.echo(text)
+        if out_dir:
+            folder = Path(out_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            stem = f"trajectory-{row['definition']}-{rid}" if len(chosen) > 1 else "trajectory"
+            (folder / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+            (folder / f"{stem}.md").write_text(text)
+            plotted = plot_trajectory(data, str(folder / f"{stem}.png"))
+            click.echo(f"wrote {folder}/{stem}.json, {stem}.md" + (f", {stem}.png" if plotted else
+                                                                  " (no plot: matplotlib missing)"))
 
 
 if __name__ == "__main__":

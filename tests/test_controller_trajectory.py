@@ -90,3 +90,16 @@ def test_cli_trajectory_of_an_unknown_run_says_so(tmp_path):
     Archive(tmp_path / "a")
     result = CliRunner().invoke(main, ["trajectory", "nope", "--archive", str(tmp_path / "a")])
     assert result.exit_code == 2 and "no run 'nope'" in result.output
+
+
+def test_cli_trajectory_all_runs_one_file_set_each(tiny_dataset_root, tmp_path):
+    archive = Archive(tmp_path / "a")
+    fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], lambda s: ("PASSED", 1.0))
+    ids = [run_loop(config(tiny_dataset_root, rounds=1), tmp_path / "a",
+                    provider=OfflineProvider(load_skills(ROOT / "skills")), evaluator=fake)["run_id"] for _ in range(2)]
+    out_dir = tmp_path / "traj"
+    result = CliRunner().invoke(main, ["trajectory", "--all", "--archive", str(tmp_path / "a"), "--out", str(out_dir)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out_dir.glob("*.md")) == sorted(
+        f"trajectory-gqa_paged_decode_h32_kv8_d128_ps1-{i}.md" for i in ids)
+    assert result.output.count("# Trajectory:") == 2
