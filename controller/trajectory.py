@@ -100,16 +100,22 @@ def plot_trajectory(report: dict[str, Any], path: str) -> Optional[str]:
     series = {"mean": [(r.get("incumbent") or {}).get("latency_ms") for r in rounds]}
     for n in regime_names(rounds):
         series[n] = [((r.get("incumbent") or {}).get("regimes") or {}).get(n, {}).get("latency_ms") for r in rounds]
+    plotted = 0
     for label, ys in series.items():
         points = [(x, y) for x, y in zip(xs, ys) if y is not None]
         if points:
             ax.plot(*zip(*points), marker="o", label=label, linewidth=2.5 if label == "mean" else 1.2)
+            plotted += 1
     ax.set_xlabel("round")
     ax.set_ylabel("incumbent latency (ms)")
-    ax.set_yscale("log")
+    if plotted:
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no latencies: timing unavailable where this ran", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set_title(f"{report.get('definition', '')}: incumbent per round")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
