@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
+from .evidence import WorkloadStat, assign_regime, length_ratio, load_regime_rules
 from .promote import EvalRecord
 from .request import Evidence
 
@@ -18,8 +19,15 @@ from .request import Evidence
 SM_COUNT = {"H200": 132, "H100": 132, "B200": 148, "GB200": 152}
 
 
-def regime_of(axes: dict[str, int], const_axes: dict[str, int], target_hardware: str = "H200") -> str:
-    """latency-bound when batch x KV heads programs cannot fill the SMs, else memory-bound (decode)."""
+def regime_of(axes: dict[str, int], const_axes: dict[str, int], target_hardware: str = "H200",
+              label: str = "", lengths: Optional[list[int]] = None) -> str:
+    """skewed when a few long requests dominate the batch (the evidence's own `skewed` rule: by request lengths
+    where known, else by label); else latency-bound when batch x KV heads programs cannot fill the SMs, else
+    memory-bound (decode)."""
+    skewed = [r for r in load_regime_rules() if r["name"] == "skewed"]
+    stat = WorkloadStat(uuid="", label=label, axes=dict(axes), length_ratio=length_ratio(lengths))
+    if skewed and assign_regime(stat, skewed) == "skewed":
+        return "skewed"
     batch = axes.get("batch_size")
     kv_heads = const_axes.get("num_kv_heads") or axes.get("num_kv_heads") or 1
     if batch is None:

@@ -34,6 +34,7 @@ from harness.schema import Definition, Solution, dump_json, load_model
 
 from .incumbent_evidence import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
 from .latency_evidence import mean_latency, mean_speedup_vs_fi, regime_of
+from .profile_evidence import workload_facts
 from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, plan_round, request_budget,
                    stop_reason)
 from .promote import (PROMOTED, Decision, EvalRecord, PairedMeasurement, PairedSample, decide, gate_failure,
@@ -181,7 +182,8 @@ class Loop:
         self.book = tactic_book(skills, config.target_hardware)
         self.definition: Definition = dataset.definition(config.definition)
         self.workloads = dataset.workloads_for(config.definition, config.workloads)
-        self.regimes = {w.uuid: regime_of(w.axes, self.definition.const_axes, config.target_hardware)
+        self.regimes = {w.uuid: regime_of(w.axes, self.definition.const_axes, config.target_hardware,
+                                          dataset.label(w), workload_facts(dataset, self.definition, w)[0])
                         for w in self.workloads}
         self.signature = expected_params(self.definition, True)
         self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)

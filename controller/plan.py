@@ -20,6 +20,9 @@ HYPOTHESES: dict[str, str] = {
                       "range (split-KV with a merge), fewer dependent loads per step, or a persistent grid."),
     "memory-bound": ("Large batches stream K/V once: keep more bytes in flight (BLOCK_N, stages), use "
                      "tl.dot on 16-row tiles, and avoid register spills; aim at the byte floor."),
+    "skewed": ("A few long requests dominate the batch (max length far above the mean): one program per "
+               "request serialises the long ones; split each request's KV range (split-KV with a merge) so long "
+               "requests spread over many programs, sized by length rather than by batch."),
     "all": "Improve the slowest workloads without regressing the others.",
 }
 REPAIRABLE = ("COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",

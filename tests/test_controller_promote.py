@@ -141,3 +141,18 @@ def test_screen(candidate, incumbent, screened, phrase):
     assert (decision is not None) is screened
     if screened:
         assert decision.verdict == REJECTED and decision.rule == "screen" and phrase in decision.reasons[0]
+
+
+@pytest.mark.parametrize("axes, label, lengths, regime", [
+    ({"batch_size": 1}, "uniform_b1_kv8192", [8192], "latency-bound"),  # 8 programs for 132 SMs
+    ({"batch_size": 16}, "uniform_b16_kv512", [512] * 16, "latency-bound"),  # 16 x 8 = 128 programs < 132 SMs
+    ({"batch_size": 64}, "uniform_b64_kv2048", [2048] * 64, "memory-bound"),
+    # one long request among short ones: lengths decide, whatever the label says
+    ({"batch_size": 32}, "mixed_b32", [32768] + [256] * 31, "skewed"),
+    ({"batch_size": 64}, "skewed_b64", None, "skewed"),  # lengths unknown: the label decides
+    ({"batch_size": 64}, "uniform_b64", [2000, 2100] * 32, "memory-bound"),  # near-uniform lengths
+])
+def test_regime_of(axes, label, lengths, regime):
+    from controller.latency_evidence import regime_of
+
+    assert regime_of(axes, {"num_kv_heads": 8}, "H200", label, lengths) == regime
