@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import time
 import os
 import platform
@@ -23,15 +22,15 @@ from typing import Any, Callable, Optional
 import torch
 
 from .archive import Archive
-from .audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
-                     policy_thresholds, precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
-                     thread_verdict)
+from .audits import AuditConfig, clock_truth_verdict, is_fallback, policy_thresholds, promotion_blockers
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, check_outputs, merge_results
 from .dataset import Dataset, EvalPreset
+from .inputs import trial_seed
 from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, Performance, Solution,
                      Trace, Workload, dump_json)
+from .session_audits import SessionAudits
 
 SKIPPED = "SKIPPED"  # Crucible's own status for a workload that was not evaluated (never exported)
 Progress = Callable[[str, dict[str, Any]], None]
@@ -149,10 +148,6 @@ def input_bytes(definition: Definition, workload: Workload) -> int:
     return total
 
 
-def trial_seed(secret: bytes, workload: Workload, trial: int) -> int:
-    return int.from_bytes(hashlib.sha256(secret + f"/{workload.uuid}/{trial}".encode()).digest()[:7], "little")
-
-
 def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[float]]:
     """The official definition score: arithmetic mean of per-workload speedups, 0 if any workload failed.
 
@@ -186,7 +181,7 @@ def _timing_rows(role: str, trials: list[dict[str, Any]]) -> list[dict[str, Any]
              "median_ms": t.get("median_ms"), "samples": t.get("samples_ms", [])} for i, t in enumerate(trials)]
 
 
-class Session:
+class Session(SessionAudits):
     """Trusted state shared by submissions: the reference worker, its outputs, the environment."""
 
     def __init__(self, dataset: Dataset, archive: Archive, options: Optional[SubmitOptions] = None,
@@ -576,114 +571,6 @@ class Session:
         self.progress("done", {"status": result.status})
         return result
 
-    def _static_gate(self, solution: Solution, definition: Definition) -> list[dict[str, Any]]:
-        """Findings of the static gate (before any build), archived as an audit on every workload."""
-        from .static_gate import load_policy, scan_sources
-
-        policy = load_policy(self.dataset.root / "audit_policy.yaml", definition=definition.name,
-                             op_type=definition.op_type) if (self.dataset.root / "audit_policy.yaml").exists() \
-            else load_policy(definition=definition.name, op_type=definition.op_type)
-        with self._phase("static_gate"):
-            findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
-        return [f.model_dump() for f in findings]
-
-    def _policy_document(self) -> dict[str, Any]:
-        """The dataset's audit_policy.yaml (else the shipped one), as data."""
-        import yaml
-
-        from .static_gate import DEFAULT_POLICY_PATH
-
-        path = self.dataset.root / "audit_policy.yaml"
-        return yaml.safe_load((path if path.exists() else DEFAULT_POLICY_PATH).read_text(encoding="utf-8")) or {}
-
-    def _policy_claims(self, definition: Definition) -> list[str]:
-        """Instruction families the definition's audit policy requires of every solution (harness.sass)."""
-        from .sass import policy_claims
-
-        return policy_claims(self._policy_document(), definition.name, definition.op_type)
-
-    def _instruction_proof(self, worker: Optional[WorkerProcess], solution: Solution, definition: Definition,
-                           result: SubmissionResult) -> None:
-        """Once per submission, after its workloads (Triton compiles kernels as they first run): the SASS of what
-        the candidate built, archived as the `sass` artifact, and the instruction_proof audit of its claims."""
-        from .sass import KernelSass, histogram, instruction_proof, merged_claims, summary_text
-        from .views import add_artifact
-
-        if self.audit_config.level == "off":
-            return
-        claims = merged_claims(solution.spec.instruction_claims, self._policy_claims(definition))
-        kernels: list[KernelSass] = []
-        note = "no candidate worker is running (none was started, or the last one failed)"
-        if worker is not None and worker.alive:
-            try:
-                with self._phase("audits"):
-                    header, _ = worker.request({"op": "sass"}, timeout_s=600)
-            except (WorkerTimeout, WorkerCrashed) as err:
-                header = {"ok": False, "error": f"disassembly failed: {err}"}
-            note = header.get("error", "")
-            if header.get("ok"):
-                kernels = [KernelSass.from_json(k) for k in header["kernels"]]
-                note = "; ".join(header.get("notes") or []) or ("" if kernels else "no kernel in the binaries")
-                if kernels:
-                    head = f"{solution.name}: SASS of {', '.join(header['files'])} ({header['tool']})"
-                    add_artifact(self.archive, result.submission_id, "sass",
-                                 summary_text(kernels, header=head + (f"\nnotes: {note}" if note else "")))
-        if not claims and not kernels:
-            return  # nothing claimed, nothing built for a GPU here: no audit to show
-        arch = self._gpu_arch() or (kernels[0].arch if kernels else None)
-        counters, counter_note, failure = None, "", ""
-        if not claims or not kernels:
-            pass
-        elif self.audit_config.level != "full":
-            counter_note = "ncu counters run at --audit-level full"
-        elif not self.has_gpu:
-            counter_note = "no GPU on this host"
-        else:
-            counters, counter_note, failure = self._claim_counters(solution, result, claims, kernels, arch)
-        audit = instruction_proof(claims, histogram(kernels) if kernels else None, counters, arch,
-                                  sass_note=note, counter_note=counter_note)
-        if failure:
-            audit = {**audit, "passed": False, "detail": f"{failure}; {audit['detail']}"}
-        result.audits.append(audit)
-
-    def _gpu_arch(self) -> Optional[str]:
-        capability = str(self.environment.get("capability") or "")
-        return "sm_" + capability.replace(".", "") if capability else None
-
-    def _claim_counters(self, solution: Solution, result: SubmissionResult, claims: list[str],
-                        kernels: list[Any], arch: Optional[str]) -> tuple[Optional[dict[str, Any]], str, str]:
-        """(counters summed over the candidate's own kernels or None, why None, why the proof failed) from one
-        Nsight Compute pass over the first PASSED workload (harness.profile: its own sandboxed target process)."""
-        from .profile import NO_PERMISSION, OK, UNAVAILABLE, profile_workloads, record_profile, select_backend
-        from .sass import FAMILIES, arch_key, counter_metrics, own_kernel_counters
-
-        if not any(arch_key(arch) in FAMILIES[c].counters for c in claims):
-            return None, f"no counter for {', '.join(claims)} on {arch}", ""
-        passed = next((w for w in result.workloads if w.status == EvaluationStatus.PASSED.value), None)
-        if passed is None:
-            return None, "no workload passed, none profiled", ""
-        profiler = select_backend("auto")
-        ok, why = profiler.available()
-        if not ok:
-            return None, f"no profiler: {why}", ""
-        metrics = counter_metrics(claims, arch)
-        workload = self.dataset.workloads_for(result.definition, [passed.workload])[0]
-        with self._phase("audits"):
-            summary = profile_workloads(profiler, dump_json(solution), solution.content_hash, [passed.workload],
-                                        self.dataset.root, metrics, seed=trial_seed(self._secret, workload, 3000),
-                                        isolate_network=self.options.isolate_network)[0]
-        record_profile(self.archive, summary, {"purpose": "instruction_proof"}, result.submission_id)
-        if summary.status in (UNAVAILABLE, NO_PERMISSION):  # the host's profiler, not the candidate
-            return None, f"profiler {summary.status}: {summary.reason}", ""
-        if summary.status != OK:
-            return None, "", f"counters could not be collected: profile {summary.status}: {summary.reason}"
-        counters, matched = own_kernel_counters(
-            ((k.name, {m: k.value(m) for m in metrics}) for k in summary.kernels), [k.name for k in kernels], metrics)
-        if not matched:
-            return None, "", ("none of the profiled kernels (" + ", ".join(k.name[:60] for k in summary.kernels[:3])
-                              + ") is one the candidate built")
-        return counters, "", ""
-
     def _start_candidate(self, solution: Solution, definition: Definition,
                          timeout_s: float) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
         worker = self._fresh_candidate_worker()
@@ -786,85 +673,6 @@ class Session:
         except WorkerCrashed as err:
             wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"{what}: {err}"
         return None
-
-    def _precision_audit(self, definition: Definition, workload: Workload, seed: int,
-                         got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, Any]:
-        oracle = self.oracle_outputs(definition, workload, seed)
-        errors = {}
-        for name in definition.outputs:
-            o = oracle[name].to(torch.float64)
-            finite = torch.isfinite(o) & torch.isfinite(ref[name].to(torch.float64))
-            if not finite.any():
-                continue
-            cand_err = (got[name].to(torch.float64) - o)[finite].abs().mean().item()
-            ref_err = (ref[name].to(torch.float64) - o)[finite].abs().mean().item()
-            errors[name] = (cand_err, ref_err)
-        return precision_verdict(errors, self.audit_config)
-
-    def _recheck(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
-                 tol: Tolerance, wr: WorkloadResult, deadline: float, cfg: Optional[AuditConfig] = None,
-                 seed_base: int = 1000) -> None:
-        """After timing: fresh and reused-buffer calls in secret order, every output judged (harness.audits)."""
-        cfg = cfg or self.audit_config
-        fresh = [trial_seed(self._secret, workload, seed_base + i) for i in range(cfg.fresh_input_sets)]
-        steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng)
-        reply = self._within_deadline(worker, {"op": "recheck", "workload": workload.model_dump(mode="json"),
-                                               "steps": steps, "dataset_root": str(self.dataset.root)},
-                                      deadline, wr, "recheck", "audits")
-        if reply is None:
-            return
-        header, outputs = reply
-        if not header.get("ok"):
-            wr.audits.append({"name": "fresh_input_recheck", "passed": False,
-                              "detail": f"the candidate failed on recheck inputs: {header.get('error')}"})
-            return
-        checks = []
-        for i, step in enumerate(steps):
-            ref_fp, ref_out = self.reference_outputs(definition, workload, int(step["seed"]))
-            if header["input_fingerprints"][i] != ref_fp:
-                checks.append((step, False, "inputs differ from the reference's (the call changed them?)"))
-                continue
-            got = {n: outputs[f"{i}/{n}"] for n in definition.outputs if f"{i}/{n}" in outputs}
-            result = check_outputs(got, {n: ref_out[n] for n in definition.outputs}, tol)
-            checks.append((step, result.passed, result.message))
-        wr.audits.append(recheck_verdict(checks))
-        wr.audits.append(thread_verdict(header["threads_before"], header["threads_after"]))
-        fresh_ms = [ms for ms, s in zip(header["wall_ms"], steps) if s["kind"] == "fresh"]
-        repeat_ms = [ms for ms, s in zip(header.get("repeat_wall_ms", []), steps) if s["kind"] == "fresh"]
-        replay = replay_verdict(repeat_ms, fresh_ms, cfg) if self.has_gpu else None
-        if replay is not None:
-            wr.audits.append(replay)
-
-    def _escalate(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
-                  tol: Tolerance, timeout_s: float, wr: WorkloadResult) -> None:
-        """Too fast to believe (a speedup over FlashInfer above the bound): the full audit set on this workload,
-        i.e. the full level's recheck on other never-seen inputs, and attribution of the GPU time."""
-        full = AuditConfig.for_level("full")
-        wr.audits.append({"name": "escalation", "passed": True,
-                          "detail": f"{wr.speedup_vs_fi_kernel:.3g}x faster than FlashInfer (bound "
-                                    f"{self.audit_config.speedup_bound:g}x): full audits run on this workload"})
-        self._recheck(worker, definition, workload, preset, tol, wr, time.monotonic() + timeout_s, cfg=full,
-                      seed_base=3000)
-        self._attribution(worker, workload, wr)
-
-    def _attribution(self, worker: WorkerProcess, workload: Workload, wr: WorkloadResult) -> None:
-        """GPU only, on `full` audits or a suspiciously large speedup: who did the work?"""
-        try:
-            with self._phase("audits"):
-                header, _ = worker.request({"op": "attribution", "workload": workload.model_dump(mode="json"),
-                                            "seed": trial_seed(self._secret, workload, 2000),
-                                            "dataset_root": str(self.dataset.root)}, timeout_s=600)
-        except (WorkerTimeout, WorkerCrashed) as err:
-            wr.audits.append({"name": "attribution", "passed": False, "detail": f"profiling failed: {err}"})
-            return
-        if header.get("ok"):
-            wr.audits.append(attribution_verdict(header["kernel_ns"], set(header["candidate_kernels"]),
-                                                 self.audit_config))
-        elif header.get("status") == "UNAVAILABLE":  # the profiler, not the candidate: say so, judge nothing
-            wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + f"attribution: {header.get('error')}"
-        else:
-            wr.audits.append({"name": "attribution", "passed": False,
-                              "detail": f"the candidate failed under the profiler: {header.get('error')}"})
 
     def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
               preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:

@@ -145,6 +145,11 @@ def allocate_outputs(definition: Definition, workload: Workload, device: str | t
 _FULL_HASH_LIMIT = 1 << 20
 
 
+def trial_seed(secret: bytes, workload: Workload, trial: int) -> int:
+    """The seed of one input set: secret to the candidate, reproducible by the harness and its reference worker."""
+    return int.from_bytes(hashlib.sha256(secret + f"/{workload.uuid}/{trial}".encode()).digest()[:7], "little")
+
+
 def fingerprint(values: dict[str, Any]) -> str:
     """A cheap content hash of tensors (and scalars), used to prove two processes hold the same inputs."""
     h = hashlib.sha256()
