@@ -3,7 +3,8 @@
 A ``Session`` owns the trusted reference worker and its cache of reference outputs, so several
 solutions (and the controller's thousands of candidates) reuse them. Each solution gets its own
 candidate worker, built once and reused for all workloads; a worker that crashes, hangs or breaks its
-CUDA context is replaced by a fresh one for the next workload.
+CUDA context is replaced by a fresh one for the next workload. The audit steps around each evaluation
+(static gate, precision, recheck, escalation, attribution, instruction proof) are in harness/session_audits.py.
 """
 
 from __future__ import annotations
