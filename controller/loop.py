@@ -584,33 +584,16 @@ def run_loops(configs: list[LoopConfig], archive_path: Path | str, gpus: int, *,
     """One run per config (e.g. the four definitions of gqa_decode): with two or more GPUs, one lane per GPU
     takes the next config, so runs go side by side, each on its own GPU; else one after the other.
     Reports come back in the order of ``configs``; the first error is raised after every lane has stopped."""
-    import queue
-    import threading
+    from harness.parallel import run_lanes
 
     if gpus < 2 or len(configs) < 2:
         return [runner(c, archive_path, on_event=on_event) for c in configs]
-    work: "queue.Queue[tuple[int, LoopConfig]]" = queue.Queue()
-    for item in enumerate(configs):
-        work.put(item)
     reports: list[Optional[dict[str, Any]]] = [None] * len(configs)
-    errors: list[BaseException] = []
 
-    def lane(device: int) -> None:
-        while not errors:
-            try:
-                i, config = work.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                reports[i] = runner(config, archive_path, on_event=on_event, device_index=device)
-            except BaseException as err:  # surfaced in the caller's thread, after the other lanes stop
-                errors.append(err)
+    def serve(device: int, take: Callable[[], Optional[tuple[int, LoopConfig]]]) -> None:
+        while (item := take()) is not None:
+            i, config = item
+            reports[i] = runner(config, archive_path, on_event=on_event, device_index=device)
 
-    threads = [threading.Thread(target=lane, args=(g,), name=f"loop-gpu{g}") for g in range(min(gpus, len(configs)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_lanes(configs, min(gpus, len(configs)), serve)
     return [r for r in reports if r is not None]

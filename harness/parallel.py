@@ -14,7 +14,7 @@ import queue
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, TypeVar
 
 from .archive import Archive
 from .dataset import Dataset
@@ -43,46 +43,66 @@ def visible_gpu_count(dataset: Dataset, archive: Archive, options: SubmitOptions
         return int(probe.environment.get("device_count") or 0) if probe.environment.get("cuda_available") else 0
 
 
-def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, options: SubmitOptions,
-               progress: Optional[Progress] = None, gpus: Optional[int] = None,
-               on_result: Optional[Callable[[SubmissionResult], None]] = None) -> list[SubmissionResult]:
-    """Evaluate ``solutions`` on all visible GPUs (or sequentially on CPU / one GPU); results in input order."""
-    if gpus is None:  # one solution needs no probe: it runs on the first visible GPU either way
-        gpus = visible_gpu_count(dataset, Archive(archive_path), options) if len(solutions) > 1 else 1
-    n_gpus = gpus
-    lanes = max(1, min(n_gpus, len(solutions)))
-    results: list[Optional[SubmissionResult]] = [None] * len(solutions)
-    work: "queue.Queue[tuple[int, Solution]]" = queue.Queue()
-    for item in enumerate(solutions):
+T = TypeVar("T")
+Take = Callable[[], Optional[tuple[int, T]]]
+
+
+def run_lanes(items: Sequence[T], lanes: int, serve: Callable[[int, "Take[T]"], None]) -> None:
+    """``serve(lane, take)`` on ``lanes`` threads (in this thread when there is one lane); ``take()`` hands out
+    the next ``(index, item)``, or None when the work is done or a lane has failed. The first error is raised
+    here, after every lane has stopped."""
+    work: "queue.Queue[tuple[int, T]]" = queue.Queue()
+    for item in enumerate(items):
         work.put(item)
     errors: list[BaseException] = []
 
-    def lane(index: Optional[int]) -> None:
-        lane_options = SubmitOptions(**{**options.__dict__, "device_index": index})
+    def take() -> Optional[tuple[int, T]]:
+        if errors:
+            return None
         try:
-            with Session(dataset, Archive(archive_path), lane_options, progress=progress) as session:
-                while True:
-                    try:
-                        i, solution = work.get_nowait()
-                    except queue.Empty:
-                        return
-                    session.reference_worker()
-                    key = session.environment.get("gpu_uuid") or session.environment.get("uuid") or f"index{index}"
-                    with gpu_lock(key) if session.has_gpu else contextlib.nullcontext():
-                        results[i] = session.submit(solution)
-                    if on_result is not None:
-                        on_result(results[i])
+            return work.get_nowait()
+        except queue.Empty:
+            return None
+
+    def lane(index: int) -> None:
+        try:
+            serve(index, take)
         except BaseException as err:  # surfaced in the caller's thread
             errors.append(err)
 
-    if lanes == 1:
-        lane(options.device_index)
+    if lanes <= 1:
+        lane(0)
     else:
-        threads = [threading.Thread(target=lane, args=(g,), name=f"gpu{g}") for g in range(lanes)]
+        threads = [threading.Thread(target=lane, args=(g,), name=f"lane{g}") for g in range(lanes)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
     if errors:
         raise errors[0]
+
+
+def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, options: SubmitOptions,
+               progress: Optional[Progress] = None, gpus: Optional[int] = None,
+               on_result: Optional[Callable[[SubmissionResult], None]] = None) -> list[SubmissionResult]:
+    """Evaluate ``solutions`` on all visible GPUs (or sequentially on CPU / one GPU); results in input order."""
+    if gpus is None:  # one solution needs no probe: it runs on the first visible GPU either way
+        gpus = visible_gpu_count(dataset, Archive(archive_path), options) if len(solutions) > 1 else 1
+    lanes = max(1, min(gpus, len(solutions)))
+    results: list[Optional[SubmissionResult]] = [None] * len(solutions)
+
+    def serve(lane: int, take: "Take[Solution]") -> None:
+        index = options.device_index if lanes == 1 else lane
+        lane_options = SubmitOptions(**{**options.__dict__, "device_index": index})
+        with Session(dataset, Archive(archive_path), lane_options, progress=progress) as session:
+            while (item := take()) is not None:
+                i, solution = item
+                session.reference_worker()
+                key = session.environment.get("gpu_uuid") or session.environment.get("uuid") or f"index{index}"
+                with gpu_lock(key) if session.has_gpu else contextlib.nullcontext():
+                    results[i] = session.submit(solution)
+                if on_result is not None:
+                    on_result(results[i])
+
+    run_lanes(solutions, lanes, serve)
     return [r for r in results if r is not None]

@@ -31,23 +31,29 @@ class SessionAudits:
 
     def _static_gate(self, solution: Solution, definition: Definition) -> list[dict[str, Any]]:
         """Findings of the static gate (before any build), archived as an audit on every workload."""
-        from .static_gate import load_policy, scan_sources
+        from .static_gate import policy_from_mapping, scan_sources
 
-        policy = load_policy(self.dataset.root / "audit_policy.yaml", definition=definition.name,
-                             op_type=definition.op_type) if (self.dataset.root / "audit_policy.yaml").exists() \
-            else load_policy(definition=definition.name, op_type=definition.op_type)
+        policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
             findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
         return [f.model_dump() for f in findings]
 
     def _policy_document(self) -> dict[str, Any]:
-        """The dataset's audit_policy.yaml (else the shipped one), as data."""
-        import yaml
+        """The dataset's audit_policy.yaml (else the shipped one), as data: read once per session, then shared by
+        the static gate, the audit thresholds and the instruction claims of every submission."""
+        cached = getattr(self, "_policy_data", None)
+        if cached is None:
+            import yaml
 
-        from .static_gate import DEFAULT_POLICY_PATH
+            from .static_gate import DEFAULT_POLICY_PATH, PolicyError
 
-        path = self.dataset.root / "audit_policy.yaml"
-        return yaml.safe_load((path if path.exists() else DEFAULT_POLICY_PATH).read_text(encoding="utf-8")) or {}
+            path = self.dataset.root / "audit_policy.yaml"
+            path = path if path.exists() else DEFAULT_POLICY_PATH
+            cached = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if not isinstance(cached, dict):
+                raise PolicyError(f"{path}: expected a mapping at top level")
+            self._policy_data = cached
+        return cached
 
     def _policy_claims(self, definition: Definition) -> list[str]:
         """Instruction families the definition's audit policy requires of every solution (harness.sass)."""

@@ -379,3 +379,30 @@ def test_cli_loop_over_an_alias_runs_each_definition(tmp_path, monkeypatch):
                                                         "gqa_paged_decode_h32_kv8_d128_ps1",
                                                         "gqa_paged_decode_h32_kv8_d128_ps64"]
     assert all(r["status"] == "DONE" and len(r["rounds"]) == 1 for r in reports)
+
+
+def test_run_lanes_hands_out_each_item_once_and_stops_taking_after_an_error():
+    import threading
+
+    from harness.parallel import run_lanes
+
+    seen, lock = [], threading.Lock()
+
+    def serve(lane, take):
+        while (item := take()) is not None:
+            with lock:
+                seen.append(item[1])
+
+    run_lanes(list(range(20)), 3, serve)
+    assert sorted(seen) == list(range(20))  # every item once, whichever lane took it
+
+    taken = []
+
+    def failing(lane, take):
+        while (item := take()) is not None:
+            taken.append(item[1])
+            raise RuntimeError(f"lane {lane} broke")
+
+    with pytest.raises(RuntimeError, match="broke"):
+        run_lanes(list(range(20)), 1, failing)
+    assert taken == [0]  # one lane, inline: nothing more is taken after the failure
