@@ -8,7 +8,7 @@
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (gqa_decode: its four definitions, one GPU each on a multi-GPU host), CONTROLLER_ARGS,
-# AUDIT_ARGS, PARITY_ARGS, KEEP_ARCHIVE=1 (archive.tgz back in OUT).
+# AUDIT_ARGS, PARITY_ARGS, KEEP_ARCHIVE=1 (archive.tgz back in OUT), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +39,7 @@ if has throughput && [ "$NGPU" -ge 2 ]; then  # on the second GPU, beside the re
 fi
 if has gputests; then
   section "GPU tests"
-  timeout 300 python3 -m pytest -q -rA -m gpu tests/ -p no:cacheprovider -k "${GPUTESTS_K:-not spread}" 2>&1 \
+  timeout ${GPUTESTS_TIMEOUT:-420} python3 -m pytest -q -rA -m gpu tests/ -p no:cacheprovider -k "${GPUTESTS_K:-not spread}" 2>&1 \
     | grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^E " | tee -a "$LOG"
 fi
 if has examples; then
