@@ -127,6 +127,12 @@ class Dataset:
         """Solutions by author ``baseline`` (solutions/baseline/<op_type>/<definition>/*.json)."""
         return [s for s in self._solutions.get(definition, []) if s.author == "baseline"]
 
+    def is_baseline(self, solution: Solution) -> bool:
+        """Is this byte for byte one of the dataset's own baselines? Only then may the library be its kernel:
+        the author field alone proves nothing, since any candidate can claim ``baseline``."""
+        return solution.author == "baseline" and any(
+            b.content_hash == solution.content_hash for b in self.baselines(solution.definition))
+
     @cached_property
     def _solutions(self) -> dict[str, list[Solution]]:
         out: dict[str, list[Solution]] = {}

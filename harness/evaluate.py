@@ -493,6 +493,7 @@ class Session(SessionAudits):
                                 "definition": definition.name, "workloads": len(workloads)})
 
         static_problem = static_signature_problem(solution, definition)
+        library_is_own = self.dataset.is_baseline(solution)  # the dataset's own FlashInfer baselines
         candidate: Optional[WorkerProcess] = None
         build_failure: Optional[WorkloadResult] = None
         try:
@@ -538,9 +539,10 @@ class Session(SessionAudits):
                             self._compare(definition, workload, preset, tol, timeout_s, wr)
                             suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound
                             if self.audit_config.level == "full":
-                                self._attribution(candidate, workload, wr)
+                                self._attribution(candidate, workload, wr, library_is_own)
                             elif suspicious and self.audit_config.level != "off":
-                                self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr)
+                                self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr,
+                                               library_is_own)
                         if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
                                                                 EvaluationStatus.TIMEOUT.value):
                             # A fresh process (and CUDA context) for the next workload.

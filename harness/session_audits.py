@@ -31,11 +31,13 @@ class SessionAudits:
 
     def _static_gate(self, solution: Solution, definition: Definition) -> list[dict[str, Any]]:
         """Findings of the static gate (before any build), archived as an audit on every workload."""
-        from .static_gate import policy_from_mapping, scan_sources
+        from .static_gate import declared_library, policy_from_mapping, scan_sources
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
             findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
+        if self.dataset.is_baseline(solution):
+            findings = [declared_library(f) for f in findings]
         return [f.model_dump() for f in findings]
 
     def _policy_document(self) -> dict[str, Any]:
@@ -192,7 +194,7 @@ class SessionAudits:
             wr.audits.append(replay)
 
     def _escalate(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
-                  tol: Tolerance, timeout_s: float, wr: WorkloadResult) -> None:
+                  tol: Tolerance, timeout_s: float, wr: WorkloadResult, library_is_own: bool = False) -> None:
         """Too fast to believe (a speedup over FlashInfer above the bound): the full audit set on this workload,
         i.e. the full level's recheck on other never-seen inputs, and attribution of the GPU time."""
         full = AuditConfig.for_level("full")
@@ -201,10 +203,12 @@ class SessionAudits:
                                     f"{self.audit_config.speedup_bound:g}x): full audits run on this workload"})
         self._recheck(worker, definition, workload, preset, tol, wr, time.monotonic() + timeout_s, cfg=full,
                       seed_base=3000)
-        self._attribution(worker, workload, wr)
+        self._attribution(worker, workload, wr, library_is_own)
 
-    def _attribution(self, worker: WorkerProcess, workload: Workload, wr: WorkloadResult) -> None:
-        """GPU only, on `full` audits or a suspiciously large speedup: who did the work?"""
+    def _attribution(self, worker: WorkerProcess, workload: Workload, wr: WorkloadResult,
+                     library_is_own: bool = False) -> None:
+        """GPU only, on `full` audits or a suspiciously large speedup: who did the work? ``library_is_own`` for
+        the dataset's own baselines, whose kernels are the library's by declaration."""
         try:
             with self._phase("audits"):
                 header, _ = worker.request({"op": "attribution", "workload": workload.model_dump(mode="json"),
@@ -215,7 +219,7 @@ class SessionAudits:
             return
         if header.get("ok"):
             wr.audits.append(attribution_verdict(header["kernel_ns"], set(header["candidate_kernels"]),
-                                                 self.audit_config))
+                                                 self.audit_config, library_is_own=library_is_own))
         elif header.get("status") == "UNAVAILABLE":  # the profiler, not the candidate: say so, judge nothing
             wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + f"attribution: {header.get('error')}"
         else:

@@ -97,6 +97,8 @@ def test_attribution(kernels, mine, passed, fallback):
     verdict = attribution_verdict(kernels, mine, CFG)
     assert verdict["passed"] is passed
     assert is_fallback([verdict]) is fallback
+    if kernels:  # the dataset's own library baseline: every kernel it launches is its own
+        assert attribution_verdict(kernels, set(), CFG, library_is_own=True)["passed"]
     assert not is_fallback([{"name": "precision", "passed": False, "detail": "fallback: not attribution"}])
 
 

@@ -226,3 +226,19 @@ def test_a_bad_workload_line_is_named(tiny_dataset_root, tmp_path):
     path.write_text("\n".join([lines[0], json.dumps(bad)]) + "\n")
     with pytest.raises(SchemaError, match=rf"^{path}:2: workload\.inputs\.q"):
         Dataset(root).workloads
+
+
+# -- baselines ----------------------------------------------------------------------------------------
+
+
+def test_only_the_shipped_baseline_itself_is_a_baseline(shipped):
+    baselines = shipped.baselines(KV8_PS1)
+    assert {b.name for b in baselines} >= {"flashinfer_decode_tensor_cores_h32_kv8_d128_ps1",
+                                          "flashinfer_decode_cuda_cores_h32_kv8_d128_ps1"}
+    original = baselines[0]
+    assert shipped.is_baseline(original)
+    # Claiming the author proves nothing: one changed byte of source, and it is a candidate like any other.
+    edited = original.model_copy(update={"sources": [s.model_copy(update={"content": s.content + "\n# tweak\n"})
+                                                     for s in original.sources]})
+    assert not shipped.is_baseline(edited)
+    assert not shipped.is_baseline(original.model_copy(update={"author": "agent"}))

@@ -14,6 +14,7 @@ from harness.static_gate import (
     Finding,
     GatePolicy,
     PolicyError,
+    declared_library,
     gate_passed,
     load_policy,
     policy_from_mapping,
@@ -225,6 +226,21 @@ def describe(findings: list[Finding]) -> str:
 def test_honest_triton_gqa_decode_is_clean(policy_name, request):
     findings = scan_sources({"gqa_decode.py": HONEST_TRITON_GQA_DECODE}, "triton", request.getfixturevalue(policy_name))
     assert findings == [], describe(findings)
+
+
+def test_the_shipped_library_baseline_only_warns_and_every_other_rule_stands(gqa_policy):
+    """FlashInfer baselines call the library by declaration: under gqa_paged, where library compute is an
+    error for candidates, the dataset's own baselines keep the findings as warnings; other rules still bite."""
+    from pathlib import Path
+
+    source = (Path(DEFAULT_POLICY_PATH).parent / "baselines_src" / "flashinfer_gqa_decode.py").read_text()
+    findings = scan_sources({"flashinfer_gqa_decode.py": source}, "python", gqa_policy)
+    assert {f.rule for f in findings if f.severity == "error"} == {"torch_compute"}, describe(findings)
+    allowed = [declared_library(f) for f in findings]
+    assert gate_passed(allowed) and all("library baseline" in f.message for f in allowed if f.rule == "torch_compute")
+    cheat = source + "\nimport os\nMODE = os.environ.get('CRUCIBLE_MODE')\n"
+    findings = [declared_library(f) for f in scan_sources({"b.py": cheat}, "python", gqa_policy)]
+    assert not gate_passed(findings) and {f.rule for f in findings if f.severity == "error"} == {"env_probe"}
 
 
 @pytest.mark.parametrize("policy_name", ["policy", "gqa_policy"])
