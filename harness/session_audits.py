@@ -156,7 +156,7 @@ class SessionAudits:
                 continue
             cand_err = (got[name].to(torch.float64) - o)[finite].abs().mean().item()
             ref_err = (ref[name].to(torch.float64) - o)[finite].abs().mean().item()
-            errors[name] = (cand_err, ref_err)
+            errors[name] = (cand_err, ref_err, o[finite].abs().mean().item())
         return precision_verdict(errors, self.audit_config)
 
     def _recheck(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,

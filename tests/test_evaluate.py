@@ -257,7 +257,8 @@ def test_a_definitions_policy_thresholds_reach_its_audits(tiny_dataset_root, tmp
     root = tmp_path / "ds"
     shutil.copytree(tiny_dataset_root, root)
     policy = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
-    policy["definition"] = {KV8_PS1: {"thresholds": {"precision_error_multiple": 1e-6, "precision_error_floor": 1e-12}}}
+    policy["definition"] = {KV8_PS1: {"thresholds": {"precision_error_multiple": 1e-6, "precision_error_floor": 1e-12,
+                                                  "precision_relative_floor": 1e-12}}}
     (root / "audit_policy.yaml").write_text(yaml.safe_dump(policy))
     with Session(Dataset(root), Archive(tmp_path / "a"), SubmitOptions(workloads=["tiny_b2_t40"])) as s:
         result = s.submit(Solution.model_validate(triton_example()))
