@@ -80,7 +80,7 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
         for n in names:
             g = regimes.get(n) or {}
             cells.append(f"{_fmt(g.get('latency_ms'), 'ms')} ({_fmt(g.get('fraction_of_floor'), '%')})")
-        cells += [str(r.get("candidates", 0)), str(r.get("decision", "")).replace("|", "/")[:80]]
+        cells += [str(r.get("candidates", 0)), str(r.get("decision", "")).replace("|", "/").replace("\n", " ")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -106,6 +106,9 @@ def plot_trajectory(report: dict[str, Any], path: str) -> Optional[str]:
         if points:
             ax.plot(*zip(*points), marker="o", label=label, linewidth=2.5 if label == "mean" else 1.2)
             plotted += 1
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     ax.set_xlabel("round")
     ax.set_ylabel("incumbent latency (ms)")
     if plotted:

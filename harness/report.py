@@ -868,6 +868,7 @@ class Chart:
     width: int = 1100
     height: int = 420
     integer_x: bool = False
+    y_from_zero: bool = False  # a quantity that is never negative (spend): the axis starts at 0
 
 
 def _finite(vs: Iterable[Optional[float]], positive: bool = False) -> list[float]:
@@ -988,7 +989,7 @@ def render_builtin(chart: Chart) -> str:
     yvals += [h for h, _, _ in chart.hlines if h is not None and (h > 0 or not chart.logy)]
     yvals += [a[1] for a in chart.annotations if not chart.logy or a[1] > 0]
     bar_like = any(s.style == "bar" for s in chart.series)
-    yaxis = _Axis(yvals, chart.logy, y0, y1, include_zero=bar_like and not chart.logy)
+    yaxis = _Axis(yvals, chart.logy, y0, y1, include_zero=(bar_like or chart.y_from_zero) and not chart.logy)
     if cats:
         band = (x1 - x0) / max(len(cats), 1)
         xpos = lambda i: x0 + band * (i + 0.5)  # noqa: E731
@@ -1185,6 +1186,8 @@ def render_matplotlib(chart: Chart) -> str:
             from matplotlib.ticker import MaxNLocator
 
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if chart.y_from_zero and not chart.logy:
+            ax.set_ylim(0, max(ax.get_ylim()[1], 0.01))  # all-zero spend (offline) still gets a visible scale
         ax.set_title(chart.title, loc="left", fontweight="bold", pad=26 if chart.series else 8)
         ax.set_xlabel(chart.xlabel)
         ax.set_ylabel(chart.ylabel)
@@ -1347,7 +1350,7 @@ def trajectory_charts(run: str, rounds: list[Round]) -> list[Chart]:
                                     color=PALETTE["spend"],
                                     tips=[f"round {r.round}: ${r.cumulative_spend_usd:.2f}" if r.cumulative_spend_usd
                                           is not None else "" for r in rounds])],
-                            width=540, height=320, integer_x=True))
+                            width=540, height=320, integer_x=True, y_from_zero=True))
     return charts
 
 

@@ -62,6 +62,8 @@ def test_replay_verdict(same, fresh, passed):
     ([0.32, 0.33], [0.30], 1, True, "limit"),
     ([2.5, 2.4], [0.30], 1, False, "host threads"),  # work the CUPTI span cannot see
     ([0.10], [0.30], 1, False, "tampered"),  # wall shorter than the GPU span: impossible
+    ([3.058], [3.131], 1, True, "vs CUPTI span"),  # H200, honest skill kernel: clocks differ a little between calls
+    ([2.5], [3.131], 1, False, "tampered"),
     # measured on the H200: Triton launch + synchronisation around tiny kernels, one and two launches
     ([0.0627, 0.0697], [0.0039], 1, True, "limit"),
     ([0.1492], [0.0489], 2, True, "limit"),

@@ -61,6 +61,10 @@ def test_markdown_has_a_row_per_round_and_a_column_per_regime():
     assert "| round | incumbent | mean ms | vs FlashInfer | % of floor | small ms (% floor) | large ms (% floor) |" in lines[4]
     assert lines[6] == "| 0 | `naive` | 1 | 0.5x | 25% | 1 (25%) | - (-) | 1 | starting incumbent |"
     assert lines[7] == "| 1 | `fast` | 0.5 | 1x | 50% | 0.5 (50%) | - (-) | 3 | promoted fast / x |"
+    # A long decision (the H200 run's "its evaluation averaged ... more than the noise floor") is kept whole.
+    reason = "its evaluation averaged 0.651 ms vs the incumbent's 0.6333 ms (+2.8%, more than the noise floor 1%)"
+    long = {**report, "rounds": [*report["rounds"], {**report["rounds"][1], "round": 2, "decision": reason}]}
+    assert trajectory_markdown(long).splitlines()[8].endswith(f"| {reason} |")
 
 
 def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, tmp_path):

@@ -515,6 +515,17 @@ def test_builtin_renderer_labels_axes_and_units(h200):
     roof = render_builtin(charts[1])
     assert "<polyline" in roof and roof.count("<circle") >= 28 and "GB/s" in roof and "TFLOP/s" in roof
     assert "memory ceiling" in render_builtin(charts[2])
+    assert charts[5].y_from_zero  # spend never goes below $0: its axis starts there
+
+
+@pytest.mark.parametrize("from_zero, first_tick", [(True, "0"), (False, "0.5")])
+def test_a_chart_of_a_nonnegative_quantity_starts_its_axis_at_zero(from_zero, first_tick):
+    from harness.report import Chart, Series, render_builtin
+
+    chart = Chart("spend", "Provider spend", "round", "spend (USD)",
+                  [Series("spend", [0, 1, 2], [0.5, 0.6, 0.7], style="line", color="#000")],
+                  integer_x=True, y_from_zero=from_zero)
+    assert re.findall(r">([0-9.]+)</text>", render_builtin(chart))[0] == first_tick
 
 
 def _text(s: str) -> str:
