@@ -100,6 +100,9 @@ def live_printer(as_json: bool):
 @click.version_option("0.1.0", prog_name="controller")
 def main() -> None:
     """Crucible controller: propose kernels within bounds; the harness judges them."""
+    from harness.runner import exit_on_sigterm
+
+    exit_on_sigterm()
 
 
 def _split(values: tuple[str, ...]) -> Optional[list[str]]:

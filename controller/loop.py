@@ -322,12 +322,18 @@ class Loop:
                     self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status,
                                             "adopted": True})
                     continue
+            abandoned = c["submission_id"] if c["status"] == EVALUATING else None  # cut short by the kill
             solution = self.store.solution(c)
             self.emit("evaluate", {"round": round_number, "name": c["solution_name"]})
             submission_id = self.evaluator.evaluate(
                 solution, on_start=lambda sid, cid=c["id"]: self.store.set_candidate(cid, EVALUATING, submission_id=sid))
             status = self.store.submission_status(submission_id) or "UNKNOWN"
             self.store.set_candidate(c["id"], status, submission_id=submission_id)
+            if abandoned is not None and abandoned != submission_id:
+                # Reviewers see why it never finished, and where its evaluation went.
+                self.store.archive.finish_submission(
+                    abandoned, "INTERRUPTED", f"stopped before it finished; run {self.run_id} evaluated the candidate "
+                                              f"again as submission {submission_id}")
             self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status})
 
     def decide_round(self, round_number: int) -> None:

@@ -70,6 +70,9 @@ def styled(status: str) -> str:
 @click.version_option("0.1.0", prog_name="harness")
 def main() -> None:
     """Crucible harness: build, check, time and archive kernel solutions."""
+    from .runner import exit_on_sigterm
+
+    exit_on_sigterm()
 
 
 @main.command()

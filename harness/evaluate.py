@@ -455,14 +455,33 @@ class Session(SessionAudits):
         except (KeyError, ValueError):
             overrides = {}  # an unknown definition is reported by _submit; a bad policy by the static gate
         self.audit_config = AuditConfig.for_level(audit_level or session_config.level, **overrides)
+        self._open_submission: Optional[int] = None
         try:
             result = self._submit(solution)
+        except BaseException as err:
+            self._close_cut_short(err)
+            raise
         finally:
             self.audit_config = session_config
         result.wall_s = time.perf_counter() - started
         result.phases_s = {k: round(v - phases_before.get(k, 0.0), 3) for k, v in self.phase_s.items()
                            if v - phases_before.get(k, 0.0) > 0}
         return result
+
+    def _close_cut_short(self, err: BaseException) -> None:
+        """A submission the harness could not finish (Ctrl-C, SIGTERM, a harness bug) is archived as such,
+        with its finished workloads, rather than left RUNNING for ever."""
+        if self._open_submission is None:
+            return
+        if isinstance(err, Exception):
+            status, message = "HARNESS_ERROR", f"the harness failed: {type(err).__name__}: {err}"[:2000]
+        else:
+            status, message = "INTERRUPTED", f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
+        try:
+            self.archive.finish_submission(self._open_submission, status, message)
+        except Exception:  # the archive itself may be what failed; the original error matters more
+            pass
+        self._open_submission = None
 
     def _submit(self, solution: Solution) -> SubmissionResult:
         definition = self.dataset.definition(solution.definition)
@@ -483,6 +502,7 @@ class Session(SessionAudits):
              "gpu": self.has_gpu, "audit_level": self.audit_config.level,
              "static_gate": {"passed": not any(f["severity"] == "error" for f in static_findings),
                              "findings": static_findings}}, env_id)
+        self._open_submission = submission_id
         result = SubmissionResult(submission_id, solution.name, definition.name, "RUNNING", [],
                                   static_findings=static_findings)
         if not self.has_gpu:
@@ -571,6 +591,7 @@ class Session(SessionAudits):
         self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices),
                                        {**result.scores, "promotable": not result.promotion_blockers,
                                         "promotion_blockers": result.promotion_blockers, "audits": result.audits})
+        self._open_submission = None
         self.progress("done", {"status": result.status})
         return result
 

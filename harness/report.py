@@ -1381,7 +1381,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 tbody tr:nth-child(even) { background: #fafafc; } tbody tr:hover { background: #f0f4fb; }
 tr.lead td { font-weight: 600; }
 .status { font-weight: 600; font-size: 12px; padding: 1px 6px; border-radius: 4px; white-space: nowrap; }
-.status.PASSED { color: var(--ok); background: #e7f6ec; } .status.RUNNING { color: var(--warn); background: #fff6dd; }
+.status.PASSED { color: var(--ok); background: #e7f6ec; } .status.RUNNING, .status.INTERRUPTED { color: var(--warn); background: #fff6dd; }
 .status.SKIPPED { color: var(--muted); background: #f0f0f3; }
 .status.fail { color: var(--bad); background: #fdecea; }
 .good { color: var(--ok); } .bad { color: var(--bad); } .warn { color: var(--warn); }
@@ -1420,7 +1420,7 @@ def fmt_pct(x: Optional[float]) -> str:
 
 
 def _status(s: str) -> str:
-    cls = s if s in (PASSED, "RUNNING", "SKIPPED") else "fail"
+    cls = s if s in (PASSED, "RUNNING", "SKIPPED", "INTERRUPTED") else "fail"
     return f'<span class="status {cls}">{_esc(s)}</span>'
 
 

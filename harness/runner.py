@@ -85,6 +85,19 @@ def truncate_log(text: str, limit: int = LOG_LIMIT) -> str:
             + data[-half:].decode(errors="replace"))
 
 
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``timeout``, ``kill``, a batch scheduler) end the process as an exception would, so the
+    ``finally`` blocks run: workers stop, and a submission cut short is archived as INTERRUPTED, not left RUNNING."""
+    import threading
+
+    def _exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit)
+
+
 @dataclass
 class WorkerOptions:
     role: str = "candidate"

@@ -150,7 +150,8 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive_dir, tiny_dataset_root):
+def _submit_until_the_second_workload(tmp_path, archive_dir, tiny_dataset_root) -> subprocess.Popen:
+    """`harness submit` of a candidate that hangs on the second workload, once the first one is archived."""
     sol = write(tmp_path, solution_dict(SLOW_ON_SECOND))
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "submit", str(sol), "--archive", str(archive_dir),
                              "--dataset", str(tiny_dataset_root)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -166,6 +167,30 @@ def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive
             except sqlite3.OperationalError:
                 pass
     assert finished == 1, "the first workload's evaluation should be archived before the kill"
+    return proc
+
+
+def test_sigterm_mid_run_archives_the_submission_as_interrupted(tmp_path, archive_dir, tiny_dataset_root):
+    """`timeout` and schedulers send SIGTERM: the harness stops its workers and says what happened."""
+    proc = _submit_until_the_second_workload(tmp_path, archive_dir, tiny_dataset_root)
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    proc.stdout.close()
+    proc.stderr.close()
+    deadline = time.time() + 20
+    while time.time() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not [pid for pid in workers if _alive(pid)], "worker processes outlived the harness"
+    listed = json.loads(harness("list", "--archive", str(archive_dir), "--json").stdout)
+    assert listed[0]["status"] == "INTERRUPTED" and listed[0]["counts"] == {"INCORRECT_NUMERICAL": 1}
+    shown = harness("show", str(listed[0]["id"]), "--archive", str(archive_dir))
+    assert "stopped (SystemExit) before it finished" in shown.stdout
+
+
+def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive_dir, tiny_dataset_root):
+    proc = _submit_until_the_second_workload(tmp_path, archive_dir, tiny_dataset_root)
+    db_path = archive_dir / "archive.db"
     workers = _children(proc.pid)
     assert workers, "the harness should have worker processes (reference, candidate, a spare)"
     os.killpg(proc.pid, signal.SIGKILL)

@@ -295,3 +295,23 @@ def test_a_speedup_beyond_the_bound_runs_the_full_audit_set_on_that_workload(tin
     recheck = next(a for a in wr.audits if a["name"] == "fresh_input_recheck")
     assert recheck["passed"] and recheck["detail"].startswith("6 calls")  # full: 4 fresh sets + 2 reused buffers
     assert "attribution" in wr.timing_note  # no GPU: said, not held against the candidate
+
+
+@pytest.mark.parametrize("error, status, words", [
+    (RuntimeError("boom"), "HARNESS_ERROR", "the harness failed: RuntimeError: boom"),
+    (KeyboardInterrupt(), "INTERRUPTED", "stopped (KeyboardInterrupt) before it finished"),
+])
+def test_a_submission_the_harness_cannot_finish_is_archived_as_such(tiny_dataset_root, tmp_path, monkeypatch,
+                                                                    error, status, words):
+    """Never left RUNNING: the finished workloads stay, and the submission says why it stopped."""
+    def fail(*_args, **_kwargs):
+        raise error
+
+    monkeypatch.setattr(Session, "_instruction_proof", fail)  # after every workload was evaluated
+    archive = Archive(tmp_path / "a")
+    with Session(Dataset(tiny_dataset_root), archive, SubmitOptions(workloads=["tiny_b2_t40"])) as s:
+        with pytest.raises(type(error)):
+            s.submit(Solution.model_validate(solution_dict(TORCH_CANDIDATE)))
+    (row,) = archive.submissions()
+    assert row["status"] == status and words in row["message"]
+    assert [e["status"] for e in archive.submission(row["id"])["evaluations"]] == ["PASSED"]
