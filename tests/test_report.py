@@ -606,6 +606,32 @@ def test_report_command(h200, tmp_path):
     assert page.count('<section class="definition"') == 1 and 'data-chart="roofline"' in page
 
 
+def test_flashinfer_is_a_leaderboard_row_where_its_score_would_rank_it(h200, tmp_path):
+    """FlashInfer over the leader's workloads, both timings, from the archived baseline figures."""
+    from harness.report import baseline_rows, gather_report, write_report
+
+    kv8 = next(s for s in gather_report(h200["archive"]).sections if s.name == KV8_PS1)
+    rows = {b.name: b for b in kv8.baselines}
+    assert set(rows) == {"FlashInfer (official)", "FlashInfer (kernel)"}
+    timed = [w for w in kv8.best.workloads if w.status == "PASSED" and w.fi_kernel_ms]
+    kernel = rows["FlashInfer (kernel)"]
+    assert kernel.workloads == len(timed) and kernel.vs_fi_kernel == pytest.approx(1.0)
+    assert kernel.vs_reference == pytest.approx(sum(w.reference_latency_ms / w.fi_kernel_ms for w in timed) / len(timed))
+    assert kernel.fraction_of_floor == pytest.approx(sum(w.floor_ms / w.fi_kernel_ms for w in timed) / len(timed))
+    assert rows["FlashInfer (official)"].vs_fi_official == pytest.approx(1.0)
+    assert baseline_rows(None) == []
+    page = write_report(h200["archive"], tmp_path / "r", backend="builtin").read_text()
+    board = page[page.index('<table class="leaderboard">'):]
+    board = board[:board.index("</table>")]
+    assert board.count('<tr class="baseline">') == 2
+    ranked = [c for c in kv8.leaderboard if c.status == "PASSED"]
+    official = rows["FlashInfer (official)"].vs_reference
+    above = [c.solution_name for c in ranked if c.score("vs_reference") >= official]
+    position = board.index("FlashInfer (official)")
+    assert all(board.index(f">{n}<") < position for n in above)
+    assert all(board.index(f">{c.solution_name}<") > position for c in ranked if c.solution_name not in above)
+
+
 def test_report_of_an_empty_archive_and_a_cpu_run(tmp_path):
     from harness.report import gather_report, write_report
 
