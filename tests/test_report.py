@@ -646,3 +646,22 @@ def test_report_of_an_empty_archive_and_a_cpu_run(tmp_path):
     assert data.sections[0].roofline is None
     page = write_report(a, tmp_path / "r2", data=data, backend="builtin").read_text()
     assert "no timed workloads to plot" in page and "no controller runs" in page
+
+
+def test_a_re_measurement_links_its_solutions_sass_and_logs():
+    """The controller's paired timing re-submits the same code: the leaderboard row (the latest run) shows the
+    SASS and build log its earlier submission recorded, and says which one."""
+    from harness.report import Artifact, Candidate, WorkloadRow, leaderboard
+
+    def run(sid, artifacts, status="PASSED"):
+        return Candidate(sid, "h1", "k", KV8_PS1, "controller/offline", "triton", status, "", None, "", {},
+                         [WorkloadRow(sid, "u", "w", status)], artifacts=artifacts)
+
+    first = run(1, {"sass": Artifact("sass", "SASS summary", "b1"), "build_log": Artifact("build_log", "build log", "b2")})
+    paired = run(2, {"transcript": Artifact("transcript", "generation transcript", text="t")})
+    cut = run(3, {}, status="INTERRUPTED")
+    (row,) = leaderboard([first, paired, cut])
+    assert row.submission_id == 2 and row.runs == 3  # an interrupted run never shadows a finished one
+    assert row.artifacts["sass"].blob == "b1" and row.artifacts["sass"].title == "SASS summary (submission 1)"
+    assert row.artifacts["transcript"].title == "generation transcript"  # its own stays as it was
+    assert set(row.artifacts) == {"sass", "build_log", "transcript"}
