@@ -73,9 +73,10 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def live_printer(as_json: bool):
+    # With --json, stdout is the JSON alone: the progress, round tables included, goes to stderr (logs keep it).
+    tables = err if as_json else out
+
     def on_event(kind: str, data: dict[str, Any]) -> None:
-        if as_json:
-            return
         if kind == "run":
             err.print(f"[bold]{'resuming' if data['resumed'] else 'starting'} {data['run_id']}[/] "
                       f"({data['definition']}, provider {data['provider']})", highlight=False)
@@ -92,7 +93,7 @@ def live_printer(as_json: bool):
             err.print(f"  {data['name']}: {data['status']}" + (" (adopted)" if data.get("adopted") else ""),
                       highlight=False)
         elif kind == "round":
-            out.print(round_table([data], title=f"round {data['round']}"))
+            tables.print(round_table([data], title=f"round {data['round']}"))
     return on_event
 
 

@@ -96,7 +96,8 @@ def test_cli_loop_offline_end_to_end_correctness_only(tiny_dataset_root, tmp_pat
             "--dataset", str(tiny_dataset_root), "--workloads", WORKLOAD, "--timeout-s", "120"]
     result = CliRunner().invoke(main, [*args, "--json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output[result.output.index("{"):])
+    report = json.loads(result.stdout)  # stdout is the JSON alone; the progress went to stderr
+    assert "round 1" in result.stderr and "candidates" in result.stderr
     assert report["provider"] == "offline"  # the default without API keys
     assert report["status"] == "DONE" and report["stop_reason"] == "ran all 1 rounds"
     assert report["timing"] == "unavailable: no GPU on this host"
@@ -373,7 +374,7 @@ def test_cli_loop_over_an_alias_runs_each_definition(tmp_path, monkeypatch):
                                        "--dataset", str(ROOT / "definitions"), "--workloads", "uniform_b1_kv512",
                                        "--no-profile", "--json"])
     assert result.exit_code == 0, result.output
-    reports = json.loads(result.output[result.output.index("["):])
+    reports = json.loads(result.stdout)
     assert sorted(r["definition"] for r in reports) == ["gqa_paged_decode_h32_kv4_d128_ps1",
                                                         "gqa_paged_decode_h32_kv4_d128_ps64",
                                                         "gqa_paged_decode_h32_kv8_d128_ps1",

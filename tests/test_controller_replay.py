@@ -32,7 +32,7 @@ def test_offline_run_replayed_through_the_harness_gives_identical_candidates(tin
                                        str(folder), "--dataset", str(tiny_dataset_root), "--workloads", WORKLOAD,
                                        "--timeout-s", "120", "--json"])
     assert result.exit_code == 0, result.output
-    replayed = json.loads(result.output[result.output.index("{"):])
+    replayed = json.loads(result.stdout)
     store = Store(Archive(folder))
     assert candidates(store, replayed["run_id"]) == candidates(store, recorded["run_id"])
     assert [r["statuses"] for r in replayed["rounds"]] == [r["statuses"] for r in recorded["rounds"]]

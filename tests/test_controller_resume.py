@@ -79,7 +79,7 @@ def test_kill_9_mid_evaluation_then_resume(tiny_dataset_root, tmp_path):
 
     result = CliRunner().invoke(main, ["loop", "--resume", run["id"], "--archive", str(folder), "--json"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output[result.output.index("{"):])
+    report = json.loads(result.stdout)
 
     store = Store(Archive(folder))
     after = {c["id"]: (c["status"], c["submission_id"]) for c in store.candidates(run["id"])}
