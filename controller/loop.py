@@ -317,7 +317,7 @@ class Loop:
                 continue
             if c["status"] == EVALUATING and c["submission_id"] is not None:
                 status = self.store.submission_status(c["submission_id"])
-                if status is not None and status != "RUNNING":  # the harness finished before the kill
+                if status not in (None, "RUNNING", "INTERRUPTED", "HARNESS_ERROR"):  # finished before the kill
                     self.store.set_candidate(c["id"], status, reason="adopted the finished harness evaluation")
                     self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status,
                                             "adopted": True})

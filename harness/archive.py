@@ -11,6 +11,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -101,6 +102,7 @@ def m004_profiles(db: sqlite_utils.Database) -> None:
 # Reviewer views, artifacts and the full-text search documents live beside the report code.
 from .views import m005_review_views  # noqa: E402
 
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
                                                               m004_profiles, m005_review_views]
 
@@ -186,6 +188,9 @@ class Archive:
 
     def start_submission(self, solution_hash: str, solution_name: str, definition: str, author: str,
                          options: dict[str, Any], environment_id: Optional[str]) -> int:
+        # Which process runs it: a later session can tell a submission whose harness was killed (kill -9)
+        # from one still running.
+        options = {**options, "owner": {"host": socket.gethostname(), "pid": os.getpid()}}
         with self.db.atomic():
             table = self.db["submissions"].insert({
                 "solution_hash": solution_hash, "solution_name": solution_name, "definition": definition,
@@ -198,6 +203,20 @@ class Archive:
         with self.db.atomic():
             self.db["submissions"].update(submission_id, {"status": status, "message": message, "finished_at": now(),
                                                           "scores": json.dumps(scores or {})})
+
+    def close_abandoned(self) -> list[int]:
+        """Archive as INTERRUPTED every RUNNING submission whose harness process, on this host, is gone (killed
+        before it could close the record). Those of other hosts, and of live processes, are left alone."""
+        host, closed = socket.gethostname(), []
+        for row in self.db.query("select id, options from submissions where status = 'RUNNING'"):
+            owner = (json.loads(row["options"] or "{}") or {}).get("owner") or {}
+            if owner.get("host") != host or not isinstance(owner.get("pid"), int) or _process_alive(owner["pid"]):
+                continue
+            self.finish_submission(row["id"], "INTERRUPTED",
+                                   f"its harness process (pid {owner['pid']} on {host}) ended without closing it "
+                                   "(killed); finished workloads are kept")
+            closed.append(row["id"])
+        return closed
 
     def baseline_run(self, gpu_key: str, toolchain: str, definition: str, workload_uuid: str,
                      solution_hash: str) -> Optional[dict[str, Any]]:
@@ -258,3 +277,13 @@ class Archive:
 
     def solution_json(self, content_hash: str) -> dict[str, Any]:
         return json.loads(self.get_blob(self.db["solutions"].get(content_hash)["blob"]))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

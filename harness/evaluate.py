@@ -189,6 +189,7 @@ class Session(SessionAudits):
                  progress: Optional[Progress] = None):
         self.dataset = dataset
         self.archive = archive
+        self.archive.close_abandoned()  # submissions a killed harness left RUNNING
         self.options = options or SubmitOptions()
         self.progress = progress or (lambda kind, data: None)
         self._secret = secrets.token_bytes(16)  # seeds the candidate cannot predict before it runs

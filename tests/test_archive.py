@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -175,7 +176,7 @@ def test_solutions_and_environments_are_deduplicated(archive):
 def test_submission_status_transition(archive, submission):
     row = archive.submission(submission)
     assert row["status"] == "RUNNING" and row["finished_at"] is None
-    assert row["options"] == {"workloads": ["a"]}
+    assert row["options"] == {"workloads": ["a"], "owner": {"host": os.uname().nodename, "pid": os.getpid()}}
     assert row["environment"] == {"host": "box", "hardware": "cpu", "torch": "2.x"}
     archive.finish_submission(submission, "PASSED", "all good")
     row = archive.submission(submission)
@@ -281,3 +282,22 @@ def test_a_writer_killed_mid_transaction_leaves_previous_rows_readable(tmp_path,
     # and the archive is writable again
     reopened.finish_submission(submission, "PASSED")
     assert reopened.submission(submission)["status"] == "PASSED"
+
+
+def test_only_submissions_of_a_dead_process_on_this_host_are_closed(tmp_path):
+    """kill -9 leaves a submission RUNNING; the next session closes it, and nothing that may still be running."""
+    import sys
+
+    archive = Archive(tmp_path / "a")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    archive.put_solution(SOLUTION, "h")
+    ids = [archive.start_submission("h", "s", "d", "me", {}, None) for _ in range(3)]
+    owners = [{"host": os.uname().nodename, "pid": dead_pid}, {"host": "another-host", "pid": dead_pid}, None]
+    for sid, owner in zip(ids, owners):
+        if owner is not None:
+            archive.db["submissions"].update(sid, {"options": json.dumps({"owner": owner})})
+    # ids[2] keeps the owner start_submission wrote: this live process
+    assert archive.close_abandoned() == [ids[0]]
+    assert [archive.submission(i)["status"] for i in ids] == ["INTERRUPTED", "RUNNING", "RUNNING"]
+    assert archive.close_abandoned() == []

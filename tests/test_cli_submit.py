@@ -207,6 +207,14 @@ def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive
     assert listed[0]["status"] == "RUNNING" and listed[0]["counts"] == {"INCORRECT_NUMERICAL": 1}
     shown = harness("show", str(listed[0]["id"]), "--archive", str(archive_dir))
     assert "tiny_b2_t40" in shown.stdout and "(not finished)" in shown.stdout
+    # The next session on this host sees the harness process is gone and closes the record.
+    from harness.archive import Archive
+    from harness.dataset import Dataset
+    from harness.evaluate import Session
+
+    Session(Dataset(tiny_dataset_root), Archive(archive_dir)).close()
+    closed = Archive(archive_dir).submission(listed[0]["id"])
+    assert closed["status"] == "INTERRUPTED" and f"pid {proc.pid} on" in closed["message"]
 
 
 def test_show_prints_a_workloads_log(tmp_path, archive_dir, tiny_dataset_root):
