@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.archive import Archive
+from harness.archive import INTERRUPTED, NO_VERDICT, Archive
 from harness.build import expected_params
 from harness.dataset import Dataset
 from harness.evaluate import Session, SubmitOptions
@@ -317,7 +317,7 @@ class Loop:
                 continue
             if c["status"] == EVALUATING and c["submission_id"] is not None:
                 status = self.store.submission_status(c["submission_id"])
-                if status not in (None, "RUNNING", "INTERRUPTED", "HARNESS_ERROR"):  # finished before the kill
+                if status is not None and status not in NO_VERDICT:  # the harness finished before the kill
                     self.store.set_candidate(c["id"], status, reason="adopted the finished harness evaluation")
                     self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status,
                                             "adopted": True})
@@ -332,7 +332,7 @@ class Loop:
             if abandoned is not None and abandoned != submission_id:
                 # Reviewers see why it never finished, and where its evaluation went.
                 self.store.archive.finish_submission(
-                    abandoned, "INTERRUPTED", f"stopped before it finished; run {self.run_id} evaluated the candidate "
+                    abandoned, INTERRUPTED, f"stopped before it finished; run {self.run_id} evaluated the candidate "
                                               f"again as submission {submission_id}")
             self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status})
 

@@ -103,6 +103,11 @@ def m004_profiles(db: sqlite_utils.Database) -> None:
 from .views import m005_review_views  # noqa: E402
 
 
+# Submission statuses besides the evaluation's own: the harness could not finish it (killed, interrupted, its
+# own bug), and RUNNING or one of these means the submission holds no verdict.
+INTERRUPTED, HARNESS_ERROR = "INTERRUPTED", "HARNESS_ERROR"
+NO_VERDICT = ("RUNNING", INTERRUPTED, HARNESS_ERROR)
+
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
                                                               m004_profiles, m005_review_views]
 
@@ -212,7 +217,7 @@ class Archive:
             owner = (json.loads(row["options"] or "{}") or {}).get("owner") or {}
             if owner.get("host") != host or not isinstance(owner.get("pid"), int) or _process_alive(owner["pid"]):
                 continue
-            self.finish_submission(row["id"], "INTERRUPTED",
+            self.finish_submission(row["id"], INTERRUPTED,
                                    f"its harness process (pid {owner['pid']} on {host}) ended without closing it "
                                    "(killed); finished workloads are kept")
             closed.append(row["id"])

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .archive import Archive
+from .archive import HARNESS_ERROR, INTERRUPTED, Archive
 from .audits import AuditConfig, clock_truth_verdict, is_fallback, policy_thresholds, promotion_blockers
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, check_outputs, merge_results
@@ -475,9 +475,9 @@ class Session(SessionAudits):
         if self._open_submission is None:
             return
         if isinstance(err, Exception):
-            status, message = "HARNESS_ERROR", f"the harness failed: {type(err).__name__}: {err}"[:2000]
+            status, message = HARNESS_ERROR, f"the harness failed: {type(err).__name__}: {err}"[:2000]
         else:
-            status, message = "INTERRUPTED", f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
+            status, message = INTERRUPTED, f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
         try:
             self.archive.finish_submission(self._open_submission, status, message)
         except Exception:  # the archive itself may be what failed; the original error matters more
@@ -496,7 +496,8 @@ class Session(SessionAudits):
         self.reference_worker()  # fixes the environment before anything is archived
         env_id = self.archive.put_environment(self.environment)
         self.archive.put_solution(dump_json(solution), solution.content_hash)
-        static_findings = self._static_gate(solution, definition)
+        library_is_own = self.dataset.is_baseline(solution)  # the dataset's own FlashInfer baselines
+        static_findings = self._static_gate(solution, definition, library_is_own)
         submission_id = self.archive.start_submission(
             solution.content_hash, solution.name, definition.name, solution.author,
             {"workloads": [w.uuid for w in workloads], "timeout_s": timeout_s, "preset": preset.model_dump(),
@@ -514,7 +515,6 @@ class Session(SessionAudits):
                                 "definition": definition.name, "workloads": len(workloads)})
 
         static_problem = static_signature_problem(solution, definition)
-        library_is_own = self.dataset.is_baseline(solution)  # the dataset's own FlashInfer baselines
         candidate: Optional[WorkerProcess] = None
         build_failure: Optional[WorkloadResult] = None
         try:

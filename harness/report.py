@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from .archive import INTERRUPTED, NO_VERDICT
+
 PASSED = "PASSED"
 ARTIFACT_KINDS = ("build_log", "sass", "profile", "transcript")
 ARTIFACT_TITLES = {"source": "source", "build_log": "build log", "sass": "SASS summary", "profile": "profile digest",
@@ -470,7 +472,7 @@ def leaderboard(submissions: list[Candidate]) -> list[Candidate]:
         by_solution.setdefault(c.solution_hash, []).append(c)
     rows = []
     for runs in by_solution.values():
-        finished = [c for c in runs if c.status not in ("RUNNING", "INTERRUPTED", "HARNESS_ERROR")] or runs
+        finished = [c for c in runs if c.status not in NO_VERDICT] or runs
         latest = max(finished, key=lambda c: c.submission_id)
         latest.runs = len(runs)
         # Same code, same build: a re-measurement (the controller's paired timing) links the SASS and logs
@@ -1463,7 +1465,7 @@ def fmt_pct(x: Optional[float]) -> str:
 
 
 def _status(s: str) -> str:
-    cls = s if s in (PASSED, "RUNNING", "SKIPPED", "INTERRUPTED") else "fail"
+    cls = s if s in (PASSED, "RUNNING", "SKIPPED", INTERRUPTED) else "fail"
     return f'<span class="status {cls}">{_esc(s)}</span>'
 
 

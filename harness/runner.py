@@ -85,7 +85,6 @@ def truncate_log(text: str, limit: int = LOG_LIMIT) -> str:
             + data[-half:].decode(errors="replace"))
 
 
-
 def exit_on_sigterm() -> None:
     """Make SIGTERM (``timeout``, ``kill``, a batch scheduler) end the process as an exception would, so the
     ``finally`` blocks run: workers stop, and a submission cut short is archived as INTERRUPTED, not left RUNNING."""

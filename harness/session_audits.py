@@ -29,14 +29,16 @@ if TYPE_CHECKING:
 class SessionAudits:
     """The audit steps of ``Session`` (see the module docstring); not used on its own."""
 
-    def _static_gate(self, solution: Solution, definition: Definition) -> list[dict[str, Any]]:
-        """Findings of the static gate (before any build), archived as an audit on every workload."""
+    def _static_gate(self, solution: Solution, definition: Definition, library_is_own: bool = False
+                     ) -> list[dict[str, Any]]:
+        """Findings of the static gate (before any build), archived as an audit on every workload.
+        ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
         from .static_gate import declared_library, policy_from_mapping, scan_sources
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
             findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
-        if self.dataset.is_baseline(solution):
+        if library_is_own:
             findings = [declared_library(f) for f in findings]
         return [f.model_dump() for f in findings]
 
