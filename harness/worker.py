@@ -365,18 +365,9 @@ class Worker:
                 # figure where there is a setup): host work the timer cannot see shows up here.
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
                 # in it (K/V of b1_kv8192 is 34 MB; the H200's L2 50 MB) run below their CUPTI span.
-                from .timing import flush_buffer_bytes
-
-                l2_bytes = int(torch.cuda.get_device_properties(self.device).L2_cache_size)
-                flush = torch.empty(flush_buffer_bytes(l2_bytes), dtype=torch.int8, device=self.device)
-                walls = []
-                for _ in range(int(req["clock_truth_calls"])):
-                    flush.zero_()
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    fn(*kernel_args)
-                    torch.cuda.synchronize()
-                    walls.append((time.perf_counter() - t0) * 1e3)
+                flush = _l2_flush(self.device)
+                walls = [_wall_call(self.device, flush, lambda: fn(*kernel_args))[0]
+                         for _ in range(int(req["clock_truth_calls"]))]
                 (kernel or official)[-1]["wall_ms"] = walls
                 del flush
             del kernel_args
