@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import os
 import sys
 import time
@@ -366,7 +367,7 @@ class Worker:
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
                 # in it (K/V of b1_kv8192 is 34 MB; the H200's L2 50 MB) run below their CUPTI span.
                 flush = _l2_flush(self.device)
-                walls = [_wall_call(self.device, flush, lambda: fn(*kernel_args))[0]
+                walls = [_wall_call(self.device, flush, functools.partial(fn, *kernel_args))[0]
                          for _ in range(int(req["clock_truth_calls"]))]
                 (kernel or official)[-1]["wall_ms"] = walls
                 del flush
