@@ -7,8 +7,9 @@
 # fixtures proof controller report.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
-# CONTROLLER_DEFINITION (gqa_decode: its four definitions, one GPU each on a multi-GPU host), CONTROLLER_ARGS,
-# CONTROLLER_RESUME=1 (continue the newest run in ARCHIVE), ADV_K (pytest -k of the adversarial suite),
+# CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
+# multi-GPU host), CONTROLLER_ARGS,
+# CONTROLLER_RESUME=1 (continue every run of ARCHIVE a timeout cut short), ADV_K (pytest -k of the adversarial suite),
 # AUDIT_ARGS, PARITY_ARGS, ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
@@ -132,10 +133,8 @@ PY
 fi
 if has controller; then
   section "controller loop"
-  if [ -n "${CONTROLLER_RESUME:-}" ]; then  # continue the archive's newest run (e.g. one a timeout cut short)
-    RID=$(python3 -c 'import sys; from harness.archive import Archive; from controller.store import Store; print(Store(Archive(sys.argv[1], create=False, require_db=True)).runs()[0]["id"])' "$ARCHIVE")
-    echo "resuming $RID" >> "$LOG"
-    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --resume "$RID" --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
+  if [ -n "${CONTROLLER_RESUME:-}" ]; then  # continue every run a timeout cut short, one GPU each
+    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --resume unfinished --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
   else
     timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --definition ${CONTROLLER_DEFINITION:-gqa_paged_decode_h32_kv8_d128_ps1} --provider offline \
       --rounds ${ROUNDS:-4} --candidates ${CANDIDATES:-3} ${CONTROLLER_ARGS:-} --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"

@@ -15,7 +15,7 @@ from rich.table import Table
 from harness.dataset import Dataset
 from harness.schema import SchemaError
 
-from .loop import LoopConfig, run_loop, run_loops
+from .loop import LoopConfig, resume_loop, run_loops
 from .providers.base import PROVIDERS, ProviderError, default_provider
 from .skills import SkillError
 
@@ -111,8 +111,49 @@ def _split(values: tuple[str, ...]) -> Optional[list[str]]:
     return items or None
 
 
+def _definitions(values: tuple[str, ...], dataset: Optional[str]) -> list[str]:
+    """--definition values (names or aliases) -> definition names, each once, in the order given."""
+    if not _split(values):
+        fail("--definition is required (or --resume RUN_ID)")
+    ds = Dataset(dataset)
+    return list(dict.fromkeys(n for value in _split(values) or [] for n in ds.resolve(value)))
+
+
+def _resume_ids(values: tuple[str, ...], archive: Path) -> list[str]:
+    """--resume values -> run ids; 'unfinished' stands for every run the archive still marks RUNNING."""
+    from harness.archive import Archive, ArchiveError
+
+    from .store import Store
+
+    ids: list[str] = []
+    for value in _split(values) or []:
+        if value == "unfinished":
+            try:
+                found = Store(Archive(archive, create=False, require_db=True)).unfinished_runs()
+            except ArchiveError as e:
+                fail(f"--resume unfinished: {e}")
+            if not found:
+                fail(f"--resume unfinished: every run in {archive} has finished")
+            ids.extend(found)
+        else:
+            ids.append(value)
+    return list(dict.fromkeys(ids))
+
+
+def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
+    """GPUs to spread several runs over (one run per GPU); 0 when there is a single run, which needs no probe."""
+    if jobs < 2:
+        return 0
+    from harness.archive import Archive
+    from harness.evaluate import SubmitOptions
+    from harness.parallel import visible_gpu_count
+
+    return visible_gpu_count(Dataset(dataset), Archive(archive), SubmitOptions())
+
+
 @main.command()
-@click.option("--definition", "-d", help="Definition name or alias (gqa_decode runs its four definitions).")
+@click.option("--definition", "-d", multiple=True,
+              help="Definition name or alias (gqa_decode runs its four definitions); repeatable or comma-separated.")
 @click.option("--provider", "-p", type=click.Choice(PROVIDERS),
               help="Default: offline, or anthropic/openai when ANTHROPIC_API_KEY/OPENAI_API_KEY is set.")
 @click.option("--model", help="Model for anthropic/openai (or the CLI agents).")
@@ -124,7 +165,9 @@ def _split(values: tuple[str, ...]) -> Optional[list[str]]:
 @click.option("--workloads", "-w", multiple=True, help="Workload uuid, label or index (repeatable or comma-separated).")
 @click.option("--incumbent", type=click.Path(exists=True, dir_okay=False), help="Start from this solution JSON.")
 @click.option("--target", "target_hardware", default="H200", show_default=True)
-@click.option("--resume", "resume", metavar="RUN_ID", help="Continue a run from the archive (its stored settings).")
+@click.option("--resume", "resume", metavar="RUN_ID", multiple=True,
+              help="Continue a run from the archive (its stored settings); repeatable, side by side on several GPUs. "
+                   "'unfinished': every run cut short (INTERRUPTED or still RUNNING), e.g. all four of a killed gqa_decode loop.")
 @click.option("--replay-run", metavar="RUN_ID", help="replay: the run whose responses to replay (default: latest).")
 @click.option("--budget-tokens", type=click.IntRange(1), help="Stop after this many tokens (input + output).")
 @click.option("--budget-cost", type=click.FloatRange(0), help="Stop after this many US dollars.")
@@ -147,11 +190,11 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
     reports = []
     try:
         if resume:
-            reports.append(run_loop(None, archive, resume=resume, on_event=on_event))
+            run_ids = _resume_ids(resume, archive)
+            reports.extend(run_loops(run_ids, archive, _gpus_for(len(run_ids), dataset, archive), on_event=on_event,
+                                     runner=resume_loop))
         else:
-            if not definition:
-                fail("--definition is required (or --resume RUN_ID)")
-            names = Dataset(dataset).resolve(definition)
+            names = _definitions(definition, dataset)
             name = provider or default_provider(dict(os.environ))
             options: dict[str, Any] = {}
             if model:
@@ -166,18 +209,12 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                                   max_output_tokens=max_output_tokens, budget_tokens=budget_tokens,
                                   budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s, profile=profile,
                                   profile_timeout_s=profile_timeout_s) for d in names]
-            gpus = 0
-            if len(configs) > 1:  # several definitions: one per GPU where there are several GPUs
-                from harness.archive import Archive
-                from harness.evaluate import SubmitOptions
-                from harness.parallel import visible_gpu_count
-
-                gpus = visible_gpu_count(Dataset(dataset), Archive(archive), SubmitOptions())
-            reports.extend(run_loops(configs, archive, gpus, on_event=on_event))
+            reports.extend(run_loops(configs, archive, _gpus_for(len(configs), dataset, archive), on_event=on_event))
     except (SchemaError, SkillError, ProviderError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:
-        fail("interrupted: the archive holds everything finished; continue with --resume RUN_ID", 130)
+        fail("interrupted: the archive holds everything finished; continue with --resume RUN_ID "
+             "(or --resume unfinished)", 130)
     if as_json:
         click.echo(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2, default=str))
     else:

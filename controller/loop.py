@@ -22,7 +22,7 @@ import secrets
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -585,21 +585,28 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
             evaluator.close()
 
 
-def run_loops(configs: list[LoopConfig], archive_path: Path | str, gpus: int, *, on_event: Optional[Event] = None,
+def resume_loop(run_id: str, archive_path: Path | str, *, on_event: Optional[Event] = None,
+                device_index: Optional[int] = None) -> dict[str, Any]:
+    """Continue one archived run with its stored settings (run_loops' runner for ``--resume``)."""
+    return run_loop(None, archive_path, resume=run_id, on_event=on_event, device_index=device_index)
+
+
+def run_loops(jobs: Sequence[Any], archive_path: Path | str, gpus: int, *, on_event: Optional[Event] = None,
               runner: Callable[..., dict[str, Any]] = run_loop) -> list[dict[str, Any]]:
-    """One run per config (e.g. the four definitions of gqa_decode): with two or more GPUs, one lane per GPU
-    takes the next config, so runs go side by side, each on its own GPU; else one after the other.
-    Reports come back in the order of ``configs``; the first error is raised after every lane has stopped."""
+    """One run per job (a LoopConfig for run_loop, e.g. the four definitions of gqa_decode, or a run id for
+    resume_loop): with two or more GPUs, one lane per GPU takes the next job, so runs go side by side, each on
+    its own GPU; else one after the other. Reports come back in the order of ``jobs``; the first error is
+    raised after every lane has stopped."""
     from harness.parallel import run_lanes
 
-    if gpus < 2 or len(configs) < 2:
-        return [runner(c, archive_path, on_event=on_event) for c in configs]
-    reports: list[Optional[dict[str, Any]]] = [None] * len(configs)
+    if gpus < 2 or len(jobs) < 2:
+        return [runner(job, archive_path, on_event=on_event) for job in jobs]
+    reports: list[Optional[dict[str, Any]]] = [None] * len(jobs)
 
-    def serve(device: int, take: Callable[[], Optional[tuple[int, LoopConfig]]]) -> None:
+    def serve(device: int, take: Callable[[], Optional[tuple[int, Any]]]) -> None:
         while (item := take()) is not None:
-            i, config = item
-            reports[i] = runner(config, archive_path, on_event=on_event, device_index=device)
+            i, job = item
+            reports[i] = runner(job, archive_path, on_event=on_event, device_index=device)
 
-    run_lanes(configs, min(gpus, len(configs)), serve)
+    run_lanes(list(jobs), min(gpus, len(jobs)), serve)
     return [r for r in reports if r is not None]

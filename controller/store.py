@@ -56,6 +56,13 @@ class Store:
         where, args = ("definition = ?", [definition]) if definition else (None, [])
         return list(self.db["runs"].rows_where(where, args, order_by="created_at desc, id desc"))
 
+    def unfinished_runs(self) -> list[str]:
+        """Runs cut short, oldest first: INTERRUPTED (stopped by a signal or Ctrl-C) or still RUNNING (a kill -9
+        leaves no chance to write anything else). What ``controller loop --resume unfinished`` continues; a FAILED
+        run is left for a person to look at and resume by id."""
+        return [r["id"] for r in self.db["runs"].rows_where("status in ('RUNNING', 'INTERRUPTED')",
+                                                            order_by="created_at, id")]
+
     def set_run_status(self, run_id: str, status: str, stop_reason: Optional[str] = None) -> None:
         with self.db.atomic():
             self.db["runs"].update(run_id, {"status": status, "stop_reason": stop_reason,

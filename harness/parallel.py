@@ -64,22 +64,50 @@ def run_lanes(items: Sequence[T], lanes: int, serve: Callable[[int, "Take[T]"], 
         except queue.Empty:
             return None
 
+    finished = [threading.Event() for _ in range(max(lanes, 1))]
+
     def lane(index: int) -> None:
         try:
             serve(index, take)
         except BaseException as err:  # surfaced in the caller's thread
             errors.append(err)
+        finally:
+            finished[index].set()
 
     if lanes <= 1:
         lane(0)
     else:
         threads = [threading.Thread(target=lane, args=(g,), name=f"lane{g}") for g in range(lanes)]
-        for t in threads:
-            t.start()
+        # Waits on events, not Thread.join: a join cut short by a signal can leave the thread marked as
+        # stopped while it still runs (CPython 3.11), and then nothing would stop it.
+        try:
+            for t in threads:
+                t.start()
+            for done in finished:
+                done.wait()
+        except BaseException as err:  # SIGTERM or Ctrl-C reached this thread: end every lane the same way
+            errors.append(err)  # take() hands out nothing more
+            for t, done in zip(threads, finished):
+                if t.ident is not None and not done.is_set():
+                    _raise_in(t, type(err))
+            for t, done in zip(threads, finished):
+                if t.ident is not None:
+                    done.wait()  # their finally blocks run: workers stop, cut-short records are closed
+            raise
         for t in threads:
             t.join()
     if errors:
         raise errors[0]
+
+
+def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` in another thread at its next Python instruction. Without it, an interrupted process
+    would wait for every lane to finish its work (a whole controller run) before it could exit; the lanes'
+    waits return to Python often (protocol reads poll), so it lands within a fraction of a second."""
+    import ctypes
+
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
 
 
 def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, options: SubmitOptions,

@@ -50,16 +50,20 @@ def write_message(fd: int, header: dict[str, Any], tensors: Optional[dict[str, t
         data = data[n:]
 
 
+# Longest single wait for the peer: a thread blocked in C cannot be interrupted, so a lane told to stop
+# (harness.parallel.run_lanes) would otherwise wait out a whole evaluation's deadline first.
+_POLL_S = 0.5
+
+
 def _read_exact(fd: int, n: int, deadline: Optional[float]) -> bytes:
     chunks = []
     while n:
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        while True:
+            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+            if wait <= 0:
                 raise Timeout("no reply before the deadline")
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
-                raise Timeout("no reply before the deadline")
+            if select.select([fd], [], [], wait)[0]:
+                break
         chunk = os.read(fd, min(n, 1 << 22))
         if not chunk:
             raise PeerClosed("the other side closed the channel")

@@ -19,7 +19,7 @@ from controller.skills import load_skills
 from controller.store import Store
 from harness.archive import Archive
 from harness.dataset import Dataset
-from harness.schema import Solution, dump_json
+from harness.schema import SchemaError, Solution, dump_json
 
 from support import KV8_PS1, ROOT
 
@@ -407,3 +407,69 @@ def test_run_lanes_hands_out_each_item_once_and_stops_taking_after_an_error():
     with pytest.raises(RuntimeError, match="broke"):
         run_lanes(list(range(20)), 1, failing)
     assert taken == [0]  # one lane, inline: nothing more is taken after the failure
+
+
+def test_definitions_from_names_and_aliases_each_once_in_order():
+    """--definition takes names and aliases, repeated or comma-separated: each definition once, in the order given."""
+    from controller.cli import _definitions
+
+    dataset = str(ROOT / "definitions")
+    names = _definitions(("gqa_paged_decode_h32_kv8_d128_ps64, gqa_decode", "gqa_paged_decode_h32_kv4_d128_ps1"),
+                         dataset)
+    assert names[0] == "gqa_paged_decode_h32_kv8_d128_ps64" and len(names) == len(set(names)) == 4
+    assert set(names) == {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps64",
+                          "gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps64"}
+    with pytest.raises(SchemaError, match="unknown definition 'gqa_nope'"):
+        _definitions(("gqa_decode,gqa_nope",), dataset)
+
+
+class Stop(BaseException):
+    """Stands for SIGTERM's SystemExit in the thread that waits for the lanes."""
+
+
+def test_a_signal_while_lanes_run_stops_every_lane_promptly_and_runs_their_cleanup():
+    """`timeout` ending `controller loop -d gqa_decode` on a multi-GPU host: the signal reaches the main thread
+    only; every lane must stop too (one of them blocked reading a worker's reply) and run its finally blocks,
+    or the process would live on until each lane's whole run was done."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from harness import protocol
+    from harness.parallel import run_lanes
+
+    read_fd, write_fd = os.pipe()  # a worker that never answers
+    started = threading.Barrier(3, timeout=10)
+    cleaned = []
+
+    def serve(lane, take):
+        take()
+        try:
+            started.wait()
+            if lane == 0:
+                protocol.read_message(read_fd, time.monotonic() + 120)
+            while True:
+                time.sleep(0.01)
+        finally:
+            cleaned.append(lane)
+
+    def send_signal():
+        started.wait()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+    def stop(signum, frame):
+        raise Stop()
+
+    previous = signal.signal(signal.SIGUSR1, stop)
+    threading.Thread(target=send_signal).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(Stop):
+            run_lanes(list(range(5)), 2, serve)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        os.close(read_fd)
+        os.close(write_fd)
+    assert sorted(cleaned) == [0, 1]
+    assert time.monotonic() - t0 < 10  # not the reader's 120 s deadline

@@ -149,3 +149,33 @@ def test_resuming_a_finished_run_changes_nothing(tiny_dataset_root, tmp_path):
     assert again["rounds"] == done["rounds"] and len(fake.calls) == 2
     with pytest.raises(ValueError, match="no run 'run-nope'"):
         run_loop(None, folder, resume="run-nope")
+
+
+def test_resume_unfinished_continues_every_run_cut_short_and_leaves_the_rest(tiny_dataset_root, tmp_path,
+                                                                               monkeypatch):
+    """`controller loop --resume unfinished`: after a multi-definition loop is killed, one command continues
+    each of its runs (side by side where there are GPUs); finished and failed runs are not touched."""
+    import controller.cli as cli
+
+    folder = tmp_path / "a"
+    archive = Archive(folder)
+    store = Store(archive)
+    for run_id, status in (("run-1", "DONE"), ("run-2", "INTERRUPTED"), ("run-3", "FAILED"), ("run-4", "RUNNING")):
+        store.create_run(run_id, "d1", "offline", {})
+        store.set_run_status(run_id, status)
+    assert store.unfinished_runs() == ["run-2", "run-4"]
+
+    resumed = []
+    monkeypatch.setattr(cli, "resume_loop", lambda rid, a, on_event=None, device_index=None:
+                        resumed.append(rid) or {"run_id": rid, "status": "DONE"})
+    monkeypatch.setattr(cli, "_gpus_for", lambda jobs, dataset, archive: 0)
+    result = CliRunner().invoke(main, ["loop", "--resume", "unfinished", "--resume", "run-3",
+                                       "--archive", str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    assert resumed == ["run-2", "run-4", "run-3"]
+    assert [r["run_id"] for r in json.loads(result.stdout)] == resumed
+
+    for run_id in ("run-2", "run-4"):
+        store.set_run_status(run_id, "DONE")
+    result = CliRunner().invoke(main, ["loop", "--resume", "unfinished", "--archive", str(folder)])
+    assert result.exit_code == 2 and "every run in" in result.output and "has finished" in result.output
