@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.dataset import Dataset
@@ -77,23 +78,27 @@ def live_printer(as_json: bool):
     tables = err if as_json else out
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
+        lane = f"{data['lane']}: " if data.get("lane") else ""  # runs side by side, one per GPU
         if kind == "run":
-            err.print(f"[bold]{'resuming' if data['resumed'] else 'starting'} {data['run_id']}[/] "
+            err.print(f"{lane}[bold]{'resuming' if data['resumed'] else 'starting'} {data['run_id']}[/] "
                       f"({data['definition']}, provider {data['provider']})", highlight=False)
+        elif kind == "lane_error":
+            err.print(f"{lane}[bold red]failed:[/] {escape(data['error'])} (the other runs go on; this error ends the "
+                      "command when they stop)", highlight=False)
         elif kind == "evidence":
-            err.print(f"evidence for {data['incumbent']}: {data['source']} ({data['note']})", highlight=False,
+            err.print(f"{lane}evidence for {data['incumbent']}: {data['source']} ({data['note']})", highlight=False,
                       markup=False)
         elif kind == "round_start":
-            err.print(f"round {data['round']}: regime {data['regime']} ({data['reason']})", highlight=False)
+            err.print(f"{lane}round {data['round']}: regime {data['regime']} ({data['reason']})", highlight=False)
         elif kind == "response" and (data["stopped"] or data["error"]):
-            err.print(f"  {data['key']}: {data['proposals']} proposal(s); "
+            err.print(f"{lane}  {data['key']}: {data['proposals']} proposal(s); "
                       f"{'stopped: ' + data['stopped'] if data['stopped'] else 'error: ' + str(data['error'])}",
                       highlight=False)
         elif kind == "candidate":
-            err.print(f"  {data['name']}: {data['status']}" + (" (adopted)" if data.get("adopted") else ""),
+            err.print(f"{lane}  {data['name']}: {data['status']}" + (" (adopted)" if data.get("adopted") else ""),
                       highlight=False)
         elif kind == "round":
-            tables.print(round_table([data], title=f"round {data['round']}"))
+            tables.print(round_table([data], title=f"{lane}round {data['round']}"))
     return on_event
 
 

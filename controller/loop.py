@@ -606,7 +606,20 @@ def run_loops(jobs: Sequence[Any], archive_path: Path | str, gpus: int, *, on_ev
     def serve(device: int, take: Callable[[], Optional[tuple[int, Any]]]) -> None:
         while (item := take()) is not None:
             i, job = item
-            reports[i] = runner(job, archive_path, on_event=on_event, device_index=device)
+            events = _labelled(on_event, job.definition if isinstance(job, LoopConfig) else str(job))
+            try:
+                reports[i] = runner(job, archive_path, on_event=events, device_index=device)
+            except Exception as err:  # said now: the other lanes may run for a long while before it is raised
+                if events:
+                    events("lane_error", {"error": f"{type(err).__name__}: {err}"})
+                raise
 
     run_lanes(list(jobs), min(gpus, len(jobs)), serve)
     return [r for r in reports if r is not None]
+
+
+def _labelled(on_event: Optional[Event], lane: str) -> Optional[Event]:
+    """Runs side by side interleave their events: each carries the run's label (its definition or run id)."""
+    if on_event is None:
+        return None
+    return lambda kind, data: on_event(kind, {**data, "lane": lane})

@@ -7,13 +7,15 @@ finished evaluation; the unfinished submission stays RUNNING (``harness list`` s
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
 import socket
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import sqlite_utils
 
@@ -131,6 +133,51 @@ class ArchiveError(ValueError):
     pass
 
 
+class ArchiveDatabase(sqlite_utils.Database):
+    """sqlite-utils' Database whose transactions take the write lock when they begin (BEGIN IMMEDIATE).
+
+    A plain BEGIN reads first and asks for the write lock later; if another connection (a second GPU lane, a
+    second harness process) wrote in between, SQLite cannot wait, since the transaction has already read a stale
+    snapshot, and fails at once with 'database is locked'. Asking at BEGIN lets the busy timeout wait instead."""
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator["ArchiveDatabase"]:
+        if self.conn.in_transaction:  # nested: sqlite-utils' savepoints
+            with super().atomic():
+                yield self
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self
+        except BaseException:
+            self.rollback()
+            raise
+        try:
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.rollback()
+            raise
+
+
+@contextlib.contextmanager
+def _schema_lock(db_path: Path) -> Iterator[None]:
+    """One connection at a time sets up and migrates the database: two opening a new archive at once (the
+    controller's lanes, two harness processes) would both find no tables and both create them. A file lock
+    beside the database, so it holds across threads and processes; a read-only folder gets none (nothing
+    can be migrated there anyway)."""
+    try:
+        f = open(f"{db_path}.lock", "a")
+    except OSError:
+        yield
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class Archive:
     def __init__(self, path: Path | str, create: bool = True, require_db: bool = False):
         """``create``: make the folder if missing. ``require_db``: the folder must already hold an archive."""
@@ -149,11 +196,12 @@ class Archive:
             raise ArchiveError(f"{folder} holds no archive ({db_path.name} is missing)")
         self.folder = folder
         self.blob_dir = folder / BLOBS
-        self.db = sqlite_utils.Database(db_path)
-        self.db.enable_wal()
-        self.db.execute("PRAGMA busy_timeout = 30000")
+        self.db = ArchiveDatabase(db_path)
+        self.db.execute("PRAGMA busy_timeout = 30000")  # first: what follows waits for other connections
+        with _schema_lock(db_path):
+            self.db.enable_wal()
+            migrate(self.db)
         self.db.execute("PRAGMA foreign_keys = ON")
-        migrate(self.db)
 
     # -- blobs ------------------------------------------------------------------------------------------
 

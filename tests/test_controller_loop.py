@@ -355,12 +355,18 @@ def test_a_failing_lane_raises_after_the_others_stop(tiny_dataset_root, tmp_path
     configs = [config(tiny_dataset_root, definition=d) for d in ("d1", "d2")]
 
     def runner(cfg, archive_path, on_event=None, device_index=None):
+        on_event("run", {"run_id": cfg.definition})
         if cfg.definition == "d2":
             raise ValueError("d2 broke")
         return {"definition": cfg.definition}
 
+    events = []
     with pytest.raises(ValueError, match="d2 broke"):
-        run_loops(configs, tmp_path, gpus=2, runner=runner)
+        run_loops(configs, tmp_path, gpus=2, runner=runner, on_event=lambda kind, data: events.append((kind, data)))
+    # Each event says whose it is (the lanes interleave), and the failure is said when it happens.
+    assert sorted((d["lane"], d["run_id"]) for k, d in events if k == "run") == [("d1", "d1"), ("d2", "d2")]
+    assert [(k, d) for k, d in events if k == "lane_error"] == [("lane_error", {"error": "ValueError: d2 broke",
+                                                                                "lane": "d2"})]
 
 
 def test_cli_loop_over_an_alias_runs_each_definition(tmp_path, monkeypatch):
