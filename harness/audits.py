@@ -136,14 +136,28 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float], 
     the same way (cold L2, synchronised wall clock, same clocks), so host launch overhead (tens of
     microseconds for a Triton launch, more than a small kernel's span) is on both sides. An honest kernel
     costs about the same twice; a replayed or skipped result makes the repeat much cheaper.
+
+    The i-th repeat is paired with the i-th fresh call. With two or more pairs the slowest is left out: a
+    one-off cost of a call on new buffers cannot fail it (H200: an honest split-KV kernel, first evaluation in
+    a new worker, fresh calls' median 4.62 ms against 0.78 ms for the repeats, one slow call of two; its
+    other 164 workload checks passed), while replay makes every repeat cheap.
     """
-    if not same_input_wall_ms or not fresh_wall_ms:
+    pairs = list(zip(same_input_wall_ms, fresh_wall_ms))
+    if not pairs:
         return None
-    same, fresh = statistics.median(same_input_wall_ms), statistics.median(fresh_wall_ms)
+
+    def excess(pair: tuple[float, float]) -> float:
+        return pair[1] / (cfg.replay_ratio * pair[0] + cfg.replay_slack_ms)
+
+    left_out = max(pairs, key=excess) if len(pairs) >= 2 else None
+    kept = [p for p in pairs if p is not left_out]
+    same, fresh = statistics.median(p[0] for p in kept), statistics.median(p[1] for p in kept)
     limit = cfg.replay_ratio * same + cfg.replay_slack_ms
+    note = (f"; slowest of {len(pairs)} pairs left out: {left_out[1]:.4g} vs {left_out[0]:.4g} ms"
+            if left_out is not None else "")
     return audit("fresh_input_timing", fresh <= limit,
                  f"fresh-input call {fresh:.4g} ms vs {same:.4g} ms for its repeat (wall per call; "
-                 f"limit {limit:.4g} ms)")
+                 f"limit {limit:.4g} ms{note})")
 
 
 # -- clock truth, threads ----------------------------------------------------------------------------------

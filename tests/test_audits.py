@@ -50,6 +50,12 @@ def test_recheck_verdict(checks, passed, text):
     ([0.02, 0.02], [0.30, 0.29], False),  # replay: calls on the timed inputs are cache hits
     # a tiny kernel seen by the wall clock (H200, the example at b1 kv512): launch overhead on both sides
     ([0.165, 0.170, 0.168], [0.1815, 0.190], True),
+    # one slow fresh call of two (a one-off on new buffers; H200 medians 4.62 vs 0.78 ms) is left out...
+    ([0.78, 0.78], [8.46, 0.78], True),
+    ([0.78, 0.78], [0.78, 8.46], True),
+    # ...but replay shows in every pair: leaving out the slowest still leaves replayed pairs
+    ([0.02, 0.02, 0.30, 0.02], [0.30, 0.30, 0.30, 0.31], False),
+    ([0.02], [0.30], False),  # a single pair is judged as it is
     ([], [0.3], None),
     ([0.3], [], None),
 ])
