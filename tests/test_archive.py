@@ -53,29 +53,35 @@ def test_migrations_are_applied_once(tmp_path):
     assert rows2 == rows  # nothing re-applied, the timestamps unchanged
 
 
-def test_connections_opening_a_new_archive_at_once_all_succeed_and_migrate_once(tmp_path):
-    """The controller's lanes (one per GPU) open the same new archive together: each must get a working
-    archive, with every migration applied exactly once (they raced to 'database is locked' before)."""
+def at_once(n: int, work) -> list[Exception]:
+    """``work()`` on ``n`` threads released together; the exceptions they raised (a thread's would not fail
+    the test by itself)."""
     import threading
 
-    folder = tmp_path / "new"
-    folder.mkdir()
-    start = threading.Barrier(8, timeout=10)
-    opened, failures = [], []
+    start, failures = threading.Barrier(n, timeout=10), []
 
-    def open_it():
+    def run():
         start.wait()
         try:
-            archive = Archive(folder)
-            opened.append(archive.submissions())  # usable: the schema is there
-        except Exception as err:  # collected: an exception in a thread would not fail the test
+            work()
+        except Exception as err:
             failures.append(err)
 
-    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    threads = [threading.Thread(target=run) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return failures
+
+
+def test_connections_opening_a_new_archive_at_once_all_succeed_and_migrate_once(tmp_path):
+    """The controller's lanes (one per GPU) open the same new archive together: each must get a working
+    archive, with every migration applied exactly once (they raced to 'database is locked' before)."""
+    folder = tmp_path / "new"
+    folder.mkdir()
+    opened = []
+    failures = at_once(8, lambda: opened.append(Archive(folder).submissions()))  # usable: the schema is there
     assert failures == [] and len(opened) == 8
     names = [r["name"] for r in Archive(folder).db["_migrations"].rows]
     assert names == [m.__name__ for m in archive_mod.MIGRATIONS]
@@ -84,29 +90,16 @@ def test_connections_opening_a_new_archive_at_once_all_succeed_and_migrate_once(
 def test_transactions_that_read_then_write_wait_for_each_other_instead_of_failing(tmp_path):
     """Lanes write the same archive at once, each transaction reading before it writes (as sqlite-utils' insert
     does). A deferred BEGIN fails such a transaction at once with 'database is locked'; every write must land."""
-    import threading
-
     Archive(tmp_path / "a").db["counter"].insert({"id": 1, "n": 0}, pk="id")
-    start = threading.Barrier(4, timeout=10)
-    failures = []
 
     def bump():
         archive = Archive(tmp_path / "a")
-        start.wait()
-        try:
-            for _ in range(40):
-                with archive.db.atomic():
-                    (n,) = archive.db.execute("select n from counter where id = 1").fetchone()
-                    archive.db.execute("update counter set n = ? where id = 1", [n + 1])
-        except Exception as err:
-            failures.append(err)
+        for _ in range(40):
+            with archive.db.atomic():
+                (n,) = archive.db.execute("select n from counter where id = 1").fetchone()
+                archive.db.execute("update counter set n = ? where id = 1", [n + 1])
 
-    threads = [threading.Thread(target=bump) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert failures == []
+    assert at_once(4, bump) == []
     assert Archive(tmp_path / "a").db.execute("select n from counter").fetchone() == (160,)  # no lost update
 
 
