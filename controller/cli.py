@@ -118,30 +118,28 @@ def _split(values: tuple[str, ...]) -> Optional[list[str]]:
 
 def _definitions(values: tuple[str, ...], dataset: Optional[str]) -> list[str]:
     """--definition values (names or aliases) -> definition names, each once, in the order given."""
-    if not _split(values):
+    wanted = _split(values)
+    if not wanted:
         fail("--definition is required (or --resume RUN_ID)")
     ds = Dataset(dataset)
-    return list(dict.fromkeys(n for value in _split(values) or [] for n in ds.resolve(value)))
+    return list(dict.fromkeys(name for value in wanted for name in ds.resolve(value)))
 
 
 def _resume_ids(values: tuple[str, ...], archive: Path) -> list[str]:
-    """--resume values -> run ids; 'unfinished' stands for every run the archive still marks RUNNING."""
-    from harness.archive import Archive, ArchiveError
+    """--resume values -> run ids, each once; 'unfinished' stands for every run cut short (Store.unfinished_runs)."""
+    from harness.archive import Archive
 
     from .store import Store
 
     ids: list[str] = []
     for value in _split(values) or []:
-        if value == "unfinished":
-            try:
-                found = Store(Archive(archive, create=False, require_db=True)).unfinished_runs()
-            except ArchiveError as e:
-                fail(f"--resume unfinished: {e}")
-            if not found:
-                fail(f"--resume unfinished: every run in {archive} has finished")
-            ids.extend(found)
-        else:
+        if value != "unfinished":
             ids.append(value)
+            continue
+        found = Store(Archive(archive, create=False, require_db=True)).unfinished_runs()  # ArchiveError: no archive
+        if not found:
+            fail(f"--resume unfinished: every run in {archive} has finished")
+        ids.extend(found)
     return list(dict.fromkeys(ids))
 
 

@@ -87,12 +87,12 @@ def run_lanes(items: Sequence[T], lanes: int, serve: Callable[[int, "Take[T]"], 
                 done.wait()
         except BaseException as err:  # SIGTERM or Ctrl-C reached this thread: end every lane the same way
             errors.append(err)  # take() hands out nothing more
-            for t, done in zip(threads, finished):
-                if t.ident is not None and not done.is_set():
+            started = [(t, done) for t, done in zip(threads, finished) if t.ident is not None]
+            for t, done in started:
+                if not done.is_set():
                     _raise_in(t, type(err))
-            for t, done in zip(threads, finished):
-                if t.ident is not None:
-                    done.wait()  # their finally blocks run: workers stop, cut-short records are closed
+            for _, done in started:
+                done.wait()  # their finally blocks run: workers stop, cut-short records are closed
             raise
         for t in threads:
             t.join()
@@ -106,8 +106,7 @@ def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> None:
     waits return to Python often (protocol reads poll), so it lands within a fraction of a second."""
     import ctypes
 
-    if thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
 
 
 def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, options: SubmitOptions,

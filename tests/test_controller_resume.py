@@ -179,3 +179,7 @@ def test_resume_unfinished_continues_every_run_cut_short_and_leaves_the_rest(tin
         store.set_run_status(run_id, "DONE")
     result = CliRunner().invoke(main, ["loop", "--resume", "unfinished", "--archive", str(folder)])
     assert result.exit_code == 2 and "every run in" in result.output and "has finished" in result.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["loop", "--resume", "unfinished", "--archive", str(empty)])
+    assert result.exit_code == 2 and "holds no archive" in result.output
