@@ -3,6 +3,8 @@
 Rows are inserted as work finishes and never rewritten, except a submission's status transition
 (RUNNING -> final). A harness killed mid-run therefore leaves a database that opens and lists every
 finished evaluation; the unfinished submission stays RUNNING (``harness list`` shows it as such).
+The final status is written with a seal (harness/seal.py) over the submission's rows, so a row changed behind the
+harness's back reads as "archive modified outside the harness".
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import sqlite_utils
+
+from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 
 ARCHIVE_DB = "archive.db"
 BLOBS = "blobs"
@@ -101,6 +105,15 @@ def m004_profiles(db: sqlite_utils.Database) -> None:
     create_profiles(db)
 
 
+def m006_seals(db: sqlite_utils.Database) -> None:
+    # The harness's HMAC over a finished submission's rows (harness/seal.py), and where sealing began: rows
+    # archived before this migration carry no seal and say so; a later one without a seal had it removed.
+    db["submissions"].add_column("seal", str)
+    first = (db.execute("select max(id) from submissions").fetchone()[0] or 0) + 1
+    db["seal_epoch"].create({"id": int, "first_sealed_id": int, "created_at": str}, pk="id")
+    db["seal_epoch"].insert({"id": 1, "first_sealed_id": first, "created_at": now()})
+
+
 # Reviewer views, artifacts and the full-text search documents live beside the report code.
 from .views import m005_review_views  # noqa: E402
 
@@ -111,7 +124,7 @@ INTERRUPTED, HARNESS_ERROR = "INTERRUPTED", "HARNESS_ERROR"
 NO_VERDICT = ("RUNNING", INTERRUPTED, HARNESS_ERROR)
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
-                                                              m004_profiles, m005_review_views]
+                                                              m004_profiles, m005_review_views, m006_seals]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:
@@ -253,7 +266,7 @@ class Archive:
 
     def finish_submission(self, submission_id: int, status: str, message: str = "",
                           scores: Optional[dict[str, Any]] = None) -> None:
-        with self.db.atomic():
+        with self.sealed_write(submission_id, finishing=True):  # the verdict and its seal land together
             self.db["submissions"].update(submission_id, {"status": status, "message": message, "finished_at": now(),
                                                           "scores": json.dumps(scores or {})})
 
@@ -296,12 +309,59 @@ class Archive:
         for key in ("extra", "trace"):
             if row.get(key) is not None and not isinstance(row[key], str):
                 row[key] = json.dumps(row[key], default=str)
-        with self.db.atomic():  # the evaluation and its samples land together or not at all
+        # The evaluation and its samples land together or not at all (re-sealed if the submission is finished).
+        with self.sealed_write(int(row["submission_id"])):
             eval_id = int(self.db["evaluations"].insert(row).last_pk)
             for t in timing:
                 self.db["timing_samples"].insert({"evaluation_id": eval_id, **t,
                                                   "samples": json.dumps(t.get("samples", []))})
         return eval_id
+
+    # -- seals (harness/seal.py) -------------------------------------------------------------------------
+
+    def verify_seal(self, submission_id: int) -> SealCheck:
+        """Whether the submission's rows are as the harness sealed them: sealed, modified, unsealed (still
+        running; archived before seals existed) or unverifiable (the key is missing)."""
+        got = read_record(self.db.conn, submission_id)
+        if got is None:
+            raise ArchiveError(f"no submission {submission_id} in {self.folder}")
+        key, why = load_key(self.folder)
+        return classify(got[0], got[1], key, why)
+
+    @contextlib.contextmanager
+    def sealed_write(self, submission_id: int, finishing: bool = False) -> Iterator[None]:
+        """One transaction that changes a submission's rows and keeps its seal true: a sealed submission is
+        sealed again over its new rows; ``finishing`` (the verdict) seals it. A submission that reads as
+        modified is never re-sealed (that would bless the change), nor one archived before seals existed."""
+        with self.db.atomic():
+            row = self.db.conn.execute("select status, seal from submissions where id = ?", [submission_id]).fetchone()
+            if row is None:
+                yield
+                return
+            if row[0] == "RUNNING" and row[1] is None:
+                state = "unsealed"  # the common case, a workload of a running submission: no need to read it all
+            else:
+                state = self.verify_seal(submission_id).state
+            yield
+            if state == "sealed" or (finishing and state != "modified"):
+                self._write_seal(submission_id)
+
+    def _write_seal(self, submission_id: int) -> None:
+        key, value = self._seal_key(), None
+        if key is not None:
+            got = read_record(self.db.conn, submission_id)  # what a reader will read back, floats included
+            value = seal_value(key, got[0]) if got else None
+        self.db.conn.execute("update submissions set seal = ? where id = ?", [value, submission_id])
+
+    def _seal_key(self) -> Optional[bytes]:
+        """The archive's seal key, created on the first seal. A lost key is not replaced while any submission is
+        sealed: a new one would make every honest seal read as modified (they read as unverifiable instead)."""
+        key, _ = load_key(self.folder)
+        if key is not None or (self.folder / SEAL_KEY).exists():
+            return key
+        if self.db.conn.execute("select 1 from submissions where seal is not null limit 1").fetchone():
+            return None
+        return create_key(self.folder)
 
     # -- reads ------------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from rich.table import Table
 from .archive import Archive, ArchiveError
 from .dataset import Dataset
 from .schema import SchemaError, Solution, load_model
+from .seal import MODIFIED_WARNING
 
 DEFAULT_ARCHIVE = Path("artifacts")
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
@@ -89,23 +90,37 @@ def main() -> None:
               help="fast: static gate, mutation, aliasing, fresh-input recheck, precision; full: more recheck "
                    "calls and kernel attribution; off: none (never promotable).")
 @click.option("--no-net-isolation", is_flag=True, help="Let the worker use the network (not recommended).")
+@click.option("--require-sandbox", is_flag=True, help="Refuse to run where the host cannot give the full sandbox.")
+@click.option("--no-sandbox", is_flag=True, help="Run workers without namespaces (results say 'sandbox: reduced').")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
-           audit_level: str, no_net_isolation: bool) -> None:
+           audit_level: str, no_net_isolation: bool, require_sandbox: bool, no_sandbox: bool) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
     """
-    from .evaluate import SKIPPED, SubmitOptions
+    from .evaluate import SKIPPED, SandboxUnavailable, SubmitOptions
     from .parallel import submit_all
+    from .sandbox import human_bytes, load_sandbox_policy, probe
 
+    if require_sandbox and (no_sandbox or not probe()[0]):
+        fail("--require-sandbox: " + ("--no-sandbox switches it off" if no_sandbox else
+                                      f"this host cannot give the full sandbox: {probe()[1]}"))
     files: list[Path] = []
     for s in solutions:
         p = Path(s)
         files.extend(sorted(p.rglob("*.json")) if p.is_dir() else [p])
     loaded: list[Solution] = []
     ds = open_dataset(dataset)
+    try:
+        policy = load_sandbox_policy(ds.root)
+    except ValueError as e:
+        fail(str(e))
     for f in files:
+        size = f.stat().st_size
+        if size > policy.solution_bytes:
+            fail(f"{f}: {human_bytes(size)} is over the {human_bytes(policy.solution_bytes)} limit for a solution "
+                 f"file (solution_bytes in sandbox.yaml); nothing was archived")
         try:
             sol = load_model(Solution, f)
             ds.definition(sol.definition)
@@ -116,7 +131,8 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     selection = [w for item in workloads for w in item.split(",") if w] or None
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
                          timing=not no_timing, baselines=not no_baselines, audit_level=audit_level,
-                         isolate_network=not no_net_isolation, spare_worker=len(loaded) > 1)
+                         isolate_network=not no_net_isolation, spare_worker=len(loaded) > 1,
+                         sandbox=not no_sandbox, require_sandbox=require_sandbox, sandbox_policy=policy)
     if selection:
         for sol in loaded:
             try:
@@ -153,7 +169,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
 
         try:
             submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
-        except SchemaError as e:
+        except (SchemaError, SandboxUnavailable) as e:
             fail(str(e))
     sys.exit(exit_code)
 
@@ -181,6 +197,8 @@ def print_result(result: Any) -> None:
                       fmt(w.max_absolute_error), escape(note))
     out.print(table)
     out.print(f"status: {styled(result.status)}", highlight=False)
+    if result.sandbox and result.sandbox != "full":
+        out.print(f"[bold yellow]sandbox: {escape(result.sandbox)}[/]", highlight=False)
     print_promotability(result.promotion_blockers, result.static_findings)
     print_submission_audits(result.audits)
     if any(v is not None for v in result.scores.values()):
@@ -221,6 +239,9 @@ def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int,
     """List submissions, newest first."""
     archive = open_archive(archive_path, reading=True)
     rows = archive.submissions(limit=limit, definition=definition)
+    for r in rows:
+        check = archive.verify_seal(r["id"])
+        r["seal_state"], r["seal_detail"] = check.state, check.detail
     if as_json:
         out.print_json(json.dumps(rows, default=str))
         return
@@ -229,7 +250,10 @@ def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int,
         table.add_column(col)
     for r in rows:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(r["counts"].items()))
-        table.add_row(str(r["id"]), r["solution_name"], r["definition"], r["author"], styled(r["status"]), counts,
+        status = styled(r["status"])
+        if r["seal_state"] == "modified":
+            status += f" [bold red]! {MODIFIED_WARNING}[/]"
+        table.add_row(str(r["id"]), r["solution_name"], r["definition"], r["author"], status, counts,
                       (r["created_at"] or "")[:19])
     out.print(table)
 
@@ -244,6 +268,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
     archive = open_archive(archive_path, reading=True)
     try:
         row = archive.submission(submission_id)
+        seal = archive.verify_seal(submission_id)
     except ArchiveError as e:
         fail(str(e))
     if log_for:
@@ -256,6 +281,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
     if as_json:
         for e in row["evaluations"]:
             e.pop("trace", None)
+        row["seal"] = seal.to_json()
         out.print_json(json.dumps(row, default=str))
         return
     env = row["environment"]
@@ -264,6 +290,10 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
     out.print(f"created {row['created_at']}, finished {row['finished_at'] or '(not finished)'}; "
               f"hardware: {env.get('hardware', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
               f"{env.get('network_isolation', '')}", highlight=False)
+    if seal.modified:
+        out.print(f"[bold red]{MODIFIED_WARNING}: {escape(seal.detail)}[/]", highlight=False)
+    elif seal.state == "unverifiable":
+        out.print(f"[yellow]seal: {escape(seal.detail)}[/]", highlight=False)
     if row["message"]:
         out.print(f"[yellow]{escape(row['message'])}[/]", highlight=False)
     if "promotable" in row["scores"]:

@@ -31,7 +31,12 @@ from .inputs import trial_seed
 from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, Performance, Solution,
                      Trace, Workload, dump_json)
+from .sandbox import SandboxPolicy, load_sandbox_policy, remove_stale
 from .session_audits import SessionAudits
+
+class SandboxUnavailable(RuntimeError):
+    """--require-sandbox on a host that cannot give the full sandbox."""
+
 
 SKIPPED = "SKIPPED"  # Crucible's own status for a workload that was not evaluated (never exported)
 Progress = Callable[[str, dict[str, Any]], None]
@@ -48,6 +53,9 @@ class SubmitOptions:
     audit_level: str = "fast"  # "fast" (the loop's default) or "full" (promotion): see harness.audits
     isolate_network: bool = True
     device_index: Optional[int] = None
+    sandbox: bool = True  # False (--no-sandbox): no namespaces; every result then says "sandbox: reduced"
+    require_sandbox: bool = False  # a host that cannot give the full sandbox is an error (SandboxUnavailable)
+    sandbox_policy: Optional[SandboxPolicy] = None  # default: the dataset's sandbox.yaml
     # Keep one candidate process launched ahead (it imports torch and Triton while the current candidate
     # runs): for sessions that evaluate many solutions (the controller, a folder of solutions). A one-off
     # submission would only pay for a process it never uses.
@@ -103,6 +111,7 @@ class SubmissionResult:
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     promotion_blockers: list[str] = field(default_factory=list)
     audits: list[dict[str, Any]] = field(default_factory=list)  # of the submission as a whole (instruction proof)
+    sandbox: str = ""  # "full" or "reduced (why)": the wall the candidate ran behind
     phases_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -130,7 +139,7 @@ class SubmissionResult:
             "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
             "static_findings": self.static_findings,
             "timing_unavailable_reason": self.timing_unavailable_reason,
-            "wall_s": self.wall_s, "phases_s": self.phases_s,
+            "wall_s": self.wall_s, "phases_s": self.phases_s, "sandbox": self.sandbox,
             "notices": self.notices,
         }
 
@@ -190,7 +199,9 @@ class Session(SessionAudits):
         self.dataset = dataset
         self.archive = archive
         self.archive.close_abandoned()  # submissions a killed harness left RUNNING
+        remove_stale()  # and the private folders and cgroups of its workers
         self.options = options or SubmitOptions()
+        self.sandbox_policy = self.options.sandbox_policy or load_sandbox_policy(dataset.root)
         self.progress = progress or (lambda kind, data: None)
         self._secret = secrets.token_bytes(16)  # seeds the candidate cannot predict before it runs
         self._reference: Optional[WorkerProcess] = None
@@ -228,9 +239,12 @@ class Session(SessionAudits):
 
     # -- the trusted reference worker ---------------------------------------------------------------
 
-    def _worker_options(self, role: str) -> WorkerOptions:
-        return WorkerOptions(role=role, device_index=self.options.device_index, cpu_only=not self.has_gpu,
-                             isolate_network=self.options.isolate_network)
+    def _worker_options(self, role: str, cpu_only: Optional[bool] = None) -> WorkerOptions:
+        return WorkerOptions(role=role, device_index=self.options.device_index,
+                             cpu_only=not self.has_gpu if cpu_only is None else cpu_only,
+                             isolate_network=self.options.isolate_network, sandbox=self.options.sandbox,
+                             policy=self.sandbox_policy, dataset_root=str(self.dataset.root),
+                             hidden=(str(self.archive.folder.resolve()),))
 
     @property
     def has_gpu(self) -> bool:
@@ -242,16 +256,29 @@ class Session(SessionAudits):
     def reference_worker(self) -> WorkerProcess:
         if self._reference is None or not self._reference.alive:
             # The reference is trusted code and needs no Triton interpreter: the same options on any host.
-            self._reference = WorkerProcess(WorkerOptions(role="reference", device_index=self.options.device_index,
-                                                          isolate_network=self.options.isolate_network))
+            self._reference = WorkerProcess(self._worker_options("reference", cpu_only=False))
+            if self.options.require_sandbox and not self._reference_sandbox_full():
+                raise SandboxUnavailable(f"--require-sandbox: this host gives only sandbox: {self._reference.sandbox_level}")
             with self._phase("worker_start"):
                 env = self._reference.start()
             self.environment = {
                 "host": platform.node(), "platform": platform.platform(), "harness": "crucible 0.1.0",
                 "hardware": env.get("device_name") or f"cpu ({platform.processor() or platform.machine()})",
-                "network_isolation": self._reference.isolation_note, **env,
+                "network_isolation": self._reference.isolation_note, "sandbox": self._reference.sandbox_level,
+                **env,
             }
         return self._reference
+
+    def _reference_sandbox_full(self) -> bool:
+        from .sandbox import probe
+
+        return self.options.sandbox and bool(probe()[0])
+
+    @property
+    def sandbox_level(self) -> str:
+        """The wall candidates run behind in this session: "full" or "reduced (why)"."""
+        self.reference_worker()
+        return str(self.environment.get("sandbox", ""))
 
     def _trusted_outputs(self, op: str, phase: str, cache: dict, definition: Definition, workload: Workload,
                          seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -501,12 +528,14 @@ class Session(SessionAudits):
         submission_id = self.archive.start_submission(
             solution.content_hash, solution.name, definition.name, solution.author,
             {"workloads": [w.uuid for w in workloads], "timeout_s": timeout_s, "preset": preset.model_dump(),
-             "gpu": self.has_gpu, "audit_level": self.audit_config.level,
+             "gpu": self.has_gpu, "audit_level": self.audit_config.level, "sandbox": self.sandbox_level,
              "static_gate": {"passed": not any(f["severity"] == "error" for f in static_findings),
                              "findings": static_findings}}, env_id)
         self._open_submission = submission_id
         result = SubmissionResult(submission_id, solution.name, definition.name, "RUNNING", [],
-                                  static_findings=static_findings)
+                                  static_findings=static_findings, sandbox=self.sandbox_level)
+        if result.sandbox != "full":
+            result.notices.append(f"sandbox: {result.sandbox}")
         if not self.has_gpu:
             result.timing_unavailable_reason = "no GPU on this host: correctness only, timing unavailable"
         elif not self.options.timing:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from .archive import INTERRUPTED, NO_VERDICT
+from .seal import MODIFIED_WARNING
 
 PASSED = "PASSED"
 ARTIFACT_KINDS = ("build_log", "sass", "profile", "transcript")
@@ -113,6 +114,13 @@ class Candidate:
     hardware: str = ""
     runs: int = 1  # submissions of this solution for this definition
     rank: Optional[int] = None
+    seal_state: str = ""  # harness.seal: sealed | modified | unsealed | unverifiable ("" when not checked)
+    seal_detail: str = ""
+
+    @property
+    def modified(self) -> bool:
+        """Its rows were changed outside the harness (the seal does not match): never a leader."""
+        return self.seal_state == "modified"
 
     def score(self, key: str = "vs_reference") -> Optional[float]:
         v = self.scores.get(key)
@@ -245,7 +253,7 @@ class DefinitionSection:
 
     @property
     def best(self) -> Optional[Candidate]:
-        return self.leaderboard[0] if self.leaderboard else None
+        return next((c for c in self.leaderboard if not c.modified), None)
 
     @property
     def baselines(self) -> list[BaselineRow]:
@@ -449,19 +457,21 @@ def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[st
             env = _rows(archive.db, "select hardware from environments where id = ?", [sub["environment_id"]])
             hardware = env[0]["hardware"] if env else ""
     scores = {k: _num(v) for k, v in _loads(sub.get("scores")).items()}
+    seal = archive.verify_seal(sub["id"]) if hasattr(archive, "verify_seal") else None
     return Candidate(
         submission_id=sub["id"], solution_hash=sub["solution_hash"], solution_name=sub["solution_name"],
         definition=sub["definition"], author=sub["author"] or "", language=language, status=sub["status"],
         created_at=sub["created_at"] or "", finished_at=sub["finished_at"], message=sub["message"] or "",
         scores=scores, workloads=workloads, sources=sources, artifacts=_artifacts(archive, sub, workloads),
-        hardware=hardware or "")
+        hardware=hardware or "", seal_state=seal.state if seal else "", seal_detail=seal.detail if seal else "")
 
 
 def rank_key(c: Candidate) -> tuple:
-    """PASSED first, then the official score (mean speedup vs the reference), then vs FlashInfer, newest."""
+    """Rows modified outside the harness last; then PASSED first, then the official score (mean speedup vs the
+    reference), then vs FlashInfer, newest."""
     s = c.score("vs_reference")
     f = c.score("vs_flashinfer_official")
-    return (c.status != PASSED, -(s if s is not None else -math.inf), -(f if f is not None else -math.inf),
+    return (c.modified, c.status != PASSED, -(s if s is not None else -math.inf), -(f if f is not None else -math.inf),
             -c.submission_id)
 
 
@@ -716,6 +726,11 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
     if not default_def and any(not r.get("definition") for r in all_rounds):
         notices.append("controller rounds without a definition were left out (the report covers several "
                        "definitions: give each round a 'definition')")
+    modified = sorted(c.submission_id for cands in by_definition.values() for c in cands if c.modified)
+    if modified:
+        notices.append(f"{MODIFIED_WARNING}: submission{'s' if len(modified) > 1 else ''} "
+                       f"{', '.join(map(str, modified))} (rows that no longer match the harness's seal; "
+                       "never ranked as leaders)")
     if definition and not by_definition:
         notices.append(f"the archive has no submissions for definition {definition}")
     sections = []
@@ -1438,6 +1453,7 @@ figure.chart { margin: 10px 0 18px; padding: 8px; border: 1px solid var(--line);
 figure.chart figcaption { color: var(--muted); font-size: 12.5px; margin: 4px 4px 0; max-width: 1050px; }
 .charts { display: flex; flex-wrap: wrap; gap: 14px; align-items: flex-start; }
 .notice { background: #fff8e6; border-left: 3px solid #e3b341; padding: 6px 10px; margin: 8px 0; }
+.notice.tampered { background: #fdecea; border-left-color: var(--bad); }
 .empty { color: var(--muted); font-style: italic; }
 pre { background: #f6f8fa; border: 1px solid var(--line); padding: 10px; overflow: auto; font-size: 12.5px;
       line-height: 1.4; max-height: 640px; }
@@ -1492,6 +1508,12 @@ def _audit_cell(failed: list[tuple[str, str]], audited: bool) -> str:
         detail = "; ".join(f"{l}: {n}" for l, n in failed[:12])
         return f'<span class="bad" title="{_esc(detail)}">{len(failed)} failed ({_esc(", ".join(names))})</span>'
     return '<span class="good">clean</span>' if audited else '<span class="muted">–</span>'
+
+
+def _seal_warning(c: Candidate) -> str:
+    if not c.modified:
+        return ""
+    return f'<span class="status fail tampered" title="{_esc(c.seal_detail)}">{_esc(MODIFIED_WARNING)}</span>'
 
 
 def _slug(s: str) -> str:
@@ -1571,20 +1593,22 @@ def _leaderboard_table(section: DefinitionSection) -> str:
     # FlashInfer's rows go where its score would rank it, so a reader sees which candidates beat it.
     pending = sorted(section.baselines, key=lambda b: -(b.vs_reference or 0.0))
     for c in section.leaderboard:
-        while pending and (c.status != PASSED or (c.score("vs_reference") or 0.0) < (pending[0].vs_reference or 0.0)):
+        while pending and (c.status != PASSED or c.modified
+                           or (c.score("vs_reference") or 0.0) < (pending[0].vs_reference or 0.0)):
             rows.append(_baseline_row(pending.pop(0), section.leaderboard[0]))
         cells = [
             _td(str(c.rank), True),
             _td(f'<a href="{c.page}">{_esc(c.solution_name)}</a>'
                 f'<span class="sub">{_esc(", ".join(x for x in (c.language, c.author) if x))}</span>'),
-            _td(_status(c.status)),
+            _td(_status(c.status) + _seal_warning(c)),
             _td(f"{c.passed}/{len(c.evaluated)}", True),
             _td(_speed(c.score("vs_reference")), True), _td(_speed(c.score("vs_flashinfer_official")), True),
             _td(_speed(c.score("vs_flashinfer_kernel")), True), _td(fmt_pct(c.mean_fraction_of_floor), True),
             _td(_audit_cell(c.failed_audits, c.audited)), _td(str(c.runs), True),
             _td(f'<a href="{c.page}">{c.submission_id}</a>', True), f'<td class="links-cell">{_links(c)}</td>',
         ]
-        rows.append(f'<tr class="{"lead" if c.rank == 1 else ""}">{"".join(cells)}</tr>')
+        cls = "modified" if c.modified else "lead" if c.rank == 1 else ""
+        rows.append(f'<tr class="{cls}">{"".join(cells)}</tr>')
     rows.extend(_baseline_row(b, section.leaderboard[0]) for b in pending)
     return (f'<div class="scroll"><table class="leaderboard"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
@@ -1726,7 +1750,8 @@ def _candidate_page(c: Candidate, w: _Writer, backend: str) -> str:
             "<main>"]
     body.append('<dl class="kv">' + "".join(
         f"<dt>{_esc(k)}</dt><dd>{v}</dd>" for k, v in [
-            ("status", _status(c.status)), ("author", _esc(c.author)), ("language", _esc(c.language)),
+            ("status", _status(c.status) + _seal_warning(c)), ("author", _esc(c.author)),
+            ("language", _esc(c.language)),
             ("solution hash", f"<code>{_esc(c.solution_hash)}</code>"), ("hardware", _esc(c.hardware or "–")),
             ("created", _esc(c.created_at)), ("finished", _esc(c.finished_at or "(not finished)")),
             ("score vs reference", _speed(c.score("vs_reference"))),
@@ -1736,6 +1761,8 @@ def _candidate_page(c: Candidate, w: _Writer, backend: str) -> str:
             ("audits", _audit_cell(c.failed_audits, c.audited)),
             ("files", _links(c, "../").replace(f'../{c.page}#source', "#source")),
         ]) + "</dl>")
+    if c.modified:
+        body.append(f'<div class="notice tampered">{_esc(MODIFIED_WARNING)}: {_esc(c.seal_detail)}</div>')
     if c.message:
         body.append(f'<div class="notice">{_esc(c.message)}</div>')
     body.append("<h3>Workloads</h3>")

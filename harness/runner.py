@@ -1,8 +1,9 @@
-"""Start, talk to and stop worker processes: scrubbed environment, private folder, no network, deadlines.
+"""Start, talk to and stop worker processes: each in its own sandbox (harness.sandbox), with deadlines.
 
 The harness process itself never imports candidate code and never touches CUDA: a candidate that
-hangs is killed with its whole process group, one that crashes leaves a log, and the next request
-gets a fresh worker.
+hangs is killed with its whole namespace, one that crashes leaves a log, and the next request
+gets a fresh worker. A worker's output is streamed through a pipe into a bounded buffer (its head and
+tail), so a candidate that prints without end costs the harness no memory and ends at its output limit.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
@@ -23,6 +24,7 @@ from typing import Any, Optional
 import torch
 
 from . import protocol
+from .sandbox import Sandbox, SandboxPolicy, human_bytes, make_sandbox
 
 LOG_LIMIT = 5 << 20  # the official evaluator keeps at most 5 MiB of log
 
@@ -75,6 +77,82 @@ def network_isolation() -> tuple[tuple[str, ...], str]:
     return (), "this host does not allow network namespaces: worker has the host's network"
 
 
+class LogSink:
+    """A worker's stdout and stderr, read from a pipe by a thread: the head and tail of the whole stream and of
+    the current segment (one workload's share), never more. Past ``limit`` bytes it calls ``on_limit`` once."""
+
+    def __init__(self, fd: int, limit: int, on_limit: Any, keep: int = LOG_LIMIT):
+        self.total = 0
+        self.limit, self.on_limit, self.half = limit, on_limit, keep // 2
+        self.over = False
+        self._head = bytearray()
+        self._segment_start = 0
+        self._segment_head = bytearray()
+        self._tail = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="worker-log")
+        self._thread.start()
+
+    def _drain(self, fd: int) -> None:
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.feed(chunk)
+        finally:
+            os.close(fd)
+
+    def feed(self, chunk: bytes) -> None:
+        with self._lock:
+            self.total += len(chunk)
+            for buf in (self._head, self._segment_head):
+                if len(buf) < self.half:
+                    buf += chunk[: self.half - len(buf)]
+            self._tail += chunk
+            if len(self._tail) > self.half:
+                del self._tail[: len(self._tail) - self.half]
+            crossed = self.total > self.limit and not self.over
+            self.over = self.over or crossed
+        if crossed:
+            self.on_limit()
+
+    def mark(self) -> int:
+        """Start a new segment; returns its offset in the stream."""
+        with self._lock:
+            self._segment_start, self._segment_head = self.total, bytearray()
+            return self.total
+
+    @staticmethod
+    def _join(head: bytes, tail: bytes, length: int) -> str:
+        """``length`` bytes of which ``head`` are the first and ``tail`` the last (they may overlap)."""
+        if length <= len(head):
+            data = head[:length]
+        elif length <= len(head) + len(tail):
+            data = head + tail[len(tail) - (length - len(head)):]
+        else:
+            cut = length - len(head) - len(tail)
+            return (head.decode(errors="replace") + f"\n[... {cut} bytes of log cut ...]\n"
+                    + tail.decode(errors="replace"))
+        return bytes(data).decode(errors="replace")
+
+    def text(self) -> str:
+        with self._lock:
+            return self._join(bytes(self._head), bytes(self._tail), self.total)
+
+    def since(self, offset: int) -> str:
+        with self._lock:
+            if offset != self._segment_start:
+                return self._join(b"", bytes(self._tail), self.total - offset)
+            return self._join(bytes(self._segment_head), bytes(self._tail), self.total - offset)
+
+    def wait(self, timeout: float = 5.0) -> None:
+        self._thread.join(timeout)
+
+
 def truncate_log(text: str, limit: int = LOG_LIMIT) -> str:
     data = text.encode(errors="replace")
     if len(data) <= limit:
@@ -104,6 +182,10 @@ class WorkerOptions:
     cpu_only: bool = False  # no GPU: Triton runs in its interpreter
     isolate_network: bool = True
     start_timeout_s: float = 120.0
+    sandbox: bool = True  # False (--no-sandbox): namespaces off, rlimits kept; results say "reduced"
+    policy: SandboxPolicy = field(default_factory=SandboxPolicy)
+    dataset_root: Optional[str] = None  # its blob/ folder is what the worker may read of the dataset
+    hidden: tuple[str, ...] = ()  # paths no bind may expose (the archive)
 
 
 class WorkerProcess:
@@ -113,6 +195,9 @@ class WorkerProcess:
         self.workdir: Optional[Path] = None
         self.environment: dict[str, Any] = {}
         self.isolation_note = ""
+        self.sandbox: Optional[Sandbox] = None
+        self.log: Optional[LogSink] = None
+        self.limit_hit = ""  # the sandbox limit the worker ran into, once it has
 
     # -- life cycle -----------------------------------------------------------------------------------
 
@@ -122,32 +207,55 @@ class WorkerProcess:
 
     def launch(self) -> None:
         """Start the process without waiting for it (it imports torch and friends meanwhile)."""
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"crucible-{self.options.role}-"))
+        o = self.options
         extra = {}
-        if self.options.cpu_only:
+        if o.cpu_only:
             extra.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
-        elif self.options.device_index is not None:
+        elif o.device_index is not None:
             # Index into what this process may see: "2,3" and index 1 mean physical GPU 3.
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-            i = self.options.device_index
+            i = o.device_index
             extra["CUDA_VISIBLE_DEVICES"] = visible[i] if i < len(visible) else str(i)
-        env = scrubbed_environment(extra, home=self.workdir)
+        readable = [str(Path(__file__).resolve().parent)]
+        if o.dataset_root:
+            readable += [str(Path(o.dataset_root) / "blob"), str(Path(o.dataset_root).resolve() / "blob")]
+        self.sandbox = make_sandbox(o.policy, o.role, readable, list(o.hidden), os.environ.get("PYTHONPATH", ""),
+                                    gpu=not o.cpu_only, enabled=o.sandbox, network=not o.isolate_network)
+        self.workdir = self.sandbox.folder
+        env = scrubbed_environment(extra, home=self.sandbox.workdir_inside)
         prefix: tuple[str, ...] = ()
-        self.isolation_note = "network isolation off"
-        if self.options.isolate_network:
-            prefix, self.isolation_note = network_isolation()
+        if self.sandbox.full:
+            self.isolation_note = ("network namespace without interfaces" if o.isolate_network
+                                   else "network isolation off")
+            parent = 1  # the namespace's init: the worker dies with it, and it with the harness
+        else:
+            self.isolation_note = "network isolation off"
+            if o.isolate_network:
+                prefix, self.isolation_note = network_isolation()
+            parent = os.getpid()
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        self.log_path = self.workdir / "worker.log"
-        log = open(self.log_path, "wb")
-        cmd = [*prefix, sys.executable, "-m", "harness.worker", "--role", self.options.role,
-               "--rfd", str(req_r), "--wfd", str(rep_w), "--parent-pid", str(os.getpid())]
-        self.proc = subprocess.Popen(cmd, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, pass_fds=(req_r, rep_w), start_new_session=True)
-        log.close()
-        os.close(req_r)
-        os.close(rep_w)
+        log_r, log_w = os.pipe()
+        cmd = [*prefix, *self.sandbox.command(
+            [sys.executable, "-m", "harness.worker", "--role", o.role, "--rfd", str(req_r), "--wfd", str(rep_w),
+             "--parent-pid", str(parent)])]
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=self.sandbox.folder, stdin=subprocess.DEVNULL,
+                                         stdout=log_w, stderr=log_w, pass_fds=(req_r, rep_w),
+                                         start_new_session=True)
+        finally:
+            for fd in (req_r, rep_w, log_w):
+                os.close(fd)
+        self.log = LogSink(log_r, o.policy.output_bytes, self._output_limit)
         self._w, self._r = req_w, rep_r
+
+    def _output_limit(self) -> None:
+        self.limit_hit = f"output limit ({human_bytes(self.options.policy.output_bytes)} of stdout/stderr) exceeded"
+        self.kill(wait=False)
+
+    @property
+    def sandbox_level(self) -> str:
+        return self.sandbox.level if self.sandbox is not None else "not started"
 
     def wait_ready(self) -> dict[str, Any]:
         """The worker's hello: its environment, once its imports are done."""
@@ -160,33 +268,32 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def log_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size
-        except (OSError, AttributeError):
-            return 0
+        """Start a new log segment (one workload's share); its offset, for ``log_since``."""
+        return self.log.mark() if self.log is not None else 0
 
     def log_since(self, offset: int) -> str:
-        """What the worker printed since ``offset`` (one workload's share of the log)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(offset)
-                return truncate_log(f.read().decode(errors="replace"))
-        except (OSError, AttributeError):
-            return ""
+        """What the worker printed since ``offset`` (its head and tail past LOG_LIMIT)."""
+        return self.log.since(offset) if self.log is not None else ""
 
     def log_text(self) -> str:
-        try:
-            return truncate_log(self.log_path.read_text(errors="replace"))
-        except (OSError, AttributeError):
-            return ""
+        return self.log.text() if self.log is not None else ""
 
-    def kill(self) -> None:
+    def kill(self, wait: bool = True) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self.proc.wait()
+            if wait:
+                self.proc.wait()
+
+    def ended_by(self, code: Optional[int]) -> str:
+        """Why a dead worker ended: the sandbox limit it ran into, else its exit."""
+        reason = self.limit_hit or (self.sandbox.exit_reason(code) if self.sandbox is not None else None)
+        if reason:
+            self.limit_hit = reason
+            return f"sandbox: {reason}"
+        return describe_exit(code)
 
     def stop(self, graceful: bool = True) -> None:
         """End the process (asking it first when ``graceful``) and remove its private folder."""
@@ -204,9 +311,11 @@ class WorkerProcess:
                 except OSError:
                     pass
         self._w = self._r = None
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        if self.log is not None:
+            self.log.wait()
+        if self.sandbox is not None:
+            self.sandbox.close()
+        self.workdir = None
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -216,7 +325,7 @@ class WorkerProcess:
         deadline = time.monotonic() + timeout_s
         try:
             protocol.write_message(self._w, message)
-            return protocol.read_message(self._r, deadline)
+            header, tensors = protocol.read_message(self._r, deadline)
         except protocol.Timeout:
             self.kill()
             raise WorkerTimeout(f"no answer within {timeout_s:.0f} s", self.log_text()) from None
@@ -228,7 +337,10 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
                 code = self.proc.returncode
-            raise WorkerCrashed(f"the worker died ({describe_exit(code)}): {err}", self.log_text()) from None
+            raise WorkerCrashed(f"the worker died ({self.ended_by(code)}): {err}", self.log_text()) from None
+        if not header.get("ok") and isinstance(header.get("error"), str) and self.sandbox is not None:
+            header["error"] = self.sandbox.annotate(header["error"])
+        return header, tensors
 
     def __enter__(self) -> "WorkerProcess":
         self.start()

@@ -302,7 +302,7 @@ def add_artifact(archive: Any, submission_id: int, kind: str, data: Union[bytes,
     from .archive import now
 
     blob = archive.put_blob(data, kind)
-    with archive.db.atomic():
+    with archive.sealed_write(submission_id):  # an artifact added after the verdict is sealed with it
         table = archive.db["artifacts"].insert({"submission_id": submission_id, "kind": kind, "name": name or kind,
                                                 "blob": blob, "created_at": now()})
     return int(table.last_pk)
