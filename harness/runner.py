@@ -293,6 +293,8 @@ class WorkerProcess:
         if reason:
             self.limit_hit = reason
             return f"sandbox: {reason}"
+        if self.sandbox is not None and self.sandbox.full and code is not None and 128 < code < 128 + 65:
+            code = -(code - 128)  # the namespace's init (sh) reports a signal as 128 + its number
         return describe_exit(code)
 
     def stop(self, graceful: bool = True) -> None:
