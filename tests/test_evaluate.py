@@ -142,7 +142,11 @@ def test_worker_environment_is_scrubbed_and_private(session, monkeypatch):
     message = result.workloads[0].message
     assert "PROBE None" in message  # the parent's key (set by conftest) did not reach the worker
     cwd = message.split("PROBE None ")[1].split()[0]
-    assert "crucible-candidate-" in cwd and f" {cwd}" in message  # HOME is the private folder too
+    from harness.sandbox import WORK_INSIDE, probe
+
+    # the private folder: the sandbox's own /tmp/work, or a crucible-candidate-* folder without namespaces
+    assert (cwd == WORK_INSIDE if probe()[0] else "crucible-candidate-" in cwd) and f" {cwd}" in message
+    assert f" {cwd}" in message  # HOME is the private folder too
 
 
 def test_worker_has_no_network_where_the_host_allows_it(session):

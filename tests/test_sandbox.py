@@ -255,7 +255,8 @@ def test_a_fork_bomb_is_bounded_by_the_process_limit(tiny_dataset_root, tmp_path
     seen = outcomes(wr.log)
     assert seen["fork_bomb"].startswith("BLOCKED"), seen
     assert int(seen["fork_bomb"].split("after ")[1].split()[0]) < 48
-    assert wr.status == "PASSED"
+    # its sleeping children hold the budget: on a GPU the kernel's own compile (ptxas) may find none left
+    assert wr.status in ("PASSED", "RUNTIME_ERROR"), wr.message
     assert sandbox_processes_gone()
 
 
