@@ -116,6 +116,7 @@ class Candidate:
     rank: Optional[int] = None
     seal_state: str = ""  # harness.seal: sealed | modified | unsealed | unverifiable ("" when not checked)
     seal_detail: str = ""
+    sandbox: str = ""  # harness.sandbox: "full", "reduced (why)", "" for archives from before the sandbox
 
     @property
     def modified(self) -> bool:
@@ -463,7 +464,8 @@ def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[st
         definition=sub["definition"], author=sub["author"] or "", language=language, status=sub["status"],
         created_at=sub["created_at"] or "", finished_at=sub["finished_at"], message=sub["message"] or "",
         scores=scores, workloads=workloads, sources=sources, artifacts=_artifacts(archive, sub, workloads),
-        hardware=hardware or "", seal_state=seal.state if seal else "", seal_detail=seal.detail if seal else "")
+        hardware=hardware or "", seal_state=seal.state if seal else "", seal_detail=seal.detail if seal else "",
+        sandbox=str(_loads(sub.get("options")).get("sandbox") or ""))
 
 
 def rank_key(c: Candidate) -> tuple:
@@ -731,6 +733,11 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
         notices.append(f"{MODIFIED_WARNING}: submission{'s' if len(modified) > 1 else ''} "
                        f"{', '.join(map(str, modified))} (rows that no longer match the harness's seal; "
                        "never ranked as leaders)")
+    reduced = sorted(c.submission_id for cands in by_definition.values() for c in cands
+                     if c.sandbox.startswith("reduced"))
+    if reduced:
+        notices.append(f"sandbox: reduced for submission{'s' if len(reduced) > 1 else ''} "
+                       f"{', '.join(map(str, reduced))} (the candidate ran without the full sandbox)")
     if definition and not by_definition:
         notices.append(f"the archive has no submissions for definition {definition}")
     sections = []
@@ -1511,9 +1518,13 @@ def _audit_cell(failed: list[tuple[str, str]], audited: bool) -> str:
 
 
 def _seal_warning(c: Candidate) -> str:
-    if not c.modified:
-        return ""
-    return f'<span class="status fail tampered" title="{_esc(c.seal_detail)}">{_esc(MODIFIED_WARNING)}</span>'
+    """The row's trust markers: modified outside the harness, or judged without the full sandbox."""
+    out = ""
+    if c.sandbox.startswith("reduced"):
+        out += f'<span class="status warn" title="{_esc(c.sandbox)}">sandbox: reduced</span>'
+    if c.modified:
+        out += f'<span class="status fail tampered" title="{_esc(c.seal_detail)}">{_esc(MODIFIED_WARNING)}</span>'
+    return out
 
 
 def _slug(s: str) -> str:

@@ -291,6 +291,11 @@ def test_a_host_without_namespaces_degrades_loudly(tiny_dataset_root, tmp_path, 
     row = Archive(tmp_path / "a").submission(result["submission_id"])
     assert row["options"]["sandbox"] == result["sandbox"]
     assert row["environment"]["sandbox"] == result["sandbox"]
+    from harness.report import write_report
+
+    index = write_report(Archive(tmp_path / "a"), tmp_path / "report")
+    html = Path(index).read_text() if Path(index).is_file() else (tmp_path / "report" / "index.html").read_text()
+    assert "sandbox: reduced" in html
     res = runner.invoke(harness_cli, ["submit", str(sol), "--archive", str(tmp_path / "b"), "--dataset",
                                       str(tiny_dataset_root), "-w", "tiny_b2_t40", "--require-sandbox"])
     assert res.exit_code == 2
