@@ -2,8 +2,9 @@
 
 Three layers, each usable alone:
 
-- data: ``gather_report`` reads the archive into plain dataclasses (leaderboards per definition,
-  per-workload results, roofline points, controller rounds); ``diff_submissions`` compares two
+- data: ``gather_report`` reads the archive into plain dataclasses (leaderboards per definition: the
+  promotable solutions ranked by score, the others apart with their reasons, decided by
+  ``harness.leaderboard``; per-workload results, roofline points, controller rounds); ``diff_submissions`` compares two
   solutions (sources and per-workload latency).
 - charts: a ``Chart`` spec rendered to SVG by matplotlib (svg backend) when it is importable, or by a
   small built-in renderer otherwise; both give the same charts with labelled axes and units.
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from . import leaderboard as lb
 from .archive import INTERRUPTED, NO_VERDICT
 from .seal import MODIFIED_WARNING
 
@@ -117,11 +119,34 @@ class Candidate:
     seal_state: str = ""  # harness.seal: sealed | modified | unsealed | unverifiable ("" when not checked)
     seal_detail: str = ""
     sandbox: str = ""  # harness.sandbox: "full", "reduced (why)", "" for archives from before the sandbox
+    static_findings: list[dict[str, Any]] = field(default_factory=list)  # the static gate's, from the options
+    audit_level: str = ""  # "" for archives from before audit levels
+    submission_audits: list[dict[str, Any]] = field(default_factory=list)  # of the whole submission
+    recorded_blockers: list[str] = field(default_factory=list)  # harness.audits.promotion_blockers, as archived
+    recorded_promotable: bool | None = None  # None where the archive predates the verdict
+    scores_partial: dict[str, list[str]] = field(default_factory=dict)  # score key -> workloads left out
 
     @property
     def modified(self) -> bool:
         """Its rows were changed outside the harness (the seal does not match): never a leader."""
         return self.seal_state == "modified"
+
+    @property
+    def blockers(self) -> list[str]:
+        """Why it cannot lead (harness.leaderboard.promotion_reasons); empty: promotable."""
+        return lb.promotion_reasons(self.status, [{"label": w.label, "status": w.status, "audits": w.audits}
+                                                  for w in self.workloads], self.static_findings, self.audit_level,
+                                    self.submission_audits, self.recorded_blockers, self.recorded_promotable,
+                                    self.modified)
+
+    @property
+    def promotable(self) -> bool:
+        return not self.blockers
+
+    @property
+    def audit_summary(self) -> lb.AuditSummary:
+        return lb.audit_summary(self.static_findings, [(w.label, w.audits) for w in self.workloads],
+                                self.submission_audits)
 
     def score(self, key: str = "vs_reference") -> Optional[float]:
         v = self.scores.get(key)
@@ -253,8 +278,18 @@ class DefinitionSection:
     notices: list[str] = field(default_factory=list)
 
     @property
+    def promotable(self) -> list[Candidate]:
+        """The ranked rows."""
+        return [c for c in self.leaderboard if c.promotable]
+
+    @property
+    def not_promotable(self) -> list[Candidate]:
+        return [c for c in self.leaderboard if not c.promotable]
+
+    @property
     def best(self) -> Optional[Candidate]:
-        return next((c for c in self.leaderboard if not c.modified), None)
+        """The top promotable solution: the only one the per-workload table and the plots show."""
+        return next(iter(self.promotable), None)
 
     @property
     def baselines(self) -> list[BaselineRow]:
@@ -457,7 +492,11 @@ def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[st
         else:
             env = _rows(archive.db, "select hardware from environments where id = ?", [sub["environment_id"]])
             hardware = env[0]["hardware"] if env else ""
-    scores = {k: _num(v) for k, v in _loads(sub.get("scores")).items()}
+    raw_scores = _loads(sub.get("scores"))
+    scores = {k: _num(v) for k, v in raw_scores.items() if not isinstance(v, (bool, list, dict))}
+    options = _loads(sub.get("options"))
+    static_gate = options.get("static_gate") if isinstance(options.get("static_gate"), dict) else {}
+    recorded = raw_scores.get("promotion_blockers")
     seal = archive.verify_seal(sub["id"]) if hasattr(archive, "verify_seal") else None
     return Candidate(
         submission_id=sub["id"], solution_hash=sub["solution_hash"], solution_name=sub["solution_name"],
@@ -465,12 +504,18 @@ def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[st
         created_at=sub["created_at"] or "", finished_at=sub["finished_at"], message=sub["message"] or "",
         scores=scores, workloads=workloads, sources=sources, artifacts=_artifacts(archive, sub, workloads),
         hardware=hardware or "", seal_state=seal.state if seal else "", seal_detail=seal.detail if seal else "",
-        sandbox=str(_loads(sub.get("options")).get("sandbox") or ""))
+        sandbox=str(options.get("sandbox") or ""),
+        static_findings=[f for f in static_gate.get("findings") or [] if isinstance(f, dict)],
+        audit_level=str(options.get("audit_level") or ""),
+        submission_audits=[a for a in raw_scores.get("audits") or [] if isinstance(a, dict)],
+        recorded_blockers=[str(b) for b in recorded] if isinstance(recorded, list) else [],
+        recorded_promotable=raw_scores["promotable"] if isinstance(raw_scores.get("promotable"), bool) else None,
+        scores_partial=lb.partial_scores(raw_scores.get("scores_partial")))
 
 
 def rank_key(c: Candidate) -> tuple:
     """Rows modified outside the harness last; then PASSED first, then the official score (mean speedup vs the
-    reference), then vs FlashInfer, newest."""
+    reference), then vs FlashInfer, newest. Applied within the promotable rows and within the others."""
     s = c.score("vs_reference")
     f = c.score("vs_flashinfer_official")
     return (c.modified, c.status != PASSED, -(s if s is not None else -math.inf), -(f if f is not None else -math.inf),
@@ -478,7 +523,8 @@ def rank_key(c: Candidate) -> tuple:
 
 
 def leaderboard(submissions: list[Candidate]) -> list[Candidate]:
-    """One row per solution: its latest finished submission (re-runs are re-measurements), ranked."""
+    """One row per solution: its latest finished submission (re-runs are re-measurements). The promotable ones
+    first, ranked 1, 2, ... by score; then the others, unranked (``rank`` None), whatever they scored."""
     by_solution: dict[str, list[Candidate]] = {}
     for c in submissions:
         by_solution.setdefault(c.solution_hash, []).append(c)
@@ -494,10 +540,12 @@ def leaderboard(submissions: list[Candidate]) -> list[Candidate]:
                 if kind not in latest.artifacts:
                     latest.artifacts[kind] = replace(art, title=f"{art.title} (submission {other.submission_id})")
         rows.append(latest)
-    rows.sort(key=rank_key)
-    for i, c in enumerate(rows, 1):
+    ranked, others = lb.split_ranked(rows, lambda c: c.promotable, rank_key)
+    for i, c in enumerate(ranked, 1):
         c.rank = i
-    return rows
+    for c in others:
+        c.rank = None
+    return ranked + others
 
 
 # -- costs, ceilings and the roofline -----------------------------------------------------------------------
@@ -744,13 +792,17 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
     for name in names:
         cands = by_definition[name]
         board = leaderboard(cands)
-        order: dict[str, str] = {}
-        for c in sorted(cands, key=lambda c: (c is not board[0], c.submission_id)):
-            for w in c.workloads:
-                order.setdefault(w.uuid, w.label)
-        section = DefinitionSection(name=name, leaderboard=board, submissions=cands, workloads=list(order.items()),
+        section = DefinitionSection(name=name, leaderboard=board, submissions=cands, workloads=[],
                                     roofline=None, runs=grouped_rounds.get(name, {}))
         best = section.best
+        order: dict[str, str] = {}
+        for c in sorted(cands, key=lambda c: (c is not (best or board[0]), c.submission_id)):
+            for w in c.workloads:
+                order.setdefault(w.uuid, w.label)
+        section.workloads = list(order.items())
+        if best is None:
+            section.notices.append(f"no promotable solution ({len(board)} not promotable, reasons in their table): "
+                                   "no per-workload table, FlashInfer rows or plots")
         if best is not None and any(w.status == PASSED and w.timed_ms for w in best.workloads):
             env = {}
             sub_env = next((s.get("environment_id") for s in subs if s["id"] == best.submission_id), None)
@@ -759,10 +811,10 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
             ceil = ceilings or load_ceilings(archive.folder, str(env.get("device_name", "")), str(env.get("uuid", "")))
             costs = dataset_costs(dataset, name) if dataset is not None else {}
             section.roofline = build_roofline(best, costs, ceil)
+        elif not any(w.latency_ms for c in cands for w in c.workloads):
+            section.notices.append("no timed results: evaluated without a GPU (correctness only)")
         elif best is not None:
-            timed = any(w.latency_ms for c in cands for w in c.workloads)
-            section.notices.append("no timed results: evaluated without a GPU (correctness only)" if not timed
-                                   else "the leading solution has no timed workload")
+            section.notices.append("the leading solution has no timed workload")
         if best is not None and any(w.status == PASSED for w in best.workloads) and not any(
                 w.fi_official_ms for w in best.workloads):
             section.notices.append("no FlashInfer baselines recorded for the leading solution")
@@ -1453,7 +1505,18 @@ tr.lead td { font-weight: 600; }
 .status.fail { color: var(--bad); background: #fdecea; }
 .good { color: var(--ok); } .bad { color: var(--bad); } .warn { color: var(--warn); }
 .links a, .links span { margin-right: 8px; white-space: nowrap; display: inline-block; }
-.links span.none { color: #b0b3bd; } td.links-cell { min-width: 180px; max-width: 260px; }
+.links span.none { color: #b0b3bd; } td.links-cell { min-width: 250px; max-width: 320px; }
+td.text { min-width: 14em; max-width: 26em; } td.reasons { min-width: 18em; max-width: 30em; }
+.clamp { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 2; line-clamp: 2; overflow: hidden;
+         overflow-wrap: anywhere; }
+.line { display: block; max-width: 18em; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+.clamp[title], .line[title] { cursor: help; } .reason { color: var(--bad); } .reason + .reason { margin-top: 3px; }
+.partial { font-size: 11px; color: var(--warn); border: 1px solid #e3b341; border-radius: 3px; padding: 0 3px;
+           margin-left: 4px; cursor: help; }
+td.detail { min-width: 20em; overflow-wrap: anywhere; }
+table.workloads th { white-space: normal; vertical-align: bottom; } table.workloads td:first-child { white-space: nowrap; }
+table.not-promotable tbody tr { background: #fdf7f6; } table.not-promotable tbody tr:hover { background: #f7ecea; }
+table.not-promotable td.links-cell { min-width: 190px; }
 .scroll { overflow-x: auto; max-width: 100%; } .sub { display: block; color: var(--muted); font-size: 12px; }
 figure.chart { margin: 10px 0 18px; padding: 8px; border: 1px solid var(--line); border-radius: 6px; background: #fff;
                display: inline-block; max-width: 100%; vertical-align: top; }
@@ -1492,11 +1555,44 @@ def _status(s: str) -> str:
     return f'<span class="status {cls}">{_esc(s)}</span>'
 
 
-def _speed(x: Optional[float]) -> str:
+def _speed(x: Optional[float], muted: bool = False) -> str:
+    """A speedup, green from 1x up, red under; grey (``muted``) where it ranks nothing."""
     if x is None:
         return "–"
-    cls = "good" if x >= 1 else "bad"
+    cls = "muted" if muted else "good" if x >= 1 else "bad"
     return f'<span class="{cls}">{fmt_x(x)}</span>'
+
+
+SCORE_NAMES = {"vs_reference": "score vs reference", "vs_flashinfer_official": "vs FlashInfer official",
+               "vs_flashinfer_kernel": "vs FlashInfer kernel"}
+
+
+def _score(c: Candidate, key: str, muted: bool = False) -> str:
+    """The score, marked "partial" where its baseline left workloads out (named in the tooltip)."""
+    out = _speed(c.score(key), muted)
+    missing = c.scores_partial.get(key)
+    if missing:
+        tip = (f"partial: {SCORE_NAMES.get(key, key)} leaves out {len(missing)} workload"
+               f"{'s' * (len(missing) != 1)} its baseline did not cover: {', '.join(missing)}")
+        out += f'<span class="partial" title="{_esc(tip)}">partial</span>'
+    return out
+
+
+def _partial_notice(rows: list[Candidate]) -> str:
+    lines = [f"{c.solution_name}: {SCORE_NAMES.get(k, k)} over {len(c.evaluated) - len(m)} of {len(c.evaluated)} "
+             f"workloads (no baseline for {lb.clip(', '.join(m), 200)})"
+             for c in rows for k, m in c.scores_partial.items()]
+    if not lines:
+        return ""
+    return ('<div class="notice partial-scores">Partial scores, each a mean over the workloads its baseline covered: '
+            + "; ".join(_esc(x) for x in lines) + "</div>")
+
+
+def _clamp(text: str, full: str = "", cls: str = "", one_line: bool = False) -> str:
+    """Text cut to two lines (or one, ending in an ellipsis) in its cell; the whole of it (``full``) in the tooltip.
+    A cell never grows taller than that, whatever it holds (long messages, kernel names without a space)."""
+    title = f' title="{_esc(full)}"' if full and full != text else ""
+    return f'<span class="{"line" if one_line else "clamp"} {cls}"{title}>{_esc(text)}</span>'
 
 
 def _th(label: str, tip: str = "", num: bool = False) -> str:
@@ -1509,12 +1605,37 @@ def _td(content: str, num: bool = False) -> str:
     return f'<td class="num">{content}</td>' if num else f"<td>{content}</td>"
 
 
-def _audit_cell(failed: list[tuple[str, str]], audited: bool) -> str:
-    if failed:
-        names = sorted({n for _, n in failed})
-        detail = "; ".join(f"{l}: {n}" for l, n in failed[:12])
-        return f'<span class="bad" title="{_esc(detail)}">{len(failed)} failed ({_esc(", ".join(names))})</span>'
-    return '<span class="good">clean</span>' if audited else '<span class="muted">–</span>'
+def _audit_cell(summary: lb.AuditSummary, static_findings: Sequence[dict[str, Any]] = (), one_line: bool = False) -> str:
+    """Static-gate errors and failed runtime audits, counted ("clean" only with neither); each one in the tooltip."""
+    if summary.static_errors or summary.failed:
+        lines = [f"static gate error {f.get('rule', '?')} at {f.get('path', '?')}:{f.get('line', '?')}: "
+                 f"{f.get('message', '')}" for f in lb.static_errors(static_findings)]
+        lines += [f"{where}: {name} failed: {detail}" for where, name, detail in summary.failed[:20]]
+        if len(summary.failed) > 20:
+            lines.append(f"... {len(summary.failed) - 20} more")
+        return _clamp(summary.text(), "\n".join(lb.clip(x, 300) for x in lines), "bad", one_line)
+    if summary.clean:
+        warn = f" ({summary.static_warnings} static warning{'s' * (summary.static_warnings != 1)})" \
+            if summary.static_warnings else ""
+        return f'<span class="good">clean</span><span class="muted">{warn}</span>'
+    return '<span class="muted">–</span>'
+
+
+def _reasons_cell(c: Candidate, shown: int = 2) -> str:
+    """The first reasons a solution is not promotable, each cut to two lines; all of them in the tooltip."""
+    reasons = c.blockers
+    full = "\n".join(lb.clip(r, 300) for r in reasons)
+    out = "".join(_clamp(lb.clip(r), full, "reason") for r in reasons[:shown])
+    if len(reasons) > shown:
+        out += f'<span class="muted" title="{_esc(full)}">+{len(reasons) - shown} more</span>'
+    return out
+
+
+def _promotable_mark(c: Candidate) -> str:
+    reasons = c.blockers
+    if not reasons:
+        return '<span class="good">yes</span>'
+    return f'<span class="bad" title="{_esc(chr(10).join(lb.clip(r, 300) for r in reasons))}">no</span>'
 
 
 def _seal_warning(c: Candidate) -> str:
@@ -1581,7 +1702,7 @@ LEADERBOARD_COLS = [
     ("vs FI official", "mean speedup vs FlashInfer timed as the contest does (plan() inside the timed call)", True),
     ("vs FI kernel", "mean speedup vs FlashInfer's kernels alone (plan() in setup)", True),
     ("% of floor", "mean over passed workloads of roofline floor / latency (100% = hardware limit)", True),
-    ("audits", "input mutation, output aliasing, roofline plausibility", False),
+    ("audits", "static-gate error findings and failed runtime audits (clean: neither)", False),
     ("runs", "submissions of this solution (the latest is shown)", True), ("submission", "", True),
     ("links", "", False),
 ]
@@ -1598,30 +1719,57 @@ def _baseline_row(b: BaselineRow, leader: Candidate) -> str:
     return f'<tr class="baseline">{"".join(cells)}</tr>'
 
 
+def _solution_cell(c: Candidate) -> str:
+    return _td(f'<a href="{c.page}">{_esc(c.solution_name)}</a>'
+               f'<span class="sub">{_esc(", ".join(x for x in (c.language, c.author) if x))}</span>')
+
+
 def _leaderboard_table(section: DefinitionSection) -> str:
+    """The promotable solutions, ranked by score, with FlashInfer's rows where its score would rank it."""
     head = "".join(_th(n, t, num) for n, t, num in LEADERBOARD_COLS)
     rows = []
+    leader = section.best
     # FlashInfer's rows go where its score would rank it, so a reader sees which candidates beat it.
     pending = sorted(section.baselines, key=lambda b: -(b.vs_reference or 0.0))
-    for c in section.leaderboard:
-        while pending and (c.status != PASSED or c.modified
-                           or (c.score("vs_reference") or 0.0) < (pending[0].vs_reference or 0.0)):
-            rows.append(_baseline_row(pending.pop(0), section.leaderboard[0]))
+    for c in section.promotable:
+        while pending and (c.score("vs_reference") or 0.0) < (pending[0].vs_reference or 0.0):
+            rows.append(_baseline_row(pending.pop(0), leader))
         cells = [
-            _td(str(c.rank), True),
-            _td(f'<a href="{c.page}">{_esc(c.solution_name)}</a>'
-                f'<span class="sub">{_esc(", ".join(x for x in (c.language, c.author) if x))}</span>'),
-            _td(_status(c.status) + _seal_warning(c)),
+            _td(str(c.rank), True), _solution_cell(c), _td(_status(c.status) + _seal_warning(c)),
             _td(f"{c.passed}/{len(c.evaluated)}", True),
-            _td(_speed(c.score("vs_reference")), True), _td(_speed(c.score("vs_flashinfer_official")), True),
-            _td(_speed(c.score("vs_flashinfer_kernel")), True), _td(fmt_pct(c.mean_fraction_of_floor), True),
-            _td(_audit_cell(c.failed_audits, c.audited)), _td(str(c.runs), True),
+            *(_td(_score(c, k), True) for k in SCORE_KEYS), _td(fmt_pct(c.mean_fraction_of_floor), True),
+            f'<td class="text">{_audit_cell(c.audit_summary, c.static_findings)}</td>', _td(str(c.runs), True),
             _td(f'<a href="{c.page}">{c.submission_id}</a>', True), f'<td class="links-cell">{_links(c)}</td>',
         ]
-        cls = "modified" if c.modified else "lead" if c.rank == 1 else ""
-        rows.append(f'<tr class="{cls}">{"".join(cells)}</tr>')
-    rows.extend(_baseline_row(b, section.leaderboard[0]) for b in pending)
+        rows.append(f'<tr class="{"lead" if c.rank == 1 else ""}">{"".join(cells)}</tr>')
+    rows.extend(_baseline_row(b, leader) for b in pending)
     return (f'<div class="scroll"><table class="leaderboard"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+NOT_PROMOTABLE_COLS = [
+    ("solution", "language, author", False), ("status", "", False), ("workloads", "passed / evaluated", True),
+    ("score", "mean speedup vs the Python reference, as measured; it ranks nothing here", True),
+    ("vs FI official", "", True), ("audits", "static-gate error findings and failed runtime audits", False),
+    ("why not promotable", "the first reasons; every one in the tooltip and on the solution's page", False),
+    ("submission", "", True), ("links", "", False),
+]
+
+
+def _not_promotable_table(section: DefinitionSection) -> str:
+    """Solutions that may not lead, whatever they scored, each with the first reasons why (scores in grey)."""
+    head = "".join(_th(n, t, num) for n, t, num in NOT_PROMOTABLE_COLS)
+    rows = []
+    for c in section.not_promotable:
+        cells = [
+            _solution_cell(c), _td(_status(c.status) + _seal_warning(c)), _td(f"{c.passed}/{len(c.evaluated)}", True),
+            *(_td(_score(c, k, muted=True), True) for k in ("vs_reference", "vs_flashinfer_official")),
+            f'<td class="text">{_audit_cell(c.audit_summary, c.static_findings)}</td>',
+            f'<td class="reasons">{_reasons_cell(c)}</td>',
+            _td(f'<a href="{c.page}">{c.submission_id}</a>', True), f'<td class="links-cell">{_links(c)}</td>',
+        ]
+        rows.append(f'<tr class="{"modified" if c.modified else ""}">{"".join(cells)}</tr>')
+    return (f'<div class="scroll"><table class="not-promotable"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
@@ -1641,9 +1789,10 @@ def _workload_table(c: Candidate, log_hrefs: Optional[dict[int, str]] = None) ->
     head = "".join(_th(n, t, num) for n, t, num in WORKLOAD_COLS)
     rows = []
     for w in c.workloads:
-        note = (w.message or w.timing_note).split("\n")[0][:160]
+        full_note = (w.message or w.timing_note).strip()
         if w.throttled:
-            note = note or "GPU throttled"
+            full_note = full_note or "GPU throttled"
+        note = lb.clip(full_note.split("\n")[0])
         label = _esc(w.label)
         if log_hrefs and w.evaluation_id in log_hrefs:
             label += f' <a class="muted" href="{log_hrefs[w.evaluation_id]}">log</a>'
@@ -1653,8 +1802,8 @@ def _workload_table(c: Candidate, log_hrefs: Optional[dict[int, str]] = None) ->
                  _td(_speed(w.speedup_vs_reference), True), _td(_speed(w.speedup_vs_fi_official), True),
                  _td(_speed(w.speedup_vs_fi_kernel), True), _td(fmt_pct(w.fraction_of_floor), True),
                  _td("–" if w.max_absolute_error is None else f"{w.max_absolute_error:.3g}", True),
-                 _td(_audit_cell([(w.label, a.get("name", "?")) for a in w.failed_audits], bool(w.audits))),
-                 _td(f'<span class="{"warn" if w.throttled else "muted"}">{_esc(note)}</span>')]
+                 _td(_audit_cell(lb.audit_summary([], [(w.label, w.audits)]), one_line=True)),
+                 _td(_clamp(note, full_note, "warn" if w.throttled else "muted", one_line=True))]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return (f'<div class="scroll"><table class="workloads"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
@@ -1689,14 +1838,23 @@ def _section_html(s: DefinitionSection, backend: str) -> str:
     for n in s.notices:
         out.append(f'<div class="notice">{_esc(n)}</div>')
     out.append("<h3>Leaderboard</h3>")
-    out.append(_leaderboard_table(s))
+    if s.promotable:
+        out.append(_leaderboard_table(s))
+    else:
+        out.append('<p class="empty">no promotable solution</p>')
     out.append('<p class="legend-note">Speedup = baseline latency / candidate latency (above 1× is faster). '
-               f"Scores are the {SCORE_TIP}. Each solution's latest finished submission is ranked, by status, "
-               "then score.</p>")
+               f"Scores are the {SCORE_TIP}. Each solution's latest finished submission counts; only promotable "
+               "ones (every workload PASSED, no failed audit, no static-gate error, rows as the harness sealed "
+               "them) are ranked, by score. The others are listed below, unranked, whatever they scored.</p>")
+    out.append(_partial_notice(s.leaderboard))
+    if s.not_promotable:
+        out.append(f'<h3 id="{anchor}-not-promotable">Not promotable <span class="muted">'
+                   f"({len(s.not_promotable)})</span></h3>")
+        out.append(_not_promotable_table(s))
     best = s.best
     if best is not None:
         out.append(f'<h3>Per workload: <a href="{best.page}">{_esc(best.solution_name)}</a> '
-                   f'<span class="muted">(submission {best.submission_id}, rank 1)</span></h3>')
+                   f'<span class="muted">(submission {best.submission_id}, rank 1 of the promotable)</span></h3>')
         out.append(_workload_table(best))
         charts = []
         lat = latency_chart(best)
@@ -1729,11 +1887,14 @@ def _section_html(s: DefinitionSection, backend: str) -> str:
         rows = "".join(
             "<tr>" + _td(f'<a href="{c.page}">{c.submission_id}</a>', True) + _td(_esc(c.solution_name))
             + _td(_status(c.status)) + _td(f"{c.passed}/{len(c.evaluated)}", True)
-            + _td(_speed(c.score("vs_reference")), True) + _td(_speed(c.score("vs_flashinfer_official")), True)
-            + _td(_esc(c.created_at[:19].replace("T", " "))) + _td(_esc(c.hardware)) + "</tr>" for c in s.submissions)
+            + _td(_score(c, "vs_reference", not c.promotable), True)
+            + _td(_score(c, "vs_flashinfer_official", not c.promotable), True)
+            + _td(_promotable_mark(c)) + _td(_esc(c.created_at[:19].replace("T", " "))) + _td(_esc(c.hardware))
+            + "</tr>" for c in s.submissions)
         head = "".join(_th(n, "", num) for n, num in (("submission", True), ("solution", False), ("status", False),
                                                         ("workloads", True), ("score", True), ("vs FI official", True),
-                                                        ("created (UTC)", False), ("hardware", False)))
+                                                        ("promotable", False), ("created (UTC)", False),
+                                                        ("hardware", False)))
         out.append(f"<details><summary>All {len(s.submissions)} submissions</summary>"
                    f'<table class="submissions"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></details>')
     out.append("</section>")
@@ -1765,15 +1926,25 @@ def _candidate_page(c: Candidate, w: _Writer, backend: str) -> str:
             ("language", _esc(c.language)),
             ("solution hash", f"<code>{_esc(c.solution_hash)}</code>"), ("hardware", _esc(c.hardware or "–")),
             ("created", _esc(c.created_at)), ("finished", _esc(c.finished_at or "(not finished)")),
-            ("score vs reference", _speed(c.score("vs_reference"))),
-            ("score vs FlashInfer official", _speed(c.score("vs_flashinfer_official"))),
-            ("score vs FlashInfer kernel", _speed(c.score("vs_flashinfer_kernel"))),
+            ("score vs reference", _score(c, "vs_reference", not c.promotable)),
+            ("score vs FlashInfer official", _score(c, "vs_flashinfer_official", not c.promotable)),
+            ("score vs FlashInfer kernel", _score(c, "vs_flashinfer_kernel", not c.promotable)),
             ("mean % of floor", fmt_pct(c.mean_fraction_of_floor)),
-            ("audits", _audit_cell(c.failed_audits, c.audited)),
+            ("promotable", _promotable_mark(c) if c.promotable else
+             '<span class="bad">no</span><ul class="reasons">'
+             + "".join(f"<li>{_esc(r)}</li>" for r in c.blockers) + "</ul>"),
+            ("audits", _audit_cell(c.audit_summary, c.static_findings)),
             ("files", _links(c, "../").replace(f'../{c.page}#source', "#source")),
         ]) + "</dl>")
     if c.modified:
         body.append(f'<div class="notice tampered">{_esc(MODIFIED_WARNING)}: {_esc(c.seal_detail)}</div>')
+    if not c.promotable:
+        n = len(c.blockers)
+        body.append(f'<div class="notice tampered">Not promotable ({n} reason{"s" * (n != 1)} above): ranked nowhere, '
+                    "whatever it scored; the figures below are its own.</div>")
+    partial = _partial_notice([c])
+    if partial:
+        body.append(partial)
     if c.message:
         body.append(f'<div class="notice">{_esc(c.message)}</div>')
     body.append("<h3>Workloads</h3>")
@@ -1781,11 +1952,20 @@ def _candidate_page(c: Candidate, w: _Writer, backend: str) -> str:
     lat = latency_chart(c)
     if lat is not None:
         body.append('<div class="charts">' + _figure(lat, backend) + "</div>")
-    audits = [(wl.label, a) for wl in c.workloads for a in wl.audits]
+    audits = [("submission", a) for a in c.submission_audits] + [(wl.label, a) for wl in c.workloads for a in wl.audits]
+    if c.static_findings:
+        rows = "".join(f"<tr><td>{_esc(f.get('severity', '?'))}</td><td>{_esc(f.get('rule', '?'))}</td>"
+                       f"<td>{_esc(f.get('path', '?'))}:{_esc(f.get('line', '?'))}</td>"
+                       f'<td class="detail">{_esc(f.get("message", ""))}</td></tr>' for f in c.static_findings)
+        errors = len(lb.static_errors(c.static_findings))
+        body.append(f"<details{' open' if errors else ''}><summary>Static gate ({errors} error"
+                    f"{'s' * (errors != 1)}, {len(c.static_findings) - errors} other)</summary><table><thead><tr>"
+                    "<th>severity</th><th>rule</th><th>where</th><th>finding</th></tr></thead>"
+                    f"<tbody>{rows}</tbody></table></details>")
     if audits:
         rows = "".join(f"<tr><td>{_esc(l)}</td><td>{_esc(a.get('name', '?'))}</td>"
                        f"<td>{'<span class=good>passed</span>' if a.get('passed') else '<span class=bad>FAILED</span>'}"
-                       f"</td><td>{_esc(a.get('detail', ''))}</td></tr>" for l, a in audits)
+                       f'</td><td class="detail">{_esc(a.get("detail", ""))}</td></tr>' for l, a in audits)
         body.append(f"<details><summary>Audits ({len(audits)})</summary><table><thead><tr><th>workload</th><th>audit"
                     f"</th><th>result</th><th>detail</th></tr></thead><tbody>{rows}</tbody></table></details>")
     body.append(f'<h3 id="source">Source</h3><p class="links">{"".join(src_links) or "(none recorded)"}</p>')

@@ -113,12 +113,16 @@ def _costs(definition: str) -> dict[str, float]:
     return {u: b for u, (b, _) in dataset_costs(Dataset(DEFINITIONS), definition).items()}
 
 
-def _submit(archive: Archive, env: str, sol: dict, definition: str, results: dict[str, dict]) -> int:
-    """Archive one submission the way Session._record does: evaluations with extra, samples, scores."""
+def _submit(archive: Archive, env: str, sol: dict, definition: str, results: dict[str, dict],
+            options: dict | None = None, scores: dict | None = None) -> int:
+    """Archive one submission the way Session._record does: evaluations with extra, samples, scores.
+
+    A result's "audits" replaces the clean audits of a PASSED workload; ``options`` and ``scores`` are added to the
+    submission's options (the static gate's findings, the audit level) and scores (promotable, its blockers)."""
     h = parse_model(Solution, sol, sol["name"]).content_hash
     archive.put_solution(sol, h)
     sub = archive.start_submission(h, sol["name"], definition, sol["author"],
-                                   {"workloads": list(results), "timeout_s": 300, "gpu": True}, env)
+                                   {"workloads": list(results), "timeout_s": 300, "gpu": True, **(options or {})}, env)
     wrs = []
     for uuid, r in results.items():
         wr = WorkloadResult(uuid, r["label"], r["status"], message=r.get("message", ""), log=r.get("log", ""))
@@ -138,6 +142,7 @@ def _submit(archive: Archive, env: str, sol: dict, definition: str, results: dic
                          {"name": "roofline_plausibility", "passed": True,
                           "detail": f"floor {wr.floor_ms:.6g} ms (memory bound); latency {lat:.6g} ms = "
                                     f"{wr.fraction_of_floor:.1%} of roofline"}]
+            wr.audits = r.get("audits", wr.audits)
             wr.timing = [{"backend": "cupti", "aligned": True, "median_ms": lat * f, "samples_ms": [lat * f] * 5}
                          for f in (0.998, 1.0, 1.002)]
         elif r["status"] == "INCORRECT_NUMERICAL":
@@ -160,7 +165,7 @@ def _submit(archive: Archive, env: str, sol: dict, definition: str, results: dic
             "environment_id": env, "started_at": None, "finished_at": archive_mod.now()}, timing)
         wrs.append(wr)
     status = next((w.status for w in wrs if w.status != "PASSED"), "PASSED")
-    archive.finish_submission(sub, status, "", definition_scores(wrs))
+    archive.finish_submission(sub, status, "", {**definition_scores(wrs), **(scores or {})})
     return sub
 
 
@@ -322,7 +327,55 @@ def build_h200_archive(folder: Path, controller: bool = True) -> dict:
         rounds.append({"definition": KV8_PS1, "run": RUN, "round": rnd, "best_latency_ms": round_best[0],
                        "spend_usd": SPEND[rnd], "candidates": len(made), "best_solution": round_best[1],
                        "metric": "mean over 14 workloads"})
-    return {"archive": archive, "ids": ids, "rounds": rounds}
+    return {"archive": archive, "ids": ids, "rounds": rounds, "env": env}
+
+
+CHEAT_SCORE = 8420.0  # vs the reference: what a call-counting candidate scores when the timer only sees replays
+STATIC_ERRORS = [
+    {"rule": "call_counting", "severity": "error", "path": "kernel.py", "line": 41,
+     "message": "a module-level counter changes what the entry point does after N calls"},
+    {"rule": "global_state", "severity": "error", "path": "kernel.py", "line": 12,
+     "message": "module-level mutable state: _cache = {}"},
+    {"rule": "long_line", "severity": "warning", "path": "kernel.py", "line": 3, "message": "style"},
+]
+# An attribution detail as the harness writes it: kernel names are long unbroken strings.
+LONG_DETAIL = ("fallback: 0.3% of GPU time in the candidate's kernels; elsewhere: void_at::native::vectorized_elementwise"
+               "_kernel<4,at::native::FillFunctor<c10::BFloat16>,std::array<char*,1ul>> 99.7%")
+
+
+def add_flagged_submissions(archive: Archive, env: str) -> dict[str, int]:
+    """Two submissions the harness would never promote, on the kv8 definition, scored above every honest one:
+    ``cheat_call_counting`` (8420x vs the reference, fresh-input recheck and attribution failed on 13 of 14
+    workloads, two static-gate errors) and ``cheat_static_only`` (80x, every runtime audit clean, the same two
+    static-gate errors). Their scores carry promotable/promotion_blockers as Session.submit writes them."""
+    from harness.audits import promotion_blockers
+
+    kv8 = _labels(KV8_PS1)
+    costs = _costs(KV8_PS1)
+    base = _solution(EXAMPLES / "triton_gqa_decode" / "solutions" / f"{KV8_PS1}.json")
+    ids = {}
+    for name, score, cheat in (("cheat_call_counting", CHEAT_SCORE, True), ("cheat_static_only", 80.0, False)):
+        sol = _solution(EXAMPLES / "triton_gqa_decode" / "solutions" / f"{KV8_PS1}.json", name,
+                        ("BLOCK_N=64", f"BLOCK_N=64  # {name}"))
+        assert sol["sources"] != base["sources"]
+        results = {}
+        for i, (u, l) in enumerate(kv8):
+            ref_ms = H200_TRITON[l][0] * H200_TRITON[l][1]
+            r = _passed(l, ref_ms / score, H200_TRITON[l], costs[u] / READ_BW * 1e3)
+            if cheat and i:  # the first call is honest; the timer's repeats are replays
+                r["audits"] = [{"name": "input_mutation", "passed": True, "detail": "inputs unchanged"},
+                               {"name": "fresh_input_recheck", "passed": False,
+                                "detail": "2 of 3 recheck calls wrong; first on fresh inputs with NaN-poisoned outputs: "
+                                          "output 0 is NaN (signs of replay, skip-if-written or call counting)"},
+                               {"name": "attribution", "passed": False, "detail": LONG_DETAIL}]
+            results[u] = r
+        audits_by_label = {r["label"]: r.get("audits", []) for r in results.values()}
+        blockers = promotion_blockers([{"label": l, "status": "PASSED", "audits": audits_by_label[l]} for _, l in kv8],
+                                      STATIC_ERRORS)
+        ids[name] = _submit(archive, env, sol, KV8_PS1, results,
+                            options={"audit_level": "fast", "static_gate": {"passed": False, "findings": STATIC_ERRORS}},
+                            scores={"promotable": False, "promotion_blockers": blockers, "audits": []})
+    return ids
 
 
 def _profile(archive: Archive, sub: int, sol: dict, kv8: list[tuple[str, str]]) -> None:
@@ -645,7 +698,9 @@ def test_report_of_an_empty_archive_and_a_cpu_run(tmp_path):
     data = gather_report(a)
     assert data.sections[0].roofline is None
     page = write_report(a, tmp_path / "r2", data=data, backend="builtin").read_text()
-    assert "no timed workloads to plot" in page and "no controller runs" in page
+    # nothing evaluated: not promotable, so no per-workload table or plot; the reason is on its row
+    assert "no promotable solution" in page and "no workload was evaluated" in page
+    assert "no timed results" in page and "no controller runs" in page and 'data-chart="' not in page
 
 
 def test_a_re_measurement_links_its_solutions_sass_and_logs():
@@ -665,3 +720,95 @@ def test_a_re_measurement_links_its_solutions_sass_and_logs():
     assert row.artifacts["sass"].blob == "b1" and row.artifacts["sass"].title == "SASS summary (submission 1)"
     assert row.artifacts["transcript"].title == "generation transcript"  # its own stays as it was
     assert set(row.artifacts) == {"sass", "build_log", "transcript"}
+
+
+# -- who may lead -------------------------------------------------------------------------------------------------
+
+
+def _table(page: str, cls: str, start: int = 0) -> str:
+    """The first <table class="cls"> at or after ``start``, as text."""
+    at = page.index(f'<table class="{cls}">', start)
+    return page[at:page.index("</table>", at)]
+
+
+def _row(table: str, name: str) -> str:
+    return next(r for r in table.split("<tr") if f">{name}</a>" in r)
+
+
+def test_a_flagged_solution_never_outranks_a_promotable_one(h200, tmp_path):
+    """A call-counting cheat scores 8420x with two static-gate errors and failed audits on 13 workloads, and one
+    with static-gate errors alone scores 80x: both above every honest solution. Neither is ranked, neither leads,
+    neither is plotted; each is listed under "Not promotable" with its reasons and its error count."""
+    from harness.dataset import Dataset
+    from harness.report import gather_report, write_report
+
+    flagged = add_flagged_submissions(h200["archive"], h200["env"])
+    data = gather_report(h200["archive"], dataset=Dataset(DEFINITIONS))
+    kv8 = next(s for s in data.sections if s.name == KV8_PS1)
+    honest = [c.solution_name for c in kv8.promotable]
+    assert honest == ["ctl_r3_splitk", "ctl_r2_block128", "ctl_r1_stages3", "triton_gqa_decode"]
+    assert [c.rank for c in kv8.promotable] == [1, 2, 3, 4]
+    assert max(c.score("vs_reference") for c in kv8.promotable) < 80.0  # the flagged ones scored more
+    assert kv8.best.solution_name == "ctl_r3_splitk"
+    others = {c.solution_name: c for c in kv8.not_promotable}
+    assert set(flagged) <= set(others) and all(c.rank is None for c in others.values())
+    assert kv8.leaderboard == kv8.promotable + kv8.not_promotable
+    cheat, static_only = others["cheat_call_counting"], others["cheat_static_only"]
+    assert cheat.score("vs_reference") == pytest.approx(CHEAT_SCORE)
+    assert cheat.blockers[:2] == ["static gate: 2 error findings, first call_counting at kernel.py:41",
+                                  ("audit fresh_input_recheck failed on 13 of 14 workloads (uniform_b1_kv2048, "
+                                   "uniform_b1_kv8192, uniform_b16_kv512, ...)")]
+    assert static_only.blockers == ["static gate: 2 error findings, first call_counting at kernel.py:41"]
+    assert static_only.audit_summary.text() == "2 static-gate errors"
+    assert cheat.audit_summary.text() == "2 static-gate errors, 26 failed audits (attribution, fresh_input_recheck)"
+    # the roofline is the leader's: nothing faster than the memory ceiling
+    assert all(p.bytes_per_s <= READ_BW for p in kv8.roofline.points)
+
+    page = write_report(h200["archive"], tmp_path / "r", data=data, backend="builtin").read_text()
+    section = page[page.index(f'<section class="definition" id="{KV8_PS1}">'):]
+    section = section[:section.index("</section>")]
+    board = _table(section, "leaderboard")
+    assert "cheat_" not in board
+    assert board.count('<tr class="baseline">') == 2  # FlashInfer still ranked among the promotable
+    assert re.search(r'<tr class="lead">.{0,300}>ctl_r3_splitk<', board, re.DOTALL)
+    below = section.index('>Not promotable <')
+    assert all(section.index(f">{n}</a>") < below for n in honest)
+    rest = _table(section, "not-promotable")
+    assert section.index(rest) > below
+    row = _row(rest, "cheat_call_counting")
+    assert "2 static-gate errors, 26 failed audits" in row and "clean" not in row
+    assert "static gate: 2 error findings" in row and "audit fresh_input_recheck failed on 13 of 14" in row
+    row = _row(rest, "cheat_static_only")
+    assert "2 static-gate errors" in row and "clean" not in row and "static gate: 2 error findings" in row
+    figures = re.findall(r'<figure class="chart" data-chart="([^"]+)">(.*?)</figure>', section, re.DOTALL)
+    assert {k for k, _ in figures} >= {"latency", "roofline", "bandwidth"}
+    assert all("cheat_" not in svg for _, svg in figures)
+    assert "ctl_r3_splitk" in dict(figures)["bandwidth"]
+    # its own page says why, and lists the static gate's findings
+    own = (tmp_path / "r" / f"candidates/sub-{flagged['cheat_call_counting']}.html").read_text()
+    assert "Not promotable (3 reasons above)" in own and "call_counting" in own and "global_state" in own
+
+
+def test_a_partial_score_is_marked_with_the_workloads_left_out(tmp_path):
+    from harness.report import gather_report, write_report
+
+    a = Archive(tmp_path / "a")
+    env = a.put_environment({"host": "h200-node-1", "hardware": "NVIDIA H200"})
+    kv8 = [(u, l) for u, l in _labels(KV8_PS1) if l in ("uniform_b1_kv512", "skewed_b64", "uniform_b64_kv2048")]
+    results = {u: _passed(l, H200_TRITON[l][0], H200_TRITON[l], 0.01) for u, l in kv8}
+    sol = _solution(EXAMPLES / "triton_gqa_decode" / "solutions" / f"{KV8_PS1}.json")
+    partial = _submit(a, env, sol, KV8_PS1, results, scores={
+        "scores_partial": {"vs_flashinfer_kernel": ["skewed_b64"], "vs_reference": []}})
+    other = _submit(a, env, _solution(EXAMPLES / "triton_gqa_decode" / "solutions" / f"{KV8_PS1}.json", "other",
+                                      ("BLOCK_N=64", "BLOCK_N=128")), KV8_PS1, results,
+                    scores={"scores_partial": "not a mapping"})  # malformed: read as absent
+    data = gather_report(a)
+    rows = {c.submission_id: c for c in data.sections[0].leaderboard}
+    assert rows[partial].scores_partial == {"vs_flashinfer_kernel": ["skewed_b64"]}
+    assert rows[other].scores_partial == {} and rows[partial].promotable and rows[other].promotable
+    page = write_report(a, tmp_path / "r", data=data, backend="builtin").read_text()
+    row = _row(_table(page, "leaderboard"), sol["name"])
+    assert re.search(r'class="partial" title="partial: vs FlashInfer kernel leaves out 1 workload its baseline did '
+                     r'not cover: skewed_b64">partial<', row)
+    assert row.count('class="partial"') == 1 and 'class="partial"' not in _row(_table(page, "leaderboard"), "other")
+    assert "Partial scores" in page and "vs FlashInfer kernel over 2 of 3 workloads (no baseline for skewed_b64)" in page
