@@ -13,14 +13,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.archive import ARCHIVE_ENV, ArchiveMissing, archive_location
 from harness.dataset import Dataset
 from harness.schema import SchemaError
 
 from .loop import LoopConfig, resume_loop, run_loops
-from .providers.base import PROVIDERS, ProviderError, default_provider
+from .providers.base import PROVIDERS, ProviderError, default_provider, preflight
 from .skills import SkillError
 
-DEFAULT_ARCHIVE = Path("artifacts")
+ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
@@ -143,6 +144,35 @@ def _resume_ids(values: tuple[str, ...], archive: Path) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
+def _open_existing(archive_path: str | None) -> Any:
+    """The archive of --archive, else $CRUCIBLE_ARCHIVE, else ./artifacts, for commands that only read it: one
+    line and exit 2 when there is none (nothing is created)."""
+    from harness.archive import Archive, ArchiveError
+
+    folder, source = archive_location(archive_path)
+    try:
+        return Archive.open_existing(folder)
+    except ArchiveMissing as e:
+        hint = {"option": "", "env": f" (from {ARCHIVE_ENV})"}.get(source, f" (set --archive or {ARCHIVE_ENV})")
+        fail(f"{e}{hint}")
+    except ArchiveError as e:
+        fail(str(e))
+    raise AssertionError
+
+
+def _preflight_resumed(run_ids: list[str], archive: Path) -> None:
+    """The provider check of each resumed run, with its stored settings; an unknown run is left to the loop."""
+    from harness.archive import Archive
+
+    from .store import Store
+
+    store = Store(Archive.open_existing(archive))
+    for run_id in run_ids:
+        row = store.run(run_id)
+        if row is not None:
+            preflight(row["config"].get("provider", row["provider"]), row["config"].get("provider_options"))
+
+
 def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
     """GPUs to spread several runs over (one run per GPU); 0 when there is a single run, which needs no probe."""
     if jobs < 2:
@@ -163,7 +193,7 @@ def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
 @click.option("--rounds", type=click.IntRange(0), default=3, show_default=True)
 @click.option("--candidates", type=click.IntRange(1), default=2, show_default=True, help="Candidates per round.")
 @click.option("--repairs", type=click.IntRange(0), default=1, show_default=True, help="Repair rounds per failure.")
-@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: ./artifacts).")
+@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
 @click.option("--workloads", "-w", multiple=True, help="Workload uuid, label or index (repeatable or comma-separated).")
 @click.option("--incumbent", type=click.Path(exists=True, dir_okay=False), help="Start from this solution JSON.")
@@ -186,14 +216,16 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
          target_hardware, resume, replay_run, budget_tokens, budget_cost, budget_wall_s, max_output_tokens,
          timeout_s, profile, profile_timeout_s, as_json) -> None:
     """Run the loop: plan -> request -> candidates -> harness -> repair -> promotion, bounded and resumable."""
-    archive = Path(archive_path) if archive_path else DEFAULT_ARCHIVE
-    if archive_path and not archive.is_dir():
-        fail(f"archive folder {archive} does not exist (create it first)")
+    archive, source = archive_location(archive_path)
+    if source != "default" and not archive.is_dir():
+        fail(f"archive folder {archive}{f' (from {ARCHIVE_ENV})' if source == 'env' else ''} does not exist "
+             "(create it first)")
     on_event = live_printer(as_json)
     reports = []
     try:
         if resume:
             run_ids = _resume_ids(resume, archive)
+            _preflight_resumed(run_ids, archive)  # a missing credential or agent is said before any evaluation
             reports.extend(run_loops(run_ids, archive, _gpus_for(len(run_ids), dataset, archive), on_event=on_event,
                                      runner=resume_loop))
         else:
@@ -204,6 +236,7 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                 options["model"] = model
             if name == "replay" and replay_run:
                 options["run"] = replay_run
+            preflight(name, options)  # a missing credential or agent is said before any evaluation
             configs = [LoopConfig(definition=d, provider=name, provider_options=options, rounds=rounds,
                                   candidates=candidates, repairs=repairs, workloads=_split(workloads),
                                   dataset=str(Path(dataset).resolve()) if dataset else None,
@@ -226,15 +259,13 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
 
 
 @main.command()
-@click.option("--archive", "archive_path", type=click.Path(exists=True, file_okay=False), help="Archive folder.")
+@click.option("--archive", "archive_path", type=click.Path(file_okay=False), help=ARCHIVE_HELP)
 @click.option("--definition", "-d", help="Only runs of this definition.")
 def runs(archive_path, definition) -> None:
     """List the loop's runs (newest first), to find a RUN_ID to resume or replay."""
-    from harness.archive import Archive
-
     from .store import Store
 
-    store = Store(Archive(archive_path or DEFAULT_ARCHIVE, create=False, require_db=True))
+    store = Store(_open_existing(archive_path))
     table = Table(title="runs")
     for column in ("run", "definition", "provider", "status", "rounds done", "stop reason", "created"):
         table.add_column(column, overflow="fold")
@@ -247,19 +278,17 @@ def runs(archive_path, definition) -> None:
 
 @main.command()
 @click.argument("run_id", required=False)
-@click.option("--archive", "archive_path", type=click.Path(exists=True, file_okay=False), help="Archive folder.")
+@click.option("--archive", "archive_path", type=click.Path(file_okay=False), help=ARCHIVE_HELP)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Write trajectory.{json,md,png} here (with --all: trajectory-<definition>-<run>.*).")
 @click.option("--all", "all_runs", is_flag=True, help="Every run in the archive, not only the newest.")
 def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
     """Where a run's incumbent stood after each round (default: the newest run): mean latency, speedup vs
     FlashInfer, % of the roofline floor, overall and per regime."""
-    from harness.archive import Archive
-
     from .store import Store
     from .trajectory import plot_trajectory, trajectory_markdown
 
-    store = Store(Archive(archive_path or DEFAULT_ARCHIVE, create=False, require_db=True))
+    store = Store(_open_existing(archive_path))
     runs_found = store.runs()
     if run_id is not None:
         if store.run(run_id) is None:

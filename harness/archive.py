@@ -146,6 +146,24 @@ class ArchiveError(ValueError):
     pass
 
 
+class ArchiveMissing(ArchiveError):
+    """No archive where one must already exist (a command that only reads it)."""
+
+
+ARCHIVE_ENV = "CRUCIBLE_ARCHIVE"
+DEFAULT_FOLDER = Path("artifacts")
+
+
+def archive_location(given: str | Path | None = None) -> tuple[Path, str]:
+    """The archive folder: ``--archive`` if given, else $CRUCIBLE_ARCHIVE, else ./artifacts; and which one
+    said so: "option", "env" or "default"."""
+    if given:
+        return Path(given), "option"
+    if os.environ.get(ARCHIVE_ENV):
+        return Path(os.environ[ARCHIVE_ENV]), "env"
+    return DEFAULT_FOLDER, "default"
+
+
 class ArchiveDatabase(sqlite_utils.Database):
     """sqlite-utils' Database whose transactions take the write lock when they begin (BEGIN IMMEDIATE).
 
@@ -215,6 +233,15 @@ class Archive:
             self.db.enable_wal()
             migrate(self.db)
         self.db.execute("PRAGMA foreign_keys = ON")
+
+    @classmethod
+    def open_existing(cls, path: Path | str) -> Archive:
+        """Open an archive that already exists; never creates a folder or a database (ArchiveMissing)."""
+        path = Path(path)
+        db_path = path if path.suffix == ".db" else path / ARCHIVE_DB
+        if not db_path.is_file():
+            raise ArchiveMissing(f"no archive at {db_path}")
+        return cls(path, create=False, require_db=True)
 
     # -- blobs ------------------------------------------------------------------------------------------
 

@@ -14,12 +14,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .archive import Archive, ArchiveError
+from .archive import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
 from .dataset import Dataset
 from .schema import SchemaError, Solution, load_model
 from .seal import MODIFIED_WARNING
 
-DEFAULT_ARCHIVE = Path("artifacts")
+ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
 out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
@@ -31,15 +31,20 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def open_archive(path: Optional[str], reading: bool = False) -> Archive:
-    """Writers may start an archive in an existing folder; readers need one that holds an archive."""
+    """The archive of --archive, else $CRUCIBLE_ARCHIVE, else ./artifacts. Writers may start one in an existing
+    folder (./artifacts is made when missing); readers need one that exists, and never create one."""
+    folder, source = archive_location(path)
+    where = f" (from {ARCHIVE_ENV})" if source == "env" else ""
     try:
-        if path is None:
-            return Archive(DEFAULT_ARCHIVE, create=True)
-        return Archive(path, create=False, require_db=reading)
+        if reading:
+            return Archive.open_existing(folder)
+        return Archive(folder, create=source == "default")
+    except ArchiveMissing as e:
+        fail(f"{e}{f' (set --archive or {ARCHIVE_ENV})' if source == 'default' else where}")
     except ArchiveError as e:
-        fail(str(e))
+        fail(f"{e}{where}")
     except Exception as e:  # a file that is not a SQLite database, a locked folder...
-        fail(f"cannot open archive {path or DEFAULT_ARCHIVE}: {e}")
+        fail(f"cannot open archive {folder}{where}: {e}")
     raise AssertionError
 
 
@@ -79,7 +84,7 @@ def main() -> None:
 @main.command()
 @click.argument("solutions", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--workloads", "-w", multiple=True, help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated).")
-@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: ./artifacts).")
+@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per solution.")
 @click.option("--timeout", type=float, help="Seconds per workload, build included (default: the preset's, 300).")
@@ -109,7 +114,10 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     files: list[Path] = []
     for s in solutions:
         p = Path(s)
-        files.extend(sorted(p.rglob("*.json")) if p.is_dir() else [p])
+        found = sorted(p.rglob("*.json")) if p.is_dir() else [p]  # in a folder, every JSON file is a solution
+        if not found:
+            fail(f"no solution JSON in {s}")
+        files.extend(found)
     loaded: list[Solution] = []
     ds = open_dataset(dataset)
     try:
@@ -231,7 +239,7 @@ def print_promotability(blockers: list[str], findings: list[dict[str, Any]]) -> 
 
 
 @main.command("list")
-@click.option("--archive", "archive_path", type=click.Path())
+@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--definition", help="Only this definition.")
 @click.option("--limit", default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -260,7 +268,7 @@ def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int,
 
 @main.command()
 @click.argument("submission_id", type=int)
-@click.option("--archive", "archive_path", type=click.Path())
+@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--log", "log_for", help="Print the log of this workload (label or uuid).")
 def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for: Optional[str]) -> None:
@@ -316,7 +324,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
 
 @main.command()
 @click.argument("directory", type=click.Path())
-@click.option("--archive", "archive_path", type=click.Path())
+@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--dataset", type=click.Path())
 @click.option("--definition", "definitions", multiple=True, help="Only these definitions (names or aliases).")
 def export(directory: str, archive_path: Optional[str], dataset: Optional[str], definitions: tuple[str, ...]) -> None:
@@ -338,7 +346,7 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
 
 @main.command("import")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
-@click.option("--archive", "archive_path", type=click.Path())
+@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 def import_cmd(directory: str, archive_path: Optional[str]) -> None:
     """Read a FlashInfer-Bench trace set's solutions and traces into the archive."""
     from .export import import_trace_set

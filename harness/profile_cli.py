@@ -40,7 +40,7 @@ def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
 @click.option("--workload", "-w", "workloads", multiple=True,
               help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated). "
                    "Default: one representative per regime.")
-@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: ./artifacts).")
+@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles and the evidence as JSON.")
 @click.option("--backend", type=click.Choice(["auto", "ncu", "nsight"]), default="auto", show_default=True,
@@ -71,7 +71,7 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     if not path.exists() and not target.isdigit():
         fail(f"{target!r} is neither a solution file nor a submission id")
     ds = open_dataset(dataset)
-    archive = open_archive(archive_path)
+    archive = open_archive(archive_path, reading=not path.exists())  # a submission id needs an existing archive
     submission: Optional[dict[str, Any]] = None
     try:
         if path.exists():

@@ -120,6 +120,22 @@ def test_nonexistent_archive_folder_and_unknown_workload_are_clear_errors(tmp_pa
     assert proc.returncode == 2 and "no submission 42" in proc.stderr
 
 
+def test_a_folder_without_solution_json_is_an_error_not_an_empty_success(tmp_path, archive_dir):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    sources = tmp_path / "sources"  # files, but no JSON among them
+    sources.mkdir()
+    (sources / "kernel.py").write_text("def run(*a):\n    pass\n")
+    good = write(tmp_path, solution_dict(TORCH_CANDIDATE))
+    for folder in (empty, sources):
+        proc = harness("submit", str(folder), "--archive", str(archive_dir))
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr.strip() == f"error: no solution JSON in {folder}"
+        proc = harness("submit", str(good), str(folder), "--archive", str(archive_dir))  # with others too
+        assert proc.returncode == 2 and f"no solution JSON in {folder}" in proc.stderr
+    assert list(archive_dir.iterdir()) == []  # nothing was evaluated or archived
+
+
 SLOW_ON_SECOND = '''
 import time
 import torch

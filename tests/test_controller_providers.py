@@ -15,7 +15,8 @@ openai = pytest.importorskip("openai")
 httpx2 = pytest.importorskip("httpx2")
 
 from controller.providers.anthropic import AnthropicProvider  # noqa: E402
-from controller.providers.base import PROVIDERS, ProviderError, default_provider, make_provider  # noqa: E402
+from controller.providers.base import (  # noqa: E402
+    PROVIDERS, ProviderError, default_provider, make_provider, preflight)
 from controller.providers.openai import OpenAIProvider  # noqa: E402
 from controller.request import Budget, Constraints, GenerationRequest, Incumbent  # noqa: E402
 
@@ -236,15 +237,89 @@ def test_every_listed_provider_can_be_built(tmp_path):
         make_provider("gpt-in-a-box", **context)
 
 
-def test_missing_credentials_are_a_setup_error_not_a_round_error(monkeypatch):
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+CREDENTIAL_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE", "ANTHROPIC_CONFIG_DIR",
+                        "ANTHROPIC_FEDERATION_RULE_ID", "ANTHROPIC_ORGANIZATION_ID", "ANTHROPIC_IDENTITY_TOKEN",
+                        "ANTHROPIC_IDENTITY_TOKEN_FILE", "OPENAI_API_KEY", "OPENAI_ADMIN_KEY")
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    """No key in the environment and no SDK profile on disk (HOME is an empty folder)."""
+    for name in CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return monkeypatch
+
+
+def test_missing_credentials_are_a_setup_error_not_a_round_error(no_credentials):
     never = Server()  # nothing may be sent
-    with pytest.raises(ProviderError, match="anthropic: .*authentication"):
+    with pytest.raises(ProviderError, match="anthropic provider has no API credential: set ANTHROPIC_API_KEY"):
         AnthropicProvider(base_url="http://anthropic.test", http_client=never.client()).generate(request())
-    with pytest.raises(ProviderError, match="openai: Missing credentials"):
+    with pytest.raises(ProviderError, match="openai provider has no API credential: set OPENAI_API_KEY"):
         OpenAIProvider(base_url="http://openai.test/v1", http_client=never.client()).generate(request())
     assert never.bodies == []
+
+
+def test_preflight_names_the_variable_to_set_and_sends_nothing(no_credentials):
+    for name, variable in (("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY")):
+        with pytest.raises(ProviderError) as raised:
+            preflight(name, {"model": "some-model"})
+        assert f"set {variable}" in str(raised.value) and "\n" not in str(raised.value)
+        no_credentials.setenv(variable, "sk-test")
+        preflight(name, {"model": "some-model"})  # builds the client only: no network here
+    no_credentials.delenv("ANTHROPIC_API_KEY")
+    no_credentials.setenv("ANTHROPIC_AUTH_TOKEN", "token")  # the SDK's other credential
+    preflight("anthropic")
+    AnthropicProvider(api_key="sk-explicit").preflight()
+    for name in ("offline", "replay"):
+        preflight(name)  # need nothing
+    with pytest.raises(ProviderError, match="unknown provider"):
+        preflight("gpt-in-a-box")
+
+
+def test_preflight_of_a_cli_agent_names_the_executable_missing_from_path(monkeypatch, tmp_path):
+    from controller.providers.cli_agents import CLIAgentProvider
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for name, exe in (("claude-code", "claude"), ("codex", "codex")):
+        with pytest.raises(ProviderError, match=f"the {name} provider runs `{exe}`, which is not on PATH"):
+            preflight(name)
+        fake = tmp_path / exe
+        fake.write_text("#!/bin/sh\nexit 0\n")
+        fake.chmod(0o755)
+        preflight(name)
+        CLIAgentProvider(name, skills_root=ROOT / "skills").preflight()
+    with pytest.raises(ProviderError, match="`my-agent`"):
+        preflight("codex", {"command": ["my-agent", "{prompt}"]})
+
+
+@pytest.mark.parametrize("provider, variable", [("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY")])
+def test_controller_loop_refuses_a_missing_key_before_evaluating_anything(no_credentials, tmp_path, provider,
+                                                                            variable):
+    from click.testing import CliRunner
+
+    import controller.cli as cli
+
+    started = []
+    no_credentials.setattr(cli, "run_loops", lambda *a, **k: started.append(a) or [])
+    no_credentials.setattr(cli, "_gpus_for", lambda *a: started.append(a) or 0)
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    result = CliRunner().invoke(cli.main, ["loop", "-d", "gqa_paged_decode_h32_kv8_d128_ps1", "--provider", provider,
+                                           "--archive", str(folder)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and variable in lines[0]
+    assert started == [] and list(folder.iterdir()) == []  # no evaluation, nothing archived
+
+    from controller.store import Store
+    from harness.archive import Archive
+
+    store = Store(Archive(folder))  # a resumed run is checked with its stored provider
+    store.create_run("run-x", "gqa_paged_decode_h32_kv8_d128_ps1", provider, {"provider": provider})
+    store.set_run_status("run-x", "INTERRUPTED")
+    result = CliRunner().invoke(cli.main, ["loop", "--resume", "run-x", "--archive", str(folder)])
+    assert result.exit_code == 2 and variable in result.stderr and started == []
 
 
 def test_a_model_without_a_price_is_marked_and_refused_under_a_cost_budget():

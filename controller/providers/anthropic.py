@@ -8,6 +8,7 @@ rejects temperature/top_p/top_k). Tests pass ``http_client=httpx2.Client(transpo
 
 from __future__ import annotations
 
+from typing import Any
 
 from ..request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
 from .base import CallResult, ProviderError, SdkProvider, api_generate, price_of
@@ -24,6 +25,11 @@ class AnthropicProvider(SdkProvider):
     client_class = "Anthropic"
     error_class = "AnthropicError"
     default_model = DEFAULT_MODEL
+    credential_env = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE")
+
+    def has_credential(self, client: Any) -> bool:
+        # A key, a bearer token, or credentials the SDK found (a profile, workload identity federation).
+        return bool(client.api_key or client.auth_token or getattr(client, "credentials", None) is not None)
 
     def _call(self, prompt: str, max_tokens: int, timeout_s: float) -> CallResult:
         sdk = self._sdk()
@@ -52,6 +58,6 @@ class AnthropicProvider(SdkProvider):
                           reply_problem=None if data is not None or truncated else "no submit_kernel tool call in the reply")
 
     def generate(self, request: GenerationRequest) -> GenerationResponse:
-        self._client()  # set-up problems (no API key) raise ProviderError before anything is sent
+        self.preflight()  # set-up problems (no SDK, no credential) raise ProviderError before anything is sent
         price = price_of(self.model, self.prices)
         return api_generate(self.name, self.model, request, price, self._call)

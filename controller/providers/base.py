@@ -7,6 +7,7 @@ anything; the loop hands proposals to the harness.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import PurePosixPath
 from typing import Any, Optional, Protocol, runtime_checkable
@@ -198,6 +199,29 @@ def make_provider(name: str, options: Optional[dict[str, Any]] = None, **context
     raise ProviderError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
 
 
+def preflight(name: str, options: dict[str, Any] | None = None) -> None:
+    """The cheap set-up check run before anything is evaluated; sends nothing. API providers: the SDK is
+    installed and a credential is configured; CLI agents: the executable is on PATH; offline and replay need
+    nothing. Raises ProviderError naming what to set or install."""
+    options = dict(options or {})
+    if name in ("offline", "replay"):
+        return
+    if name == "anthropic":
+        from .anthropic import AnthropicProvider
+
+        AnthropicProvider(**options).preflight()
+    elif name == "openai":
+        from .openai import OpenAIProvider
+
+        OpenAIProvider(**options).preflight()
+    elif name in ("claude-code", "codex"):
+        from .cli_agents import require_executable
+
+        require_executable(name, options.get("command"))
+    else:
+        raise ProviderError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
+
+
 # -- the API providers' shared loop: one model call per candidate, every bound checked -----------------------
 
 
@@ -214,7 +238,8 @@ def candidate_slots(budget: Any, response: GenerationResponse, started: float):
 class SdkProvider:
     """Plumbing the API providers share: the SDK imported lazily, one client, configuration as data.
 
-    Subclasses name their SDK (module, client class, base error class) and implement ``_call``.
+    Subclasses name their SDK (module, client class, base error class), the environment variables it reads a
+    credential from (the one to set first) and implement ``_call``.
     """
 
     name = ""
@@ -222,6 +247,7 @@ class SdkProvider:
     client_class = ""
     error_class = ""
     default_model = ""
+    credential_env: tuple[str, ...] = ()
 
     def __init__(self, model: Optional[str] = None, api_key: Optional[str] = None, base_url: Optional[str] = None,
                  max_retries: int = 2, http_client: Any = None, client: Any = None,
@@ -252,6 +278,33 @@ class SdkProvider:
             except getattr(sdk, self.error_class) as err:  # e.g. no API key
                 raise ProviderError(f"{self.name}: {err}") from err
         return self.client
+
+    def missing_credential(self) -> str:
+        first, *others = self.credential_env
+        return (f"the {self.name} provider has no API credential: set {first}"
+                + (f" (or {' or '.join(others)})" if others else ""))
+
+    def has_credential(self, client: Any) -> bool:
+        """Whether the SDK's client found a credential (an API key by default)."""
+        return bool(getattr(client, "api_key", None))
+
+    def preflight(self) -> None:
+        """Before anything is sent or evaluated: the SDK is installed and the client finds a credential (an
+        explicit ``api_key``, the environment, whatever else the SDK reads). ProviderError naming the variable."""
+        if self.client is not None:
+            return
+        self._sdk()
+        try:
+            client = self._client()
+        except ProviderError as err:
+            if self.api_key or any(os.environ.get(v) for v in self.credential_env):
+                raise
+            raise ProviderError(self.missing_credential()) from err
+        except Exception as err:  # e.g. a malformed credentials profile
+            raise ProviderError(f"{self.name}: cannot set up the client: {err}") from err
+        if not self.has_credential(client):
+            self.client = None
+            raise ProviderError(self.missing_credential())
 
 
 class CallResult(BaseModel):

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..request import GenerationRequest, GenerationResponse, Rejection, render_prompt
-from .base import add, candidate_name, candidate_slots, cost_usd, normalise, price_of, proposal_from_files
+from .base import (ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,
+                   proposal_from_files)
 
 AGENTS: dict[str, dict[str, Any]] = {
     "claude-code": {
@@ -95,6 +96,18 @@ def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
     return out
 
 
+def require_executable(agent: str, command: list[str] | None = None) -> str:
+    """The agent's executable, found on PATH, else ProviderError naming it (the preflight of a CLI agent)."""
+    if agent not in AGENTS:
+        raise ProviderError(f"unknown agent {agent!r}; known: {', '.join(AGENTS)}")
+    exe = (command or AGENTS[agent]["command"])[0]
+    path = shutil.which(exe)
+    if path is None:
+        raise ProviderError(f"the {agent} provider runs `{exe}`, which is not on PATH (install it or add its "
+                            "folder to PATH)")
+    return path
+
+
 class CLIAgentProvider:
     def __init__(self, agent: str, skills_root: str | Path, model: Optional[str] = None, max_turns: int = 40,
                  command: Optional[list[str]] = None, prices: Optional[dict[str, tuple[float, float]]] = None,
@@ -105,6 +118,9 @@ class CLIAgentProvider:
         self.spec = {**AGENTS[agent], **({"command": command} if command else {})}
         self.skills_root = Path(skills_root)
         self.model, self.max_turns, self.prices, self.keep_workspace = model, max_turns, prices, keep_workspace
+
+    def preflight(self) -> None:
+        require_executable(self.name, self.spec["command"])
 
     def command_line(self, files: list[str]) -> list[str]:
         values = {"prompt": PROMPT.format(files=", ".join(files)), "max_turns": str(self.max_turns),

@@ -22,6 +22,7 @@ class OpenAIProvider(SdkProvider):
     client_class = "OpenAI"
     error_class = "OpenAIError"
     default_model = DEFAULT_MODEL
+    credential_env = ("OPENAI_API_KEY",)
 
     def _call(self, prompt: str, max_tokens: int, timeout_s: float) -> CallResult:
         sdk = self._sdk()
@@ -48,6 +49,6 @@ class OpenAIProvider(SdkProvider):
                           truncated=truncated, reply_problem=problem)
 
     def generate(self, request: GenerationRequest) -> GenerationResponse:
-        self._client()  # set-up problems (no API key) raise ProviderError before anything is sent
+        self.preflight()  # set-up problems (no SDK, no API key) raise ProviderError before anything is sent
         price = price_of(self.model, self.prices)
         return api_generate(self.name, self.model, request, price, self._call)
