@@ -111,7 +111,7 @@ def test_crucible_archive_is_every_commands_default_and_archive_wins(in_empty_fo
 
 
 def test_controller_loop_takes_its_archive_from_the_environment(in_empty_folder, monkeypatch):
-    import controller.cli as cli
+    from controller import cli
 
     folder = in_empty_folder / "shared"
     folder.mkdir()

@@ -298,7 +298,7 @@ def test_controller_loop_refuses_a_missing_key_before_evaluating_anything(no_cre
                                                                             variable):
     from click.testing import CliRunner
 
-    import controller.cli as cli
+    from controller import cli
 
     started = []
     no_credentials.setattr(cli, "run_loops", lambda *a, **k: started.append(a) or [])
