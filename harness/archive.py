@@ -114,6 +114,15 @@ def m006_seals(db: sqlite_utils.Database) -> None:
     db["seal_epoch"].insert({"id": 1, "first_sealed_id": first, "created_at": now()})
 
 
+def m007_baseline_messages(db: sqlite_utils.Database) -> None:
+    # A baseline that fails says why: its message and the content hash of its log (a blob), and the GPU memory
+    # it held; and cached figures can be found by GPU model (not only by the one card they were measured on).
+    db["baseline_runs"].add_column("message", str)
+    db["baseline_runs"].add_column("log_blob", str)
+    db["baseline_runs"].add_column("gpu_model", str)
+    db["reference_latency"].add_column("gpu_model", str)
+
+
 # Reviewer views, artifacts and the full-text search documents live beside the report code.
 from .views import m005_review_views  # noqa: E402
 
@@ -124,7 +133,8 @@ INTERRUPTED, HARNESS_ERROR = "INTERRUPTED", "HARNESS_ERROR"
 NO_VERDICT = ("RUNNING", INTERRUPTED, HARNESS_ERROR)
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
-                                                              m004_profiles, m005_review_views, m006_seals]
+                                                              m004_profiles, m005_review_views, m006_seals,
+                                                              m007_baseline_messages]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:
@@ -312,11 +322,15 @@ class Archive:
         return closed
 
     def baseline_run(self, gpu_key: str, toolchain: str, definition: str, workload_uuid: str,
-                     solution_hash: str) -> Optional[dict[str, Any]]:
+                     solution_hash: str, gpu_model: Optional[str] = None) -> Optional[dict[str, Any]]:
+        """The latest PASSED run of a baseline on this card (``gpu_key``) or, with ``gpu_model``, on any card of
+        that model. Failures are kept as history but never reused: they may be this session's (memory)."""
+        where, args = ("gpu_model = ?", [gpu_model]) if gpu_model else ("gpu_key = ?", [gpu_key])
         rows = list(self.db["baseline_runs"].rows_where(
-            "gpu_key = ? and toolchain = ? and definition = ? and workload_uuid = ? and solution_hash = ?",
-            [gpu_key, toolchain, definition, workload_uuid, solution_hash], order_by="id desc", limit=1))
-        return {k: rows[0][k] for k in ("status", "official_ms", "kernel_ms")} if rows else None
+            f"{where} and toolchain = ? and definition = ? and workload_uuid = ? and solution_hash = ? "
+            "and status = 'PASSED'", [*args, toolchain, definition, workload_uuid, solution_hash],
+            order_by="id desc", limit=1))
+        return {k: rows[0].get(k) for k in ("status", "official_ms", "kernel_ms", "message", "log_blob")} if rows else None
 
     def cached_reference_latency(self, key: str) -> Optional[float]:
         rows = list(self.db["reference_latency"].rows_where("key = ?", [key]))

@@ -22,6 +22,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from . import attribution
+from .attribution import OwnKernels
+
 # "off" exists to measure what the audits cost; an evaluation without audits is never promotable.
 AUDIT_LEVELS = ("off", "fast", "full")
 
@@ -46,7 +49,9 @@ class AuditConfig:
     # first touch of new buffers) ...
     replay_ratio: float = 2.0
     replay_slack_ms: float = 0.05  # ...plus this, before the repeats (what the official timer sees) look replayed
-    attribution_min_share: float = 0.95  # share of GPU time in kernels the candidate built
+    attribution_min_share: float = 0.95  # share of compute time in kernels the candidate wrote
+    # ...or at most this much library compute per call (an honest wrapper's index arithmetic: a few us)
+    attribution_allowance_us: float = 5.0
     speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
 
     @classmethod
@@ -60,7 +65,7 @@ class AuditConfig:
 # Thresholds a policy may set (audit_policy.yaml `thresholds:`, per layer); the level's set sizes stay the level's.
 POLICY_THRESHOLDS = ("precision_error_multiple", "precision_error_floor", "precision_relative_floor", "clock_ratio",
                      "clock_slack_ms", "clock_floor_ratio", "replay_ratio", "replay_slack_ms", "attribution_min_share",
-                     "speedup_bound")
+                     "attribution_allowance_us", "speedup_bound")
 
 
 def policy_thresholds(data: Optional[dict[str, Any]], definition: Optional[str], op_type: Optional[str]) -> dict[str, float]:
@@ -214,33 +219,11 @@ def precision_verdict(errors: dict[str, tuple[float, ...]], cfg: AuditConfig) ->
 
 # -- attribution -------------------------------------------------------------------------------------------
 
-LIBRARY_MARKERS = ("at::", "at_cuda", "aten", "cublas", "cutlass", "nvjet", "cudnn", "flashinfer", "BatchDecode",
-                   "BatchPrefill", "gemv", "gemm", "elementwise_kernel", "reduce_kernel", "vectorized_")
-
-
-def attribution_verdict(kernel_ns: dict[str, float], candidate_kernels: set[str],
-                        cfg: AuditConfig, library_is_own: bool = False) -> dict[str, Any]:
-    """At least ``attribution_min_share`` of GPU time in kernels the candidate built. ``library_is_own``: the
-    dataset's own baselines: they declare a library call, so every kernel they launch is theirs."""
-    total = sum(kernel_ns.values())
-    if total <= 0:
-        return audit("attribution", False, "no GPU time was attributed to any kernel")
-
-    def own(name: str) -> bool:
-        if library_is_own:
-            return True
-        return any(k and k in name for k in candidate_kernels) and not any(m in name for m in LIBRARY_MARKERS)
-
-    mine = sum(t for n, t in kernel_ns.items() if own(n))
-    share = mine / total
-    others = sorted(((t, n) for n, t in kernel_ns.items() if not own(n)), reverse=True)[:3]
-    passed = share >= cfg.attribution_min_share
-    # Time outside the candidate's kernels (PyTorch, cuBLAS, cuDNN, FlashInfer...) doing the work: the
-    # evaluation is a fallback, and says so first.
-    detail = ("" if passed else "fallback: ") + f"{100 * share:.1f}% of GPU time in the candidate's kernels"
-    if others:
-        detail += "; elsewhere: " + ", ".join(f"{n[:60]} {100 * t / total:.1f}%" for t, n in others)
-    return audit("attribution", passed, detail)
+def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: AuditConfig, calls: int = 1,
+                        library_is_own: bool = False) -> dict[str, Any]:
+    """Who did the work, with this level's thresholds (harness.attribution)."""
+    return attribution.attribution_verdict(kernel_ns, own, cfg.attribution_min_share, calls,
+                                           cfg.attribution_allowance_us, library_is_own)
 
 
 def is_fallback(audits: list[dict[str, Any]]) -> bool:
@@ -250,6 +233,26 @@ def is_fallback(audits: list[dict[str, Any]]) -> bool:
 
 
 # -- promotion gate ----------------------------------------------------------------------------------------
+
+
+# The static gate's findings that run time decides (harness.static_gate LIBRARY_RULES): library or PyTorch compute.
+LIBRARY_RULES = frozenset({"torch_compute", "library_fallback"})
+
+
+def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: list[dict[str, Any]]) -> list[str]:
+    """The static gate saw library or PyTorch compute; the attribution audit settles it on every workload it
+    ran on (a pass clears it, a failure is already a blocker). A PASSED workload where attribution could not
+    run leaves the finding standing: it blocks, as "unconfirmed"."""
+    found = [f for f in static_findings if f.get("rule") in LIBRARY_RULES and "allowed:" not in f.get("message", "")]
+    if not found:
+        return []
+    unsettled = [w["label"] for w in evaluated if w["status"] == "PASSED"
+                 and not any(a.get("name") == "attribution" for a in w.get("audits", []))]
+    if not unsettled:
+        return []
+    f = found[0]
+    return [f"static gate: {f['rule']} at {f['path']}:{f['line']} unconfirmed: run-time attribution (CUPTI on a GPU) "
+            f"did not run on {len(unsettled)} workload(s), first {unsettled[0]}"]
 
 
 def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[dict[str, Any]],
@@ -266,6 +269,7 @@ def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[di
     evaluated = [w for w in workloads if w["status"] != "SKIPPED"]
     if not evaluated:
         reasons.append("no workload was evaluated")
+    reasons += unconfirmed_library_use(evaluated, static_findings)
     for w in evaluated:
         if w["status"] != "PASSED":
             reasons.append(f"{w['label']}: {w['status']}")

@@ -23,11 +23,13 @@ from typing import Any, Callable, Optional
 import torch
 
 from .archive import HARNESS_ERROR, INTERRUPTED, Archive
+from . import scores
 from .audits import AuditConfig, clock_truth_verdict, is_fallback, policy_thresholds, promotion_blockers
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, check_outputs, merge_results
 from .dataset import Dataset, EvalPreset
 from .inputs import trial_seed
+from .memory import memory_record, tensor_bytes
 from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, Performance, Solution,
                      Trace, Workload, dump_json)
@@ -50,6 +52,9 @@ class SubmitOptions:
     cpu_max_input_mib: float = 12.0  # larger workloads are too slow for the Triton interpreter
     timing: bool = True
     baselines: bool = True  # measure FlashInfer baselines (cached per GPU, toolchain and workload)
+    # Time the Python reference too (the speedup a FlashInfer-Bench trace stores): minutes on large workloads,
+    # and not the contest's score (FlashInfer's is), so only when asked (--time-reference) or cached.
+    reference_timing: bool = False
     audit_level: str = "fast"  # "fast" (the loop's default) or "full" (promotion): see harness.audits
     isolate_network: bool = True
     device_index: Optional[int] = None
@@ -91,6 +96,8 @@ class WorkloadResult:
     timing: list[dict[str, Any]] = field(default_factory=list)
     timing_kernel: list[dict[str, Any]] = field(default_factory=list)
     gpu_state: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)  # harness.memory.memory_record
+    baseline_failures: list[str] = field(default_factory=list)  # "name: STATUS message" of failed baselines
     evaluation_id: Optional[int] = None
 
     @property
@@ -108,6 +115,7 @@ class SubmissionResult:
     notices: list[str] = field(default_factory=list)
     timing_unavailable_reason: Optional[str] = None
     scores: dict[str, Optional[float]] = field(default_factory=dict)
+    scores_partial: dict[str, list[str]] = field(default_factory=dict)  # score -> labels it does not cover
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     promotion_blockers: list[str] = field(default_factory=list)
     audits: list[dict[str, Any]] = field(default_factory=list)  # of the submission as a whole (instruction proof)
@@ -133,9 +141,10 @@ class SubmissionResult:
                            "speedup_vs_flashinfer_kernel": w.speedup_vs_fi_kernel,
                            "floor_ms": w.floor_ms, "fraction_of_floor": w.fraction_of_floor, "aligned": w.aligned,
                            "throttled": w.throttled, "fallback": is_fallback(w.audits), "audits": w.audits,
+                           "memory": w.memory or None, "baseline_failures": w.baseline_failures or None,
                            "message": w.message or None}
                           for w in self.workloads],
-            "scores": self.scores, "audits": self.audits,
+            "scores": self.scores, "scores_partial": self.scores_partial or None, "audits": self.audits,
             "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
             "static_findings": self.static_findings,
             "timing_unavailable_reason": self.timing_unavailable_reason,
@@ -145,37 +154,12 @@ class SubmissionResult:
 
 
 def input_bytes(definition: Definition, workload: Workload) -> int:
-    from .inputs import torch_dtype
-
-    total = 0
-    for spec in definition.inputs.values():
-        if spec.shape is None:
-            continue
-        n = 1
-        for d in definition.shape_of(spec, workload.axes):
-            n *= d
-        total += n * torch.empty((), dtype=torch_dtype(spec.dtype)).element_size()
-    return total
+    return tensor_bytes(definition, definition.inputs, workload)
 
 
 def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[float]]:
-    """The official definition score: arithmetic mean of per-workload speedups, 0 if any workload failed.
-
-    One score per baseline: the Python reference (what traces store), FlashInfer as the contest times it
-    (plan inside) and FlashInfer's kernels alone (plan in setup). None where a speedup is missing.
-    """
-    evaluated = [w for w in workloads if w.evaluated]
-    keys = {"vs_reference": "speedup_factor", "vs_flashinfer_official": "speedup_vs_fi_official",
-            "vs_flashinfer_kernel": "speedup_vs_fi_kernel"}
-    if not evaluated:
-        return {k: None for k in keys}
-    if any(w.status != EvaluationStatus.PASSED.value for w in evaluated):
-        return {k: 0.0 for k in keys}
-    out: dict[str, Optional[float]] = {}
-    for k, attr in keys.items():
-        values = [getattr(w, attr) for w in evaluated]
-        out[k] = statistics.fmean(values) if all(v is not None for v in values) else None
-    return out
+    """The definition's scores (harness.scores), without the list of workloads a partial one misses."""
+    return scores.definition_scores(workloads)[0]
 
 
 def aggregate_timing(trials: list[dict[str, Any]]) -> tuple[float, bool, str]:
@@ -211,9 +195,12 @@ class Session(SessionAudits):
         self.audit_config = AuditConfig.for_level(self.options.audit_level)
         self._rng = random.Random(secrets.randbits(64))  # secret order of recheck calls
         self._ref_latency: dict[str, Optional[float]] = {}
+        # (kind, definition) -> do figures carried from another card of this model hold here? None: not checked
+        self._carried_trust: dict[tuple[str, str], Optional[bool]] = {}
         self.phase_s: dict[str, float] = {}  # where the time goes: worker start, build, reference, ...
         self._phase_stack: list[tuple[str, float]] = []
         self._baseline_workers: dict[str, Optional[WorkerProcess]] = {}
+        self._baseline_start_failure: dict[str, Optional[WorkloadResult]] = {}
         self._spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
         self._ceilings: Any = None
         self.environment: dict[str, Any] = {}
@@ -240,11 +227,17 @@ class Session(SessionAudits):
     # -- the trusted reference worker ---------------------------------------------------------------
 
     def _worker_options(self, role: str, cpu_only: Optional[bool] = None) -> WorkerOptions:
+        writable, environment = (), ()
+        if role == "baseline":  # FlashInfer's JIT modules, compiled once per archive rather than per session
+            cache = self.archive.folder / "cache" / "flashinfer"
+            cache.mkdir(parents=True, exist_ok=True)
+            writable, environment = (str(cache.resolve()),), (("FLASHINFER_WORKSPACE_BASE", str(cache.resolve())),)
         return WorkerOptions(role=role, device_index=self.options.device_index,
                              cpu_only=not self.has_gpu if cpu_only is None else cpu_only,
                              isolate_network=self.options.isolate_network, sandbox=self.options.sandbox,
                              policy=self.sandbox_policy, dataset_root=str(self.dataset.root),
-                             hidden=(str(self.archive.folder.resolve()),))
+                             hidden=(str(self.archive.folder.resolve()),), writable=writable,
+                             environment=environment)
 
     @property
     def has_gpu(self) -> bool:
@@ -306,27 +299,46 @@ class Session(SessionAudits):
 
     def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
                           preset: EvalPreset) -> Optional[float]:
-        # The reference's latency does not depend on the candidate: time it once per GPU and toolchain.
-        key = (f"{self.gpu_key}|{self.toolchain_key}|{definition.content_hash[:16]}|{workload.uuid}|"
-               f"{preset.warmup}/{preset.iterations}/{preset.num_trials}")
+        """The reference's official latency on this workload: from the archive (this card's, or another card's
+        of the same model and toolchain once a spot check agrees), measured only with ``reference_timing``."""
+        tail = (f"{self.toolchain_key}|{definition.content_hash[:16]}|{workload.uuid}|"
+                f"{preset.warmup}/{preset.iterations}/{preset.num_trials}")
+        key, model_key = f"{self.gpu_key}|{tail}", f"model:{self.gpu_model}|{tail}"
         if key not in self._ref_latency:
             cached = self.archive.cached_reference_latency(key)
             if cached is None:
-                worker = self.reference_worker()
-                with self._phase("reference_timing"):
-                    header, _ = worker.request(
-                        {"op": "time", "definition": definition.model_dump(mode="json"),
-                         "workload": workload.model_dump(mode="json"), "seeds": seeds, "warmup": preset.warmup,
-                         "iterations": preset.iterations, "dataset_root": str(self.dataset.root)}, timeout_s=3600)
-                if header.get("ok"):
-                    cached = aggregate_timing(header["trials"])[0]
-                    self.archive.cache_reference_latency(key, cached)
+                carried = self.archive.cached_reference_latency(model_key)
+                trusted = self._carried_trust.get(("reference", definition.name))
+                if carried is not None and trusted:
+                    cached = carried
+                elif self.options.reference_timing or (carried is not None and trusted is None):
+                    cached = self._time_reference(definition, workload, seeds, preset)
+                    if cached is not None:
+                        if carried is not None:  # this measurement is the spot check of carried figures
+                            self._carried_trust[("reference", definition.name)] = scores.spot_check_holds(carried, cached)
+                        self.archive.cache_reference_latency(key, cached)
+                        self.archive.cache_reference_latency(model_key, cached)
             self._ref_latency[key] = cached
         return self._ref_latency[key]
+
+    def _time_reference(self, definition: Definition, workload: Workload, seeds: list[int],
+                        preset: EvalPreset) -> Optional[float]:
+        worker = self.reference_worker()
+        with self._phase("reference_timing"):
+            header, _ = worker.request(
+                {"op": "time", "definition": definition.model_dump(mode="json"),
+                 "workload": workload.model_dump(mode="json"), "seeds": seeds, "warmup": preset.warmup,
+                 "iterations": preset.iterations, "dataset_root": str(self.dataset.root)}, timeout_s=3600)
+        return aggregate_timing(header["trials"])[0] if header.get("ok") else None
 
     @property
     def gpu_key(self) -> str:
         return f"{self.environment.get('device_name', 'cpu')}|{self.environment.get('uuid', '')}"
+
+    @property
+    def gpu_model(self) -> str:
+        """Cards of one model, driver and toolchain give the same figures (after a spot check)."""
+        return str(self.environment.get("device_name", "cpu"))
 
     @property
     def toolchain_key(self) -> str:
@@ -352,38 +364,65 @@ class Session(SessionAudits):
 
     def baseline(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float) -> Optional[dict[str, Any]]:
-        """The FlashInfer baselines on this workload, measured once per GPU, toolchain and workload."""
+        """The FlashInfer baselines on this workload: measured once per card and toolchain (or carried from a
+        card of the same model once a spot check agrees), a failure archived with its message and log."""
         solutions = self.dataset.baselines(definition.name)
         if not solutions:
             return None
         runs = []
         for sol in solutions:
-            cached = self.archive.baseline_run(self.gpu_key, self.toolchain_key, definition.name, workload.uuid,
-                                               sol.content_hash)
+            keys = (self.toolchain_key, definition.name, workload.uuid, sol.content_hash)
+            cached = self.archive.baseline_run(self.gpu_key, *keys)
+            carried = None if cached else self.archive.baseline_run(self.gpu_key, *keys, gpu_model=self.gpu_model)
+            trust = self._carried_trust.get(("baseline", sol.content_hash))
+            if cached is None and carried is not None and trust:
+                cached = carried
             if cached is None:
-                worker = self._baseline_workers.get(sol.content_hash)
-                if sol.content_hash not in self._baseline_workers or (worker is not None and not worker.alive):
-                    worker, failure = self._start_candidate(sol, definition, timeout_s)
-                    self._baseline_workers[sol.content_hash] = worker
-                if worker is None:
-                    cached = {"status": "COMPILE_ERROR", "official_ms": None, "kernel_ms": None}
-                else:
-                    wr = self._evaluate_workload(worker, definition, workload, self.dataset.label(workload), preset,
-                                                 tol, timeout_s, run_audits=False)
-                    cached = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms}
-                self.archive.add_baseline_run({"gpu_key": self.gpu_key, "toolchain": self.toolchain_key,
-                                               "definition": definition.name, "workload_uuid": workload.uuid,
-                                               "solution_hash": sol.content_hash, "solution_name": sol.name,
-                                               **cached})
+                cached = self._measure_baseline(sol, definition, workload, preset, tol, timeout_s)
+                if carried is not None and trust is None and cached["status"] == EvaluationStatus.PASSED.value:
+                    self._carried_trust[("baseline", sol.content_hash)] = scores.spot_check_holds(
+                        carried["kernel_ms"] or carried["official_ms"], cached["kernel_ms"] or cached["official_ms"])
             runs.append({"solution": sol.name, **cached})
         passed = [r for r in runs if r["status"] == EvaluationStatus.PASSED.value and r["official_ms"]]
+        failures = [f"{r['solution']}: {r['status']} {r.get('message') or ''}".strip() for r in runs
+                    if r["status"] != EvaluationStatus.PASSED.value]
         if not passed:
-            return {"runs": runs, "official_ms": None, "kernel_ms": None}
+            return {"runs": runs, "official_ms": None, "kernel_ms": None, "failures": failures}
         best_official = min(passed, key=lambda r: r["official_ms"])
         best_kernel = min(passed, key=lambda r: r["kernel_ms"] or r["official_ms"])
         return {"runs": runs, "official_ms": best_official["official_ms"], "official_solution": best_official["solution"],
                 "kernel_ms": best_kernel["kernel_ms"] or best_kernel["official_ms"],
-                "kernel_solution": best_kernel["solution"]}
+                "kernel_solution": best_kernel["solution"], "failures": failures}
+
+    def _measure_baseline(self, sol: Solution, definition: Definition, workload: Workload, preset: EvalPreset,
+                          tol: Tolerance, timeout_s: float) -> dict[str, Any]:
+        worker = self._baseline_workers.get(sol.content_hash)
+        if sol.content_hash not in self._baseline_workers or (worker is not None and not worker.alive):
+            worker, failure = self._start_candidate(sol, definition, timeout_s, role="baseline")
+            self._baseline_workers[sol.content_hash] = worker
+            self._baseline_start_failure[sol.content_hash] = failure
+        if worker is None:
+            failure = self._baseline_start_failure.get(sol.content_hash)
+            run = {"status": failure.status if failure else "COMPILE_ERROR", "official_ms": None, "kernel_ms": None,
+                   "message": f"build: {failure.message if failure else 'failed'}"[:2000],
+                   "log": failure.log if failure else ""}
+        else:
+            wr = self._evaluate_workload(worker, definition, workload, self.dataset.label(workload), preset,
+                                         tol, timeout_s, run_audits=False)
+            run = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms,
+                   "message": wr.message[:2000] or None, "log": wr.log,
+                   "peak_bytes": worker.peak_bytes, "resident_bytes": worker.resident_bytes}
+            if not worker.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
+                worker.stop()  # a fresh process for the next workload
+                self._baseline_workers.pop(sol.content_hash, None)
+        log = run.pop("log", "")
+        run["log_blob"] = self.archive.put_blob(log, "log") if log and run["status"] != EvaluationStatus.PASSED.value else None
+        self.archive.add_baseline_run({"gpu_key": self.gpu_key, "gpu_model": self.gpu_model,
+                                       "toolchain": self.toolchain_key, "definition": definition.name,
+                                       "workload_uuid": workload.uuid, "solution_hash": sol.content_hash,
+                                       "solution_name": sol.name,
+                                       **{k: v for k, v in run.items() if k not in ("peak_bytes", "resident_bytes")}})
+        return run
 
     def _compare(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float, wr: WorkloadResult) -> None:
@@ -396,6 +435,8 @@ class Session(SessionAudits):
             wr.speedup_factor = wr.reference_latency_ms / wr.latency_ms
         with self._phase("baselines"):
             fi = self.baseline(definition, workload, preset, tol, timeout_s) if self.options.baselines else None
+        if fi:
+            wr.baseline_failures = fi["failures"]
         if fi and fi["official_ms"]:
             wr.fi_official_ms, wr.fi_kernel_ms = fi["official_ms"], fi["kernel_ms"]
             wr.speedup_vs_fi_official = fi["official_ms"] / wr.latency_ms
@@ -578,6 +619,7 @@ class Session(SessionAudits):
                                                 log=failure.log)
                             self._record(result, definition, solution, workload, wr, env_id)
                             continue
+                    self._mark_memory(candidate)
                     if candidate.compile_only:
                         wr = WorkloadResult(workload.uuid, label, SKIPPED,
                                             message="compiled with nvcc for " + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
@@ -588,11 +630,12 @@ class Session(SessionAudits):
                         if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
                             self._compare(definition, workload, preset, tol, timeout_s, wr)
                             suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound
-                            if self.audit_config.level == "full":
-                                self._attribution(candidate, workload, wr, library_is_own)
-                            elif suspicious and self.audit_config.level != "off":
+                            if self.audit_config.level != "off":
+                                self._attribution(solution, wr, library_is_own)
+                            if suspicious and self.audit_config.level == "fast":
                                 self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr,
                                                library_is_own)
+                        wr.memory = self._memory_record(definition, workload, candidate)
                         if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
                                                                 EvaluationStatus.TIMEOUT.value):
                             # A fresh process (and CUDA context) for the next workload.
@@ -611,7 +654,19 @@ class Session(SessionAudits):
         else:
             result.status = next((w.status for w in evaluated if w.status != EvaluationStatus.PASSED.value),
                                  EvaluationStatus.PASSED.value)
-        result.scores = definition_scores(result.workloads)
+        result.scores, result.scores_partial = scores.definition_scores(result.workloads)
+        reasons = {w.label: "; ".join(w.baseline_failures) or "no baseline figure"
+                   for w in result.workloads if w.baseline_failures}
+        result.notices += scores.partial_notice({k: v for k, v in result.scores_partial.items()
+                                                 if k != "vs_reference"}, reasons)
+        failed_baselines = sorted({f.split(":")[0] for w in result.workloads for f in w.baseline_failures})
+        if failed_baselines:
+            result.notices.append(f"FlashInfer baseline(s) {', '.join(failed_baselines)} failed on "
+                                  f"{sum(bool(w.baseline_failures) for w in result.workloads)} workload(s): "
+                                  + next(f for w in result.workloads for f in w.baseline_failures)[:300])
+        over = [w.label for w in result.workloads if w.memory and not w.memory.get("within_budget", True)]
+        if over:
+            result.notices.append(f"GPU memory over budget on {', '.join(over)} (harness show: memory)")
         result.promotion_blockers = promotion_blockers(
             [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads], result.static_findings,
             self.audit_config.level, result.audits)
@@ -619,15 +674,20 @@ class Session(SessionAudits):
         if skipped:
             result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
         self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices),
-                                       {**result.scores, "promotable": not result.promotion_blockers,
+                                       {**result.scores, "scores_partial": result.scores_partial or None,
+                                        "promotable": not result.promotion_blockers,
                                         "promotion_blockers": result.promotion_blockers, "audits": result.audits})
         self._open_submission = None
         self.progress("done", {"status": result.status})
         return result
 
-    def _start_candidate(self, solution: Solution, definition: Definition,
-                         timeout_s: float) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
-        worker = self._fresh_candidate_worker()
+    def _start_candidate(self, solution: Solution, definition: Definition, timeout_s: float,
+                         role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+        if role == "candidate":
+            worker = self._fresh_candidate_worker()
+        else:
+            worker = WorkerProcess(self._worker_options(role))
+            worker.launch()
         try:
             with self._phase("worker_start"):
                 worker.wait_ready()
@@ -652,6 +712,22 @@ class Session(SessionAudits):
         worker.compile_only = bool(header.get("compile_only"))
         worker.build_log = header.get("log", "")
         return worker, None
+
+    def _mark_memory(self, candidate: WorkerProcess) -> None:
+        for worker in (candidate, self._reference, *self._baseline_workers.values()):
+            if worker is not None:
+                worker.mark_memory()
+
+    def _memory_record(self, definition: Definition, workload: Workload, candidate: WorkerProcess) -> dict[str, Any]:
+        """The GPU memory of this workload's evaluation, per process and together (harness.memory)."""
+        processes = {"candidate": (candidate.peak_bytes, candidate.resident_bytes)}
+        if self._reference is not None:
+            processes["reference"] = (self._reference.peak_bytes, self._reference.resident_bytes)
+        names = {s.content_hash: s.name for s in self.dataset.baselines(definition.name)}
+        for key, worker in self._baseline_workers.items():
+            if worker is not None and worker.alive and key in names:
+                processes[f"baseline {names.get(key, key[:8])}"] = (worker.peak_bytes, worker.resident_bytes)
+        return memory_record(definition, workload, processes)
 
     def _evaluate_workload(self, worker: WorkerProcess, definition: Definition, workload: Workload, label: str,
                            preset: EvalPreset, tol: Tolerance, timeout_s: float,
@@ -812,7 +888,8 @@ class Session(SessionAudits):
                       "speedup_vs_flashinfer_official": wr.speedup_vs_fi_official,
                       "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,
                       "fraction_of_floor": wr.fraction_of_floor, "bytes_moved": wr.bytes_moved, "flops": wr.flops,
-                      "throttled": wr.throttled, "fallback": is_fallback(wr.audits), "gpu_state": wr.gpu_state},
+                      "throttled": wr.throttled, "fallback": is_fallback(wr.audits), "gpu_state": wr.gpu_state,
+                      "memory": wr.memory or None, "baseline_failures": wr.baseline_failures or None},
             "environment_id": env_id,
             "started_at": None, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}, timing_rows)
         result.workloads.append(wr)

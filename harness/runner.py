@@ -186,6 +186,9 @@ class WorkerOptions:
     policy: SandboxPolicy = field(default_factory=SandboxPolicy)
     dataset_root: Optional[str] = None  # its blob/ folder is what the worker may read of the dataset
     hidden: tuple[str, ...] = ()  # paths no bind may expose (the archive)
+    # host folders the worker may write (the dataset's baselines: FlashInfer's JIT cache, kept between sessions)
+    writable: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()  # variables set for the worker on top of the scrubbed ones
 
 
 class WorkerProcess:
@@ -198,6 +201,14 @@ class WorkerProcess:
         self.sandbox: Optional[Sandbox] = None
         self.log: Optional[LogSink] = None
         self.limit_hit = ""  # the sandbox limit the worker ran into, once it has
+        # GPU memory as the worker reports it: the most any request held since mark_memory(), and what it
+        # still holds between requests (its context's allocations are not in either)
+        self.peak_bytes = 0
+        self.resident_bytes = 0
+
+    def mark_memory(self) -> None:
+        """Start counting the peak afresh (one workload's share)."""
+        self.peak_bytes = 0
 
     # -- life cycle -----------------------------------------------------------------------------------
 
@@ -220,9 +231,10 @@ class WorkerProcess:
         if o.dataset_root:
             readable += [str(Path(o.dataset_root) / "blob"), str(Path(o.dataset_root).resolve() / "blob")]
         self.sandbox = make_sandbox(o.policy, o.role, readable, list(o.hidden), os.environ.get("PYTHONPATH", ""),
-                                    gpu=not o.cpu_only, enabled=o.sandbox, network=not o.isolate_network)
+                                    gpu=not o.cpu_only, writable=list(o.writable), enabled=o.sandbox,
+                                    network=not o.isolate_network)
         self.workdir = self.sandbox.folder
-        env = scrubbed_environment(extra, home=self.sandbox.workdir_inside)
+        env = scrubbed_environment({**extra, **dict(o.environment)}, home=self.sandbox.workdir_inside)
         prefix: tuple[str, ...] = ()
         if self.sandbox.full:
             self.isolation_note = ("network namespace without interfaces" if o.isolate_network
@@ -237,7 +249,8 @@ class WorkerProcess:
         rep_r, rep_w = os.pipe()
         log_r, log_w = os.pipe()
         cmd = [*prefix, *self.sandbox.command(
-            [sys.executable, "-m", "harness.worker", "--role", o.role, "--rfd", str(req_r), "--wfd", str(rep_w),
+            [sys.executable, "-m", "harness.worker", "--role", "reference" if o.role == "reference" else "candidate",
+             "--rfd", str(req_r), "--wfd", str(rep_w),
              "--parent-pid", str(parent)])]
         try:
             self.proc = subprocess.Popen(cmd, env=env, cwd=self.sandbox.folder, stdin=subprocess.DEVNULL,
@@ -340,6 +353,10 @@ class WorkerProcess:
                 self.kill()
                 code = self.proc.returncode
             raise WorkerCrashed(f"the worker died ({self.ended_by(code)}): {err}", self.log_text()) from None
+        memory = header.get("memory")
+        if isinstance(memory, dict):  # reported by the worker itself: a measure, not a proof
+            self.peak_bytes = max(self.peak_bytes, int(memory.get("peak_bytes") or 0))
+            self.resident_bytes = int(memory.get("resident_bytes") or 0)
         if not header.get("ok") and isinstance(header.get("error"), str) and self.sandbox is not None:
             header["error"] = self.sandbox.annotate(header["error"])
         return header, tensors

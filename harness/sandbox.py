@@ -396,6 +396,12 @@ def make_sandbox(policy: SandboxPolicy, role: str, extra_readonly: list[str], hi
         (folder / "work").mkdir()
         return Sandbox(policy, role, folder, f"reduced ({why})", "")
     uid = UID_BASE + (os.getpid() * 64 + next(_counter)) % UID_SPAN if mode == "root" else None
+    if uid is not None and writable:
+        # Workers sharing a writable folder (the baselines' JIT cache) share one user, so what one compiles
+        # the next can extend; no candidate is ever given a writable host folder.
+        uid = UID_BASE - 1
+        for path in writable:
+            os.chown(path, uid, uid)
     cgroup, cgroup_note = None, ""
     if mode == "root":
         parent, cgroup_note = Cgroup.parent()

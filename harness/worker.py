@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import functools
+import gc
 import os
 import sys
 import time
@@ -249,18 +250,24 @@ class Worker:
         definition, workload = self.definition, Workload.model_validate(req["workload"])
         root = Path(req["dataset_root"])
         threads_before = _thread_count()
-        buffers: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        # Only the buffers a later step reuses are kept: at full scale one input set is gigabytes.
+        steps = req["steps"]
+        reused = {int(s["buffers_of"]): max(j for j, t in enumerate(steps) if t.get("buffers_of") == s["buffers_of"])
+                  for s in steps if s["kind"] != "fresh"}
+        buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         out_tensors: dict[str, torch.Tensor] = {}
         wall_ms, repeat_ms, fingerprints = [], [], []
         flush = _l2_flush(self.device)
         _raise_clocks(self.device, flush)
-        for i, step in enumerate(req["steps"]):
+        for i, step in enumerate(steps):
             fresh = generate_inputs(definition, workload, int(step["seed"]), self.device, root)
             if step["kind"] == "fresh":
                 inputs = fresh
                 outputs = {n: _poisoned(t) for n, t in allocate_outputs(definition, workload, self.device).items()}
             else:  # the same tensors as an earlier call, refilled in place with other data
                 inputs, outputs = buffers[int(step["buffers_of"])]
+                if reused[int(step["buffers_of"])] == i:  # its last use
+                    del buffers[int(step["buffers_of"])]
                 for name, value in fresh.items():
                     if isinstance(value, torch.Tensor):
                         inputs[name].copy_(value)
@@ -281,10 +288,12 @@ class Worker:
             wall_ms.append(ms)
             for name, t in outputs.items():
                 # A copy now: a later "reuse" step writes into these very buffers.
-                out_tensors[f"{i}/{name}"] = t.detach().clone()
+                out_tensors[f"{i}/{name}"] = t.detach().to("cpu", copy=True)
             if self.device.type == "cuda":
                 repeat_ms.append(_wall_call(self.device, flush, call)[0])
-            buffers.append((inputs, outputs))
+            if step["kind"] == "fresh" and i in reused:
+                buffers[i] = (inputs, outputs)
+            inputs = outputs = state = None  # this step's tensors go now, not when the next ones exist
         return ({"ok": True, "wall_ms": wall_ms, "repeat_wall_ms": repeat_ms, "input_fingerprints": fingerprints,
                  "threads_before": threads_before, "threads_after": _thread_count()}, out_tensors)
 
@@ -328,7 +337,7 @@ class Worker:
         per trial outside the timed region (what a serving engine pays per step).
         """
         from .gpu_state import gpu_state
-        from .timing import time_trial
+        from .timing import time_trial, traced
 
         if self.device.type != "cuda":
             return {"ok": False, "status": "UNAVAILABLE", "error": "no GPU: timing unavailable"}, {}
@@ -366,9 +375,11 @@ class Worker:
                 # figure where there is a setup): host work the timer cannot see shows up here.
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
                 # in it (K/V of b1_kv8192 is 34 MB; the H200's L2 50 MB) run below their CUPTI span.
+                # Under CUPTI tracing, as the span was taken (harness.timing.traced says why).
                 flush = _l2_flush(self.device)
-                walls = [_wall_call(self.device, flush, functools.partial(fn, *kernel_args))[0]
-                         for _ in range(int(req["clock_truth_calls"]))]
+                with traced():
+                    walls = [_wall_call(self.device, flush, functools.partial(fn, *kernel_args))[0]
+                             for _ in range(int(req["clock_truth_calls"]))]
                 (kernel or official)[-1]["wall_ms"] = walls
                 del flush
             del kernel_args
@@ -376,51 +387,6 @@ class Worker:
         state_after = gpu_state(index)
         return {"ok": True, "trials": official, "kernel_trials": kernel or None,
                 "gpu_state_before": state_before, "gpu_state_after": state_after}, {}
-
-    def attribution(self, req: dict) -> tuple[dict, dict]:
-        """GPU time per kernel name over one profiled call, and the names of the kernels the candidate built."""
-        if self.device.type != "cuda":
-            return {"ok": False, "status": "UNAVAILABLE", "error": "no GPU: attribution unavailable"}, {}
-        from torch.profiler import ProfilerActivity, profile
-
-        definition, workload, inputs = self._workload_inputs(req)
-        args = list(inputs.values())
-        if self.solution.spec.destination_passing_style:
-            args += list(allocate_outputs(definition, workload, self.device).values())
-        state = [self.built.setup(*inputs.values())] if self.built.setup is not None else []
-        self.built.fn(*args, *state)  # compiled and warm before the profiled call
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            self.built.fn(*args, *state)
-            torch.cuda.synchronize()
-        kernel_ns: dict[str, float] = {}
-        for event in prof.key_averages():
-            # Attribute names moved between torch releases (cuda_* -> device_*); self time, so that an
-            # operator's kernels are not counted again under the operator.
-            us = next((getattr(event, a) for a in ("self_device_time_total", "self_cuda_time_total")
-                       if getattr(event, a, None)), 0.0)
-            if us:
-                kernel_ns[event.key] = kernel_ns.get(event.key, 0.0) + float(us) * 1e3
-        if not kernel_ns:
-            return {"ok": False, "status": "UNAVAILABLE", "error": "the profiler reported no GPU time"}, {}
-        return {"ok": True, "kernel_ns": kernel_ns, "candidate_kernels": sorted(self._candidate_kernels())}, {}
-
-    def _candidate_kernels(self) -> set[str]:
-        """Kernels the candidate built: its Triton JIT functions and the __global__ functions in its sources."""
-        import re
-
-        names: set[str] = set()
-        for src in self.solution.sources:
-            names.update(re.findall(r"__global__\s+(?:void|[\w:<>]+)\s+(\w+)\s*\(", src.content))
-        try:
-            from triton.runtime.jit import JITFunction
-        except Exception:
-            return names
-        prefix = f"crucible_solution_{self.solution.content_hash[:12]}"
-        for mod_name, module in list(sys.modules.items()):
-            if mod_name.startswith(prefix):
-                names.update(getattr(v, "__name__", "") for v in vars(module).values() if isinstance(v, JITFunction))
-        return {n for n in names if n}
 
     def sass(self, req: dict) -> tuple[dict, dict]:
         """Per-kernel opcode histograms of what this worker built (harness.sass); runs no candidate code.
@@ -458,7 +424,7 @@ class Worker:
     def serve(self, rfd: int, wfd: int) -> None:
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
                     "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
-                    "oracle": self.oracle, "attribution": self.attribution, "sass": self.sass}
+                    "oracle": self.oracle, "sass": self.sass}
         while True:
             try:
                 req, _ = protocol.read_message(rfd)
@@ -468,6 +434,7 @@ class Worker:
             if op == "exit":
                 protocol.write_message(wfd, {"ok": True})
                 return
+            _memory_mark(self.device)
             try:
                 header, tensors = handlers[op](req)
             except BaseException as err:  # candidate code may raise anything, SystemExit included
@@ -476,11 +443,41 @@ class Worker:
                 header, tensors = {"ok": False, "status": "RUNTIME_ERROR",
                                    "error": f"{type(err).__name__}: {err}", "traceback": tb,
                                    "context_broken": _context_broken(self.device)}, {}
+            memory = _memory_release(self.device, tensors)
+            if memory:
+                header["memory"] = memory
             try:
                 protocol.write_message(wfd, header, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
                 protocol.write_message(wfd, {"ok": False, "status": "RUNTIME_ERROR",
                                              "error": f"could not send the reply: {type(err).__name__}: {err}"})
+
+
+def _memory_mark(device: torch.device) -> None:
+    """Start of a request: the allocator's peak counts from here."""
+    if device.type == "cuda" and torch.cuda.is_initialized():
+        try:
+            torch.cuda.reset_peak_memory_stats(device)
+        except Exception:  # a broken context: the request will say so
+            pass
+
+
+def _memory_release(device: torch.device, reply: dict[str, Any]) -> dict[str, int]:
+    """End of a request: what it held at most, then give back what is no longer used, so an idle worker holds
+    only its context and what its code keeps on purpose (a workspace). Returned to the harness, which adds up
+    the processes of one evaluation. The reply's tensors are moved to the host first: they leave anyway."""
+    if device.type != "cuda" or not torch.cuda.is_initialized():
+        return {}
+    try:
+        for name, t in list(reply.items()):
+            if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+                reply[name] = t.cpu()
+        peak = int(torch.cuda.max_memory_reserved(device))
+        gc.collect()
+        torch.cuda.empty_cache()
+        return {"peak_bytes": peak, "resident_bytes": int(torch.cuda.memory_reserved(device))}
+    except Exception:  # a broken context: nothing to measure, and the worker is replaced
+        return {}
 
 
 def _die_with_parent(parent_pid: int) -> None:

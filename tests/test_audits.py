@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from harness.attribution import OwnKernels
 from harness.audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
                             policy_thresholds, precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
                             thread_verdict)
@@ -100,18 +101,19 @@ def test_precision(errors, passed):
 
 
 @pytest.mark.parametrize("kernels, mine, passed, fallback", [
-    ({"_gqa_decode_kernel": 9.8e4, "Memset": 1e3}, {"_gqa_decode_kernel"}, True, False),
+    ({"_gqa_decode_kernel": 9.8e4, "[memset bytes=4 value=0]": 1e3}, {"_gqa_decode_kernel"}, True, False),
     ({"_gqa_decode_kernel": 1e4, "nvjet_sm90_tst_64x16": 9e4}, {"_gqa_decode_kernel"}, False, True),  # cuBLAS
-    ({"void at::native::elementwise_kernel<...>": 1e5}, {"elementwise_kernel"}, False, True),  # aten is never "mine"
-    ({"void flashinfer::BatchDecodeWithPagedKVCacheKernel<...>": 1e5}, {"_gqa_decode_kernel"}, False, True),
+    ({"_ZN2at6native18elementwise_kernelILi128ELi4EEEviT1_": 1e5}, {"elementwise_kernel"}, False, True),  # aten's
+    ({"_ZN10flashinfer33BatchDecodeWithPagedKVCacheKernelEv": 1e5}, {"_gqa_decode_kernel"}, False, True),
     ({}, {"k"}, False, False),  # nothing measured: a failed audit, but not evidence of a library doing the work
 ])
 def test_attribution(kernels, mine, passed, fallback):
-    verdict = attribution_verdict(kernels, mine, CFG)
+    own = OwnKernels(frozenset(mine), frozenset())
+    verdict = attribution_verdict(kernels, own, CFG, calls=1)
     assert verdict["passed"] is passed
     assert is_fallback([verdict]) is fallback
     if kernels:  # the dataset's own library baseline: every kernel it launches is its own
-        assert attribution_verdict(kernels, set(), CFG, library_is_own=True)["passed"]
+        assert attribution_verdict(kernels, OwnKernels(frozenset(), frozenset()), CFG, library_is_own=True)["passed"]
     assert not is_fallback([{"name": "precision", "passed": False, "detail": "fallback: not attribution"}])
 
 

@@ -1,0 +1,115 @@
+"""Attribution from the official timer's CUPTI records: own kernels vs library kernels (harness.attribution)."""
+
+import pytest
+
+from harness.attribution import (OwnKernels, attribution_verdict, is_housekeeping, is_own, own_kernels,
+                                 qualified_name)
+from harness.audits import promotion_blockers, unconfirmed_library_use
+
+TRITON = {"kernel.py": "import triton\n\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef _decode_kernel(q, k):\n"
+                       "    pass\n\n\ndef run(q, k):\n    _decode_kernel[(1,)](q, k)\n"}
+CUDA = {"kernel.cu": 'extern "C" __global__ void plain_kernel(float* x) {}\n'
+                     "template <int N>\n__global__ void __launch_bounds__(128) split_kv(const float* q) {}\n"
+                     "namespace mine { __global__ void merge_states(float* o) {} }\n"}
+INLINE = {"inline.py": 'from torch.utils.cpp_extension import load_inline\nSRC = r"""\n'
+                       "__global__ void gqa_decode_kernel(const __nv_bfloat16* q) {}\n\"\"\"\n"}
+
+ATEN_FILL = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+ATEN_COPY = ("_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastIZZZNS0_23direct_copy_kernel"
+             "_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE8_clEvEUlN3c108BFloat16EE_EEvS4_RKT_EUliE_EEviT1_")
+ATEN_SUB = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIiEESt5arrayIPcLm3EEEEviT0_T1_"
+ATEN_SOFTMAX = "_ZN43_GLOBAL__N__b6d5ab84_10_SoftMax_cu_9f978f6320softmax_warp_forwardIfffLi9ELb0ELb0EEEvPT0_PKT_iiiPKbib"
+NVJET = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT"
+FLASHINFER = "_ZN10flashinfer33BatchDecodeWithPagedKVCacheKernelEv"
+
+
+@pytest.mark.parametrize("symbol, parts", [
+    ("_Z8split_kvILi4EEvPKf", ["split_kv"]),
+    ("_ZN4mine12merge_statesEPf", ["mine", "merge_states"]),
+    (FLASHINFER, ["flashinfer", "BatchDecodeWithPagedKVCacheKernel"]),
+    (ATEN_FILL, ["at", "native", "vectorized_elementwise_kernel"]),
+    ("_decode_kernel", ["_decode_kernel"]),
+    ("void at::native::reduce_kernel<512, 1>(int)", ["at", "native", "reduce_kernel"]),
+])
+def test_qualified_name(symbol, parts):
+    assert qualified_name(symbol) == parts
+
+
+def test_own_kernels_come_from_the_sources():
+    own = own_kernels({**TRITON, **CUDA, **INLINE})
+    assert {"_decode_kernel", "run"} <= own.python
+    assert {"plain_kernel", "split_kv", "merge_states", "gqa_decode_kernel"} <= own.cuda
+
+
+@pytest.mark.parametrize("name, sources, mine", [
+    ("_decode_kernel", TRITON, True),  # Triton: a plain C name, the Python function's
+    ("plain_kernel", CUDA, True),  # extern "C"
+    ("_Z8split_kvILi4EEvPKf", CUDA, True),
+    ("_ZN4mine12merge_statesEPf", CUDA, True),
+    ("_Z17gqa_decode_kernelPK13__nv_bfloat16", INLINE, True),  # CUDA text inside Python (load_inline)
+    # a Python def cannot claim a C++ symbol, and no name can claim a library's namespace or prefix
+    (ATEN_SOFTMAX, {"k.py": "def softmax_warp_forward():\n    pass\n"}, False),
+    (ATEN_SOFTMAX, {"k.cu": "__global__ void softmax_warp_forward(float* x) {}\n"}, False),
+    (ATEN_FILL, {"k.cu": "__global__ void vectorized_elementwise_kernel(float* x) {}\n"}, False),
+    (FLASHINFER, {"k.cu": "__global__ void BatchDecodeWithPagedKVCacheKernel() {}\n"}, False),
+    (NVJET, {"k.py": f"def {NVJET}():\n    pass\n"}, False),
+    ("[memset bytes=4 value=0]", TRITON, False),
+    ("_decode_kernel_v2", TRITON, False),  # no substring matches
+])
+def test_is_own(name, sources, mine):
+    assert is_own(name, own_kernels(sources)) is mine
+
+
+@pytest.mark.parametrize("name, chore", [
+    ("[memset bytes=4096 value=0]", True), ("[memcpy kind=1 bytes=8]", True), (ATEN_FILL, True),
+    (ATEN_COPY, True), (ATEN_SUB, False), (ATEN_SOFTMAX, False), (NVJET, False), ("_decode_kernel", False),
+])
+def test_housekeeping(name, chore):
+    assert is_housekeeping(name) is chore
+
+
+OWN = own_kernels(TRITON)
+
+
+@pytest.mark.parametrize("kernel_ns, calls, passed, words", [
+    # the example: its kernel, a memset of the split-K buffer
+    ({"_decode_kernel": 500e3, "[memset bytes=4096 value=0]": 50e3}, 50, True, "100.0% of compute"),
+    # an honest wrapper at batch 1: 8 us kernel, torch.zeros (fill) 2 us and indptr[1:] - indptr[:-1] 2 us
+    ({"_decode_kernel": 400e3, ATEN_FILL: 100e3, ATEN_SUB: 100e3}, 50, True, "2.0 us of library compute"),
+    # PyTorch does the attention; a token Triton kernel runs beside it
+    ({"_decode_kernel": 50e3, ATEN_SOFTMAX: 2e6, NVJET: 4e6}, 50, False, "fallback: 0.8%"),
+    # FlashInfer hidden behind a wrapper
+    ({FLASHINFER: 1e6, ATEN_COPY: 1e4}, 50, False, "fallback: none of the candidate's kernels ran"),
+    # the work done on the host: only copies on the GPU
+    ({"[memcpy kind=2 bytes=1048576]": 1e6, "[memcpy kind=1 bytes=1048576]": 1e6}, 50, False,
+     "fallback: none of the candidate's kernels ran"),
+    # a large workload: 5% in aten is far over the allowance
+    ({"_decode_kernel": 95e6, ATEN_SUB: 6e6}, 50, False, "fallback: 94.1%"),
+])
+def test_attribution_verdict(kernel_ns, calls, passed, words):
+    verdict = attribution_verdict(kernel_ns, OWN, 0.95, calls, allowance_us=5.0)
+    assert verdict["passed"] is passed, verdict
+    assert words in verdict["detail"]
+
+
+def test_the_datasets_baselines_own_their_library_kernels():
+    none = OwnKernels(frozenset(), frozenset())
+    assert not attribution_verdict({FLASHINFER: 1e6}, none, 0.95, 50)["passed"]
+    assert attribution_verdict({FLASHINFER: 1e6}, none, 0.95, 50, library_is_own=True)["passed"]
+
+
+TORCH_FINDING = {"rule": "torch_compute", "severity": "warning", "path": "kernel.py", "line": 7,
+                 "message": "torch.softmax is PyTorch compute"}
+ATTRIBUTED = {"name": "attribution", "passed": True, "detail": "100.0% of compute time in the candidate's kernels"}
+
+
+@pytest.mark.parametrize("audits, findings, blocked", [
+    ([ATTRIBUTED], [TORCH_FINDING], False),  # run time cleared the warning
+    ([], [TORCH_FINDING], True),  # no attribution (CPU, CUDA events): the warning stands, unconfirmed
+    ([], [], False),  # nothing to confirm
+    ([], [{**TORCH_FINDING, "message": "x (allowed: the dataset's own library baseline)"}], False),
+])
+def test_library_findings_are_settled_by_attribution(audits, findings, blocked):
+    workloads = [{"label": "b1", "status": "PASSED", "audits": audits}]
+    assert bool(unconfirmed_library_use(workloads, findings)) is blocked
+    assert any("unconfirmed" in r for r in promotion_blockers(workloads, findings)) is blocked
