@@ -10,10 +10,13 @@ import yaml
 
 from harness.static_gate import (
     DEFAULT_POLICY_PATH,
+    LIBRARY_RULES,
     RULES,
     Finding,
     GatePolicy,
     PolicyError,
+    awaits_attribution,
+    builtin_policy,
     declared_library,
     gate_passed,
     load_policy,
@@ -22,8 +25,8 @@ from harness.static_gate import (
 )
 
 # --------------------------------------------------------------------------------------------------
-# Honest samples: must produce no finding at all, under the default policy and under the stricter
-# gqa_paged op_type policy (where torch compute and library use are errors).
+# Honest samples: must produce no finding at all, under the default policy and under the gqa_paged
+# op_type and definition layers.
 
 HONEST_TRITON_GQA_DECODE = '''\
 """GQA paged decode in Triton: one program per (batch, kv head) serves all query heads of its group.
@@ -229,17 +232,26 @@ def test_honest_triton_gqa_decode_is_clean(policy_name, request):
 
 
 def test_the_shipped_library_baseline_only_warns_and_every_other_rule_stands(gqa_policy):
-    """FlashInfer baselines call the library by declaration: under gqa_paged, where library compute is an
-    error for candidates, the dataset's own baselines keep the findings as warnings; other rules still bite."""
+    """FlashInfer baselines call the library by declaration. Under the shipped policy their library findings are
+    warnings left to attribution; under a policy that raises library compute to an error, declared_library keeps
+    the dataset's own baselines at warnings; other rules still bite."""
     from pathlib import Path
 
     source = (Path(DEFAULT_POLICY_PATH).parent / "baselines_src" / "flashinfer_gqa_decode.py").read_text()
     findings = scan_sources({"flashinfer_gqa_decode.py": source}, "python", gqa_policy)
+    assert findings and gate_passed(findings) and all(awaits_attribution(f) for f in findings), describe(findings)
+    declared = [declared_library(f) for f in findings]  # as a baseline it declares the library: nothing to await
+    assert gate_passed(declared) and not any(awaits_attribution(f) or awaits_attribution(f.model_dump())
+                                             for f in declared)
+    assert all(f.message.endswith("(allowed: the dataset's own library baseline)") for f in declared)
+    assert [declared_library(f) for f in declared] == declared
+    strict = policy_from_mapping({"default": {"rules": {"torch_compute": {"severity": "error"}}}})
+    findings = scan_sources({"flashinfer_gqa_decode.py": source}, "python", strict)
     assert {f.rule for f in findings if f.severity == "error"} == {"torch_compute"}, describe(findings)
     allowed = [declared_library(f) for f in findings]
     assert gate_passed(allowed) and all("library baseline" in f.message for f in allowed if f.rule == "torch_compute")
     cheat = source + "\nimport os\nMODE = os.environ.get('CRUCIBLE_MODE')\n"
-    findings = [declared_library(f) for f in scan_sources({"b.py": cheat}, "python", gqa_policy)]
+    findings = [declared_library(f) for f in scan_sources({"b.py": cheat}, "python", strict)]
     assert not gate_passed(findings) and {f.rule for f in findings if f.severity == "error"} == {"env_probe"}
 
 
@@ -330,6 +342,7 @@ PYTHON_POSITIVES = [
     # file reads (warning)
     ("file_read", 1, "src = open(path).read()\n"),
     ("file_read", 2, "from pathlib import Path\nblob = Path(p).read_bytes()\n"),
+    ("file_read", 2, "from pathlib import Path\nblob = (Path(__file__).parent / 'answers.bin').read_bytes()\n"),
     # dynamic code
     ("dynamic_code", 1, "exec(code)\n"),
     ("dynamic_code", 1, "y = eval('1 + 1')\n"),
@@ -342,7 +355,8 @@ PYTHON_POSITIVES = [
     # native FFI
     ("native_ffi", 1, "import ctypes\n"),
     ("native_ffi", 1, "from cffi import FFI\n"),
-    ("native_ffi", 1, "from torch.utils.cpp_extension import load_inline\n"),
+    ("native_ffi", 2, "import torch.utils.cpp_extension as ext\nm = ext._import_module_from_library('m', p, True)\n"),
+    ("native_ffi", 1, "from torch.utils.cpp_extension import _jit_compile\n"),
     ("native_ffi", 1, "import cuda.bindings.runtime as cudart\n"),
     ("native_ffi", 1, "import cupy\n"),
     ("native_ffi", 2, "import torch\ntorch.ops.load_library('libx.so')\n"),
@@ -383,10 +397,23 @@ PYTHON_POSITIVES = [
     ("torch_compute", 2, "import flashinfer\no = flashinfer.single_decode_with_kv_cache(q, k, v)\n"),
     ("torch_compute", 2, "from flashinfer import BatchDecodeWithPagedKVCacheWrapper as W\nw = W(ws)\n"),
     ("torch_compute", 2, "import torch\nf = torch.compile(fn)\n"),
+    ("torch_compute", 2, "import torch\n@torch.compile\ndef f(x):\n    return x\n"),
+    ("torch_compute", 3, "import functools\nimport torch\nmm = functools.partial(torch.matmul, a)\n"),
+    ("torch_compute", 2, "import torch\nys = list(map(torch.exp, xs))\n"),
+    ("torch_compute", 2, "import torch\nops = [torch.softmax, torch.float32]\n"),
+    ("torch_compute", 3, "import torch\nmm = torch.matmul\ny = mm(a, b)\n"),
+    ("torch_compute", 2, "import torch\nlengths = torch.diff(kv_indptr)\n"),
     # warnings for state and robustness
     ("memoized_function", 2, "import functools\n@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n"),
     ("memoized_function", 2, "from functools import cache\n@cache\ndef f(x):\n    return x\n"),
+    # memoised on a tensor (at a call, or through a value derived from one)
+    ("memoized_function", 2, ("import functools\n@functools.lru_cache\ndef f(n):\n    return n\n"
+                             "def run(q):\n    return f(q)\n")),
+    ("memoized_function", 2, ("import functools\n@functools.lru_cache\ndef f(n):\n    return n\n"
+                             "def run(q):\n    k = q[0]\n    return f(k.shape[0], k)\n")),
     ("global_state", 3, "_last = None\ndef run(q):\n    global _last\n    _last = q\n"),
+    ("global_state", 3, "_calls = 0\ndef run(q):\n    global _calls\n    _calls += 1\n"),
+    ("global_state", 3, "_out = None\ndef run(q):\n    global _out\n    if _out is None:\n        _out = q.clone()\n"),
     ("silent_fallback", 3, "try:\n    out = fast(q)\nexcept Exception:\n    out = slow(q)\n"),
     ("silent_fallback", 3, "try:\n    out = fast(q)\nexcept:\n    pass\n"),
     ("clock_read", 2, "import time\nt0 = time.perf_counter()\n"),
@@ -497,11 +524,11 @@ PYTHON_NEGATIVES = [
     "import re\nPATTERN = re.compile('x+')\n",
     "name = 'a-b'.replace('-', '_')\n",
     "class Config:\n    def __init__(self):\n        self.block = 64\n",
-    "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass C:\n    x: int\n    def with_x(self, x):\n"
-    "        object.__setattr__(self, 'x', x)\n",
+    ("from dataclasses import dataclass\n@dataclass(frozen=True)\nclass C:\n    x: int\n    def with_x(self, x):\n"
+    "        object.__setattr__(self, 'x', x)\n"),
     # a shape-keyed config cache is not an identity-keyed output cache
-    "_configs = {}\ndef config_for(q):\n    key = (q.shape[0], q.dtype)\n    if key not in _configs:\n"
-    "        _configs[key] = 64\n    return _configs[key]\n",
+    ("_configs = {}\ndef config_for(q):\n    key = (q.shape[0], q.dtype)\n    if key not in _configs:\n"
+    "        _configs[key] = 64\n    return _configs[key]\n"),
     # a local dict keyed by data_ptr does not outlive the call
     "def dedupe(xs):\n    seen = {}\n    for x in xs:\n        seen[x.data_ptr()] = x\n    return list(seen.values())\n",
     "import torch\nprops = torch.cuda.get_device_properties(0).multi_processor_count\n",
@@ -513,8 +540,8 @@ PYTHON_NEGATIVES = [
     "items = [3, 1, 2]\nitems.sort()\nitems.append(4)\n",
     "import torch\ndef run(q: torch.Tensor) -> torch.Tensor:\n    return q.view(-1).reshape(q.shape).contiguous()\n",
     "from . import helpers\nhelpers.BLOCK = 64\n",  # the candidate's own module may be configured
-    "import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr, N: tl.constexpr):\n"
-    "    x = tl.load(x_ptr + tl.arange(0, N))\n    tl.store(x_ptr, x.sum(axis=0))\n",
+    ("import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr, N: tl.constexpr):\n"
+    "    x = tl.load(x_ptr + tl.arange(0, N))\n    tl.store(x_ptr, x.sum(axis=0))\n"),
     "import torch\nx = torch.zeros((4, 4), dtype=torch.float32, device='cuda')\n",
 ]
 
@@ -546,6 +573,233 @@ CPP_NEGATIVES = [
 @pytest.mark.parametrize("source", CPP_NEGATIVES)
 def test_cpp_near_misses_are_not_flagged(source, policy):
     findings = scan_cpp(source, policy)
+    assert findings == [], describe(findings)
+
+
+# --------------------------------------------------------------------------------------------------
+# Constants and attributes are never findings: dtypes, memory formats, layouts, finfo/iinfo, device
+# queries, tensor metadata, views, allocation, triton helpers, math on numbers. Judged under the catalogue
+# defaults with empty allow-lists too, so this is the gate's own knowledge, not the policy's.
+
+CONSTANT_NEGATIVES = [
+    "import torch\nout = torch.empty_like(output, memory_format=torch.contiguous_format)\n",
+    "import torch\nx = torch.empty((4, 8), dtype=torch.float8_e4m3fn, device='cuda', layout=torch.strided)\n",
+    "import torch\nfmt = torch.channels_last\nok = x.is_contiguous(memory_format=torch.channels_last_3d)\n",
+    "import torch\nlo = torch.finfo(torch.bfloat16).min\nhi = torch.iinfo(torch.int32).max\n",
+    "import torch\nn = torch.cuda.get_device_properties(q.device).multi_processor_count\ndev = torch.cuda.current_device()\n",
+    ("import torch\nif torch.cuda.is_available() and torch.cuda.device_count() > 0:\n"
+    "    major, minor = torch.cuda.get_device_capability()\n"),
+    "import torch\nassert q.dtype in (torch.float16, torch.bfloat16) and q.layout == torch.strided\n",
+    ("import torch\ndef run(q: torch.Tensor) -> torch.Tensor:\n    B, H, D = q.shape\n"
+    "    qv = q.view(B, 8, H // 8, D).transpose(1, 2).contiguous().flatten(0, 1).unsqueeze(0).expand(2, -1, -1, -1)\n"
+    "    meta = (q.stride(0), q.size(1), q.dim(), q.ndim, q.numel(), q.element_size(), q.is_contiguous(), q.device)\n"
+    "    return torch.empty(B, H, D, dtype=torch.float32, device=q.device)\n"),
+    ("import torch\nz = torch.zeros_like(x)\no = torch.ones(3, device=x.device)\n"
+    "f = torch.full((2,), -torch.inf, dtype=torch.float32)\nw = x.new_empty((4,))\nv = x.new_zeros(4)\n"),
+    ("import math\nimport torch\nimport triton\nscale = 1 / math.sqrt(128) * math.log2(math.e)\n"
+    "grid = (triton.cdiv(1000, 64), triton.next_power_of_2(5))\ncfg = triton.Config({'BLOCK': 64}, num_warps=4)\n"
+    "neg = -torch.inf\n"),
+    "import torch\nE8M0 = getattr(torch, 'float8_e8m0fnu', None)\nok = x.dtype == E8M0\n",
+    ("import torch\nfrom typing import Optional\n"
+    "def f(g: Optional[torch.Generator] = None, fmt: torch.memory_format = torch.preserve_format) -> torch.Size:\n"
+    "    return torch.Size([1])\n"),
+    "import torch\nok = isinstance(x, (torch.Tensor, torch.nn.Parameter))\n",
+    "import torch\ntf32 = torch.backends.cuda.matmul.allow_tf32\n",
+    "from torch import uint16, contiguous_format\nz = y.to(uint16, memory_format=contiguous_format)\n",
+    "import torch\nwith torch.cuda.device_of(q):\n    n = torch.cuda.mem_get_info()[0]\n",
+    "import torch\nlengths = (kv_indptr[1:] - kv_indptr[:-1]).to(torch.int32)\nptr = q.data_ptr()\n",
+]
+
+
+@pytest.mark.parametrize("source", CONSTANT_NEGATIVES)
+@pytest.mark.parametrize("policy_name", ["policy", "gqa_policy", "catalogue"])
+def test_constants_and_attributes_are_never_findings(source, policy_name, request):
+    chosen = builtin_policy() if policy_name == "catalogue" else request.getfixturevalue(policy_name)
+    findings = scan_py(source, chosen)
+    assert findings == [], describe(findings)
+
+
+# --------------------------------------------------------------------------------------------------
+# torch.utils.cpp_extension load/load_inline: the supported build path (no native_ffi); the C++ they compile
+# is scanned instead, at the line of the string in the .py file.
+
+BUILD_PATH_NEGATIVES = [
+    ("from torch.utils.cpp_extension import load_inline\n"
+    "m = load_inline(name='k', cpp_sources='void f(float* x);', cuda_sources=SRC, functions=['f'])\n"
+    "SRC = '__global__ void k(float* x) { x[threadIdx.x] = 0.f; }'\n"),
+    ("import os\nimport torch.utils.cpp_extension\nHERE = os.path.dirname(os.path.abspath(__file__))\n"
+    "ext = torch.utils.cpp_extension.load(name='k', sources=[os.path.join(HERE, 'k.cu')],\n"
+    "                                     extra_cuda_cflags=['-O3', '-lineinfo', '--use_fast_math'])\n"),
+    ("from torch.utils import cpp_extension\n"
+    "ext = cpp_extension.load_inline('k', [CPP], [CUDA], functions=['run'], extra_ldflags=['-lcuda'])\n"
+    "CPP = 'void run();'\nCUDA = '''\n#include <cuda.h>\n__global__ void k() {}\nvoid run() { k<<<1, 1>>>(); }\n'''\n"),
+    ("import torch.utils.cpp_extension as cpp\nfrom pathlib import Path\n"
+    "SRC = (Path(__file__).parent / 'kernel.cu').read_text()\n"
+    "mod = cpp.load_inline(name='k', cpp_sources='', cuda_sources=SRC, is_python_module=False)\n"),
+    "import os\nwith open(os.path.join(os.path.dirname(__file__), 'kernel.cu')) as f:\n    SRC = f.read()\n",
+    ("import functools\nfrom torch.utils.cpp_extension import load_inline\n@functools.lru_cache(maxsize=None)\n"
+    "def _ext():\n    return load_inline(name='k', cpp_sources='', cuda_sources='__global__ void k() {}')\n"),
+    ("import torch.utils.cpp_extension as ce\n_mod = None\ndef get():\n    global _mod\n    if _mod is None:\n"
+    "        _mod = ce.load_inline(name='k', cpp_sources='', cuda_sources='')\n    return _mod\n"),
+    # a C++ comment is not Python prose either: `pytest` in it is not a probe
+    ("from torch.utils.cpp_extension import load_inline\n"
+    "CUDA = '// not a pytest helper, never reads /proc\\n__global__ void k() {}\\n'\n"
+    "m = load_inline(name='k', cpp_sources='', cuda_sources=CUDA)\n"),
+    "import torch.utils.cpp_extension\nroot = torch.utils.cpp_extension.CUDA_HOME\n",
+]
+
+
+@pytest.mark.parametrize("source", BUILD_PATH_NEGATIVES)
+def test_cpp_extension_builds_are_not_native_ffi(source, gqa_policy):
+    findings = scan_py(source, gqa_policy)
+    assert findings == [], describe(findings)
+
+
+EMBEDDED_CPP_POSITIVES = [
+    # a module constant (raw triple-quoted) given in a list: the finding is at the C++ line
+    ("stream_event_graph", 5, '''\
+        from torch.utils.cpp_extension import load_inline
+        CUDA = r"""
+        #include <torch/extension.h>
+        void run(torch::Tensor x) {
+          cudaStream_t s; cudaStreamCreate(&s);
+        }
+        """
+        mod = load_inline(name="k", cpp_sources="void run(torch::Tensor x);", cuda_sources=[CUDA], functions=["run"])
+        '''),
+    ("timer_tampering", 4, '''\
+        import torch.utils.cpp_extension as ext
+        mod = ext.load_inline(
+            name="k", cpp_sources="", cuda_sources="""
+        #include <cupti.h>
+        __global__ void k() {}
+        """)
+        '''),
+    ("device_state_tamper", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "", f"void f() {{ cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, {N}); }}")
+        '''),
+    ("concurrency", 4, '''\
+        from torch.utils.cpp_extension import load_inline
+        TEMPLATE = """
+        void launch() {{
+          std::thread t([] {{ work(); }}); t.detach();
+        }}
+        constexpr int kBlock = {block};
+        """
+        m = load_inline("k", "", TEMPLATE.format(block=128))
+        '''),
+    ("env_probe", 3, '''\
+        import torch.utils.cpp_extension as ext
+        def source(n):
+            return "int f() { return getenv(\\"SEED\\") != nullptr; }"
+        m = ext.load_inline("k", source(3), "")
+        '''),
+    ("file_cache", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        BODY = "void save(const float* o) { FILE* f = fopen(\\"out.bin\\", \\"wb\\"); }"
+        m = load_inline("k", "", HEADER + BODY)
+        HEADER = "#include <cstdio>\\n"
+        '''),
+    ("library_fallback", 3, '''\
+        from torch.utils.cpp_extension import load_inline
+        SRC = """
+        void gemm() { cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &a, A, t, m, B, t, k, &b, C, t, m, ct, al); }
+        """
+        m = load_inline("k", "", SRC)
+        '''),
+    ("harness_internals", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        CPP = '#include "../../harness/reference.h"\\nvoid f();'
+        m = load_inline("k", CPP, "")
+        '''),
+    ("timer_tampering", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        SRC = 'extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaSuccess; }'
+        m = load_inline("k", "", SRC)
+        '''),
+    ("library_fallback", 3, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "", "__global__ void k() {}",
+                        extra_ldflags=["-lcublas"])
+        '''),
+    ("timer_tampering", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        FLAGS = ["-O3", "-Wl,--wrap=cudaEventRecord"]
+        m = load_inline("k", "", "__global__ void k() {}", extra_ldflags=FLAGS)
+        '''),
+    ("dynamic_code", 2, '''\
+        import torch.utils.cpp_extension
+        ext = torch.utils.cpp_extension.load("k", ["k.cu"], extra_ldflags=["-lnvrtc"])
+        '''),
+    ("harness_internals", 3, '''\
+        import os
+        import torch.utils.cpp_extension
+        ext = torch.utils.cpp_extension.load("k", [os.path.join(HERE, "..", "shared", "kernel.cu")])
+        '''),
+    ("harness_internals", 2, '''\
+        from torch.utils.cpp_extension import load
+        ext = load("k", sources=["/work/main/harness/kernel.cu"])
+        '''),
+    # options spread into the call
+    ("concurrency", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        OPTIONS = dict(name="k", cpp_sources="", cuda_sources="void f() { system(\\"nvidia-smi\\"); }")
+        m = load_inline(**OPTIONS)
+        '''),
+    # C++ source in a string, whatever compiles it
+    ("stream_event_graph", 1, '''\
+        SRC = "__global__ void k() {}\\nvoid g(cudaGraphExec_t g, cudaStream_t s) { cudaGraphLaunch(g, s); }"
+        '''),
+]
+
+
+@pytest.mark.parametrize(("rule", "line", "source"), EMBEDDED_CPP_POSITIVES,
+                         ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(EMBEDDED_CPP_POSITIVES)])
+def test_cpp_in_python_strings_gets_the_cpp_rules(rule, line, source, gqa_policy):
+    findings = scan_py(source, gqa_policy)
+    hit = next((f for f in findings if f.rule == rule and f.line == line), None)
+    assert hit is not None, describe(findings)
+    assert hit.severity == RULES[rule].default_severity
+    assert gate_passed(findings) == (hit.severity == "warning" and gate_passed([f for f in findings if f is not hit]))
+    assert not any(f.rule == "native_ffi" for f in findings), describe(findings)
+
+
+# --------------------------------------------------------------------------------------------------
+# State that cannot carry outputs: memoised on scalars, globals rebound to values independent of the call,
+# files of the solution read next to the module.
+
+STATE_NEGATIVES = [
+    ("import functools\nimport torch\n@functools.lru_cache(maxsize=None)\n"
+    "def cfg(group: int, head_dim: int, dtype: torch.dtype) -> tuple:\n    return (64, 4)\n"),
+    '''\
+        import functools
+        import torch
+        @functools.lru_cache(maxsize=None)
+        def num_sms(index):
+            return torch.cuda.get_device_properties(index).multi_processor_count
+        def run(q, out):
+            index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+            B, H, D = q.shape
+            cfg = pick(B * H, D, num_sms(index), q.size(-1), q.dtype)
+        @functools.cache
+        def pick(rows, d, sms, width, dtype):
+            return min(rows, sms), d
+        ''',
+    "import functools\n@functools.cache\ndef ext():\n    return 1\n",
+    ("import functools\nfrom typing import Literal, Optional\n@functools.lru_cache\n"
+    "def f(mode: Literal['a', 'b'], n: Optional[int] = None, t: int | None = None):\n    return n\n"),
+    "_ready = False\ndef f():\n    global _ready\n    _ready = True\n",
+    ("import torch\n_SMS = None\ndef sms():\n    global _SMS\n    if _SMS is None:\n"
+    "        _SMS = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count\n"
+    "    return _SMS\n"),
+    "from pathlib import Path\nSRC = Path(__file__).with_name('kernel.cu').read_text()\n",
+]
+
+
+@pytest.mark.parametrize("source", STATE_NEGATIVES)
+def test_state_that_cannot_carry_outputs_is_not_flagged(source, policy):
+    findings = scan_py(source, policy)
     assert findings == [], describe(findings)
 
 
@@ -659,16 +913,26 @@ def test_yaml_defaults_match_the_rule_catalogue():
     assert data["definition"] == {}
 
 
-def test_shipped_policy_raises_torch_compute_for_gqa_paged():
-    default = load_policy()
-    gqa = load_policy("definitions/audit_policy.yaml", definition="gqa_paged_decode_h32_kv8_d128_ps1",
-                      op_type="gqa_paged")
-    assert default.setting("torch_compute").severity == "warning"
-    assert gqa.setting("torch_compute").severity == "error"
-    assert gqa.setting("library_fallback").severity == "error"
-    assert gqa.layers == ("default", "op_type:gqa_paged")  # the definition section is empty
+def test_shipped_policy_leaves_library_compute_to_attribution_on_every_layer():
+    """No layer of the shipped policy raises torch_compute/library_fallback: they stay warnings that run-time
+    attribution confirms or clears (awaits_attribution), for every op_type and definition it names."""
+    data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
+    layers = [(None, None), ("gqa_paged", "gqa_paged_decode_h32_kv8_d128_ps1"),
+              *((op, None) for op in data.get("op_type") or {}), *((None, d) for d in data.get("definition") or {})]
+    for op_type, definition in layers:
+        policy = load_policy(op_type=op_type, definition=definition)
+        assert {policy.setting(rule).severity for rule in LIBRARY_RULES} == {"warning"}, (op_type, definition)
+    gqa = load_policy(op_type="gqa_paged", definition="gqa_paged_decode_h32_kv8_d128_ps1")
     findings = scan_py("import torch\ns = torch.matmul(q, k)\n", gqa)
-    assert [f.severity for f in findings] == ["error"] and not gate_passed(findings)
+    assert [(f.rule, f.severity) for f in findings] == [("torch_compute", "warning")] and gate_passed(findings)
+    assert all(awaits_attribution(f) and awaits_attribution(f.model_dump()) for f in findings)
+    assert LIBRARY_RULES == {"torch_compute", "library_fallback"}
+    # a user's policy may still make them errors, and then they do not await attribution: they block
+    strict = policy_from_mapping({"op_type": {"gqa_paged": {"rules": {"torch_compute": {"severity": "error"}}}}},
+                                 op_type="gqa_paged")
+    findings = scan_py("import torch\ns = torch.matmul(q, k)\n", strict)
+    assert not gate_passed(findings) and not any(awaits_attribution(f) for f in findings)
+    assert not awaits_attribution({"rule": "stream_event_graph", "severity": "warning"})
 
 
 LAYERED = {
@@ -763,12 +1027,17 @@ def _lines_of(source: str, at_least: int) -> str:
 
 
 def test_scanning_2000_lines_is_fast(policy):
+    from pathlib import Path
+
     python_source = _lines_of(HONEST_TRITON_GQA_DECODE, 2000)
     cuda_source = _lines_of(HONEST_CUDA_GQA_DECODE, 2000)
+    inline = (Path(__file__).parent / "gate_corpus" / "honest" / "cuda_load_inline" / "main.py").read_text()
+    inline_source = _lines_of(inline, 2000)  # C++ in load_inline strings, scanned with the C++ rules
     assert len(python_source.splitlines()) >= 2000 and len(cuda_source.splitlines()) >= 2000
     timings = {}
     for name, sources, language in (("python", {"main.py": python_source}, "triton"),
-                                    ("cuda", {"main.cu": cuda_source}, "cuda")):
+                                    ("cuda", {"main.cu": cuda_source}, "cuda"),
+                                    ("load_inline", {"main.py": inline_source}, "python")):
         scan_sources(sources, language, policy)  # warm regex/compile caches
         best = float("inf")
         for _ in range(3):

@@ -15,16 +15,19 @@ from harness.archive import Archive
 from harness.dataset import Dataset
 from harness.evaluate import Session, SubmitOptions
 from harness.schema import Solution
+from harness.static_gate import awaits_attribution
 
 from attacks import ATTACKS, attack_solution, honest_solutions
 
-# attack -> what must catch it on CPU: "status" (not PASSED), "static:<rule>", or "audit:<name>";
+# attack -> what must catch it on CPU: "status" (not PASSED), "static:<rule>" (a static-gate error),
+# "library:<rule>" (a library-compute warning of the static gate that run-time attribution must confirm; on CPU
+# it cannot run, so the finding blocks promotion as unconfirmed), or "audit:<name>";
 # "a|b" means either (on a GPU the official timer may stop a cheat before the recheck runs: a call that
 # launches nothing, or other kernels than before, is a RUNTIME_ERROR there)
 GPU_STATUS = "|status"
 EXPECTED_ON_CPU = {
-    "torch_fallback": ["static:torch_compute"],
-    "library_fallback": ["static:torch_compute"],
+    "torch_fallback": ["library:torch_compute"],
+    "library_fallback": ["library:torch_compute"],
     "replay_by_pointer": ["audit:fresh_input_recheck" + GPU_STATUS],
     "call_counting": ["audit:fresh_input_recheck" + GPU_STATUS],
     "side_stream": ["static:stream_event_graph"],
@@ -58,19 +61,20 @@ def test_attack_is_caught_and_never_promotable(session, name):
     result = session.submit(Solution.model_validate(attack_solution(name)))
     w = result.workloads[0]
     rules = {f["rule"] for f in result.static_findings if f["severity"] == "error"}
+    library = {f["rule"] for f in result.static_findings if awaits_attribution(f)}
     failed_audits = {a["name"] for a in w.audits if not a["passed"]}
     assert result.promotion_blockers, f"{name} would be promotable"
     for expectation in EXPECTED_ON_CPU[name]:
-        caught = [_caught(option, w.status, rules, failed_audits) for option in expectation.split("|")]
+        caught = [_caught(option, w.status, rules, failed_audits, library) for option in expectation.split("|")]
         assert any(caught), (f"{name}: expected {expectation}; status {w.status} ({w.message}), "
                              f"static rules {sorted(rules)}, failed audits {sorted(failed_audits)}")
 
 
-def _caught(expectation: str, status: str, rules: set[str], failed_audits: set[str]) -> bool:
+def _caught(expectation: str, status: str, rules: set[str], failed_audits: set[str], library: set[str]) -> bool:
     kind, _, what = expectation.partition(":")
     if kind == "status":
         return status != "PASSED"
-    return what in (rules if kind == "static" else failed_audits)
+    return what in {"static": rules, "library": library}.get(kind, failed_audits)
 
 
 @pytest.mark.parametrize("name", sorted(honest_solutions()))

@@ -1,0 +1,332 @@
+"""C/C++/CUDA scanner of the static gate: token rules on a copy of the text in which comments and string
+literals are blanked (line and column positions are kept); the string literals are checked separately."""
+
+from __future__ import annotations
+
+import bisect
+import re
+from typing import TYPE_CHECKING
+
+from .common import (
+    _ENV_MARKER_RE,
+    _QUOTES_AND_SPACE,
+    _TEMP_PATH_RE,
+    _WHY,
+    _Hit,
+    _is_word_char,
+)
+
+if TYPE_CHECKING:
+    from .policy import _CompiledPolicy
+
+_CPP_LEXEME_RE = re.compile(
+    r"(?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))"
+    r"|(?P<string>R\"(?P<delim>[^()\\\s\"]{0,16})\(.*?\)(?P=delim)\"|(?:u8|u|U|L)?\"(?:\\.|[^\"\\\n])*\"?)"
+    r"|(?P<char>'(?:\\.|[^'\\\n])+')",
+    re.DOTALL,
+)
+_NOT_NEWLINE_RE = re.compile(r"[^\n]")
+
+
+def _strip_cpp(source: str) -> tuple[str, str, list[tuple[int, str]]]:
+    """Return (code, code_with_strings, strings).
+
+    `code` has comments and the insides of string/char literals blanked; `code_with_strings` has only the
+    comments blanked. Both keep every offset, so line/column positions match the original source.
+    `strings` holds (offset, content) of each string literal.
+    """
+    code_parts: list[str] = []
+    with_strings: list[str] = []
+    strings: list[tuple[int, str]] = []
+    pos = 0
+    for m in _CPP_LEXEME_RE.finditer(source):
+        start, end = m.span()
+        code_parts.append(source[pos:start])
+        with_strings.append(source[pos:start])
+        text = m.group(0)
+        if m.group("comment") is not None:
+            blank = _NOT_NEWLINE_RE.sub(" ", text)
+            code_parts.append(blank)
+            with_strings.append(blank)
+        else:
+            quote = text.index('"') if m.group("string") is not None else 0
+            inner = text[quote + 1:-1] if len(text) - quote >= 2 else ""
+            code_parts.append(text[:quote + 1] + _NOT_NEWLINE_RE.sub(" ", text[quote + 1:-1]) + text[-1:]
+                              if len(text) - quote >= 2 else text)
+            with_strings.append(text)
+            if m.group("string") is not None:
+                strings.append((start, inner))
+        pos = end
+    code_parts.append(source[pos:])
+    with_strings.append(source[pos:])
+    return "".join(code_parts), "".join(with_strings), strings
+
+
+# Patterns deliberately start with a literal (no \b or look-behind in front): Python's regex engine then
+# skips ahead to candidate positions quickly. The word boundary is checked afterwards (_starts_token).
+# Kind "call": a libc-style function that must not be a method (`x.system(`, `p->fork(` are not flagged).
+_WORD, _CALL = "word", "call"
+
+
+def _cpp_token_rules() -> list[tuple[str, re.Pattern[str], str, str]]:
+    # (rule id, pattern on comment/string-blanked code, boundary kind, what the match is)
+    return [
+        ("stream_event_graph", re.compile(
+            r"(?:cudaStreamCreate\w*|cuStreamCreate\w*|cudaEventCreate\w*|cuEventCreate\w*|cudaGraph\w*|cuGraph\w*|"
+            r"cudaStreamBeginCapture\w*|cudaStreamEndCapture|cuStreamBeginCapture\w*|cuStreamEndCapture|"
+            r"cudaEventDisableTiming|cudaStreamPerThread|cudaStreamNonBlocking|CU_STREAM_NON_BLOCKING|"
+            r"getStreamFromPool|getStreamFromExternal|CUDAEvent)\b"), _WORD, "CUDA stream/event/graph API"),
+        ("concurrency", re.compile(r"std::(?:thread|jthread|async)\b|omp_\w+\s*\(|#[ \t]*pragma[ \t]+omp\b"),
+         _WORD, "host concurrency API"),
+        ("concurrency", re.compile(
+            r"(?:pthread_create|fork|vfork|posix_spawnp?|popen|system|execv|execve|execvp|execvpe|execl|execle|"
+            r"execlp)\s*\("), _CALL, "process/thread API"),
+        ("env_probe", re.compile(
+            r"(?:getenv|secure_getenv|setenv|putenv|unsetenv|gethostname|getpid|getppid|uname|getlogin)\s*\("),
+         _CALL, "environment probe"),
+        ("env_probe", re.compile(r"environ\b"), _WORD, "environment probe"),
+        ("file_cache", re.compile(r"(?:ofstream|fstream|filesystem)\b"), _WORD, "file-system API"),
+        ("file_cache", re.compile(
+            r"(?:freopen|mkstemp|mkdtemp|tmpfile|tmpnam|shm_open|mmap|creat|mkdir|unlink|rename|fwrite)\s*\("),
+         _CALL, "file-system write"),
+        ("file_read", re.compile(r"ifstream\b"), _WORD, "file read"),
+        ("file_read", re.compile(r"fread\s*\("), _CALL, "file read"),
+        ("native_ffi", re.compile(
+            r"(?:dlopen|dlsym|dlmopen|dlvsym|LoadLibrary\w*|GetProcAddress|cudaGetDriverEntryPoint\w*|"
+            r"cuGetProcAddress\w*)\b"), _WORD, "dynamic symbol loading"),
+        ("dynamic_code", re.compile(
+            r"(?:nvrtc\w+|cuModuleLoad\w*|cuLinkCreate\w*|cuLinkAdd\w*|cuLibraryLoad\w*|cudaLibraryLoad\w*|"
+            r"PyRun_\w+|PyImport_\w+|PyEval_\w+|Py_CompileString\w*)\b|"
+            r"py(?:bind11)?::(?:exec|eval|eval_file|module_?::import)\b"), _WORD, "run-time code loading"),
+        ("device_state_tamper", re.compile(
+            r"(?:cudaDeviceSetLimit|cuCtxSetLimit|cudaCtxResetPersistingL2Cache|cuCtxResetPersistingL2Cache|"
+            r"cudaStreamSetAttribute|cuStreamSetAttribute|cudaLimitPersistingL2CacheSize|accessPolicyWindow|"
+            r"cudaAccessProperty\w*|cudaDeviceReset|cudaSetDeviceFlags|cudaProfilerStart|cudaProfilerStop|"
+            r"cuProfilerStart|cuProfilerStop)\b"), _WORD, "device-state API"),
+        ("timer_tampering", re.compile(r"cupti\w*|CUpti_\w+"), _WORD, "CUPTI API"),
+        ("library_fallback", re.compile(
+            r"(?:cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|getCurrentCUDABlasHandle|"
+            r"getCurrentCUDABlasLtHandle)\b|(?:cutlass|flashinfer)::"), _WORD, "library API"),
+    ]
+
+
+def _starts_token(code: str, start: int, kind: str) -> bool:
+    """True if the match at `start` begins a token: not inside an identifier, and for _CALL not a method."""
+    if start == 0:
+        return True
+    before = code[start - 1]
+    if _is_word_char(before):
+        return False
+    return kind != _CALL or before not in ".>"
+
+
+_CPP_TOKEN_RULES = _cpp_token_rules()
+_CPP_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*([<\"])([^>\"\n]+)[>\"]", re.MULTILINE)
+_CPP_INCLUDE_RULES = (
+    ("library_fallback", re.compile(r"cublas|cudnn|cutlass|cute/|flashinfer|cusparse|cufft|cusolver")),
+    ("dynamic_code", re.compile(r"nvrtc")),
+    ("native_ffi", re.compile(r"dlfcn")),
+    ("timer_tampering", re.compile(r"cupti")),
+)
+_CPP_ATEN_CALL_RE = re.compile(r"((?:at|torch)::(?:\w+::)*\w+)\s*(?:<[^;(){}<>]*>\s*)?\(")
+# at::/torch:: calls that are never compute, whatever the policy's cpp_calls allow-list says: allocation,
+# tensor options and metadata, and at::cuda (current stream, device guards, device properties).
+_CPP_NEVER_COMPUTE = frozenset(f"{ns}::{name}" for ns in ("at", "torch") for name in (
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "from_blob", "device", "dtype", "TensorOptions", "elementSize", "ceil_div", "device_of", "scalarTypeToTypeMeta",
+    "typeMetaToScalarType", "toString"))
+_CPP_NEVER_COMPUTE_PREFIXES = ("at::cuda::", "torch::cuda::")
+_CPP_ATEN_METHOD_RE = re.compile(
+    r"(?:\.|->)\s*(matmul|mm|bmm|addmm|baddbmm|einsum|softmax|log_softmax|scaled_dot_product_attention|"
+    r"index_select|masked_fill)\s*\(")
+# A definition (not a call) of a CUDA runtime/driver/CUPTI/NVTX function interposes on the real symbol.
+# Only families of real API names are matched, so a helper such as `cudaCheck(...)` is not mistaken for one.
+_CPP_RUNTIME_SYMBOL_RE = re.compile(
+    r"(cuda(?:Malloc|Free|Memcpy|Memset|Mem|Event|Stream|Device|Launch|GetLastError|PeekAtLastError|GetDevice|"
+    r"SetDevice|Graph|Func|Ctx|Occupancy|Host|Pointer|GetDriverEntryPoint|Profiler|RuntimeGetVersion|"
+    r"DriverGetVersion|Ipc|Import|External|ThreadSynchronize)\w*|"
+    r"cu(?:Init|Ctx|Mem|Launch|Stream|Event|Module|Graph|Device|Func|Library|Kernel|Profiler|Driver|"
+    r"GetProcAddress)\w*|cupti[A-Z]\w*|nvtx[A-Z]\w*)\s*\(")
+_CPP_NOT_A_TYPE = frozenset({"return", "else", "do", "case", "if", "while", "for", "switch", "throw", "new",
+                             "delete", "sizeof", "co_return", "co_await"})
+_CPP_STATIC_RE = re.compile(r"static\b")
+_CPP_DEVICE_GLOBAL_RE = re.compile(r"__(?:device|managed)__\b")
+_CPP_DECL_END_RE = re.compile(r"[;={\[(]")
+_CPP_NOT_STATE = frozenset({"const", "constexpr", "consteval", "inline", "__forceinline__", "__inline__",
+                            "__global__", "__constant__", "struct", "class", "union", "enum", "__shared__",
+                            "typedef", "using", "operator"})
+_CPP_FOPEN_RE = re.compile(r"(?:fopen|open)\s*\(")
+
+
+def _matching_paren(code: str, open_at: int) -> int:
+    """Offset of the ')' matching the '(' at open_at (strings already blanked), or -1."""
+    depth = 0
+    for i in range(open_at, min(len(code), open_at + 4000)):
+        c = code[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        elif c in ";{}" and depth <= 1:
+            return -1
+    return -1
+
+
+def _split_top_level_args(text: str) -> list[str]:
+    args, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(text[start:i])
+            start = i + 1
+    args.append(text[start:])
+    return [a.strip() for a in args]
+
+
+class _CppScanner:
+    def __init__(self, source: str, policy: _CompiledPolicy):
+        self.policy = policy
+        self.code, self.with_strings, self.strings = _strip_cpp(source)
+        self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
+        self.hits: list[_Hit] = []
+
+    def _position(self, offset: int) -> tuple[int, int]:
+        line_index = bisect.bisect_right(self.line_starts, offset) - 1
+        return line_index + 1, offset - self.line_starts[line_index] + 1
+
+    def _hit(self, rule: str, offset: int, token: str, what: str) -> None:
+        if self.policy.cpp_tokens(token):
+            return
+        line, col = self._position(offset)
+        self.hits.append(_Hit(rule, line, col, f"{what}: {_WHY[rule]}"))
+
+    def scan(self) -> list[_Hit]:
+        code = self.code
+        for rule, pattern, boundary, kind in _CPP_TOKEN_RULES:
+            for m in pattern.finditer(code):
+                if _starts_token(code, m.start(), boundary):
+                    token = m.group(0).rstrip("( \t")
+                    self._hit(rule, m.start(), token, f"uses `{token}` ({kind})")
+        self._scan_includes()
+        self._scan_open_calls()
+        self._scan_aten()
+        self._scan_runtime_symbol_definitions()
+        self._scan_persistent_state()
+        self._scan_strings()
+        return self.hits
+
+    def _scan_includes(self) -> None:
+        for m in _CPP_INCLUDE_RE.finditer(self.with_strings):
+            header = m.group(2).strip()
+            for rule, pattern in _CPP_INCLUDE_RULES:
+                if pattern.search(header):
+                    self._hit(rule, m.start(2), header, f"includes `{header}`")
+            if m.group(1) == '"' and (header.startswith("/") or ".." in header.split("/")):
+                self._hit("harness_internals", m.start(2), header,
+                          f"includes `{header}` from outside the solution's own sources")
+
+    def _scan_open_calls(self) -> None:
+        for m in _CPP_FOPEN_RE.finditer(self.code):
+            if not _starts_token(self.code, m.start(), _CALL):
+                continue
+            open_at = m.end() - 1
+            close_at = _matching_paren(self.code, open_at)
+            name = m.group(0).rstrip("( \t")
+            if close_at < 0:
+                continue
+            args = _split_top_level_args(self.with_strings[open_at + 1:close_at])
+            if name.endswith("fopen"):
+                mode_text = args[1] if len(args) > 1 else ""
+                mode = re.fullmatch(r'"([^"]*)"', mode_text)
+                if mode is None:
+                    self._hit("file_cache", m.start(), name, f"`{name}` with a mode that is not a literal "
+                                                             f"(cannot prove it only reads)")
+                elif any(c in mode.group(1) for c in "wa+"):
+                    self._hit("file_cache", m.start(), name, f"`{name}` opens a file for writing (mode \"{mode.group(1)}\")")
+                else:
+                    self._hit("file_read", m.start(), name, f"`{name}` opens a file for reading")
+            elif re.search(r"\bO_(?:WRONLY|RDWR|CREAT|APPEND|TRUNC)\b", self.with_strings[open_at:close_at]):
+                self._hit("file_cache", m.start(), name, f"`{name}` opens a file for writing")
+            elif len(args) >= 2:  # open(path, flags): POSIX open, read-only
+                self._hit("file_read", m.start(), name, f"`{name}` opens a file")
+
+    def _scan_aten(self) -> None:
+        for m in _CPP_ATEN_CALL_RE.finditer(self.code):
+            if m.start() > 0 and (_is_word_char(self.code[m.start() - 1]) or self.code[m.start() - 1] == ":"):
+                continue  # c10::at::..., my_at::...
+            name = m.group(1)
+            if not (name in _CPP_NEVER_COMPUTE or name.startswith(_CPP_NEVER_COMPUTE_PREFIXES)
+                    or self.policy.cpp_calls(name)):
+                self._hit("torch_compute", m.start(), name,
+                          f"calls `{name}` (ATen/torch compute, not an allocation/metadata/stream helper nor on the "
+                          f"policy's cpp_calls allow-list)")
+        for m in _CPP_ATEN_METHOD_RE.finditer(self.code):
+            self._hit("torch_compute", m.start(1), m.group(1), f"calls tensor method `.{m.group(1)}()`")
+
+    def _scan_runtime_symbol_definitions(self) -> None:
+        code = self.code
+        for m in _CPP_RUNTIME_SYMBOL_RE.finditer(code):
+            if not _starts_token(code, m.start(), _WORD):
+                continue
+            close_at = _matching_paren(code, m.end() - 1)
+            if close_at < 0:
+                continue
+            after = code[close_at + 1:close_at + 200].lstrip()
+            if not after.startswith("{"):
+                continue
+            before = code[max(0, m.start() - 80):m.start()].rstrip(" \t\n*&")
+            previous = re.search(r"(\w+)$", before)
+            if previous is None or previous.group(1) in _CPP_NOT_A_TYPE:
+                continue
+            self._hit("timer_tampering", m.start(), m.group(1),
+                      f"defines function `{m.group(1)}`, which shadows the CUDA/CUPTI/NVTX symbol of that name")
+
+    def _scan_persistent_state(self) -> None:
+        code = self.code
+        for pattern, kind in ((_CPP_STATIC_RE, "static"), (_CPP_DEVICE_GLOBAL_RE, "device global")):
+            for m in pattern.finditer(code):
+                if not _starts_token(code, m.start(), _WORD):
+                    continue
+                segment = code[m.end():m.end() + 400]
+                end = _CPP_DECL_END_RE.search(segment)
+                if end is None or end.group(0) == "(":
+                    continue  # a function (or something we cannot read as a variable)
+                declaration = segment[:end.start()]
+                words = re.findall(r"\w+", declaration)
+                if not words or _CPP_NOT_STATE.intersection(words):
+                    continue
+                if kind == "device global" and "static" in code[max(0, m.start() - 12):m.start()]:
+                    continue  # `static __device__ x;` is reported once, by the static pattern
+                variable = words[-1]
+                self._hit("static_buffer", m.start(), variable,
+                          f"declares {kind} variable `{variable}` ({' '.join(words)})")
+
+    def _scan_strings(self) -> None:
+        include_lines = {self._position(m.start())[0] for m in _CPP_INCLUDE_RE.finditer(self.with_strings)}
+        for offset, content in self.strings:
+            if not content or self._position(offset)[0] in include_lines:
+                continue
+            marker = _ENV_MARKER_RE.search(content)
+            if marker:
+                token = marker.group(0).strip(_QUOTES_AND_SPACE)
+                self._hit("native_ffi" if token == "LD_PRELOAD" else "env_probe", offset, token,
+                          f"string literal mentions `{token}`")
+            if _TEMP_PATH_RE.search(content):
+                self._hit("file_cache", offset, content, f"string literal names a shared temp/cache path ({content[:60]!r})")
+
+
+def scan_cpp(source: str, policy: _CompiledPolicy) -> list[_Hit]:
+    """Hits of one C/C++/CUDA text, by position; token and include patterns overlap, so one hit per rule and
+    line is kept."""
+    seen: set[tuple[str, int]] = set()
+    hits = []
+    for hit in sorted(_CppScanner(source, policy).scan(), key=lambda h: (h.line, h.col)):
+        if (hit.rule, hit.line) not in seen:
+            seen.add((hit.rule, hit.line))
+            hits.append(hit)
+    return hits

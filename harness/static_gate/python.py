@@ -1,0 +1,543 @@
+"""Python/Triton scanner of the static gate: `ast` analysis with import aliases resolved (`import torch as t`,
+`from torch import cuda`, `from os import environ`, `E = torch.cuda.Event`).
+
+Every name is judged by its canonical dotted form. Banned names (timer, threads, harness internals,
+environment, files, dynamic code, native FFI, streams, monkeypatching, tensor subclasses, clocks) are findings
+wherever they are used. Torch compute (torch_compute) is judged by use: a call of a torch function that is not
+a constant/allocation/view/metadata/device-query helper (python_names: _TORCH_NEVER_COMPUTE) nor on the
+policy's torch_calls allow-list, a torch callable handed to other code, a tensor compute method outside a
+Triton kernel, the `@` operator. An attribute that is only read (a dtype, a memory format, a layout, a type in
+an annotation) is never a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from .common import (
+    _ENV_MARKER_RE,
+    _QUOTES_AND_SPACE,
+    _TEMP_PATH_RE,
+    _WHY,
+    _Hit,
+    _longest_prefix,
+)
+from .embedded import _EmbeddedSources
+from .policy import _CompiledPolicy
+from .python_names import (
+    _BROAD_EXCEPTIONS,
+    _CACHE_ACCESS_METHODS,
+    _COMPUTE_ROOTS,
+    _FILE_READ_METHODS,
+    _FILE_WRITE_METHODS,
+    _FRAME_ATTRS,
+    _INTERNAL_STRINGS,
+    _MEMO_DECORATORS,
+    _OPEN_FUNCTIONS,
+    _PY_BANNED,
+    _SUPPORTED_BUILD_NAMES,
+    _TENSOR_BASES,
+    _TENSOR_COMPUTE_METHODS,
+    _TIMER_ANCESTORS,
+    _TIMER_NAMESPACES,
+    _TRITON_DECORATORS,
+    _WATCHED_BUILTINS,
+    _chain_parts,
+    _is_torch_constant_or_helper,
+    _iter_statements,
+    _names_in,
+    _str_const,
+)
+from .python_state import _FunctionFrame, _may_key_by_identity, _StateChecks
+
+
+@dataclass(frozen=True)
+class _OwnNames:
+    """Names that belong to the candidate itself: its .py modules and the torch op namespaces its C++
+    registers (TORCH_LIBRARY(ns, m) makes torch.ops.ns.* the candidate's own kernels, not torch compute)."""
+
+    modules: frozenset[str]
+    prefixes: tuple[str, ...]  # dotted prefixes ending in "."
+
+
+# Fields never worth visiting: expression contexts and operator singletons (Load(), Add(), In(), ...).
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_ignores"})
+_VISITED_FIELDS: dict[type, tuple[str, ...]] = {}
+# A file the solution ships (its sources are scanned too) may be read next to the module (`__file__`).
+_OWN_FILE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".py")
+
+
+class _PythonScanner(_EmbeddedSources, _StateChecks, ast.NodeVisitor):
+    def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy):
+        self.tree = tree
+        self.source = source
+        self.policy = policy
+        self.own = own
+        self.hits: list[_Hit] = []
+        self.functions: list[_FunctionFrame] = []
+        self.aliases: dict[str, str] = {}
+        self.rebound_builtins: set[str] = set()
+        self.docstrings: set[int] = set()
+        self.has_global_declarations = False
+        self.may_key_by_identity = _may_key_by_identity(source)
+        # name -> every value assigned to it anywhere (flow-insensitive); def name -> its definitions
+        self.assignments: dict[str, list[ast.AST]] = {}
+        self.module_functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+        self.file_relative: set[str] = set()  # names whose value derives from __file__
+        self.called: set[int] = set()  # ids of nodes that are called: call targets and decorators
+        self.handed_over: set[int] = set()  # ids of values passed on: arguments, container items, return values
+        self.embedded: set[int] = set()  # ids of string literals scanned as C++ (embedded.py)
+        self._handlers: dict[type, Any] = {}
+        self._collect_module_facts(tree)
+        self._scan_embedded_sources(tree)
+
+    # ---- traversal: ast.NodeVisitor's, minus the string building per node and the visits of
+    # Load()/Store()/operator singletons (a third of all nodes), to keep 2000 lines well under 50 ms.
+
+    def visit(self, node: ast.AST) -> None:
+        cls = type(node)
+        handler = self._handlers.get(cls)
+        if handler is None:
+            handler = getattr(self, "visit_" + cls.__name__, None) or self.generic_visit
+            self._handlers[cls] = handler
+        handler(node)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        cls = type(node)
+        fields = _VISITED_FIELDS.get(cls)
+        if fields is None:
+            fields = _VISITED_FIELDS[cls] = tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+        visit = self.visit
+        for field in fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        visit(item)
+            elif isinstance(value, ast.AST):
+                visit(value)
+
+    # ---- pre-pass: aliases, rebound builtins, docstrings, assignments
+
+    def _collect_module_facts(self, tree: ast.Module) -> None:
+        simple_assigns: list[tuple[str, list[str]]] = []
+        if tree.body and isinstance(tree.body[0], ast.Expr) and _str_const(tree.body[0].value) is not None:
+            self.docstrings.add(id(tree.body[0].value))
+        for node in _iter_statements(tree.body):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.aliases[a.asname] = a.name
+                    else:
+                        root = a.name.split(".")[0]
+                        self.aliases[root] = root
+            elif isinstance(node, ast.ImportFrom):
+                base = self._from_base(node)
+                for a in node.names:
+                    if a.name != "*":
+                        self.aliases[a.asname or a.name] = self._join(base, a.name)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if node.name in _WATCHED_BUILTINS:
+                    self.rebound_builtins.add(node.name)
+                if not isinstance(node, ast.ClassDef):
+                    self.module_functions.setdefault(node.name, []).append(node)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                if node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                parts = _chain_parts(node.value) if isinstance(node, ast.Assign) else None
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        self.assignments.setdefault(target.id, []).append(node.value)
+                        if parts is not None:
+                            simple_assigns.append((target.id, parts))
+                        if target.id in _WATCHED_BUILTINS:
+                            self.rebound_builtins.add(target.id)
+            elif isinstance(node, ast.Expr) and _str_const(node.value) is not None:
+                self.docstrings.add(id(node.value))  # docstrings and bare string statements are prose
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                self.has_global_declarations = True
+        # `E = torch.cuda.Event` / `env = os.environ` / `w = open` make E, env, w aliases too. Two rounds
+        # resolve one level of alias-of-alias; flow-insensitive on purpose (order of definition is irrelevant).
+        for _ in range(2):
+            for target, parts in simple_assigns:
+                resolved = self._resolve_parts(parts)
+                if resolved is not None and target not in self.aliases:
+                    self.aliases[target] = resolved
+        if "__file__" in self.source:
+            for _ in range(3):
+                for name, values in self.assignments.items():
+                    if name not in self.file_relative and any(self._is_file_relative(v) for v in values):
+                        self.file_relative.add(name)
+
+    @staticmethod
+    def _from_base(node: ast.ImportFrom) -> str:
+        return "." * node.level + (node.module or "")
+
+    @staticmethod
+    def _join(base: str, name: str) -> str:
+        return f"{base}{name}" if (not base or base.endswith(".")) else f"{base}.{name}"
+
+    def _resolve_name(self, name: str) -> str | None:
+        resolved = self.aliases.get(name)
+        if resolved is not None:
+            return resolved
+        if name in _WATCHED_BUILTINS and name not in self.rebound_builtins:
+            return f"builtins.{name}"
+        return None
+
+    def _resolve_parts(self, parts: list[str]) -> str | None:
+        base = self._resolve_name(parts[0])
+        if base is None:
+            return None
+        return base if len(parts) == 1 else base + "." + ".".join(parts[1:])
+
+    def _resolve(self, node: ast.AST) -> str | None:
+        parts = _chain_parts(node)
+        return None if parts is None else self._resolve_parts(parts)
+
+    def _is_own(self, resolved: str) -> bool:
+        return (resolved.startswith(".") or resolved.split(".")[0] in self.own.modules
+                or (bool(self.own.prefixes) and (resolved + ".").startswith(self.own.prefixes)))
+
+    def _is_file_relative(self, expr: ast.AST) -> bool:
+        return any(name == "__file__" or name in self.file_relative for name in _names_in(expr))
+
+    def _reads_own_file(self, path_expr: ast.AST) -> bool:
+        """A path next to the module (`__file__`) naming a source file of the solution, which is scanned too."""
+        return self._is_file_relative(path_expr) and any(
+            isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.endswith(_OWN_FILE_SUFFIXES)
+            for n in ast.walk(path_expr))
+
+    @property
+    def _in_triton_kernel(self) -> bool:
+        return bool(self.functions) and self.functions[-1].is_triton_kernel
+
+    # ---- reporting
+
+    def _hit(self, rule: str, node: ast.AST, what: str) -> None:
+        self.hits.append(_Hit(rule, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1,
+                              f"{what}: {_WHY[rule]}"))
+
+    def _check_reference(self, resolved: str, node: ast.AST, how: str = "uses") -> None:
+        """A load of a resolved name (a use, a call target, an import, a base class...)."""
+        if self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES:
+            return
+        entry = _longest_prefix(_PY_BANNED, resolved)
+        if entry is not None:
+            self._hit(entry[1], node, f"{how} `{resolved}`")
+            return
+        root, _, rest = resolved.partition(".")
+        if not rest or root not in _COMPUTE_ROOTS or self.policy.torch_calls(resolved):
+            return
+        called = id(node) in self.called
+        if root == "torch":
+            if _is_torch_constant_or_helper(resolved):
+                return
+            if not called and (id(node) not in self.handed_over or resolved.rpartition(".")[2][:1].isupper()):
+                return  # read, not called nor handed over as a callable: an attribute, a type
+        kind = "torch" if root == "torch" else f"the {root} library"
+        verb = "calls" if called and how == "uses" else how
+        self._hit("torch_compute", node,
+                  f"{verb} `{resolved}` ({kind} compute, not one of the constant/allocation/view/metadata/"
+                  f"device-query helpers nor on the policy's torch_calls allow-list)")
+
+    def _check_store(self, resolved: str, node: ast.AST, how: str) -> None:
+        """An assignment/deletion of an attribute of an imported module or class."""
+        if self._is_own(resolved) or self.policy.python_names(resolved):
+            return
+        if any(resolved == ns or resolved.startswith(ns + ".") for ns in _TIMER_NAMESPACES):
+            self._hit("timer_tampering", node, f"{how} `{resolved}`")
+        else:
+            self._hit("monkeypatch", node, f"{how} `{resolved}`, an attribute of an imported module")
+
+    def _check_dynamic_store(self, target: str, node: ast.AST, how: str) -> None:
+        """setattr/delattr with a computed attribute name on an imported module."""
+        if self._is_own(target) or self.policy.python_names(target):
+            return
+        if target in _TIMER_ANCESTORS or any(target == ns or target.startswith(ns + ".") for ns in _TIMER_NAMESPACES):
+            self._hit("timer_tampering", node,
+                      f"{how} on `{target}` with a computed attribute name (it can replace timing functions)")
+        else:
+            self._hit("monkeypatch", node, f"{how} on `{target}` with a computed attribute name")
+
+    # ---- imports
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self._check_import(a.name, a)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = self._from_base(node)
+        for a in node.names:
+            if a.name == "*":
+                self._check_import(base, a)
+                if base.split(".")[0] in _COMPUTE_ROOTS:
+                    self._hit("torch_compute", a, f"imports * from `{base}`, which hides which compute functions are used")
+            else:
+                self._check_import(self._join(base, a.name), a)
+
+    def _check_import(self, resolved: str, node: ast.AST) -> None:
+        # Imports are checked against the banned tables only; torch compute is judged where it is used.
+        if self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES:
+            return
+        if resolved.split(".")[0] == "builtins":  # the module; implicit builtins resolve to builtins.* too
+            self._hit("harness_internals", node, f"imports `{resolved}`")
+            return
+        entry = _longest_prefix(_PY_BANNED, resolved)
+        if entry is not None:
+            self._hit(entry[1], node, f"imports `{resolved}`")
+
+    # ---- names and attributes
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            return
+        name = node.id
+        if name in _FRAME_ATTRS:  # `__builtins__`
+            self._hit("harness_internals", node, f"reads `{name}`")
+            return
+        resolved = self.aliases.get(name)
+        if resolved is not None:
+            self._check_reference(resolved, node)
+        elif name in _WATCHED_BUILTINS and name not in self.rebound_builtins:
+            rule = _PY_BANNED.get(f"builtins.{name}")  # exec, eval, compile, __import__, globals, ...
+            if rule is not None:
+                self._hit(rule, node, f"uses builtin `{name}`")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        parts = _chain_parts(node)
+        if parts is None:  # e.g. `sys._getframe().f_back`, `x.shape[0].bit_length`
+            if node.attr in _FRAME_ATTRS:
+                self._hit("harness_internals", node, f"reads attribute `{node.attr}`")
+            self.generic_visit(node)
+            return
+        for attr in parts[1:]:
+            if attr in _FRAME_ATTRS:
+                self._hit("harness_internals", node, f"reads attribute `{attr}` in `{'.'.join(parts)}`")
+                break
+        resolved = self._resolve_parts(parts)
+        if resolved is None:
+            return
+        if isinstance(node.ctx, ast.Load):
+            self._check_reference(resolved, node)
+        else:
+            self._check_store(resolved, node, "deletes" if isinstance(node.ctx, ast.Del) else "assigns")
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        # `torch.cuda.__dict__["synchronize"] = f` / `vars(time)["perf_counter"] = f`
+        if not isinstance(node.ctx, ast.Load):
+            namespace = self._namespace_dict_owner(node.value)
+            if namespace is not None:
+                key = _str_const(node.slice)
+                if key is not None:
+                    self._check_store(f"{namespace}.{key}", node, "assigns via __dict__")
+                else:
+                    self._check_dynamic_store(namespace, node, "assigns via __dict__")
+                self.visit(node.slice)
+                return
+        self._check_cache_access(node.value, node.slice, node)
+        self.generic_visit(node)
+
+    def _namespace_dict_owner(self, node: ast.AST) -> str | None:
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+            return self._resolve(node.value)
+        if isinstance(node, ast.Call) and self._resolve(node.func) == "builtins.vars" and node.args:
+            return self._resolve(node.args[0])
+        return None
+
+    # ---- values handed over: a torch callable passed on is judged like a call
+
+    def _hand_over(self, node: ast.AST, values: list[Any]) -> None:
+        for value in values:
+            if value is not None:
+                self.handed_over.add(id(value.value if isinstance(value, ast.Starred) else value))
+        self.generic_visit(node)
+
+    def visit_List(self, node: ast.List) -> None:
+        self._hand_over(node, node.elts)
+
+    visit_Tuple = visit_List
+    visit_Set = visit_List
+
+    def visit_Dict(self, node: ast.Dict) -> None:
+        self._hand_over(node, node.values)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        self._hand_over(node, [node.value])
+
+    # ---- calls
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        self.called.add(id(func))
+        for arg in node.args:
+            self.handed_over.add(id(arg.value if isinstance(arg, ast.Starred) else arg))
+        for keyword in node.keywords:
+            self.handed_over.add(id(keyword.value))
+        resolved = self._resolve(func)
+        if resolved is not None:
+            self._check_special_call(resolved, node)
+        elif isinstance(func, ast.Attribute):
+            self._check_method_call(func, node)
+        self.generic_visit(node)
+
+    def _check_special_call(self, resolved: str, node: ast.Call) -> None:
+        args = node.args
+        owner, _, method = resolved.rpartition(".")
+        if method in ("__setattr__", "__delattr__") and owner and owner not in ("builtins.object", "builtins.type"):
+            # torch.cuda.__setattr__("synchronize", f) is setattr(torch.cuda, "synchronize", f)
+            name = _str_const(args[0]) if args else None
+            if name is not None:
+                self._check_store(f"{owner}.{name}", node, f"{method}() replaces")
+            else:
+                self._check_dynamic_store(owner, node, f"{method}()")
+        elif resolved in _OPEN_FUNCTIONS:
+            self._check_open_mode(resolved, node, args[1] if len(args) > 1 else None)
+        elif resolved in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
+                          "builtins.object.__delattr__") and args:
+            how = "setattr" if "setattr" in resolved else "delattr"
+            target = self._resolve(args[0])
+            if target is not None:
+                name = _str_const(args[1]) if len(args) > 1 else None
+                if name is not None:
+                    self._check_store(f"{target}.{name}", node, f"{how}() replaces")
+                else:
+                    self._check_dynamic_store(target, node, f"{how}()")
+        elif resolved == "builtins.getattr" and args:
+            target = self._resolve(args[0])
+            name = _str_const(args[1]) if len(args) > 1 else None
+            if name is not None:
+                if name in _FRAME_ATTRS or name in _INTERNAL_STRINGS:
+                    self._hit("harness_internals", node, f"reads attribute `{name}` through getattr()")
+                if target is not None:
+                    self._check_reference(f"{target}.{name}", node, "getattr() reaches")
+            elif target is not None and not self._is_own(target):
+                self._hit("dynamic_code", node, f"getattr() on module `{target}` with a computed attribute name")
+
+    def _check_open_mode(self, resolved: str, node: ast.Call, mode_arg: ast.AST | None) -> None:
+        for kw in node.keywords:
+            if kw.arg == "mode":
+                mode_arg = kw.value
+        mode = "r" if mode_arg is None else _str_const(mode_arg)
+        if mode is None:
+            self._hit("file_cache", node, f"`{resolved}()` with a computed mode (cannot prove it only reads)")
+        elif any(c in mode for c in "wax+"):
+            self._hit("file_cache", node, f"`{resolved}()` opens a file for writing (mode {mode!r})")
+        elif not (node.args and self._reads_own_file(node.args[0])):
+            self._hit("file_read", node, f"`{resolved}()` opens a file for reading (mode {mode!r})")
+
+    def _check_method_call(self, func: ast.Attribute, node: ast.Call) -> None:
+        """A method called on a value that is not an imported module (a local tensor, path, dict...)."""
+        method = func.attr
+        if method in _CACHE_ACCESS_METHODS and node.args:
+            self._check_cache_access(func.value, node.args[0], node)
+        elif method == "update" and node.args and isinstance(node.args[0], ast.Dict):
+            for key in node.args[0].keys:
+                if key is not None and self._check_cache_access(func.value, key, node):
+                    break
+        if self._in_triton_kernel:
+            return  # inside @triton.jit, x.sum()/x.to() are Triton tensor methods compiled into the kernel
+        if method in _TENSOR_COMPUTE_METHODS and not self.policy.tensor_methods(method):
+            self._hit("torch_compute", node, f"calls tensor method `.{method}()`")
+        elif method in _FILE_WRITE_METHODS:
+            self._hit("file_cache", node, f"calls `.{method}()` (a file-system write or probe)")
+        elif method in _FILE_READ_METHODS:
+            if not self._reads_own_file(func.value):
+                self._hit("file_read", node, f"calls `.{method}()`")
+        elif method == "open" and isinstance(func.value, ast.Call):  # Path(...).open("w")
+            self._check_open_mode("Path.open", node, node.args[0] if node.args else None)
+
+    # ---- functions, classes, control flow
+
+    def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        is_kernel = False
+        for deco in node.decorator_list:
+            self.called.add(id(deco))  # `@torch.compile` is a call of torch.compile
+            target = deco.func if isinstance(deco, ast.Call) else deco
+            resolved = self._resolve(target)
+            if resolved in _TRITON_DECORATORS:
+                is_kernel = True
+            elif resolved in _MEMO_DECORATORS and not self._memo_is_scalar_keyed(node):
+                self._hit("memoized_function", deco, f"`{node.name}()` is memoised with `{resolved}`")
+        if node.name == "__del__":
+            self._hit("concurrency", node, "defines a finalizer `__del__`, which runs code outside the timed call")
+        elif node.name in ("__torch_function__", "__torch_dispatch__"):
+            self._hit("tensor_subclass", node, f"defines `{node.name}`")
+        frame = _FunctionFrame(node, is_kernel or self._in_triton_kernel)
+        self.functions.append(frame)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.functions.pop()
+        if self.has_global_declarations:
+            self._check_global_state(frame)
+
+    visit_FunctionDef = _visit_function
+    visit_AsyncFunctionDef = _visit_function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for deco in node.decorator_list:
+            self.called.add(id(deco))
+        for base in node.bases:
+            resolved = self._resolve(base)
+            if resolved in _TENSOR_BASES:
+                self._hit("tensor_subclass", base, f"class `{node.name}` subclasses `{resolved}`")
+        self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.MatMult) and not self._in_triton_kernel:
+            self._hit("torch_compute", node, "uses the `@` (matmul) operator outside a Triton kernel")
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if isinstance(node.op, ast.MatMult) and not self._in_triton_kernel:
+            self._hit("torch_compute", node, "uses the `@=` (matmul) operator outside a Triton kernel")
+        self.generic_visit(node)
+
+    def _visit_try(self, node: ast.Try) -> None:
+        for handler in node.handlers:
+            broad = handler.type is None
+            if isinstance(handler.type, ast.Name):
+                broad = handler.type.id in _BROAD_EXCEPTIONS
+            elif isinstance(handler.type, ast.Tuple):
+                broad = any(isinstance(e, ast.Name) and e.id in _BROAD_EXCEPTIONS for e in handler.type.elts)
+            if broad and not any(isinstance(s, ast.Raise) for st in handler.body for s in ast.walk(st)):
+                caught = "everything" if handler.type is None else ast.unparse(handler.type)
+                self._hit("silent_fallback", handler, f"`except` catches {caught} and does not re-raise")
+        self.generic_visit(node)
+
+    visit_Try = _visit_try
+    visit_TryStar = _visit_try
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        value = node.value
+        if not isinstance(value, str) or not value or id(node) in self.docstrings or id(node) in self.embedded:
+            return  # prose, or C++ source already scanned with the C++ rules
+        if value in _INTERNAL_STRINGS:
+            self._hit("harness_internals", node, f"names interpreter internal `{value}` in a string")
+        marker = _ENV_MARKER_RE.search(value)
+        if marker:
+            self._hit("env_probe", node, f"string mentions `{marker.group(0).strip(_QUOTES_AND_SPACE)}`")
+        if _TEMP_PATH_RE.search(value):
+            self._hit("file_cache", node, f"string names a shared temp/cache path ({value[:60]!r})")
+
+
+def _scan_python(source: str, own: _OwnNames, policy: _CompiledPolicy) -> list[_Hit]:
+    why = _WHY["syntax"]
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return [_Hit("syntax", exc.lineno or 1, exc.offset or 1, f"Python syntax error: {exc.msg}: {why}")]
+    except (ValueError, RecursionError, MemoryError) as exc:  # e.g. null bytes, absurd nesting
+        return [_Hit("syntax", 1, 1, f"source cannot be parsed ({type(exc).__name__}: {exc}): {why}")]
+    scanner = None
+    try:
+        scanner = _PythonScanner(tree, source, own, policy)
+        scanner.visit(tree)
+    except RecursionError:
+        return [*(scanner.hits if scanner is not None else ()),
+                _Hit("syntax", 1, 1, f"source is nested too deeply to analyse: {why}")]
+    return scanner.hits

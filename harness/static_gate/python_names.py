@@ -1,0 +1,252 @@
+"""Name tables of the Python scanner (canonical dotted names after alias resolution and the rule each one
+breaks, the supported build path, the torch names that are never compute) and small AST helpers."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+
+_CONCURRENCY_NAMES = (
+    "threading", "_thread", "multiprocessing", "concurrent", "subprocess", "asyncio", "pty", "signal", "atexit",
+    "sched", "weakref.finalize", "torch.multiprocessing", "_interpreters", "_xxsubinterpreters",
+    "os.fork", "os.forkpty", "os.system", "os.popen", "os.posix_spawn", "os.posix_spawnp", "os.kill", "os.killpg",
+    "os.spawnl", "os.spawnle", "os.spawnlp", "os.spawnlpe", "os.spawnv", "os.spawnve", "os.spawnvp", "os.spawnvpe",
+    "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.execv", "os.execve", "os.execvp", "os.execvpe",
+    "os.register_at_fork",
+)
+_HARNESS_NAMES = (
+    "gc", "inspect", "__builtin__", "__main__", "harness", "controller", "crucible", "flashinfer_bench",
+    "sys.modules", "sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.settrace",
+    "sys.setprofile", "sys.gettrace", "sys.getprofile", "sys.addaudithook", "sys.monitoring", "sys.meta_path",
+    "sys.path_hooks", "sys.path_importer_cache", "sys.path", "sys.exc_info", "sys.exception", "sys.last_traceback",
+    "traceback.walk_stack", "traceback.extract_stack", "traceback.walk_tb", "types.FrameType",
+    "builtins.globals", "builtins.locals", "builtins.vars",
+)
+_ENV_NAMES = (
+    "os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv", "os.unsetenv", "os.uname", "os.getlogin",
+    "os.getpid", "os.getppid", "os.getuid", "os.ctermid", "sys.argv", "sys.orig_argv",
+    "platform", "socket", "getpass", "pwd", "grp", "resource", "psutil", "uuid.getnode", "pytest", "_pytest",
+)
+_FILE_NAMES = (
+    "pickle", "_pickle", "cPickle", "shelve", "dbm", "joblib", "dill", "cloudpickle", "sqlite3", "tempfile",
+    "shutil", "glob", "fcntl", "mmap", "diskcache", "h5py", "lmdb",
+    "os.open", "os.write", "os.makedirs", "os.mkdir", "os.remove", "os.unlink", "os.rename", "os.replace",
+    "os.rmdir", "os.removedirs", "os.listdir", "os.scandir", "os.walk", "os.stat", "os.lstat", "os.access",
+    "os.chmod", "os.symlink", "os.link", "os.truncate", "os.mkfifo", "os.memfd_create", "os.utime",
+    "os.path.exists", "os.path.lexists", "os.path.isfile", "os.path.isdir", "os.path.islink",
+    "os.path.getmtime", "os.path.getctime", "os.path.getatime", "os.path.getsize",
+    "torch.save", "torch.load", "torch.from_file", "torch.UntypedStorage.from_file",
+    "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.load", "numpy.memmap", "numpy.fromfile",
+    "numpy.savetxt", "numpy.loadtxt", "numpy.genfromtxt",
+)
+_DYNAMIC_NAMES = (
+    "builtins.exec", "builtins.eval", "builtins.compile", "builtins.__import__", "importlib", "imp", "runpy",
+    "zipimport", "pkgutil", "marshal", "code", "codeop", "types.CodeType", "types.FunctionType",
+)
+_FFI_NAMES = (
+    "ctypes", "_ctypes", "cffi", "torch.utils.cpp_extension", "torch.ops.load_library",
+    "torch.classes.load_library", "pycuda", "cupy", "cuda.bindings", "cuda.cuda", "cuda.cudart", "cuda.nvrtc",
+    "cuda.core", "numba", "tvm_ffi.load_module",
+)
+_STREAM_NAMES = (
+    "torch.cuda.Stream", "torch.cuda.ExternalStream", "torch.cuda.Event", "torch.cuda.graph", "torch.cuda.graphs",
+    "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables", "torch.cuda.graph_pool_handle", "torch.cuda.stream",
+    "torch.cuda.set_stream", "torch.cuda.StreamContext", "torch.cuda.streams", "torch.Stream", "torch.Event",
+    "torch.cuda.is_current_stream_capturing", "triton.testing.do_bench_cudagraph",
+)
+_MONKEYPATCH_NAMES = (
+    "unittest.mock", "mock", "torch.library.Library", "torch.library.impl", "torch.library.register_kernel",
+    "torch.overrides", "torch.utils._python_dispatch", "torch._C._set_torch_function_mode",
+)
+_SUBCLASS_NAMES = (
+    "torch.Tensor._make_subclass", "torch.Tensor.as_subclass", "torch._C._disabled_torch_function_impl",
+    "torch.Tensor.__torch_function__", "torch.Tensor.__torch_dispatch__",
+)
+_CLOCK_NAMES = (
+    "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
+    "time.monotonic_ns", "time.process_time", "time.process_time_ns", "time.thread_time", "time.thread_time_ns",
+    "time.clock_gettime", "time.clock_gettime_ns", "datetime.datetime.now", "datetime.datetime.utcnow",
+    "datetime.datetime.today", "timeit", "triton.testing.do_bench", "torch.utils.benchmark",
+)
+
+# canonical name -> rule id. Longest prefix wins, so "os.environ.get" -> "os.environ" -> env_probe.
+_PY_BANNED: dict[str, str] = {}
+for _rule_id, _names in (
+    ("concurrency", _CONCURRENCY_NAMES), ("harness_internals", _HARNESS_NAMES), ("env_probe", _ENV_NAMES),
+    ("file_cache", _FILE_NAMES), ("dynamic_code", _DYNAMIC_NAMES), ("native_ffi", _FFI_NAMES),
+    ("stream_event_graph", _STREAM_NAMES), ("monkeypatch", _MONKEYPATCH_NAMES), ("tensor_subclass", _SUBCLASS_NAMES),
+    ("clock_read", _CLOCK_NAMES),
+):
+    for _name in _names:
+        _PY_BANNED[_name] = _rule_id
+
+# Assigning into these namespaces is timer tampering; assigning into any other imported module is a monkeypatch.
+_TIMER_NAMESPACES = (
+    "torch.cuda", "time", "cupti", "triton.testing", "flashinfer", "flashinfer_bench", "harness", "controller",
+    "torch.profiler", "torch.autograd.profiler", "torch.utils.benchmark", "timeit",
+)
+# A setattr with a computed attribute name on these may hit a timer namespace below them.
+_TIMER_ANCESTORS = frozenset({"torch", "triton", "torch.autograd", "torch.utils"})
+
+# Roots whose uses count as compute unless allow-listed (torch) or at all (libraries with fused kernels).
+_COMPUTE_ROOTS = frozenset({"torch", "flashinfer", "flash_attn", "xformers", "vllm", "sgl_kernel", "deep_gemm",
+                            "apex", "transformer_engine", "liger_kernel"})
+
+# Tensor methods that do compute; called on a local value outside a @triton.jit body they are flagged
+# (a Python list/set/dict has none of these, so false positives are rare).
+_TENSOR_COMPUTE_METHODS = frozenset({
+    "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "mv", "dot", "softmax", "log_softmax", "exp",
+    "exp2", "sum", "mean", "amax", "amin", "logsumexp", "norm", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
+    "topk", "cumsum", "argsort", "argmax", "argmin", "masked_fill", "masked_fill_", "index_select", "index_add",
+    "index_add_", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "mul", "mul_", "div",
+    "div_", "einsum", "outer", "kron", "tensordot", "prod", "var", "std",
+})
+
+_FRAME_ATTRS = frozenset({
+    "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "gi_frame",
+    "cr_frame", "ag_frame", "__globals__", "__code__", "__builtins__", "__closure__", "__subclasses__",
+})
+
+_IDENTITY_METHODS = frozenset({"data_ptr", "_cdata", "__hash__", "storage_offset", "unsafe_ptr"})
+_CACHE_ACCESS_METHODS = frozenset({"get", "setdefault", "pop", "__getitem__", "__setitem__", "__contains__"})
+
+# (str.replace / DataFrame.rename are too common to treat .replace()/.rename() as file operations.)
+_FILE_WRITE_METHODS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "symlink_to",
+                                 "hardlink_to", "tofile", "exists", "is_file", "is_dir"})
+_FILE_READ_METHODS = frozenset({"read_text", "read_bytes"})
+
+_OPEN_FUNCTIONS = frozenset({"builtins.open", "io.open", "codecs.open", "os.fdopen", "pathlib.Path.open"})
+_MEMO_DECORATORS = frozenset({"functools.lru_cache", "functools.cache", "functools.cached_property"})
+_TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"})
+_TENSOR_BASES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch._C.TensorBase", "torch._C._TensorBase"})
+_BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
+
+# Builtins that are resolved to "builtins.<name>" unless the module rebinds them.
+_WATCHED_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "open",
+                               "setattr", "getattr", "delattr", "id", "hash", "object"})
+
+_INTERNAL_STRINGS = frozenset({"__builtins__", "__globals__", "__code__", "__import__", "__subclasses__",
+                               "f_back", "f_locals", "f_globals", "tb_frame", "_getframe"})
+
+
+# --------------------------------------------------------------------------------------------------
+# The supported native build path: torch.utils.cpp_extension's JIT builders. The harness runs them in the
+# candidate's sandboxed build with a private build folder and archives what they build; the C++/CUDA source
+# strings given to load_inline, the files given to load and the flags given to either are scanned instead.
+# The rest of torch.utils.cpp_extension (e.g. _import_module_from_library) stays native_ffi.
+_CPP_EXTENSION = "torch.utils.cpp_extension"
+_BUILD_FUNCTIONS = frozenset({f"{_CPP_EXTENSION}.load", f"{_CPP_EXTENSION}.load_inline"})
+_SUPPORTED_BUILD_NAMES = _BUILD_FUNCTIONS | {_CPP_EXTENSION, f"{_CPP_EXTENSION}.CUDA_HOME",
+                                             f"{_CPP_EXTENSION}.include_paths"}
+
+# --------------------------------------------------------------------------------------------------
+# torch names that are never compute, whatever the policy's torch_calls allow-list says: constants (dtypes,
+# memory formats, layouts), type and metadata helpers, device queries, allocation and views. A reference that
+# is not called (`memory_format=torch.contiguous_format`, `dtype=torch.bfloat16`, `torch.Tensor` in an
+# annotation) is only ever a finding when it hands a non-constant torch callable to other code.
+_TORCH_DTYPE_RE = re.compile(
+    r"torch\.(?:u?int(?:1|2|3|4|5|6|7|8|16|32|64)|float(?:16|32|64)|bfloat16|half|float|double|long|int|short|"
+    r"bool|c(?:half|float|double)|complex(?:32|64|128)|float8_\w+|float4_\w+|bits\w+|q(?:u?int\w+))")
+_TORCH_NEVER_COMPUTE = frozenset({
+    # memory formats, layouts, numeric constants
+    "torch.contiguous_format", "torch.channels_last", "torch.channels_last_3d", "torch.preserve_format",
+    "torch.strided", "torch.sparse_coo", "torch.sparse_csr", "torch.sparse_csc", "torch.sparse_bsr",
+    "torch.sparse_bsc", "torch.jagged", "torch.inf", "torch.nan", "torch.pi", "torch.e", "torch.newaxis",
+    # types and metadata
+    "torch.Tensor", "torch.Size", "torch.dtype", "torch.device", "torch.layout", "torch.memory_format",
+    "torch.Generator", "torch.SymInt", "torch.SymFloat", "torch.SymBool", "torch.finfo", "torch.iinfo",
+    "torch.is_tensor", "torch.is_floating_point", "torch.is_complex", "torch.numel", "torch.get_default_dtype",
+    "torch.get_default_device", "torch.typename", "torch.types", "torch.__version__", "torch.version",
+    # autograd switches
+    "torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.is_grad_enabled",
+    "torch.is_inference_mode_enabled",
+    # device queries
+    "torch.cuda", "torch.cuda.is_available", "torch.cuda.current_device", "torch.cuda.device_count",
+    "torch.cuda.get_device_properties", "torch.cuda.get_device_capability", "torch.cuda.get_device_name",
+    "torch.cuda.get_arch_list", "torch.cuda.is_bf16_supported", "torch.cuda.mem_get_info",
+    "torch.cuda.device", "torch.cuda.device_of", "torch.cuda.set_device", "torch.cuda.is_initialized",
+    "torch.backends", "torch.version.cuda", "torch.version.hip",
+    # allocation (a fill counts as allocation: split-K accumulators need zeros)
+    "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros", "torch.zeros_like", "torch.ones",
+    "torch.ones_like", "torch.full", "torch.full_like",
+    # views and shape helpers
+    "torch.reshape", "torch.permute", "torch.transpose", "torch.squeeze", "torch.unsqueeze", "torch.flatten",
+    "torch.unflatten", "torch.narrow", "torch.split", "torch.chunk", "torch.unbind", "torch.broadcast_to",
+    "torch.as_strided", "torch.view_as_real", "torch.view_as_complex", "torch.movedim", "torch.swapaxes",
+    "torch.t", "torch.select",
+})
+# prefixes of the same (torch.cuda.get_device_*, torch.backends.cudnn.version, ...)
+_TORCH_NEVER_COMPUTE_PREFIXES = ("torch.cuda.get_device_", "torch.version.", "torch.types.")
+
+
+def _is_torch_constant_or_helper(resolved: str) -> bool:
+    return (resolved in _TORCH_NEVER_COMPUTE or resolved.startswith(_TORCH_NEVER_COMPUTE_PREFIXES)
+            or _TORCH_DTYPE_RE.fullmatch(resolved) is not None)
+
+
+# Scalar-valued tensor metadata: a memoised function called only with these (and numbers) does not key a
+# cache by tensor identity.
+_SCALAR_ATTRS = frozenset({"shape", "dtype", "device", "index", "ndim", "is_cuda", "itemsize", "type", "layout",
+                           "multi_processor_count", "major", "minor"})
+_SCALAR_METHODS = frozenset({"size", "stride", "dim", "numel", "element_size", "get_device", "item", "nelement",
+                             "is_contiguous", "bit_length"})
+_SCALAR_FUNCTIONS = frozenset({"builtins.int", "builtins.float", "builtins.bool", "builtins.str", "builtins.len",
+                               "builtins.min", "builtins.max", "builtins.abs", "builtins.round", "builtins.tuple",
+                               "triton.cdiv", "triton.next_power_of_2", "torch.cuda.current_device"})
+_SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "bytes", "None", "torch.dtype", "torch.device",
+                                 "torch.Size", "tuple", "Tuple", "typing.Tuple", "Optional", "typing.Optional",
+                                 "Literal", "typing.Literal", "Union", "typing.Union"})
+
+
+# --------------------------------------------------------------------------------------------------
+# AST helpers
+
+
+def _chain_parts(node: ast.AST) -> list[str] | None:
+    """['torch', 'cuda', 'Event'] for `torch.cuda.Event`; None if the chain does not start at a Name.
+
+    `getattr(x, "name")` with a literal name counts as `x.name`, so `getattr(torch, "cuda").Event` is
+    torch.cuda.Event.
+    """
+    parts: list[str] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and _str_const(node.args[1]) is not None):
+            parts.append(node.args[1].value)
+            node = node.args[0]
+        else:
+            break
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        parts.reverse()
+        return parts
+    return None
+
+
+def _str_const(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _iter_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
+    """Every statement, nested ones included, without descending into expressions (much cheaper than
+    ast.walk; imports, assignments, definitions and global declarations are all statements)."""
+    stack = list(body)
+    while stack:
+        stmt = stack.pop()
+        yield stmt
+        for field in ("body", "orelse", "finalbody"):
+            nested = getattr(stmt, field, None)
+            if nested:
+                stack.extend(nested)
+        for handler in getattr(stmt, "handlers", ()):
+            stack.extend(handler.body)
+        for case in getattr(stmt, "cases", ()):
+            stack.extend(case.body)
+
+
+def _names_in(node: ast.AST) -> Iterable[str]:
+    return (n.id for n in ast.walk(node) if isinstance(n, ast.Name))

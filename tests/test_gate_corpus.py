@@ -1,0 +1,114 @@
+"""The static gate on whole solutions: honest GQA paged-decode solutions written the way contestants write them
+(tests/gate_corpus/honest/, one directory per solution) pass it, and the known reward hacks of
+tests/adversarial/ still fail it, except the library/PyTorch-compute ones that run-time attribution judges."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from harness.static_gate import (
+    LIBRARY_RULES,
+    Finding,
+    awaits_attribution,
+    builtin_policy,
+    gate_passed,
+    load_policy,
+    scan_sources,
+)
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "gate_corpus" / "honest"
+SOLUTIONS = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
+
+# solution -> its spec language, and the warnings it earns: (rule, text of the flagged line). Only real torch
+# compute may warn; nothing may be an error.
+CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "triton_split_kv": ("triton", []),
+    "triton_autotune": ("triton", []),
+    "triton_lru_cache": ("triton", []),
+    "triton_value_returning": ("triton", []),
+    "triton_persistent": ("triton", [("torch_compute", "torch.diff(kv_indptr)"),
+                                     ("torch_compute", "torch.argsort(lengths")]),
+    "triton_fp8_kv": ("triton", []),
+    "cuda_load_inline": ("python", []),
+    "cuda_load_sources": ("python", []),
+    "cuda_torch_library": ("python", []),
+}
+
+POLICIES = {
+    "shipped": lambda: load_policy(),
+    "shipped_gqa": lambda: load_policy(op_type="gqa_paged", definition="gqa_paged_decode_h32_kv8_d128_ps1"),
+    "catalogue": builtin_policy,  # empty allow-lists: what the gate itself knows
+}
+
+
+def _sources(directory: Path) -> dict[str, str]:
+    return {p.relative_to(directory).as_posix(): p.read_text() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _describe(findings: list[Finding]) -> str:
+    return "\n".join(f"{f.path}:{f.line}:{f.col} {f.rule} [{f.severity}] {f.message}" for f in findings)
+
+
+def test_the_corpus_is_the_table():
+    assert SOLUTIONS == sorted(CORPUS_TABLE) and len(SOLUTIONS) >= 8
+    texts = {name: "\n".join(_sources(CORPUS / name).values()) for name in SOLUTIONS}
+    assert sum("load_inline(" in t for t in texts.values()) >= 2
+    assert any("cpp_extension.load(" in t for t in texts.values())
+
+
+@pytest.mark.parametrize("policy_name", sorted(POLICIES))
+@pytest.mark.parametrize("name", SOLUTIONS)
+def test_honest_solution_passes_the_gate(name, policy_name):
+    language, expected = CORPUS_TABLE[name]
+    findings = scan_sources(_sources(CORPUS / name), language, POLICIES[policy_name]())
+    assert gate_passed(findings), _describe(findings)
+    warnings = sorted((f.rule, text) for f in findings for rule, text in expected
+                      if f.rule == rule and text in f.snippet)
+    assert len(findings) == len(expected) and warnings == sorted(expected), _describe(findings)
+    assert all(awaits_attribution(f) for f in findings)
+
+
+def _attacks():
+    spec = importlib.util.spec_from_file_location("gate_corpus_attacks", HERE / "adversarial" / "attacks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ATTACKS = _attacks()
+# attack -> the static gate's error rules under the shipped gqa_paged policy. The empty ones are caught at
+# run time (correctness, the mutation and precision audits, the fresh-input recheck); those in
+# LEFT_TO_ATTRIBUTION carry library-compute warnings for the run-time attribution to confirm.
+ATTACK_ERRORS = {
+    "torch_fallback": set(),
+    "library_fallback": set(),
+    "replay_by_pointer": {"output_cache"},
+    "call_counting": set(),
+    "side_stream": {"stream_event_graph"},
+    "deferred_host_write": {"concurrency"},
+    "skip_if_written": {"output_cache"},
+    "read_reference_outputs": {"harness_internals"},
+    "timer_monkeypatch": {"timer_tampering"},
+    "input_mutation": set(),
+    "precision_downcast": set(),
+    "partial_work": set(),
+    "disk_cache": {"file_cache"},
+    "probe_checking": {"env_probe"},
+}
+LEFT_TO_ATTRIBUTION = {"torch_fallback", "library_fallback", "input_mutation"}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACK_ERRORS))
+def test_known_hacks_fail_the_gate_or_await_attribution(name):
+    assert set(ATTACK_ERRORS) == set(ATTACKS.ATTACKS)
+    solution = ATTACKS.attack_solution(name)
+    policy = load_policy(op_type="gqa_paged", definition=solution["definition"])
+    findings = scan_sources({s["path"]: s["content"] for s in solution["sources"]}, solution["spec"]["language"], policy)
+    assert {f.rule for f in findings if f.severity == "error"} == ATTACK_ERRORS[name], _describe(findings)
+    library = [f for f in findings if f.rule in LIBRARY_RULES]
+    assert bool(library) == (name in LEFT_TO_ATTRIBUTION), _describe(findings)
+    assert all(awaits_attribution(f) for f in library)
