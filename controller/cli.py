@@ -256,6 +256,12 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
     else:
         for report in reports:
             print_report(report)
+    # A run whose provider produced nothing in any round (no agent, no key, every reply refused) ran but did
+    # nothing: exit 1, the reason on one line (exit 2 is for bad input).
+    empty = [(f"{r['definition']}: " if len(reports) > 1 else "") + r["nothing_produced"]
+             for r in reports if r.get("nothing_produced")]
+    if empty:
+        fail(escape("; ".join(empty)), 1)
 
 
 @main.command()

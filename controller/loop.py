@@ -11,7 +11,10 @@ Markdown and a diagnosis the planner picks the regime and hypothesis from; other
 fails, latency evidence and the reason. A profile never stops a run.
 
 The harness is ground truth: candidates are judged only by `harness.evaluate.Session` (candidate code
-runs in the harness's worker processes, never here), and promotion reads only archived evaluations.
+runs in the harness's worker processes, never here), and promotion reads only archived evaluations. Candidates
+are evaluated at the fast audit level; one about to be promoted (past the screen, and the paired measurement
+says promote) is evaluated once more at the full audit level, and promoted only if that evaluation is
+promotable too.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from .latency_evidence import mean_latency, mean_speedup_vs_fi, regime_of
 from .profile_evidence import workload_facts
 from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, plan_round, request_budget,
                    stop_reason)
-from .promote import (PROMOTED, Decision, EvalRecord, PairedMeasurement, PairedSample, decide, gate_failure,
-                      screen_failure)
+from .promote import (PROMOTED, Decision, EvalRecord, FullEvaluation, PairedMeasurement, PairedSample, confirm,
+                      decide, gate_failure, screen_failure)
 from .providers.base import Provider, ProviderError, make_provider
 from .providers.offline import naive_incumbent
 from .request import (Constraints, GenerationRequest, GenerationResponse, HistoryItem, Incumbent, Proposal,
@@ -89,6 +92,8 @@ class LoopConfig(BaseModel):
 class Evaluator(Protocol):
     def evaluate(self, solution: Solution, on_start: Callable[[int], None]) -> int: ...
 
+    def evaluate_full(self, solution: Solution) -> int: ...
+
     def why_no_timing(self) -> Optional[str]: ...
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
@@ -121,6 +126,10 @@ class HarnessEvaluator:
             return self.session.submit(solution).submission_id
         finally:
             self._on_start = None
+
+    def evaluate_full(self, solution: Solution) -> int:
+        """The evaluation a promotion rests on: every audit, run-time attribution included."""
+        return self.session.submit(solution, audit_level="full").submission_id
 
     def why_no_timing(self) -> Optional[str]:
         if not self.session.has_gpu:
@@ -351,7 +360,23 @@ class Loop:
                                                                 self.store.solution(c), self.thresholds.min_repeats,
                                                                 self.thresholds.paired_order)
             decision = screened or decide(records, measurement, self.thresholds, self.regimes)
+            if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
+                decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
+                                   self.thresholds)
             self.record_decision(round_number, c, incumbent, decision, measurement)
+
+    def full_evaluation(self, round_number: int, candidate: dict[str, Any]) -> FullEvaluation:
+        """Evaluate ``candidate`` again at the full audit level; what the harness archived of it."""
+        self.emit("evaluate_full", {"round": round_number, "name": candidate["solution_name"]})
+        submission_id = self.evaluator.evaluate_full(self.store.solution(candidate))
+        submission = self.store.archive.submission(submission_id)
+        scores = submission.get("scores") or {}
+        full = FullEvaluation(submission_id, (submission.get("options") or {}).get("audit_level"),
+                              tuple(self.store.eval_records(submission_id, self.regimes)),
+                              tuple(scores.get("promotion_blockers") or ()))
+        self.emit("full_audit", {"round": round_number, "name": candidate["solution_name"],
+                                 "submission_id": submission_id, "status": submission.get("status")})
+        return full
 
     def record_decision(self, round_number: int, candidate: dict[str, Any], incumbent: dict[str, Any],
                         decision: Decision, measurement: Optional[PairedMeasurement]) -> None:
@@ -504,6 +529,21 @@ class Loop:
 
     # -- the report -------------------------------------------------------------------------------------
 
+    def nothing_produced(self) -> Optional[str]:
+        """Why no round played produced a candidate (the provider failed, or every reply was refused); None when
+        one did, or when no round was played (--rounds 0, or a stop rule before round 1)."""
+        if not any(r["round"] > 0 and r["status"] == "DONE" for r in self.store.rounds(self.run_id)):
+            return None
+        cands = [c for c in self.store.candidates(self.run_id) if c["round"] > 0]
+        if any(c["solution_hash"] for c in cands):  # code came back (a duplicate too: the provider works)
+            return None
+        responses = [r for r in self.store.responses_of_run(self.run_id) if r["round"] > 0]
+        errors = [r["error"] for r in responses if r["error"]]
+        refused = [c["reason"] for c in cands if c["status"] == REJECTED and c["reason"]]
+        stopped = [r["stopped"] for r in responses if r["stopped"]]
+        why = next((found[-1] for found in (errors, refused, stopped) if found), "the provider proposed nothing")
+        return "no round produced a candidate: " + " ".join(str(why).split())[:500]
+
     def timing_note(self, cands: list[dict[str, Any]]) -> str:
         """From the archive (a finished run is reported without starting the harness)."""
         if any(r.latency_ms is not None for c in cands for r in self.records(c)):
@@ -533,6 +573,7 @@ class Loop:
                           "exported": promoted[-1]["exported"] if promoted else None},
             "decisions": [{"round": d["round"], "candidate": self.store.candidate(d["candidate_id"])["solution_name"],
                            "verdict": d["verdict"], "rule": d["rule"], "reasons": d["reasons"]} for d in decisions],
+            "nothing_produced": self.nothing_produced(),
             "totals": {"candidates": len(cands),
                        "evaluated": sum(1 for c in cands if c["submission_id"] is not None),
                        "tokens": spent["tokens"], "cost_usd": spent["cost_usd"], "wall_s": round(spent["wall_s"], 3)},

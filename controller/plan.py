@@ -123,6 +123,7 @@ def acceptance(thresholds: PromotionThresholds, timing: bool) -> Acceptance:
     return Acceptance(min_repeats=thresholds.min_repeats, paired_order=thresholds.paired_order,
                       noise_floor_rel=thresholds.noise_floor_rel,
                       max_regime_regression_rel=thresholds.max_regime_regression_rel,
+                      max_workload_regression_rel=thresholds.max_workload_regression_rel,
                       note="" if timing else "this host has no GPU: candidates are judged on correctness only "
                                              "and none can be promoted")
 

@@ -1,14 +1,22 @@
 """Promotion as pure functions over archived evaluations (skills/promotion-rules).
 
+The measure is the contest's: a definition's score is the arithmetic mean over workloads of per-workload
+speedups (harness/evaluate.py definition_scores), so promotion compares per-workload speedups of the
+candidate over the incumbent (incumbent latency / candidate latency, the same workloads, the same session),
+never a mean of raw latencies (where one millisecond workload would drown every microsecond one).
+
 Rules, checked in order; the first that fails is the recorded reason:
   1. every workload PASSED;          2. every audit clean;
   3. timing exists (on a host without a GPU it does not: "no timing: correctness only, nothing promoted");
-     screen: a candidate whose own evaluation is already slower than the incumbent's (beyond
-     ``screen_slack_rel``) is refused before any paired measurement is spent on it;
+     screen: a candidate whose own evaluation's mean speedup over the incumbent's own evaluation is below
+     ``1 - screen_slack_rel`` is refused before any paired measurement is spent on it;
   4. at least ``min_repeats`` paired repeats, each in ``paired_order`` (ABBA: incumbent, candidate,
      candidate, incumbent, measured back to back by the harness);
-  5. mean latency over workloads below the incumbent's by more than ``noise_floor_rel``;
-  6. no regime more than ``max_regime_regression_rel`` slower than the incumbent.
+  5. mean per-workload speedup above ``1 + noise_floor_rel``;
+  6. no regime's mean speedup below ``1 - max_regime_regression_rel`` (a regime specialist);
+  7. no single workload's speedup below ``1 - max_workload_regression_rel``;
+  8. the candidate's evaluation at the full audit level (run only once 1-7 hold) is promotable: every
+     workload PASSED, no failed audit, no harness promotion blocker (``confirm``).
 Nothing here measures or re-times anything: the measurement is an input, produced by the harness.
 """
 
@@ -22,6 +30,8 @@ from .skills import PromotionThresholds
 
 NO_TIMING = "no timing: correctness only, nothing promoted"
 PROMOTED, REJECTED = "PROMOTED", "REJECTED"
+FULL_AUDIT_LEVEL = "full"
+_EPS = 1e-9  # a value exactly at a bound is on the allowed side of it
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,16 @@ class PairedMeasurement:
 
 
 @dataclass(frozen=True)
+class FullEvaluation:
+    """The candidate's evaluation at the full audit level, made only once everything else says promote."""
+
+    submission_id: Optional[int]
+    audit_level: Optional[str]  # as the harness archived it with the submission
+    records: tuple[EvalRecord, ...]
+    blockers: tuple[str, ...] = ()  # the harness's promotion blockers (static gate, whole-submission audits)
+
+
+@dataclass(frozen=True)
 class Decision:
     verdict: str
     rule: str  # the rule that failed, or "promoted"
@@ -71,6 +91,10 @@ class Decision:
 
 def _reject(rule: str, *reasons: str, **details: Any) -> Decision:
     return Decision(REJECTED, rule, tuple(reasons), details)
+
+
+def _name(record: Optional[EvalRecord], workload: str) -> str:
+    return (record.label if record is not None and record.label else "") or workload[:8]
 
 
 def gate_failure(records: list[EvalRecord], thresholds: PromotionThresholds) -> Optional[Decision]:
@@ -89,30 +113,48 @@ def gate_failure(records: list[EvalRecord], thresholds: PromotionThresholds) -> 
     return None
 
 
-def _mean_latency(records: list[EvalRecord], workloads: list[str]) -> Optional[float]:
-    by_workload = {r.workload: r.latency_ms for r in records}
-    values = [by_workload.get(w) for w in workloads]
+def workload_speedups(incumbent_ms: dict[str, Optional[float]], candidate_ms: dict[str, Optional[float]],
+                      workloads: list[str]) -> Optional[dict[str, float]]:
+    """Per workload, incumbent latency / candidate latency (> 1: the candidate is faster); None unless both
+    sides have a positive latency on every workload."""
+    out: dict[str, float] = {}
+    for w in workloads:
+        a, b = incumbent_ms.get(w), candidate_ms.get(w)
+        if a is None or b is None or a <= 0 or b <= 0:
+            return None
+        out[w] = a / b
+    return out
+
+
+def mean_speedup(speedups: dict[str, float]) -> float:
+    """The definition score's aggregate: the arithmetic mean of per-workload speedups."""
+    return statistics.fmean(speedups.values())
+
+
+def _mean_ms(latencies: dict[str, Optional[float]], workloads: list[str]) -> Optional[float]:
+    values = [latencies.get(w) for w in workloads]
     return statistics.fmean(values) if values and all(v is not None for v in values) else None  # type: ignore[arg-type]
 
 
 def screen_failure(records: list[EvalRecord], incumbent_records: list[EvalRecord],
                    thresholds: PromotionThresholds) -> Optional[Decision]:
-    """Before a paired measurement: is the candidate's own evaluation already clearly slower?
+    """Before a paired measurement: is the candidate's own evaluation already clearly worse, by the score?
 
-    Two single measurements on the same workloads; without latencies on both sides (no GPU, or the
-    incumbent was evaluated on other workloads) nothing is screened out.
+    Two single measurements on the same workloads, compared by the mean per-workload speedup; without
+    latencies on both sides (no GPU, or the incumbent was evaluated on other workloads) nothing is screened out.
     """
     workloads = [r.workload for r in records]
-    mean_b, mean_a = _mean_latency(records, workloads), _mean_latency(incumbent_records, workloads)
-    if mean_a is None or mean_b is None:
+    own = {r.workload: r.latency_ms for r in records}
+    speedups = workload_speedups({r.workload: r.latency_ms for r in incumbent_records}, own, workloads)
+    if not speedups:
         return None
-    change = mean_b / mean_a - 1.0
-    if change <= thresholds.screen_slack_rel + 1e-9:  # exactly at the slack is still let through
+    score = mean_speedup(speedups)
+    if score >= 1.0 - thresholds.screen_slack_rel - _EPS:  # exactly at the slack is still let through
         return None
-    return _reject("screen", f"its evaluation averaged {mean_b:.4g} ms vs the incumbent's {mean_a:.4g} ms "
-                             f"({change:+.1%}, more than {thresholds.screen_slack_rel:.0%} slower): "
-                             "no paired measurement spent on it",
-                   mean_incumbent_ms=mean_a, mean_candidate_ms=mean_b, change_rel=change)
+    return _reject("screen", f"its evaluation's mean speedup over the incumbent's is {score:.3f}x over "
+                             f"{len(speedups)} workload(s) ({score - 1:+.1%}, more than "
+                             f"{thresholds.screen_slack_rel:.0%} below 1x): no paired measurement spent on it",
+                   mean_speedup=score, workload_speedups=speedups)
 
 
 def repeats_in_order(measurement: PairedMeasurement, order: str) -> tuple[int, list[str]]:
@@ -140,7 +182,8 @@ def mean_latencies(measurement: PairedMeasurement, role: str, workloads: list[st
 
 def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
            thresholds: PromotionThresholds, regimes: Optional[dict[str, str]] = None) -> Decision:
-    """Whether the candidate evaluated in ``records`` replaces the incumbent. ``regimes``: workload -> regime."""
+    """Whether the candidate evaluated in ``records`` beats the incumbent (rules 1-7; ``confirm`` adds rule 8).
+    ``regimes``: workload -> regime."""
     gate = gate_failure(records, thresholds)
     if gate is not None:
         return gate
@@ -152,32 +195,77 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
     if good < thresholds.min_repeats:
         return _reject("repeats", f"{thresholds.min_repeats} paired repeats needed, {good} measured")
     workloads = [r.workload for r in records]
+    by_workload = {r.workload: r for r in records}
     a = mean_latencies(measurement, "A", workloads)
     b = mean_latencies(measurement, "B", workloads)
-    missing = [w for w in workloads if a[w] is None or b[w] is None]
+    missing = [w for w in workloads if a[w] is None or b[w] is None or a[w] <= 0 or b[w] <= 0]  # type: ignore[operator]
     if missing:
         return _reject("timing", f"no paired latency for workload(s) {', '.join(m[:8] for m in missing)}")
-    mean_a = statistics.fmean(a[w] for w in workloads)  # type: ignore[misc]
-    mean_b = statistics.fmean(b[w] for w in workloads)  # type: ignore[misc]
-    change = mean_b / mean_a - 1.0
-    details: dict[str, Any] = {"mean_incumbent_ms": mean_a, "mean_candidate_ms": mean_b, "change_rel": change,
+    speedups = workload_speedups(a, b, workloads)
+    assert speedups is not None  # every latency is there and positive (checked above)
+    score = mean_speedup(speedups)
+    details: dict[str, Any] = {"mean_speedup": score, "workload_speedups": speedups,
+                               "mean_incumbent_ms": _mean_ms(a, workloads), "mean_candidate_ms": _mean_ms(b, workloads),
                                "repeats": good, "order": measurement.order,
                                "submissions": [s.submission_id for s in measurement.samples]}
-    if not mean_b < mean_a * (1.0 - thresholds.noise_floor_rel):
-        what = "slower than" if change > 0 else "within the noise floor of"
-        return _reject("noise_floor", f"mean {mean_b:.4g} ms vs incumbent {mean_a:.4g} ms ({change:+.1%}): "
-                                      f"{what} the incumbent (needs < -{thresholds.noise_floor_rel:.0%})", **details)
+    n = len(workloads)
+    if not score > 1.0 + thresholds.noise_floor_rel:
+        what = "slower than" if score < 1.0 else "within the noise floor of"
+        return _reject("noise_floor", f"mean speedup {score:.3f}x over {n} workload(s) ({score - 1:+.1%}): {what} "
+                                      f"the incumbent (needs > {1 + thresholds.noise_floor_rel:.3g}x)", **details)
     regimes = regimes or {}
     groups: dict[str, list[str]] = {}
     for w in workloads:
-        groups.setdefault(regimes.get(w) or "all", []).append(w)
-    ratios = {g: statistics.fmean(b[w] for w in ws) / statistics.fmean(a[w] for w in ws)  # type: ignore[misc]
-              for g, ws in groups.items()}
-    details["regime_ratios"] = ratios
-    worse = {g: r for g, r in ratios.items() if r > 1.0 + thresholds.max_regime_regression_rel}
+        groups.setdefault(regimes.get(w) or by_workload[w].regime or "all", []).append(w)
+    regime_speedups = {g: statistics.fmean(speedups[w] for w in ws) for g, ws in groups.items()}
+    details["regime_speedups"] = regime_speedups
+    worse = {g: s for g, s in regime_speedups.items() if s < 1.0 - thresholds.max_regime_regression_rel - _EPS}
     if worse:
-        listed = ", ".join(f"{g} {r - 1:+.1%}" for g, r in sorted(worse.items()))
-        return _reject("regime_regression", f"regime(s) slower than the {thresholds.max_regime_regression_rel:.0%} "
-                                            f"bound: {listed}; archived as a regime specialist", **details)
-    return Decision(PROMOTED, "promoted", (f"mean {mean_b:.4g} ms vs {mean_a:.4g} ms ({change:+.1%}) over "
-                                           f"{good} {measurement.order} repeats",), details)
+        listed = ", ".join(f"{g} {s:.3f}x ({s - 1:+.1%})" for g, s in sorted(worse.items()))
+        bound = thresholds.max_regime_regression_rel
+        return _reject("regime_regression", f"regime(s) regressing beyond the {bound:.0%} bound: {listed}; "
+                                            "archived as a regime specialist", **details)
+    regressed = {w: s for w, s in speedups.items() if s < 1.0 - thresholds.max_workload_regression_rel - _EPS}
+    if regressed:
+        listed = ", ".join(f"{_name(by_workload[w], w)} {s:.3f}x ({s - 1:+.1%})"
+                           for w, s in sorted(regressed.items(), key=lambda item: item[1])[:5])
+        bound = thresholds.max_workload_regression_rel
+        return _reject("workload_regression", f"{len(regressed)} workload(s) regressing beyond the {bound:.0%} "
+                                              f"bound: {listed}", **details)
+    slowest = min(speedups, key=lambda w: speedups[w])
+    reason = (f"mean speedup {score:.3f}x ({score - 1:+.1%}) over {n} workload(s) and {good} {measurement.order} "
+              f"repeats; slowest workload {_name(by_workload[slowest], slowest)} {speedups[slowest]:.3f}x")
+    return Decision(PROMOTED, "promoted", (reason,), details)
+
+
+def full_audit_failure(full: FullEvaluation, workloads: list[str],
+                       thresholds: PromotionThresholds) -> Optional[Decision]:
+    """Rule 8: is the candidate's full-audit-level evaluation promotable? None when it is."""
+    where = f"full-audit evaluation (submission {full.submission_id})"
+    if full.audit_level != FULL_AUDIT_LEVEL:
+        return _reject("full_audit", f"{where} ran at audit level {full.audit_level!r}, not {FULL_AUDIT_LEVEL!r}")
+    gate = gate_failure(list(full.records), thresholds)
+    if gate is not None:
+        return _reject("full_audit", *(f"{where}: {r}" for r in gate.reasons), failed_gate=gate.rule)
+    missing = sorted(set(workloads) - {r.workload for r in full.records})
+    if missing:
+        return _reject("full_audit", f"{where} did not evaluate workload(s) {', '.join(m[:8] for m in missing[:5])}")
+    if full.blockers:
+        return _reject("full_audit", *(f"{where}: {b}" for b in full.blockers[:5]))
+    return None
+
+
+def confirm(decision: Decision, full: Optional[FullEvaluation], workloads: list[str],
+            thresholds: PromotionThresholds) -> Decision:
+    """A promotion stands only on a promotable full-audit-level evaluation; anything else is unchanged.
+    The paired measurement's numbers stay in the details either way."""
+    if not decision.promoted:
+        return decision
+    if full is None:
+        return _reject("full_audit", "no full-audit evaluation was made", **decision.details)
+    failure = full_audit_failure(full, workloads, thresholds)
+    details = {**decision.details, "full_audit_submission": full.submission_id}
+    if failure is not None:
+        return Decision(REJECTED, failure.rule, failure.reasons, {**details, **failure.details})
+    confirmed = f"full-audit evaluation (submission {full.submission_id}) promotable"
+    return Decision(PROMOTED, decision.rule, (*decision.reasons, confirmed), details)

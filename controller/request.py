@@ -47,6 +47,7 @@ class Acceptance(_Data):
     paired_order: str = "ABBA"
     noise_floor_rel: float = 0.02
     max_regime_regression_rel: float = 0.05
+    max_workload_regression_rel: float = 0.05
     note: str = ""
 
 
@@ -231,9 +232,12 @@ def render_prompt(request: GenerationRequest) -> str:
                  f"{b.wall_s:g} s wall time" + (f", ${b.max_cost_usd:.2f}" if b.max_cost_usd is not None else ""))
     parts.append("## Acceptance\n"
                  f"- every workload PASSED (official rule) and every audit clean\n"
-                 f"- at least {a.min_repeats} paired ({a.paired_order}) measurements; mean latency below the "
-                 f"incumbent's by more than {a.noise_floor_rel:.0%}; no regime more than "
-                 f"{a.max_regime_regression_rel:.0%} slower" + (f"\n- {a.note}" if a.note else ""))
+                 f"- at least {a.min_repeats} paired ({a.paired_order}) measurements; the mean over workloads of "
+                 f"the speedup over the incumbent (the definition score's aggregate) above "
+                 f"{1 + a.noise_floor_rel:.3g}x; no regime's mean speedup below {1 - a.max_regime_regression_rel:.3g}x "
+                 f"and no workload's below {1 - a.max_workload_regression_rel:.3g}x\n"
+                 f"- then an evaluation at the full audit level (run-time attribution) with every audit clean"
+                 + (f"\n- {a.note}" if a.note else ""))
     for name, text in r.skill_excerpts.items():
         parts.append(f"## Skill excerpt: {name}\n{text}")
     parts.append("## Answer\nReturn JSON with `files` (path and complete content of each editable file), "

@@ -399,14 +399,21 @@ class PromotionThresholds(BaseModel):
 
     require_all_workloads_passed: bool
     require_clean_audits: bool
+    # A candidate about to be promoted is evaluated again at the full audit level (run-time attribution),
+    # and promoted only if that evaluation is promotable too.
+    require_full_audit: bool
     min_repeats: int
+    # Promote iff the mean over workloads of per-workload speedups (incumbent / candidate latency, as the
+    # definition score aggregates) exceeds 1 + noise_floor_rel, and no regime's mean speedup and no single
+    # workload's speedup is below 1 - max_regime_regression_rel / 1 - max_workload_regression_rel.
     noise_floor_rel: float
     paired_order: str
     max_regime_regression_rel: float
+    max_workload_regression_rel: float
     stop_no_improvement_rounds: int
     stop_at_fraction_of_floor: float
-    # A candidate whose own evaluation is slower than the incumbent's by more than this does not get a
-    # paired measurement (2 x ABBA = 8 full submissions): screening can only refuse, never promote.
+    # A candidate whose own evaluation's mean speedup over the incumbent's own evaluation is below 1 - this
+    # does not get a paired measurement (2 x ABBA = 8 full submissions): screening can only refuse, never promote.
     screen_slack_rel: float = 0.01
 
     @field_validator("require_all_workloads_passed")
@@ -428,6 +435,16 @@ class PromotionThresholds(BaseModel):
             )
         return value
 
+    @field_validator("require_full_audit")
+    @classmethod
+    def _full_audit_before_promotion(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "must be true: the fast audit level skips run-time attribution, so a candidate is promoted "
+                "only on an evaluation at the full audit level"
+            )
+        return value
+
     @field_validator("min_repeats")
     @classmethod
     def _enough_repeats(cls, value: int) -> int:
@@ -435,7 +452,8 @@ class PromotionThresholds(BaseModel):
             raise ValueError(f"must be at least 2 (one measurement cannot show it repeats), got {value}")
         return value
 
-    @field_validator("noise_floor_rel", "max_regime_regression_rel", "screen_slack_rel")
+    @field_validator("noise_floor_rel", "max_regime_regression_rel", "max_workload_regression_rel",
+                     "screen_slack_rel")
     @classmethod
     def _relative_fraction(cls, value: float) -> float:
         if not 0.0 <= value < 1.0:

@@ -32,34 +32,52 @@ def config(root, **kw) -> LoopConfig:
                          "candidates": 1, "timeout_s": 120, **kw})
 
 
+CLEAN_AUDITS = [{"name": "input_mutation", "passed": True}]
+
+
 class FakeEvaluator:
     """Writes harness-shaped rows (a submission, one evaluation per workload) without running anything.
-    ``judge(solution) -> (status, latency_ms or None)``; with latencies, paired measurements are made of them."""
+    ``judge(solution) -> (status, latency_ms or None)``; with latencies, paired measurements are made of them.
+    ``full_judge(solution) -> (status, audits)``: what an evaluation at the full audit level finds (default: what
+    ``judge`` says, audits clean)."""
 
     def __init__(self, archive: Archive, dataset: Dataset, workloads: list[str],
-                 judge: Callable[[Solution], tuple[str, Optional[float]]]):
-        self.archive, self.judge = archive, judge
+                 judge: Callable[[Solution], tuple[str, Optional[float]]],
+                 full_judge: Optional[Callable[[Solution], tuple[str, list]]] = None):
+        self.archive, self.judge, self.full_judge = archive, judge, full_judge
         self.workloads = dataset.workloads_for(KV8_PS1, workloads)
         self.calls: list[str] = []
+        self.full_calls: list[str] = []
         self.paired: list[tuple[str, str]] = []
 
-    def evaluate(self, solution: Solution, on_start) -> int:
-        self.calls.append(solution.name)
+    def _submit(self, solution: Solution, level: str, status: str, latency: Optional[float], audits: list,
+                on_start=None) -> int:
         self.archive.put_solution(dump_json(solution), solution.content_hash)
         sid = self.archive.start_submission(solution.content_hash, solution.name, solution.definition,
-                                            solution.author, {}, None)
-        on_start(sid)
-        status, latency = self.judge(solution)
+                                            solution.author, {"audit_level": level}, None)
+        if on_start is not None:
+            on_start(sid)
         for w in self.workloads:
             self.archive.add_evaluation({
                 "submission_id": sid, "definition": solution.definition, "workload_uuid": w.uuid,
                 "workload_label": WORKLOAD, "status": status, "latency_ms": latency,
                 "message": "" if status == "PASSED" else "trial 0: wrong", "log_blob": None,
-                "extra": {"audits": [{"name": "input_mutation", "passed": True}], "fraction_of_floor":
+                "extra": {"audits": audits, "fraction_of_floor":
                           None if latency is None else 0.001 / latency, "speedup_vs_flashinfer_kernel":
                           None if latency is None else 0.02 / latency}})
         self.archive.finish_submission(sid, status)
         return sid
+
+    def evaluate(self, solution: Solution, on_start) -> int:
+        self.calls.append(solution.name)
+        status, latency = self.judge(solution)
+        return self._submit(solution, "fast", status, latency, CLEAN_AUDITS, on_start)
+
+    def evaluate_full(self, solution: Solution) -> int:
+        self.full_calls.append(solution.name)
+        status, latency = self.judge(solution)
+        status, audits = self.full_judge(solution) if self.full_judge else (status, CLEAN_AUDITS)
+        return self._submit(solution, "full", status, latency, audits)
 
     def why_no_timing(self) -> Optional[str]:
         return None if self.judge(None)[1] is not None else "fake evaluator: no timing"
@@ -124,6 +142,52 @@ def test_cli_loop_offline_end_to_end_correctness_only(tiny_dataset_root, tmp_pat
         assert phrase in text, text
     listing = CliRunner().invoke(main, ["runs", "--archive", str(archive)])
     assert report["run_id"] in listing.output and "DONE" in listing.output
+
+
+class Failing:
+    """A provider whose every call fails, as an agent CLI missing from PATH does."""
+
+    name = "failing"
+
+    def generate(self, request):
+        from controller.request import GenerationResponse
+
+        return GenerationResponse(provider=self.name, error="claude not found on PATH")
+
+
+@pytest.mark.parametrize("provider, reason", [
+    (lambda: Failing(), "no round produced a candidate: claude not found on PATH"),
+    (lambda: ScriptedProvider([{"files": "not a list"}] * 4, name="garbled"), "no round produced a candidate: "),
+], ids=["provider error", "every reply unparseable"])
+def test_cli_loop_exits_1_when_no_round_produced_a_candidate(tiny_dataset_root, tmp_path, monkeypatch, provider,
+                                                             reason):
+    import controller.loop as loop_module
+
+    made = provider()
+    monkeypatch.setattr(loop_module, "make_provider", lambda *a, **kw: made)
+    monkeypatch.setattr(loop_module, "HarnessEvaluator", lambda dataset, archive, options: FakeEvaluator(
+        archive, dataset, [WORKLOAD], lambda s: ("PASSED", None)))
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    args = ["loop", "--definition", KV8_PS1, "--provider", "offline", "--rounds", "2", "--archive", str(archive),
+            "--dataset", str(tiny_dataset_root), "--workloads", WORKLOAD, "--no-profile"]
+    result = CliRunner().invoke(main, [*args, "--json"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and reason in lines[0], result.stderr
+    if isinstance(made, ScriptedProvider):
+        assert "files" in lines[0].split(reason, 1)[1]  # the parse problem is named
+    report = json.loads(result.stdout)  # the report is still printed
+    assert report["status"] == "DONE" and len(report["rounds"]) == 3
+    assert report["nothing_produced"] == lines[0].removeprefix("error: ")
+
+    # Without --json: the report's tables on stdout, then the same exit code and one line (a fresh run; the
+    # scripted provider's script is used up by now, which is no candidate either).
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "no round produced a candidate: " in lines[0], result.stderr
+    assert "stopped because ran all 2 rounds" in result.stdout
 
 
 def test_requests_are_archived_before_they_are_sent(tiny_dataset_root, tmp_path):
@@ -249,10 +313,53 @@ def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(
         ("r1_per-kv-head_bn32_w1_s1_dot0", "promoted"), ("r1_per-kv-head_bn16_w2_s1_dot0", "noise_floor"),
         ("r2_per-kv-head_bn32_w2_s1_dot0", "promoted"), ("r2_per-kv-head_bn32_w1_s2_dot0", "screen")]
     assert len(fake.paired) == 3
+    # Each promotion rests on an evaluation at the full audit level, made only for the two it promoted.
+    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0", "r2_per-kv-head_bn32_w2_s1_dot0"]
     decision = Store(archive).decisions(report["run_id"])[1]
     assert decision["details"]["measurement"]["order"] == "ABBA" and decision["details"]["repeats"] == 2
+    assert decision["details"]["mean_speedup"] == pytest.approx(1.25)
+    full = archive.submission(decision["details"]["full_audit_submission"])
+    assert full["options"]["audit_level"] == "full" and full["solution_name"] == "r1_per-kv-head_bn32_w1_s1_dot0"
     assert report["rounds"][1]["best_latency_ms"] == pytest.approx(0.8)
     assert report["rounds"][1]["speedup_vs_flashinfer"] == pytest.approx(0.025)
+
+
+KERNEL_ATTRIBUTION_FAILED = [{"name": "input_mutation", "passed": True},
+                             {"name": "kernel_attribution", "passed": False,
+                              "detail": "62% of GPU time in the candidate's own kernels (< 95%)"}]
+
+
+@pytest.mark.parametrize("full_result, reason", [
+    (("PASSED", KERNEL_ATTRIBUTION_FAILED),
+     "audit kernel_attribution failed on tiny_b2_t40: 62% of GPU time in the candidate's own kernels"),
+    (("INCORRECT_NUMERICAL", CLEAN_AUDITS), "1 of 1 workloads not PASSED: tiny_b2_t40 INCORRECT_NUMERICAL"),
+], ids=["failed audit", "failed workload"])
+def test_a_candidate_whose_full_audit_evaluation_fails_is_not_promoted(tiny_dataset_root, tmp_path, full_result,
+                                                                       reason):
+    """It passed its fast evaluation, the screen and the paired measurement; the full-level evaluation finds
+    what the fast level does not run. Rejected with that evaluation's reason; the next candidate, clean at the
+    full level, is promoted over the same incumbent."""
+    archive = Archive(tmp_path / "a")
+    dataset = Dataset(tiny_dataset_root)
+
+    def judge(s):  # naive 1.0 ms; every neighbour 0.8 ms
+        return "PASSED", 1.0 if s is not None and "naive" in s.name else 0.8
+
+    first = "r1_per-kv-head_bn32_w1_s1_dot0"
+    fake = FakeEvaluator(archive, dataset, [WORKLOAD], judge,
+                         full_judge=lambda s: full_result if s.name == first else ("PASSED", CLEAN_AUDITS))
+    report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
+                      provider=OfflineProvider(load_skills(SKILLS_DIR)), evaluator=fake)
+    assert [(d["candidate"], d["verdict"], d["rule"]) for d in report["decisions"][1:]] == [
+        (first, "REJECTED", "full_audit"), ("r1_per-kv-head_bn16_w2_s1_dot0", "PROMOTED", "promoted")]
+    rejected = report["decisions"][1]["reasons"]
+    assert rejected[0].startswith("full-audit evaluation (submission ") and reason in rejected[0], rejected
+    assert fake.full_calls == [first, "r1_per-kv-head_bn16_w2_s1_dot0"]
+    assert report["incumbent"]["name"] == "r1_per-kv-head_bn16_w2_s1_dot0"
+    details = Store(archive).decisions(report["run_id"])[1]["details"]
+    assert details["mean_speedup"] == pytest.approx(1.25)  # what it would have won on is kept
+    assert archive.submission(details["full_audit_submission"])["options"]["audit_level"] == "full"
+    assert Store(archive).candidate(Store(archive).decisions(report["run_id"])[1]["candidate_id"])["status"] == "PASSED"
 
 
 def test_with_timing_the_loop_stops_after_rounds_without_improvement(tiny_dataset_root, tmp_path):
@@ -317,6 +424,26 @@ def test_harness_paired_measurement_interleaves_abba_in_one_session(tiny_dataset
         ("A", 0, {"w1": 1.0}, 1), ("B", 0, {"w1": 0.7}, 2), ("B", 0, {"w1": 0.7}, 3), ("A", 0, {"w1": 1.0}, 4)]
     evaluator._session = SimpleNamespace(has_gpu=False)
     assert evaluator.measure_paired("inc", "cand", 2) is None and evaluator.why_no_timing() == "no GPU on this host"
+
+
+def test_harness_full_evaluation_asks_for_the_full_audit_level(tiny_dataset_root, tmp_path):
+    from types import SimpleNamespace
+
+    from controller.loop import HarnessEvaluator
+    from harness.evaluate import SubmitOptions
+
+    levels = []
+
+    class Session:
+        def submit(self, solution, audit_level=None):
+            levels.append((solution, audit_level))
+            return SimpleNamespace(submission_id=41)
+
+    evaluator = HarnessEvaluator(Dataset(tiny_dataset_root), Archive(tmp_path / "a"), SubmitOptions())
+    evaluator._session = Session()
+    assert evaluator.evaluate_full("cand") == 41 and levels == [("cand", "full")]
+    evaluator.evaluate("cand", on_start=lambda sid: None)
+    assert levels[-1] == ("cand", None)  # a candidate's own evaluation: the session's (fast) level
 
 
 # -- several definitions, several GPUs ------------------------------------------------------------------------

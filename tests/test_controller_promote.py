@@ -1,19 +1,23 @@
-"""Promotion and planning are pure functions over archived evaluations: table-driven tests."""
+"""Promotion and planning are pure functions over archived evaluations: table-driven tests.
+
+Promotion is judged by the definition score's aggregate (the arithmetic mean of per-workload speedups,
+incumbent latency / candidate latency), never by a mean of raw latencies."""
 
 from __future__ import annotations
 
 import pytest
 
 from controller.plan import plan_round, request_budget, stop_reason
-from controller.promote import (NO_TIMING, PROMOTED, REJECTED, EvalRecord, PairedMeasurement, PairedSample, decide,
-                                gate_failure, screen_failure)
+from controller.promote import (NO_TIMING, PROMOTED, REJECTED, EvalRecord, FullEvaluation, PairedMeasurement,
+                                PairedSample, confirm, decide, gate_failure, screen_failure)
 from controller.skills import PromotionThresholds, load_skills, promotion_thresholds
 
 from support import ROOT
 
-TH = PromotionThresholds(require_all_workloads_passed=True, require_clean_audits=True, min_repeats=2,
-                         noise_floor_rel=0.02, paired_order="ABBA", max_regime_regression_rel=0.05,
-                         stop_no_improvement_rounds=3, stop_at_fraction_of_floor=0.9)
+TH = PromotionThresholds(require_all_workloads_passed=True, require_clean_audits=True, require_full_audit=True,
+                         min_repeats=2, noise_floor_rel=0.02, paired_order="ABBA", max_regime_regression_rel=0.05,
+                         max_workload_regression_rel=0.05, stop_no_improvement_rounds=3,
+                         stop_at_fraction_of_floor=0.9)
 CLEAN = ({"name": "input_mutation", "passed": True, "detail": "inputs unchanged"},)
 REGIMES = {"w1": "latency-bound", "w2": "memory-bound"}
 SKILLS_DIR = ROOT / "skills"
@@ -50,9 +54,14 @@ CASES = [
      "ran AABB, the rules want ABBA"),
     ("within noise", PASSING, paired(A, {"w1": 0.99, "w2": 1.98}), REJECTED, "noise_floor", "within the noise floor"),
     ("slower", PASSING, paired(A, {"w1": 1.2, "w2": 2.2}), REJECTED, "noise_floor", "slower than"),
+    ("a latency of zero is no timing", PASSING, paired(A, {"w1": 0.0, "w2": 1.0}), REJECTED, "timing",
+     "no paired latency for workload(s) w1"),
+    # w1 1.0 -> 1.2 ms (0.833x), w2 2.0 -> 1.0 ms (2x): the mean speedup (1.417x) wins, the latency-bound regime loses
     ("regime regression", PASSING, paired(A, {"w1": 1.2, "w2": 1.0}), REJECTED, "regime_regression",
-     "latency-bound +20.0%"),
-    ("clear win", PASSING, paired(A, {"w1": 0.9, "w2": 1.5}), PROMOTED, "promoted", "over 2 ABBA repeats"),
+     "latency-bound 0.833x (-16.7%)"),
+    ("clear win", PASSING, paired(A, {"w1": 0.9, "w2": 1.5}), PROMOTED, "promoted", "over 2 workload(s) and 2 ABBA"),
+    ("a bound is on the allowed side", PASSING, paired(A, {"w1": 1.0 / 0.95, "w2": 1.0}), PROMOTED, "promoted",
+     "slowest workload w1 0.950x"),
 ]
 
 
@@ -67,8 +76,11 @@ def test_decide(records, measurement, verdict, rule, phrase):
 def test_a_win_records_the_numbers_it_rests_on():
     decision = decide(PASSING, paired(A, {"w1": 0.9, "w2": 1.5}), TH, {"w1": "latency-bound", "w2": "memory-bound"})
     d = decision.details
-    assert d["mean_incumbent_ms"] == pytest.approx(1.5) and d["mean_candidate_ms"] == pytest.approx(1.2)
-    assert d["repeats"] == 2 and d["regime_ratios"] == pytest.approx({"latency-bound": 0.9, "memory-bound": 0.75})
+    assert d["mean_speedup"] == pytest.approx((1 / 0.9 + 2 / 1.5) / 2)
+    assert d["workload_speedups"] == pytest.approx({"w1": 1 / 0.9, "w2": 2 / 1.5})
+    assert d["mean_incumbent_ms"] == pytest.approx(1.5) and d["mean_candidate_ms"] == pytest.approx(1.2)  # reported
+    assert d["repeats"] == 2 and d["regime_speedups"] == pytest.approx({"latency-bound": 1 / 0.9,
+                                                                        "memory-bound": 2 / 1.5})
 
 
 def test_the_paired_means_average_every_run_of_a_role():
@@ -77,7 +89,95 @@ def test_the_paired_means_average_every_run_of_a_role():
                PairedSample("A", 0, {"w1": 1.2}), PairedSample("A", 1, {"w1": 1.1}), PairedSample("B", 1, {"w1": 0.99}),
                PairedSample("B", 1, {"w1": 0.99}), PairedSample("A", 1, {"w1": 1.1}))
     decision = decide([rec("w1")], PairedMeasurement("ABBA", samples), TH)
-    assert decision.promoted and decision.details["change_rel"] == pytest.approx(0.99 / 1.1 - 1)
+    assert decision.promoted and decision.details["mean_speedup"] == pytest.approx(1.1 / 0.99)
+
+
+# -- the score decides: mean of per-workload speedups, not mean latency -----------------------------------------
+
+# One 2 ms workload and nine 20 us ones (labels "big", "s0".."s8"), all in one regime.
+BIG_SMALL = ["big"] + [f"s{i}" for i in range(9)]
+INC = {"big": 2.0, **{f"s{i}": 0.02 for i in range(9)}}
+
+
+def scaled(big: float, small: float) -> dict:
+    """Candidate latencies: the big workload's speedup ``big``, each small one's ``small``."""
+    return {w: ms / (big if w == "big" else small) for w, ms in INC.items()}
+
+
+SCORE_CASES = [
+    # (id, candidate latencies, verdict, rule, phrase). Mean latency and mean speedup disagree in the first two.
+    # big 1.25x (2 -> 1.6 ms), small 0.96x each: mean latency 9.8% lower ("better"), mean speedup 0.989x (worse)
+    ("mean latency better, score worse", scaled(1.25, 0.96), REJECTED, "noise_floor", "mean speedup 0.989x"),
+    # big 0.97x (2 -> 2.06 ms), small 1.5x each: mean latency 2.4% higher ("worse"), mean speedup 1.447x (better)
+    ("mean latency worse, score better", scaled(0.97, 1.5), PROMOTED, "promoted", "mean speedup 1.447x"),
+    # one small workload 0.90x, the rest 1.2x: the mean (1.17x) and the regime win, one workload regresses
+    ("one workload regresses beyond the bound",
+     {**scaled(1.2, 1.2), "s3": 0.02 / 0.9}, REJECTED, "workload_regression",
+     "1 workload(s) regressing beyond the 5% bound: s3 0.900x (-10.0%)"),
+    ("one workload within the bound", {**scaled(1.2, 1.2), "s3": 0.02 / 0.96}, PROMOTED, "promoted",
+     "slowest workload s3 0.960x"),
+]
+
+
+@pytest.mark.parametrize("candidate, verdict, rule, phrase", [c[1:] for c in SCORE_CASES],
+                         ids=[c[0] for c in SCORE_CASES])
+def test_the_score_decides_not_mean_latency(candidate, verdict, rule, phrase):
+    records = [rec(w) for w in BIG_SMALL]
+    decision = decide(records, paired(INC, candidate), TH, {w: "all" for w in BIG_SMALL})
+    assert (decision.verdict, decision.rule) == (verdict, rule), decision
+    assert any(phrase in r for r in decision.reasons), decision.reasons
+    # the mean latencies are recorded beside the score, and do not decide
+    d = decision.details
+    assert d["mean_speedup"] == pytest.approx(sum(INC[w] / candidate[w] for w in BIG_SMALL) / len(BIG_SMALL))
+    assert d["mean_candidate_ms"] == pytest.approx(sum(candidate.values()) / len(BIG_SMALL))
+
+
+def test_the_latency_mean_and_the_score_disagree_in_the_table():
+    """The first two score cases are what they claim: mean latency points one way, mean speedup the other."""
+    def mean(latencies: dict) -> float:
+        return sum(latencies.values()) / len(latencies)
+
+    better_by_latency = scaled(1.25, 0.96)
+    assert mean(better_by_latency) < mean(INC) * 0.98
+    worse_by_latency = scaled(0.97, 1.5)
+    assert mean(worse_by_latency) > mean(INC)
+
+
+def full(records, level="full", blockers=(), sid=7) -> FullEvaluation:
+    return FullEvaluation(submission_id=sid, audit_level=level, records=tuple(records), blockers=tuple(blockers))
+
+
+FALLBACK = ({"name": "kernel_attribution", "passed": False, "detail": "62% of GPU time in torch kernels"},)
+
+CONFIRM_CASES = [
+    # (id, full evaluation, verdict, rule, phrase)
+    ("clean at full level", full(PASSING), PROMOTED, "promoted", "full-audit evaluation (submission 7) promotable"),
+    ("failed audit at full level", full([rec("w1"), rec("w2", audits=FALLBACK)]), REJECTED, "full_audit",
+     "full-audit evaluation (submission 7): audit kernel_attribution failed on w2: 62% of GPU time in torch"),
+    ("a workload failed at full level", full([rec("w1"), rec("w2", "INCORRECT_NUMERICAL")]), REJECTED, "full_audit",
+     "1 of 2 workloads not PASSED: w2 INCORRECT_NUMERICAL"),
+    ("harness blocker", full(PASSING, blockers=["static gate: 1 error finding(s), first timer at k.py:3"]), REJECTED,
+     "full_audit", "static gate: 1 error finding(s)"),
+    ("not at the full level", full(PASSING, level="fast"), REJECTED, "full_audit", "ran at audit level 'fast'"),
+    ("a workload missing", full([rec("w1")]), REJECTED, "full_audit", "did not evaluate workload(s) w2"),
+    ("none made", None, REJECTED, "full_audit", "no full-audit evaluation was made"),
+]
+
+
+@pytest.mark.parametrize("evaluation, verdict, rule, phrase", [c[1:] for c in CONFIRM_CASES],
+                         ids=[c[0] for c in CONFIRM_CASES])
+def test_a_promotion_stands_only_on_a_promotable_full_audit_evaluation(evaluation, verdict, rule, phrase):
+    won = decide(PASSING, paired(A, {"w1": 0.9, "w2": 1.5}), TH, REGIMES)
+    assert won.promoted
+    decision = confirm(won, evaluation, ["w1", "w2"], TH)
+    assert (decision.verdict, decision.rule) == (verdict, rule), decision
+    assert any(phrase in r for r in decision.reasons), decision.reasons
+    assert decision.details["mean_speedup"] == won.details["mean_speedup"]  # the paired numbers are kept
+
+
+def test_confirm_leaves_a_rejection_alone():
+    lost = decide(PASSING, paired(A, {"w1": 1.2, "w2": 2.2}), TH, REGIMES)
+    assert confirm(lost, None, ["w1", "w2"], TH) is lost
 
 
 def test_gates_come_before_measurement():
@@ -86,7 +186,7 @@ def test_gates_come_before_measurement():
 
 
 def test_thresholds_come_from_the_promotion_skill():
-    assert promotion_thresholds(load_skills(SKILLS_DIR)) == TH
+    assert promotion_thresholds(load_skills(SKILLS_DIR)) == TH.model_copy(update={"screen_slack_rel": 0.01})
 
 
 # -- planning and stopping ----------------------------------------------------------------------------------
@@ -130,8 +230,12 @@ def timed(latencies: dict, status: str = "PASSED") -> list[EvalRecord]:
 @pytest.mark.parametrize("candidate, incumbent, screened, phrase", [
     ({"w1": 1.0, "w2": 2.0}, {"w1": 1.0, "w2": 2.0}, False, ""),  # a tie goes on to the paired measurement
     ({"w1": 1.01, "w2": 2.02}, {"w1": 1.0, "w2": 2.0}, False, ""),  # +1.0%: within the slack
-    ({"w1": 1.05, "w2": 2.0}, {"w1": 1.0, "w2": 2.0}, True, "+1.7%"),  # the mean over workloads decides
-    ({"w1": 1.2, "w2": 2.2}, {"w1": 1.0, "w2": 2.0}, True, "+13.3%"),  # clearly slower: no paired run
+    ({"w1": 1.05, "w2": 2.0}, {"w1": 1.0, "w2": 2.0}, True, "0.976x"),  # the mean speedup decides (-2.4%)
+    ({"w1": 1.2, "w2": 2.2}, {"w1": 1.0, "w2": 2.0}, True, "0.871x"),  # clearly slower: no paired run
+    # a big workload 1.25x faster, the small one 2x slower: mean latency 19% lower, mean speedup 0.875x: screened
+    ({"w1": 0.02, "w2": 1.6}, {"w1": 0.01, "w2": 2.0}, True, "0.875x"),
+    # a big workload 3% slower, the small one 2x faster: mean latency 2.7% higher, mean speedup 1.49x: measured
+    ({"w1": 0.005, "w2": 2.06}, {"w1": 0.01, "w2": 2.0}, False, ""),
     ({"w1": 0.5, "w2": 1.0}, {"w1": 1.0, "w2": 2.0}, False, ""),  # faster: measured properly
     ({"w1": None, "w2": 2.5}, {"w1": 1.0, "w2": 2.0}, False, ""),  # no latency (no GPU): nothing screened
     ({"w1": 1.2, "w2": 2.5}, {"w1": 1.0}, False, ""),  # incumbent never ran w2: nothing screened

@@ -68,10 +68,12 @@ def test_promotion_thresholds_load_with_expected_values(skills):
     assert thresholds == PromotionThresholds(
         require_all_workloads_passed=True,
         require_clean_audits=True,
+        require_full_audit=True,
         min_repeats=2,
         noise_floor_rel=0.02,
         paired_order="ABBA",
         max_regime_regression_rel=0.05,
+        max_workload_regression_rel=0.05,
         stop_no_improvement_rounds=3,
         stop_at_fraction_of_floor=0.9,
         screen_slack_rel=0.01,
@@ -250,10 +252,12 @@ def promotion_skills(tmp_path: Path, block: str) -> dict:
 GOOD_BLOCK = textwrap.dedent("""\
     require_all_workloads_passed: true
     require_clean_audits: true
+    require_full_audit: true
     min_repeats: 2
     noise_floor_rel: 0.02
     paired_order: ABBA
     max_regime_regression_rel: 0.05
+    max_workload_regression_rel: 0.05
     stop_no_improvement_rounds: 3
     stop_at_fraction_of_floor: 0.9
     """)
@@ -270,6 +274,11 @@ GOOD_BLOCK = textwrap.dedent("""\
     ("stop_at_fraction_of_floor: 0", "stop_at_fraction_of_floor: is the fraction"),
     ("stop_no_improvement_rounds: 0", "stop_no_improvement_rounds: must be at least 1"),
     ("noise_floor: 0.02", "noise_floor: unknown key"),
+    ("require_full_audit: false", "require_full_audit: must be true"),
+    ("max_workload_regression_rel: 1.0", "max_workload_regression_rel: is a relative fraction"),
+    ("max_workload_regression_rel: -0.05", "max_workload_regression_rel: is a relative fraction"),
+    ("max_workload_regression_rel: '5%'", "max_workload_regression_rel: Input should be a valid number"),
+    ("max_workload_regresion_rel: 0.05", "max_workload_regresion_rel: unknown key"),
 ])
 def test_promotion_threshold_errors_say_what_is_wrong(tmp_path, line, expected):
     key = line.split(":")[0]
@@ -285,6 +294,9 @@ def test_promotion_missing_key_and_missing_skill(tmp_path):
     block = "\n".join(line for line in GOOD_BLOCK.splitlines() if not line.startswith("min_repeats")) + "\n"
     with pytest.raises(SkillError, match="min_repeats: missing"):
         promotion_thresholds(promotion_skills(tmp_path, block))
+    block = "\n".join(line for line in GOOD_BLOCK.splitlines() if not line.startswith("max_workload")) + "\n"
+    with pytest.raises(SkillError, match="max_workload_regression_rel: missing"):
+        promotion_thresholds(promotion_skills(tmp_path / "b", block))
     with pytest.raises(SkillError, match="no 'promotion-rules' skill"):
         promotion_thresholds({})
 
