@@ -41,7 +41,7 @@ class Built:
     log: str = ""
     compile_only: bool = False  # CUDA sources checked by nvcc on a host without a GPU
     artifacts: dict[str, str] = field(default_factory=dict)  # kind -> path (cubin, .so)
-    signature_note: str = ""
+    note: str = ""  # why a build could not go further here (compile_only)
 
 
 def expected_params(definition: Definition, dps: bool, has_setup: bool = False) -> list[str]:
@@ -159,7 +159,7 @@ def captured_fds(log_path: Path):
             os.close(saved[1])
 
 
-def _import_python(solution: Solution, workdir: Path) -> Built:
+def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> Built:
     package = f"crucible_solution_{solution.content_hash[:12]}"
     src_root = workdir / "src"
     pkg_dir = write_sources(solution, src_root / package)
@@ -168,11 +168,22 @@ def _import_python(solution: Solution, workdir: Path) -> Built:
     if str(src_root) not in sys.path:
         sys.path.insert(0, str(src_root))
     module_name = package + "." + solution.spec.entry_file.removesuffix(".py").replace("/", ".")
+    # torch.utils.cpp_extension.load_inline / load at import time is a build: into the worker's private
+    # TORCH_EXTENSIONS_DIR, its compiler output in the build log, its failure a COMPILE_ERROR with that log.
+    log_path = workdir / "build.log"
     try:
-        module = importlib.import_module(module_name)
+        with captured_fds(log_path):
+            module = importlib.import_module(module_name)
     except BaseException as err:  # SyntaxError, ImportError, SystemExit from module level...
-        raise BuildError(f"importing {solution.spec.entry_file} failed: {type(err).__name__}: {err}",
-                         traceback.format_exc()) from None
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        tb = traceback.format_exc()
+        if not have_gpu and "cpp_extension" in tb:  # a CUDA extension needs the GPU host's toolchain
+            return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
+                         note="a torch CUDA extension (load_inline/load): built and run on a GPU host only")
+        what = ("building a torch extension" if "Error building extension" in str(err)
+                else f"importing {solution.spec.entry_file}")
+        raise BuildError(f"{what} failed: {type(err).__name__}: {str(err)[-4000:]}",
+                         (log + "\n" + tb).strip()) from None
     fn = getattr(module, solution.spec.entry_symbol, None)
     if fn is None:
         raise BuildError(f"{solution.spec.entry_file} has no symbol {solution.spec.entry_symbol!r}")
@@ -185,7 +196,16 @@ def _import_python(solution: Solution, workdir: Path) -> Built:
         setup = getattr(setup_module, setup_symbol, None)
         if not callable(setup):
             raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
-    return Built(fn=fn, setup=setup)
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
+
+
+def extension_binaries() -> dict[str, str]:
+    """The shared objects torch's cpp_extension built in this worker's private TORCH_EXTENSIONS_DIR."""
+    folder = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not folder or not Path(folder).is_dir():
+        return {}
+    return {f"so:{p.relative_to(folder).as_posix()}": str(p) for p in sorted(Path(folder).rglob("*.so"))}
 
 
 def _sources_by_kind(pkg_dir: Path, solution: Solution) -> tuple[list[str], list[str]]:
@@ -265,7 +285,7 @@ def build(solution: Solution, definition: Definition, workdir: Path, have_gpu: b
         raise BuildError(f"solution is for {solution.definition!r}, not {definition.name!r}")
     lang = solution.spec.language
     if lang in (Language.python, Language.triton):
-        built = _import_python(solution, workdir)
+        built = _import_python(solution, workdir, have_gpu)
     elif lang in (Language.cuda, Language.cpp):
         built = _build_native(solution, workdir, have_gpu)
     else:

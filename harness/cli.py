@@ -91,15 +91,18 @@ def main() -> None:
 @click.option("--all-workloads", is_flag=True, help="On CPU, also run workloads too large for the Triton interpreter.")
 @click.option("--no-timing", is_flag=True, help="Correctness only, even on a GPU.")
 @click.option("--no-baselines", is_flag=True, help="Do not measure the FlashInfer baselines.")
+@click.option("--time-reference", is_flag=True,
+              help="Also time the Python reference (speedup vs reference, complete FlashInfer-Bench traces); "
+                   "otherwise only figures already in the archive are used.")
 @click.option("--audit-level", type=click.Choice(["fast", "full", "off"]), default="fast", show_default=True,
-              help="fast: static gate, mutation, aliasing, fresh-input recheck, precision; full: more recheck "
-                   "calls and kernel attribution; off: none (never promotable).")
+              help="fast: static gate, mutation, aliasing, fresh-input recheck, precision, kernel attribution; "
+                   "full: more recheck calls and ncu instruction counters; off: none (never promotable).")
 @click.option("--no-net-isolation", is_flag=True, help="Let the worker use the network (not recommended).")
 @click.option("--require-sandbox", is_flag=True, help="Refuse to run where the host cannot give the full sandbox.")
 @click.option("--no-sandbox", is_flag=True, help="Run workers without namespaces (results say 'sandbox: reduced').")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
-           audit_level: str, no_net_isolation: bool, require_sandbox: bool, no_sandbox: bool) -> None:
+           time_reference: bool, audit_level: str, no_net_isolation: bool, require_sandbox: bool, no_sandbox: bool) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
@@ -138,7 +141,8 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     archive = open_archive(archive_path)
     selection = [w for item in workloads for w in item.split(",") if w] or None
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
-                         timing=not no_timing, baselines=not no_baselines, audit_level=audit_level,
+                         timing=not no_timing, baselines=not no_baselines, reference_timing=time_reference,
+                         audit_level=audit_level,
                          isolate_network=not no_net_isolation, spare_worker=len(loaded) > 1,
                          sandbox=not no_sandbox, require_sandbox=require_sandbox, sandbox_policy=policy)
     if selection:
@@ -212,8 +216,10 @@ def print_result(result: Any) -> None:
     if any(v is not None for v in result.scores.values()):
         names = {"vs_reference": "vs reference", "vs_flashinfer_official": "vs FlashInfer (official, plan inside)",
                  "vs_flashinfer_kernel": "vs FlashInfer (kernel, plan in setup)"}
+        partial = result.scores_partial or {}
         out.print("score (mean speedup, 0 if any workload failed): "
-                  + "; ".join(f"{names[k]} {times(v)}" for k, v in result.scores.items()), highlight=False)
+                  + "; ".join(f"{names[k]} {times(v)}" + (f" (partial: {len(partial[k])} missing)" if k in partial else "")
+                              for k, v in result.scores.items()), highlight=False)
     if result.timing_unavailable_reason:
         out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
     for n in result.notices:
@@ -309,17 +315,34 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
                             row["options"].get("static_gate", {}).get("findings", []))
     print_submission_audits(row["scores"].get("audits") or [])
     table = Table()
-    for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "speedup", "audits"):
+    for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "vs FlashInfer", "own kernels",
+                "GPU memory", "audits"):
         table.add_column(col, no_wrap=True)
     table.add_column("message", no_wrap=True, overflow="ellipsis", max_width=60)
     for e in row["evaluations"]:
-        audits = e["extra"].get("audits", [])
+        extra = e["extra"]
+        audits = extra.get("audits", [])
         failed = [a["name"] for a in audits if not a["passed"]]
+        share = next((a.get("share") for a in audits if a["name"] == "attribution"), None)
+        memory = extra.get("memory") or {}
+        mem = (f"{memory['together_bytes'] / (1 << 30):.1f}/{memory['budget_bytes'] / (1 << 30):.0f} GiB"
+               if memory.get("budget_bytes") else "-")
+        if memory and not memory.get("within_budget", True):
+            mem = f"[red]{mem}[/]"
+        note = e["message"] or "; ".join(extra.get("baseline_failures") or []) or e["timing_note"] or ""
         table.add_row(e["workload_label"], styled(e["status"]), fmt(e["max_absolute_error"]),
-                      fmt(e["max_relative_error"]), fmt(e["latency_ms"], 4), fmt(e["speedup_factor"]),
+                      fmt(e["max_relative_error"]), fmt(e["latency_ms"], 4),
+                      times(extra.get("speedup_vs_flashinfer_kernel")),
+                      "-" if share is None else f"{100 * share:.0f}%", mem,
                       ("[red]" + ", ".join(failed) + "[/]") if failed else ("clean" if audits else "-"),
-                      (e["message"] or e["timing_note"] or "").split("\n")[0])
+                      escape(note.split("\n")[0]))
     out.print(table)
+    processes = [(e["workload_label"], e["extra"].get("memory")) for e in row["evaluations"] if e["extra"].get("memory")]
+    if processes:
+        from .memory import describe
+
+        label, worst = max(processes, key=lambda lm: lm[1]["together_bytes"])
+        out.print(f"GPU memory, largest workload ({label}): {describe(worst)}", highlight=False)
 
 
 @main.command()

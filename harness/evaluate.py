@@ -621,9 +621,9 @@ class Session(SessionAudits):
                             continue
                     self._mark_memory(candidate)
                     if candidate.compile_only:
-                        wr = WorkloadResult(workload.uuid, label, SKIPPED,
-                                            message="compiled with nvcc for " + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
-                                                    + "; no GPU on this host to run it")
+                        wr = WorkloadResult(workload.uuid, label, SKIPPED, message=(
+                            getattr(candidate, "compile_only_note", "") or "compiled with nvcc for "
+                            + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")) + "; no GPU on this host to run it")
                     else:
                         wr = self._evaluate_workload(candidate, definition, workload, label, preset, tol, timeout_s,
                                                      run_audits=self.audit_config.level != "off")
@@ -710,6 +710,7 @@ class Session(SessionAudits):
             return None, WorkloadResult("", "", header.get("status", "COMPILE_ERROR"), message=header.get("error", ""),
                                         log=log.strip())
         worker.compile_only = bool(header.get("compile_only"))
+        worker.compile_only_note = str(header.get("note") or "")
         worker.build_log = header.get("log", "")
         return worker, None
 

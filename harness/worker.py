@@ -203,7 +203,8 @@ class Worker:
             self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
         except BuildError as err:
             return {"ok": False, "status": "COMPILE_ERROR", "error": str(err), "log": err.log}, {}
-        return {"ok": True, "compile_only": self.built.compile_only, "log": self.built.log,
+        return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
+                "log": self.built.log,
                 "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, {}
 
     def _workload_inputs(self, req: dict) -> tuple[Definition, Workload, dict[str, Any]]:
@@ -396,7 +397,11 @@ class Worker:
         from .sass import disassemble, find_disassembler
 
         assert self.built is not None, "build first"
-        files = [Path(p) for p in self.built.artifacts.values() if Path(p).is_file()]
+        from .build import extension_binaries
+
+        # what the build made, and what load_inline compiled later, on the first call
+        paths = {**self.built.artifacts, **extension_binaries()}.values()
+        files = [Path(p) for p in dict.fromkeys(paths) if Path(p).is_file()]
         cache = Path(os.environ.get("TRITON_CACHE_DIR", self.workdir / ".triton")).resolve()
         if self.workdir.resolve() in cache.parents:  # a shared cache would hold other solutions' kernels
             files += sorted(cache.rglob("*.cubin"))
