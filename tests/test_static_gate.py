@@ -411,6 +411,9 @@ PYTHON_POSITIVES = [
                              "def run(q):\n    return f(q)\n")),
     ("memoized_function", 2, ("import functools\n@functools.lru_cache\ndef f(n):\n    return n\n"
                              "def run(q):\n    k = q[0]\n    return f(k.shape[0], k)\n")),
+    ("memoized_function", 2, ("import functools\n@functools.lru_cache\ndef f(n):\n    return n\n"
+                             "def run(q):\n    f(1)\n    return list(map(f, [q]))\n")),
+    ("file_read", 2, "import os\nsrc = open(os.path.join(os.path.dirname(__file__), '..', 'ref', 'k.cu')).read()\n"),
     ("global_state", 3, "_last = None\ndef run(q):\n    global _last\n    _last = q\n"),
     ("global_state", 3, "_calls = 0\ndef run(q):\n    global _calls\n    _calls += 1\n"),
     ("global_state", 3, "_out = None\ndef run(q):\n    global _out\n    if _out is None:\n        _out = q.clone()\n"),
@@ -732,6 +735,19 @@ EMBEDDED_CPP_POSITIVES = [
         import torch.utils.cpp_extension
         ext = torch.utils.cpp_extension.load("k", ["k.cu"], extra_ldflags=["-lnvrtc"])
         '''),
+    ("native_ffi", 3, '''\
+        import torch.utils.cpp_extension
+        ext = torch.utils.cpp_extension.load("k", ["k.cu"], extra_cuda_cflags=["-lineinfo"],
+                                             extra_ldflags=["-lcuda", "-L/opt/hooks", "-lhook"])
+        '''),
+    ("native_ffi", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "", "__global__ void k() {}", extra_ldflags=["prebuilt/libkernels.so"])
+        '''),
+    ("concurrency", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "void f();", "", extra_cflags=["-O3", "-fopenmp"])
+        '''),
     ("harness_internals", 3, '''\
         import os
         import torch.utils.cpp_extension
@@ -747,6 +763,9 @@ EMBEDDED_CPP_POSITIVES = [
         OPTIONS = dict(name="k", cpp_sources="", cuda_sources="void f() { system(\\"nvidia-smi\\"); }")
         m = load_inline(**OPTIONS)
         '''),
+    # a string that looks like C++ is still checked as a Python string outside C++ comments
+    ("env_probe", 1, "P = '/proc/self/status // __global__'\n"),
+    ("file_cache", 1, "CACHE = '__global__ x; /tmp/answers.bin'\n"),
     # C++ source in a string, whatever compiles it
     ("stream_event_graph", 1, '''\
         SRC = "__global__ void k() {}\\nvoid g(cudaGraphExec_t g, cudaStream_t s) { cudaGraphLaunch(g, s); }"
@@ -762,7 +781,7 @@ def test_cpp_in_python_strings_gets_the_cpp_rules(rule, line, source, gqa_policy
     assert hit is not None, describe(findings)
     assert hit.severity == RULES[rule].default_severity
     assert gate_passed(findings) == (hit.severity == "warning" and gate_passed([f for f in findings if f is not hit]))
-    assert not any(f.rule == "native_ffi" for f in findings), describe(findings)
+    assert not any("`torch.utils.cpp_extension" in f.message for f in findings), describe(findings)  # the build call
 
 
 # --------------------------------------------------------------------------------------------------
@@ -794,6 +813,8 @@ STATE_NEGATIVES = [
     "        _SMS = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count\n"
     "    return _SMS\n"),
     "from pathlib import Path\nSRC = Path(__file__).with_name('kernel.cu').read_text()\n",
+    # memoised on scalars, called through a name that is also assigned: every call still takes scalars
+    "import functools\n@functools.cache\ndef f(n: int):\n    return n\ng = f\n",
 ]
 
 

@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .common import _WHY, _Hit
-from .cpp import scan_cpp
+from .common import _ENV_MARKER_RE, _QUOTES_AND_SPACE, _TEMP_PATH_RE, _WHY, _Hit
+from .cpp import _strip_cpp, scan_cpp
 from .python_names import _BUILD_FUNCTIONS, _str_const
 
 if TYPE_CHECKING:
@@ -38,10 +38,20 @@ _FLAG_RULES = (
     ("timer_tampering", re.compile(r"--wrap\b|--defsym\b|cupti"), "wraps or defines linker symbols / uses CUPTI"),
     ("dynamic_code", re.compile(r"nvrtc"), "links NVRTC (run-time compilation)"),
     ("native_ffi", re.compile(r"LD_PRELOAD|--preload"), "preloads a native library"),
+    ("concurrency", re.compile(r"openmp|-lgomp\b|-liomp|-ltbb\b"), "builds host threads (OpenMP/TBB)"),
     ("library_fallback", re.compile(r"cublas|cudnn|cusparse|cufft|cusolver|cutlass|flashinfer|(?:^|[/\\s])cute\b"),
      "builds against a kernel library"),
 )
-_SOURCE_SUFFIX_RE = re.compile(r"\.(?:cu|cuh|cpp|cc|cxx|c|h|hh|hpp|hxx|inl|inc)$")
+# Linker flags only (`-lineinfo` is an nvcc flag): a library that is not built from the solution's sources is
+# native code outside the build checks, unless it is CUDA's, PyTorch's or the C runtime's (libraries of kernels
+# are library_fallback above).
+_LINK_RULES = (
+    ("native_ffi", re.compile(
+        r"(?:^|\s)-L\S|-rpath|\.so(?:\.\d+)*$|\.a$|\.o$|(?:^|\s)-l(?!(?:cuda|cudart|cudart_static|cudadevrt|c10|c10_cuda|"
+        r"torch|torch_cpu|torch_cuda|torch_python|m|dl|rt|stdc\+\+|nvToolsExt|nvrtc\w*|cupti\w*|cublas\w*|cudnn\w*|"
+        r"cusparse\w*|cufft\w*|cusolver\w*|curand)(?:\s|$))\S"),
+     "links native code that is not built from the solution's sources"),
+)
 _MAX_DEPTH = 16
 
 
@@ -97,13 +107,16 @@ class _EmbeddedSources:
                 if path.startswith("/") or ".." in re.split(r"[/\\]", path):
                     self._embedded_hit("harness_internals", node,
                                        f"{function}() builds `{path}`, a file from outside the solution's own sources")
-        for value in [*(v for p in _FLAG_PARAMETERS for v in arguments.get(p, ())), *spread]:
-            for node in self._string_nodes(value):
-                self._check_build_flag(node, function)
+        for parameter in (*_FLAG_PARAMETERS, "**"):
+            values = spread if parameter == "**" else arguments.get(parameter, ())
+            rules = _FLAG_RULES + _LINK_RULES if parameter == "extra_ldflags" else _FLAG_RULES
+            for value in values:
+                for node in self._string_nodes(value):
+                    self._check_build_flag(node, function, rules)
 
-    def _check_build_flag(self, node: ast.Constant, function: str) -> None:
+    def _check_build_flag(self, node: ast.Constant, function: str, rules: tuple) -> None:
         flag = node.value
-        for rule, pattern, what in _FLAG_RULES:
+        for rule, pattern, what in rules:
             if pattern.search(flag):
                 self._embedded_hit(rule, node, f"{function}() build flag `{flag[:80]}` {what}")
 
@@ -143,13 +156,24 @@ class _EmbeddedSources:
         self.embedded.add(id(node))
         text = node.value
         exact = self._lines_match(node, text)
-        for hit in scan_cpp(text, self.policy):
+        hits = scan_cpp(text, self.policy)
+        for hit in hits:
             if exact:
                 line = node.lineno + hit.line - 1
                 col = hit.col if hit.line > 1 else node.col_offset + hit.col
             else:
                 line, col = node.lineno, node.col_offset + 1
             self.hits.append(_Hit(hit.rule, line, col, f"C++ source in {what}: {hit.message}"))
+        # What a Python string is checked for, outside the C++ comments (a string does not escape the Python
+        # checks by looking like C++): environment markers and shared temp paths.
+        code = _strip_cpp(text)[1]
+        found = {hit.rule for hit in hits}
+        marker = _ENV_MARKER_RE.search(code)
+        if marker and "env_probe" not in found and "native_ffi" not in found:
+            self._embedded_hit("env_probe", node,
+                               f"string mentions `{marker.group(0).strip(_QUOTES_AND_SPACE)}`")
+        if _TEMP_PATH_RE.search(code) and "file_cache" not in found:
+            self._embedded_hit("file_cache", node, f"string names a shared temp/cache path ({text[:60]!r})")
 
     @staticmethod
     def _lines_match(node: ast.Constant, text: str) -> bool:

@@ -207,9 +207,9 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, ast.NodeVisitor):
 
     def _reads_own_file(self, path_expr: ast.AST) -> bool:
         """A path next to the module (`__file__`) naming a source file of the solution, which is scanned too."""
-        return self._is_file_relative(path_expr) and any(
-            isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.endswith(_OWN_FILE_SUFFIXES)
-            for n in ast.walk(path_expr))
+        literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        return (self._is_file_relative(path_expr) and any(s.endswith(_OWN_FILE_SUFFIXES) for s in literals)
+                and not any(s.startswith("/") or ".." in s for s in literals))
 
     @property
     def _in_triton_kernel(self) -> bool:

@@ -236,22 +236,32 @@ class _StateChecks:
                 return False
         return True
 
-    def _calls_by_name(self) -> dict[str, list[tuple[ast.Call, FunctionNode | None]]]:
-        """Calls of a plain name anywhere in the module, with the function they are made in (None: module)."""
+    def _calls_by_name(self) -> dict[str, list[tuple[ast.Call, FunctionNode | None]] | None]:
+        """Calls of a plain name anywhere in the module, with the function they are made in (None: module level).
+        None for a name that is also used otherwise (passed to map(), stored, returned): its calls are not all
+        visible, so what it is called with is unknown."""
         cached = getattr(self, "_calls_by_name_cache", None)
         if cached is not None:
             return cached
         calls: dict[str, list[tuple[ast.Call, FunctionNode | None]]] = {}
+        call_targets: set[int] = set()
+        other_uses: set[str] = set()
         stack: list[tuple[ast.AST, FunctionNode | None]] = [(self.tree, None)]
         while stack:
             current, function = stack.pop()
             for child in ast.iter_child_nodes(current):
                 if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
                     calls.setdefault(child.func.id, []).append((child, function))
+                    call_targets.add(id(child.func))
+                elif (isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)
+                      and id(child) not in call_targets):
+                    other_uses.add(child.id)
                 inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
                 stack.append((child, inner))
-        self._calls_by_name_cache = calls
-        return calls
+        result: dict[str, list[tuple[ast.Call, FunctionNode | None]] | None] = dict(calls)
+        result.update(dict.fromkeys(other_uses))
+        self._calls_by_name_cache = result
+        return result
 
     # ---- module globals rebound by a function
 
