@@ -169,19 +169,24 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float], 
 
 
 def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditConfig,
-                        launches: int = 1) -> Optional[dict[str, Any]]:
+                        launches: int = 1, traced_wall_ms: Optional[list[float]] = None) -> Optional[dict[str, Any]]:
     """Synchronised wall time per call against the CUPTI span: host work the timer cannot see.
 
     ``launches`` is the number of distinct kernels per call: each brings its own host launch cost.
+    ``traced_wall_ms``: the same calls under CUPTI tracing, as the span was taken (harness.timing.traced). The
+    tampered-clock bound compares those: tracing slows every API call, so a callable of many small launches
+    spreads its GPU work further under the timer than without it, and an untraced wall can honestly be shorter
+    than the span. The host-work bound compares the untraced wall: tracing's own cost is not the candidate's.
     """
     if not wall_ms or not span_ms:
         return None
     wall, span = statistics.median(wall_ms), statistics.median(span_ms)
+    floor_wall = statistics.median(traced_wall_ms) if traced_wall_ms else wall
     # Wall and span come from separate calls, so clocks may differ a little between them (H200, honest:
     # wall 2-6% under the span when the wall calls ran with a warm L2); a tampered clock is far off.
-    if wall < span * cfg.clock_floor_ratio:
-        return audit("clock_truth", False, f"wall {wall:.4g} ms shorter than the GPU span {span:.4g} ms: "
-                                           "the timer's clock was tampered with")
+    if floor_wall < span * cfg.clock_floor_ratio:
+        return audit("clock_truth", False, f"wall {floor_wall:.4g} ms (under CUPTI tracing) shorter than the GPU span "
+                                           f"{span:.4g} ms: the timer's clock was tampered with")
     limit = cfg.clock_ratio * span + cfg.clock_slack_ms * max(1, launches)
     return audit("clock_truth", wall <= limit,
                  f"wall {wall:.4g} ms vs CUPTI span {span:.4g} ms (limit {limit:.4g} ms)"
@@ -235,15 +240,13 @@ def is_fallback(audits: list[dict[str, Any]]) -> bool:
 # -- promotion gate ----------------------------------------------------------------------------------------
 
 
-# The static gate's findings that run time decides (harness.static_gate LIBRARY_RULES): library or PyTorch compute.
-LIBRARY_RULES = frozenset({"torch_compute", "library_fallback"})
-
-
 def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: list[dict[str, Any]]) -> list[str]:
     """The static gate saw library or PyTorch compute; the attribution audit settles it on every workload it
     ran on (a pass clears it, a failure is already a blocker). A PASSED workload where attribution could not
     run leaves the finding standing: it blocks, as "unconfirmed"."""
-    found = [f for f in static_findings if f.get("rule") in LIBRARY_RULES and "allowed:" not in f.get("message", "")]
+    from .static_gate import awaits_attribution
+
+    found = [f for f in static_findings if awaits_attribution(f)]
     if not found:
         return []
     unsettled = [w["label"] for w in evaluated if w["status"] == "PASSED"

@@ -831,8 +831,10 @@ class Session(SessionAudits):
         wr.latency_ms, wr.aligned, backend = aggregate_timing(header["trials"])
         clock_trials = header.get("kernel_trials") or header["trials"]  # wall times were taken on this callable
         walls = [w for t in clock_trials for w in t.get("wall_ms", [])]
+        traced = [w for t in clock_trials for w in t.get("traced_wall_ms", [])]
         launches = max((len(set(t.get("kernel_names") or [])) for t in clock_trials), default=1)
-        clock = clock_truth_verdict(walls, [t["median_ms"] for t in clock_trials], self.audit_config, launches)
+        clock = clock_truth_verdict(walls, [t["median_ms"] for t in clock_trials], self.audit_config, launches,
+                                    traced)
         if clock is not None:
             wr.audits.append(clock)
         wr.kernel_latency_ms = wr.latency_ms

@@ -74,9 +74,9 @@ REFERENCE_TEMPLATE = '''import math
 
 import torch
 
-# Requests are padded to the longest one and processed in chunks of
-# MAX_PADDED_TOKENS_PER_CHUNK // max_len requests, so the gathered fp32 K/V stay a few GiB
-# even for 256 x 8192 tokens or a single 32k-token request.
+# Requests are padded to the longest one and processed in chunks of at most an eighth of the
+# batch's tokens (at least one request, at most MAX_PADDED_TOKENS_PER_CHUNK padded tokens), so the
+# gathered fp32 K/V stay a fraction of the KV cache itself, even in float64 (the harness's oracle).
 MAX_PADDED_TOKENS_PER_CHUNK = 1 << 20
 
 
@@ -120,7 +120,8 @@ def run({signature}):
     q_grouped = q.to(torch.float32).reshape(batch_size, num_kv_heads, gqa_ratio, head_dim)
     last_table_pos = page_ids.shape[0] - 1
 
-    chunk_batch = max(1, MAX_PADDED_TOKENS_PER_CHUNK // max_len)
+    padded_budget = min(MAX_PADDED_TOKENS_PER_CHUNK, max(max_len, int(seq_lens.sum().item()) // 8))
+    chunk_batch = max(1, padded_budget // max_len)
     for start in range(0, batch_size, chunk_batch):
         end = min(start + chunk_batch, batch_size)
         chunk_lens = seq_lens[start:end]
@@ -425,6 +426,7 @@ def generate(root: Path) -> List[Path]:
             workload_id = trace["workload"]["uuid"]
             blob_path = root / blob_relpath(def_name, workload_id)
             save_file(blob, str(blob_path))
+            blob_path.chmod(0o644)  # safetensors writes 0600; sandboxed workers read blobs as another user
             written.append(blob_path)
             lines.append(json.dumps(trace))
             labels[workload_id] = label

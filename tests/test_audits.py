@@ -81,6 +81,20 @@ def test_clock_truth(wall, span, launches, passed, text):
     assert v["passed"] is passed and text in v["detail"]
 
 
+@pytest.mark.parametrize("wall, traced, span, passed, text", [
+    # H200, a PyTorch attention of many small launches: untraced wall 1.116 ms under its span 1.264 ms, because
+    # CUPTI tracing slowed its launches while the span was taken; under tracing the wall is 1.31 ms. Honest clock.
+    ([1.116], [1.31], [1.264], True, "vs CUPTI span"),
+    ([1.116], None, [1.264], False, "tampered"),  # the false reading that untraced walls alone give
+    ([0.50], [0.52], [1.264], False, "tampered"),  # both walls far under the span: the clock lies
+    # tracing's own cost does not count as host work: the upper bound reads the untraced wall
+    ([0.0627], [0.1369], [0.0171], True, "limit"),
+])
+def test_clock_truth_under_tracing(wall, traced, span, passed, text):
+    v = clock_truth_verdict(wall, span, CFG, 1, traced)
+    assert v["passed"] is passed and text in v["detail"], v
+
+
 def test_threads():
     assert thread_verdict(5, 5)["passed"] and not thread_verdict(5, 7)["passed"]
 

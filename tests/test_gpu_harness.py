@@ -19,7 +19,7 @@ WORKLOADS = ["uniform_b1_kv512", "uniform_b64_kv2048", "skewed_b64"]
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     archive = Archive(tmp_path_factory.mktemp("archive"))
-    with Session(Dataset(), archive, SubmitOptions(workloads=WORKLOADS)) as s:
+    with Session(Dataset(), archive, SubmitOptions(workloads=WORKLOADS, reference_timing=True)) as s:
         yield s
 
 
@@ -30,6 +30,12 @@ def test_example_solution_is_timed_officially(session):
         assert w.latency_ms > 0 and w.reference_latency_ms > 0 and w.speedup_factor > 0
         assert w.aligned is True, w.timing_note  # CUPTI: the official method
         assert len(w.timing) == 3 and all(len(t["samples_ms"]) == 50 for t in w.timing)
+        # attribution from the timer's own CUPTI records: the example's kernel did all the compute
+        attribution = next(a for a in w.audits if a["name"] == "attribution")
+        assert attribution["passed"] and attribution["share"] > 0.99, attribution
+        # GPU memory per process, within what the workload needs
+        assert w.memory["processes"]["candidate"]["peak_bytes"] > 0 and w.memory["within_budget"], w.memory
+    assert result.promotion_blockers == [], result.promotion_blockers
     rows = list(session.archive.db["timing_samples"].rows)
     assert len(rows) >= 9
     # A batch of 64 x 2048 tokens moves 64 MiB of KV: it cannot take less than ~15 us on any GPU.
@@ -55,7 +61,8 @@ def test_the_harness_process_never_initialises_cuda(session):
 
 def test_flashinfer_baselines_roofline_and_scores(tmp_path):
     archive = Archive(tmp_path / "archive")
-    with Session(Dataset(), archive, SubmitOptions(workloads=["uniform_b1_kv512", "uniform_b64_kv2048"])) as s:
+    with Session(Dataset(), archive, SubmitOptions(workloads=["uniform_b1_kv512", "uniform_b64_kv2048"],
+                                                   reference_timing=True)) as s:
         result = s.submit(Solution.model_validate(triton_example(KV8_PS1)))
         runs_after_first = archive.db["baseline_runs"].count
         again = s.submit(Solution.model_validate(triton_example(KV8_PS1)))
@@ -139,6 +146,14 @@ def _solution(source: str, name: str) -> Solution:
         "spec": {"language": "triton", "target_hardware": ["H200"], "entry_point": "kernel.py::run",
                  "destination_passing_style": True},
         "sources": [{"path": "kernel.py", "content": source}]})
+
+
+def test_pytorch_doing_the_work_is_a_fallback_found_at_run_time(session):
+    """No source scan needed: the timer's CUPTI records show aten and cuBLAS kernels doing the compute."""
+    result = session.submit(_solution(TORCH_CANDIDATE, "torch_only"))
+    attribution = [a for w in result.workloads for a in w.audits if a["name"] == "attribution"]
+    assert attribution and all(not a["passed"] and a["detail"].startswith("fallback") for a in attribution), attribution
+    assert result.promotion_blockers and any(w.status == "PASSED" for w in result.workloads)
 
 
 def test_a_call_that_launches_nothing_during_timing_is_a_runtime_error(session):

@@ -1,0 +1,134 @@
+"""Honest and dishonest solutions through `harness submit`: every honest one must come out promotable, every
+dishonest one not, and for the right reason (run-time attribution, not only the source scan).
+
+    python benchmarks/judge_set.py --out DIR [--archive A] [--only NAME,...] [--workloads W] [--dishonest-workloads W]
+
+The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_ps1):
+  honest:    the example Triton kernel; Triton with everyday host idioms (autotune, cached SM count, torch
+             scratch, lengths on the GPU, output copies); CUDA text built by load_inline at import; CUDA with a
+             torch binding; both FlashInfer baselines submitted unchanged (the dataset's own);
+  dishonest: a token Triton kernel beside PyTorch attention; PyTorch reached through computed getattr names;
+             attention on the host; a FlashInfer baseline with one byte changed (no longer the dataset's own).
+Writes judge_set_<date>.json and .md: per solution, promotable, the first blockers, and per workload the
+attribution share and detail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JUDGE = ROOT / "benchmarks" / "solutions" / "judge"
+DEFINITION = "gqa_paged_decode_h32_kv8_d128_ps1"
+BASELINES = ROOT / "definitions" / "solutions" / "baseline" / "gqa_paged" / DEFINITION
+SMALL = "uniform_b1_kv512,uniform_b16_kv2048,uniform_b64_kv8192,skewed_b64"
+
+
+def python_solution(name: str, file: str, language: str, description: str) -> dict:
+    return {"name": name, "definition": DEFINITION, "author": "judge-set", "description": description,
+            "spec": {"language": language, "target_hardware": ["H200"], "entry_point": f"{file}::run",
+                     "dependencies": [], "destination_passing_style": True},
+            "sources": [{"path": file, "content": (JUDGE / file).read_text()}]}
+
+
+def the_set(folder: Path) -> list[tuple[str, Path, bool]]:
+    """(name, solution file, honest?)"""
+    items: list[tuple[str, dict | Path, bool]] = [
+        ("example_triton", ROOT / "examples" / "triton_gqa_decode" / "solutions" / f"{DEFINITION}.json", True),
+        ("triton_idioms", python_solution("triton_idioms", "triton_idioms.py", "triton",
+                                          "Triton with everyday host idioms"), True),
+        ("cuda_load_inline", python_solution("cuda_load_inline", "cuda_load_inline.py", "python",
+                                             "CUDA built by load_inline at import"), True),
+        ("cuda_torch_binding", ROOT / "benchmarks" / "solutions" / "cuda_gqa_decode.json", True),
+        ("baseline_tensor_cores", BASELINES / "flashinfer_decode_tensor_cores.json", True),
+        ("baseline_cuda_cores", BASELINES / "flashinfer_decode_cuda_cores.json", True),
+        ("torch_beside_token_kernel", python_solution("torch_beside_token_kernel", "torch_sdpa_fallback.py", "triton",
+                                                      "a token Triton kernel; PyTorch does the attention"), False),
+        ("getattr_torch", python_solution("getattr_torch", "getattr_fallback.py", "python",
+                                          "PyTorch reached through computed names"), False),
+        ("host_compute", python_solution("host_compute", "host_compute.py", "python", "attention on the host"), False),
+    ]
+    modified = json.loads((BASELINES / "flashinfer_decode_tensor_cores.json").read_text())
+    modified["sources"][0]["content"] += "\n# one changed byte: no longer the dataset's own baseline\n"
+    items.append(("baseline_modified", modified, False))
+    out = []
+    for name, sol, honest in items:
+        if isinstance(sol, dict):
+            path = folder / f"{name}.json"
+            path.write_text(json.dumps(sol, indent=1))
+            sol = path
+        out.append((name, sol, honest))
+    return out
+
+
+def submit(path: Path, archive: Path, workloads: str) -> tuple[dict, float]:
+    cmd = [sys.executable, "-m", "harness.cli", "submit", str(path), "--archive", str(archive), "--json"]
+    if workloads:
+        cmd += ["-w", workloads]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    try:
+        return json.loads(proc.stdout), wall
+    except ValueError:
+        return {"error": f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}"}, wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--archive", default=None)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--workloads", default="", help="for honest solutions (default: all)")
+    parser.add_argument("--dishonest-workloads", default=SMALL)
+    args = parser.parse_args()
+    archive = Path(args.archive or tempfile.mkdtemp(prefix="judge-set-"))
+    archive.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="judge-solutions-"))
+    rows = []
+    for name, path, honest in the_set(folder):
+        if args.only and name not in args.only.split(","):
+            continue
+        result, wall = submit(path, archive, args.workloads if honest else args.dishonest_workloads)
+        promotable = bool(result) and "error" not in result and not result.get("promotion_blockers")
+        workloads = [{"label": w["label"], "status": w["status"], "latency_ms": w.get("latency_ms"),
+                      "attribution": next((a for a in w.get("audits", []) if a["name"] == "attribution"), None),
+                      "failed": [a["name"] for a in w.get("audits", []) if not a["passed"]]}
+                     for w in result.get("workloads", [])]
+        static_errors = [f"{f['rule']} {f['path']}:{f['line']}" for f in result.get("static_findings", [])
+                         if f["severity"] == "error"]
+        fallback = [w["label"] for w in workloads if w["attribution"] and not w["attribution"]["passed"]]
+        row = {"name": name, "honest": honest, "promotable": promotable, "as_expected": promotable == honest,
+               "wall_s": round(wall, 1), "status": result.get("status"), "error": result.get("error"),
+               "static_errors": static_errors, "attribution_failed_on": fallback,
+               "blockers": (result.get("promotion_blockers") or [])[:4], "scores": result.get("scores"),
+               "workloads": workloads}
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "workloads"}), flush=True)
+        write(Path(args.out), rows)  # after each solution: a run cut short keeps what it measured
+
+
+def write(out: Path, rows: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"judge_set_{dt.date.today().isoformat()}"
+    stem.with_suffix(".json").write_text(json.dumps(rows, indent=2, default=str))
+    lines = ["| solution | honest | promotable | as expected | static-gate errors | attribution failed on | "
+             "own-kernel share (min over workloads) | first blocker |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        shares = [w["attribution"].get("share") for w in r["workloads"] if w["attribution"]]
+        shares = [s for s in shares if s is not None]
+        lines.append(f"| {r['name']} | {r['honest']} | {r['promotable']} | {'yes' if r['as_expected'] else 'NO'} | "
+                     f"{len(r['static_errors'])} | {len(r['attribution_failed_on'])}/{len(r['workloads'])} | "
+                     f"{min(shares) if shares else '-'} | {(r['blockers'] or [r['error'] or ''])[0][:140]} |")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
