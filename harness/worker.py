@@ -254,8 +254,7 @@ class Worker:
         threads_before = _thread_count()
         # Only the buffers a later step reuses are kept: at full scale one input set is gigabytes.
         steps = req["steps"]
-        reused = {int(s["buffers_of"]): max(j for j, t in enumerate(steps) if t.get("buffers_of") == s["buffers_of"])
-                  for s in steps if s["kind"] != "fresh"}
+        reused = last_reuse(steps)
         buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         out_tensors: dict[str, torch.Tensor] = {}
         wall_ms, repeat_ms, fingerprints = [], [], []
@@ -463,6 +462,15 @@ class Worker:
             except Exception as err:  # e.g. outputs that cannot be serialised
                 protocol.write_message(wfd, {"ok": False, "status": "RUNTIME_ERROR",
                                              "error": f"could not send the reply: {type(err).__name__}: {err}"})
+
+
+def last_reuse(steps: list[dict[str, Any]]) -> dict[int, int]:
+    """Recheck steps whose buffers a later step reuses -> the index of their last reuse (after it, they go)."""
+    last: dict[int, int] = {}
+    for j, step in enumerate(steps):
+        if step["kind"] != "fresh":
+            last[int(step["buffers_of"])] = j
+    return last
 
 
 def _memory_mark(device: torch.device) -> None:

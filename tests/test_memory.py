@@ -1,0 +1,142 @@
+"""GPU memory bookkeeping and scores over partial baselines: pure functions (harness.memory, harness.scores),
+the recheck's buffer retention, and baseline runs in the archive."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pytest
+
+from harness.archive import Archive
+from harness.audits import plan_recheck
+from harness.dataset import Dataset
+from harness.memory import GIB, budget_bytes, describe, io_bytes, memory_record, together_bytes
+from harness.scores import definition_scores, partial_notice, spot_check_holds
+from harness.worker import last_reuse
+
+KV8_PS1 = "gqa_paged_decode_h32_kv8_d128_ps1"
+
+
+@pytest.mark.parametrize("processes, together", [
+    ({}, 0),
+    ({"candidate": (5 * GIB, 0)}, 5 * GIB),
+    # one at its peak while the others hold their resident memory; the worst such moment
+    ({"candidate": (8 * GIB, 0), "reference": (6 * GIB, GIB // 2), "baseline": (3 * GIB, GIB // 4)},
+     8 * GIB + GIB // 2 + GIB // 4),
+    ({"candidate": (GIB, 0), "reference": (10 * GIB, 0)}, 10 * GIB),
+])
+def test_together(processes, together):
+    assert together_bytes(processes) == together
+
+
+def test_io_bytes_and_budget_of_the_largest_workload():
+    ds = Dataset()
+    definition = ds.definition(KV8_PS1)
+    [largest] = ds.workloads_for(KV8_PS1, ["uniform_b256_kv8192"])
+    io = io_bytes(definition, largest)
+    # K and V caches: 256 x 8192 tokens x 8 heads x 128 x bf16, each; q, indices and outputs are small
+    assert 2 * 256 * 8192 * 8 * 128 * 2 < io < 2 * 256 * 8192 * 8 * 128 * 2 * 1.01
+    assert budget_bytes(io) == 3 * io + 2 * GIB
+    record = memory_record(definition, largest, {"candidate": (17 * GIB, 0), "reference": (12 * GIB, GIB // 8)})
+    assert record["within_budget"] and record["together_bytes"] == 17 * GIB + GIB // 8
+    over = memory_record(definition, largest, {"reference": (72 * GIB, 0)})
+    assert not over["within_budget"] and "OVER BUDGET" in describe(over)
+
+
+@pytest.mark.parametrize("fresh, reused", [(2, 1), (4, 2), (3, 0)])
+def test_the_recheck_keeps_only_buffers_it_reuses(fresh, reused):
+    import random
+
+    steps = plan_recheck(list(range(fresh)), reused, random.Random(fresh * 10 + reused))
+    last = last_reuse(steps)
+    assert set(last) == {s["buffers_of"] for s in steps if s["kind"] == "reuse"}
+    for index, j in last.items():
+        assert steps[index]["kind"] == "fresh" and j > index
+        assert all(s.get("buffers_of") != index for s in steps[j + 1:])  # nothing needs them after j
+    # at most the reused sets plus the step being generated are alive at once
+    assert len(last) <= min(fresh, reused)
+
+
+@dataclass
+class W:
+    label: str
+    status: str
+    speedup_factor: Optional[float] = None
+    speedup_vs_fi_official: Optional[float] = None
+    speedup_vs_fi_kernel: Optional[float] = None
+
+    @property
+    def evaluated(self) -> bool:
+        return self.status != "SKIPPED"
+
+
+@pytest.mark.parametrize("workloads, scores, partial", [
+    ([W("a", "PASSED", None, 2.0, 1.0), W("b", "PASSED", None, 4.0, 3.0)],
+     {"vs_reference": None, "vs_flashinfer_official": 3.0, "vs_flashinfer_kernel": 2.0}, {}),
+    # FlashInfer failed on b: the score is over a alone and lists b, never a silent null
+    ([W("a", "PASSED", None, 2.0, 1.0), W("b", "PASSED")],
+     {"vs_reference": None, "vs_flashinfer_official": 2.0, "vs_flashinfer_kernel": 1.0},
+     {"vs_flashinfer_official": ["b"], "vs_flashinfer_kernel": ["b"]}),
+    ([W("a", "PASSED", 1.0, 2.0, 1.0), W("b", "INCORRECT_NUMERICAL")],
+     {"vs_reference": 0.0, "vs_flashinfer_official": 0.0, "vs_flashinfer_kernel": 0.0}, {}),
+    ([W("a", "SKIPPED")], {"vs_reference": None, "vs_flashinfer_official": None, "vs_flashinfer_kernel": None}, {}),
+])
+def test_scores_over_the_workloads_a_baseline_covers(workloads, scores, partial):
+    assert definition_scores(workloads) == (scores, partial)
+
+
+def test_partial_notice_names_the_workloads_and_why():
+    [notice] = partial_notice({"vs_flashinfer_kernel": ["uniform_b256_kv8192"]},
+                              {"uniform_b256_kv8192": "flashinfer_decode: RUNTIME_ERROR CUDA out of memory"})
+    assert "partial" in notice and "uniform_b256_kv8192" in notice and "out of memory" in notice
+
+
+@pytest.mark.parametrize("carried, measured, holds", [(1.0, 1.05, True), (1.0, 1.2, False), (0.0, 1.0, False)])
+def test_spot_check(carried, measured, holds):
+    assert spot_check_holds(carried, measured) is holds
+
+
+def test_baseline_runs_keep_failures_with_their_message_but_reuse_only_passes(tmp_path):
+    archive = Archive(tmp_path)
+    row = {"gpu_key": "H200|GPU-1", "gpu_model": "NVIDIA H200", "toolchain": "t", "definition": KV8_PS1,
+           "workload_uuid": "w", "solution_hash": "h", "solution_name": "fi"}
+    log = archive.put_blob("Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory", "log")
+    archive.add_baseline_run({**row, "status": "RUNTIME_ERROR", "official_ms": None, "kernel_ms": None,
+                              "message": "timing: CUDA out of memory", "log_blob": log})
+    assert archive.baseline_run("H200|GPU-1", "t", KV8_PS1, "w", "h") is None  # a failure is never reused
+    failed = next(archive.db["baseline_runs"].rows)
+    assert failed["message"] == "timing: CUDA out of memory" and b"OutOfMemoryError" in archive.get_blob(failed["log_blob"])
+    archive.add_baseline_run({**row, "status": "PASSED", "official_ms": 0.2, "kernel_ms": 0.01})
+    assert archive.baseline_run("H200|GPU-1", "t", KV8_PS1, "w", "h")["kernel_ms"] == 0.01
+    # another card of the same model: found by model, for a spot check before it is trusted
+    assert archive.baseline_run("H200|GPU-2", "t", KV8_PS1, "w", "h") is None
+    assert archive.baseline_run("H200|GPU-2", "t", KV8_PS1, "w", "h", gpu_model="NVIDIA H200")["kernel_ms"] == 0.01
+
+
+def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures(tiny_dataset_root, tmp_path,
+                                                                                   monkeypatch):
+    from harness.evaluate import Session, SubmitOptions
+
+    ds = Dataset(tiny_dataset_root)
+    definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
+    [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
+    timed: list[str] = []
+
+    def fake_time(self, definition, workload, seeds, preset):
+        timed.append(self.gpu_key)
+        return 1.04
+
+    monkeypatch.setattr(Session, "_time_reference", fake_time)
+    monkeypatch.setattr(Session, "reference_worker", lambda self: None)
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        assert s.reference_latency(definition, workload, [1], preset) is None and not timed  # not asked: not timed
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions(reference_timing=True)) as s:
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        assert s.reference_latency(definition, workload, [1], preset) == 1.04 and timed == ["NVIDIA H200|GPU-1"]
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:  # the same card: from the archive
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        assert s.reference_latency(definition, workload, [1], preset) == 1.04 and len(timed) == 1
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:  # another H200: one spot check, then trusted
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-2"}
+        assert s.reference_latency(definition, workload, [1], preset) == 1.04
+        assert timed[-1] == "NVIDIA H200|GPU-2" and s._carried_trust[("reference", KV8_PS1)] is True
