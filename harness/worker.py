@@ -174,6 +174,7 @@ class _Float64Torch:
 
 _FLOAT64_TORCH = _Float64Torch()
 _ORACLE_WIDEN_BYTES = 256 << 20
+_KEEP_CACHED_BYTES = 512 << 20  # a worker between requests holds at most this much of its allocator's cache
 
 
 def _float64_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -493,8 +494,9 @@ def _memory_release(device: torch.device, reply: dict[str, Any]) -> dict[str, in
             if isinstance(t, torch.Tensor) and t.device.type == "cuda":
                 reply[name] = t.cpu()
         peak = int(torch.cuda.max_memory_reserved(device))
-        gc.collect()
-        torch.cuda.empty_cache()
+        if torch.cuda.memory_reserved(device) > _KEEP_CACHED_BYTES:  # small caches stay: a collection costs ~50 ms
+            gc.collect()
+            torch.cuda.empty_cache()
         return {"peak_bytes": peak, "resident_bytes": int(torch.cuda.memory_reserved(device))}
     except Exception:  # a broken context: nothing to measure, and the worker is replaced
         return {}
