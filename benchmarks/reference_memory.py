@@ -93,7 +93,7 @@ def main() -> None:
     tag = "from_" + args.reference_from if args.reference_from else "current"
     stem = out / f"reference_memory_{args.device}_{tag}_{dt.date.today().isoformat()}"
     stem.with_suffix(".json").write_text(json.dumps(rows, indent=2))
-    lines = [f"| workload | mode | in+out GiB | above inputs GiB | budget GiB | within |", "|---|---|---|---|---|---|"]
+    lines = ["| workload | mode | in+out GiB | above inputs GiB | budget GiB | within |", "|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['workload']} | {r['mode']} | error | | | |")

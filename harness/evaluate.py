@@ -9,6 +9,7 @@ CUDA context is replaced by a fresh one for the next workload. The audit steps a
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import time
@@ -18,6 +19,7 @@ import random
 import secrets
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -35,6 +37,15 @@ from .schema import (Correctness, Definition, Environment, Evaluation, Evaluatio
                      Trace, Workload, dump_json)
 from .sandbox import SandboxPolicy, load_sandbox_policy, remove_stale
 from .session_audits import SessionAudits
+
+def _gpu_visible() -> bool:
+    """Will the workers see a GPU? Asked without touching CUDA here (the harness process never does): device
+    nodes and CUDA_VISIBLE_DEVICES. Only a guess for starting a process early; the reference worker decides."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
 
 class SandboxUnavailable(RuntimeError):
     """--require-sandbox on a host that cannot give the full sandbox."""
@@ -252,8 +263,15 @@ class Session(SessionAudits):
             self._reference = WorkerProcess(self._worker_options("reference", cpu_only=False))
             if self.options.require_sandbox and not self._reference_sandbox_full():
                 raise SandboxUnavailable(f"--require-sandbox: this host gives only sandbox: {self._reference.sandbox_level}")
+            self._reference.launch()
+            if self._spare is None:  # the first candidate's process starts (imports torch, Triton) meanwhile
+                self._spare = WorkerProcess(self._worker_options("candidate", cpu_only=not _gpu_visible()))
+                try:
+                    self._spare.launch()
+                except OSError:
+                    self._spare = None
             with self._phase("worker_start"):
-                env = self._reference.start()
+                env = self._reference.wait_ready()
             self.environment = {
                 "host": platform.node(), "platform": platform.platform(), "harness": "crucible 0.1.0",
                 "hardware": env.get("device_name") or f"cpu ({platform.processor() or platform.machine()})",
@@ -492,16 +510,18 @@ class Session(SessionAudits):
                 self._spare = None
 
     def close(self) -> None:
+        """Stop every worker of the session, side by side: each tears down a CUDA context (seconds on a GPU)."""
         if self._spare is not None:
             self._spare.stop(graceful=False)
             self._spare = None
-        for worker in self._baseline_workers.values():
-            if worker is not None:
-                worker.stop()
+        workers = [w for w in (*self._baseline_workers.values(), self._reference) if w is not None]
         self._baseline_workers.clear()
-        if self._reference is not None:
-            self._reference.stop()
-            self._reference = None
+        self._reference = None
+        if len(workers) > 1:
+            with concurrent.futures.ThreadPoolExecutor(len(workers)) as pool:
+                list(pool.map(lambda w: w.stop(), workers))
+        elif workers:
+            workers[0].stop()
 
     def __enter__(self) -> "Session":
         return self
