@@ -11,8 +11,8 @@ architecture and the classification thresholds (editing the skill changes the di
   missing and left ``None``. Classification (skill section 4): at-roofline, latency-bound,
   memory-bound, compute-bound; then the limiter id (skill ``limiters``, first match in order).
 - ``workload_stats``: per workload its axes, latency, share of the (weighted) total time, % of the
-  roofline floor, speedup vs FlashInfer and time above the floor; each assigned a regime by
-  ``REGIME_RULES_YAML`` (data: first matching rule wins).
+  roofline floor, speedup vs FlashInfer and time above the floor; each assigned a regime by the
+  operator family's regime rules (data: first matching rule wins; harness.families).
 - ``build_evidence`` -> ``Evidence``: the regime table, per-regime kernel digests and the three largest
   gaps; ``to_json`` / ``from_json`` and ``to_markdown`` (bounded, under 4 KB by default: what a model reads).
 
@@ -31,6 +31,9 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import yaml
 
+from harness.families import family_for
+from harness.families.regimes import REGIME_CONDITIONS, assign_regime, length_ratio  # noqa: F401  (re-exported)
+from harness.families.regimes import load_regime_rules as _load_rules
 from harness.profile import KernelProfile, ProfileSummary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -451,80 +454,15 @@ def weight_for(weights: Optional[Mapping[str, Any]], definition: str, uuid: str,
 # ---------------------------------------------------------------------------------------------
 # Regimes
 
-# First matching rule names the regime. `all`: every condition holds; `any`: at least one does. A condition
-# whose data is missing (no timing on this host, request lengths unknown) does not hold.
-REGIME_RULES_YAML = """
-- name: skewed
-  any:
-    label_regex: "skewed|one_long"
-    length_max_over_mean_above: 4
-- name: small-batch latency-bound
-  all:
-    axis_at_most: {batch_size: 16}
-    fraction_of_floor_below: 0.6
-- name: small-batch
-  all:
-    axis_at_most: {batch_size: 16}
-- name: large-batch bandwidth-bound
-  all:
-    axis_above: {batch_size: 16}
-- name: other
-  all: {}
-"""
+# The rules are the operator family's data (``OperatorFamily.regime_rules``); the engine is harness.families.regimes.
+# Callers that know the definition pass its op_type; the default is the first family this controller served.
+DEFAULT_OP_TYPE = "gqa_paged"
 
 
-def _axes_cmp(w: "WorkloadStat", arg: Mapping[str, float], op: Any) -> bool:
-    return all(w.axes.get(a) is not None and op(w.axes[a], float(x)) for a, x in arg.items())
-
-
-REGIME_CONDITIONS = {
-    "label_regex": lambda w, arg: bool(w.label) and re.search(str(arg), w.label) is not None,
-    "axis_at_most": lambda w, arg: _axes_cmp(w, arg, lambda a, b: a <= b),
-    "axis_above": lambda w, arg: _axes_cmp(w, arg, lambda a, b: a > b),
-    "fraction_of_floor_below": lambda w, x: w.fraction_of_floor is not None and w.fraction_of_floor < float(x),
-    "fraction_of_floor_at_least": lambda w, x: w.fraction_of_floor is not None and w.fraction_of_floor >= float(x),
-    "length_max_over_mean_above": lambda w, x: w.length_ratio is not None and w.length_ratio > float(x),
-}
-
-
-def load_regime_rules(source: Union[str, Sequence[Mapping[str, Any]], None] = None) -> list[dict[str, Any]]:
-    """Rules from YAML text or a list of dicts, checked: a name, one of all/any, known conditions only."""
-    if source is None or isinstance(source, str):
-        rules = yaml.safe_load(REGIME_RULES_YAML if source is None else source)
-    else:
-        rules = list(source)
-    if not isinstance(rules, list) or not rules:
-        raise ValueError("regime rules must be a non-empty list")
-    out = []
-    for i, rule in enumerate(rules):
-        if not isinstance(rule, dict) or not isinstance(rule.get("name"), str) or not rule["name"]:
-            raise ValueError(f"regime rule {i}: needs a `name`")
-        if "mode" in rule and "conditions" in rule:  # already loaded
-            out.append(dict(rule))
-            continue
-        modes = [m for m in ("all", "any") if m in rule]
-        extra = set(rule) - {"name", "all", "any"}
-        if len(modes) > 1 or extra:
-            raise ValueError(f"regime rule {rule['name']!r}: use one of `all` / `any` (extra keys: {sorted(extra)})")
-        mode = modes[0] if modes else "all"
-        conds = rule.get(mode) or {}
-        if not isinstance(conds, dict):
-            raise ValueError(f"regime rule {rule['name']!r}: `{mode}` must be a mapping of conditions")
-        bad = set(conds) - set(REGIME_CONDITIONS)
-        if bad:
-            raise ValueError(f"regime rule {rule['name']!r}: unknown conditions {sorted(bad)}; "
-                             f"known: {sorted(REGIME_CONDITIONS)}")
-        out.append({"name": rule["name"], "mode": mode, "conditions": dict(conds)})
-    return out
-
-
-def assign_regime(w: "WorkloadStat", rules: Sequence[Mapping[str, Any]]) -> str:
-    """The name of the first rule the workload satisfies ("other" if none does)."""
-    for rule in rules:
-        results = [REGIME_CONDITIONS[c](w, arg) for c, arg in rule["conditions"].items()]
-        if all(results) if rule["mode"] == "all" else any(results):
-            return rule["name"]
-    return "other"
+def load_regime_rules(source: Union[str, Sequence[Mapping[str, Any]], None] = None,
+                      op_type: str = DEFAULT_OP_TYPE) -> list[dict[str, Any]]:
+    """Rules from YAML text or a list of dicts, checked; without a source, those of ``op_type``'s family."""
+    return _load_rules(family_for(op_type).regime_rules if source is None else source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -573,25 +511,19 @@ def _get(obj: Any, *names: str) -> Any:
     return None
 
 
-def length_ratio(lengths: Optional[Sequence[int]]) -> Optional[float]:
-    """max / mean of request lengths (1.0 for a uniform batch); None if unknown or empty."""
-    if lengths is None or len(lengths) == 0:
-        return None
-    mean = sum(lengths) / len(lengths)
-    return max(lengths) / mean if mean > 0 else None
-
-
 def workload_stats(results: Iterable[Any], axes: Mapping[str, Mapping[str, int]], *, definition: str = "",
                    weights: Optional[Mapping[str, Any]] = None,
                    lengths: Optional[Mapping[str, Sequence[int]]] = None,
-                   rules: Union[str, Sequence[Mapping[str, Any]], None] = None) -> list[WorkloadStat]:
+                   rules: Union[str, Sequence[Mapping[str, Any]], None] = None,
+                   op_type: str = DEFAULT_OP_TYPE) -> list[WorkloadStat]:
     """Per workload: axes, latency, weighted share of the total, % of floor, speedup vs FlashInfer, regime.
 
     ``results``: harness WorkloadResults, archive evaluation rows (their ``extra`` is read too) or dicts with
     the same names. The latency is the kernel latency where there is one (setup outside the timed call: the
     figure ``fraction_of_floor`` and ``speedup_vs_fi_kernel`` are computed from), else the official latency.
+    Regimes by ``rules``, else by the rules of ``op_type``'s family.
     """
-    loaded = load_regime_rules(rules)
+    loaded = load_regime_rules(rules, op_type)
     stats = []
     for r in results:
         uuid = _get(r, "workload", "workload_uuid", "uuid") or ""
@@ -822,7 +754,7 @@ def build_evidence(definition: str, solution: str, stats: Sequence[WorkloadStat]
                    roofline_bytes: Optional[Mapping[str, float]] = None) -> Evidence:
     """Assemble the record: regime table, each profile's digests under its workload's regime, top-3 gaps.
 
-    ``roofline_bytes``: uuid -> the workload's minimum bytes (harness.roofline.workload_cost), which lets
+    ``roofline_bytes``: uuid -> the workload's minimum bytes (its operator family's workload_cost), which lets
     the digest name the ``extra-dram-traffic`` limiter; without it that limiter is not decided.
     """
     by_uuid = {w.uuid: w for w in stats}

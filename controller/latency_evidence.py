@@ -11,28 +11,18 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
-from .evidence import WorkloadStat, assign_regime, length_ratio, load_regime_rules
+from harness.families import family_for
+
+from .evidence import DEFAULT_OP_TYPE
 from .promote import EvalRecord
 from .request import Evidence
 
-# SMs per target, to tell a grid that cannot fill the GPU (latency-bound) from one that can.
-SM_COUNT = {"H200": 132, "H100": 132, "B200": 148, "GB200": 152}
-
-
 def regime_of(axes: dict[str, int], const_axes: dict[str, int], target_hardware: str = "H200",
-              label: str = "", lengths: Optional[list[int]] = None) -> str:
-    """skewed when a few long requests dominate the batch (the evidence's own `skewed` rule: by request lengths
-    where known, else by label); else latency-bound when batch x KV heads programs cannot fill the SMs, else
-    memory-bound (decode)."""
-    skewed = [r for r in load_regime_rules() if r["name"] == "skewed"]
-    stat = WorkloadStat(uuid="", label=label, axes=dict(axes), length_ratio=length_ratio(lengths))
-    if skewed and assign_regime(stat, skewed) == "skewed":
-        return "skewed"
-    batch = axes.get("batch_size")
-    kv_heads = const_axes.get("num_kv_heads") or axes.get("num_kv_heads") or 1
-    if batch is None:
-        return "all"
-    return "latency-bound" if batch * kv_heads < SM_COUNT.get(target_hardware, 132) else "memory-bound"
+              label: str = "", lengths: Optional[list[int]] = None, op_type: str = DEFAULT_OP_TYPE) -> str:
+    """The regime of a workload before it is measured, by its operator family (``OperatorFamily.regime``;
+    for GQA decode: skewed, latency-bound or memory-bound)."""
+    return family_for(op_type).regime({**axes, **const_axes}, label=label, lengths=lengths,
+                                      target_hardware=target_hardware)
 
 
 def timing_available(records: list[EvalRecord]) -> bool:

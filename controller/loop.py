@@ -192,7 +192,8 @@ class Loop:
         self.definition: Definition = dataset.definition(config.definition)
         self.workloads = dataset.workloads_for(config.definition, config.workloads)
         self.regimes = {w.uuid: regime_of(w.axes, self.definition.const_axes, config.target_hardware,
-                                          dataset.label(w), workload_facts(dataset, self.definition, w)[0])
+                                          dataset.label(w), workload_facts(dataset, self.definition, w)[0],
+                                          op_type=self.definition.op_type)
                         for w in self.workloads}
         self.signature = expected_params(self.definition, True)
         self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)

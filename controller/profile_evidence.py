@@ -21,37 +21,19 @@ from .evidence import WorkloadStat, digest_summary, load_workload_weights, repre
 
 
 def workload_facts(dataset: Any, definition: Any, workload: Any) -> tuple[Optional[list[int]], Optional[int]]:
-    """(request lengths in tokens, roofline bytes) of a workload, from its index blobs where it has them."""
-    from harness.inputs import _load_safetensors
-    from harness.roofline import paged_token_count, workload_cost
-    from harness.schema import SafetensorsInput
+    """(request lengths in tokens, roofline bytes) of a workload, by its operator family, from its index blobs
+    where it has them (an unreadable blob leaves the lengths unknown and the cost counted without it)."""
+    from harness.families import family_for
 
-    page_size = definition.const_axes.get("page_size", 1)
-    specs = {n: workload.inputs.get(n) for n in ("kv_indptr", "kv_last_page_len")}
-    tensors: dict[str, list[int]] = {}
-    for name, spec in specs.items():
-        if isinstance(spec, SafetensorsInput):
-            try:
-                t = _load_safetensors(str((dataset.root / spec.path).resolve()), "cpu")[spec.tensor_key]
-                tensors[name] = [int(x) for x in t.tolist()]
-            except Exception:
-                pass
-    lengths: Optional[list[int]] = None
-    tokens: Optional[int] = None
-    indptr = tensors.get("kv_indptr")
-    if indptr is not None:
-        pages = [b - a for a, b in zip(indptr, indptr[1:])]
-        last = tensors.get("kv_last_page_len")
-        if page_size == 1:
-            lengths = pages
-        elif last is not None and len(last) == len(pages):
-            lengths = [(p - 1) * page_size + lp if p else 0 for p, lp in zip(pages, last)]
-            tokens = paged_token_count(indptr, last, page_size)
-    try:
-        cost = workload_cost(definition, workload, tokens=tokens)
-        roofline_bytes = cost.bytes_moved
-    except Exception:
-        roofline_bytes = None
+    family = family_for(definition.op_type)
+    lengths = family.request_lengths(definition, workload, dataset.root)
+    roofline_bytes: Optional[int] = None
+    for root in (dataset.root, None):
+        try:
+            roofline_bytes = family.workload_cost(definition, workload, root=root).bytes_moved
+            break
+        except Exception:
+            continue
     return lengths, roofline_bytes
 
 
@@ -81,7 +63,8 @@ def measured_stats(dataset: Any, definition: Any, submission: Optional[Mapping[s
         if rbytes is not None:
             roofline_bytes[w.uuid] = rbytes
     weights = load_workload_weights(dataset.root)
-    stats = workload_stats(results, axes, definition=definition.name, weights=weights, lengths=lengths)
+    stats = workload_stats(results, axes, definition=definition.name, weights=weights, lengths=lengths,
+                           op_type=definition.op_type)
     return MeasuredStats(stats, roofline_bytes, labels)
 
 

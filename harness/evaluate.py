@@ -28,8 +28,9 @@ from .archive import HARNESS_ERROR, INTERRUPTED, Archive
 from . import scores
 from .audits import AuditConfig, clock_truth_verdict, is_fallback, policy_thresholds, promotion_blockers
 from .build import static_signature_problem
-from .correctness import CheckResult, Tolerance, check_outputs, merge_results
+from .correctness import CheckResult, Tolerance, merge_results
 from .dataset import Dataset, EvalPreset
+from .families import family_for
 from .inputs import trial_seed
 from .memory import memory_record, tensor_bytes
 from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
@@ -445,7 +446,7 @@ class Session(SessionAudits):
     def _compare(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float, wr: WorkloadResult) -> None:
         """Put a timed result in context: the reference, FlashInfer and the hardware floor."""
-        from .roofline import roofline, workload_cost
+        from .roofline import roofline
 
         seeds = self._seeds(workload, preset)
         wr.reference_latency_ms = self.reference_latency(definition, workload, seeds, preset)
@@ -459,7 +460,7 @@ class Session(SessionAudits):
             wr.fi_official_ms, wr.fi_kernel_ms = fi["official_ms"], fi["kernel_ms"]
             wr.speedup_vs_fi_official = fi["official_ms"] / wr.latency_ms
             wr.speedup_vs_fi_kernel = fi["kernel_ms"] / (wr.kernel_latency_ms or wr.latency_ms)
-        cost = workload_cost(definition, workload, tokens=self._exact_tokens(definition, workload))
+        cost = family_for(definition.op_type).workload_cost(definition, workload, root=self.dataset.root)
         wr.bytes_moved, wr.flops = cost.bytes_moved, cost.flops
         with self._phase("ceilings"):
             ceilings = self.ceilings()
@@ -468,20 +469,6 @@ class Session(SessionAudits):
         wr.audits.append({"name": "roofline_plausibility", "passed": not result.impossible, "detail": result.detail})
         if result.impossible:
             wr.message = f"faster than the hardware allows: {result.detail}"
-
-    def _exact_tokens(self, definition: Definition, workload: Workload) -> Optional[int]:
-        """Exact token count for paged workloads whose page table is a blob (needs the last-page lengths)."""
-        from .inputs import _load_safetensors
-        from .roofline import paged_token_count
-        from .schema import SafetensorsInput
-
-        specs = [workload.inputs.get(n) for n in ("kv_indptr", "kv_last_page_len")]
-        page_size = definition.const_axes.get("page_size")
-        if page_size is None or not all(isinstance(s, SafetensorsInput) for s in specs):
-            return None
-        indptr, last = (_load_safetensors(str((self.dataset.root / s.path).resolve()), "cpu")[s.tensor_key]
-                        for s in specs)
-        return paged_token_count(indptr, last, page_size)
 
     def _seeds(self, workload: Workload, preset: EvalPreset) -> list[int]:
         return [trial_seed(self._secret, workload, t) for t in range(preset.num_trials)]
@@ -785,7 +772,8 @@ class Session(SessionAudits):
                                    "detail": f"trial {trial}: {'; '.join(header['aliased_outputs'])}"})
                 # Definition order, not the payload's (safetensors sorts names).
                 with self._phase("compare"):
-                    check = check_outputs(outputs, {n: ref_out[n] for n in definition.outputs}, tol)
+                    check = family_for(definition.op_type).compare(
+                        definition, outputs, {n: ref_out[n] for n in definition.outputs}, tol)
                 merged = check if merged is None else merge_results(merged, check)
                 if trial == 0 and check.passed and run_audits:
                     audits.append(self._precision_audit(definition, workload, seed, outputs, ref_out))

@@ -6,42 +6,24 @@ cannot be random numbers, so they get structure: ``*_indices`` over a page pool 
 permutation of the pool (pages scattered, never contiguous), a random ``*_indptr`` splits the indices
 evenly, a random ``*_last_page_len`` marks every last page full. Every tensor draws from its own
 generator seeded by (seed, input name), so the reference worker and the candidate worker produce
-identical inputs without ever exchanging them.
+identical inputs without ever exchanging them. Inputs these rules cannot make (FP8 block scales, packed
+caches, routing logits) come from the definition's operator family (``special_inputs``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
 import torch
 
-from .schema import Definition, DType, RandomInput, SafetensorsInput, ScalarInput, SchemaError, TensorSpec, Workload
-
-TORCH_DTYPES = {
-    DType.float32: torch.float32,
-    DType.float16: torch.float16,
-    DType.bfloat16: torch.bfloat16,
-    DType.float8_e4m3fn: getattr(torch, "float8_e4m3fn", None),
-    DType.float8_e5m2: getattr(torch, "float8_e5m2", None),
-    DType.float4_e2m1: getattr(torch, "float4_e2m1fn_x2", None),
-    DType.int64: torch.int64,
-    DType.int32: torch.int32,
-    DType.int16: torch.int16,
-    DType.int8: torch.int8,
-    DType.bool: torch.bool,
-}
+from .blobs import load_safetensors as _load_safetensors
+from .dtypes import TORCH_DTYPES, torch_dtype  # noqa: F401  (callers import them from here)
+from .families import family_for
+from .schema import Definition, RandomInput, SafetensorsInput, ScalarInput, SchemaError, TensorSpec, Workload
 
 Value = Union[torch.Tensor, float, int, bool]
-
-
-def torch_dtype(dtype: DType) -> torch.dtype:
-    t = TORCH_DTYPES[dtype]
-    if t is None:
-        raise SchemaError(f"dtype {dtype.value} is not supported by this torch ({torch.__version__})")
-    return t
 
 
 def _generator(seed: int, name: str, device: torch.device) -> torch.Generator:
@@ -60,13 +42,6 @@ def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generat
         return torch.randint(0, 2, shape, generator=gen, device=device).bool()
     lo, hi = (-128, 128) if dtype == torch.int8 else (-1024, 1024)
     return torch.randint(lo, hi, shape, generator=gen, device=device, dtype=dtype)
-
-
-@lru_cache(maxsize=64)
-def _load_safetensors(path: str, device: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(path, device=device)
 
 
 def _structured(name: str, spec: TensorSpec, shape: tuple[int, ...], dtype: torch.dtype, definition: Definition,
@@ -131,6 +106,13 @@ def generate_inputs(definition: Definition, workload: Workload, seed: int, devic
         else:
             t = _structured(name, spec, shape, dtype, definition, workload, gen, device)
             out[name] = t if t is not None else random_tensor(shape, dtype, gen, device)
+    special = family_for(definition.op_type).special_inputs(definition, workload, out,
+                                                            lambda name: _generator(seed, name, device), device)
+    if special:
+        unknown = sorted(set(special) - set(out))
+        if unknown:
+            raise SchemaError(f"{definition.op_type} family: special inputs {unknown} are not inputs of {definition.name}")
+        out.update(special)
     return out
 
 

@@ -577,35 +577,25 @@ def load_ceilings(folder: Path, device_name: str = "", uuid: str = "") -> Option
 
 
 def dataset_costs(dataset: Any, definition: str) -> dict[str, tuple[float, float]]:
-    """Bytes and flops per workload uuid by ``harness.roofline.workload_cost`` (exact tokens where the
-    page table is a blob), or {} when the dataset lacks the definition."""
+    """Bytes and flops per workload uuid by the definition's operator family (``workload_cost``: exact counts
+    where the workload's index blobs allow), or {} when the dataset lacks the definition."""
     try:
-        from .roofline import paged_token_count, workload_cost
-        from .schema import SafetensorsInput
+        from .families import family_for
 
         d = dataset.definition(definition)
         workloads = dataset.workloads_for(definition)
     except Exception:
         return {}
+    family = family_for(d.op_type)
     out: dict[str, tuple[float, float]] = {}
     for w in workloads:
-        tokens = None
-        specs = [w.inputs.get(n) for n in ("kv_indptr", "kv_last_page_len")]
-        page_size = d.const_axes.get("page_size")
-        if page_size and page_size > 1 and all(isinstance(s, SafetensorsInput) for s in specs):
+        for root in (dataset.root, None):  # an unreadable blob: the count without it
             try:
-                from .inputs import _load_safetensors
-
-                indptr, last = (_load_safetensors(str((dataset.root / s.path).resolve()), "cpu")[s.tensor_key]
-                                for s in specs)
-                tokens = paged_token_count(indptr, last, page_size)
+                cost = family.workload_cost(d, w, root=root)
             except Exception:
-                tokens = None
-        try:
-            cost = workload_cost(d, w, tokens=tokens)
-        except Exception:
-            continue
-        out[w.uuid] = (float(cost.bytes_moved), float(cost.flops))
+                continue
+            out[w.uuid] = (float(cost.bytes_moved), float(cost.flops))
+            break
     return out
 
 
@@ -619,7 +609,7 @@ def build_roofline(best: Candidate, costs: dict[str, tuple[float, float]],
         cost = (w.bytes_moved, w.flops) if w.bytes_moved else costs.get(w.uuid)
         if cost:
             cost_note = ("bytes and flops recorded by the harness" if w.bytes_moved
-                         else "bytes and flops from the dataset (harness.roofline.workload_cost)")
+                         else "bytes and flops from the dataset (the operator family's workload_cost)")
         elif ceilings and w.floor_ms:
             # Memory-bound floor: the bytes the floor implies at the measured bandwidth.
             cost = (w.floor_ms * 1e-3 * ceilings["memory_bytes_per_s"], 0.0)

@@ -1,7 +1,8 @@
 """Roofline floors: the least time a workload can take on a GPU, and how close a measured time came.
 
 A workload's cost is the bytes it must move to and from device memory and the floating-point work it
-must do. Against a GPU's measured ceilings (memory bandwidth, bf16 tensor-core rate) that cost gives a
+must do; each operator family computes its own (``harness.families``: ``workload_cost``), this module
+holds the cost type and the generic count. Against a GPU's measured ceilings (memory bandwidth, bf16 tensor-core rate) that cost gives a
 floor: ``max(bytes / bandwidth, flops / rate)``. The floor serves two purposes:
 
 - evidence: ``fraction_of_floor = floor / latency`` says how much of the hardware a candidate used
@@ -27,14 +28,14 @@ import math
 import os
 import statistics
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .inputs import torch_dtype
+from .dtypes import torch_dtype
 from .schema import Definition, SchemaError, TensorSpec, Workload
 
 # ---------------------------------------------------------------------------------------------
@@ -50,25 +51,6 @@ class WorkloadCost(NamedTuple):
     exact: bool = True
 
 
-CostFormula = Callable[[Definition, Workload, Optional[int]], Optional[WorkloadCost]]
-
-# op_type -> formula. A formula returns None for definitions of its op_type it does not model
-# (e.g. prefill under an op_type whose formula knows decode); those get the generic count.
-COST_FORMULAS: dict[str, CostFormula] = {}
-
-
-def register_cost(op_type: str) -> Callable[[CostFormula], CostFormula]:
-    """Decorator: ``formula(definition, workload, tokens)`` becomes the cost model of ``op_type``."""
-
-    def register(formula: CostFormula) -> CostFormula:
-        if op_type in COST_FORMULAS:
-            raise ValueError(f"a cost formula for op_type {op_type!r} is already registered")
-        COST_FORMULAS[op_type] = formula
-        return formula
-
-    return register
-
-
 def tensor_bytes(definition: Definition, spec: TensorSpec, axes: dict[str, int]) -> int:
     """Bytes of one tensor of the definition for these axis values; a scalar counts 0 (passed by value)."""
     if spec.shape is None:
@@ -80,85 +62,12 @@ def generic_cost(definition: Definition, workload: Workload) -> WorkloadCost:
     """Every input read once and every output written once; no arithmetic counted.
 
     A floor from this is a lower bound only for operators that touch all of their inputs; those that
-    read a subset (paged caches, sparse indices) need a formula of their own.
+    read a subset (paged caches, sparse indices) need a formula of their own (their family's ``workload_cost``).
     """
     names = [*definition.inputs, *definition.outputs]
     specs = {**definition.inputs, **definition.outputs}
     total = sum(tensor_bytes(definition, specs[n], workload.axes) for n in names)
     return WorkloadCost(bytes_moved=total, flops=0, formula="generic: sum of input and output tensor bytes; flops not modelled")
-
-
-def workload_cost(definition: Definition, workload: Workload, tokens: Optional[int] = None) -> WorkloadCost:
-    """The minimum bytes and flops of one workload, by the op_type's formula or the generic count.
-
-    ``tokens``: the exact number of KV tokens referenced, for attention formulas that cannot derive it
-    from the axes alone (paged caches with page_size > 1); other formulas ignore it.
-    """
-    formula = COST_FORMULAS.get(definition.op_type)
-    if formula is not None:
-        cost = formula(definition, workload, tokens)
-        if cost is not None:
-            return cost
-    return generic_cost(definition, workload)
-
-
-def paged_token_count(kv_indptr: Sequence[int], kv_last_page_len: Sequence[int], page_size: int) -> int:
-    """Exact KV tokens of a paged batch: a request with n > 0 pages holds (n - 1) * page_size + last."""
-    indptr = [int(x) for x in (kv_indptr.tolist() if hasattr(kv_indptr, "tolist") else kv_indptr)]
-    last = [int(x) for x in (kv_last_page_len.tolist() if hasattr(kv_last_page_len, "tolist") else kv_last_page_len)]
-    if len(last) != len(indptr) - 1:
-        raise ValueError(f"kv_last_page_len has {len(last)} entries for {len(indptr) - 1} requests")
-    total = 0
-    for i, last_len in enumerate(last):
-        pages = indptr[i + 1] - indptr[i]
-        if pages < 0:
-            raise ValueError(f"kv_indptr decreases at request {i}")
-        if pages:
-            total += (pages - 1) * page_size + last_len
-    return total
-
-
-@register_cost("gqa_paged")
-def gqa_paged_cost(definition: Definition, workload: Workload, tokens: Optional[int]) -> Optional[WorkloadCost]:
-    """Paged GQA decode: one query token per request attends to the KV tokens its pages hold.
-
-    bytes = q + output + lse + K and V of the referenced tokens + the index tensors;
-    flops = 4 x tokens x num_qo_heads x head_dim (QK^T and PV, one multiply-add = 2 flops each).
-    The unreferenced rest of the page pool is not counted: a kernel need not read it.
-
-    Tokens: page_size 1 gives tokens = num_kv_indices exactly. For page_size > 1 the count needs
-    kv_last_page_len (``paged_token_count``); without a ``tokens`` argument, num_kv_indices x
-    page_size is used, an upper bound, and the cost is marked inexact.
-    """
-    if not definition.name.startswith("gqa_paged_decode"):
-        return None
-    axes = {**definition.const_axes, **workload.axes}
-    num_pages_referenced = axes["num_kv_indices"]
-    page_size = axes["page_size"]
-    num_qo_heads, num_kv_heads, head_dim = axes["num_qo_heads"], axes["num_kv_heads"], axes["head_dim"]
-
-    most = num_pages_referenced * page_size
-    if tokens is None:
-        tokens, exact = most, page_size == 1
-        token_note = f"tokens = num_kv_indices x page_size = {tokens}" + ("" if exact else " (upper bound: kv_last_page_len unknown)")
-    else:
-        # Every referenced page holds at least one token and at most page_size.
-        if not num_pages_referenced <= tokens <= most:
-            raise ValueError(f"tokens={tokens} is impossible for {num_pages_referenced} pages of {page_size} "
-                             f"(must lie in [{num_pages_referenced}, {most}])")
-        exact = True
-        token_note = f"tokens = {tokens} (given)"
-
-    kv_element = torch_dtype(definition.inputs["k_cache"].dtype).itemsize
-    kv_bytes = tokens * num_kv_heads * head_dim * 2 * kv_element
-    io_names = ["q", "output", "lse", "kv_indptr", "kv_indices", "kv_last_page_len"]
-    specs = {**definition.inputs, **definition.outputs}
-    io_bytes = sum(tensor_bytes(definition, specs[n], workload.axes) for n in io_names if n in specs)
-    flops = 4 * tokens * num_qo_heads * head_dim
-    formula = (f"gqa_paged decode: {token_note}; KV = tokens x {num_kv_heads} kv heads x {head_dim} x 2 (K,V) x "
-               f"{kv_element} B = {kv_bytes} B; q + output + lse + index tensors = {io_bytes} B; "
-               f"flops = 4 x tokens x {num_qo_heads} qo heads x {head_dim}")
-    return WorkloadCost(bytes_moved=kv_bytes + io_bytes, flops=flops, formula=formula, exact=exact)
 
 
 # ---------------------------------------------------------------------------------------------

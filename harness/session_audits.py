@@ -17,8 +17,9 @@ import torch
 from .attribution import own_kernels
 from .audits import (AuditConfig, attribution_verdict, plan_recheck, precision_verdict, recheck_verdict,
                      replay_verdict, thread_verdict)
-from .correctness import Tolerance, check_outputs
+from .correctness import Tolerance
 from .dataset import EvalPreset
+from .families import family_for
 from .inputs import trial_seed
 from .runner import WorkerCrashed, WorkerProcess, WorkerTimeout
 from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
@@ -186,7 +187,8 @@ class SessionAudits:
                 checks.append((step, False, "inputs differ from the reference's (the call changed them?)"))
                 continue
             got = {n: outputs[f"{i}/{n}"] for n in definition.outputs if f"{i}/{n}" in outputs}
-            result = check_outputs(got, {n: ref_out[n] for n in definition.outputs}, tol)
+            result = family_for(definition.op_type).compare(definition, got, {n: ref_out[n] for n in definition.outputs},
+                                                            tol)
             checks.append((step, result.passed, result.message))
         wr.audits.append(recheck_verdict(checks))
         wr.audits.append(thread_verdict(header["threads_before"], header["threads_after"]))

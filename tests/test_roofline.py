@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from harness import roofline as rl
 from harness.dataset import Dataset
-from harness.roofline import (Ceilings, CeilingsCache, RooflineResult, WorkloadCost, floor_ms, measure_ceilings,
-                              paged_token_count, roofline, workload_cost)
+from harness.families import FamilyError, OperatorFamily, register, unregister, workload_cost
+from harness.families.gqa_paged import paged_token_count
+from harness.roofline import Ceilings, CeilingsCache, RooflineResult, WorkloadCost, floor_ms, measure_ceilings, roofline
 from harness.schema import Definition, SchemaError, Workload
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64
@@ -155,18 +155,21 @@ def test_gqa_op_type_but_not_decode_falls_back_to_generic(dataset):
     assert cost.bytes_moved == 2 * 512 * 8 * 128 * 2 + 2 * 32 * 128 * 2 + 32 * 4 + 2 * 4 + 512 * 4
 
 
-def test_register_cost_adds_a_formula_and_refuses_duplicates(monkeypatch):
-    monkeypatch.setattr(rl, "COST_FORMULAS", dict(rl.COST_FORMULAS))
+def test_a_family_adds_a_cost_formula_and_a_second_one_is_refused():
+    class MadeUp(OperatorFamily):
+        op_type = "made_up_op"
 
-    @rl.register_cost("made_up_op")
-    def made_up(definition, workload, tokens):
-        return WorkloadCost(bytes_moved=workload.axes["n"], flops=7, formula="made up")
+        def workload_cost(self, definition, workload, root=None, tokens=None):
+            return WorkloadCost(bytes_moved=workload.axes["n"], flops=7, formula="made up")
 
-    d = Definition.model_validate(MADE_UP)
-    assert workload_cost(d, Workload(uuid="w", axes={"n": 3}, inputs={})) == WorkloadCost(3, 7, "made up")
-    with pytest.raises(ValueError, match="already registered"):
-        rl.register_cost("made_up_op")(made_up)
-    assert "gqa_paged" in rl.COST_FORMULAS
+    register(MadeUp())
+    try:
+        d = Definition.model_validate(MADE_UP)
+        assert workload_cost(d, Workload(uuid="w", axes={"n": 3}, inputs={})) == WorkloadCost(3, 7, "made up")
+        with pytest.raises(FamilyError, match="already has a family"):
+            register(MadeUp())
+    finally:
+        unregister("made_up_op")
 
 
 # ---------------------------------------------------------------------------------------------
