@@ -112,7 +112,7 @@ if has profile; then  # the same through `harness profile`: sandboxed, archived,
   section "harness profile"
   for sol in examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json \
              definitions/solutions/baseline/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1/*.json; do
-    timeout 200 python3 -m harness.cli profile "$sol" -w uniform_b1_kv8192 -w uniform_b256_kv2048 \
+    timeout 200 python3 -m controller.cli profile "$sol" -w uniform_b1_kv8192 -w uniform_b256_kv2048 \
       --archive "$ARCHIVE" --json >> "$OUT/profile.jsonl" 2>> "$LOG"
   done
 fi

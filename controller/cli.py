@@ -18,7 +18,9 @@ from harness.dataset import Dataset
 from harness.schema import SchemaError
 
 from .loop import LoopConfig, resume_loop, run_loops
-from .providers.base import PROVIDERS, ProviderError, default_provider, preflight
+from .profile_cli import profile
+from .providers.base import ProviderError
+from .providers.registry import PROVIDERS, default_provider, preflight
 from .skills import SkillError
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
@@ -320,6 +322,9 @@ def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
             plotted = plot_trajectory(data, str(folder / f"{stem}.png"))
             click.echo(f"wrote {folder}/{stem}.json, {stem}.md" + (f", {stem}.png" if plotted else
                                                                   " (no plot: matplotlib missing)"))
+
+
+main.add_command(profile)  # also `harness profile` (entry point "harness.commands")
 
 
 if __name__ == "__main__":

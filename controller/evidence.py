@@ -673,7 +673,7 @@ class Evidence:
 
     @property
     def kind(self) -> str:
-        """profile / latency-only / correctness-only (the names controller.request.Evidence uses)."""
+        """profile / latency-only / correctness-only (the names harness.generation_request.Evidence uses)."""
         if any(p.digests for p in self.profiles):
             return "profile"
         return "latency-only" if any(w.latency_ms is not None for w in self.workloads) else "correctness-only"

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
+from harness.generation_request import Diagnosis
 from harness.profile import (NO_PERMISSION, OK, UNAVAILABLE, ProfileSummary, detect_arch, profile_workloads,
                              select_backend)
 from harness.schema import Solution, dump_json
 
 from .evidence import build_evidence, requested_metrics
 from .profile_evidence import archive_profiles, archived_summaries, measured_stats, profile_targets
-from .request import Diagnosis
 from .tactics import TacticBook, diagnoses_by_regime
 
 EVIDENCE_MAX_BYTES = 4096  # what a model reads: the Markdown of controller/evidence.py stays under this

@@ -12,10 +12,11 @@ import statistics
 from typing import Optional
 
 from harness.families import family_for
+from harness.generation_request import Evidence
 
 from .evidence import DEFAULT_OP_TYPE
 from .promote import EvalRecord
-from .request import Evidence
+
 
 def regime_of(axes: dict[str, int], const_axes: dict[str, int], target_hardware: str = "H200",
               label: str = "", lengths: Optional[list[int]] = None, op_type: str = DEFAULT_OP_TYPE) -> str:

@@ -33,6 +33,8 @@ from harness.archive import INTERRUPTED, NO_VERDICT, Archive
 from harness.build import expected_params
 from harness.dataset import Dataset
 from harness.evaluate import Session, SubmitOptions
+from harness.generation_request import (Constraints, GenerationRequest, GenerationResponse, HistoryItem, Incumbent,
+                                        Proposal, Repair, RequestKind)
 from harness.schema import Definition, Solution, dump_json, load_model
 
 from .incumbent_evidence import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
@@ -42,10 +44,9 @@ from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, 
                    stop_reason)
 from .promote import (PROMOTED, Decision, EvalRecord, FullEvaluation, PairedMeasurement, PairedSample, confirm,
                       decide, gate_failure, screen_failure)
-from .providers.base import Provider, ProviderError, make_provider
+from .providers.base import Provider, ProviderError
+from .providers.registry import make_provider
 from .providers.offline import naive_incumbent
-from .request import (Constraints, GenerationRequest, GenerationResponse, HistoryItem, Incumbent, Proposal,
-                      Repair, RequestKind)
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
 from .store import DUPLICATE, EVALUATING, REJECTED, UNFINISHED, Store
 from .tactics import tactic_book

@@ -7,10 +7,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from harness.generation_request import (Acceptance, Budget, Constraints, Diagnosis, Evidence, GenerationRequest,
+                                        HistoryItem, Incumbent, Repair, RequestKind)
+
 from .latency_evidence import build_evidence, timing_available
 from .promote import EvalRecord
-from .request import (Acceptance, Budget, Constraints, Diagnosis, Evidence, GenerationRequest, HistoryItem,
-                      Incumbent, Repair, RequestKind)
 from .skills import PromotionThresholds, Skill, skill_excerpt
 from .tactics import TACTICS_BY_TARGET, TacticBook, hypothesis_text
 

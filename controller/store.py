@@ -13,10 +13,10 @@ import json
 from typing import Any, Optional
 
 from harness.archive import Archive
+from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 from harness.schema import Solution
 
 from .promote import EvalRecord
-from .request import GenerationRequest, GenerationResponse, Proposal, Rejection
 
 # Candidate statuses of the controller's own (harness statuses are the final ones).
 PENDING, EVALUATING, REJECTED, DUPLICATE = "PENDING", "EVALUATING", "REJECTED", "DUPLICATE"

@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from harness.generation_request import Diagnosis
+
 from .evidence import KernelDigest, RegimeProfile, short_kernel_name
-from .request import Diagnosis
 from .skills import Skill, machine_blocks
 
 NCU_SKILL = "ncu-profiling"

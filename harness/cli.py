@@ -9,68 +9,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .archive import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
-from .dataset import Dataset
+from .archive import ArchiveError
+from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, styled
+from .report_cli import browse, diff, report
 from .schema import SchemaError, Solution, load_model
 from .seal import MODIFIED_WARNING
-
-ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
-# Tables stay readable when piped (rich would otherwise assume 80 columns).
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
-
-
-def fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    sys.exit(code)
-
-
-def open_archive(path: Optional[str], reading: bool = False) -> Archive:
-    """The archive of --archive, else $CRUCIBLE_ARCHIVE, else ./artifacts. Writers may start one in an existing
-    folder (./artifacts is made when missing); readers need one that exists, and never create one."""
-    folder, source = archive_location(path)
-    where = f" (from {ARCHIVE_ENV})" if source == "env" else ""
-    try:
-        if reading:
-            return Archive.open_existing(folder)
-        return Archive(folder, create=source == "default")
-    except ArchiveMissing as e:
-        fail(f"{e}{f' (set --archive or {ARCHIVE_ENV})' if source == 'default' else where}")
-    except ArchiveError as e:
-        fail(f"{e}{where}")
-    except Exception as e:  # a file that is not a SQLite database, a locked folder...
-        fail(f"cannot open archive {folder}{where}: {e}")
-    raise AssertionError
-
-
-def open_dataset(path: Optional[str]) -> Dataset:
-    try:
-        ds = Dataset(path)
-        ds.definitions  # parse now: a malformed dataset is reported before any work
-        ds.workloads
-        return ds
-    except SchemaError as e:
-        fail(str(e))
-    raise AssertionError
-
-
-def fmt(x: Optional[float], digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.3e}"
-
-
-STATUS_STYLE = {"PASSED": "green", "SKIPPED": "dim", "RUNNING": "yellow"}
-
-
-def styled(status: str) -> str:
-    return f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]"
-
 
 @click.group()
 @click.version_option("0.1.0", prog_name="harness")
@@ -417,11 +364,21 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
         sys.stdout.write(text)
 
 
-from .profile_cli import profile  # noqa: E402  (registered after the group exists)
-from .report_cli import browse, diff, report  # noqa: E402
-
-for _command in (profile, report, browse, diff):
+for _command in (report, browse, diff):
     main.add_command(_command)
+
+
+def _add_installed_commands() -> None:
+    """Commands other installed packages add to `harness` (entry points of the group "harness.commands"): the
+    controller adds `profile`, which prints the controller's evidence. The harness never imports them by name."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="harness.commands"):
+        if entry.name not in main.commands:
+            main.add_command(entry.load(), entry.name)
+
+
+_add_installed_commands()
 
 if __name__ == "__main__":
     main()

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from .migrations import m004_profiles, now
+
 # ---------------------------------------------------------------------------------------------
 # Constants
 
@@ -842,21 +844,11 @@ def select_backend(preference: str = "auto", ncu: Optional[str] = None, export_r
 # Archive: one row per profile
 
 
-def m004_profiles(db: Any) -> None:
-    """Migration: ncu profiles of candidates (lead: append to harness.archive.MIGRATIONS)."""
-    db["profiles"].create({"id": int, "submission_id": int, "solution_hash": str, "workload_uuid": str,
-                           "backend": str, "status": str, "raw_blob": str, "digest": str, "created_at": str}, pk="id")
-    db["profiles"].create_index(["solution_hash", "workload_uuid"])
-    db["profiles"].create_index(["submission_id"])
-
-
 def ensure_profiles_table(archive: Any) -> None:
     """Apply ``m004_profiles`` to an archive that predates it (recorded in _migrations like any migration)."""
     db = archive.db
     if "profiles" in db.table_names():
         return
-    from .archive import now
-
     with db.atomic():
         m004_profiles(db)
         if "_migrations" in db.table_names():
@@ -876,8 +868,6 @@ def record_profile(archive: Any, summary: ProfileSummary, digest: dict[str, Any]
     raw_blob = raw_blob or csv_blob
     log_blob = archive.put_blob(summary.log, "profile-log") if summary.log else None
     record = {**summary.to_json(), "csv_blob": csv_blob, "log_blob": log_blob, **digest}
-    from .archive import now
-
     with archive.db.atomic():
         table = archive.db["profiles"].insert({
             "submission_id": submission_id, "solution_hash": summary.solution_hash,

@@ -441,7 +441,7 @@ def controller_transcript(archive: Any, submission_id: int, solution_hash: str) 
              + (f", request {req[0]['key']}" if req else "")]
     if req:
         try:
-            from controller.request import GenerationRequest, render_prompt
+            from .generation_request import GenerationRequest, render_prompt
 
             prompt = render_prompt(GenerationRequest.model_validate_json(req[0]["request"]))
         except Exception:

@@ -5,7 +5,7 @@ Standalone click commands; ``harness.cli`` registers them on its group::
     from .report_cli import browse, diff, report
     main.add_command(report); main.add_command(browse); main.add_command(diff)
 
-They import ``harness.cli``'s helpers inside the functions, so the registration may sit anywhere in cli.py.
+Their shared helpers (consoles, errors, opening the archive) come from ``harness.cli_common``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import click
 def report(archive_path: Optional[str], definition: Optional[str], out_dir: str, rounds_file: Optional[str],
            dataset: Optional[str], plots: str, open_browser: bool) -> None:
     """Write a self-contained HTML report: leaderboards, per-workload plots, roofline, controller trajectory."""
-    from .cli import fail, open_archive, out
+    from .cli_common import fail, open_archive, out
     from .report import gather_report, load_rounds_file, write_report
 
     if plots == "matplotlib":
@@ -79,7 +79,7 @@ def browse(archive_path: Optional[str], host: str, port: int, no_open: bool, sea
     from rich.markup import escape
     from rich.table import Table
 
-    from .cli import fail, open_archive, out
+    from .cli_common import fail, open_archive, out
     from .views import datasette_command, datasette_metadata, has_review_tables, search_documents, sync_documents
 
     archive = open_archive(archive_path, reading=True)
@@ -161,7 +161,7 @@ def diff(a: str, b: str, archive_path: Optional[str], definition: Optional[str],
     from rich.table import Table
 
     from .archive import ArchiveError
-    from .cli import fail, open_archive, out, styled
+    from .cli_common import fail, open_archive, out, styled
     from .report import diff_submissions
 
     archive = open_archive(archive_path, reading=True)

@@ -191,12 +191,12 @@ def measure_ceilings(device: Union[None, int, str, Any] = None, *, repetitions: 
         elements = COPY_BYTES // 2
         src = torch.ones(elements, dtype=torch.bfloat16, device=dev)
         dst = torch.empty_like(src)
-        copy_ms = _median_ms(torch, lambda: dst.copy_(src), warmup, repetitions)
+        copy_ms = _median_ms(torch, lambda: dst.copy_(src), warmup, repetitions)  # noqa: F821
         copy_rate = 2 * COPY_BYTES / (copy_ms * 1e-3)
         del src, dst
 
         stream = torch.ones(READ_BYTES // 2, dtype=torch.bfloat16, device=dev)
-        read_ms = _median_ms(torch, lambda: torch.sum(stream, dtype=torch.float32), warmup, repetitions)
+        read_ms = _median_ms(torch, lambda: torch.sum(stream, dtype=torch.float32), warmup, repetitions)  # noqa: F821
         read_rate = READ_BYTES / (read_ms * 1e-3)
         del stream
 
@@ -204,7 +204,7 @@ def measure_ceilings(device: Union[None, int, str, Any] = None, *, repetitions: 
         a = torch.randn(n, n, dtype=torch.bfloat16, device=dev)
         b = torch.randn(n, n, dtype=torch.bfloat16, device=dev)
         c = torch.empty(n, n, dtype=torch.bfloat16, device=dev)
-        matmul_ms = _median_ms(torch, lambda: torch.matmul(a, b, out=c), warmup, repetitions)
+        matmul_ms = _median_ms(torch, lambda: torch.matmul(a, b, out=c), warmup, repetitions)  # noqa: F821
         matmul_rate = 2 * n**3 / (matmul_ms * 1e-3)
         del a, b, c
         torch.cuda.empty_cache()

@@ -10,7 +10,7 @@ session's workers, reference cache, archive and audit config, and appends its re
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -21,11 +21,9 @@ from .correctness import Tolerance
 from .dataset import EvalPreset
 from .families import family_for
 from .inputs import trial_seed
+from .results import SubmissionResult, WorkloadResult
 from .runner import WorkerCrashed, WorkerProcess, WorkerTimeout
 from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
-
-if TYPE_CHECKING:
-    from .evaluate import SubmissionResult, WorkloadResult
 
 
 class SessionAudits:

@@ -1,7 +1,7 @@
 """Review views over the archive: SQL views for datasette and full-text search over sources and logs.
 
-``m005_review_views`` is an archive migration (append it to ``harness.archive.MIGRATIONS``, after
-m003_controller and m004_profiles). It adds
+``m005_review_views`` is an archive migration (in ``harness.archive.MIGRATIONS``, after m003_controller and
+m004_profiles). It adds
 
 - ``artifacts(submission_id, kind, name, blob)``: links a submission to files a reviewer wants beside its
   results that no other table holds: ``build_log``, ``sass`` (SASS summary), and, for runs outside the
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 import sqlite_utils
+
+from .migrations import now
 
 ARTIFACT_KINDS = ("build_log", "sass", "profile", "transcript")
 DOCUMENT_KINDS = ("source", "log", *ARTIFACT_KINDS)
@@ -299,8 +301,6 @@ def add_artifact(archive: Any, submission_id: int, kind: str, data: Union[bytes,
     """Store ``data`` as a blob and link it to a submission (for the controller: SASS, profile, ...)."""
     if kind not in ARTIFACT_KINDS:
         raise ValueError(f"artifact kind must be one of {', '.join(ARTIFACT_KINDS)}, got {kind!r}")
-    from .archive import now
-
     blob = archive.put_blob(data, kind)
     with archive.sealed_write(submission_id):  # an artifact added after the verdict is sealed with it
         table = archive.db["artifacts"].insert({"submission_id": submission_id, "kind": kind, "name": name or kind,

@@ -4,7 +4,6 @@ Triton interpreter), archives in tmp folders, and solution builders."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 

@@ -7,8 +7,9 @@ import random
 import pytest
 
 from harness.attribution import OwnKernels
+from harness.audit_thresholds import policy_thresholds
 from harness.audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
-                            policy_thresholds, precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
+                            precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
                             thread_verdict)
 
 CFG = AuditConfig()

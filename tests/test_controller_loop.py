@@ -150,7 +150,7 @@ class Failing:
     name = "failing"
 
     def generate(self, request):
-        from controller.request import GenerationResponse
+        from harness.generation_request import GenerationResponse
 
         return GenerationResponse(provider=self.name, error="claude not found on PATH")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.providers.offline import NAIVE_ORIGIN, OfflineProvider, config_key, naive_incumbent
-from controller.request import Budget, GenerationRequest, HistoryItem, Incumbent, Repair
+from harness.generation_request import Budget, GenerationRequest, HistoryItem, Incumbent, Repair
 from controller.skills import kernel_templates, load_skills
 from harness.build import static_signature_problem
 from harness.dataset import Dataset

@@ -15,10 +15,10 @@ openai = pytest.importorskip("openai")
 httpx2 = pytest.importorskip("httpx2")
 
 from controller.providers.anthropic import AnthropicProvider  # noqa: E402
-from controller.providers.base import (  # noqa: E402
-    PROVIDERS, ProviderError, default_provider, make_provider, preflight)
+from controller.providers.base import ProviderError  # noqa: E402
+from controller.providers.registry import PROVIDERS, default_provider, make_provider, preflight  # noqa: E402
 from controller.providers.openai import OpenAIProvider  # noqa: E402
-from controller.request import Budget, Constraints, GenerationRequest, Incumbent  # noqa: E402
+from harness.generation_request import Budget, Constraints, GenerationRequest, Incumbent  # noqa: E402
 
 from support import ROOT  # noqa: E402
 

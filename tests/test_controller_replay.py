@@ -10,7 +10,7 @@ from controller.cli import main
 from controller.loop import run_loop
 from controller.providers.replay import ReplayProvider
 from controller.providers.scripted import ScriptedProvider
-from controller.request import Budget, GenerationRequest, Incumbent
+from harness.generation_request import Budget, GenerationRequest, Incumbent
 from controller.store import Store
 from harness.archive import Archive
 from harness.dataset import Dataset

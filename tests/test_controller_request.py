@@ -9,8 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from controller.providers.base import (cost_usd, forbidden_files, output_allowance, price_of, proposal_from_files)
-from controller.request import (REPLY_SCHEMA, Budget, Constraints, Evidence, GenerationRequest, GenerationResponse,
-                                HistoryItem, Incumbent, Proposal, Rejection, Repair, render_prompt)
+from harness.generation_request import (REPLY_SCHEMA, Budget, Constraints, Evidence, GenerationRequest,
+                                        GenerationResponse, HistoryItem, Incumbent, Proposal, Rejection, Repair,
+                                        render_prompt)
 
 INCUMBENT = {"name": "inc", "definition": "gqa_paged_decode_h32_kv8_d128_ps1", "author": "t",
              "spec": {"language": "triton", "target_hardware": ["H200"], "entry_point": "kernel.py::run",

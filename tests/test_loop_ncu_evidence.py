@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from controller.cli import main
 from controller.loop import run_loop
 from controller.providers.offline import OfflineProvider
-from controller.request import render_prompt
+from harness.generation_request import render_prompt
 from controller.skills import load_skills
 from controller.store import Store
 from harness.archive import Archive

@@ -491,7 +491,7 @@ def test_migration_appended_by_the_lead_runs_once(tmp_path):
 
 
 def _invoke(args: list[str]):
-    from harness.profile_cli import profile
+    from controller.profile_cli import profile
 
     return CliRunner().invoke(profile, args, catch_exceptions=False)
 
@@ -568,7 +568,7 @@ def test_cli_profiles_a_submission_by_id_using_its_measurements(fake_ncu, tmp_pa
 
 
 def test_cli_rejects_what_is_neither_file_nor_id(tmp_path, tiny_dataset_root):
-    from harness.profile_cli import profile
+    from controller.profile_cli import profile
 
     (tmp_path / "a").mkdir()
     result = CliRunner().invoke(profile, ["not-a-thing", "--dataset", str(tiny_dataset_root),

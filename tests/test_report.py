@@ -237,7 +237,7 @@ def build_h200_archive(folder: Path, controller: bool = True) -> dict:
 
     store = None
     if controller:
-        from controller.request import GenerationRequest, GenerationResponse, Incumbent, Proposal, Rejection
+        from harness.generation_request import GenerationRequest, GenerationResponse, Incumbent, Proposal, Rejection
         from controller.store import Store
 
         store = Store(archive)

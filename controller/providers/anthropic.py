@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
+from harness.generation_request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
+
 from .base import CallResult, ProviderError, SdkProvider, api_generate, price_of
 
 DEFAULT_MODEL = "claude-sonnet-4-6"

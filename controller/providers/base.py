@@ -14,9 +14,8 @@ from typing import Any, Optional, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection, render_prompt
 from harness.schema import Solution, dump_json
-
-from ..request import GenerationRequest, GenerationResponse, Proposal, Rejection
 
 
 @runtime_checkable
@@ -159,69 +158,6 @@ def add(response: GenerationResponse, item: Proposal | Rejection) -> None:
     (response.proposals if isinstance(item, Proposal) else response.rejected).append(item)  # type: ignore[arg-type]
 
 
-# -- the registry -----------------------------------------------------------------------------------------
-
-PROVIDERS = ("offline", "replay", "anthropic", "openai", "claude-code", "codex")
-
-
-def default_provider(env: dict[str, str]) -> str:
-    """offline unless an API key is set (Anthropic first)."""
-    if env.get("ANTHROPIC_API_KEY"):
-        return "anthropic"
-    if env.get("OPENAI_API_KEY"):
-        return "openai"
-    return "offline"
-
-
-def make_provider(name: str, options: Optional[dict[str, Any]] = None, **context: Any) -> Provider:
-    """Build a provider by name. ``context`` carries what some need: skills, skills_root, store."""
-    options = dict(options or {})
-    if name == "offline":
-        from .offline import OfflineProvider
-
-        return OfflineProvider(context["skills"], **options)
-    if name == "replay":
-        from .replay import ReplayProvider
-
-        return ReplayProvider(context["store"], **options)
-    if name == "anthropic":
-        from .anthropic import AnthropicProvider
-
-        return AnthropicProvider(**options)
-    if name == "openai":
-        from .openai import OpenAIProvider
-
-        return OpenAIProvider(**options)
-    if name in ("claude-code", "codex"):
-        from .cli_agents import CLIAgentProvider
-
-        return CLIAgentProvider(name, skills_root=context["skills_root"], **options)
-    raise ProviderError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
-
-
-def preflight(name: str, options: dict[str, Any] | None = None) -> None:
-    """The cheap set-up check run before anything is evaluated; sends nothing. API providers: the SDK is
-    installed and a credential is configured; CLI agents: the executable is on PATH; offline and replay need
-    nothing. Raises ProviderError naming what to set or install."""
-    options = dict(options or {})
-    if name in ("offline", "replay"):
-        return
-    if name == "anthropic":
-        from .anthropic import AnthropicProvider
-
-        AnthropicProvider(**options).preflight()
-    elif name == "openai":
-        from .openai import OpenAIProvider
-
-        OpenAIProvider(**options).preflight()
-    elif name in ("claude-code", "codex"):
-        from .cli_agents import require_executable
-
-        require_executable(name, options.get("command"))
-    else:
-        raise ProviderError(f"unknown provider {name!r}; known: {', '.join(PROVIDERS)}")
-
-
 # -- the API providers' shared loop: one model call per candidate, every bound checked -----------------------
 
 
@@ -325,8 +261,6 @@ def api_generate(provider: str, model: str, request: GenerationRequest, price: O
     """Ask ``call(prompt, max_tokens, timeout_s) -> CallResult`` once per candidate, inside the request's
     budget. Over a bound the provider stops, the reply that broke it is discarded, and ``stopped`` says why."""
     import time
-
-    from ..request import render_prompt
 
     prompt = render_prompt(request)
     b = request.budget

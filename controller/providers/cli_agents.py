@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ..request import GenerationRequest, GenerationResponse, Rejection, render_prompt
+from harness.generation_request import GenerationRequest, GenerationResponse, Rejection, render_prompt
+
 from .base import (ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,
                    proposal_from_files)
 

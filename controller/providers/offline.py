@@ -16,9 +16,9 @@ import json
 import time
 from typing import Any, Optional
 
+from harness.generation_request import GenerationRequest, GenerationResponse, Proposal
 from harness.schema import Solution, dump_json
 
-from ..request import GenerationRequest, GenerationResponse, Proposal
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
 
 DEFAULT_SKILL = "gqa-decode"

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from ..request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
+from harness.generation_request import REPLY_SCHEMA, SYSTEM_PROMPT, GenerationRequest, GenerationResponse
+
 from .base import CallResult, SdkProvider, api_generate, price_of
 
 DEFAULT_MODEL = "gpt-5"

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any, Optional
 
-from ..request import GenerationRequest, GenerationResponse, Proposal, Rejection
+from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 
 
 class ReplayProvider:

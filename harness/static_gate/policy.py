@@ -11,6 +11,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from ..audit_thresholds import policy_thresholds
+
 Severity = Literal["error", "warning"]
 
 DEFAULT_POLICY_PATH = Path(__file__).resolve().parents[2] / "definitions" / "audit_policy.yaml"
@@ -171,10 +173,8 @@ def _apply_layer(rules: dict[str, dict[str, Any]], allow: dict[str, list[str]], 
     if unknown_keys:
         raise PolicyError(f"{where}: unknown keys {sorted(unknown_keys)} "
                           "(expected 'rules', 'allow', 'instruction_claims' and/or 'thresholds')")
-    # thresholds belong to the runtime audits (harness/audits.py: policy_thresholds); checked here too, so a
-    # typo fails when the policy loads.
-    from ..audits import policy_thresholds
-
+    # thresholds belong to the runtime audits (harness/audit_thresholds.py: policy_thresholds); checked here too,
+    # so a typo fails when the policy loads.
     try:
         policy_thresholds({"default": {"thresholds": layer.get("thresholds") or {}}}, None, None)
     except ValueError as err:

@@ -1,8 +1,10 @@
 """What the controller asks a generator for, and what comes back: plain, serialisable data.
 
-A ``GenerationRequest`` is archived before it is sent (DESIGN.md section 7); a ``GenerationResponse``
-is archived when it arrives, with its raw text, tokens, cost and, when a bound stopped the provider,
-why. Nothing here does I/O; ``render_prompt`` turns a request into the Markdown every provider sends.
+In the harness because both sides read it: the controller builds, sends and archives requests, and the
+harness's report renders an archived request as the prompt the provider was sent. A ``GenerationRequest``
+is archived before it is sent (DESIGN.md section 7); a ``GenerationResponse`` is archived when it arrives,
+with its raw text, tokens, cost and, when a bound stopped the provider, why. Nothing here does I/O;
+``render_prompt`` turns a request into the Markdown every provider sends.
 """
 
 from __future__ import annotations

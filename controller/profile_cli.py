@@ -1,12 +1,8 @@
 """`harness profile`: profile a candidate's kernels with ncu and print the evidence a model would read.
 
-The lead wires it into the `harness` group (harness/cli.py):
-
-    from .profile_cli import profile
-    main.add_command(profile)
-
-and appends ``harness.profile.m004_profiles`` to ``harness.archive.MIGRATIONS`` (until then
-``record_profile`` creates the table itself and records the migration as applied).
+A controller command, since the evidence is the controller's (controller/evidence.py); the controller adds it
+to the `harness` group through the "harness.commands" entry point (pyproject.toml), so the harness itself
+never imports the controller. `controller profile` is the same command.
 
     harness profile SUBMISSION_ID            # its solution; measured results give regimes and gaps
     harness profile SOLUTION.json            # the latest archived submission of that solution, if any
@@ -59,13 +55,13 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     around the one profiled call). The raw report goes into the archive as a blob, the digest as a row
     of the `profiles` table; the evidence (regimes, kernel digests, largest gaps) is printed.
     """
-    from controller.evidence import build_evidence, representatives, requested_metrics
-    from controller.profile_evidence import archive_profiles, measured_stats
+    from harness.archive import ArchiveError
+    from harness.cli_common import err, fail, open_archive, open_dataset, out
+    from harness.profile import NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, select_backend
+    from harness.schema import SchemaError, Solution, dump_json, load_model
 
-    from .archive import ArchiveError
-    from .cli import err, fail, open_archive, open_dataset, out
-    from .profile import NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, select_backend
-    from .schema import SchemaError, Solution, dump_json, load_model
+    from .evidence import build_evidence, representatives, requested_metrics
+    from .profile_evidence import archive_profiles, measured_stats
 
     path = Path(target)
     if not path.exists() and not target.isdigit():

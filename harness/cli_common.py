@@ -1,0 +1,67 @@
+"""What every `harness` command shares: the consoles, fatal errors, opening the archive and the dataset, and
+number and status formatting. Below harness/cli.py and the command modules it registers (profile_cli,
+report_cli), which all import from here.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+from rich.console import Console
+
+from .archive import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
+from .dataset import Dataset
+from .schema import SchemaError
+
+ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
+# Tables stay readable when piped (rich would otherwise assume 80 columns).
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def open_archive(path: Optional[str], reading: bool = False) -> Archive:
+    """The archive of --archive, else $CRUCIBLE_ARCHIVE, else ./artifacts. Writers may start one in an existing
+    folder (./artifacts is made when missing); readers need one that exists, and never create one."""
+    folder, source = archive_location(path)
+    where = f" (from {ARCHIVE_ENV})" if source == "env" else ""
+    try:
+        if reading:
+            return Archive.open_existing(folder)
+        return Archive(folder, create=source == "default")
+    except ArchiveMissing as e:
+        fail(f"{e}{f' (set --archive or {ARCHIVE_ENV})' if source == 'default' else where}")
+    except ArchiveError as e:
+        fail(f"{e}{where}")
+    except Exception as e:  # a file that is not a SQLite database, a locked folder...
+        fail(f"cannot open archive {folder}{where}: {e}")
+    raise AssertionError
+
+
+def open_dataset(path: Optional[str]) -> Dataset:
+    try:
+        ds = Dataset(path)
+        ds.definitions  # parse now: a malformed dataset is reported before any work
+        ds.workloads
+        return ds
+    except SchemaError as e:
+        fail(str(e))
+    raise AssertionError
+
+
+def fmt(x: Optional[float], digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.3e}"
+
+
+STATUS_STYLE = {"PASSED": "green", "SKIPPED": "dim", "RUNNING": "yellow"}
+
+
+def styled(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]"
