@@ -45,7 +45,8 @@ class MemorySampler:
         while not self._stop.is_set():
             try:
                 out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                                      "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5).stdout
+                                      "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout
                 used = [int(line.split(",")[1]) for line in out.splitlines() if "," in line]
             except (OSError, subprocess.SubprocessError, ValueError):
                 used = []
@@ -108,7 +109,8 @@ def main() -> None:
     for name in [d for d in args.definitions.split(",") if d]:
         solution = Path(args.solution_dir) / f"{name}.json"
         for i in range(1 + args.warm):
-            run = {"definition": name, "kind": "cold" if i == 0 else "warm", **submit(solution, archive, args.submit_args)}
+            run = {"definition": name, "kind": "cold" if i == 0 else "warm",
+                   **submit(solution, archive, args.submit_args)}
             report["runs"].append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "workloads"}), flush=True)
     out = Path(args.out)

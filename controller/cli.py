@@ -202,7 +202,8 @@ def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
 @click.option("--target", "target_hardware", default="H200", show_default=True)
 @click.option("--resume", "resume", metavar="RUN_ID", multiple=True,
               help="Continue a run from the archive (its stored settings); repeatable, side by side on several GPUs. "
-                   "'unfinished': every run cut short (INTERRUPTED or still RUNNING), e.g. all four of a killed gqa_decode loop.")
+                   "'unfinished': every run cut short (INTERRUPTED or still RUNNING), "
+                   "e.g. all four of a killed gqa_decode loop.")
 @click.option("--replay-run", metavar="RUN_ID", help="replay: the run whose responses to replay (default: latest).")
 @click.option("--budget-tokens", type=click.IntRange(1), help="Stop after this many tokens (input + output).")
 @click.option("--budget-cost", type=click.FloatRange(0), help="Stop after this many US dollars.")

@@ -716,7 +716,8 @@ class Evidence:
         times = lambda x: "n/a" if x is None else f"{x:.3g}x"  # noqa: E731
         out = [f"# Evidence: {self.solution} on {self.definition}" + (f" ({self.hardware})" if self.hardware else "")]
         out.append("Time = kernel latency per call; floor = roofline floor; share = weighted share of total time.")
-        out += ["", "## Regimes", "| regime | workloads | share of time | mean % of floor | mean speedup vs FlashInfer |",
+        out += ["", "## Regimes",
+                "| regime | workloads | share of time | mean % of floor | mean speedup vs FlashInfer |",
                 "|---|---|---|---|---|"]
         for r in self.regimes:
             shown = r.workloads[:labels]

@@ -337,7 +337,8 @@ class Loop:
             solution = self.store.solution(c)
             self.emit("evaluate", {"round": round_number, "name": c["solution_name"]})
             submission_id = self.evaluator.evaluate(
-                solution, on_start=lambda sid, cid=c["id"]: self.store.set_candidate(cid, EVALUATING, submission_id=sid))
+                solution,
+                on_start=lambda sid, cid=c["id"]: self.store.set_candidate(cid, EVALUATING, submission_id=sid))
             status = self.store.submission_status(submission_id) or "UNKNOWN"
             self.store.set_candidate(c["id"], status, submission_id=submission_id)
             if abandoned is not None and abandoned != submission_id:
@@ -479,7 +480,8 @@ class Loop:
         if kind == "baseline":
             decision = "starting incumbent"
         elif promoted:
-            decision = "promoted " + ", ".join(self.store.candidate(d["candidate_id"])["solution_name"] for d in promoted)
+            decision = "promoted " + ", ".join(self.store.candidate(d["candidate_id"])["solution_name"]
+                                               for d in promoted)
         elif decisions:
             decision = Counter(d["reasons"][0] if d["reasons"] else d["rule"] for d in decisions).most_common(1)[0][0]
         else:
@@ -569,7 +571,8 @@ class Loop:
             "status": row.get("status"), "stop_reason": row.get("stop_reason"),
             "timing": self.timing_note(cands),
             "rounds": rounds,
-            "incumbent": {"candidate_id": inc["id"], "name": inc["solution_name"], "solution_hash": inc["solution_hash"],
+            "incumbent": {"candidate_id": inc["id"], "name": inc["solution_name"],
+                          "solution_hash": inc["solution_hash"],
                           "status": inc["status"], "origin": inc["origin"], "promoted": bool(promoted),
                           "mean_latency_ms": mean_latency(inc_records),
                           "exported": promoted[-1]["exported"] if promoted else None},

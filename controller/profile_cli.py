@@ -36,7 +36,8 @@ def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
 @click.option("--workload", "-w", "workloads", multiple=True,
               help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated). "
                    "Default: one representative per regime.")
-@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
+@click.option("--archive", "archive_path", type=click.Path(),
+              help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles and the evidence as JSON.")
 @click.option("--backend", type=click.Choice(["auto", "ncu", "nsight"]), default="auto", show_default=True,

@@ -578,7 +578,8 @@ def render_template(template_text: str, params: dict) -> str:
     if missing:
         problems.append(f"no value for placeholder(s) {', '.join(missing)}")
     if unknown:
-        problems.append(f"unknown placeholder(s) {', '.join(unknown)} (the template has: {', '.join(wanted) or 'none'})")
+        problems.append(f"unknown placeholder(s) {', '.join(unknown)} "
+                        f"(the template has: {', '.join(wanted) or 'none'})")
     for name, value in params.items():
         if name in wanted and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
             problems.append(f"{name}: value {value!r} must be an int, float or str")
@@ -645,7 +646,8 @@ def kernel_templates(skill: Skill) -> dict[str, KernelTemplate]:
             if template.name in templates:
                 raise SkillError(f"{skill.path}: template {template.name!r} is listed twice")
             if _resolve_inside(skill.folder, template.path) is None:
-                raise SkillError(f"{skill.path}: template {template.name!r} path {template.path!r} leaves the skill folder")
+                raise SkillError(f"{skill.path}: template {template.name!r} path {template.path!r} "
+                                 "leaves the skill folder")
             templates[template.name] = template
     return templates
 

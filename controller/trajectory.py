@@ -69,7 +69,8 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
     timing = report.get("timing") or ("official timer" if timed else "no latencies: timing unavailable where this ran")
     head = ["round", "incumbent", "mean ms", "vs FlashInfer", "% of floor",
             *[f"{n} ms (% floor)" for n in names], "candidates", "decision"]
-    lines = [f"# Trajectory: {report.get('definition', '?')} ({report.get('provider', '?')}, run {report.get('run_id', '?')})",
+    lines = [f"# Trajectory: {report.get('definition', '?')} "
+             f"({report.get('provider', '?')}, run {report.get('run_id', '?')})",
              "", f"Timing: {timing}. Stop: {report.get('stop_reason') or '-'}.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rounds:

@@ -235,7 +235,9 @@ class Archive:
             f"{where} and toolchain = ? and definition = ? and workload_uuid = ? and solution_hash = ? "
             "and status = 'PASSED'", [*args, toolchain, definition, workload_uuid, solution_hash],
             order_by="id desc", limit=1))
-        return {k: rows[0].get(k) for k in ("status", "official_ms", "kernel_ms", "message", "log_blob")} if rows else None
+        if not rows:
+            return None
+        return {k: rows[0].get(k) for k in ("status", "official_ms", "kernel_ms", "message", "log_blob")}
 
     def cached_reference_latency(self, key: str) -> Optional[float]:
         rows = list(self.db["reference_latency"].rows_where("key = ?", [key]))
@@ -316,7 +318,8 @@ class Archive:
         rows = list(self.db["submissions"].rows_where(where, args, order_by="id desc", limit=limit))
         for r in rows:
             counts = self.db.execute(
-                "select status, count(*) from evaluations where submission_id = ? group by status", [r["id"]]).fetchall()
+                "select status, count(*) from evaluations where submission_id = ? group by status",
+                [r["id"]]).fetchall()
             r["counts"] = dict(counts)
         return rows
 
@@ -325,7 +328,8 @@ class Archive:
             row = self.db["submissions"].get(submission_id)
         except sqlite_utils.db.NotFoundError:
             raise ArchiveError(f"no submission {submission_id} in {self.folder}") from None
-        row["evaluations"] = list(self.db["evaluations"].rows_where("submission_id = ?", [submission_id], order_by="id"))
+        row["evaluations"] = list(self.db["evaluations"].rows_where("submission_id = ?", [submission_id],
+                                                                    order_by="id"))
         for e in row["evaluations"]:
             e["extra"] = json.loads(e["extra"]) if e.get("extra") else {}
         env = self.db["environments"].get(row["environment_id"]) if row.get("environment_id") else None

@@ -104,7 +104,8 @@ def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> dict
     return audit("fresh_input_recheck", True, f"{len(step_checks)} calls in secret order, all correct")
 
 
-def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float], cfg: AuditConfig) -> Optional[dict[str, Any]]:
+def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
+                   cfg: AuditConfig) -> Optional[dict[str, Any]]:
     """Do repeated calls on the same inputs (what the official timer makes) look like replay?
 
     Like is compared with like: each fresh-input call and its immediate repeat on the same buffers are timed
@@ -203,8 +204,8 @@ def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: Audit
 
 def is_fallback(audits: list[dict[str, Any]]) -> bool:
     """Did attribution find the work done outside the candidate's own kernels?"""
-    return any(a.get("name") == "attribution" and not a.get("passed") and str(a.get("detail", "")).startswith("fallback")
-               for a in audits)
+    return any(a.get("name") == "attribution" and not a.get("passed")
+               and str(a.get("detail", "")).startswith("fallback") for a in audits)
 
 
 # -- promotion gate ----------------------------------------------------------------------------------------
@@ -229,7 +230,8 @@ def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: li
 
 
 def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[dict[str, Any]],
-                       audit_level: str = "fast", submission_audits: Optional[list[dict[str, Any]]] = None) -> list[str]:
+                       audit_level: str = "fast",
+                       submission_audits: Optional[list[dict[str, Any]]] = None) -> list[str]:
     """Why an evaluated submission cannot be promoted (empty: it can).
 
     ``submission_audits``: audits of the submission as a whole (the instruction proof), not of one workload."""

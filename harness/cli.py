@@ -30,7 +30,8 @@ def main() -> None:
 
 @main.command()
 @click.argument("solutions", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--workloads", "-w", multiple=True, help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated).")
+@click.option("--workloads", "-w", multiple=True,
+              help="Workload uuid, uuid prefix, label or index (repeatable, or comma-separated).")
 @click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per solution.")
@@ -49,7 +50,8 @@ def main() -> None:
 @click.option("--no-sandbox", is_flag=True, help="Run workers without namespaces (results say 'sandbox: reduced').")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
-           time_reference: bool, audit_level: str, no_net_isolation: bool, require_sandbox: bool, no_sandbox: bool) -> None:
+           time_reference: bool, audit_level: str, no_net_isolation: bool, require_sandbox: bool,
+           no_sandbox: bool) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
@@ -165,7 +167,8 @@ def print_result(result: Any) -> None:
                  "vs_flashinfer_kernel": "vs FlashInfer (kernel, plan in setup)"}
         partial = result.scores_partial or {}
         out.print("score (mean speedup, 0 if any workload failed): "
-                  + "; ".join(f"{names[k]} {times(v)}" + (f" (partial: {len(partial[k])} missing)" if k in partial else "")
+                  + "; ".join(f"{names[k]} {times(v)}"
+                              + (f" (partial: {len(partial[k])} missing)" if k in partial else "")
                               for k, v in result.scores.items()), highlight=False)
     if result.timing_unavailable_reason:
         out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
@@ -284,7 +287,8 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
                       ("[red]" + ", ".join(failed) + "[/]") if failed else ("clean" if audits else "-"),
                       escape(note.split("\n")[0]))
     out.print(table)
-    processes = [(e["workload_label"], e["extra"].get("memory")) for e in row["evaluations"] if e["extra"].get("memory")]
+    processes = [(e["workload_label"], e["extra"].get("memory")) for e in row["evaluations"]
+                 if e["extra"].get("memory")]
     if processes:
         from .memory import describe
 
@@ -347,7 +351,8 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
 
     root = Path(folder)
     sources = [{"path": str(p.relative_to(root)), "content": p.read_text()}
-               for p in sorted(root.rglob("*")) if p.is_file() and p.suffix in {".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp"}
+               for p in sorted(root.rglob("*"))
+               if p.is_file() and p.suffix in {".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp"}
                and "__pycache__" not in p.parts]
     data = {"name": name, "definition": definition, "author": author,
             "spec": {"language": language, "target_hardware": list(targets), "entry_point": entry_point,

@@ -47,7 +47,8 @@ class CheckResult:
 
 def check_output(name: str, got: torch.Tensor, want: torch.Tensor, tol: Tolerance) -> CheckResult:
     if not isinstance(got, torch.Tensor):
-        return CheckResult(EvaluationStatus.RUNTIME_ERROR, message=f"output {name!r} is a {type(got).__name__}, not a tensor")
+        return CheckResult(EvaluationStatus.RUNTIME_ERROR,
+                           message=f"output {name!r} is a {type(got).__name__}, not a tensor")
     if tuple(got.shape) != tuple(want.shape):
         return CheckResult(EvaluationStatus.INCORRECT_SHAPE,
                            message=f"output {name!r} has shape {tuple(got.shape)}, expected {tuple(want.shape)}")

@@ -178,7 +178,8 @@ class Session(SessionAudits):
             # The reference is trusted code and needs no Triton interpreter: the same options on any host.
             self._reference = WorkerProcess(self._worker_options("reference", cpu_only=False))
             if self.options.require_sandbox and not self._reference_sandbox_full():
-                raise SandboxUnavailable(f"--require-sandbox: this host gives only sandbox: {self._reference.sandbox_level}")
+                raise SandboxUnavailable("--require-sandbox: this host gives only sandbox: "
+                                         f"{self._reference.sandbox_level}")
             self._reference.launch()
             if self._spare is None:  # the first candidate's process starts (imports torch, Triton) meanwhile
                 self._spare = WorkerProcess(self._worker_options("candidate", cpu_only=not _gpu_visible()))
@@ -224,7 +225,8 @@ class Session(SessionAudits):
             cache[key] = (header, tensors)
         return cache[key]
 
-    def reference_outputs(self, definition: Definition, workload: Workload, seed: int) -> tuple[str, dict[str, torch.Tensor]]:
+    def reference_outputs(self, definition: Definition, workload: Workload,
+                          seed: int) -> tuple[str, dict[str, torch.Tensor]]:
         header, tensors = self._trusted_outputs("reference", "reference", self._ref_outputs, definition, workload, seed)
         return header["input_fingerprint"], tensors
 
@@ -249,7 +251,8 @@ class Session(SessionAudits):
                     cached = self._time_reference(definition, workload, seeds, preset)
                     if cached is not None:
                         if carried is not None:  # this measurement is the spot check of carried figures
-                            self._carried_trust[("reference", definition.name)] = scores.spot_check_holds(carried, cached)
+                            holds = scores.spot_check_holds(carried, cached)
+                            self._carried_trust[("reference", definition.name)] = holds
                         self.archive.cache_reference_latency(key, cached)
                         self.archive.cache_reference_latency(model_key, cached)
             self._ref_latency[key] = cached
@@ -324,7 +327,8 @@ class Session(SessionAudits):
             return {"runs": runs, "official_ms": None, "kernel_ms": None, "failures": failures}
         best_official = min(passed, key=lambda r: r["official_ms"])
         best_kernel = min(passed, key=lambda r: r["kernel_ms"] or r["official_ms"])
-        return {"runs": runs, "official_ms": best_official["official_ms"], "official_solution": best_official["solution"],
+        return {"runs": runs, "official_ms": best_official["official_ms"],
+                "official_solution": best_official["solution"],
                 "kernel_ms": best_kernel["kernel_ms"] or best_kernel["official_ms"],
                 "kernel_solution": best_kernel["solution"], "failures": failures}
 
@@ -350,7 +354,8 @@ class Session(SessionAudits):
                 worker.stop()  # a fresh process for the next workload
                 self._baseline_workers.pop(sol.content_hash, None)
         log = run.pop("log", "")
-        run["log_blob"] = self.archive.put_blob(log, "log") if log and run["status"] != EvaluationStatus.PASSED.value else None
+        failed = log and run["status"] != EvaluationStatus.PASSED.value
+        run["log_blob"] = self.archive.put_blob(log, "log") if failed else None
         self.archive.add_baseline_run({"gpu_key": self.gpu_key, "gpu_model": self.gpu_model,
                                        "toolchain": self.toolchain_key, "definition": definition.name,
                                        "workload_uuid": workload.uuid, "solution_hash": sol.content_hash,
@@ -467,7 +472,8 @@ class Session(SessionAudits):
         if isinstance(err, Exception):
             status, message = HARNESS_ERROR, f"the harness failed: {type(err).__name__}: {err}"[:2000]
         else:
-            status, message = INTERRUPTED, f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
+            status = INTERRUPTED
+            message = f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
         try:
             self.archive.finish_submission(self._open_submission, status, message)
         except Exception:  # the archive itself may be what failed; the original error matters more
@@ -590,7 +596,8 @@ class Session(SessionAudits):
         if over:
             result.notices.append(f"GPU memory over budget on {', '.join(over)} (harness show: memory)")
         result.promotion_blockers = promotion_blockers(
-            [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads], result.static_findings,
+            [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads],
+            result.static_findings,
             self.audit_config.level, result.audits)
         skipped = [w for w in result.workloads if not w.evaluated]
         if skipped:
@@ -677,7 +684,8 @@ class Session(SessionAudits):
                     break
                 if header.get("input_fingerprint") != ref_fp:
                     wr.status = EvaluationStatus.RUNTIME_ERROR.value
-                    wr.message = "harness fault: candidate and reference inputs differ (input generation not deterministic)"
+                    wr.message = ("harness fault: candidate and reference inputs differ "
+                                  "(input generation not deterministic)")
                     break
                 if header.get("mutated_inputs"):
                     audits.append({"name": "input_mutation", "passed": False,
@@ -790,7 +798,8 @@ class Session(SessionAudits):
                                       speedup_factor=wr.speedup_factor or 0.0)
         env = self.environment
         libs = {k: str(env[k]) for k in ("torch", "triton", "cuda") if env.get(k)}
-        evaluation = Evaluation(status=status, environment=Environment(hardware=str(env.get("hardware", "")), libs=libs),
+        environment = Environment(hardware=str(env.get("hardware", "")), libs=libs)
+        evaluation = Evaluation(status=status, environment=environment,
                                 timestamp=dt.datetime.now(dt.timezone.utc).isoformat(), log=wr.log,
                                 correctness=correctness, performance=performance)
         return dump_json(Trace(definition=definition.name, workload=workload, solution=solution.name,

@@ -50,7 +50,8 @@ def _materialised_workload(definition: Definition, workload: Workload, dataset: 
     if not needs_blob and not blob_inputs:
         return workload
     values = generate_inputs(definition, workload, EXPORT_SEED, "cpu", dataset.root)
-    rel = Path("blob") / "workloads" / definition.op_type / definition.name / f"{definition.name}_{workload.uuid}.safetensors"
+    rel = (Path("blob") / "workloads" / definition.op_type / definition.name
+           / f"{definition.name}_{workload.uuid}.safetensors")
     (out / rel).parent.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 
@@ -61,7 +62,8 @@ def _materialised_workload(definition: Definition, workload: Workload, dataset: 
     return workload.model_copy(update={"inputs": inputs})
 
 
-def export_trace_set(archive: Archive, dataset: Dataset, out: Path, definitions: Optional[list[str]] = None) -> ExportReport:
+def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
+                     definitions: Optional[list[str]] = None) -> ExportReport:
     report = ExportReport()
     out.mkdir(parents=True, exist_ok=True)
     names = definitions or sorted(dataset.definitions)
@@ -80,8 +82,8 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path, definitions:
                 report.workloads += 1
 
     placeholders = ",".join("?" * len(names))
-    for sol in archive.db.execute(f"select hash, name, definition, author from solutions where definition in ({placeholders})",
-                                  names).fetchall():
+    for sol in archive.db.execute("select hash, name, definition, author from solutions "
+                                  f"where definition in ({placeholders})", names).fetchall():
         content_hash, sol_name, def_name, author = sol
         d = dataset.definitions[def_name]
         path = out / "solutions" / _safe(author) / d.op_type / d.name / f"{_safe(sol_name)}.json"
@@ -92,7 +94,8 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path, definitions:
     skipped_untimed = 0
     traces: dict[Path, list[str]] = {}
     rows = archive.db.execute(
-        f"select e.trace, s.author, e.definition, e.status from evaluations e join submissions s on s.id = e.submission_id "
+        "select e.trace, s.author, e.definition, e.status "
+        "from evaluations e join submissions s on s.id = e.submission_id "
         f"where e.definition in ({placeholders}) order by e.id", names).fetchall()
     for trace_json, author, def_name, status in rows:
         if not trace_json:
@@ -100,7 +103,8 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path, definitions:
             continue
         d = dataset.definitions[def_name]
         trace = json.loads(trace_json)
-        trace["workload"] = dump_json(_materialised_workload(d, Workload.model_validate(trace["workload"]), dataset, out))
+        workload = Workload.model_validate(trace["workload"])
+        trace["workload"] = dump_json(_materialised_workload(d, workload, dataset, out))
         path = out / "traces" / _safe(author) / d.op_type / f"{d.name}.jsonl"
         traces.setdefault(path, []).append(json.dumps(trace))
     for path, lines in traces.items():
@@ -135,7 +139,8 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
                 continue
             sol = solutions.get(trace.solution)
             if sol is None:
-                raise SchemaError(f"{path}: trace names solution {trace.solution!r}, which is not in {root / 'solutions'}")
+                raise SchemaError(f"{path}: trace names solution {trace.solution!r}, "
+                                  f"which is not in {root / 'solutions'}")
             key = (sol.content_hash, trace.definition)
             if key not in submissions:
                 submissions[key] = archive.start_submission(sol.content_hash, sol.name, trace.definition, sol.author,
@@ -148,14 +153,17 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
                 "status": ev.status.value, "max_absolute_error": c.max_absolute_error if c else None,
                 "max_relative_error": c.max_relative_error if c else None,
                 "matched_ratio": (c.extra or {}).get("matched_ratio") if c else None,
-                "latency_ms": p.latency_ms if p else None, "reference_latency_ms": p.reference_latency_ms if p else None,
+                "latency_ms": p.latency_ms if p else None,
+                "reference_latency_ms": p.reference_latency_ms if p else None,
                 "speedup_factor": p.speedup_factor if p else None, "aligned": 1 if p else None,
-                "timing_note": "imported", "message": "", "log_blob": archive.put_blob(ev.log, "log") if ev.log else None,
+                "timing_note": "imported", "message": "",
+                "log_blob": archive.put_blob(ev.log, "log") if ev.log else None,
                 "trace": dump_json(trace), "extra": {"imported_from": str(path)}, "environment_id": env_id,
                 "started_at": None, "finished_at": ev.timestamp})
             report.traces += 1
     for sub_id in submissions.values():
-        statuses = {r[0] for r in archive.db.execute("select status from evaluations where submission_id = ?", [sub_id])}
+        statuses = {r[0] for r in archive.db.execute("select status from evaluations where submission_id = ?",
+                                                      [sub_id])}
         archive.finish_submission(sub_id, "PASSED" if statuses == {"PASSED"} else sorted(statuses - {"PASSED"})[0],
                                   "imported")
     return report

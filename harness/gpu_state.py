@@ -80,7 +80,8 @@ def _nvml_state(index: int) -> dict[str, Any]:
 
         power_mw = read("nvmlDeviceGetPowerUsage", handle)
         # The call was renamed in NVML 12.x ("throttle" -> "clocks event"); same bitmask.
-        reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
+        renamed = hasattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons")
+        reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons" if renamed
                       else "nvmlDeviceGetCurrentClocksThrottleReasons")
         mask = read(reasons_fn, handle)
         name, uuid, driver = (read("nvmlDeviceGetName", handle), read("nvmlDeviceGetUUID", handle),
@@ -140,7 +141,8 @@ def _nvidia_smi_state(index: int) -> dict[str, Any]:
         raise FileNotFoundError("nvidia-smi is not on PATH")
     errors = []
     for fields in (NVIDIA_SMI_FIELDS, NVIDIA_SMI_FIELDS_OLD):
-        proc = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", str(index)],
+        proc = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+                               "-i", str(index)],
                               capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
         if proc.returncode == 0 and proc.stdout.strip():
             return parse_nvidia_smi_csv(proc.stdout.strip().splitlines()[0], index)

@@ -33,7 +33,8 @@ def _generator(seed: int, name: str, device: torch.device) -> torch.Generator:
     return g
 
 
-def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator, device: torch.device) -> torch.Tensor:
+def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator,
+                  device: torch.device) -> torch.Tensor:
     if dtype in (torch.float32, torch.float16, torch.bfloat16):
         return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
     if dtype.is_floating_point:  # fp8 / fp4
@@ -111,12 +112,14 @@ def generate_inputs(definition: Definition, workload: Workload, seed: int, devic
     if special:
         unknown = sorted(set(special) - set(out))
         if unknown:
-            raise SchemaError(f"{definition.op_type} family: special inputs {unknown} are not inputs of {definition.name}")
+            raise SchemaError(f"{definition.op_type} family: special inputs {unknown} "
+                              f"are not inputs of {definition.name}")
         out.update(special)
     return out
 
 
-def allocate_outputs(definition: Definition, workload: Workload, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+def allocate_outputs(definition: Definition, workload: Workload,
+                     device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     device = torch.device(device)
     return {
         name: torch.empty(definition.shape_of(spec, workload.axes), dtype=torch_dtype(spec.dtype), device=device)

@@ -132,7 +132,8 @@ def audit_summary(static_findings: Iterable[dict[str, Any]], workloads: Iterable
                         tuple(failed), audited)
 
 
-def split_ranked(items: Iterable[T], promotable: Callable[[T], bool], key: Callable[[T], Any]) -> tuple[list[T], list[T]]:
+def split_ranked(items: Iterable[T], promotable: Callable[[T], bool],
+                 key: Callable[[T], Any]) -> tuple[list[T], list[T]]:
     """(promotable items sorted by ``key``, the others sorted by ``key``): the others never rank above."""
     items = list(items)
     return (sorted((i for i in items if promotable(i)), key=key),

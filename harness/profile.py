@@ -254,7 +254,8 @@ def parse_long_csv(text: str) -> list[KernelProfile]:
     """One row per (kernel, metric): ncu's details page (``--page details --csv``) and nsight-python's
     dataframes (columns Annotation, Metric, Value/AvgValue, Unit, Kernel, ...). Rows group into kernels by
     ID (ncu) or by kernel name (nsight-python)."""
-    rows = list(csv.reader(io.StringIO("\n".join(line for line in text.splitlines() if line and not line.startswith("=")))))
+    kept = "\n".join(line for line in text.splitlines() if line and not line.startswith("="))
+    rows = list(csv.reader(io.StringIO(kept)))
     if not rows:
         return []
     header = rows[0]
@@ -262,7 +263,8 @@ def parse_long_csv(text: str) -> list[KernelProfile]:
     def col(key: str) -> Optional[int]:
         return next((header.index(a) for a in _LONG_ALIASES[key] if a in header), None)
 
-    i_metric, i_value, i_unit, i_kernel, i_id, i_cc = (col(k) for k in ("metric", "value", "unit", "kernel", "id", "cc"))
+    i_metric, i_value, i_unit, i_kernel, i_id, i_cc = (col(k) for k in
+                                                       ("metric", "value", "unit", "kernel", "id", "cc"))
     if i_metric is None or i_value is None or i_kernel is None:
         raise ValueError("not a long-format profile CSV: needs metric, value and kernel columns")
     kernels: dict[str, KernelProfile] = {}
@@ -484,7 +486,9 @@ def detect_arch(timeout_s: float = 30) -> tuple[Optional[str], str]:
     lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
     index = int(visible) if visible.isdigit() and int(visible) < len(lines) else 0
     arch = arch_from_cc(lines[index]) if lines else None
-    return (arch, f"compute capability {lines[index]}") if arch else (None, f"nvidia-smi said {proc.stdout.strip()[:80]!r}")
+    if arch:
+        return arch, f"compute capability {lines[index]}"
+    return None, f"nvidia-smi said {proc.stdout.strip()[:80]!r}"
 
 
 def _tool_environment(extra: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> dict[str, str]:
@@ -497,7 +501,8 @@ def _tool_environment(extra: Optional[dict[str, str]] = None, home: Optional[Pat
 # Running things
 
 
-def target_command(request: ProfileRequest, backend: str, status_file: Path, nsight_dir: Optional[Path] = None) -> list[str]:
+def target_command(request: ProfileRequest, backend: str, status_file: Path,
+                   nsight_dir: Optional[Path] = None) -> list[str]:
     """The command line of the process that runs the candidate once (what ncu launches, or nsight runs)."""
     cmd = [request.python, "-m", "harness.profile_target", "--solution", str(request.solution_path),
            "--workload", request.workload_uuid, "--seed", str(request.seed), "--dataset", str(request.dataset_root),

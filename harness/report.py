@@ -638,7 +638,8 @@ def build_roofline(best: Candidate, costs: dict[str, tuple[float, float]],
 # -- controller rounds --------------------------------------------------------------------------------------
 
 
-def _rounds_from(items: Iterable[dict[str, Any]], default_definition: Optional[str]) -> dict[str, dict[str, list[Round]]]:
+def _rounds_from(items: Iterable[dict[str, Any]],
+                 default_definition: Optional[str]) -> dict[str, dict[str, list[Round]]]:
     """definition -> run -> rounds (sorted), with cumulative spend filled in."""
     out: dict[str, dict[str, list[Round]]] = {}
     for item in items:
@@ -1356,7 +1357,8 @@ def latency_chart(c: Candidate, key: str = "latency") -> Optional[Chart]:
     if any(w.floor_ms for w in rows):
         series.append(Series("roofline floor", cats, [w.floor_ms for w in rows], color=PALETTE["floor"]))
     return Chart(key, f"Latency per workload: {c.solution_name} against FlashInfer and the floor", "workload",
-                 "latency (ms, log scale)", series, categories=cats, logy=True, width=_bar_width(len(cats), len(series)))
+                 "latency (ms, log scale)", series, categories=cats, logy=True,
+                 width=_bar_width(len(cats), len(series)))
 
 
 def roofline_charts(r: Roofline, solution: str) -> list[Chart]:
@@ -1595,7 +1597,8 @@ def _td(content: str, num: bool = False) -> str:
     return f'<td class="num">{content}</td>' if num else f"<td>{content}</td>"
 
 
-def _audit_cell(summary: lb.AuditSummary, static_findings: Sequence[dict[str, Any]] = (), one_line: bool = False) -> str:
+def _audit_cell(summary: lb.AuditSummary, static_findings: Sequence[dict[str, Any]] = (),
+                one_line: bool = False) -> str:
     """Static-gate errors and failed runtime audits, counted ("clean" only with neither); each one in the tooltip."""
     if summary.static_errors or summary.failed:
         lines = [f"static gate error {f.get('rule', '?')} at {f.get('path', '?')}:{f.get('line', '?')}: "

@@ -20,7 +20,8 @@ import click
 
 
 @click.command()
-@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
+@click.option("--archive", "archive_path", type=click.Path(),
+              help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
 @click.option("--definition", help="Only this definition.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="report", show_default=True,
               help="Folder to write index.html and its linked files into.")
@@ -69,7 +70,8 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
 
 
 @click.command()
-@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
+@click.option("--archive", "archive_path", type=click.Path(),
+              help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8001, show_default=True, type=int)
 @click.option("--no-open", is_flag=True, help="Do not open a browser.")
@@ -146,7 +148,8 @@ def _fmt(x: Optional[float]) -> str:
 @click.command()
 @click.argument("a")
 @click.argument("b")
-@click.option("--archive", "archive_path", type=click.Path(), help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
+@click.option("--archive", "archive_path", type=click.Path(),
+              help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
 @click.option("--definition", help="Pick the solutions' submissions for this definition.")
 @click.option("--context", "-U", default=3, show_default=True, help="Lines of context in the source diff.")
 @click.option("--json", "as_json", is_flag=True)

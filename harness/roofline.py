@@ -2,8 +2,8 @@
 
 A workload's cost is the bytes it must move to and from device memory and the floating-point work it
 must do; each operator family computes its own (``harness.families``: ``workload_cost``), this module
-holds the cost type and the generic count. Against a GPU's measured ceilings (memory bandwidth, bf16 tensor-core rate) that cost gives a
-floor: ``max(bytes / bandwidth, flops / rate)``. The floor serves two purposes:
+holds the cost type and the generic count. Against a GPU's measured ceilings (memory bandwidth, bf16
+tensor-core rate) that cost gives a floor: ``max(bytes / bandwidth, flops / rate)``. The floor serves two purposes:
 
 - evidence: ``fraction_of_floor = floor / latency`` says how much of the hardware a candidate used
   (1.0 is the roofline; the controller stops near it);
@@ -67,7 +67,8 @@ def generic_cost(definition: Definition, workload: Workload) -> WorkloadCost:
     names = [*definition.inputs, *definition.outputs]
     specs = {**definition.inputs, **definition.outputs}
     total = sum(tensor_bytes(definition, specs[n], workload.axes) for n in names)
-    return WorkloadCost(bytes_moved=total, flops=0, formula="generic: sum of input and output tensor bytes; flops not modelled")
+    return WorkloadCost(bytes_moved=total, flops=0,
+                        formula="generic: sum of input and output tensor bytes; flops not modelled")
 
 
 # ---------------------------------------------------------------------------------------------

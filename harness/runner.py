@@ -69,7 +69,8 @@ def network_isolation() -> tuple[tuple[str, ...], str]:
         return (), "unshare not found: worker has the host's network"
     for prefix in ((unshare, "--net", "--"), (unshare, "--user", "--map-root-user", "--net", "--")):
         try:
-            ok = subprocess.run([*prefix, sys.executable, "-c", "pass"], capture_output=True, timeout=20).returncode == 0
+            probe = subprocess.run([*prefix, sys.executable, "-c", "pass"], capture_output=True, timeout=20)
+            ok = probe.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             ok = False
         if ok:

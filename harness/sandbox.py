@@ -162,7 +162,8 @@ def init_script(plan: MountPlan) -> str:
 
     def bind(path: str, writable: bool = False, recursive: bool = True) -> list[str]:
         inside = q("." + path)
-        make = f"mkdir -p {inside}" if os.path.isdir(path) else f"mkdir -p {q('.' + os.path.dirname(path))} && touch {inside}"
+        make = (f"mkdir -p {inside}" if os.path.isdir(path)
+                else f"mkdir -p {q('.' + os.path.dirname(path))} && touch {inside}")
         flag = "--rbind" if recursive and os.path.isdir(path) else "--bind"
         out = [make, f"mount {flag} {q(path)} {inside}"]
         if not writable:
@@ -193,7 +194,8 @@ def init_script(plan: MountPlan) -> str:
         lines += [f"mkdir -p {q('.' + d)}", f"mount --rbind {q(d)} {q('.' + d)}"]
     lines += ["ln -s /proc/self/fd dev/fd", "ln -s /proc/self/fd/0 dev/stdin", "ln -s /proc/self/fd/1 dev/stdout",
               "ln -s /proc/self/fd/2 dev/stderr", "mkdir -p dev/shm",
-              f"mount -t tmpfs -o mode=1777,size={max(plan.tmp_bytes // 8, 64 * _MiB)},nosuid,nodev crucible-shm dev/shm",
+              f"mount -t tmpfs -o mode=1777,size={max(plan.tmp_bytes // 8, 64 * _MiB)},nosuid,nodev "
+              "crucible-shm dev/shm",
               "mkdir -p .old", "pivot_root . .old", "cd /", "umount -l /.old", "rmdir /.old",
               "mount -o remount,bind,ro /", f"cd {WORK_INSIDE}", '"$@" || exit $?']
     return "\n".join(lines) + "\n"

@@ -82,7 +82,8 @@ class KernelSass:
         return cls(str(data["name"]), str(data.get("arch", "")), {str(k): int(v) for k, v in data["opcodes"].items()})
 
 
-_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)(?=[\s;])")
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:@!?U?P[T0-9]+\s+)?"
+                          r"([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)(?=[\s;])")
 _CUOBJDUMP_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _NVDISASM_TEXT = re.compile(r"^\.text\.(\S+):\s*$")
 _SECTION = re.compile(r"^\s*\.section\s+(\S+?),")
@@ -178,8 +179,9 @@ def counter_metrics(claims: Iterable[str], arch: Optional[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def instruction_proof(claims: Sequence[str], bases: Optional[Mapping[str, int]], counters: Optional[Mapping[str, Optional[float]]],
-                      arch: Optional[str], *, sass_note: str = "", counter_note: str = "") -> dict[str, Any]:
+def instruction_proof(claims: Sequence[str], bases: Optional[Mapping[str, int]],
+                      counters: Optional[Mapping[str, Optional[float]]], arch: Optional[str], *,
+                      sass_note: str = "", counter_note: str = "") -> dict[str, Any]:
     """One audit ``{"name", "passed", "detail"}``.
 
     ``bases``: base-opcode histogram of the built code, None when there is no SASS (``sass_note`` says why:
@@ -313,7 +315,8 @@ def find_disassembler(env_path: Optional[str] = None) -> Optional[tuple[str, str
     return None
 
 
-def disassemble(paths: Sequence[Path], tool: tuple[str, str], timeout_s: float = 120) -> tuple[list[KernelSass], list[str]]:
+def disassemble(paths: Sequence[Path], tool: tuple[str, str],
+                timeout_s: float = 120) -> tuple[list[KernelSass], list[str]]:
     """Disassemble each file; (kernels, notes). A file without device code is a note, not an error."""
     name, exe = tool
     kernels: list[KernelSass] = []

@@ -185,8 +185,8 @@ class SessionAudits:
                 checks.append((step, False, "inputs differ from the reference's (the call changed them?)"))
                 continue
             got = {n: outputs[f"{i}/{n}"] for n in definition.outputs if f"{i}/{n}" in outputs}
-            result = family_for(definition.op_type).compare(definition, got, {n: ref_out[n] for n in definition.outputs},
-                                                            tol)
+            expected = {n: ref_out[n] for n in definition.outputs}
+            result = family_for(definition.op_type).compare(definition, got, expected, tol)
             checks.append((step, result.passed, result.message))
         wr.audits.append(recheck_verdict(checks))
         wr.audits.append(thread_verdict(header["threads_before"], header["threads_after"]))

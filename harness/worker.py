@@ -310,8 +310,8 @@ class Worker:
         wide = {k: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point()
                 and v.numel() * 8 <= _ORACLE_WIDEN_BYTES else v for k, v in inputs.items()}
         namespace: dict[str, Any] = {"__name__": f"oracle_{definition.name}",
-                                     "__builtins__": {**__builtins__.__dict__, "__import__": _float64_import}
-                                     if hasattr(__builtins__, "__dict__") else {**__builtins__, "__import__": _float64_import}}
+                                     "__builtins__": {**(__builtins__.__dict__ if hasattr(__builtins__, "__dict__")
+                                                         else __builtins__), "__import__": _float64_import}}
         exec(compile(definition.reference, f"<oracle {definition.name}>", "exec"), namespace)
         with torch.no_grad():
             outputs = _as_output_dict(definition, namespace["run"](*wide.values()))

@@ -19,8 +19,10 @@ BASELINE_OUT = ROOT / "definitions" / "solutions" / "baseline" / "gqa_paged"
 PS1 = ["gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps1"]
 PS64 = ["gqa_paged_decode_h32_kv8_d128_ps64", "gqa_paged_decode_h32_kv4_d128_ps64"]
 PLAN = (
-    [("triton_gqa_decode", f"solutions/{d}.json", d, "kernel.py::run", "triton_gqa_decode", "crucible-examples") for d in PS1]
-    + [("triton_gqa_decode", f"solutions/{d}.json", d, "kernel.py::run_paged", "triton_gqa_decode", "crucible-examples") for d in PS64]
+    [("triton_gqa_decode", f"solutions/{d}.json", d, "kernel.py::run", "triton_gqa_decode", "crucible-examples")
+     for d in PS1]
+    + [("triton_gqa_decode", f"solutions/{d}.json", d, "kernel.py::run_paged", "triton_gqa_decode",
+        "crucible-examples") for d in PS64]
     + [(bad, "solution.json", PS1[0], "kernel.py::run", f"example_{bad}", "crucible-examples")
        for bad in ("compile_error", "wrong_numerics", "hang", "illegal_address")]
 )
@@ -65,7 +67,8 @@ def pack_baseline(definition: str, variant: str) -> str:
                      "dependencies": ["flashinfer"], "destination_passing_style": True, "binding": None,
                      "setup": "flashinfer_gqa_decode.py::plan_" + ("paged_" if paged else "") + variant},
             "sources": [{"path": BASELINE_SRC.name, "content": BASELINE_SRC.read_text()}],
-            "description": f"FlashInfer BatchDecodeWithPagedKVCacheWrapper ({variant.replace('_', ' ')}), planned in setup."}
+            "description": f"FlashInfer BatchDecodeWithPagedKVCacheWrapper ({variant.replace('_', ' ')}), "
+                           "planned in setup."}
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -74,7 +77,8 @@ def all_outputs() -> list[tuple[Path, str]]:
            for folder, name, definition, entry, sol_name, author in PLAN]
     for definition in PS1 + PS64:
         for variant in ("tensor_cores", "cuda_cores"):
-            out.append((BASELINE_OUT / definition / f"flashinfer_decode_{variant}.json", pack_baseline(definition, variant)))
+            out.append((BASELINE_OUT / definition / f"flashinfer_decode_{variant}.json",
+                        pack_baseline(definition, variant)))
     return out
 
 

@@ -40,7 +40,8 @@ def make_tiny_dataset(root: Path) -> Path:
         wl = {"uuid": uuid, "axes": {"batch_size": batch, "num_pages": pages, "len_indptr": batch + 1,
                                      "num_kv_indices": n_idx},
               "inputs": {"sm_scale": {"type": "scalar", "value": 0.08838834764831845}}}
-        lines.setdefault(d, []).append(json.dumps({"definition": d, "solution": None, "workload": wl, "evaluation": None}))
+        lines.setdefault(d, []).append(json.dumps({"definition": d, "solution": None, "workload": wl,
+                                                   "evaluation": None}))
     for d, ls in lines.items():
         (wl_dir / f"{d}.jsonl").write_text("\n".join(ls) + "\n")
     (wl_dir / "labels.json").write_text(json.dumps(labels, indent=2))

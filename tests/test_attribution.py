@@ -18,7 +18,8 @@ ATEN_FILL = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorI
 ATEN_COPY = ("_ZN2at6native18elementwise_kernelILi128ELi4EZNS0_22gpu_kernel_impl_nocastIZZZNS0_23direct_copy_kernel"
              "_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE8_clEvEUlN3c108BFloat16EE_EEvS4_RKT_EUliE_EEviT1_")
 ATEN_SUB = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIiEESt5arrayIPcLm3EEEEviT0_T1_"
-ATEN_SOFTMAX = "_ZN43_GLOBAL__N__b6d5ab84_10_SoftMax_cu_9f978f6320softmax_warp_forwardIfffLi9ELb0ELb0EEEvPT0_PKT_iiiPKbib"
+ATEN_SOFTMAX = ("_ZN43_GLOBAL__N__b6d5ab84_10_SoftMax_cu_9f978f6320softmax_warp_forward"
+                "IfffLi9ELb0ELb0EEEvPT0_PKT_iiiPKbib")
 NVJET = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT"
 FLASHINFER = "_ZN10flashinfer33BatchDecodeWithPagedKVCacheKernelEv"
 

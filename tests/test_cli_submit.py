@@ -67,7 +67,8 @@ def test_submit_fails_with_exit_1_when_a_workload_fails(tmp_path, archive_dir, t
 
 def test_submit_skips_large_workloads_on_cpu_with_a_notice(tmp_path, archive_dir):
     sol = write(tmp_path, triton_example(KV8_PS1))
-    proc = harness("submit", str(sol), "--archive", str(archive_dir), "--workloads", "uniform_b1_kv512,uniform_b16_kv512")
+    proc = harness("submit", str(sol), "--archive", str(archive_dir),
+                   "--workloads", "uniform_b1_kv512,uniform_b16_kv512")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SKIPPED" in proc.stdout and "too slow for the Triton interpreter" in proc.stdout
     assert "timing unavailable" in proc.stdout
@@ -100,7 +101,8 @@ def test_bad_solution_files_give_one_clear_line_and_lose_nothing(tmp_path, archi
 
 def test_missing_symbol_and_wrong_signature_are_recorded_compile_errors(tmp_path, archive_dir, tiny_dataset_root):
     no_symbol = write(tmp_path, solution_dict("def other(*a):\n    pass\n"), "nosym.json")
-    proc = harness("submit", str(no_symbol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root), "--json")
+    proc = harness("submit", str(no_symbol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root),
+                   "--json")
     out = json.loads(proc.stdout)
     assert proc.returncode == 1 and out["status"] == "COMPILE_ERROR"
     assert "defines no top-level `run`" in out["workloads"][0]["message"]
@@ -234,7 +236,8 @@ def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive
 
 
 def test_show_prints_a_workloads_log(tmp_path, archive_dir, tiny_dataset_root):
-    noisy = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape", "    print('hello from the candidate')\n    batch, heads, dim = q.shape")
+    noisy = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape",
+                                    "    print('hello from the candidate')\n    batch, heads, dim = q.shape")
     sol = write(tmp_path, solution_dict(noisy))
     out = json.loads(harness("submit", str(sol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root),
                              "--json", "--workloads", "tiny_b2_t40").stdout)

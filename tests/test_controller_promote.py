@@ -45,7 +45,8 @@ CASES = [
     ("one workload failed", [rec("w1"), rec("w2", "INCORRECT_NUMERICAL")], paired(A, {"w1": 0.5, "w2": 1.0}),
      REJECTED, "all_workloads_passed", "1 of 2 workloads not PASSED: w2 INCORRECT_NUMERICAL"),
     ("skipped is not passed", [rec("w1"), rec("w2", "SKIPPED")], None, REJECTED, "all_workloads_passed", "SKIPPED"),
-    ("audit dirty", [rec("w1"), rec("w2", audits=({"name": "stream_audit", "passed": False, "detail": "side stream"},))],
+    ("audit dirty",
+     [rec("w1"), rec("w2", audits=({"name": "stream_audit", "passed": False, "detail": "side stream"},))],
      paired(A, {"w1": 0.5, "w2": 1.0}), REJECTED, "clean_audits", "audit stream_audit failed on w2: side stream"),
     ("no timing on CPU", PASSING, None, REJECTED, "timing", NO_TIMING),
     ("too few repeats", PASSING, paired(A, {"w1": 0.5, "w2": 1.0}, repeats=1), REJECTED, "repeats",
@@ -85,8 +86,9 @@ def test_a_win_records_the_numbers_it_rests_on():
 
 def test_the_paired_means_average_every_run_of_a_role():
     # Drift inside a repeat (A 1.0 then 1.2) averages out; the candidate is 10% faster on the mean.
-    samples = (PairedSample("A", 0, {"w1": 1.0}), PairedSample("B", 0, {"w1": 0.95}), PairedSample("B", 0, {"w1": 1.03}),
-               PairedSample("A", 0, {"w1": 1.2}), PairedSample("A", 1, {"w1": 1.1}), PairedSample("B", 1, {"w1": 0.99}),
+    samples = (PairedSample("A", 0, {"w1": 1.0}), PairedSample("B", 0, {"w1": 0.95}),
+               PairedSample("B", 0, {"w1": 1.03}), PairedSample("A", 0, {"w1": 1.2}),
+               PairedSample("A", 1, {"w1": 1.1}), PairedSample("B", 1, {"w1": 0.99}),
                PairedSample("B", 1, {"w1": 0.99}), PairedSample("A", 1, {"w1": 1.1}))
     decision = decide([rec("w1")], PairedMeasurement("ABBA", samples), TH)
     assert decision.promoted and decision.details["mean_speedup"] == pytest.approx(1.1 / 0.99)

@@ -56,9 +56,11 @@ def test_markdown_has_a_row_per_round_and_a_column_per_regime():
                                    "large": {"latency_ms": None, "fraction_of_floor": None}}}}]}
     lines = trajectory_markdown(report).splitlines()
     assert lines[2].startswith("Timing: official timer.")
-    untimed = {**report, "rounds": [{**r, "incumbent": {**r["incumbent"], "latency_ms": None}} for r in report["rounds"]]}
+    untimed = {**report,
+               "rounds": [{**r, "incumbent": {**r["incumbent"], "latency_ms": None}} for r in report["rounds"]]}
     assert "timing unavailable" in trajectory_markdown(untimed).splitlines()[2]
-    assert "| round | incumbent | mean ms | vs FlashInfer | % of floor | small ms (% floor) | large ms (% floor) |" in lines[4]
+    assert ("| round | incumbent | mean ms | vs FlashInfer | % of floor | small ms (% floor) | large ms (% floor) |"
+            in lines[4])
     assert lines[6] == "| 0 | `naive` | 1 | 0.5x | 25% | 1 (25%) | - (-) | 1 | starting incumbent |"
     assert lines[7] == "| 1 | `fast` | 0.5 | 1x | 50% | 0.5 (50%) | - (-) | 3 | promoted fast / x |"
     # A long decision (the H200 run's "its evaluation averaged ... more than the noise floor") is kept whole.

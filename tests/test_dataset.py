@@ -127,7 +127,8 @@ TINY_UUIDS = {label: f"00000000-0000-4000-8000-{i:012d}" for i, label in enumera
 
 
 def test_workloads_are_grouped_by_definition(tiny_dataset):
-    assert [w.uuid for w in tiny_dataset.workloads_for(KV8_PS1)] == [TINY_UUIDS["tiny_b2_t40"], TINY_UUIDS["tiny_b3_t96"]]
+    assert [w.uuid for w in tiny_dataset.workloads_for(KV8_PS1)] == [TINY_UUIDS["tiny_b2_t40"],
+                                                                      TINY_UUIDS["tiny_b3_t96"]]
     assert [w.uuid for w in tiny_dataset.workloads_for(KV8_PS64)] == [TINY_UUIDS["tiny_ps64_b2_p3"]]
     assert tiny_dataset.workloads_for("no_such_definition") == []
 

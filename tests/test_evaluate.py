@@ -160,7 +160,8 @@ def test_worker_has_no_network_where_the_host_allows_it(session):
 
 
 def test_input_mutation_and_output_aliasing_are_flagged(session):
-    mutate = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape", "    batch, heads, dim = q.shape\n    q.add_(1.0)")
+    mutate = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape",
+                                     "    batch, heads, dim = q.shape\n    q.add_(1.0)")
     result = submit(session, mutate)
     audits = {a["name"]: a for a in result.workloads[0].audits}
     assert audits["input_mutation"]["passed"] is False and "q" in audits["input_mutation"]["detail"]

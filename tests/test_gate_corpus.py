@@ -107,7 +107,8 @@ def test_known_hacks_fail_the_gate_or_await_attribution(name):
     assert set(ATTACK_ERRORS) == set(ATTACKS.ATTACKS)
     solution = ATTACKS.attack_solution(name)
     policy = load_policy(op_type="gqa_paged", definition=solution["definition"])
-    findings = scan_sources({s["path"]: s["content"] for s in solution["sources"]}, solution["spec"]["language"], policy)
+    sources = {s["path"]: s["content"] for s in solution["sources"]}
+    findings = scan_sources(sources, solution["spec"]["language"], policy)
     assert {f.rule for f in findings if f.severity == "error"} == ATTACK_ERRORS[name], _describe(findings)
     library = [f for f in findings if f.rule in LIBRARY_RULES]
     assert bool(library) == (name in LEFT_TO_ATTRIBUTION), _describe(findings)

@@ -84,8 +84,8 @@ def test_baseline_solutions_submitted_directly_report_both_figures_and_pass_ever
     (the adversarial suite's zero-false-positive rule; FlashInfer needs a GPU, so it is checked here)."""
     from harness.dataset import Dataset as DS
 
-    with Session(Dataset(), Archive(tmp_path / "a"), SubmitOptions(workloads=["uniform_b1_kv8192", "uniform_b16_kv2048"],
-                                                                    baselines=False)) as s:
+    opts = SubmitOptions(workloads=["uniform_b1_kv8192", "uniform_b16_kv2048"], baselines=False)
+    with Session(Dataset(), Archive(tmp_path / "a"), opts) as s:
         for baseline in DS().baselines(KV8_PS1):
             result = s.submit(baseline)
             for w in result.workloads:

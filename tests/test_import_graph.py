@@ -263,6 +263,17 @@ def test_import_edges_resolve_relative_lazy_and_submodule_imports(tmp_path):
     assert cycles == [["pkg.a", "pkg.sub.c", "pkg.a"]]  # the shortest of a -> b -> sub.c -> a and a -> sub.c -> a
 
 
+def test_imports_of_missing_modules_are_reported(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import json\nfrom . import b\n\ndef f():\n    from .gone import x\n    import pkg.old\n")
+    (pkg / "b.py").write_text("from pkg.a import f\n")
+    unresolved: list[str] = []
+    import_edges(tmp_path, ("pkg",), unresolved=unresolved)
+    assert unresolved == ["pkg.a (line 5): pkg.gone", "pkg.a (line 6): pkg.old"]
+
+
 # --- the project ---------------------------------------------------------------------------------------------
 
 

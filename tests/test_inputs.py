@@ -272,7 +272,8 @@ def _blob_workload(path: str, key: str = "kv_indptr") -> Workload:
 
 
 @pytest.mark.parametrize("tensor, words", [
-    (torch.tensor([0, 2, 3, 4, 4], dtype=torch.int32), "kv_indptr is (5,) torch.int32, definition wants (3,) torch.int32"),
+    (torch.tensor([0, 2, 3, 4, 4], dtype=torch.int32),
+     "kv_indptr is (5,) torch.int32, definition wants (3,) torch.int32"),
     (torch.tensor([0, 2, 4], dtype=torch.int64), "kv_indptr is (3,) torch.int64, definition wants (3,) torch.int32"),
 ])
 def test_a_blob_that_does_not_fit_names_the_file(tiny_dataset, tmp_path, tensor, words):

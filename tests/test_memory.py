@@ -104,7 +104,8 @@ def test_baseline_runs_keep_failures_with_their_message_but_reuse_only_passes(tm
                               "message": "timing: CUDA out of memory", "log_blob": log})
     assert archive.baseline_run("H200|GPU-1", "t", KV8_PS1, "w", "h") is None  # a failure is never reused
     failed = next(archive.db["baseline_runs"].rows)
-    assert failed["message"] == "timing: CUDA out of memory" and b"OutOfMemoryError" in archive.get_blob(failed["log_blob"])
+    assert failed["message"] == "timing: CUDA out of memory"
+    assert b"OutOfMemoryError" in archive.get_blob(failed["log_blob"])
     archive.add_baseline_run({**row, "status": "PASSED", "official_ms": 0.2, "kernel_ms": 0.01})
     assert archive.baseline_run("H200|GPU-1", "t", KV8_PS1, "w", "h")["kernel_ms"] == 0.01
     # another card of the same model: found by model, for a spot check before it is trusted

@@ -400,7 +400,8 @@ def test_a_hanging_target_is_killed_at_the_deadline(fake_ncu, request_for):
 
 
 def test_a_failing_candidate_is_failed_with_its_error(fake_ncu, request_for):
-    bad = "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n    raise RuntimeError('boom')\n"
+    bad = ("def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n"
+           "    raise RuntimeError('boom')\n")
     summary = NcuProfiler(fake_ncu("ok")).profile(request_for(bad))
     assert summary.status == FAILED and "RuntimeError: boom" in summary.reason
     assert "Traceback" in summary.log

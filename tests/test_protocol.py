@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from harness import protocol
-from harness.protocol import MAX_HEADER, MAX_PAYLOAD, PeerClosed, ProtocolError, Timeout, encode, read_message, write_message
+from harness.protocol import (MAX_HEADER, MAX_PAYLOAD, PeerClosed, ProtocolError, Timeout, encode, read_message,
+                              write_message)
 
 LEN = protocol._LEN
 

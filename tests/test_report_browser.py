@@ -110,8 +110,8 @@ def test_flagged_solutions_are_listed_below_every_promotable_one(report, tmp_pat
     heading = kv8.index(">Not promotable <")
     rest = re.search(r'<table class="not-promotable">(.*?)</table>', kv8, re.DOTALL)
     assert rest.start() > heading > kv8.index(board)
-    rows = {re.search(r'>([^<]+)</a>', r).group(1): r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", rest.group(1), re.DOTALL)
-            if "</a>" in r}
+    rows = {re.search(r'>([^<]+)</a>', r).group(1): r
+            for r in re.findall(r"<tr[^>]*>(.*?)</tr>", rest.group(1), re.DOTALL) if "</a>" in r}
     assert {"cheat_call_counting", "cheat_static_only"} <= set(rows)
     assert "2 static-gate errors, 26 failed audits" in rows["cheat_call_counting"]
     assert "2 static-gate errors" in rows["cheat_static_only"] and "clean" not in rows["cheat_static_only"]

@@ -186,7 +186,8 @@ DEFINITION_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("mutate, field, words", [c[1:] for c in DEFINITION_ERRORS], ids=[c[0] for c in DEFINITION_ERRORS])
+@pytest.mark.parametrize("mutate, field, words", [c[1:] for c in DEFINITION_ERRORS],
+                         ids=[c[0] for c in DEFINITION_ERRORS])
 def test_definition_validators(tmp_path, mutate, field, words):
     data = shipped_definition_dict()
     mutate(data)

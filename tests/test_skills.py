@@ -347,7 +347,8 @@ def _selected_run_signatures(tree: ast.Module) -> list[list[str]]:
             if isinstance(node, ast.FunctionDef) and node.name == "run":
                 signatures.append([arg.arg for arg in node.args.args])
             elif isinstance(node, ast.If):
-                condition = eval(compile(ast.Expression(node.test), "<template>", "eval"), {"__builtins__": {}}, constants)
+                condition = eval(compile(ast.Expression(node.test), "<template>", "eval"), {"__builtins__": {}},
+                                 constants)
                 visit(node.body if condition else node.orelse)
 
     visit(tree.body)

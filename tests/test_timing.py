@@ -158,7 +158,8 @@ KERNEL_SET_CASES = [
     pytest.param([["a"]], ["a"], None, id="single-iteration"),
     pytest.param([], [], None, id="no-iterations"),
     pytest.param([["a", "b"], ["a", "b"], ["a"]], None, r"iteration 2.*missing \{b\}, extra \{\}", id="missing-kernel"),
-    pytest.param([["a"], ["a", "cache_hit"]], None, r"iteration 1.*missing \{\}, extra \{cache_hit\}", id="extra-kernel"),
+    pytest.param([["a"], ["a", "cache_hit"]], None, r"iteration 1.*missing \{\}, extra \{cache_hit\}",
+                 id="extra-kernel"),
     pytest.param([["gemm_v1"], ["gemm_v2"]], None, r"missing \{gemm_v1\}, extra \{gemm_v2\}", id="swapped-kernel"),
 ]
 

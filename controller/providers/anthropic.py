@@ -56,7 +56,8 @@ class AnthropicProvider(SdkProvider):
         truncated = message.stop_reason == "max_tokens"
         return CallResult(raw=message.model_dump_json(), tokens_in=tokens_in, tokens_out=usage.output_tokens,
                           data=data, truncated=truncated,
-                          reply_problem=None if data is not None or truncated else "no submit_kernel tool call in the reply")
+                          reply_problem=(None if data is not None or truncated
+                                         else "no submit_kernel tool call in the reply"))
 
     def generate(self, request: GenerationRequest) -> GenerationResponse:
         self.preflight()  # set-up problems (no SDK, no credential) raise ProviderError before anything is sent

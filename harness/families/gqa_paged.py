@@ -97,7 +97,8 @@ def gqa_paged_cost(definition: Definition, workload: Workload, tokens: Optional[
     most = num_pages_referenced * page_size
     if tokens is None:
         tokens, exact = most, page_size == 1
-        token_note = f"tokens = num_kv_indices x page_size = {tokens}" + ("" if exact else " (upper bound: kv_last_page_len unknown)")
+        token_note = (f"tokens = num_kv_indices x page_size = {tokens}"
+                      + ("" if exact else " (upper bound: kv_last_page_len unknown)"))
     else:
         # Every referenced page holds at least one token and at most page_size.
         if not num_pages_referenced <= tokens <= most:

@@ -43,11 +43,15 @@ def _is_word_char(c: str) -> bool:
 # Why each rule matters, appended to every finding's message.
 _WHY = {
     "syntax": "code the gate cannot analyse is rejected",
-    "timer_tampering": "the harness times and synchronises the candidate with these; replacing them falsifies the measurement",
-    "monkeypatch": "changing a library the harness shares with the candidate can alter how the candidate is checked or timed",
-    "tensor_subclass": "a tensor subclass or torch-function hook can defer or fake work until the harness inspects the output",
+    "timer_tampering": "the harness times and synchronises the candidate with these; "
+                       "replacing them falsifies the measurement",
+    "monkeypatch": "changing a library the harness shares with the candidate "
+                   "can alter how the candidate is checked or timed",
+    "tensor_subclass": "a tensor subclass or torch-function hook can defer or fake work "
+                       "until the harness inspects the output",
     "concurrency": "work started outside the call can finish after the timer stops or race the harness",
-    "harness_internals": "it can reach the harness's state (reference outputs, timers, call counts) through the interpreter",
+    "harness_internals": "it can reach the harness's state (reference outputs, timers, call counts) "
+                         "through the interpreter",
     "env_probe": "the candidate must behave the same whether it is tested, warmed up or timed",
     "file_cache": "files outlive the process and can carry outputs between runs (cross-process cache)",
     "file_read": "a kernel needs no files at run time; reading one can pick up state left by another run",

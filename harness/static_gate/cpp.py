@@ -247,7 +247,8 @@ class _CppScanner:
                     self._hit("file_cache", m.start(), name, f"`{name}` with a mode that is not a literal "
                                                              f"(cannot prove it only reads)")
                 elif any(c in mode.group(1) for c in "wa+"):
-                    self._hit("file_cache", m.start(), name, f"`{name}` opens a file for writing (mode \"{mode.group(1)}\")")
+                    self._hit("file_cache", m.start(), name,
+                              f"`{name}` opens a file for writing (mode \"{mode.group(1)}\")")
                 else:
                     self._hit("file_read", m.start(), name, f"`{name}` opens a file for reading")
             elif re.search(r"\bO_(?:WRONLY|RDWR|CREAT|APPEND|TRUNC)\b", self.with_strings[open_at:close_at]):
@@ -317,7 +318,8 @@ class _CppScanner:
                 self._hit("native_ffi" if token == "LD_PRELOAD" else "env_probe", offset, token,
                           f"string literal mentions `{token}`")
             if _TEMP_PATH_RE.search(content):
-                self._hit("file_cache", offset, content, f"string literal names a shared temp/cache path ({content[:60]!r})")
+                self._hit("file_cache", offset, content,
+                          f"string literal names a shared temp/cache path ({content[:60]!r})")
 
 
 def scan_cpp(source: str, policy: _CompiledPolicy) -> list[_Hit]:

@@ -122,7 +122,8 @@ class _EmbeddedSources:
 
     # ---- following a string expression to its literal pieces
 
-    def _string_nodes(self, expr: ast.AST, depth: int = 0, seen: frozenset[str] = frozenset()) -> Iterator[ast.Constant]:
+    def _string_nodes(self, expr: ast.AST, depth: int = 0,
+                      seen: frozenset[str] = frozenset()) -> Iterator[ast.Constant]:
         """The string literals whose text can end up in the value of `expr`: through names assigned anywhere in
         the module (flow-insensitive), containers, operators, method calls on strings (`.format`, `.replace`,
         `"".join(...)`), calls (their arguments, and the return values of the module's own functions)."""

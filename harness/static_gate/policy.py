@@ -63,7 +63,8 @@ RULES: dict[str, RuleSpec] = {
               "Tensor subclasses and __torch_function__/__torch_dispatch__ hooks, which can defer work into "
               "the harness's checks (lazy outputs)."),
         _rule("concurrency", "error", "python,cpp",
-              "Threads, processes, subprocesses, asyncio, signals, finalizers: work that can run outside the timed call."),
+              "Threads, processes, subprocesses, asyncio, signals, finalizers: "
+              "work that can run outside the timed call."),
         _rule("harness_internals", "error", "python,cpp",
               "Introspection that can reach the harness's state: gc, inspect, sys.modules, frames, __globals__, "
               "__code__, builtins, imports of harness/controller, includes from outside the solution."),

@@ -275,7 +275,8 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, ast.NodeVisitor):
             if a.name == "*":
                 self._check_import(base, a)
                 if base.split(".")[0] in _COMPUTE_ROOTS:
-                    self._hit("torch_compute", a, f"imports * from `{base}`, which hides which compute functions are used")
+                    self._hit("torch_compute", a,
+                              f"imports * from `{base}`, which hides which compute functions are used")
             else:
                 self._check_import(self._join(base, a.name), a)
 

@@ -99,7 +99,8 @@ import torch
 
 def run({SIG}):
     for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and obj is not output and obj.shape == output.shape and obj.dtype == output.dtype:
+        if (isinstance(obj, torch.Tensor) and obj is not output and obj.shape == output.shape
+                and obj.dtype == output.dtype):
             output.copy_(obj)
         elif isinstance(obj, torch.Tensor) and obj is not lse and obj.shape == lse.shape and obj.dtype == lse.dtype:
             lse.copy_(obj)
@@ -176,7 +177,8 @@ def attack_solution(name: str) -> dict:
 
 
 def honest_solutions() -> dict[str, dict]:
-    out = {"example_triton": json.loads((ROOT / "examples" / "triton_gqa_decode" / "solutions" / f"{PS1}.json").read_text())}
+    example = ROOT / "examples" / "triton_gqa_decode" / "solutions" / f"{PS1}.json"
+    out = {"example_triton": json.loads(example.read_text())}
     from controller.skills import kernel_templates, load_skills, render_skill_template
 
     skill = load_skills(ROOT / "skills")["gqa-decode"]

@@ -14,9 +14,11 @@ sub = json.load(open("benchmarks/results/2026-11-30_h200/submit_example_before_r
 evals = [{**w, "workload_uuid": w["workload"]} for w in sub["workloads"]]
 m = measured_stats(ds, d, {"evaluations": evals})
 summaries = []
-for label, uuid in (("b1_kv8192", "020253b8-8850-5672-98d0-1200bdec213b"), ("b256_kv2048", "a66c5b83-ed1f-5418-919c-756a9a5c8ce3")):
+for label, uuid in (("b1_kv8192", "020253b8-8850-5672-98d0-1200bdec213b"),
+                    ("b256_kv2048", "a66c5b83-ed1f-5418-919c-756a9a5c8ce3")):
     s = ProfileSummary(backend="ncu", status=OK, workload_uuid=uuid,
                        raw_csv=Path(f"tests/fixtures/ncu/h200_triton_example_{label}.csv").read_text())
     summaries.append(finish_summary(s, parse_ncu_csv))
-ev = build_evidence(d.name, sub["solution"], m.stats, summaries, hardware="NVIDIA H200", roofline_bytes=m.roofline_bytes)
+ev = build_evidence(d.name, sub["solution"], m.stats, summaries, hardware="NVIDIA H200",
+                    roofline_bytes=m.roofline_bytes)
 print(ev.to_markdown())
