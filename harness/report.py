@@ -871,8 +871,10 @@ class SubmissionDiff:
         return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
     def to_json(self) -> dict[str, Any]:
-        side = lambda c: {"submission_id": c.submission_id, "solution": c.solution_name, "hash": c.solution_hash,
-                          "definition": c.definition, "status": c.status, "scores": c.scores}
+        def side(c: Any) -> dict[str, Any]:
+            return {"submission_id": c.submission_id, "solution": c.solution_name, "hash": c.solution_hash,
+                    "definition": c.definition, "status": c.status, "scores": c.scores}
+
         return {"a": side(self.a), "b": side(self.b), "same_source": self.same_source,
                 "geomean_speedup_b_over_a": self.geomean_speedup,
                 "files": [{"path": f.path, "change": f.change, "added": f.added, "removed": f.removed,
