@@ -4,7 +4,7 @@
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
-# fixtures proof controller report.
+# fixtures proof controller report judge_set judge_scale.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -77,6 +77,14 @@ fi
 if has adversarial; then  # the attack suite where CUPTI, streams and timing replay are real
   section "adversarial suite"
   timeout ${ADV_TIMEOUT:-500} python3 -m pytest -q -rA tests/adversarial -p no:cacheprovider -k "${ADV_K:-not nothing}" 2>&1 | tail -60 | tee -a "$LOG"
+fi
+if has judge_set; then  # honest solutions promotable, dishonest ones not (attribution, not only the gate)
+  section "judge set"
+  timeout ${JUDGE_TIMEOUT:-560} python3 benchmarks/judge_set.py --out "$OUT" --archive "$ARCHIVE" ${JUDGE_ARGS:-} 2>&1 | tee -a "$LOG"
+fi
+if has judge_scale; then  # GPU memory per process on every workload, cold and warm wall (JUDGE_SCALE_ARGS)
+  section "judge scale"
+  timeout ${JUDGE_SCALE_TIMEOUT:-560} python3 benchmarks/judge_scale.py --out "$OUT" ${JUDGE_SCALE_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
 if has audit_cost; then
   section "audit cost"
