@@ -35,7 +35,7 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
            dataset: Optional[str], plots: str, open_browser: bool) -> None:
     """Write a self-contained HTML report: leaderboards, per-workload plots, roofline, controller trajectory."""
     from .cli_common import fail, open_archive, out
-    from .report import gather_report, load_rounds_file, write_report
+    from .review import gather_report, load_rounds_file, write_report
 
     if plots == "matplotlib":
         try:
@@ -165,7 +165,7 @@ def diff(a: str, b: str, archive_path: Optional[str], definition: Optional[str],
 
     from .archive import ArchiveError
     from .cli_common import fail, open_archive, out, styled
-    from .report import diff_submissions
+    from .review import diff_submissions
 
     archive = open_archive(archive_path, reading=True)
     try:

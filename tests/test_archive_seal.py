@@ -273,7 +273,7 @@ def test_show_and_list_carry_the_seal(archive):
 
 
 def test_the_report_warns_and_never_ranks_a_modified_submission_first(archive, tmp_path):
-    from harness.report import gather_report, write_report
+    from harness.review import gather_report, write_report
 
     honest = finished_submission(archive, name="honest", score=1.5)
     forged = finished_submission(archive, name="forged", score=0.5)

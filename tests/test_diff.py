@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from harness.archive import ArchiveError
-from harness.report import diff_submissions, resolve_submission, source_diff
+from harness.review import diff_submissions, resolve_submission, source_diff
 from harness.report_cli import diff
 
 from support import KV8_PS1

@@ -1,11 +1,11 @@
-"""harness.leaderboard: who may be ranked, the reasons the others are not, and what the audits column counts."""
+"""harness.review.leaderboard: who may be ranked, the reasons the others are not, and what the audits column counts."""
 
 from __future__ import annotations
 
 import pytest
 
 from harness.audits import promotion_blockers
-from harness.leaderboard import (
+from harness.review.leaderboard import (
     MODIFIED,
     audit_summary,
     clip,

@@ -108,7 +108,7 @@ def _labels(definition: str) -> list[tuple[str, str]]:
 
 def _costs(definition: str) -> dict[str, float]:
     from harness.dataset import Dataset
-    from harness.report import dataset_costs
+    from harness.review import dataset_costs
 
     return {u: b for u, (b, _) in dataset_costs(Dataset(DEFINITIONS), definition).items()}
 
@@ -405,7 +405,7 @@ def h200(tmp_path, monkeypatch):
 
 
 def test_gather_ranks_solutions_per_definition(h200):
-    from harness.report import gather_report
+    from harness.review import gather_report
 
     data = gather_report(h200["archive"])
     assert [s.name for s in data.sections] == [KV8_PS1, KV4_PS1]  # the busiest definition first
@@ -454,7 +454,7 @@ def test_gather_ranks_solutions_per_definition(h200):
 
 
 def test_artifacts_come_from_the_profiles_and_controller_tables(h200):
-    from harness.report import gather_report
+    from harness.review import gather_report
 
     kv8 = next(s for s in gather_report(h200["archive"]).sections if s.name == KV8_PS1)
     best = kv8.best
@@ -471,7 +471,7 @@ def test_artifacts_come_from_the_profiles_and_controller_tables(h200):
 
 
 def test_failed_build_log_is_the_build_log_without_artifacts(tmp_path):
-    from harness.report import gather_report
+    from harness.review import gather_report
 
     data = gather_report(build_h200_archive(tmp_path / "a", controller=False)["archive"])
     kv8 = next(s for s in data.sections if s.name == KV8_PS1)
@@ -484,7 +484,7 @@ def test_failed_build_log_is_the_build_log_without_artifacts(tmp_path):
 
 def test_roofline_uses_the_dataset_costs_and_the_measured_ceilings(h200):
     from harness.dataset import Dataset
-    from harness.report import gather_report
+    from harness.review import gather_report
 
     data = gather_report(h200["archive"], definition=KV8_PS1, dataset=Dataset(DEFINITIONS))
     r = data.sections[0].roofline
@@ -499,7 +499,7 @@ def test_roofline_uses_the_dataset_costs_and_the_measured_ceilings(h200):
 
 
 def test_roofline_without_a_dataset_falls_back_to_the_floor(h200):
-    from harness.report import gather_report, roofline_charts
+    from harness.review import gather_report, roofline_charts
 
     r = gather_report(h200["archive"], definition=KV8_PS1).sections[0].roofline
     assert not r.has_flops and "implied by the floor" in r.cost_note
@@ -511,7 +511,7 @@ def test_roofline_without_a_dataset_falls_back_to_the_floor(h200):
 
 
 def test_rounds_file_and_rounds_without_definition(tmp_path):
-    from harness.report import gather_report, load_rounds_file
+    from harness.review import gather_report, load_rounds_file
 
     h200 = build_h200_archive(tmp_path / "a", controller=False)
     path = tmp_path / "rounds.json"
@@ -531,7 +531,7 @@ def test_rounds_file_and_rounds_without_definition(tmp_path):
 
 
 def test_given_rounds_replace_the_archived_run_of_the_same_name(h200):
-    from harness.report import gather_report
+    from harness.review import gather_report
 
     given = [{**r, "best_latency_ms": 1.0} for r in h200["rounds"]]
     kv8 = next(s for s in gather_report(h200["archive"], rounds=given).sections if s.name == KV8_PS1)
@@ -544,7 +544,7 @@ def test_given_rounds_replace_the_archived_run_of_the_same_name(h200):
 
 def _charts(h200):
     from harness.dataset import Dataset
-    from harness.report import gather_report, latency_chart, roofline_charts, trajectory_charts
+    from harness.review import gather_report, latency_chart, roofline_charts, trajectory_charts
 
     s = gather_report(h200["archive"], definition=KV8_PS1, dataset=Dataset(DEFINITIONS)).sections[0]
     return [latency_chart(s.best), *roofline_charts(s.roofline, s.best.solution_name),
@@ -552,7 +552,7 @@ def _charts(h200):
 
 
 def test_builtin_renderer_labels_axes_and_units(h200):
-    from harness.report import render_builtin
+    from harness.review import render_builtin
 
     charts = _charts(h200)
     assert [c.key for c in charts] == ["latency", "roofline", "bandwidth", "trajectory-latency-ctl",
@@ -573,7 +573,7 @@ def test_builtin_renderer_labels_axes_and_units(h200):
 
 @pytest.mark.parametrize("from_zero, first_tick", [(True, "0"), (False, "0.5")])
 def test_a_chart_of_a_nonnegative_quantity_starts_its_axis_at_zero(from_zero, first_tick):
-    from harness.report import Chart, Series, render_builtin
+    from harness.review import Chart, Series, render_builtin
 
     chart = Chart("spend", "Provider spend", "round", "spend (USD)",
                   [Series("spend", [0, 1, 2], [0.5, 0.6, 0.7], style="line", color="#000")],
@@ -589,7 +589,7 @@ def _text(s: str) -> str:
 
 def test_matplotlib_renderer_draws_the_same_charts(h200):
     pytest.importorskip("matplotlib")
-    from harness.report import render_matplotlib
+    from harness.review import render_matplotlib
 
     for c in _charts(h200):
         svg = render_matplotlib(c)
@@ -598,7 +598,7 @@ def test_matplotlib_renderer_draws_the_same_charts(h200):
 
 
 def test_log_axis_ticks_cover_the_data():
-    from harness.report import _Axis
+    from harness.review.svg import _Axis
 
     ax = _Axis([0.0206, 2.195], True, 400, 40)
     assert ax.lo == pytest.approx(0.01) and ax.hi == pytest.approx(10)
@@ -616,7 +616,7 @@ def test_write_report_folder(h200, tmp_path, backend):
     if backend == "matplotlib":
         pytest.importorskip("matplotlib")
     from harness.dataset import Dataset
-    from harness.report import write_report
+    from harness.review import write_report
 
     out = tmp_path / "report"
     index = write_report(h200["archive"], out, backend=backend, dataset=Dataset(DEFINITIONS))
@@ -661,7 +661,7 @@ def test_report_command(h200, tmp_path):
 
 def test_flashinfer_is_a_leaderboard_row_where_its_score_would_rank_it(h200, tmp_path):
     """FlashInfer over the leader's workloads, both timings, from the archived baseline figures."""
-    from harness.report import baseline_rows, gather_report, write_report
+    from harness.review import baseline_rows, gather_report, write_report
 
     kv8 = next(s for s in gather_report(h200["archive"]).sections if s.name == KV8_PS1)
     rows = {b.name: b for b in kv8.baselines}
@@ -686,7 +686,7 @@ def test_flashinfer_is_a_leaderboard_row_where_its_score_would_rank_it(h200, tmp
 
 
 def test_report_of_an_empty_archive_and_a_cpu_run(tmp_path):
-    from harness.report import gather_report, write_report
+    from harness.review import gather_report, write_report
 
     empty = Archive(tmp_path / "empty")
     page = write_report(empty, tmp_path / "r1", backend="builtin").read_text()
@@ -706,7 +706,8 @@ def test_report_of_an_empty_archive_and_a_cpu_run(tmp_path):
 def test_a_re_measurement_links_its_solutions_sass_and_logs():
     """The controller's paired timing re-submits the same code: the leaderboard row (the latest run) shows the
     SASS and build log its earlier submission recorded, and says which one."""
-    from harness.report import Artifact, Candidate, WorkloadRow, leaderboard
+    from harness.review import Artifact, Candidate, WorkloadRow
+    from harness.review.candidates import leaderboard
 
     def run(sid, artifacts, status="PASSED"):
         return Candidate(sid, "h1", "k", KV8_PS1, "controller/offline", "triton", status, "", None, "", {},
@@ -740,7 +741,7 @@ def test_a_flagged_solution_never_outranks_a_promotable_one(h200, tmp_path):
     with static-gate errors alone scores 80x: both above every honest solution. Neither is ranked, neither leads,
     neither is plotted; each is listed under "Not promotable" with its reasons and its error count."""
     from harness.dataset import Dataset
-    from harness.report import gather_report, write_report
+    from harness.review import gather_report, write_report
 
     flagged = add_flagged_submissions(h200["archive"], h200["env"])
     data = gather_report(h200["archive"], dataset=Dataset(DEFINITIONS))
@@ -790,7 +791,7 @@ def test_a_flagged_solution_never_outranks_a_promotable_one(h200, tmp_path):
 
 
 def test_a_partial_score_is_marked_with_the_workloads_left_out(tmp_path):
-    from harness.report import gather_report, write_report
+    from harness.review import gather_report, write_report
 
     a = Archive(tmp_path / "a")
     env = a.put_environment({"host": "h200-node-1", "hardware": "NVIDIA H200"})

@@ -291,7 +291,7 @@ def test_a_host_without_namespaces_degrades_loudly(tiny_dataset_root, tmp_path, 
     row = Archive(tmp_path / "a").submission(result["submission_id"])
     assert row["options"]["sandbox"] == result["sandbox"]
     assert row["environment"]["sandbox"] == result["sandbox"]
-    from harness.report import write_report
+    from harness.review import write_report
 
     index = write_report(Archive(tmp_path / "a"), tmp_path / "report")
     html = Path(index).read_text() if Path(index).is_file() else (tmp_path / "report" / "index.html").read_text()
