@@ -5,7 +5,7 @@ archived is not asked for again, a finished evaluation is not repeated, a decisi
 taken again. So `controller loop --resume RUN_ID` after any kill (even `kill -9` mid-evaluation) continues
 where the run was: an evaluation that was cut off is redone, one the harness had finished is adopted.
 
-Evidence: where a GPU and ncu are present, each incumbent is profiled once (controller/incumbent_evidence.py;
+Evidence: where a GPU and ncu are present, each incumbent is profiled once (controller/evidence/incumbent.py;
 archived profiles of the same code are reused, so a resumed run plans the same) and requests carry the ncu
 Markdown and a diagnosis the planner picks the regime and hypothesis from; otherwise, or when profiling
 fails, latency evidence and the reason. A profile never stops a run.
@@ -37,9 +37,9 @@ from harness.generation_request import (Constraints, GenerationRequest, Generati
                                         Proposal, Repair, RequestKind)
 from harness.schema import Definition, Solution, dump_json, load_model
 
-from .incumbent_evidence import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
-from .latency_evidence import mean_latency, mean_speedup_vs_fi, regime_of
-from .profile_evidence import workload_facts
+from .evidence.incumbent import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
+from .evidence.latency import mean_latency, mean_speedup_vs_fi, regime_of
+from .evidence.profiles import workload_facts
 from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, plan_round, request_budget,
                    stop_reason)
 from .promote import (PROMOTED, Decision, EvalRecord, FullEvaluation, PairedMeasurement, PairedSample, confirm,

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from harness.generation_request import (Acceptance, Budget, Constraints, Diagnosis, Evidence, GenerationRequest,
                                         HistoryItem, Incumbent, Repair, RequestKind)
 
-from .latency_evidence import build_evidence, timing_available
+from .evidence.latency import build_latency_evidence, timing_available
 from .promote import EvalRecord
 from .skills import PromotionThresholds, Skill, skill_excerpt
 from .tactics import TACTICS_BY_TARGET, TacticBook, hypothesis_text
@@ -157,7 +157,7 @@ def request_evidence(records: list[EvalRecord], why_no_timing: str, ncu_markdown
     table of the archived evaluations, saying why no profile backs it."""
     if ncu_markdown:
         return Evidence(kind="profile", markdown=ncu_markdown, source="ncu", note=note)
-    latency = build_evidence(records, why_no_timing)
+    latency = build_latency_evidence(records, why_no_timing)
     markdown = latency.markdown + (f"\n\nNo ncu profile: {note}" if note else "")
     return latency.model_copy(update={"markdown": markdown, "source": "latency", "note": note})
 

@@ -1,6 +1,6 @@
 """`harness profile`: profile a candidate's kernels with ncu and print the evidence a model would read.
 
-A controller command, since the evidence is the controller's (controller/evidence.py); the controller adds it
+A controller command, since the evidence is the controller's (controller/evidence/); the controller adds it
 to the `harness` group through the "harness.commands" entry point (pyproject.toml), so the harness itself
 never imports the controller. `controller profile` is the same command.
 
@@ -62,7 +62,7 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     from harness.schema import SchemaError, Solution, dump_json, load_model
 
     from .evidence import build_evidence, representatives, requested_metrics
-    from .profile_evidence import archive_profiles, measured_stats
+    from .evidence.profiles import archive_profiles, measured_stats
 
     path = Path(target)
     if not path.exists() and not target.isdigit():

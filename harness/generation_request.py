@@ -56,8 +56,8 @@ class Acceptance(_Data):
 class Evidence(_Data):
     kind: Literal["profile", "latency-only", "correctness-only"] = "correctness-only"
     markdown: str = ""
-    # Where it came from: ncu digests of the incumbent (controller/evidence.py) or the archived timings alone
-    # (controller/latency_evidence.py); `note` says why a request carries latency evidence (no GPU, no ncu,
+    # Where it came from: ncu digests of the incumbent (controller/evidence/) or the archived timings alone
+    # (controller/evidence/latency.py); `note` says why a request carries latency evidence (no GPU, no ncu,
     # ERR_NVGPUCTRPERM, a failed profile, --no-profile), or what was profiled.
     source: Literal["ncu", "latency"] = "latency"
     note: str = ""

@@ -259,6 +259,6 @@ def test_screen(candidate, incumbent, screened, phrase):
     ({"batch_size": 64}, "uniform_b64", [2000, 2100] * 32, "memory-bound"),  # near-uniform lengths
 ])
 def test_regime_of(axes, label, lengths, regime):
-    from controller.latency_evidence import regime_of
+    from controller.evidence.latency import regime_of
 
     assert regime_of(axes, {"num_kv_heads": 8}, "H200", label, lengths) == regime

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.evidence import (Evidence, KernelDigest, WorkloadStat, assign_regime, build_evidence, classify,
+from controller.evidence import (EvidenceRecord, KernelDigest, WorkloadStat, assign_regime, build_evidence, classify,
                                  digest_kernel, digest_summary, fmt_quantity, largest_gaps, load_regime_rules,
                                  load_workload_weights, metric_table, ncu_config, occupancy_limiter, regime_table,
                                  representatives, requested_metrics, short_kernel_name, sig, stall_metrics,
@@ -515,7 +515,7 @@ def test_evidence_json_round_trip():
     stats = workload_stats(results, axes, definition="d")
     e = build_evidence("d", "s", stats, _profiles_for(stats), hardware="NVIDIA H200")
     data = json.loads(json.dumps(e.to_json()))
-    back = Evidence.from_json(data)
+    back = EvidenceRecord.from_json(data)
     assert back.to_json() == e.to_json() and back.to_markdown() == e.to_markdown()
     assert isinstance(back.profiles[0].digests[0], KernelDigest)
     assert data["profiles"][0]["digests"][0]["units"]["duration_ns"] == "ns"

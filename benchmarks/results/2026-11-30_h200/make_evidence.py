@@ -6,7 +6,7 @@ from pathlib import Path
 from harness.dataset import Dataset
 from harness.profile import OK, ProfileSummary, finish_summary, parse_ncu_csv
 from controller.evidence import build_evidence
-from controller.profile_evidence import measured_stats
+from controller.evidence.profiles import measured_stats
 
 ds = Dataset(Path("definitions"))
 d = ds.definition("gqa_paged_decode_h32_kv8_d128_ps1")

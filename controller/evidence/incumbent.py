@@ -22,11 +22,12 @@ from harness.profile import (NO_PERMISSION, OK, UNAVAILABLE, ProfileSummary, det
                              select_backend)
 from harness.schema import Solution, dump_json
 
-from .evidence import build_evidence, requested_metrics
-from .profile_evidence import archive_profiles, archived_summaries, measured_stats, profile_targets
-from .tactics import TacticBook, diagnoses_by_regime
+from ..tactics import TacticBook, diagnoses_by_regime
+from .ncu_metrics import requested_metrics
+from .profiles import archive_profiles, archived_summaries, measured_stats, profile_targets
+from .record import build_evidence
 
-EVIDENCE_MAX_BYTES = 4096  # what a model reads: the Markdown of controller/evidence.py stays under this
+EVIDENCE_MAX_BYTES = 4096  # what a model reads: the record's Markdown stays under this
 
 
 class IncumbentProfiler(Protocol):

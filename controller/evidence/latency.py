@@ -1,8 +1,8 @@
 """Evidence for a request from archived evaluations alone: per-workload status, latency, speedup, roofline.
 
 The loop uses this when no profile is at hand: latency-only where the harness timed, correctness-only
-where it could not (no GPU). The ncu digests and regime tables live in controller/evidence.py; where the
-loop could profile its incumbent (controller/incumbent_evidence.py) their Markdown replaces this one in the
+where it could not (no GPU). The ncu digests and regime tables live in the rest of this package; where
+the loop could profile its incumbent (evidence.incumbent) their Markdown replaces this one in the
 request (controller/plan.py, ``request_evidence``). Pure functions.
 """
 
@@ -14,8 +14,8 @@ from typing import Optional
 from harness.families import family_for
 from harness.generation_request import Evidence
 
-from .evidence import DEFAULT_OP_TYPE
-from .promote import EvalRecord
+from ..promote import EvalRecord
+from .workloads import DEFAULT_OP_TYPE
 
 
 def regime_of(axes: dict[str, int], const_axes: dict[str, int], target_hardware: str = "H200",
@@ -48,7 +48,7 @@ def _fmt(x: Optional[float], unit: str = "") -> str:
     return "-" if x is None else f"{x:.4g}{unit}"
 
 
-def build_evidence(records: list[EvalRecord], why_no_timing: str = "no GPU on this host") -> Evidence:
+def build_latency_evidence(records: list[EvalRecord], why_no_timing: str = "no GPU on this host") -> Evidence:
     if not records:
         return Evidence(kind="correctness-only", markdown="The incumbent has not been evaluated.")
     timed = timing_available(records)

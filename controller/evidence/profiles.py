@@ -1,13 +1,13 @@
 """Profile a solution's kernels on chosen workloads, archive each profile, and assemble the Evidence.
 
-The I/O half of controller/evidence.py, shared by `harness profile` (harness/profile_cli.py) and the
+The I/O half of the evidence package, shared by `harness profile` (controller/profile_cli.py) and the
 loop (controller/loop.py), so both compute workload statistics, pick representatives, archive profiles
 and build the Markdown the same way:
 
 - ``measured_stats``: workload statistics of a solution from its archived evaluations (or none);
 - ``archive_profiles``: one `profiles` row per ProfileSummary (raw report blob + digest JSON);
 - ``archived_summaries``: the OK profiles already archived for a solution (a resumed loop reuses them);
-- ``build_evidence`` (from controller.evidence) then turns stats + summaries into the record.
+- ``build_evidence`` (evidence.record) then turns stats + summaries into the record.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from harness.profile import OK, ProfileSummary, archived_profiles, record_profile
 
-from .evidence import WorkloadStat, digest_summary, load_workload_weights, representatives, workload_stats
+from .digest import digest_summary
+from .regimes import representatives
+from .weights import load_workload_weights
+from .workloads import WorkloadStat, workload_stats
 
 
 def workload_facts(dataset: Any, definition: Any, workload: Any) -> tuple[Optional[list[int]], Optional[int]]:
