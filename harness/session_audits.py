@@ -209,12 +209,17 @@ class SessionAudits:
 
     def _attribution(self, solution: Solution, wr: WorkloadResult, library_is_own: bool = False) -> None:
         """Who did the work, read from the CUPTI records the official timer already took (every audit level
-        but off; no extra GPU call). Without them (CUDA-events timing, no GPU) the timing note says so, and the
-        static gate's library findings stay unconfirmed (harness.audits.promotion_blockers)."""
+        but off; no extra GPU call). Without timing (no GPU) the timing note says so, and the static gate's library
+        findings stay unconfirmed (harness.audits.promotion_blockers). Timed without CUPTI records (CUDA events:
+        not the official method either), nothing can clear the evaluation: a failed audit, not a fallback."""
         trials = wr.timing or []
-        if not trials or not all(t.get("kernel_ns") for t in trials):
-            why = "no CUPTI kernel records (timing not aligned)" if trials else "no timing"
-            wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + f"attribution unavailable: {why}"
+        if not trials:
+            wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + "attribution unavailable: no timing"
+            return
+        if not all(t.get("kernel_ns") for t in trials):
+            wr.audits.append({"name": "attribution", "passed": False,
+                              "detail": "unavailable: timed without CUPTI kernel records (CUDA events, not aligned), "
+                                        "so who did the work is unknown; install cupti-python >= 13"})
             return
         kernel_ns: dict[str, float] = {}
         for t in trials:

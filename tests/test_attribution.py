@@ -114,3 +114,29 @@ def test_library_findings_are_settled_by_attribution(audits, findings, blocked):
     workloads = [{"label": "b1", "status": "PASSED", "audits": audits}]
     assert bool(unconfirmed_library_use(workloads, findings)) is blocked
     assert any("unconfirmed" in r for r in promotion_blockers(workloads, findings)) is blocked
+
+
+def test_timing_without_cupti_records_cannot_be_cleared(tiny_dataset_root, tmp_path):
+    """CUDA-events timing has no kernel records: the evaluation gets a failed attribution audit (not a fallback);
+    without any timing (no GPU) only the note says so."""
+    from harness.archive import Archive
+    from harness.audits import is_fallback
+    from harness.dataset import Dataset
+    from harness.evaluate import Session, SubmitOptions, WorkloadResult
+    from harness.schema import Solution
+
+    from support import triton_example
+
+    solution = Solution.model_validate(triton_example())
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"), SubmitOptions()) as s:
+        events = WorkloadResult("w", "b1", "PASSED", timing=[{"median_ms": 0.01, "iterations": 50, "kernel_ns": {}}])
+        s._attribution(solution, events)
+        untimed = WorkloadResult("w", "b1", "PASSED")
+        s._attribution(solution, untimed)
+        timed = WorkloadResult("w", "b1", "PASSED", timing=[{"median_ms": 0.01, "iterations": 50,
+                                                             "kernel_ns": {"_gqa_decode_kernel": 5e5}}])
+        s._attribution(solution, timed)
+    [audit] = events.audits
+    assert not audit["passed"] and "without CUPTI" in audit["detail"] and not is_fallback(events.audits)
+    assert not untimed.audits and "attribution unavailable: no timing" in untimed.timing_note
+    assert timed.audits[0]["passed"], timed.audits
