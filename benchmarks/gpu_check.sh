@@ -92,7 +92,7 @@ if has audit_cost; then
 fi
 if has fixtures; then  # real ncu recordings for tests/fixtures/ncu (its README has the same commands)
   section "ncu fixtures"
-  NCU=$(python3 -c 'from harness.profile import find_ncu; print(find_ncu() or "")')
+  NCU=$(python3 -c 'from harness.profiling import find_ncu; print(find_ncu() or "")')
   METRICS=$(python3 -c 'from controller.evidence import requested_metrics; print(",".join(requested_metrics("sm_90")))')
   DEF=gqa_paged_decode_h32_kv8_d128_ps1; SOLS=definitions/solutions/baseline/gqa_paged/$DEF
   B1=020253b8-8850-5672-98d0-1200bdec213b; B256=a66c5b83-ed1f-5418-919c-756a9a5c8ce3
@@ -101,7 +101,7 @@ if has fixtures; then  # real ncu recordings for tests/fixtures/ncu (its README 
     timeout 200 "$NCU" --clock-control none --cache-control all --target-processes all \
       --nvtx --nvtx-include crucible_candidate/ --metrics "$METRICS" \
       --log-file "$FIX/$1.log" --force-overwrite --export "$FIX/$1" \
-      python3 -m harness.profile_target --solution "$2" --workload "$3" --seed 0 --dataset definitions \
+      python3 -m harness.profiling.target --solution "$2" --workload "$3" --seed 0 --dataset definitions \
       --status-file "$FIX/$1.status.json" >> "$LOG" 2>&1
     "$NCU" --import "$FIX/$1.ncu-rep" --csv --page raw --print-units base > "$FIX/$1.csv" 2>> "$LOG"
     "$NCU" --import "$FIX/$1.ncu-rep" --page details --print-units base > "$FIX/$1.details.txt" 2>> "$LOG"

@@ -58,7 +58,7 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     """
     from harness.archive import ArchiveError
     from harness.cli_common import err, fail, open_archive, open_dataset, out
-    from harness.profile import NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, select_backend
+    from harness.profiling import NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, select_backend
     from harness.schema import SchemaError, Solution, dump_json, load_model
 
     from .evidence import build_evidence, representatives, requested_metrics

@@ -1,6 +1,6 @@
 """The archive's migrations: small functions, applied once each, in order (harness/archive.py: MIGRATIONS).
 
-They depend on sqlite-utils only, so the modules that own a table (harness/profile.py, harness/views.py) can
+They depend on sqlite-utils only, so the modules that own a table (harness/profiling/archive.py, harness/views.py) can
 use them without importing the archive. The review views' migration, m005_review_views, lives with the views
 it creates (harness/views.py).
 """
@@ -84,7 +84,7 @@ def m003_controller(db: sqlite_utils.Database) -> None:
 
 
 def m004_profiles(db: sqlite_utils.Database) -> None:
-    # Nsight Compute profiles (harness/profile.py): raw report blob + digest per (submission or solution, workload).
+    # Nsight Compute profiles (harness/profiling/archive.py): raw report + digest per (submission|solution, workload).
     db["profiles"].create({"id": int, "submission_id": int, "solution_hash": str, "workload_uuid": str,
                            "backend": str, "status": str, "raw_blob": str, "digest": str, "created_at": str}, pk="id")
     db["profiles"].create_index(["solution_hash", "workload_uuid"])

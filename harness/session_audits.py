@@ -116,8 +116,8 @@ class SessionAudits:
     def _claim_counters(self, solution: Solution, result: SubmissionResult, claims: list[str],
                         kernels: list[Any], arch: Optional[str]) -> tuple[Optional[dict[str, Any]], str, str]:
         """(counters summed over the candidate's own kernels or None, why None, why the proof failed) from one
-        Nsight Compute pass over the first PASSED workload (harness.profile: its own sandboxed target process)."""
-        from .profile import NO_PERMISSION, OK, UNAVAILABLE, profile_workloads, record_profile, select_backend
+        Nsight Compute pass over the first PASSED workload (harness.profiling: its own sandboxed target process)."""
+        from .profiling import NO_PERMISSION, OK, UNAVAILABLE, profile_workloads, record_profile, select_backend
         from .sass import FAMILIES, arch_key, counter_metrics, own_kernel_counters
 
         if not any(arch_key(arch) in FAMILIES[c].counters for c in claims):

@@ -14,7 +14,7 @@ from controller.evidence import (EvidenceRecord, KernelDigest, WorkloadStat, ass
                                  load_workload_weights, metric_table, ncu_config, occupancy_limiter, regime_table,
                                  representatives, requested_metrics, short_kernel_name, sig, stall_metrics,
                                  table_arch, validate_weights, weight_for, workload_stats)
-from harness.profile import NO_PERMISSION, OK, KernelProfile, ProfileSummary, finish_summary, parse_ncu_csv
+from harness.profiling import NO_PERMISSION, OK, KernelProfile, ProfileSummary, finish_summary, parse_ncu_csv
 
 from support import DEFINITIONS, ROOT
 

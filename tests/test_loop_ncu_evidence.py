@@ -17,7 +17,8 @@ from controller.skills import load_skills
 from controller.store import Store
 from harness.archive import Archive
 from harness.dataset import Dataset
-from harness.profile import NO_PERMISSION, OK, TIMEOUT, ProfileSummary, archived_profiles, finish_summary, parse_ncu_csv
+from harness.profiling import (NO_PERMISSION, OK, TIMEOUT, ProfileSummary, archived_profiles, finish_summary,
+                               parse_ncu_csv)
 
 from support import KV8_PS1, ROOT
 from test_controller_loop import SKILLS_DIR, WORKLOAD, FakeEvaluator, config

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from controller.evidence import digest_summary, short_kernel_name
-from harness.profile import OK, ProfileSummary, finish_summary, parse_ncu_csv
+from harness.profiling import OK, ProfileSummary, finish_summary, parse_ncu_csv
 
 from support import ROOT
 

@@ -12,7 +12,7 @@ from controller.providers.offline import OfflineProvider
 from harness.generation_request import Budget, Diagnosis, GenerationRequest, Incumbent
 from controller.skills import load_skills, machine_blocks
 from controller.tactics import diagnoses_by_regime, limiter_rows, tactic_book
-from harness.profile import OK, ProfileSummary, finish_summary, parse_ncu_csv
+from harness.profiling import OK, ProfileSummary, finish_summary, parse_ncu_csv
 
 from support import KV8_PS1, ROOT
 

@@ -1,5 +1,5 @@
-"""harness.profile on CPU: ncu's CSV layouts, error statuses, backend selection, and the whole subprocess path
-(ncu -> harness.profile_target -> report -> CSV -> archive) driven by a fake `ncu` executable on PATH."""
+"""harness.profiling on CPU: ncu's CSV layouts, error statuses, backend selection, and the whole subprocess path
+(ncu -> harness.profiling.target -> report -> CSV -> archive) driven by a fake `ncu` executable on PATH."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 
 import harness.archive as archive_mod
-import harness.profile as prof
+import harness.profiling.backends as backends
 from harness.archive import Archive
-from harness.profile import (FAILED, NO_KERNELS, NO_PERMISSION, NVTX_INCLUDE, OK, TIMEOUT, UNAVAILABLE, KernelProfile,
-                             NcuProfiler, NsightPythonProfiler, ProfileRequest, ProfileSummary, UnavailableProfiler,
-                             arch_from_cc, archived_profiles, choose_backend, diagnose, ensure_profiles_table,
-                             failed_metric_names, finish_summary, parse_long_csv, parse_ncu_csv,
-                             parse_ncu_version, parse_number, parse_raw_csv, record_profile, select_backend,
-                             to_base_unit)
+from harness.profiling import (FAILED, NO_KERNELS, NO_PERMISSION, NVTX_INCLUDE, OK, TIMEOUT, UNAVAILABLE,
+                               KernelProfile, NcuProfiler, NsightPythonProfiler, ProfileRequest, ProfileSummary,
+                               UnavailableProfiler, arch_from_cc, archived_profiles, choose_backend, diagnose,
+                               ensure_profiles_table, failed_metric_names, finish_summary, parse_long_csv,
+                               parse_ncu_csv, parse_ncu_version, parse_number, parse_raw_csv, record_profile,
+                               select_backend, to_base_unit)
 
 from support import KV8_PS1, ROOT, TORCH_CANDIDATE, solution_dict
 
@@ -333,7 +333,7 @@ def test_ncu_backend_end_to_end_with_report(fake_ncu, request_for):
     assert cmd[0] == ncu and cmd[cmd.index("--clock-control") + 1] == "none"
     assert cmd[cmd.index("--nvtx-include") + 1] == "crucible_candidate/" and "--nvtx" in cmd
     assert cmd[cmd.index("--metrics") + 1] == ",".join(METRICS)
-    assert cmd[cmd.index("-m") + 1] == "harness.profile_target"
+    assert cmd[cmd.index("-m") + 1] == "harness.profiling.target"
     calls = fake_ncu.calls()
     assert [c["kind"] for c in calls] == ["collect", "target", "import"]
     imported = calls[2]["args"]
@@ -408,7 +408,7 @@ def test_a_failing_candidate_is_failed_with_its_error(fake_ncu, request_for):
 
 
 def test_nsight_backend_selection_only(fake_ncu, monkeypatch):
-    monkeypatch.setattr(prof, "nsight_python_version", lambda: (1, 1, 0))
+    monkeypatch.setattr(backends, "nsight_python_version", lambda: (1, 1, 0))
     new = fake_ncu("ok", version="2026.2.1.0")
     chosen = select_backend("auto", ncu=new)
     assert isinstance(chosen, NsightPythonProfiler) and chosen.available()[0]
@@ -416,7 +416,7 @@ def test_nsight_backend_selection_only(fake_ncu, monkeypatch):
     assert isinstance(select_backend("auto", ncu=old), NcuProfiler)
     refused = select_backend("nsight", ncu=old)
     assert isinstance(refused, UnavailableProfiler) and "2026.2.1" in refused.available()[1]
-    monkeypatch.setattr(prof, "nsight_python_version", lambda: None)
+    monkeypatch.setattr(backends, "nsight_python_version", lambda: None)
     assert not NsightPythonProfiler(new).available()[0]
 
 
@@ -427,7 +427,7 @@ def test_nsight_backend_selection_only(fake_ncu, monkeypatch):
 def _target(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     from harness.runner import scrubbed_environment
 
-    return subprocess.run([sys.executable, "-m", "harness.profile_target", *args], cwd=tmp_path, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.profiling.target", *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env=scrubbed_environment({"TRITON_INTERPRET": "1"}, home=tmp_path))
 
 
@@ -499,7 +499,7 @@ def _invoke(args: list[str]):
 
 def test_cli_profiles_a_solution_file_and_archives_it(fake_ncu, tmp_path, tiny_dataset_root, monkeypatch):
     ncu = fake_ncu("ok")
-    monkeypatch.setattr(prof, "find_ncu", lambda env_path=None: ncu)
+    monkeypatch.setattr(backends, "find_ncu", lambda env_path=None: ncu)
     sol = tmp_path / "sol.json"
     sol.write_text(json.dumps(solution_dict(TORCH_CANDIDATE)))
     (tmp_path / "arch").mkdir()
@@ -518,7 +518,7 @@ def test_cli_profiles_a_solution_file_and_archives_it(fake_ncu, tmp_path, tiny_d
 
 
 def test_cli_without_ncu_says_so_and_exits_3(tmp_path, tiny_dataset_root, monkeypatch):
-    monkeypatch.setattr(prof, "find_ncu", lambda env_path=None: None)
+    monkeypatch.setattr(backends, "find_ncu", lambda env_path=None: None)
     sol = tmp_path / "sol.json"
     sol.write_text(json.dumps(solution_dict(TORCH_CANDIDATE)))
     (tmp_path / "arch").mkdir()
@@ -534,7 +534,7 @@ def test_cli_profiles_a_submission_by_id_using_its_measurements(fake_ncu, tmp_pa
     from harness.schema import Solution, dump_json
 
     ncu = fake_ncu("ok")
-    monkeypatch.setattr(prof, "find_ncu", lambda env_path=None: ncu)
+    monkeypatch.setattr(backends, "find_ncu", lambda env_path=None: ncu)
     archive = Archive(tmp_path / "arch")
     solution = Solution.model_validate(solution_dict(TORCH_CANDIDATE))
     archive.put_solution(dump_json(solution), solution.content_hash)

@@ -199,7 +199,7 @@ def build_h200_archive(folder: Path, controller: bool = True) -> dict:
     """A small archive like an H200 run leaves: returns {"archive", "ids", "rounds"}.
 
     ``controller``: the candidates come from a controller run recorded through controller.store (runs,
-    rounds, requests, responses, candidates, decisions), with ncu profile digests (harness.profile) and
+    rounds, requests, responses, candidates, decisions), with ncu profile digests (harness.profiling) and
     build logs and SASS summaries as artifacts (needs the m005 migration: ``ensure_review_migration``).
     Without it they are plain submissions, and ``rounds`` is the trajectory as a generic list.
     """
@@ -379,7 +379,7 @@ def add_flagged_submissions(archive: Archive, env: str) -> dict[str, int]:
 
 
 def _profile(archive: Archive, sub: int, sol: dict, kv8: list[tuple[str, str]]) -> None:
-    from harness.profile import KernelProfile, ProfileSummary, record_profile
+    from harness.profiling import KernelProfile, ProfileSummary, record_profile
 
     uuid = next(u for u, l in kv8 if l == "uniform_b64_kv2048")
     k = KernelProfile(id=0, name="_gqa_decode_kernel", block_size="(128, 1, 1)", grid_size="(64, 8, 1)",

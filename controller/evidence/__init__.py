@@ -7,7 +7,7 @@ axes, weights, rules); the only file it reads is the ncu-profiling skill (ncu_me
 - quantities: three significant digits with units;
 - kernel_digest: ``KernelDigest`` (one kernel, one Markdown bullet) and ``RegimeProfile`` (one regime's digests);
 - diagnosis: classification (at-roofline, latency-, memory-, compute-bound) and the limiter id;
-- digest: ``digest_kernel`` / ``digest_summary``, a ``harness.profile.ProfileSummary`` into digests;
+- digest: ``digest_kernel`` / ``digest_summary``, a ``harness.profiling.ProfileSummary`` into digests;
 - weights: the optional workload weights file;
 - workloads: ``workload_stats``, per workload latency, share, % of floor, speedup and regime (the regime
   rules are the operator family's: harness.families);

@@ -1,4 +1,4 @@
-"""``digest_kernel`` / ``digest_summary``: one ``KernelDigest`` per kernel of a ``ProfileSummary`` (harness.profile).
+"""``digest_kernel`` / ``digest_summary``: one ``KernelDigest`` per kernel of a ``ProfileSummary`` (harness.profiling).
 
 Duration, SOL compute / memory / DRAM, DRAM bytes, achieved vs theoretical occupancy and its limiter,
 registers, shared memory, spills, L1/L2 hit rates, tensor pipe, waves, top warp stalls; three significant
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from harness.profile import KernelProfile, ProfileSummary
+from harness.profiling import KernelProfile, ProfileSummary
 
 from .diagnosis import classify, name_limiter, occupancy_limiter
 from .kernel_digest import KernelDigest

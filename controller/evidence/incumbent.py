@@ -1,7 +1,7 @@
 """The loop's evidence about its incumbent: ncu digests when a profiler is here, else why not.
 
 ``IncumbentProfiler`` is the port the loop profiles through (tests inject a fake that replays ncu CSV
-fixtures); ``NcuIncumbentProfiler`` is the real one: a GPU (``harness.profile.detect_arch``) and a
+fixtures); ``NcuIncumbentProfiler`` is the real one: a GPU (``harness.profiling.detect_arch``) and a
 profiler backend (``select_backend(...).available()``), then ``profile_workloads`` in sandboxed children.
 
 ``profile_incumbent`` does the I/O once per incumbent: workload statistics from its archived evaluations,
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from harness.generation_request import Diagnosis
-from harness.profile import (NO_PERMISSION, OK, UNAVAILABLE, ProfileSummary, detect_arch, profile_workloads,
-                             select_backend)
+from harness.profiling import (NO_PERMISSION, OK, UNAVAILABLE, ProfileSummary, detect_arch, profile_workloads,
+                               select_backend)
 from harness.schema import Solution, dump_json
 
 from ..tactics import TacticBook, diagnoses_by_regime

@@ -121,7 +121,7 @@ class RegimeProfile:
     regime: str
     workload_uuid: str
     workload_label: str
-    status: str  # harness.profile statuses
+    status: str  # harness.profiling statuses
     reason: str = ""
     digests: list[KernelDigest] = field(default_factory=list)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from harness.profile import OK, ProfileSummary, archived_profiles, record_profile
+from harness.profiling import OK, ProfileSummary, archived_profiles, record_profile
 
 from .digest import digest_summary
 from .regimes import representatives

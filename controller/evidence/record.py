@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from harness.profile import ProfileSummary
+from harness.profiling import ProfileSummary
 
 from . import markdown
 from .digest import digest_summary

@@ -103,7 +103,7 @@ PROFILE_KEYS_SHOWN = {"kernels", "reason", "missing_metrics", "status", "backend
 
 
 def format_profiles(rows: list[dict[str, Any]], labels: Optional[dict[str, str]] = None) -> str:
-    """Profile rows (harness.profile.record_profile) as text: status, tool, and each kernel's metrics."""
+    """Profile rows (harness.profiling.record_profile) as text: status, tool, and each kernel's metrics."""
     labels = labels or {}
     out = []
     for r in rows:

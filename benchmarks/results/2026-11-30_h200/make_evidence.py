@@ -4,7 +4,7 @@
 import json
 from pathlib import Path
 from harness.dataset import Dataset
-from harness.profile import OK, ProfileSummary, finish_summary, parse_ncu_csv
+from harness.profiling import OK, ProfileSummary, finish_summary, parse_ncu_csv
 from controller.evidence import build_evidence
 from controller.evidence.profiles import measured_stats
 

@@ -1,9 +1,9 @@
 """The process a profiler watches: build one solution, make one workload's inputs, call the candidate once.
 
-    python -m harness.profile_target --solution S.json --workload UUID --seed N --dataset DIR \
+    python -m harness.profiling.target --solution S.json --workload UUID --seed N --dataset DIR \
         [--warmup 1] [--range crucible_candidate] [--status-file F] [--backend ncu|nsight]
 
-``harness.profile`` runs it under ``ncu --nvtx --nvtx-include crucible_candidate/`` with the worker's
+``harness.profiling`` runs it under ``ncu --nvtx --nvtx-include crucible_candidate/`` with the worker's
 scrubbed environment, in a private folder. Only the call inside the NVTX push/pop range is profiled:
 
 1. build the solution (as the worker does: ``harness.build.build``);
@@ -58,7 +58,7 @@ def nvtx_range(name: str):
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="harness.profile_target", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="harness.profiling.target", description=__doc__.split("\n\n")[0])
     p.add_argument("--solution", required=True, help="Solution JSON file")
     p.add_argument("--workload", required=True, help="workload uuid (or uuid prefix, label, index)")
     p.add_argument("--seed", type=int, default=0)
@@ -78,10 +78,10 @@ def prepare(args: argparse.Namespace) -> tuple[Callable[[], Any], Callable[[], A
     """Build the solution and its inputs: (setup_fn, call_fn, device, info). Heavy imports happen here."""
     import torch
 
-    from .build import build
-    from .dataset import Dataset
-    from .inputs import allocate_outputs, generate_inputs
-    from .schema import Solution, load_model
+    from ..build import build
+    from ..dataset import Dataset
+    from ..inputs import allocate_outputs, generate_inputs
+    from ..schema import Solution, load_model
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     dataset = Dataset(args.dataset)
@@ -194,7 +194,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("profile_target: no CUDA device; nothing to profile", file=sys.stderr)
         return 3
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from . import triton_interp
+        from .. import triton_interp
 
         triton_interp.apply()
     status: dict[str, Any] = {"ok": False, "stage": "build", "range": args.range, "backend": args.backend}
