@@ -15,6 +15,9 @@ runs in the harness's worker processes, never here), and promotion reads only ar
 are evaluated at the fast audit level; one about to be promoted (past the screen, and the paired measurement
 says promote) is evaluated once more at the full audit level, and promoted only if that evaluation is
 promotable too.
+
+Beside it: controller/evaluator.py (the harness behind the ``Evaluator`` port) and controller/rounds.py (the run
+read back from the archive: incumbent, history, round summaries, the report).
 """
 
 from __future__ import annotations
@@ -23,34 +26,34 @@ import datetime as dt
 import json
 import secrets
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.archive import INTERRUPTED, NO_VERDICT, Archive
 from harness.build import expected_params
 from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.generation_request import (Constraints, GenerationRequest, GenerationResponse, HistoryItem, Incumbent,
+from harness.evaluate import SubmitOptions
+from harness.generation_request import (Constraints, GenerationRequest, GenerationResponse, Incumbent,
                                         Proposal, Repair, RequestKind)
 from harness.schema import Definition, Solution, dump_json, load_model
 
 from .evidence.incumbent import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
-from .evidence.latency import mean_latency, mean_speedup_vs_fi, regime_of
+from .evidence.latency import mean_latency, regime_of
 from .evidence.profiles import workload_facts
+from .evaluator import Evaluator, HarnessEvaluator
 from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, plan_round, request_budget,
                    stop_reason)
-from .promote import (PROMOTED, Decision, EvalRecord, FullEvaluation, PairedMeasurement, PairedSample, confirm,
-                      decide, gate_failure, screen_failure)
+from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, decide, gate_failure,
+                      screen_failure)
 from .providers.base import Provider, ProviderError
 from .providers.registry import make_provider
 from .providers.offline import naive_incumbent
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
+from .rounds import RunView
 from .store import DUPLICATE, EVALUATING, REJECTED, UNFINISHED, Store
 from .tactics import tactic_book
-from .trajectory import standing
 
 DEFAULT_FORBIDDEN = ["torch or flashinfer compute calls", "caching outputs across calls", "side streams or threads",
                      "reading harness state, the reference or files", "timer or L2-flush tampering",
@@ -87,83 +90,6 @@ class LoopConfig(BaseModel):
     profile_timeout_s: float = Field(600.0, gt=0)  # per profiled workload
 
 
-# -- the harness, behind a small port -----------------------------------------------------------------------
-
-
-class Evaluator(Protocol):
-    def evaluate(self, solution: Solution, on_start: Callable[[int], None]) -> int: ...
-
-    def evaluate_full(self, solution: Solution) -> int: ...
-
-    def why_no_timing(self) -> Optional[str]: ...
-
-    def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA") -> Optional[PairedMeasurement]: ...
-
-    def close(self) -> None: ...
-
-
-class HarnessEvaluator:
-    """One harness Session for the run: every candidate is a harness submission, archived by the harness."""
-
-    def __init__(self, dataset: Dataset, archive: Archive, options: SubmitOptions):
-        self.dataset, self.archive, self.options = dataset, archive, options
-        self._session: Optional[Session] = None
-        self._on_start: Optional[Callable[[int], None]] = None
-
-    @property
-    def session(self) -> Session:
-        if self._session is None:
-            self._session = Session(self.dataset, self.archive, self.options, progress=self._progress)
-        return self._session
-
-    def _progress(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "start" and self._on_start is not None:
-            self._on_start(int(data["submission_id"]))
-
-    def evaluate(self, solution: Solution, on_start: Callable[[int], None]) -> int:
-        self._on_start = on_start
-        try:
-            return self.session.submit(solution).submission_id
-        finally:
-            self._on_start = None
-
-    def evaluate_full(self, solution: Solution) -> int:
-        """The evaluation a promotion rests on: every audit, run-time attribution included."""
-        return self.session.submit(solution, audit_level="full").submission_id
-
-    def why_no_timing(self) -> Optional[str]:
-        if not self.session.has_gpu:
-            return "no GPU on this host"
-        if not self.options.timing:
-            return "timing switched off"
-        return None
-
-    def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA") -> Optional[PairedMeasurement]:
-        """Re-submit incumbent (A) and candidate (B) interleaved in one session (one GPU allocation).
-        None where the harness cannot time (no GPU): promotion then says so and promotes nothing."""
-        if self.why_no_timing() is not None:
-            return None
-        samples = []
-        for repeat in range(repeats):
-            for role in order:
-                # timing runs: both were audited in their own evaluations (an "off" run is never promotable
-                # by itself; promotion reads the candidate's audited evaluation)
-                result = self.session.submit(incumbent if role == "A" else candidate, audit_level="off")
-                if result.timing_unavailable_reason or not result.all_passed:
-                    return None
-                samples.append(PairedSample(role, repeat, {w.workload: w.latency_ms for w in result.workloads
-                                                           if w.evaluated and w.latency_ms is not None},
-                                            result.submission_id))
-        return PairedMeasurement(order, tuple(samples))
-
-    def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
-
-
 # -- the loop ----------------------------------------------------------------------------------------------
 
 
@@ -180,7 +106,7 @@ def export_solution(folder: Path, solution: Solution) -> Path:
     return path
 
 
-class Loop:
+class Loop(RunView):
     def __init__(self, config: LoopConfig, run_id: str, store: Store, provider: Provider, evaluator: Evaluator,
                  skills: dict[str, Skill], dataset: Dataset, on_event: Optional[Event] = None,
                  profiler: Optional[IncumbentProfiler] = None):
@@ -199,33 +125,6 @@ class Loop:
         self.signature = expected_params(self.definition, True)
         self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)
         self._no_profiler: Optional[str] = None  # set once the profiler said it cannot work here
-
-    # -- reading state back from the archive ------------------------------------------------------------
-
-    def records(self, candidate: dict[str, Any]) -> list[EvalRecord]:
-        return self.store.eval_records(candidate.get("submission_id"), self.regimes)
-
-    def incumbent(self) -> dict[str, Any]:
-        promoted = [d for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
-        if promoted:
-            return self.store.candidate(promoted[-1]["candidate_id"])
-        return self.store.candidates(self.run_id, 0)[0]
-
-    def rounds_without_promotion(self) -> int:
-        promoted_rounds = [d["round"] for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
-        last = max(promoted_rounds, default=0)
-        return sum(1 for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == "DONE")
-
-    def history(self) -> list[HistoryItem]:
-        decisions = {d["candidate_id"]: d for d in self.store.decisions(self.run_id)}
-        items = []
-        for c in self.store.candidates(self.run_id):
-            d = decisions.get(c["id"])
-            items.append(HistoryItem(round=c["round"], name=c["solution_name"], status=c["status"],
-                                     origin={k: v for k, v in c["origin"].items() if k != "notes"},
-                                     mean_latency_ms=mean_latency(self.records(c)),
-                                     verdict=f"{d['verdict']} ({d['rule']})" if d else ""))
-        return items
 
     # -- steps ------------------------------------------------------------------------------------------
 
@@ -465,42 +364,6 @@ class Loop:
         self.store.finish_round(self.run_id, round_number, summary, wall_s)
         self.emit("round", summary)
 
-    def summarize(self, round_number: int, kind: str, wall_s: float) -> dict[str, Any]:
-        cands = self.store.candidates(self.run_id, round_number)
-        responses = [r for r in self.store.responses_of_run(self.run_id) if r["round"] == round_number]
-        decisions = [d for d in self.store.decisions(self.run_id) if d["round"] == round_number]
-        best = None
-        for c in cands:
-            records = self.records(c)
-            latency = mean_latency(records)
-            if latency is not None and (best is None or latency < best[0]):
-                best = (latency, mean_speedup_vs_fi(records), c["solution_name"])
-        promoted = [d for d in decisions if d["verdict"] == PROMOTED]
-        incumbent = self.incumbent()
-        if kind == "baseline":
-            decision = "starting incumbent"
-        elif promoted:
-            decision = "promoted " + ", ".join(self.store.candidate(d["candidate_id"])["solution_name"]
-                                               for d in promoted)
-        elif decisions:
-            decision = Counter(d["reasons"][0] if d["reasons"] else d["rule"] for d in decisions).most_common(1)[0][0]
-        else:
-            decision = "nothing to decide"
-        return {
-            "round": round_number, "kind": kind, "candidates": len(cands),
-            "repairs": sum(1 for c in cands if c["depth"] > 0),
-            "statuses": dict(Counter(c["status"] for c in cands)),
-            "best_latency_ms": best[0] if best else None, "best_candidate": best[2] if best else None,
-            "speedup_vs_flashinfer": best[1] if best else None,
-            "tokens": sum((r["tokens_in"] or 0) + (r["tokens_out"] or 0) for r in responses),
-            "cost_usd": sum(r["cost_usd"] or 0.0 for r in responses), "wall_s": round(wall_s, 3),
-            "stopped": [r["stopped"] or r["error"] for r in responses if r["stopped"] or r["error"]],
-            "rejected": [c["reason"] for c in cands if c["status"] == REJECTED],
-            "decision": decision,
-            # where the run stands after this round: the trajectory (controller/trajectory.py)
-            "incumbent": {"name": incumbent["solution_name"], **standing(self.records(incumbent))},
-        }
-
     def stop_check(self) -> Optional[str]:
         cfg = self.config
         return stop_reason(self.store.spend(self.run_id), cfg.budget_tokens, cfg.budget_cost_usd, cfg.budget_wall_s,
@@ -530,59 +393,6 @@ class Loop:
             self.store.set_run_status(self.run_id, status, f"{type(err).__name__}: {err}")
             raise
         return self.report()
-
-    # -- the report -------------------------------------------------------------------------------------
-
-    def nothing_produced(self) -> Optional[str]:
-        """Why no round played produced a candidate (the provider failed, or every reply was refused); None when
-        one did, or when no round was played (--rounds 0, or a stop rule before round 1)."""
-        if not any(r["round"] > 0 and r["status"] == "DONE" for r in self.store.rounds(self.run_id)):
-            return None
-        cands = [c for c in self.store.candidates(self.run_id) if c["round"] > 0]
-        if any(c["solution_hash"] for c in cands):  # code came back (a duplicate too: the provider works)
-            return None
-        responses = [r for r in self.store.responses_of_run(self.run_id) if r["round"] > 0]
-        errors = [r["error"] for r in responses if r["error"]]
-        refused = [c["reason"] for c in cands if c["status"] == REJECTED and c["reason"]]
-        stopped = [r["stopped"] for r in responses if r["stopped"]]
-        why = next((found[-1] for found in (errors, refused, stopped) if found), "the provider proposed nothing")
-        return "no round produced a candidate: " + " ".join(str(why).split())[:500]
-
-    def timing_note(self, cands: list[dict[str, Any]]) -> str:
-        """From the archive (a finished run is reported without starting the harness)."""
-        if any(r.latency_ms is not None for c in cands for r in self.records(c)):
-            return "available"
-        used_gpu = {self.store.submission_used_gpu(c["submission_id"]) for c in cands if c["submission_id"]}
-        if used_gpu == {False}:
-            return "unavailable: no GPU on this host"
-        return f"unavailable: {self.evaluator.why_no_timing() or 'no evaluation was timed'}"
-
-    def report(self) -> dict[str, Any]:
-        row = self.store.run(self.run_id) or {}
-        rounds = [r["summary"] for r in self.store.rounds(self.run_id) if r["status"] == "DONE"]
-        inc = self.incumbent()
-        inc_records = self.records(inc)
-        decisions = self.store.decisions(self.run_id)
-        promoted = [d for d in decisions if d["verdict"] == PROMOTED]
-        spent = self.store.spend(self.run_id)
-        cands = self.store.candidates(self.run_id)
-        return {
-            "run_id": self.run_id, "definition": self.definition.name, "provider": row.get("provider"),
-            "status": row.get("status"), "stop_reason": row.get("stop_reason"),
-            "timing": self.timing_note(cands),
-            "rounds": rounds,
-            "incumbent": {"candidate_id": inc["id"], "name": inc["solution_name"],
-                          "solution_hash": inc["solution_hash"],
-                          "status": inc["status"], "origin": inc["origin"], "promoted": bool(promoted),
-                          "mean_latency_ms": mean_latency(inc_records),
-                          "exported": promoted[-1]["exported"] if promoted else None},
-            "decisions": [{"round": d["round"], "candidate": self.store.candidate(d["candidate_id"])["solution_name"],
-                           "verdict": d["verdict"], "rule": d["rule"], "reasons": d["reasons"]} for d in decisions],
-            "nothing_produced": self.nothing_produced(),
-            "totals": {"candidates": len(cands),
-                       "evaluated": sum(1 for c in cands if c["submission_id"] is not None),
-                       "tokens": spent["tokens"], "cost_usd": spent["cost_usd"], "wall_s": round(spent["wall_s"], 3)},
-        }
 
 
 # -- wiring ------------------------------------------------------------------------------------------------

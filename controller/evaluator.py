@@ -1,0 +1,86 @@
+"""The harness behind a small port: what the loop asks of an evaluation, and the harness Session that answers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol
+
+from harness.archive import Archive
+from harness.dataset import Dataset
+from harness.evaluate import Session, SubmitOptions
+from harness.schema import Solution
+
+from .promote import PairedMeasurement, PairedSample
+
+
+class Evaluator(Protocol):
+    def evaluate(self, solution: Solution, on_start: Callable[[int], None]) -> int: ...
+
+    def evaluate_full(self, solution: Solution) -> int: ...
+
+    def why_no_timing(self) -> Optional[str]: ...
+
+    def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
+                       order: str = "ABBA") -> Optional[PairedMeasurement]: ...
+
+    def close(self) -> None: ...
+
+
+class HarnessEvaluator:
+    """One harness Session for the run: every candidate is a harness submission, archived by the harness."""
+
+    def __init__(self, dataset: Dataset, archive: Archive, options: SubmitOptions):
+        self.dataset, self.archive, self.options = dataset, archive, options
+        self._session: Optional[Session] = None
+        self._on_start: Optional[Callable[[int], None]] = None
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            self._session = Session(self.dataset, self.archive, self.options, progress=self._progress)
+        return self._session
+
+    def _progress(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "start" and self._on_start is not None:
+            self._on_start(int(data["submission_id"]))
+
+    def evaluate(self, solution: Solution, on_start: Callable[[int], None]) -> int:
+        self._on_start = on_start
+        try:
+            return self.session.submit(solution).submission_id
+        finally:
+            self._on_start = None
+
+    def evaluate_full(self, solution: Solution) -> int:
+        """The evaluation a promotion rests on: every audit, run-time attribution included."""
+        return self.session.submit(solution, audit_level="full").submission_id
+
+    def why_no_timing(self) -> Optional[str]:
+        if not self.session.has_gpu:
+            return "no GPU on this host"
+        if not self.options.timing:
+            return "timing switched off"
+        return None
+
+    def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
+                       order: str = "ABBA") -> Optional[PairedMeasurement]:
+        """Re-submit incumbent (A) and candidate (B) interleaved in one session (one GPU allocation).
+        None where the harness cannot time (no GPU): promotion then says so and promotes nothing."""
+        if self.why_no_timing() is not None:
+            return None
+        samples = []
+        for repeat in range(repeats):
+            for role in order:
+                # timing runs: both were audited in their own evaluations (an "off" run is never promotable
+                # by itself; promotion reads the candidate's audited evaluation)
+                result = self.session.submit(incumbent if role == "A" else candidate, audit_level="off")
+                if result.timing_unavailable_reason or not result.all_passed:
+                    return None
+                samples.append(PairedSample(role, repeat, {w.workload: w.latency_ms for w in result.workloads
+                                                           if w.evaluated and w.latency_ms is not None},
+                                            result.submission_id))
+        return PairedMeasurement(order, tuple(samples))
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None

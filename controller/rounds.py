@@ -1,0 +1,147 @@
+"""A run as the archive holds it: the incumbent, the history, each round's summary and the run's report.
+
+Everything here reads the archive (the controller's Store), never the harness: a finished run is reported
+without starting an evaluation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Optional
+
+from harness.generation_request import HistoryItem
+from harness.schema import Definition
+
+from .evaluator import Evaluator
+from .evidence.latency import mean_latency, mean_speedup_vs_fi
+from .promote import PROMOTED, EvalRecord
+from .store import REJECTED, Store
+from .trajectory import standing
+
+
+class RunView:
+    """Read-only views of one run; the Loop sets what they read."""
+
+    store: Store
+    run_id: str
+    regimes: dict[str, Any]  # workload uuid -> its regime
+    definition: Definition
+    evaluator: Evaluator
+
+    # -- reading state back from the archive ------------------------------------------------------------
+
+    def records(self, candidate: dict[str, Any]) -> list[EvalRecord]:
+        return self.store.eval_records(candidate.get("submission_id"), self.regimes)
+
+    def incumbent(self) -> dict[str, Any]:
+        promoted = [d for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
+        if promoted:
+            return self.store.candidate(promoted[-1]["candidate_id"])
+        return self.store.candidates(self.run_id, 0)[0]
+
+    def rounds_without_promotion(self) -> int:
+        promoted_rounds = [d["round"] for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
+        last = max(promoted_rounds, default=0)
+        return sum(1 for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == "DONE")
+
+    def history(self) -> list[HistoryItem]:
+        decisions = {d["candidate_id"]: d for d in self.store.decisions(self.run_id)}
+        items = []
+        for c in self.store.candidates(self.run_id):
+            d = decisions.get(c["id"])
+            items.append(HistoryItem(round=c["round"], name=c["solution_name"], status=c["status"],
+                                     origin={k: v for k, v in c["origin"].items() if k != "notes"},
+                                     mean_latency_ms=mean_latency(self.records(c)),
+                                     verdict=f"{d['verdict']} ({d['rule']})" if d else ""))
+        return items
+
+    # -- round summaries ------------------------------------------------------------------------------
+
+    def summarize(self, round_number: int, kind: str, wall_s: float) -> dict[str, Any]:
+        cands = self.store.candidates(self.run_id, round_number)
+        responses = [r for r in self.store.responses_of_run(self.run_id) if r["round"] == round_number]
+        decisions = [d for d in self.store.decisions(self.run_id) if d["round"] == round_number]
+        best = None
+        for c in cands:
+            records = self.records(c)
+            latency = mean_latency(records)
+            if latency is not None and (best is None or latency < best[0]):
+                best = (latency, mean_speedup_vs_fi(records), c["solution_name"])
+        promoted = [d for d in decisions if d["verdict"] == PROMOTED]
+        incumbent = self.incumbent()
+        if kind == "baseline":
+            decision = "starting incumbent"
+        elif promoted:
+            decision = "promoted " + ", ".join(self.store.candidate(d["candidate_id"])["solution_name"]
+                                               for d in promoted)
+        elif decisions:
+            decision = Counter(d["reasons"][0] if d["reasons"] else d["rule"] for d in decisions).most_common(1)[0][0]
+        else:
+            decision = "nothing to decide"
+        return {
+            "round": round_number, "kind": kind, "candidates": len(cands),
+            "repairs": sum(1 for c in cands if c["depth"] > 0),
+            "statuses": dict(Counter(c["status"] for c in cands)),
+            "best_latency_ms": best[0] if best else None, "best_candidate": best[2] if best else None,
+            "speedup_vs_flashinfer": best[1] if best else None,
+            "tokens": sum((r["tokens_in"] or 0) + (r["tokens_out"] or 0) for r in responses),
+            "cost_usd": sum(r["cost_usd"] or 0.0 for r in responses), "wall_s": round(wall_s, 3),
+            "stopped": [r["stopped"] or r["error"] for r in responses if r["stopped"] or r["error"]],
+            "rejected": [c["reason"] for c in cands if c["status"] == REJECTED],
+            "decision": decision,
+            # where the run stands after this round: the trajectory (controller/trajectory.py)
+            "incumbent": {"name": incumbent["solution_name"], **standing(self.records(incumbent))},
+        }
+
+    # -- the report -------------------------------------------------------------------------------------
+
+    def nothing_produced(self) -> Optional[str]:
+        """Why no round played produced a candidate (the provider failed, or every reply was refused); None when
+        one did, or when no round was played (--rounds 0, or a stop rule before round 1)."""
+        if not any(r["round"] > 0 and r["status"] == "DONE" for r in self.store.rounds(self.run_id)):
+            return None
+        cands = [c for c in self.store.candidates(self.run_id) if c["round"] > 0]
+        if any(c["solution_hash"] for c in cands):  # code came back (a duplicate too: the provider works)
+            return None
+        responses = [r for r in self.store.responses_of_run(self.run_id) if r["round"] > 0]
+        errors = [r["error"] for r in responses if r["error"]]
+        refused = [c["reason"] for c in cands if c["status"] == REJECTED and c["reason"]]
+        stopped = [r["stopped"] for r in responses if r["stopped"]]
+        why = next((found[-1] for found in (errors, refused, stopped) if found), "the provider proposed nothing")
+        return "no round produced a candidate: " + " ".join(str(why).split())[:500]
+
+    def timing_note(self, cands: list[dict[str, Any]]) -> str:
+        """From the archive (a finished run is reported without starting the harness)."""
+        if any(r.latency_ms is not None for c in cands for r in self.records(c)):
+            return "available"
+        used_gpu = {self.store.submission_used_gpu(c["submission_id"]) for c in cands if c["submission_id"]}
+        if used_gpu == {False}:
+            return "unavailable: no GPU on this host"
+        return f"unavailable: {self.evaluator.why_no_timing() or 'no evaluation was timed'}"
+
+    def report(self) -> dict[str, Any]:
+        row = self.store.run(self.run_id) or {}
+        rounds = [r["summary"] for r in self.store.rounds(self.run_id) if r["status"] == "DONE"]
+        inc = self.incumbent()
+        inc_records = self.records(inc)
+        decisions = self.store.decisions(self.run_id)
+        promoted = [d for d in decisions if d["verdict"] == PROMOTED]
+        spent = self.store.spend(self.run_id)
+        cands = self.store.candidates(self.run_id)
+        return {
+            "run_id": self.run_id, "definition": self.definition.name, "provider": row.get("provider"),
+            "status": row.get("status"), "stop_reason": row.get("stop_reason"),
+            "timing": self.timing_note(cands),
+            "rounds": rounds,
+            "incumbent": {"candidate_id": inc["id"], "name": inc["solution_name"],
+                          "solution_hash": inc["solution_hash"],
+                          "status": inc["status"], "origin": inc["origin"], "promoted": bool(promoted),
+                          "mean_latency_ms": mean_latency(inc_records),
+                          "exported": promoted[-1]["exported"] if promoted else None},
+            "decisions": [{"round": d["round"], "candidate": self.store.candidate(d["candidate_id"])["solution_name"],
+                           "verdict": d["verdict"], "rule": d["rule"], "reasons": d["reasons"]} for d in decisions],
+            "nothing_produced": self.nothing_produced(),
+            "totals": {"candidates": len(cands),
+                       "evaluated": sum(1 for c in cands if c["submission_id"] is not None),
+                       "tokens": spent["tokens"], "cost_usd": spent["cost_usd"], "wall_s": round(spent["wall_s"], 3)},
+        }
