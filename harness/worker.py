@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import functools
-import gc
 import os
 import sys
 import time
@@ -26,6 +25,8 @@ import torch
 
 from . import protocol
 from .build import Built, BuildError, build
+from .device_measure import (l2_flush, memory_mark, memory_release, raise_clocks, sync,
+                             wall_call)
 from .inputs import allocate_outputs, fingerprint, generate_inputs
 from .schema import Definition, Solution, Workload
 
@@ -70,11 +71,6 @@ def _nvml_index() -> int:
 
 def _device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
 
 
 def _context_broken(device: torch.device) -> bool:
@@ -126,38 +122,6 @@ def _thread_count() -> int:
         return threading.active_count()
 
 
-def _l2_flush(device: torch.device) -> Callable[[], None]:
-    """Zero a 2 x L2 buffer, as the official timer does before every call (nothing to do on a CPU)."""
-    if device.type != "cuda":
-        return lambda: None
-    from .timing import flush_buffer_bytes
-
-    buffer = torch.empty(flush_buffer_bytes(int(torch.cuda.get_device_properties(device).L2_cache_size)),
-                         dtype=torch.int8, device=device)
-    return buffer.zero_
-
-
-def _raise_clocks(device: torch.device, flush: Callable[[], None], seconds: float = 0.05) -> None:
-    """Harness-owned GPU work until the clocks have left idle (an idle H200 sits at a few hundred MHz)."""
-    if device.type != "cuda":
-        return
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(20):
-            flush()
-        torch.cuda.synchronize()
-
-
-def _wall_call(device: torch.device, flush: Callable[[], None], call: Callable[[], Any]) -> tuple[float, Any]:
-    """One call on a cold L2, timed by the host between two synchronisations."""
-    flush()
-    _sync(device)
-    started = time.perf_counter()
-    result = call()
-    _sync(device)
-    return (time.perf_counter() - started) * 1e3, result
-
-
 def _poisoned(t: torch.Tensor) -> torch.Tensor:
     """NaN where a float can hold it, an unlikely sentinel elsewhere: nothing a skipped call could pass with."""
     return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
@@ -174,7 +138,6 @@ class _Float64Torch:
 
 _FLOAT64_TORCH = _Float64Torch()
 _ORACLE_WIDEN_BYTES = 256 << 20
-_KEEP_CACHED_BYTES = 512 << 20  # a worker between requests holds at most this much of its allocator's cache
 
 
 def _float64_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -231,7 +194,7 @@ class Worker:
         else:
             outputs = _as_output_dict(definition, self.built.fn(*args.values(), *state))
             note = ""
-        _sync(self.device)
+        sync(self.device)
         elapsed = time.perf_counter() - started
         mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and not torch.equal(v, args[k])]
         aliased = _aliasing(args, outputs)
@@ -259,8 +222,8 @@ class Worker:
         buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         out_tensors: dict[str, torch.Tensor] = {}
         wall_ms, repeat_ms, fingerprints = [], [], []
-        flush = _l2_flush(self.device)
-        _raise_clocks(self.device, flush)
+        flush = l2_flush(self.device)
+        raise_clocks(self.device, flush)
         for i, step in enumerate(steps):
             fresh = generate_inputs(definition, workload, int(step["seed"]), self.device, root)
             if step["kind"] == "fresh":
@@ -286,13 +249,13 @@ class Worker:
                     return outputs
                 return _as_output_dict(definition, self.built.fn(*inputs.values(), *state))
 
-            ms, outputs = _wall_call(self.device, flush, call)
+            ms, outputs = wall_call(self.device, flush, call)
             wall_ms.append(ms)
             for name, t in outputs.items():
                 # A copy now: a later "reuse" step writes into these very buffers.
                 out_tensors[f"{i}/{name}"] = t.detach().to("cpu", copy=True)
             if self.device.type == "cuda":
-                repeat_ms.append(_wall_call(self.device, flush, call)[0])
+                repeat_ms.append(wall_call(self.device, flush, call)[0])
             if step["kind"] == "fresh" and i in reused:
                 buffers[i] = (inputs, outputs)
             # this step's tensors go now, not when the next ones exist
@@ -331,7 +294,7 @@ class Worker:
         started = time.perf_counter()
         with torch.no_grad():
             outputs = _as_output_dict(definition, self._reference_fn(definition)(*inputs.values()))
-        _sync(self.device)
+        sync(self.device)
         return ({"ok": True, "input_fingerprint": fingerprint(inputs), "elapsed_s": time.perf_counter() - started},
                 {k: v for k, v in outputs.items()})
 
@@ -382,12 +345,12 @@ class Worker:
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
                 # in it (K/V of b1_kv8192 is 34 MB; the H200's L2 50 MB) run below their CUPTI span.
                 # Both plain and under CUPTI tracing, as the span was taken (harness.audits.clock_truth_verdict).
-                flush = _l2_flush(self.device)
+                flush = l2_flush(self.device)
                 call = functools.partial(fn, *kernel_args)
                 calls = int(req["clock_truth_calls"])
-                (kernel or official)[-1]["wall_ms"] = [_wall_call(self.device, flush, call)[0] for _ in range(calls)]
+                (kernel or official)[-1]["wall_ms"] = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
                 with traced():
-                    traced_walls = [_wall_call(self.device, flush, call)[0] for _ in range(calls)]
+                    traced_walls = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
                 (kernel or official)[-1]["traced_wall_ms"] = traced_walls
                 del flush
             del kernel_args
@@ -446,7 +409,7 @@ class Worker:
             if op == "exit":
                 protocol.write_message(wfd, {"ok": True})
                 return
-            _memory_mark(self.device)
+            memory_mark(self.device)
             try:
                 header, tensors = handlers[op](req)
             except BaseException as err:  # candidate code may raise anything, SystemExit included
@@ -455,7 +418,7 @@ class Worker:
                 header, tensors = {"ok": False, "status": "RUNTIME_ERROR",
                                    "error": f"{type(err).__name__}: {err}", "traceback": tb,
                                    "context_broken": _context_broken(self.device)}, {}
-            memory = _memory_release(self.device, tensors)
+            memory = memory_release(self.device, tensors)
             if memory:
                 header["memory"] = memory
             try:
@@ -472,34 +435,6 @@ def last_reuse(steps: list[dict[str, Any]]) -> dict[int, int]:
         if step["kind"] != "fresh":
             last[int(step["buffers_of"])] = j
     return last
-
-
-def _memory_mark(device: torch.device) -> None:
-    """Start of a request: the allocator's peak counts from here."""
-    if device.type == "cuda" and torch.cuda.is_initialized():
-        try:
-            torch.cuda.reset_peak_memory_stats(device)
-        except Exception:  # a broken context: the request will say so
-            pass
-
-
-def _memory_release(device: torch.device, reply: dict[str, Any]) -> dict[str, int]:
-    """End of a request: what it held at most, then give back what is no longer used, so an idle worker holds
-    only its context and what its code keeps on purpose (a workspace). Returned to the harness, which adds up
-    the processes of one evaluation. The reply's tensors are moved to the host first: they leave anyway."""
-    if device.type != "cuda" or not torch.cuda.is_initialized():
-        return {}
-    try:
-        for name, t in list(reply.items()):
-            if isinstance(t, torch.Tensor) and t.device.type == "cuda":
-                reply[name] = t.cpu()
-        peak = int(torch.cuda.max_memory_reserved(device))
-        if torch.cuda.memory_reserved(device) > _KEEP_CACHED_BYTES:  # small caches stay: a collection costs ~50 ms
-            gc.collect()
-            torch.cuda.empty_cache()
-        return {"peak_bytes": peak, "resident_bytes": int(torch.cuda.memory_reserved(device))}
-    except Exception:  # a broken context: nothing to measure, and the worker is replaced
-        return {}
 
 
 def _die_with_parent(parent_pid: int) -> None:
