@@ -22,6 +22,7 @@ import sqlite_utils
 
 from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, m004_profiles, m006_seals,
                          m007_baseline_messages, now)
+from .stale import process_alive
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 from .views import m005_review_views
 
@@ -218,7 +219,7 @@ class Archive:
         host, closed = socket.gethostname(), []
         for row in self.db.query("select id, options from submissions where status = 'RUNNING'"):
             owner = (json.loads(row["options"] or "{}") or {}).get("owner") or {}
-            if owner.get("host") != host or not isinstance(owner.get("pid"), int) or _process_alive(owner["pid"]):
+            if owner.get("host") != host or not isinstance(owner.get("pid"), int) or process_alive(owner["pid"]):
                 continue
             self.finish_submission(row["id"], INTERRUPTED,
                                    f"its harness process (pid {owner['pid']} on {host}) ended without closing it "
@@ -340,13 +341,3 @@ class Archive:
 
     def solution_json(self, content_hash: str) -> dict[str, Any]:
         return json.loads(self.get_blob(self.db["solutions"].get(content_hash)["blob"]))
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True

@@ -37,7 +37,8 @@ from .memory import memory_record, tensor_bytes
 from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, Performance, Solution,
                      Trace, Workload, dump_json)
-from .sandbox import SandboxPolicy, load_sandbox_policy, remove_stale
+from .sandbox import SandboxPolicy, load_sandbox_policy
+from .stale import remove_stale
 from .results import SKIPPED, SubmissionResult, WorkloadResult
 from .session_audits import SessionAudits
 

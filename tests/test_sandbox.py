@@ -27,7 +27,8 @@ from harness.dataset import Dataset
 from harness.evaluate import Session, SubmitOptions
 from harness.runner import LOG_LIMIT, LogSink
 from harness.sandbox import (UID_BASE, UID_SPAN, MountPlan, SandboxPolicy, init_script, load_sandbox_policy,
-                             remove_stale, visible_paths)
+                             visible_paths)
+from harness.stale import remove_stale
 from harness.schema import Solution
 from sandbox_attacks import hostile_solution, outcomes, write_solution
 from support import ROOT
