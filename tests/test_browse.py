@@ -19,7 +19,7 @@ from harness.views import (CONTROLLER_VIEWS, VIEWS, add_artifact, datasette_comm
                            m005_review_views, search_documents, sync_documents)
 
 from support import KV8_PS1
-from test_report import RUN, SPEND, build_h200_archive, ensure_review_migration, without_review_migration
+from report_archive import RUN, SPEND, build_h200_archive, ensure_review_migration, without_review_migration
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from harness.review import diff_submissions, resolve_submission, source_diff
 from harness.report_cli import diff
 
 from support import KV8_PS1
-from test_report import KV4_PS1, SPLIT_K, build_h200_archive, ensure_review_migration
+from report_archive import KV4_PS1, SPLIT_K, build_h200_archive, ensure_review_migration
 
 
 @pytest.fixture

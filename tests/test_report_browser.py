@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from harness.report_cli import report as report_cmd
 
-from test_report import add_flagged_submissions, build_h200_archive, ensure_review_migration
+from report_archive import add_flagged_submissions, build_h200_archive, ensure_review_migration
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
