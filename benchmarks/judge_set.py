@@ -68,12 +68,17 @@ def the_set(folder: Path) -> list[tuple[str, Path, bool]]:
     return out
 
 
-def submit(path: Path, archive: Path, workloads: str) -> tuple[dict, float]:
-    cmd = [sys.executable, "-m", "harness.cli", "submit", str(path), "--archive", str(archive), "--json"]
+def submit(path: Path, archive: Path, workloads: str, extra: list[str], timeout_s: float) -> tuple[dict, float]:
+    cmd = [sys.executable, "-m", "harness.cli", "submit", str(path), "--archive", str(archive), "--json", *extra]
     if workloads:
         cmd += ["-w", workloads]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    try:  # one slow solution must not eat the others' time; what it printed says where it was
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout_s)
+    except subprocess.TimeoutExpired as err:
+        tail = (err.stderr or b"")[-2000:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return {"error": f"no result within {timeout_s:.0f} s; its last words: {tail}"}, time.perf_counter() - started
     wall = time.perf_counter() - started
     try:
         return json.loads(proc.stdout), wall
@@ -88,6 +93,9 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--workloads", default="", help="for honest solutions (default: all)")
     parser.add_argument("--dishonest-workloads", default=SMALL)
+    parser.add_argument("--dishonest-args", default="--no-baselines",
+                        help="extra `harness submit` arguments for the dishonest ones (attribution needs no baseline)")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per solution")
     args = parser.parse_args()
     archive = Path(args.archive or tempfile.mkdtemp(prefix="judge-set-"))
     archive.mkdir(parents=True, exist_ok=True)
@@ -96,7 +104,8 @@ def main() -> None:
     for name, path, honest in the_set(folder):
         if args.only and name not in args.only.split(","):
             continue
-        result, wall = submit(path, archive, args.workloads if honest else args.dishonest_workloads)
+        result, wall = submit(path, archive, args.workloads if honest else args.dishonest_workloads,
+                              [] if honest else args.dishonest_args.split(), args.timeout)
         promotable = bool(result) and "error" not in result and not result.get("promotion_blockers")
         workloads = [{"label": w["label"], "status": w["status"], "latency_ms": w.get("latency_ms"),
                       "attribution": next((a for a in w.get("audits", []) if a["name"] == "attribution"), None),

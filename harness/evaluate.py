@@ -292,7 +292,10 @@ class Session(SessionAudits):
             name, uuid = self.environment.get("device_name", ""), self.environment.get("uuid", "")
             found = cache.get(name, uuid)
             if found is None:
-                header, _ = self.reference_worker().request({"op": "ceilings"}, timeout_s=600)
+                worker = self.reference_worker()
+                counted = worker.peak_bytes
+                header, _ = worker.request({"op": "ceilings"}, timeout_s=600)
+                worker.peak_bytes = counted  # the GPU's measure, once per card: no workload's memory
                 if not header.get("ok"):
                     raise RuntimeError(f"measuring the GPU's ceilings failed: {header.get('error')}")
                 found = Ceilings.model_validate(header["ceilings"])
@@ -748,7 +751,7 @@ class Session(SessionAudits):
         reply = self._within_deadline(worker, {"op": "time", "workload": workload.model_dump(mode="json"),
                                                "seeds": seeds, "warmup": preset.warmup,
                                                "iterations": preset.iterations, "dataset_root": str(self.dataset.root),
-                                               "clock_truth_calls": 5 if self.audit_config.level != "off" else 0},
+                                               "clock_truth_calls": 9 if self.audit_config.level != "off" else 0},
                                       deadline, wr, "timing", "timing")
         if reply is None:
             return

@@ -36,13 +36,23 @@ def _generator(seed: int, name: str, device: torch.device) -> torch.Generator:
 def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator,
                   device: torch.device) -> torch.Tensor:
     if dtype in (torch.float32, torch.float16, torch.bfloat16):
-        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    if dtype.is_floating_point:  # fp8 / fp4
-        return torch.randn(shape, generator=gen, device=device).clamp_(-2, 2).to(dtype)
+        # drawn in its own dtype, as the official evaluator draws it: a float32 draw cast down would hold 3x
+        # the tensor's bytes at once (a 4 GiB bf16 KV cache: 12 GiB)
+        return torch.randn(shape, generator=gen, device=device, dtype=dtype)
+    if dtype.is_floating_point:  # fp8 / fp4: drawn in slices, so the wide draw never exists whole
+        out = torch.empty(shape, dtype=dtype, device=device)
+        flat = out.view(-1) if out.numel() else out
+        for start in range(0, flat.numel(), _DRAW_SLICE):
+            piece = flat[start:start + _DRAW_SLICE]
+            piece.copy_(torch.randn(piece.shape, generator=gen, device=device, dtype=torch.bfloat16).clamp_(-2, 2))
+        return out
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=gen, device=device).bool()
     lo, hi = (-128, 128) if dtype == torch.int8 else (-1024, 1024)
     return torch.randint(lo, hi, shape, generator=gen, device=device, dtype=dtype)
+
+
+_DRAW_SLICE = 1 << 27  # elements of one wide draw: 256 MiB of bf16
 
 
 def _structured(name: str, spec: TensorSpec, shape: tuple[int, ...], dtype: torch.dtype, definition: Definition,
@@ -77,6 +87,8 @@ def generate_inputs(definition: Definition, workload: Workload, seed: int, devic
     if missing:
         raise SchemaError(f"workload {workload.uuid}: var axes {missing} have no value")
     out: dict[str, Value] = {}
+    family = family_for(definition.op_type)
+    absent: list[str] = []  # official blobs this dataset does not hold: the family draws stand-ins
     for name, spec in definition.inputs.items():
         source = workload.inputs.get(name, RandomInput(type="random"))
         gen = _generator(seed, name, device)
@@ -92,6 +104,9 @@ def generate_inputs(definition: Definition, workload: Workload, seed: int, devic
             if root is None:
                 raise SchemaError(f"workload {workload.uuid}: {name} reads {source.path} but no dataset root is known")
             path = (Path(root) / source.path).resolve()
+            if not path.exists() and family.synthesizes_absent_blobs:
+                absent.append(name)
+                continue
             if not path.exists():
                 raise SchemaError(f"workload {workload.uuid}: {name}: blob {path} does not exist")
             tensors = _load_safetensors(str(path), str(device))
@@ -107,15 +122,25 @@ def generate_inputs(definition: Definition, workload: Workload, seed: int, devic
         else:
             t = _structured(name, spec, shape, dtype, definition, workload, gen, device)
             out[name] = t if t is not None else random_tensor(shape, dtype, gen, device)
-    special = family_for(definition.op_type).special_inputs(definition, workload, out,
-                                                            lambda name: _generator(seed, name, device), device)
+    special = family.special_inputs(definition, workload, out, lambda name: _generator(seed, name, device), device)
     if special:
-        unknown = sorted(set(special) - set(out))
+        unknown = sorted(set(special) - set(out) - set(absent))
         if unknown:
             raise SchemaError(f"{definition.op_type} family: special inputs {unknown} "
                               f"are not inputs of {definition.name}")
         out.update(special)
-    return out
+    missing = [n for n in absent if n not in out]
+    if missing:
+        raise SchemaError(f"workload {workload.uuid}: the {definition.op_type} family drew no stand-in for the "
+                          f"absent blob input(s) {missing}")
+    return {name: out[name] for name in definition.inputs}
+
+
+def absent_blob_inputs(definition: Definition, workload: Workload, root: Path | None) -> list[str]:
+    """Inputs this workload takes from blobs the dataset does not hold (drawn by the family instead)."""
+    return [name for name, source in workload.inputs.items()
+            if isinstance(source, SafetensorsInput) and name in definition.inputs
+            and (root is None or not (Path(root) / source.path).exists())]
 
 
 def allocate_outputs(definition: Definition, workload: Workload,
@@ -128,6 +153,29 @@ def allocate_outputs(definition: Definition, workload: Workload,
 
 
 _FULL_HASH_LIMIT = 1 << 20
+_DIGEST_SLICE = 1 << 24  # 32-bit words per step of content_digest: 64 MiB read, 256 MiB of int64 temporaries
+
+
+def content_digest(t: torch.Tensor) -> tuple[int, int]:
+    """Every byte of ``t`` folded into two sums, on its own device, in slices (no copy of the tensor).
+
+    Tells whether a tensor changed between two points of one process without keeping a clone of it (a KV
+    cache of gigabytes): the plain sum of its 32-bit words and a position-weighted one, so both a changed word
+    and two swapped words show. Not a cryptographic hash; integer sums wrap, identically every time.
+    """
+    flat = t.detach().reshape(-1)
+    if flat.numel() == 0:
+        return (0, 0)
+    words = flat.view(torch.uint8)
+    words = words.view(torch.int32) if words.numel() % 4 == 0 else words
+    total, weighted = 0, 0
+    for start in range(0, words.numel(), _DIGEST_SLICE):
+        piece = words[start:start + _DIGEST_SLICE].to(torch.int64)
+        weight = torch.arange(start, start + piece.numel(), device=piece.device, dtype=torch.int64) % 65521 + 1
+        total += int(piece.sum())
+        weighted += int((piece * weight).sum())
+        del piece, weight
+    return (total & (2**64 - 1), weighted & (2**64 - 1))
 
 
 def trial_seed(secret: bytes, workload: Workload, trial: int) -> int:

@@ -27,7 +27,7 @@ from . import protocol
 from .build import Built, BuildError, build
 from .device_measure import (l2_flush, memory_mark, memory_release, raise_clocks, sync,
                              wall_call)
-from .inputs import allocate_outputs, fingerprint, generate_inputs
+from .inputs import allocate_outputs, content_digest, fingerprint, generate_inputs
 from .schema import Definition, Solution, Workload
 
 
@@ -138,6 +138,7 @@ class _Float64Torch:
 
 _FLOAT64_TORCH = _Float64Torch()
 _ORACLE_WIDEN_BYTES = 256 << 20
+_CLONE_LIMIT_BYTES = 256 << 20  # inputs above this are checked for mutation by content digest, not a clone
 
 
 def _float64_import(name, globals=None, locals=None, fromlist=(), level=0):
@@ -183,8 +184,12 @@ class Worker:
         assert self.built is not None and self.built.fn is not None, "build first"
         definition, workload, inputs = self._workload_inputs(req)
         input_fp = fingerprint(inputs)
-        # The candidate gets clones; the originals stay here to prove the call left its inputs alone.
-        args = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        # The candidate gets clones of small inputs, the originals staying here to prove the call left them
+        # alone; a large input (a KV cache of gigabytes) is handed over itself and proven unchanged by its
+        # content digest before and after: a clone would double the process's memory at full scale.
+        digests = {k: content_digest(v) for k, v in inputs.items()
+                   if isinstance(v, torch.Tensor) and v.numel() * v.element_size() > _CLONE_LIMIT_BYTES}
+        args = {k: v.clone() if isinstance(v, torch.Tensor) and k not in digests else v for k, v in inputs.items()}
         started = time.perf_counter()
         state = (self.built.setup(*args.values()),) if self.built.setup is not None else ()
         if self.solution.spec.destination_passing_style:
@@ -196,7 +201,8 @@ class Worker:
             note = ""
         sync(self.device)
         elapsed = time.perf_counter() - started
-        mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and not torch.equal(v, args[k])]
+        mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)
+                   and (content_digest(v) != digests[k] if k in digests else not torch.equal(v, args[k]))]
         aliased = _aliasing(args, outputs)
         bad = {k: type(v).__name__ for k, v in outputs.items() if not isinstance(v, torch.Tensor)}
         if bad:

@@ -200,6 +200,51 @@ def test_special_inputs_must_name_inputs_of_the_definition():
         unregister("toy_stray")
 
 
+class CapturedB(OperatorFamily):
+    """``b`` comes from a captured blob in the official workloads; where it is absent a stand-in is drawn."""
+
+    op_type = "toy_captured_b"
+    synthesizes_absent_blobs = True
+
+    def special_inputs(self, definition, workload, inputs, generator, device):
+        if "b" in inputs:  # the official blob was there: keep it
+            return None
+        return {"b": torch.arange(workload.axes["n"], dtype=torch.float32) / 7}
+
+
+@pytest.mark.parametrize("family_draws", [True, False])
+def test_absent_blobs_are_drawn_by_the_family_or_refused(tmp_path, family_draws):
+    from safetensors.torch import save_file
+
+    from harness.inputs import absent_blob_inputs, generate_inputs
+    from harness.schema import SchemaError
+
+    class Refuses(CapturedB):
+        op_type = "toy_captured_b"
+        synthesizes_absent_blobs = False
+
+    definition = Definition.model_validate({**TOY_DEFINITION, "op_type": "toy_captured_b"})
+    source = {"type": "safetensors", "path": "blob/w.safetensors", "tensor_key": "b"}
+    workload = Workload.model_validate({"uuid": "w", "axes": {"n": 5}, "inputs": {"b": source}})
+    assert absent_blob_inputs(definition, workload, tmp_path) == ["b"]
+    register(CapturedB() if family_draws else Refuses())
+    try:
+        if family_draws:
+            drawn = generate_inputs(definition, workload, seed=1, root=tmp_path)
+            assert list(drawn) == list(definition.inputs)  # definition order, the stand-in in its place
+            assert torch.equal(drawn["b"], torch.arange(5, dtype=torch.float32) / 7)
+        else:
+            with pytest.raises(SchemaError, match="does not exist"):
+                generate_inputs(definition, workload, seed=1, root=tmp_path)
+        # the official blob, once present, wins over any stand-in
+        (tmp_path / "blob").mkdir()
+        save_file({"b": torch.full((5,), 3.0)}, str(tmp_path / "blob" / "w.safetensors"))
+        assert absent_blob_inputs(definition, workload, tmp_path) == []
+        assert torch.equal(generate_inputs(definition, workload, seed=1, root=tmp_path)["b"], torch.full((5,), 3.0))
+    finally:
+        unregister("toy_captured_b")
+
+
 # ---------------------------------------------------------------------------------------------
 # The registry
 

@@ -141,3 +141,54 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
         s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-2"}
         assert s.reference_latency(definition, workload, [1], preset) == 1.04
         assert timed[-1] == "NVIDIA H200|GPU-2" and s._carried_trust[("reference", KV8_PS1)] is True
+
+
+# -- inputs without copies: content digests instead of clones, draws in their own dtype -------------------
+
+
+def test_content_digest_sees_one_changed_word_and_swapped_words():
+    import torch
+
+    from harness.inputs import content_digest
+
+    t = torch.randn(3001, dtype=torch.bfloat16)  # an odd byte count: digested bytewise
+    before = content_digest(t)
+    assert content_digest(t.clone()) == before
+    changed, swapped = t.clone(), t.clone()
+    changed[1234] += 1
+    swapped[[10, 11]] = t[[11, 10]]
+    assert t[10] != t[11] and content_digest(changed) != before and content_digest(swapped) != before
+    assert content_digest(torch.empty(0)) == (0, 0)
+
+
+@pytest.mark.parametrize("mutate, expected", [("", []), ("    k_cache.view(-1)[7] += 1.0\n", ["k_cache"])])
+def test_large_inputs_are_checked_by_digest_not_clone(tiny_dataset, tmp_path, monkeypatch, mutate, expected):
+    """Above the clone limit the candidate gets the input itself; a write into it is still found."""
+    import harness.worker as worker_module
+    from support import TORCH_CANDIDATE, solution_dict
+
+    monkeypatch.setattr(worker_module, "_CLONE_LIMIT_BYTES", 0)  # every input takes the digest path
+    monkeypatch.chdir(tmp_path)
+    source = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape\n", "    batch, heads, dim = q.shape\n" + mutate)
+    assert mutate == "" or source != TORCH_CANDIDATE
+    definition = tiny_dataset.definition(KV8_PS1)
+    [workload] = tiny_dataset.workloads_for(KV8_PS1, ["tiny_b2_t40"])
+    worker = worker_module.Worker("candidate")
+    header, _ = worker.build({"solution": solution_dict(source), "definition": definition.model_dump(mode="json")})
+    assert header["ok"], header
+    header, outputs = worker.run({"workload": workload.model_dump(mode="json"), "seed": 3,
+                                  "dataset_root": str(tiny_dataset.root)})
+    assert header["mutated_inputs"] == expected and set(outputs) == set(definition.outputs)
+
+
+def test_float_inputs_are_drawn_in_their_own_dtype():
+    import torch
+
+    from harness.inputs import random_tensor
+
+    gen = torch.Generator().manual_seed(1)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn):
+        t = random_tensor((64, 33), dtype, gen, torch.device("cpu"))
+        assert t.dtype == dtype and t.shape == (64, 33)
+        wide = t.float()
+        assert 0.8 < float(wide.std()) < 1.2 and float(wide.abs().max()) <= (2.0 if dtype.itemsize == 1 else 10.0)

@@ -46,6 +46,11 @@ class OperatorFamily:
     #: Regime rules (YAML, first match wins; conditions in ``harness.families.regimes``) that split measured
     #: workloads into the evidence's regime table (``controller.evidence.workload_stats``).
     regime_rules: str = GENERIC_REGIME_RULES
+    #: The official workloads take some inputs from captured blobs (routing logits, sparse indices) that a
+    #: dataset may not hold. True: where a blob is absent, ``special_inputs`` draws a stand-in (it sees
+    #: ``inputs`` without that name and must return it); where it is present, the official tensor is used.
+    #: False: an absent blob is an error.
+    synthesizes_absent_blobs: bool = False
 
     def special_inputs(self, definition: Definition, workload: Workload, inputs: Mapping[str, Any],
                        generator: Callable[[str], torch.Generator],
@@ -53,6 +58,8 @@ class OperatorFamily:
         """Inputs the generic generator cannot make, as replacements by name; None keeps the generic ones.
 
         ``inputs``: what the generic rules drew (random, scalar, blobs, valid page indices), in definition order.
+        Inputs whose official blob is absent (``synthesizes_absent_blobs``) are missing from ``inputs``; the
+        family returns them too, drawn to look like the real ones.
         ``generator(name)``: a fresh generator seeded by the trial's seed and ``name``; draw from it only, so
         the reference's and the candidate's workers (each calling this) produce identical tensors. Examples: FP8
         block scales of a given distribution, a key cache packed with its per-token scales, routing logits.
