@@ -1,0 +1,78 @@
+"""The MoE example (examples/moe_fp8, rendered from the moe-fp8 skill's template) on the tiny MoE definition:
+it passes the harness under the Triton interpreter, classic slips fail the low-bit rule, it also passes on the
+contest's generic input recipe, and the precision audit accepts its FP8 arithmetic but not a cheaper one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.schema import Solution
+from moe_interpreter_checks import EXAMPLE_PARAMS, SLIPS, TEMPLATE
+from moe_support import OFFICIAL, TINY, make_moe_dataset
+from support import EXAMPLES, ROOT
+
+EXAMPLE = EXAMPLES / "moe_fp8"
+
+
+def test_the_example_is_the_template_rendered_and_a_valid_solution():
+    from controller.skills.templates import render_template
+
+    kernel = (EXAMPLE / "kernel.py").read_text()
+    assert kernel == render_template(TEMPLATE.read_text(), EXAMPLE_PARAMS)
+    data = json.loads((EXAMPLE / "solutions" / f"{OFFICIAL}.json").read_text())
+    solution = Solution.model_validate(data)
+    assert solution.definition == OFFICIAL and solution.spec.destination_passing_style
+    assert [s.path for s in solution.sources] == ["kernel.py"] and solution.sources[0].content == kernel
+
+
+def test_the_example_passes_the_harness_on_the_tiny_definition(tmp_path):
+    from harness.archive import Archive
+    from harness.dataset import Dataset
+    from harness.evaluate import Session, SubmitOptions
+
+    data = json.loads((EXAMPLE / "solutions" / f"{OFFICIAL}.json").read_text())
+    solution = Solution.model_validate({**data, "definition": TINY})
+    dataset = Dataset(make_moe_dataset(tmp_path / "dataset"))
+    with Session(dataset, Archive(tmp_path / "archive"), SubmitOptions(timeout_s=300)) as session:
+        result = session.submit(solution)
+    assert [w.status for w in result.workloads] == ["PASSED"] * 3, [w.message for w in result.workloads]
+    assert result.status == "PASSED"
+
+
+@pytest.fixture(scope="module")
+def checks(tmp_path_factory):
+    """tests/moe_interpreter_checks.py in a fresh process: TRITON_INTERPRET is read when triton is imported."""
+    out = tmp_path_factory.mktemp("moe_checks") / "checks.json"
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_interpreter_checks.py"), str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("slip", list(SLIPS))
+def test_classic_slips_fail_the_low_bit_rule(checks, slip):
+    assert "INCORRECT_NUMERICAL" in checks["slips"][slip], checks["slips"][slip]
+
+
+def test_the_honest_kernel_passes_where_the_slips_are_tried(checks):
+    assert checks["honest"] == ["PASSED", "PASSED"]
+
+
+def test_the_example_passes_on_the_contests_generic_recipe(checks):
+    """The contest drew these inputs as plain random tensors (fp8 N(0,1) clipped to +-2, scales N(0,1) with
+    negative ones, routing from randn): an honest kernel passes there too."""
+    assert checks["generic"]["negative_scales"] and checks["generic"]["status"] == "PASSED", checks["generic"]
+
+
+@pytest.mark.parametrize("variant,flagged", [("fp8", False), ("e5m2", True)])
+def test_precision_audit_accepts_fp8_and_catches_cheaper(checks, variant, flagged):
+    found = checks["precision"][variant]
+    assert found["correct"] == "PASSED"  # both pass the low-bit rule: only the audit tells them apart
+    assert found["verdict"]["passed"] is (not flagged), found
