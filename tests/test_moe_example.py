@@ -76,3 +76,30 @@ def test_precision_audit_accepts_fp8_and_catches_cheaper(checks, variant, flagge
     found = checks["precision"][variant]
     assert found["correct"] == "PASSED"  # both pass the low-bit rule: only the audit tells them apart
     assert found["verdict"]["passed"] is (not flagged), found
+
+
+def test_the_skill_validates_and_every_allowed_configuration_renders():
+    import ast
+
+    from controller.skills import kernel_templates, load_skills, machine_blocks, render_skill_template, validate_skills
+
+    skills = load_skills(ROOT / "skills")
+    skill = skills["moe-fp8"]
+    assert validate_skills({"moe-fp8": skill}) == []
+    assert OFFICIAL in skill.metadata["definitions"].split()
+    (block,) = machine_blocks(skill)
+    template = kernel_templates(skill)["triton-moe-fp8"]
+    signature = block["dps_signature"]["default"]
+    from harness.dataset import Dataset
+
+    definition = Dataset(ROOT / "definitions").definition(OFFICIAL)
+    assert signature == [*definition.inputs, *definition.outputs]
+    assert block["tolerances"]["required_matched_ratio"] == 0.9 and block["tolerances"]["rtol"] == 0.3
+    for params in template.grid():
+        tree = ast.parse(render_skill_template(skill, template, params))
+        [run] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
+        assert [a.arg for a in run.args.args] == signature
+    points = [block["naive"], *block["starting_points"].values()]
+    for point in points:
+        template.check({k: v for k, v in point.items() if k != "template"})
+    assert set(block["starting_points"]) >= {"weight-streaming", "grouped-gemm"}
