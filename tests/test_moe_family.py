@@ -302,3 +302,23 @@ def test_official_workloads_split_into_both_regimes(dataset):
     definition = dataset.definition(OFFICIAL)
     regimes = [family_for("moe").regime({**definition.const_axes, **w.axes}) for w in dataset.workloads_for(OFFICIAL)]
     assert regimes.count("weight-streaming") == 17 and regimes.count("grouped-gemm") == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hopper stand-in baseline (it cannot run here: CUTLASS SM90 kernels)
+
+
+def test_the_hopper_stand_in_baseline_is_labelled_and_routes_as_the_reference(dataset, tiny):
+    [baseline] = dataset.baselines(OFFICIAL)
+    source = (DEFINITIONS / "baselines_src" / "flashinfer_moe_cutlass_sm90.py").read_text()
+    assert [s.content for s in baseline.sources] == [source]
+    assert "hopper_standin" in baseline.name and "NOT the contest's baseline" in baseline.description
+    assert baseline.spec.target_hardware == ["H200"] and baseline.spec.destination_passing_style
+    namespace: dict = {}
+    exec(compile(source, "<baseline>", "exec"), namespace)  # flashinfer is imported only when it runs
+    inputs = generate_inputs(tiny, workload(64, offset=8), seed=9)
+    ids, weights = namespace["route"](inputs["routing_logits"], inputs["routing_bias"], 2.5)
+    want_ids, want_weights = route(inputs["routing_logits"], inputs["routing_bias"], geometry(tiny), 2.5)
+    order, want_order = ids.long().sort(1), want_ids.sort(1)
+    assert torch.equal(order.values, want_order.values)
+    assert torch.allclose(weights.gather(1, order.indices), want_weights.gather(1, want_order.indices))
