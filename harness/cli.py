@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -26,6 +27,11 @@ def main() -> None:
     from .runner import exit_on_sigterm
 
     exit_on_sigterm()
+    stacks_after = os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S")
+    if stacks_after:  # where a slow or stuck harness waits: every thread's stack to stderr, repeatedly
+        import faulthandler
+
+        faulthandler.dump_traceback_later(float(stacks_after), repeat=True, file=sys.stderr)
 
 
 @main.command()
