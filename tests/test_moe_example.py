@@ -103,3 +103,23 @@ def test_the_skill_validates_and_every_allowed_configuration_renders():
     for point in points:
         template.check({k: v for k, v in point.items() if k != "template"})
     assert set(block["starting_points"]) >= {"weight-streaming", "grouped-gemm"}
+
+
+def test_the_offline_generators_moves_stay_inside_the_template():
+    """The offline provider's search (neighbours, tactic moves) over this skill only proposes allowed
+    configurations, each of which renders; choosing this skill for op_type moe is the provider's part."""
+    from controller.providers.offline import OfflineGenerator
+    from controller.skills import load_skills, render_skill_template
+
+    skill = load_skills(ROOT / "skills")["moe-fp8"]
+    generator = OfflineGenerator(skill)
+    template = generator.templates["triton-moe-fp8"]
+    for regime in ("weight-streaming", "grouped-gemm"):
+        start = generator.starting_point(regime)
+        options = generator.neighbours(start, regime, rotation=0)
+        options += [o for limiter in generator.tactic_moves for o in generator.tactic_options(start, limiter)]
+        assert len(options) > 5
+        for origin in options:
+            render_skill_template(skill, generator.templates[origin["template"]], origin["params"])
+    assert generator.tactic_options(generator.starting_point("weight-streaming"), "dependent-loads") == [
+        {"template": "triton-moe-fp8", "params": {**template.defaults, "NUM_STAGES": 4}}]
