@@ -228,6 +228,8 @@ class WorkerProcess:
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
             i = o.device_index
             extra["CUDA_VISIBLE_DEVICES"] = visible[i] if i < len(visible) else str(i)
+        if os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S"):  # the worker's stacks too, into its log
+            extra["CRUCIBLE_DUMP_STACKS_AFTER_S"] = os.environ["CRUCIBLE_DUMP_STACKS_AFTER_S"]
         readable = [str(Path(__file__).resolve().parent)]
         if o.dataset_root:
             readable += [str(Path(o.dataset_root) / "blob"), str(Path(o.dataset_root).resolve() / "blob")]

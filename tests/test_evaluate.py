@@ -322,3 +322,15 @@ def test_a_submission_the_harness_cannot_finish_is_archived_as_such(tiny_dataset
     (row,) = archive.submissions()
     assert row["status"] == status and words in row["message"]
     assert [e["status"] for e in archive.submission(row["id"])["evaluations"]] == ["PASSED"]
+
+
+def test_stack_dumps_of_a_slow_worker_reach_its_log(tiny_dataset_root, tmp_path, monkeypatch):
+    """CRUCIBLE_DUMP_STACKS_AFTER_S: where a slow candidate call spends its time is in the workload's log."""
+    monkeypatch.setenv("CRUCIBLE_DUMP_STACKS_AFTER_S", "0.5")
+    slow = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape",
+                                   "    import time\n    time.sleep(1.5)\n    batch, heads, dim = q.shape")
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=PS1_WORKLOADS[:1], timeout_s=60)) as s:
+        result = submit(s, slow)
+    assert statuses(result) == ["PASSED"]
+    assert "most recent call first" in result.workloads[0].log and "in run" in result.workloads[0].log
