@@ -39,6 +39,17 @@ class CheckResult:
     def passed(self) -> bool:
         return self.status == EvaluationStatus.PASSED
 
+    def to_json(self) -> dict:
+        return {"status": self.status.value, "max_absolute_error": self.max_absolute_error,
+                "max_relative_error": self.max_relative_error, "matched_ratio": self.matched_ratio,
+                "message": self.message, "per_output": self.per_output}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "CheckResult":
+        return cls(EvaluationStatus(data["status"]), float(data["max_absolute_error"]),
+                   float(data["max_relative_error"]), float(data["matched_ratio"]), str(data["message"]),
+                   dict(data.get("per_output") or {}))
+
     @property
     def has_errors(self) -> bool:
         """Whether numeric errors were measured (official: only PASSED and INCORRECT_NUMERICAL carry them)."""

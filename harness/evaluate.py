@@ -699,8 +699,8 @@ class Session(SessionAudits):
                                    "detail": f"trial {trial}: {'; '.join(header['aliased_outputs'])}"})
                 # Definition order, not the payload's (safetensors sorts names).
                 with self._phase("compare"):
-                    check = family_for(definition.op_type).compare(
-                        definition, outputs, {n: ref_out[n] for n in definition.outputs}, tol)
+                    check = self._judge(definition, workload, seed, outputs,
+                                        {n: ref_out[n] for n in definition.outputs}, tol)
                 merged = check if merged is None else merge_results(merged, check)
                 if trial == 0 and check.passed and run_audits:
                     audits.append(self._precision_audit(definition, workload, seed, outputs, ref_out))

@@ -337,12 +337,13 @@ class WorkerProcess:
 
     # -- requests -------------------------------------------------------------------------------------
 
-    def request(self, message: dict[str, Any], timeout_s: float) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    def request(self, message: dict[str, Any], timeout_s: float,
+                tensors: Optional[dict[str, torch.Tensor]] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         if not self.alive:
             raise WorkerCrashed("the worker is not running", self.log_text())
         deadline = time.monotonic() + timeout_s
         try:
-            protocol.write_message(self._w, message)
+            protocol.write_message(self._w, message, tensors)
             header, tensors = protocol.read_message(self._r, deadline)
         except protocol.Timeout:
             self.kill()

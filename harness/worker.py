@@ -154,6 +154,7 @@ class Worker:
         self.solution: Optional[Solution] = None
         self.definition: Optional[Definition] = None
         self._references: dict[str, Callable[..., Any]] = {}
+        self._request_tensors: dict[str, torch.Tensor] = {}  # what the current request brought (judge)
         self.workdir = Path.cwd()
 
     # -- requests ---------------------------------------------------------------------------------
@@ -286,6 +287,20 @@ class Worker:
             outputs = _as_output_dict(definition, namespace["run"](*wide.values()))
         return {"ok": True, "input_fingerprint": fingerprint(inputs)}, {k: v for k, v in outputs.items()}
 
+    def judge(self, req: dict) -> tuple[dict, dict]:
+        """The family's check with the call's inputs (``compare_needs_inputs``): the candidate's outputs and the
+        reference's arrive with the request; the inputs are drawn here again from the seed."""
+        assert self.role == "reference", "only the reference worker judges"
+        from .correctness import Tolerance
+        from .families import family_for
+
+        definition, workload, inputs = self._workload_inputs(req)
+        got = {k[len("got/"):]: v.to(self.device) for k, v in self._request_tensors.items() if k.startswith("got/")}
+        want = {n: self._request_tensors[f"want/{n}"].to(self.device) for n in definition.outputs}
+        result = family_for(definition.op_type).compare(definition, got, want, Tolerance(**req["tolerance"]),
+                                                        inputs=inputs)
+        return {"ok": True, "check": result.to_json()}, {}
+
     def _reference_fn(self, definition: Definition) -> Callable[..., Any]:
         key = definition.content_hash
         if key not in self._references:
@@ -405,10 +420,10 @@ class Worker:
     def serve(self, rfd: int, wfd: int) -> None:
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
                     "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
-                    "oracle": self.oracle, "sass": self.sass}
+                    "oracle": self.oracle, "sass": self.sass, "judge": self.judge}
         while True:
             try:
-                req, _ = protocol.read_message(rfd)
+                req, self._request_tensors = protocol.read_message(rfd)
             except protocol.PeerClosed:
                 return
             op = req.get("op")

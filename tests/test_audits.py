@@ -187,3 +187,37 @@ def test_the_shipped_policy_sets_no_threshold_the_defaults_do():
 
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     assert policy_thresholds(data, "gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged") == {}
+
+
+class _OracleStub:
+    """What SessionAudits._precision_audit reads of a Session: the oracle and the thresholds."""
+
+    def __init__(self, oracle):
+        self.oracle, self.audit_config = oracle, AuditConfig()
+
+    def oracle_outputs(self, definition, workload, seed):
+        if isinstance(self.oracle, Exception):
+            raise self.oracle
+        return self.oracle
+
+
+def _precision(oracle, got, ref):
+    import torch  # noqa: F401
+
+    from harness.session_audits import SessionAudits
+
+    definition = type("D", (), {"outputs": list(ref)})()
+    return SessionAudits._precision_audit(_OracleStub(oracle), definition, None, 0, got, ref)
+
+
+def test_precision_audit_without_an_oracle_is_not_judged_and_indices_are_left_to_correctness():
+    import torch
+
+    ref = {"scores": torch.tensor([1.0, 2.0]), "indices": torch.tensor([3, 1], dtype=torch.int32)}
+    broken = _precision(RuntimeError("the oracle failed on workload w: view size is not compatible\n..."), ref, ref)
+    assert broken["passed"] and broken["detail"].startswith("not judged: the float64 oracle failed")
+    oracle = {"scores": torch.tensor([1.0, 2.0], dtype=torch.float64), "indices": torch.tensor([0, 0])}
+    # integer outputs that differ from the oracle's are not a precision matter; a float output far off is
+    assert _precision(oracle, ref, ref)["passed"]
+    worse = {"scores": torch.tensor([1.5, 2.5]), "indices": ref["indices"]}
+    assert not _precision(oracle, worse, {**ref, "scores": torch.tensor([1.0001, 2.0])})["passed"]

@@ -51,6 +51,10 @@ class OperatorFamily:
     #: ``inputs`` without that name and must return it); where it is present, the official tensor is used.
     #: False: an absent blob is an error.
     synthesizes_absent_blobs: bool = False
+    #: The official check needs the call's inputs, not only the two outputs (a top-k judged by the scores at the
+    #: chosen indices, so near-ties pass either way). Such a family's ``compare`` takes ``inputs=`` and runs in
+    #: the trusted reference worker, which draws the same inputs from the seed; the harness never holds them.
+    compare_needs_inputs: bool = False
 
     def special_inputs(self, definition: Definition, workload: Workload, inputs: Mapping[str, Any],
                        generator: Callable[[str], torch.Generator],
