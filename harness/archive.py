@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import sqlite_utils
 
 from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, m004_profiles, m006_seals,
-                         m007_baseline_messages, now)
+                         m007_baseline_messages, m008_trusted_outputs, now)
 from .stale import process_alive
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 from .views import m005_review_views
@@ -40,7 +40,7 @@ NO_VERDICT = ("RUNNING", INTERRUPTED, HARNESS_ERROR)
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
                                                               m004_profiles, m005_review_views, m006_seals,
-                                                              m007_baseline_messages]
+                                                              m007_baseline_messages, m008_trusted_outputs]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:
@@ -239,6 +239,29 @@ class Archive:
         if not rows:
             return None
         return {k: rows[0].get(k) for k in ("status", "official_ms", "kernel_ms", "message", "log_blob")}
+
+    def seed_secret(self) -> Optional[bytes]:
+        """The archive's secret for input seeds (harness.reference_cache), or None where it has no seal key and
+        cannot make one (then every session draws its own seeds and nothing is reused)."""
+        from .reference_cache import archive_seed_secret
+
+        return archive_seed_secret(self._seal_key())
+
+    def cached_trusted_outputs(self, key: str) -> Optional[tuple[str, bytes]]:
+        """(header JSON, safetensors bytes) the reference worker produced for ``key``, if kept."""
+        rows = list(self.db["trusted_outputs"].rows_where("key = ?", [key]))
+        if not rows:
+            return None
+        try:
+            return rows[0]["header"], self.get_blob(rows[0]["blob"])
+        except OSError:  # its blob is gone: computed again
+            return None
+
+    def cache_trusted_outputs(self, key: str, header: str, blob: bytes) -> None:
+        digest = self.put_blob(blob, "trusted_outputs")
+        with self.db.atomic():
+            self.db["trusted_outputs"].insert({"key": key, "header": header, "blob": digest, "created_at": now()},
+                                              replace=True)
 
     def cached_reference_latency(self, key: str) -> Optional[float]:
         rows = list(self.db["reference_latency"].rows_where("key = ?", [key]))

@@ -54,10 +54,13 @@ def main() -> None:
 @click.option("--no-net-isolation", is_flag=True, help="Let the worker use the network (not recommended).")
 @click.option("--require-sandbox", is_flag=True, help="Refuse to run where the host cannot give the full sandbox.")
 @click.option("--no-sandbox", is_flag=True, help="Run workers without namespaces (results say 'sandbox: reduced').")
+@click.option("--fresh-seeds", is_flag=True,
+              help="Draw this run's input seeds afresh instead of from the archive's secret (the reference's "
+                   "outputs of earlier runs are then not reused).")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
            time_reference: bool, audit_level: str, no_net_isolation: bool, require_sandbox: bool,
-           no_sandbox: bool) -> None:
+           no_sandbox: bool, fresh_seeds: bool) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
@@ -97,7 +100,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     selection = [w for item in workloads for w in item.split(",") if w] or None
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
                          timing=not no_timing, baselines=not no_baselines, reference_timing=time_reference,
-                         audit_level=audit_level,
+                         audit_level=audit_level, fresh_seeds=fresh_seeds,
                          isolate_network=not no_net_isolation, spare_worker=len(loaded) > 1,
                          sandbox=not no_sandbox, require_sandbox=require_sandbox, sandbox_policy=policy)
     if selection:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .archive import HARNESS_ERROR, INTERRUPTED, Archive
-from . import scores
+from . import reference_cache, scores
 from .audit_thresholds import policy_thresholds
 from .audits import AuditConfig, clock_truth_verdict, is_fallback, promotion_blockers
 from .build import static_signature_problem
@@ -79,6 +79,9 @@ class SubmitOptions:
     # runs): for sessions that evaluate many solutions (the controller, a folder of solutions). A one-off
     # submission would only pay for a process it never uses.
     spare_worker: bool = False
+    # Seeds drawn afresh for this session (--fresh-seeds) instead of from the archive's secret: nothing the
+    # reference computed in earlier sessions is reused (harness.reference_cache).
+    fresh_seeds: bool = False
 
 
 def input_bytes(definition: Definition, workload: Workload) -> int:
@@ -115,7 +118,11 @@ class Session(SessionAudits):
         self.options = options or SubmitOptions()
         self.sandbox_policy = self.options.sandbox_policy or load_sandbox_policy(dataset.root)
         self.progress = progress or (lambda kind, data: None)
-        self._secret = secrets.token_bytes(16)  # seeds the candidate cannot predict before it runs
+        # Seeds the candidate cannot predict before it runs: the archive's secret (so the reference's outputs
+        # of earlier sessions can be reused), or this session's own.
+        archive_secret = None if self.options.fresh_seeds else archive.seed_secret()
+        self._secret = archive_secret or secrets.token_bytes(16)
+        self._reuse_trusted = archive_secret is not None
         self._reference: Optional[WorkerProcess] = None
         # (definition, workload, seed) -> (reply header, output tensors) of the trusted reference worker
         self._ref_outputs: dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, torch.Tensor]]] = {}
@@ -215,6 +222,14 @@ class Session(SessionAudits):
         key = (definition.name, workload.uuid, seed)
         if key not in cache:
             worker = self.reference_worker()
+            stored = None
+            if self._reuse_trusted:
+                stored_key = reference_cache.cache_key(op, self.gpu_key, self.toolchain_key, definition.content_hash,
+                                                       workload.uuid, seed)
+                stored = self.archive.cached_trusted_outputs(stored_key)
+            if stored is not None:
+                cache[key] = reference_cache.decode_entry(*stored)
+                return cache[key]
             with self._phase(phase):
                 header, tensors = worker.request(
                     {"op": op, "definition": definition.model_dump(mode="json"),
@@ -224,6 +239,9 @@ class Session(SessionAudits):
                 raise RuntimeError(f"the {op} failed on workload {workload.uuid}: {header.get('error')}\n"
                                    f"{header.get('traceback', '')}")
             cache[key] = (header, tensors)
+            entry = reference_cache.encode_entry(header, tensors) if self._reuse_trusted else None
+            if entry is not None:
+                self.archive.cache_trusted_outputs(stored_key, *entry)
         return cache[key]
 
     def reference_outputs(self, definition: Definition, workload: Workload,

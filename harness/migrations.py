@@ -107,3 +107,9 @@ def m007_baseline_messages(db: sqlite_utils.Database) -> None:
     db["baseline_runs"].add_column("log_blob", str)
     db["baseline_runs"].add_column("gpu_model", str)
     db["reference_latency"].add_column("gpu_model", str)
+
+
+def m008_trusted_outputs(db: sqlite_utils.Database) -> None:
+    # The reference's (and its float64 oracle's) outputs per GPU, toolchain, definition, workload, seed and
+    # input code (harness/reference_cache.py): read back by later sessions of the same archive.
+    db["trusted_outputs"].create({"key": str, "header": str, "blob": str, "created_at": str}, pk="key")
