@@ -49,7 +49,7 @@ from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, deci
                       screen_failure)
 from .providers.base import Provider, ProviderError
 from .providers.registry import make_provider
-from .providers.offline import naive_incumbent
+from .providers.offline import naive_incumbent, offline_generator
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
 from .rounds import RunView
 from .store import DUPLICATE, EVALUATING, REJECTED, UNFINISHED, Store
@@ -132,7 +132,7 @@ class Loop(RunView):
         if self.config.incumbent:
             solution = load_model(Solution, self.config.incumbent)
             return Proposal(solution=dump_json(solution), origin={"file": self.config.incumbent})
-        return naive_incumbent(self.skills, self.definition.name, self.config.target_hardware)
+        return naive_incumbent(self.skills, self.definition, self.config.target_hardware)
 
     def constraints(self, incumbent: Solution) -> Constraints:
         forbidden = DEFAULT_FORBIDDEN
@@ -419,13 +419,18 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
     if config.dataset is None:
         config = config.model_copy(update={"dataset": str(dataset.root.resolve())})
     skills = load_skills(config.skills)
+    # A definition the skills cannot serve (no naive kernel to start from, no template for the offline
+    # provider) is said here, on one line, before a run is archived.
+    definition = dataset.definition(config.definition)
+    if config.incumbent is None:
+        offline_generator(skills, definition)
+    provider = provider or make_provider(config.provider, config.provider_options, skills=skills,
+                                         skills_root=config.skills, store=store, definition=definition)
     if resume is None:
         store.create_run(run_id, config.definition, config.provider, config.model_dump(mode="json"))
     if on_event:
         on_event("run", {"run_id": run_id, "definition": config.definition, "provider": config.provider,
                          "resumed": resume is not None})
-    provider = provider or make_provider(config.provider, config.provider_options, skills=skills,
-                                         skills_root=config.skills, store=store)
     own_evaluator = evaluator is None
     evaluator = evaluator or HarnessEvaluator(dataset, archive, SubmitOptions(workloads=config.workloads,
                                                                               timeout_s=config.timeout_s,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.providers.offline import NAIVE_ORIGIN, OfflineProvider, config_key, naive_incumbent
+from controller.providers.offline import OfflineProvider, config_key, naive_incumbent
 from harness.generation_request import Budget, GenerationRequest, HistoryItem, Incumbent, Repair
 from controller.skills import kernel_templates, load_skills
 from harness.build import static_signature_problem
@@ -13,6 +13,9 @@ from harness.schema import Solution
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64, ROOT
 
+# The gqa naive kernel, as it has always been: the skill's `naive:` entry must keep giving exactly this.
+NAIVE_ORIGIN = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 16, "NUM_WARPS": 1, "NUM_STAGES": 1,
+                                                             "USE_DOT": 0}}
 PS1_SIGNATURE = ["q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "sm_scale", "output", "lse"]
 SKILLS_DIR = ROOT / "skills"
 

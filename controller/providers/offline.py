@@ -8,23 +8,28 @@ carries an ncu diagnosis, the skill's `tactic_moves` for its limiter come first 
 together), so the profile steers the search; ncu's classification then also picks the starting point.
 A repair request gets the template's known-good defaults. It is the default provider when no API key
 is set, and the loop's end-to-end tests run on it.
+
+Which skill, which of its templates and which fixed values a definition gets is data, not code: the skill is
+the one the definition's operator family names (``OperatorFamily.skill``); the skill's machine-readable
+`definitions:` entry for it may name the template(s) meant for it (`template:`) and gives the values of the
+placeholders a template fixes by definition (`PAGE_SIZE` from `page_size`); its `naive:` entry is the first
+incumbent. Any family whose skill ships a template is served the same way.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
+from harness.families import FamilyError, family_for
 from harness.generation_request import GenerationRequest, GenerationResponse, Proposal
-from harness.schema import Solution, dump_json
+from harness.schema import Definition, Solution, dump_json
 
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
 
-DEFAULT_SKILL = "gqa-decode"
-# The naive starting incumbent: one program per (request, KV head), small tiles, one warp, no tl.dot.
-NAIVE_ORIGIN: dict[str, Any] = {"template": "triton-per-kv-head",
-                                "params": {"BLOCK_N": 16, "NUM_WARPS": 1, "NUM_STAGES": 1, "USE_DOT": 0}}
+Origin = dict[str, Any]
+
 
 def config_key(origin: dict[str, Any]) -> str:
     return json.dumps({"template": origin.get("template"), "params": origin.get("params", {})}, sort_keys=True)
@@ -37,21 +42,110 @@ def slug(origin: dict[str, Any]) -> str:
     return name + "".join(f"_{short.get(k, k.lower())}{v}" for k, v in params.items())
 
 
+# -- which skill, templates and fixed values a definition gets (pure) --------------------------------------
+
+
+def skill_for(skills: dict[str, Skill], definition: Union[Definition, str]) -> Skill:
+    """The skill whose templates serve ``definition``: the one its operator family names. Given only a name (no
+    op_type at hand), the skill that lists that name in its front matter's `definitions`. SkillError, on one
+    line, when there is none or it ships no kernel template."""
+    if isinstance(definition, str):
+        name = definition
+        owners = [s for s, skill in skills.items() if name in str(skill.metadata.get("definitions", "")).split()]
+        if not owners:
+            raise SkillError(f"no skill lists definition {name!r}; the offline provider serves only definitions "
+                             "whose skill ships a kernel template")
+        wanted, why = owners[0], f"skill {owners[0]!r} (it lists {name!r})"
+    else:
+        name = definition.name
+        try:
+            wanted = family_for(definition.op_type).skill
+        except FamilyError as err:
+            raise SkillError(f"definition {name!r}: {' '.join(str(err).split())}") from err
+        if not wanted:
+            raise SkillError(f"definition {name!r}: op_type {definition.op_type!r} has no skill (its operator family "
+                             "names none), so the offline provider has no kernel template for it")
+        why = f"skill {wanted!r} (of op_type {definition.op_type!r})"
+    if wanted not in skills:
+        raise SkillError(f"definition {name!r}: {why} is not in the skills folder")
+    if not kernel_templates(skills[wanted]):
+        raise SkillError(f"definition {name!r}: {why} ships no kernel template, so the offline provider cannot "
+                         "write a kernel for it")
+    return skills[wanted]
+
+
+def offered_templates(templates: dict[str, KernelTemplate], data: dict[str, Any], where: str
+                      ) -> dict[str, KernelTemplate]:
+    """The templates meant for a definition: those its data names under `template:` (one name or a list), else
+    all of them (a skill whose templates all compute the same operator)."""
+    named = data.get("template")
+    if named is None:
+        return dict(templates)
+    names = [named] if isinstance(named, str) else list(named)
+    unknown = [n for n in names if n not in templates]
+    if unknown or not names:
+        raise SkillError(f"{where}: `template:` names {unknown or names!r}, not templates of the skill "
+                         f"({', '.join(templates)})")
+    return {n: templates[n] for n in names}
+
+
+def fixed_values(template: KernelTemplate, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """The placeholders ``template`` fixes by definition, valued from the definition's data: `PAGE_SIZE` is its
+    `page_size` (the placeholder's name in lower case)."""
+    values: dict[str, Any] = {}
+    for name in template.fixed_by_definition:
+        if name.lower() not in data:
+            raise SkillError(f"{where}: template {template.name!r} fixes {name} by definition, but the skill's "
+                             f"`definitions:` entry gives no {name.lower()!r}")
+        values[name] = data[name.lower()]
+    return values
+
+
+def naive_entry(entry: Any, templates: dict[str, KernelTemplate]) -> Optional[Origin]:
+    """The skill's `naive:` origin (one mapping, or a list, of which the first whose template is offered wins),
+    as {template, params}; None when it names no offered template."""
+    points = entry if isinstance(entry, list) else [entry] if entry else []
+    for point in points:
+        if isinstance(point, dict) and point.get("template") in templates:
+            return {"template": point["template"], "params": {k: v for k, v in point.items() if k != "template"}}
+    return None
+
+
+# -- the generator ------------------------------------------------------------------------------------------
+
+
 class OfflineGenerator:
-    """Pure parts: the skill's templates and the parameter space they allow."""
+    """Pure parts: the skill's templates and the parameter space they allow. With ``definition``, only the
+    templates meant for it (so a switch of template, a starting point or a tactic never leaves them)."""
 
-    def __init__(self, skill: Skill):
+    def __init__(self, skill: Skill, definition: Optional[str] = None):
         self.skill = skill
-        self.templates: dict[str, KernelTemplate] = kernel_templates(skill)
         block = next((b for b in machine_blocks(skill) if "templates" in b), {})
-        self.definitions: dict[str, dict[str, Any]] = block.get("definitions", {})
-        self.starting_points: dict[str, dict[str, Any]] = block.get("starting_points", {})
-        self.tactic_moves: dict[str, dict[str, Any]] = block.get("tactic_moves", {})
+        self.definitions: dict[str, dict[str, Any]] = block.get("definitions") or {}
+        self.starting_points: dict[str, dict[str, Any]] = block.get("starting_points") or {}
+        self.tactic_moves: dict[str, dict[str, Any]] = block.get("tactic_moves") or {}
+        self.naive_entry = block.get("naive")
+        self.templates: dict[str, KernelTemplate] = kernel_templates(skill)
+        if definition is not None:
+            self.templates = offered_templates(self.templates, self.data(definition), self.where(definition))
+            for template in self.templates.values():  # a value the skill lacks is said now, not at round 1
+                fixed_values(template, self.data(definition), self.where(definition))
 
-    def page_size(self, definition: str) -> int:
-        if definition not in self.definitions:
-            raise SkillError(f"skill {self.skill.name!r} has no templates for definition {definition!r}")
-        return int(self.definitions[definition]["page_size"])
+    def where(self, definition: str) -> str:
+        return f"skill {self.skill.name!r}, definition {definition!r}"
+
+    def data(self, definition: str) -> dict[str, Any]:
+        """The skill's `definitions:` entry for ``definition`` ({} for one it does not list)."""
+        return self.definitions.get(definition) or {}
+
+    def fixed(self, template: KernelTemplate, definition: str) -> dict[str, Any]:
+        return fixed_values(template, self.data(definition), self.where(definition))
+
+    def naive(self) -> Origin:
+        """The first incumbent: the skill's `naive:` entry, else the first template's known-good defaults."""
+        found = naive_entry(self.naive_entry, self.templates)
+        name = found["template"] if found else next(iter(self.templates))
+        return {"template": name, "params": self.complete(name, found["params"] if found else {})}
 
     def free_params(self, template: KernelTemplate) -> list[str]:
         return [n for n in template.placeholders if n not in template.fixed_by_definition]
@@ -69,7 +163,7 @@ class OfflineGenerator:
 
     def starting_point(self, regime: str) -> Optional[dict[str, Any]]:
         point = self.starting_points.get(regime)
-        if not point:
+        if not point or point.get("template") not in self.templates:  # another definition's template
             return None
         params = {k: v for k, v in point.items() if k != "template"}
         return {"template": point["template"], "params": self.complete(point["template"], params)}
@@ -135,7 +229,7 @@ class OfflineGenerator:
     def render(self, origin: dict[str, Any], definition: str, name: str, author: str,
                target_hardware: str) -> dict[str, Any]:
         template = self.templates[origin["template"]]
-        params = {**origin["params"], "PAGE_SIZE": self.page_size(definition)}
+        params = {**origin["params"], **self.fixed(template, definition)}
         source = render_skill_template(self.skill, template, params)
         solution = Solution.model_validate({
             "name": name, "definition": definition, "author": author,
@@ -147,26 +241,42 @@ class OfflineGenerator:
         return dump_json(solution)
 
 
-def naive_incumbent(skills: dict[str, Skill], definition: str, target_hardware: str = "H200",
-                    skill: str = DEFAULT_SKILL) -> Proposal:
-    generator = OfflineGenerator(skills[skill])
-    origin = {"template": NAIVE_ORIGIN["template"],
-              "params": generator.complete(NAIVE_ORIGIN["template"], NAIVE_ORIGIN["params"])}
-    solution = generator.render(origin, definition, f"naive_{slug(origin)}", "controller/offline", target_hardware)
+def offline_generator(skills: dict[str, Skill], definition: Union[Definition, str]) -> OfflineGenerator:
+    """The generator for ``definition``: its skill (``skill_for``) with the templates meant for it."""
+    name = definition if isinstance(definition, str) else definition.name
+    return OfflineGenerator(skill_for(skills, definition), name)
+
+
+def naive_incumbent(skills: dict[str, Skill], definition: Union[Definition, str], target_hardware: str = "H200"
+                    ) -> Proposal:
+    generator = offline_generator(skills, definition)
+    name = definition if isinstance(definition, str) else definition.name
+    origin = generator.naive()
+    solution = generator.render(origin, name, f"naive_{slug(origin)}", "controller/offline", target_hardware)
     return Proposal(solution=solution, origin=origin, notes="naive starting incumbent")
 
 
 class OfflineProvider:
+    """``definition``: the run's definition, whose family names the skill; without it a request's definition is
+    looked up by name in the skills' front matter."""
+
     name = "offline"
 
-    def __init__(self, skills: dict[str, Skill], skill: str = DEFAULT_SKILL):
-        if skill not in skills:
-            raise SkillError(f"the offline provider needs the {skill!r} skill")
-        self.generator = OfflineGenerator(skills[skill])
+    def __init__(self, skills: dict[str, Skill], definition: Optional[Definition] = None):
+        self.skills, self.definition = skills, definition
+        self._generators: dict[str, OfflineGenerator] = {}
+        if definition is not None:
+            self.generator_for(definition.name)  # a definition it cannot serve is said before the run starts
+
+    def generator_for(self, definition: str) -> OfflineGenerator:
+        if definition not in self._generators:
+            known = self.definition if self.definition is not None and self.definition.name == definition else None
+            self._generators[definition] = offline_generator(self.skills, known or definition)
+        return self._generators[definition]
 
     def base(self, request: GenerationRequest) -> dict[str, Any]:
         """Where an explore request starts: the incumbent's template and params, else the regime's start."""
-        g = self.generator
+        g = self.generator_for(request.definition)
         if request.incumbent.origin.get("template") in g.templates:
             return request.incumbent.origin
         return g.starting_point(self.regime_class(request)) or {"template": next(iter(g.templates)), "params": {}}
@@ -175,17 +285,17 @@ class OfflineProvider:
         """The key of the skill's starting points: ncu's classification where the request has one (the
         starting points are keyed by it), else the planned regime."""
         found = request.diagnosis.classification if request.diagnosis else ""
-        return found if found in self.generator.starting_points else request.regime
+        return found if found in self.generator_for(request.definition).starting_points else request.regime
 
     def directed(self, request: GenerationRequest) -> list[dict[str, Any]]:
         """The moves the request's ncu diagnosis calls for (none without one)."""
         if request.diagnosis is None or request.repair is not None:
             return []
-        return self.generator.tactic_options(self.base(request), request.diagnosis.limiter)
+        return self.generator_for(request.definition).tactic_options(self.base(request), request.diagnosis.limiter)
 
     def propose(self, request: GenerationRequest) -> list[dict[str, Any]]:
         """The origins (template + params) this request gets, in order. Pure."""
-        g = self.generator
+        g = self.generator_for(request.definition)
         tried = {config_key(h.origin) for h in request.history if h.origin.get("template")}
         if request.incumbent.origin.get("template"):
             tried.add(config_key(request.incumbent.origin))
@@ -215,11 +325,11 @@ class OfflineProvider:
         started = time.monotonic()
         origins = self.propose(request)
         directed = self.directed(request)
+        generator = self.generator_for(request.definition)
         proposals = []
-        for i, origin in enumerate(origins):
+        for origin in origins:
             name = f"r{request.round}_{slug(origin)}"
-            solution = self.generator.render(origin, request.definition, name, "controller/offline",
-                                             request.target_hardware)
+            solution = generator.render(origin, request.definition, name, "controller/offline", request.target_hardware)
             why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if origin in directed else ""
             proposals.append(Proposal(solution=solution, origin=origin,
                                       notes=f"{request.kind}: {origin['template']} {origin['params']}{why}"))

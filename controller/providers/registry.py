@@ -45,11 +45,11 @@ def default_provider(env: dict[str, str]) -> str:
 
 
 def make_provider(name: str, options: Optional[dict[str, Any]] = None, **context: Any) -> Provider:
-    """Build a provider by name. ``context`` carries what some need: skills, skills_root, store."""
+    """Build a provider by name. ``context`` carries what some need: skills, skills_root, store, definition."""
     options = dict(options or {})
     cls = provider_class(name)
     if name == "offline":
-        return cls(context["skills"], **options)
+        return cls(context["skills"], definition=context.get("definition"), **options)
     if name == "replay":
         return cls(context["store"], **options)
     if name in ("claude-code", "codex"):
