@@ -69,6 +69,22 @@ class Dataset:
         return out
 
     @cached_property
+    def definition_files(self) -> dict[str, Path]:
+        """Where each definition was read from: an export copies the file itself, byte for byte."""
+        return {load_model(Definition, path).name: path for path in sorted((self.root / "definitions").rglob("*.json"))}
+
+    @cached_property
+    def workload_lines(self) -> dict[tuple[str, str], str]:
+        """(definition, workload uuid) -> the workload's line as written: an export keeps it where it can."""
+        out: dict[tuple[str, str], str] = {}
+        for path in sorted((self.root / "workloads").rglob("*.jsonl")):
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    trace = Trace.model_validate_json(line)
+                    out[(trace.definition, trace.workload.uuid)] = line
+        return out
+
+    @cached_property
     def labels(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for path in sorted((self.root / "workloads").rglob("labels.json")):

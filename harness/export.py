@@ -6,14 +6,16 @@
     <root>/traces/<author>/<op_type>/<definition>.jsonl
     <root>/blob/workloads/<op_type>/<definition>/<definition>_<uuid>.safetensors
 
-Integer inputs that our workloads leave "random" (page indices) are written out as safetensors
-blobs, because the official generator would fill them with random integers that index nothing.
+Index inputs that our workloads leave "random" (page indices, their split) are written out as safetensors
+blobs, because the official generator would fill them with random integers that index nothing. Definitions
+and unchanged workload lines are copied as they were read, so official files stay byte for byte official.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -26,6 +28,10 @@ from .schema import (Definition, RandomInput, SafetensorsInput, SchemaError, Sol
                      load_jsonl, load_model)
 
 EXPORT_SEED = 0
+# The random integer inputs Crucible gives structure (harness.inputs: page indices, their split, last-page
+# lengths); the official generator would fill them with numbers that index nothing. Other random integers (an
+# int8 view of a packed cache) are drawn by the official evaluator as well and stay "random".
+_STRUCTURED_SUFFIXES = ("indices", "indptr", "last_page_len")
 
 
 @dataclass
@@ -41,13 +47,25 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def _materialised_workload(definition: Definition, workload: Workload, dataset: Dataset, out: Path) -> Workload:
-    """Give every random integer input (and every blob input) a blob of its own inside ``out``."""
+def _materialised_workload(definition: Definition, workload: Workload, dataset: Dataset, out: Path,
+                           absent: list[str]) -> Workload:
+    """The workload as the export writes it: random integer inputs (page indices) get a blob of their own inside
+    ``out``; blobs the dataset holds are copied under the same path; blobs it does not hold (the family draws
+    stand-ins for them) stay referenced as they are, named in ``absent``, and are never written from a stand-in."""
     needs_blob = {n for n, s in definition.inputs.items()
-                  if s.shape is not None and s.dtype.value.startswith("int")
+                  if s.shape is not None and len(s.shape) == 1 and s.dtype.value.startswith("int")
+                  and n.endswith(_STRUCTURED_SUFFIXES)
                   and isinstance(workload.inputs.get(n, RandomInput(type="random")), RandomInput)}
-    blob_inputs = {n for n, s in workload.inputs.items() if isinstance(s, SafetensorsInput)}
-    if not needs_blob and not blob_inputs:
+    for name, source in workload.inputs.items():
+        if not isinstance(source, SafetensorsInput):
+            continue
+        src = dataset.root / source.path
+        if not src.exists():
+            absent.append(name)
+        elif not (out / source.path).exists():
+            (out / source.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, out / source.path)
+    if not needs_blob:
         return workload
     values = generate_inputs(definition, workload, EXPORT_SEED, "cpu", dataset.root)
     rel = (Path("blob") / "workloads" / definition.op_type / definition.name
@@ -55,9 +73,9 @@ def _materialised_workload(definition: Definition, workload: Workload, dataset: 
     (out / rel).parent.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 
-    save_file({n: values[n].contiguous() for n in sorted(needs_blob | blob_inputs)}, str(out / rel))
+    save_file({n: values[n].contiguous() for n in sorted(needs_blob)}, str(out / rel))
     inputs = dict(workload.inputs)
-    for n in needs_blob | blob_inputs:
+    for n in needs_blob:
         inputs[n] = SafetensorsInput(type="safetensors", path=str(rel), tensor_key=n)
     return workload.model_copy(update={"inputs": inputs})
 
@@ -71,15 +89,26 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
         d = dataset.definitions[name]
         path = out / "definitions" / d.op_type / f"{d.name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dump_json(d), indent=2) + "\n")
+        source = dataset.definition_files.get(d.name)
+        if source is not None:  # the file itself: an official definition stays byte for byte the official one
+            shutil.copyfile(source, path)
+        else:
+            path.write_text(json.dumps(dump_json(d), indent=2) + "\n")
         report.definitions += 1
         wl_path = out / "workloads" / d.op_type / f"{d.name}.jsonl"
         wl_path.parent.mkdir(parents=True, exist_ok=True)
+        absent: list[str] = []
         with wl_path.open("w") as f:
             for w in dataset.workloads.get(d.name, []):
-                w = _materialised_workload(d, w, dataset, out)
-                f.write(json.dumps(dump_json(Trace(definition=d.name, workload=w))) + "\n")
+                written = _materialised_workload(d, w, dataset, out, absent)
+                line = dataset.workload_lines.get((d.name, w.uuid)) if written is w else None
+                f.write((line or json.dumps(dump_json(Trace(definition=d.name, workload=written)))) + "\n")
                 report.workloads += 1
+        if absent:
+            report.notices.append(
+                f"{d.name}: {len(absent)} blob input(s) ({', '.join(sorted(set(absent)))}) refer to official blobs "
+                f"this dataset does not hold; Crucible drew stand-ins for them, which are not exported. Put the "
+                f"official blob/ folder next to the export to run these workloads as the contest did")
 
     placeholders = ",".join("?" * len(names))
     for sol in archive.db.execute("select hash, name, definition, author from solutions "
@@ -104,7 +133,7 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
         d = dataset.definitions[def_name]
         trace = json.loads(trace_json)
         workload = Workload.model_validate(trace["workload"])
-        trace["workload"] = dump_json(_materialised_workload(d, workload, dataset, out))
+        trace["workload"] = dump_json(_materialised_workload(d, workload, dataset, out, []))
         path = out / "traces" / _safe(author) / d.op_type / f"{d.name}.jsonl"
         traces.setdefault(path, []).append(json.dumps(trace))
     for path, lines in traces.items():

@@ -62,3 +62,23 @@ def test_import_round_trip(filled_archive, tiny_dataset_root, tmp_path):
     wrong = next(r for r in rows if r["solution_name"] == "wrong")
     evals = fresh.submission(wrong["id"])["evaluations"]
     assert all(e["max_absolute_error"] > 1e-2 for e in evals)
+
+
+def test_the_contests_definitions_export_byte_for_byte_and_their_absent_blobs_are_named(tmp_path):
+    """MoE and DSA: definitions and workload lines as the official files have them; blobs the dataset does not
+    hold stay referenced (never written from the stand-ins drawn for them), and the report says which."""
+    shipped = Dataset()
+    names = shipped.resolve("moe") + shipped.resolve("dsa")
+    report = export_trace_set(Archive(tmp_path / "archive"), shipped, tmp_path / "export", definitions=names)
+    assert report.definitions == len(names) == 3 and report.workloads == 19 + 23 + 128
+    for name in names:
+        op_type = shipped.definitions[name].op_type
+        for kind, suffix in (("definitions", ".json"), ("workloads", ".jsonl")):
+            exported = tmp_path / "export" / kind / op_type / f"{name}{suffix}"
+            original = shipped.root / kind / op_type / f"{name}{suffix}"
+            assert exported.read_bytes() == original.read_bytes(), exported
+    assert not (tmp_path / "export" / "blob").exists()
+    assert any("sparse_indices" in n and "does not hold" in n for n in report.notices), report.notices
+    fib = pytest.importorskip("flashinfer_bench.data")
+    ts = fib.TraceSet.from_path(str(tmp_path / "export"))
+    assert set(names) <= set(ts.definitions) and len(ts.workloads[names[0]]) == 19
