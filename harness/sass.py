@@ -45,7 +45,13 @@ class Family:
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("wgmma", ("HGMMA", "IGMMA", "QGMMA", "BGMMA"), "warpgroup MMA (wgmma.mma_async, sm_90a)",
            {"sm_90": "sm__inst_executed_pipe_tensor_op_gmma.sum"}),
+    # FP8 on the tensor cores, as the contest's MoE and DSA indexer kernels claim it: the FP8 forms only (the
+    # SASS proves the kind; the counters count every form of their family, so they prove that it ran)
+    Family("qgmma", ("QGMMA",), "FP8 warpgroup MMA (wgmma.mma_async kind e4m3/e5m2, sm_90a)",
+           {"sm_90": "sm__inst_executed_pipe_tensor_op_gmma.sum"}),
     Family("tcgen05", ("UTCHMMA", "UTCQMMA", "UTCIMMA", "UTCOMMA", "UTCMMA"), "tcgen05.mma (sm_100a)",
+           {"sm_100": "sm__inst_executed_pipe_tc.sum"}),
+    Family("utcqmma", ("UTCQMMA",), "FP8/FP6/FP4 tcgen05.mma (kind::f8f6f4, sm_100a)",
            {"sm_100": "sm__inst_executed_pipe_tc.sum"}),
     Family("hmma", ("HMMA",), "mma.sync on the tensor cores",
            {"sm_90": "sm__inst_executed_pipe_tensor_op_hmma.sum",
@@ -205,7 +211,7 @@ def instruction_proof(claims: Sequence[str], bases: Optional[Mapping[str, int]],
     for claim in claims:
         family = FAMILIES[claim]
         if not present.get(claim):
-            mma = {f: n for f, n in present.items() if f in ("wgmma", "tcgen05", "hmma")}
+            mma = {f: n for f, n in present.items() if f in ("wgmma", "qgmma", "tcgen05", "utcqmma", "hmma")}
             problems.append(f"{claim} claimed, but the SASS holds none of {'/'.join(family.opcodes)}"
                             + (f" (it holds {', '.join(f'{f} {n}' for f, n in mma.items())})" if mma else ""))
             continue

@@ -109,6 +109,12 @@ CASES = [
     ("no SASS here: a note, not a failure", ["wgmma"], None, None, "sm_90", True,
      ["no SASS (no cuobjdump)", "not checked"]),
     ("unknown family", ["wgmmma"], HOPPER_BASES, None, "sm_90", False, ["unknown instruction families"]),
+    # FP8 claims: the FP8 opcode itself, not any warpgroup or tcgen05 MMA
+    ("fp8 wgmma proven", ["qgmma"], {**HOPPER_BASES, "QGMMA": 64}, {GMMA: 2e6}, "sm_90", True,
+     ["qgmma: 64 in SASS", f"{GMMA} = 2e+06"]),
+    ("bf16 wgmma is no fp8 claim", ["qgmma"], HOPPER_BASES, {GMMA: 2e6}, "sm_90", False, ["QGMMA", "wgmma"]),
+    ("fp8 tcgen05 proven", ["utcqmma"], {**BLACKWELL_BASES, "UTCQMMA": 8}, {TC: 128.0}, "sm_100", True,
+     ["utcqmma: 8 in SASS"]),
 ]
 
 
