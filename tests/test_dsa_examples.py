@@ -179,3 +179,37 @@ def test_examples_pass_a_full_size_workload_on_the_interpreter(definition, file,
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "PASSED", "message": ""}
+
+
+# Value-returning, as the official evaluator allows: `output` alone (lse left out) or `(output, lse)`.
+OUTPUT_ONLY = '''
+import torch
+
+
+def run(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale):
+    kc = ckv_cache.reshape(-1, ckv_cache.shape[-1]).float()
+    kp = kpe_cache.reshape(-1, kpe_cache.shape[-1]).float()
+    out = torch.zeros(q_nope.shape[0], q_nope.shape[1], kc.shape[-1], dtype=torch.bfloat16)
+    for t in range(q_nope.shape[0]):
+        idx = sparse_indices[t][sparse_indices[t] >= 0].long()
+        if idx.numel():
+            logits = (q_nope[t].float() @ kc[idx].T + q_pe[t].float() @ kp[idx].T) * sm_scale
+            out[t] = (torch.softmax(logits, -1) @ kc[idx]).to(torch.bfloat16)
+    return out
+'''
+
+
+@pytest.mark.parametrize("returned, expected", [
+    ("out", "PASSED"),
+    ("out, out", "INCORRECT_SHAPE"),  # an lse returned is judged: here of the output's shape
+    ("out, out, out", "RUNTIME_ERROR"),  # more tensors than the definition has outputs
+    ("out[0]", "INCORRECT_SHAPE"),
+])
+def test_the_sparse_attention_may_return_its_output_alone(session, returned, expected):
+    source = OUTPUT_ONLY.replace("    return out\n", f"    return {returned}\n")
+    solution = Solution.model_validate(solution_dict(source, definition=TINY_ATTENTION, name="output_only",
+                                                     dps=False))
+    result = session.submit(solution, audit_level="fast")
+    assert [w.status for w in result.workloads] == [expected] * 2, [w.message for w in result.workloads]
+    if expected == "PASSED":
+        assert all(a["passed"] for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]

@@ -80,6 +80,11 @@ class OperatorFamily:
         """
         return check_outputs(dict(outputs), dict(reference), tolerance)
 
+    def required_outputs(self, definition: Definition) -> list[str]:
+        """The outputs a value-returning solution must return, a leading part of the definition's outputs; the
+        rest it may leave out (and ``compare`` then judges what it returned). Generic: every output."""
+        return list(definition.outputs)
+
     def workload_cost(self, definition: Definition, workload: Workload, root: Optional[Path] = None,
                       tokens: Optional[int] = None) -> WorkloadCost:
         """The minimum bytes moved and flops of one workload, for the roofline floor.
