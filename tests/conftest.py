@@ -47,3 +47,20 @@ def _no_secrets_leak(monkeypatch):
     # Tests must never depend on a real key; a fake one proves the worker does not inherit it.
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-must-not-leak")
     yield
+
+
+# Static gate policies (tests/test_static_gate_*.py): the shipped policy, default layer and gqa_paged layers.
+
+
+@pytest.fixture(scope="module")
+def policy():
+    from harness.static_gate import load_policy
+
+    return load_policy()
+
+
+@pytest.fixture(scope="module")
+def gqa_policy():
+    from harness.static_gate import load_policy
+
+    return load_policy(op_type="gqa_paged", definition="gqa_paged_decode_h32_kv8_d128_ps1")

@@ -1,0 +1,438 @@
+# ruff: noqa: E501
+"""Static gate: every rule has a positive sample (flagged, right rule, right line), for Python and C++ sources,
+for C++ in Python strings (load_inline/load and their build flags) and through import aliases."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from harness.static_gate import RULES, gate_passed
+
+from static_gate_support import describe, scan_cpp, scan_py
+
+
+# --------------------------------------------------------------------------------------------------
+# Positive samples: (rule id, expected line, source). Each must produce that rule on that line.
+
+PYTHON_POSITIVES = [
+    # timer tampering
+    ("timer_tampering", 2, "import torch\ntorch.cuda.synchronize = lambda: None\n"),
+    ("timer_tampering", 2, "import torch\nsetattr(torch, name, None)\n"),
+    ("timer_tampering", 2, "import torch\nsetattr(torch.cuda.Event, 'elapsed_time', lambda a, b: 0.001)\n"),
+    ("timer_tampering", 2, "import time\ntime.perf_counter = lambda: 0.0\n"),
+    ("timer_tampering", 2, "import triton.testing\ntriton.testing.do_bench = fake\n"),
+    ("timer_tampering", 2, "import flashinfer.testing\nflashinfer.testing.bench_gpu_time_with_cupti = fake\n"),
+    ("timer_tampering", 2, "import torch\ntorch.cuda.__dict__['synchronize'] = fake\n"),
+    ("timer_tampering", 2, "import torch\ndel torch.cuda.synchronize\n"),
+    ("timer_tampering", 2, "from torch.cuda import Event\nEvent.record = fake\n"),
+    ("timer_tampering", 2, "import harness.timing\nharness.timing.measure = fake\n"),
+    ("timer_tampering", 2, "import cupti\ncupti.activity_enable = fake\n"),
+    ("timer_tampering", 2, "import torch\ntorch.cuda.__setattr__('synchronize', fake)\n"),
+    # monkeypatching torch and other imported modules
+    ("monkeypatch", 2, "import torch\ntorch.matmul = my_matmul\n"),
+    ("monkeypatch", 2, "import torch\ntorch.Tensor.__eq__ = lambda a, b: True\n"),
+    ("monkeypatch", 2, "import torch.nn.functional as F\nF.softmax = fast_softmax\n"),
+    ("monkeypatch", 2, "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n"),
+    ("monkeypatch", 2, "import torch\nsetattr(torch.nn.functional, 'silu', fake)\n"),
+    ("monkeypatch", 2, "import torch\nlib = torch.library.Library('aten', 'IMPL')\n"),
+    ("monkeypatch", 1, "from unittest import mock\n"),
+    # tensor subclasses / torch function hooks
+    ("tensor_subclass", 2, "import torch\nclass Lazy(torch.Tensor):\n    pass\n"),
+    ("tensor_subclass", 2, "class Lazy:\n    def __torch_function__(cls, func, types, args=(), kwargs=None):\n        pass\n"),
+    ("tensor_subclass", 2, "import torch\ny = torch.Tensor._make_subclass(Lazy, x)\n"),
+    # threads, processes, asyncio, finalizers
+    ("concurrency", 1, "import threading\n"),
+    ("concurrency", 1, "from concurrent.futures import ThreadPoolExecutor\n"),
+    ("concurrency", 1, "import multiprocessing as mp\n"),
+    ("concurrency", 1, "import subprocess\n"),
+    ("concurrency", 1, "import asyncio\n"),
+    ("concurrency", 2, "import os\npid = os.fork()\n"),
+    ("concurrency", 2, "import os\nos.system('nvidia-smi')\n"),
+    ("concurrency", 2, "class Deferred:\n    def __del__(self):\n        pass\n"),
+    # harness internals
+    ("harness_internals", 1, "import gc\n"),
+    ("harness_internals", 1, "import inspect\n"),
+    ("harness_internals", 2, "import sys\nmods = sys.modules\n"),
+    ("harness_internals", 2, "import sys\ncaller = sys._getframe(1)\n"),
+    ("harness_internals", 1, "x = frame.f_back.f_locals['expected']\n"),
+    ("harness_internals", 1, "g = run.__globals__\n"),
+    ("harness_internals", 1, "c = run.__code__\n"),
+    ("harness_internals", 1, "p = __builtins__['print']\n"),
+    ("harness_internals", 1, "import builtins\n"),
+    ("harness_internals", 1, "import harness\n"),
+    ("harness_internals", 1, "from controller import loop\n"),
+    ("harness_internals", 1, "g = globals()\n"),
+    ("harness_internals", 3, "import sys\ntry:\n    f = sys.exc_info()[2].tb_frame\nexcept Exception:\n    raise\n"),
+    ("harness_internals", 1, "x = getattr(fn, '__globals__')\n"),
+    # environment probing
+    ("env_probe", 2, "import os\nseed = os.environ['SEED']\n"),
+    ("env_probe", 2, "import os\nhome = os.getenv('HOME')\n"),
+    ("env_probe", 1, "from os import environ\n"),
+    ("env_probe", 1, "import platform\n"),
+    ("env_probe", 1, "import socket\n"),
+    ("env_probe", 1, "import getpass\n"),
+    ("env_probe", 1, "status = open('/proc/self/status').read()\n"),
+    ("env_probe", 2, "import sys\nif 'pytest' in sys.modules:\n    pass\n"),
+    ("env_probe", 2, "import os\ninterp = os.environ.get('TRITON_INTERPRET')\n"),
+    ("env_probe", 1, "key = 'CUDA_VISIBLE_DEVICES'\n"),
+    ("env_probe", 2, "import sys\nargs = sys.argv\n"),
+    # file caches
+    ("file_cache", 1, "f = open(path, 'w')\n"),
+    ("file_cache", 1, "f = open(path, mode='ab')\n"),
+    ("file_cache", 1, "f = open(path, mode)\n"),
+    ("file_cache", 2, "import pathlib\npathlib.Path(p).write_bytes(blob)\n"),
+    ("file_cache", 1, "import pickle\n"),
+    ("file_cache", 1, "import shelve\n"),
+    ("file_cache", 1, "import tempfile\n"),
+    ("file_cache", 1, "import sqlite3\n"),
+    ("file_cache", 2, "import torch\ntorch.save(out, 'out.pt')\n"),
+    ("file_cache", 2, "import numpy as np\nnp.save('out.npy', a)\n"),
+    ("file_cache", 2, "import os\nif os.path.exists(cache_path):\n    pass\n"),
+    ("file_cache", 1, "CACHE = '/tmp/crucible_cache'\n"),
+    # file reads (warning)
+    ("file_read", 1, "src = open(path).read()\n"),
+    ("file_read", 2, "from pathlib import Path\nblob = Path(p).read_bytes()\n"),
+    ("file_read", 2, "from pathlib import Path\nblob = (Path(__file__).parent / 'answers.bin').read_bytes()\n"),
+    # dynamic code
+    ("dynamic_code", 1, "exec(code)\n"),
+    ("dynamic_code", 1, "y = eval('1 + 1')\n"),
+    ("dynamic_code", 1, "c = compile(src, 'x', 'exec')\n"),
+    ("dynamic_code", 1, "os_mod = __import__('os')\n"),
+    ("dynamic_code", 1, "import importlib\n"),
+    ("dynamic_code", 2, "import importlib as il\nm = il.import_module('threading')\n"),
+    ("dynamic_code", 2, "import torch\nf = getattr(torch, name)\n"),
+    ("dynamic_code", 1, "import runpy\n"),
+    # native FFI
+    ("native_ffi", 1, "import ctypes\n"),
+    ("native_ffi", 1, "from cffi import FFI\n"),
+    ("native_ffi", 2, "import torch.utils.cpp_extension as ext\nm = ext._import_module_from_library('m', p, True)\n"),
+    ("native_ffi", 1, "from torch.utils.cpp_extension import _jit_compile\n"),
+    ("native_ffi", 1, "import cuda.bindings.runtime as cudart\n"),
+    ("native_ffi", 1, "import cupy\n"),
+    ("native_ffi", 2, "import torch\ntorch.ops.load_library('libx.so')\n"),
+    # streams, events, graphs
+    ("stream_event_graph", 2, "import torch\ns = torch.cuda.Stream()\n"),
+    ("stream_event_graph", 2, "import torch\nwith torch.cuda.stream(s):\n    pass\n"),
+    ("stream_event_graph", 2, "import torch\ne = torch.cuda.Event(enable_timing=True)\n"),
+    ("stream_event_graph", 2, "import torch\ng = torch.cuda.CUDAGraph()\n"),
+    ("stream_event_graph", 2, "import torch\nwith torch.cuda.graph(g):\n    pass\n"),
+    ("stream_event_graph", 1, "from torch.cuda import Stream\n"),
+    ("stream_event_graph", 2, "import torch\nf = torch.cuda.make_graphed_callables(fn, (x,))\n"),
+    ("stream_event_graph", 2, "import torch\ne = getattr(torch, 'cuda').Event()\n"),
+    # module-level caches keyed by tensor identity
+    ("output_cache", 4, """\
+        _cache = {}
+        def run(q, k):
+            key = q.data_ptr()
+            if key in _cache:
+                return _cache[key]
+            out = compute(q, k)
+            _cache[key] = out
+            return out
+        """),
+    ("output_cache", 3, "_seen = {}\ndef run(q):\n    _seen[id(q)] = q\n    return q\n"),
+    ("output_cache", 3, "class Op:\n    def __call__(self, q, k):\n        self._results[(q.data_ptr(), k.data_ptr())] = 1\n"),
+    ("output_cache", 2, "def run(q, _memo={}):\n    return _memo.setdefault(hash(q), q)\n"),
+    ("output_cache", 4, "_c = {}\ndef run(q):\n    p = q.untyped_storage().data_ptr()\n    out = _c.get((p, q.shape))\n"),
+    # torch / library compute fallbacks (warning by default)
+    ("torch_compute", 2, "import torch\ns = torch.matmul(q, k)\n"),
+    ("torch_compute", 2, "import torch\ns = torch.bmm(q, k)\n"),
+    ("torch_compute", 2, "import torch\ns = torch.einsum('bhd,bnd->bhn', q, k)\n"),
+    ("torch_compute", 2, "import torch.nn.functional as F\no = F.scaled_dot_product_attention(q, k, v)\n"),
+    ("torch_compute", 2, "import torch\np = torch.softmax(s, dim=-1)\n"),
+    ("torch_compute", 2, "import torch\ny = torch.nn.functional.silu(x)\n"),
+    ("torch_compute", 1, "s = q @ k\n"),
+    ("torch_compute", 1, "p = s.softmax(-1)\n"),
+    ("torch_compute", 1, "o = p.matmul(v)\n"),
+    ("torch_compute", 2, "import flashinfer\no = flashinfer.single_decode_with_kv_cache(q, k, v)\n"),
+    ("torch_compute", 2, "from flashinfer import BatchDecodeWithPagedKVCacheWrapper as W\nw = W(ws)\n"),
+    ("torch_compute", 2, "import torch\nf = torch.compile(fn)\n"),
+    ("torch_compute", 2, "import torch\n@torch.compile\ndef f(x):\n    return x\n"),
+    ("torch_compute", 3, "import functools\nimport torch\nmm = functools.partial(torch.matmul, a)\n"),
+    ("torch_compute", 2, "import torch\nys = list(map(torch.exp, xs))\n"),
+    ("torch_compute", 2, "import torch\nops = [torch.softmax, torch.float32]\n"),
+    ("torch_compute", 3, "import torch\nmm = torch.matmul\ny = mm(a, b)\n"),
+    ("torch_compute", 2, "import torch\nlengths = torch.diff(kv_indptr)\n"),
+    # warnings for state and robustness
+    ("memoized_function", 2, "import functools\n@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n"),
+    ("memoized_function", 2, "from functools import cache\n@cache\ndef f(x):\n    return x\n"),
+    # memoised on a tensor (at a call, or through a value derived from one)
+    ("memoized_function", 2, ("import functools\n@functools.lru_cache\ndef f(n):\n    return n\n"
+                             "def run(q):\n    return f(q)\n")),
+    ("memoized_function", 2, ("import functools\n@functools.lru_cache\ndef f(n):\n    return n\n"
+                             "def run(q):\n    k = q[0]\n    return f(k.shape[0], k)\n")),
+    ("memoized_function", 2, ("import functools\n@functools.lru_cache\ndef f(n):\n    return n\n"
+                             "def run(q):\n    f(1)\n    return list(map(f, [q]))\n")),
+    ("file_read", 2, "import os\nsrc = open(os.path.join(os.path.dirname(__file__), '..', 'ref', 'k.cu')).read()\n"),
+    ("global_state", 3, "_last = None\ndef run(q):\n    global _last\n    _last = q\n"),
+    ("global_state", 3, "_calls = 0\ndef run(q):\n    global _calls\n    _calls += 1\n"),
+    ("global_state", 3, "_out = None\ndef run(q):\n    global _out\n    if _out is None:\n        _out = q.clone()\n"),
+    ("silent_fallback", 3, "try:\n    out = fast(q)\nexcept Exception:\n    out = slow(q)\n"),
+    ("silent_fallback", 3, "try:\n    out = fast(q)\nexcept:\n    pass\n"),
+    ("clock_read", 2, "import time\nt0 = time.perf_counter()\n"),
+    ("clock_read", 1, "from time import perf_counter\n"),
+    ("clock_read", 2, "import triton.testing\nms = triton.testing.do_bench(fn)\n"),
+    # syntax
+    ("syntax", 2, "x = 1\ndef broken(:\n    pass\n"),
+]
+
+
+@pytest.mark.parametrize(("rule", "line", "source"), PYTHON_POSITIVES,
+                         ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(PYTHON_POSITIVES)])
+def test_python_rule_is_flagged(rule, line, source, policy):
+    findings = scan_py(source, policy)
+    assert any(f.rule == rule and f.line == line for f in findings), describe(findings)
+    hit = next(f for f in findings if f.rule == rule and f.line == line)
+    assert hit.severity == RULES[rule].default_severity
+    assert hit.snippet == textwrap.dedent(source).splitlines()[line - 1].rstrip()
+    assert hit.message and hit.col >= 1
+
+
+CPP_POSITIVES = [
+    # streams, events, graphs
+    ("stream_event_graph", 3, "void f() {\n  cudaStream_t s;\n  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);\n}\n"),
+    ("stream_event_graph", 1, "cudaEvent_t e; void f() { cudaEventCreate(&e); }\n"),
+    ("stream_event_graph", 2, "void f(cudaGraphExec_t g, cudaStream_t s) {\n  cudaGraphLaunch(g, s);\n}\n"),
+    ("stream_event_graph", 2, "void f() {\n  auto side = at::cuda::getStreamFromPool();\n}\n"),
+    ("stream_event_graph", 2, "void f() {\n  k<<<g, b, 0, cudaStreamPerThread>>>();\n}\n"),
+    # host concurrency
+    ("concurrency", 2, "void f() {\n  std::thread t(worker);\n  t.detach();\n}\n"),
+    ("concurrency", 2, "void f() {\n  pthread_create(&tid, nullptr, fn, nullptr);\n}\n"),
+    ("concurrency", 2, "void f() {\n  system(\"nvidia-smi\");\n}\n"),
+    ("concurrency", 2, "void f() {\n  pid_t p = fork();\n}\n"),
+    ("concurrency", 1, "#pragma omp parallel for\nfor (int i = 0; i < n; ++i) {}\n"),
+    # environment probing
+    ("env_probe", 2, "void f() {\n  const char* s = getenv(\"SEED\");\n}\n"),
+    ("env_probe", 2, "void f() {\n  FILE* p = fopen(\"/proc/self/maps\", \"r\");\n}\n"),
+    ("env_probe", 1, "extern char** environ;\n"),
+    # file caches / reads
+    ("file_cache", 2, "void f() {\n  FILE* fp = fopen(path, \"wb\");\n}\n"),
+    ("file_cache", 2, "void f() {\n  FILE* fp = fopen(path, mode);\n}\n"),
+    ("file_cache", 2, "void f() {\n  std::ofstream out(\"cache.bin\");\n}\n"),
+    ("file_cache", 2, "void f() {\n  int fd = open(path, O_WRONLY | O_CREAT, 0644);\n}\n"),
+    ("file_cache", 2, "void f() {\n  int fd = mkstemp(tmpl);\n}\n"),
+    ("file_cache", 1, "const char* kCache = \"/tmp/kernel_cache.bin\";\n"),
+    ("file_read", 2, "void f() {\n  FILE* fp = fopen(path, \"rb\");\n}\n"),
+    ("file_read", 2, "void f() {\n  std::ifstream in(path);\n}\n"),
+    # native FFI and dynamic code
+    ("native_ffi", 2, "void f() {\n  void* h = dlopen(\"libcuda.so\", RTLD_NOW);\n}\n"),
+    ("native_ffi", 2, "void f() {\n  auto real = dlsym(RTLD_NEXT, \"cudaLaunchKernel\");\n}\n"),
+    ("native_ffi", 1, "#include <dlfcn.h>\n"),
+    ("native_ffi", 2, "void f() {\n  setenv(\"LD_PRELOAD\", \"libhook.so\", 1);\n}\n"),
+    ("dynamic_code", 2, "void f() {\n  nvrtcCreateProgram(&prog, src, \"k.cu\", 0, nullptr, nullptr);\n}\n"),
+    ("dynamic_code", 2, "void f() {\n  cuModuleLoadData(&mod, ptx);\n}\n"),
+    ("dynamic_code", 2, "void f() {\n  PyRun_SimpleString(\"import os\");\n}\n"),
+    # device-wide state tampering
+    ("device_state_tamper", 2, "void f() {\n  cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, bytes);\n}\n"),
+    ("device_state_tamper", 2, "void f() {\n  cudaCtxResetPersistingL2Cache();\n}\n"),
+    ("device_state_tamper", 2, "void f(cudaStreamAttrValue a) {\n  a.accessPolicyWindow.base_ptr = p;\n}\n"),
+    ("device_state_tamper", 2, "void f() {\n  cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &a);\n}\n"),
+    ("device_state_tamper", 2, "void f() {\n  cudaDeviceReset();\n}\n"),
+    # timer tampering: CUPTI, symbol interposition
+    ("timer_tampering", 1, "#include <cupti.h>\n"),
+    ("timer_tampering", 2, "void f() {\n  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_KERNEL);\n}\n"),
+    ("timer_tampering", 2, "extern \"C\"\ncudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {\n  return cudaSuccess;\n}\n"),
+    ("timer_tampering", 1, "cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }\n"),
+    # harness internals
+    ("harness_internals", 1, "#include \"../../harness/reference.h\"\n"),
+    ("harness_internals", 1, "#include \"/work/main/harness/secret.h\"\n"),
+    # ATen compute (warning by default)
+    ("torch_compute", 2, "torch::Tensor f(torch::Tensor q, torch::Tensor k) {\n  return torch::matmul(q, k.transpose(0, 1));\n}\n"),
+    ("torch_compute", 2, "at::Tensor f(at::Tensor s) {\n  return at::softmax(s, -1);\n}\n"),
+    ("torch_compute", 2, "at::Tensor f(at::Tensor q, at::Tensor k) {\n  return q.matmul(k);\n}\n"),
+    # library use (warning by default)
+    ("library_fallback", 1, "#include <cublas_v2.h>\n"),
+    ("library_fallback", 1, "#include \"cutlass/gemm/device/gemm.h\"\n"),
+    ("library_fallback", 1, "#include <cudnn.h>\n"),
+    ("library_fallback", 2, "void f() {\n  cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &a, A, t, m, B, t, k, &b, C, t, m, ct, algo);\n}\n"),
+    ("library_fallback", 1, "using Gemm = cutlass::gemm::device::Gemm<float, Layout, float, Layout, float, Layout>;\n"),
+    ("library_fallback", 2, "void f() {\n  auto h = at::cuda::getCurrentCUDABlasHandle();\n}\n"),
+    # persistent state (warning)
+    ("static_buffer", 2, "void f() {\n  static float* workspace = nullptr;\n}\n"),
+    ("static_buffer", 1, "__device__ int call_count = 0;\n"),
+    ("static_buffer", 1, "__device__ float g_out[1024];\n"),
+    ("static_buffer", 1, "static std::unordered_map<void*, torch::Tensor> cache;\n"),
+]
+
+
+@pytest.mark.parametrize(("rule", "line", "source"), CPP_POSITIVES,
+                         ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(CPP_POSITIVES)])
+def test_cpp_rule_is_flagged(rule, line, source, policy):
+    findings = scan_cpp(source, policy)
+    assert any(f.rule == rule and f.line == line for f in findings), describe(findings)
+    hit = next(f for f in findings if f.rule == rule and f.line == line)
+    assert hit.severity == RULES[rule].default_severity
+    assert hit.snippet == textwrap.dedent(source).splitlines()[line - 1].rstrip()
+
+
+def test_every_rule_has_a_positive_sample():
+    covered = {rule for rule, _, _ in PYTHON_POSITIVES} | {rule for rule, _, _ in CPP_POSITIVES}
+    assert covered == set(RULES)
+
+
+# --------------------------------------------------------------------------------------------------
+# torch.utils.cpp_extension load/load_inline: the supported build path (no native_ffi); the C++ they compile
+# is scanned instead, at the line of the string in the .py file.
+
+EMBEDDED_CPP_POSITIVES = [
+    # a module constant (raw triple-quoted) given in a list: the finding is at the C++ line
+    ("stream_event_graph", 5, '''\
+        from torch.utils.cpp_extension import load_inline
+        CUDA = r"""
+        #include <torch/extension.h>
+        void run(torch::Tensor x) {
+          cudaStream_t s; cudaStreamCreate(&s);
+        }
+        """
+        mod = load_inline(name="k", cpp_sources="void run(torch::Tensor x);", cuda_sources=[CUDA], functions=["run"])
+        '''),
+    ("timer_tampering", 4, '''\
+        import torch.utils.cpp_extension as ext
+        mod = ext.load_inline(
+            name="k", cpp_sources="", cuda_sources="""
+        #include <cupti.h>
+        __global__ void k() {}
+        """)
+        '''),
+    ("device_state_tamper", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "", f"void f() {{ cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, {N}); }}")
+        '''),
+    ("concurrency", 4, '''\
+        from torch.utils.cpp_extension import load_inline
+        TEMPLATE = """
+        void launch() {{
+          std::thread t([] {{ work(); }}); t.detach();
+        }}
+        constexpr int kBlock = {block};
+        """
+        m = load_inline("k", "", TEMPLATE.format(block=128))
+        '''),
+    ("env_probe", 3, '''\
+        import torch.utils.cpp_extension as ext
+        def source(n):
+            return "int f() { return getenv(\\"SEED\\") != nullptr; }"
+        m = ext.load_inline("k", source(3), "")
+        '''),
+    ("file_cache", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        BODY = "void save(const float* o) { FILE* f = fopen(\\"out.bin\\", \\"wb\\"); }"
+        m = load_inline("k", "", HEADER + BODY)
+        HEADER = "#include <cstdio>\\n"
+        '''),
+    ("library_fallback", 3, '''\
+        from torch.utils.cpp_extension import load_inline
+        SRC = """
+        void gemm() { cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &a, A, t, m, B, t, k, &b, C, t, m, ct, al); }
+        """
+        m = load_inline("k", "", SRC)
+        '''),
+    ("harness_internals", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        CPP = '#include "../../harness/reference.h"\\nvoid f();'
+        m = load_inline("k", CPP, "")
+        '''),
+    ("timer_tampering", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        SRC = 'extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaSuccess; }'
+        m = load_inline("k", "", SRC)
+        '''),
+    ("library_fallback", 3, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "", "__global__ void k() {}",
+                        extra_ldflags=["-lcublas"])
+        '''),
+    ("timer_tampering", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        FLAGS = ["-O3", "-Wl,--wrap=cudaEventRecord"]
+        m = load_inline("k", "", "__global__ void k() {}", extra_ldflags=FLAGS)
+        '''),
+    ("dynamic_code", 2, '''\
+        import torch.utils.cpp_extension
+        ext = torch.utils.cpp_extension.load("k", ["k.cu"], extra_ldflags=["-lnvrtc"])
+        '''),
+    ("native_ffi", 3, '''\
+        import torch.utils.cpp_extension
+        ext = torch.utils.cpp_extension.load("k", ["k.cu"], extra_cuda_cflags=["-lineinfo"],
+                                             extra_ldflags=["-lcuda", "-L/opt/hooks", "-lhook"])
+        '''),
+    ("native_ffi", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "", "__global__ void k() {}", extra_ldflags=["prebuilt/libkernels.so"])
+        '''),
+    ("concurrency", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "void f();", "", extra_cflags=["-O3", "-fopenmp"])
+        '''),
+    ("harness_internals", 3, '''\
+        import os
+        import torch.utils.cpp_extension
+        ext = torch.utils.cpp_extension.load("k", [os.path.join(HERE, "..", "shared", "kernel.cu")])
+        '''),
+    ("harness_internals", 2, '''\
+        from torch.utils.cpp_extension import load
+        ext = load("k", sources=["/work/main/harness/kernel.cu"])
+        '''),
+    # options spread into the call
+    ("concurrency", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        OPTIONS = dict(name="k", cpp_sources="", cuda_sources="void f() { system(\\"nvidia-smi\\"); }")
+        m = load_inline(**OPTIONS)
+        '''),
+    # a string that looks like C++ is still checked as a Python string outside C++ comments
+    ("env_probe", 1, "P = '/proc/self/status // __global__'\n"),
+    ("file_cache", 1, "CACHE = '__global__ x; /tmp/answers.bin'\n"),
+    # C++ source in a string, whatever compiles it
+    ("stream_event_graph", 1, '''\
+        SRC = "__global__ void k() {}\\nvoid g(cudaGraphExec_t g, cudaStream_t s) { cudaGraphLaunch(g, s); }"
+        '''),
+]
+
+
+@pytest.mark.parametrize(("rule", "line", "source"), EMBEDDED_CPP_POSITIVES,
+                         ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(EMBEDDED_CPP_POSITIVES)])
+def test_cpp_in_python_strings_gets_the_cpp_rules(rule, line, source, gqa_policy):
+    findings = scan_py(source, gqa_policy)
+    hit = next((f for f in findings if f.rule == rule and f.line == line), None)
+    assert hit is not None, describe(findings)
+    assert hit.severity == RULES[rule].default_severity
+    assert gate_passed(findings) == (hit.severity == "warning" and gate_passed([f for f in findings if f is not hit]))
+    assert not any("`torch.utils.cpp_extension" in f.message for f in findings), describe(findings)  # the build call
+
+
+# --------------------------------------------------------------------------------------------------
+# Import alias resolution
+
+ALIAS_CASES = [
+    ("import torch as t\nt.cuda.synchronize = fake\n", "timer_tampering", 2),
+    ("from torch import cuda\ns = cuda.Stream()\n", "stream_event_graph", 2),
+    ("from torch import cuda as c\nc.Event.elapsed_time = fake\n", "timer_tampering", 2),
+    ("from os import environ as env\nx = env['SEED']\n", "env_probe", 2),
+    ("import torch\nEvent = torch.cuda.Event\ne = Event()\n", "stream_event_graph", 3),
+    ("import os\nenv = os.environ\nseed = env.get('SEED')\n", "env_probe", 3),
+    ("import torch.nn.functional as F\no = F.scaled_dot_product_attention(q, k, v)\n", "torch_compute", 2),
+    ("from torch.nn import functional\np = functional.softmax(s, -1)\n", "torch_compute", 2),
+    ("from torch import matmul as mm\no = mm(a, b)\n", "torch_compute", 2),
+    ("import time as clock\nclock.time = fake\n", "timer_tampering", 2),
+    ("w = open\nf = w(path, 'wb')\n", "file_cache", 2),
+    ("run_code = exec\nrun_code(src)\n", "dynamic_code", 2),
+]
+
+
+@pytest.mark.parametrize(("source", "rule", "line"), ALIAS_CASES)
+def test_aliases_are_resolved(source, rule, line, policy):
+    findings = scan_py(source, policy)
+    assert any(f.rule == rule and f.line == line for f in findings), describe(findings)
+
+
+def test_alias_message_names_the_canonical_target(policy):
+    (finding,) = [f for f in scan_py("import torch as t\nt.cuda.synchronize = fake\n", policy)
+                  if f.rule == "timer_tampering"]
+    assert "torch.cuda.synchronize" in finding.message
+
+
+def test_rebinding_a_builtin_name_is_not_the_builtin(policy):
+    source = "def compile(src):\n    return src\nout = compile('x')\n"
+    assert scan_py(source, policy) == []

@@ -1,0 +1,249 @@
+"""Tests for harness.timing, the timer itself: CUPTI glue against a fake bindings module (CPU), time_trial
+without a GPU, and the real timer on GPU."""
+
+from __future__ import annotations
+
+import enum
+from types import SimpleNamespace
+
+import pytest
+
+from harness.timing import (
+    ApiLaunch,
+    GpuActivity,
+    TimingError,
+    _CuptiCollector,
+    aggregate_trials,
+    analyse_activities,
+    median,
+    time_trial,
+)
+
+torch = pytest.importorskip("torch")
+
+# Times are CUPTI nanoseconds; spans come back in ms, so 1000 ns == 0.001 ms.
+NS = 1e-6
+
+
+# --------------------------------------------------------------------------------------
+# CUPTI glue against a fake bindings module (CPU)
+# --------------------------------------------------------------------------------------
+
+
+class _FakeKind(enum.IntEnum):
+    MEMCPY = 1
+    MEMSET = 2
+    RUNTIME = 5
+    DRIVER = 6
+    CONCURRENT_KERNEL = 10
+    MARKER = 12
+
+
+class _FakeCupti:
+    """Stands in for ``cupti.cupti``: records calls, replays canned activity records."""
+
+    ActivityKind = _FakeKind
+
+    def __init__(self, records, fail_enable=False):
+        self.records = records
+        self.fail_enable = fail_enable
+        self.calls: list[tuple] = []
+        self.enabled: set[int] = set()
+        self.callbacks = None
+
+    def activity_register_callbacks(self, requested, completed):
+        self.calls.append(("register",))
+        self.callbacks = (requested, completed)
+
+    def activity_enable(self, kind):
+        if self.fail_enable and kind == _FakeKind.DRIVER:
+            raise RuntimeError("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
+        self.calls.append(("enable", int(kind)))
+        self.enabled.add(int(kind))
+
+    def activity_disable(self, kind):
+        self.calls.append(("disable", int(kind)))
+        self.enabled.discard(int(kind))
+
+    def activity_flush_all(self, flag):
+        self.calls.append(("flush", flag))
+        requested, completed = self.callbacks
+        size, max_records = requested()
+        assert size > 0 and max_records == 0
+        completed(self.records)
+
+    def finalize(self):
+        self.calls.append(("finalize",))
+
+    def get_timestamp(self):
+        return 123
+
+
+def _rec(kind, start, end, corr, **extra):
+    return SimpleNamespace(kind=int(kind), start=start, end=end, correlation_id=corr, **extra)
+
+
+def test_collector_converts_records_and_tears_down():
+    records = [
+        _rec(_FakeKind.RUNTIME, 10, 20, 1, cbid=211),
+        _rec(_FakeKind.DRIVER, 12, 18, 2, cbid=307),
+        _rec(_FakeKind.CONCURRENT_KERNEL, 100, 200, 1, name="gemm_kernel"),
+        _rec(_FakeKind.MEMCPY, 200, 210, 2, copy_kind=8, bytes=64),
+        _rec(_FakeKind.MEMSET, 210, 220, 2, bytes=16, value=0),
+        _rec(_FakeKind.MARKER, 0, 0, 0),
+    ]
+    fake = _FakeCupti(records)
+    collector = _CuptiCollector(fake)
+    collector.start()
+    assert fake.calls[0] == ("register",)
+    assert fake.enabled == {1, 2, 5, 6, 10}
+    assert collector.timestamp() == 123
+    collector.stop()
+    assert fake.enabled == set()
+    assert fake.calls[-1] == ("finalize",)
+    assert ("flush", 0) in fake.calls
+    assert collector.launches == [ApiLaunch(10, 20, 1), ApiLaunch(12, 18, 2)]
+    assert collector.activities == [
+        GpuActivity(100, 200, 1, "gemm_kernel"),
+        GpuActivity(200, 210, 2, "[memcpy kind=8 bytes=64]"),
+        GpuActivity(210, 220, 2, "[memset bytes=16 value=0]"),
+    ]
+    spans, names = analyse_activities([(0, 50)], collector.activities, collector.launches)
+    assert spans == pytest.approx([120 * NS])
+    assert names == ["[memcpy kind=8 bytes=64]", "[memset bytes=16 value=0]", "gemm_kernel"]
+
+
+def test_collector_start_failure_is_timing_error_and_cleans_up():
+    fake = _FakeCupti([], fail_enable=True)
+    collector = _CuptiCollector(fake)
+    with pytest.raises(TimingError, match="could not start CUPTI"):
+        collector.start()
+    assert fake.enabled == set()
+    assert fake.calls[-1] == ("finalize",)
+
+
+def test_collectors_keep_state_per_call():
+    first = _CuptiCollector(_FakeCupti([_rec(_FakeKind.RUNTIME, 1, 2, 1)]))
+    second = _CuptiCollector(_FakeCupti([]))
+    first.start()
+    first.stop()
+    second.start()
+    second.stop()
+    assert len(first.launches) == 1 and second.launches == []
+
+
+# --------------------------------------------------------------------------------------
+# time_trial without a GPU
+# --------------------------------------------------------------------------------------
+
+
+def _cupti_usable() -> bool:
+    from harness.timing import cupti_status
+
+    return cupti_status()[0]
+
+
+@pytest.mark.skipif(_cupti_usable(), reason="cupti-python is installed here")
+def test_cupti_backend_requested_but_unavailable():
+    with pytest.raises(TimingError, match="CUPTI backend requested but unavailable"):
+        time_trial(lambda: None, (), warmup=0, iterations=1, backend="cupti")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_time_trial_without_gpu_is_timing_error():
+    with pytest.raises(TimingError, match="CUDA"):
+        time_trial(lambda: None, (), warmup=0, iterations=1, backend="cuda_events")
+
+
+def test_time_trial_rejects_bad_counts():
+    with pytest.raises(ValueError):
+        time_trial(lambda: None, (), warmup=0, iterations=0)
+    with pytest.raises(ValueError):
+        time_trial(lambda: None, (), warmup=-1, iterations=1)
+    with pytest.raises(ValueError):
+        time_trial(lambda: None, (), warmup=0, iterations=1, backend="wallclock")
+
+
+# --------------------------------------------------------------------------------------
+# GPU
+# --------------------------------------------------------------------------------------
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+needs_cupti = pytest.mark.skipif(not _cupti_usable(), reason="needs cupti-python >= 13")
+
+GPU_BACKENDS = [
+    pytest.param("cupti", marks=needs_cupti),
+    "cuda_events",
+]
+
+
+def _matmul_case():
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    return torch.matmul, (a, b), 1
+
+
+def _two_kernel_case():
+    x = torch.randn(1 << 20, device="cuda")
+    y = torch.empty_like(x)
+
+    def scale_then_shift(src, dst):
+        torch.mul(src, 2.0, out=dst)
+        dst.add_(1.0)
+
+    return scale_then_shift, (x, y), 2
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
+@pytest.mark.parametrize("make_case", [_matmul_case, _two_kernel_case], ids=["matmul", "two-kernels"])
+def test_time_trial_gpu(backend, make_case):
+    fn, args, min_kernels = make_case()
+    trial = time_trial(fn, args, warmup=3, iterations=12, backend=backend)
+    assert trial.backend == backend
+    assert len(trial.samples_ms) == 12
+    assert all(sample > 0 for sample in trial.samples_ms)
+    assert trial.median_ms == median(trial.samples_ms)
+    assert trial.flush_bytes >= 2 * torch.cuda.get_device_properties(0).L2_cache_size - (1 << 20)
+    if backend == "cupti":
+        assert trial.aligned is True and trial.note is None
+        assert len(trial.kernel_names) >= min_kernels
+        # the flush (an int8 zero_ of 2 x L2) must not appear among the measured work
+        assert not any(f"bytes={trial.flush_bytes}" in name for name in trial.kernel_names)
+        assert not any("FillFunctor" in name for name in trial.kernel_names)
+    else:
+        assert trial.aligned is False and trial.note
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_cupti
+def test_time_trial_gpu_no_launch_raises():
+    def host_only(x):
+        return x.shape[0] + 1
+
+    x = torch.zeros(4, device="cuda")
+    with pytest.raises(TimingError, match="no GPU activity recorded in timed iteration 0"):
+        time_trial(host_only, (x,), warmup=1, iterations=5, backend="cupti")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_cupti
+def test_time_trial_gpu_repeated_cupti_calls_and_aggregate():
+    fn, args, _ = _matmul_case()
+    trials = [time_trial(fn, args, warmup=2, iterations=8, backend="cupti") for _ in range(3)]
+    latency = aggregate_trials(trials)
+    assert latency.aligned and latency.num_trials == 3
+    assert latency.latency_ms == pytest.approx(sum(t.median_ms for t in trials) / 3)
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_time_trial_gpu_auto_backend_labels_itself():
+    fn, args, _ = _matmul_case()
+    trial = time_trial(fn, args, warmup=1, iterations=4, backend="auto")
+    assert trial.aligned == (trial.backend == "cupti")
+    if trial.backend == "cuda_events":
+        assert "CUPTI unavailable" in (trial.note or "")
