@@ -28,6 +28,7 @@ from .build import Built, BuildError, build
 from .device_measure import (l2_flush, memory_mark, memory_release, raise_clocks, sync,
                              wall_call)
 from .inputs import allocate_outputs, content_digest, fingerprint, generate_inputs
+from .oracle import run_in_float64
 from .schema import Definition, Solution, Workload
 
 
@@ -133,23 +134,7 @@ def _poisoned(t: torch.Tensor) -> torch.Tensor:
     return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
 
 
-class _Float64Torch:
-    """torch, except that every floating dtype it names is float64 (for the fp64 oracle)."""
-
-    _WIDE = {"float32", "float", "bfloat16", "float16", "half"}
-
-    def __getattr__(self, name: str) -> Any:
-        return torch.float64 if name in self._WIDE else getattr(torch, name)
-
-
-_FLOAT64_TORCH = _Float64Torch()
-_ORACLE_WIDEN_BYTES = 256 << 20
 _CLONE_LIMIT_BYTES = 256 << 20  # inputs above this are checked for mutation by content digest, not a clone
-
-
-def _float64_import(name, globals=None, locals=None, fromlist=(), level=0):
-    module = __import__(name, globals, locals, fromlist, level)
-    return _FLOAT64_TORCH if name == "torch" and not fromlist else module
 
 
 class Worker:
@@ -280,17 +265,7 @@ class Worker:
         """The reference evaluated in float64 throughout: the yardstick of the precision audit."""
         assert self.role == "reference", "only the reference worker runs references"
         definition, workload, inputs = self._workload_inputs(req)
-        # Small floating inputs are widened here; large ones (a KV cache) stay as they are, and the reference's own
-        # conversions (``.to(torch.float32)`` of what it gathers) become float64 through the import hook: a
-        # float64 copy of a whole cache would be 4x the workload's bytes for the oracle alone.
-        wide = {k: v.to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                and v.numel() * 8 <= _ORACLE_WIDEN_BYTES else v for k, v in inputs.items()}
-        namespace: dict[str, Any] = {"__name__": f"oracle_{definition.name}",
-                                     "__builtins__": {**(__builtins__.__dict__ if hasattr(__builtins__, "__dict__")
-                                                         else __builtins__), "__import__": _float64_import}}
-        exec(compile(definition.reference, f"<oracle {definition.name}>", "exec"), namespace)
-        with torch.no_grad():
-            outputs = _as_output_dict(definition, namespace["run"](*wide.values()))
+        outputs = _as_output_dict(definition, run_in_float64(definition, inputs))
         return {"ok": True, "input_fingerprint": fingerprint(inputs)}, {k: v for k, v in outputs.items()}
 
     def judge(self, req: dict) -> tuple[dict, dict]:

@@ -56,7 +56,7 @@ def main(out_path: str) -> None:
     from harness.families.moe import MoeFamily
     from harness.inputs import generate_inputs
     from harness.schema import Definition, Workload
-    from harness.worker import _float64_import
+    from harness.oracle import _float64_import
     from moe_support import TINY, tiny_definition, tiny_workload
 
     triton_interp.apply()  # the fixes the workers apply: fp8 and bf16 casts, bf16 dots
