@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """Static gate test support: honest GQA decode samples (Triton and CUDA) and helpers that scan a source and
 describe findings; the `policy` and `gqa_policy` fixtures live in conftest.py."""
 

@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """Static gate: honest code is not flagged: honest GQA decode samples and the dataset's library baseline,
 near misses in Python and C++, constants and attributes, cpp_extension builds, state that cannot carry outputs."""
 

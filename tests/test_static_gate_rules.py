@@ -1,4 +1,3 @@
-# ruff: noqa: E501
 """Static gate: every rule has a positive sample (flagged, right rule, right line), for Python and C++ sources,
 for C++ in Python strings (load_inline/load and their build flags) and through import aliases."""
 
