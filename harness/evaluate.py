@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import datetime as dt
 import time
 import os
 import platform
@@ -25,9 +24,9 @@ from typing import Any, Callable, Optional
 import torch
 
 from .archive import HARNESS_ERROR, INTERRUPTED, Archive
-from . import reference_cache, scores
+from . import records, reference_cache, scores
 from .audit_thresholds import policy_thresholds
-from .audits import AuditConfig, clock_truth_verdict, is_fallback, promotion_blockers
+from .audits import AuditConfig, clock_truth_verdict, promotion_blockers
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, merge_results
 from .dataset import Dataset, EvalPreset
@@ -35,8 +34,7 @@ from .families import family_for
 from .inputs import trial_seed
 from .memory import memory_record, tensor_bytes
 from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
-from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, Performance, Solution,
-                     Trace, Workload, dump_json)
+from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
 from .sandbox import SandboxPolicy, load_sandbox_policy
 from .stale import remove_stale
 from .results import SKIPPED, SubmissionResult, WorkloadResult
@@ -99,11 +97,6 @@ def aggregate_timing(trials: list[dict[str, Any]]) -> tuple[float, bool, str]:
     if len(aligned) != 1:
         raise ValueError("aligned and non-aligned timing trials cannot be combined")
     return statistics.fmean(t["median_ms"] for t in trials), aligned.pop(), trials[0].get("backend", "")
-
-
-def _timing_rows(role: str, trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"role": role, "trial": i, "backend": t.get("backend"), "aligned": int(bool(t.get("aligned"))),
-             "median_ms": t.get("median_ms"), "samples": t.get("samples_ms", [])} for i, t in enumerate(trials)]
 
 
 class Session(SessionAudits):
@@ -802,52 +795,13 @@ class Session(SessionAudits):
 
     # -- archive --------------------------------------------------------------------------------------
 
-    def _official_trace(self, definition: Definition, solution: Solution, workload: Workload,
-                        wr: WorkloadResult) -> Optional[dict[str, Any]]:
-        """The FlashInfer Trace for this evaluation, or None when it cannot be one (skipped; untimed PASS)."""
-        if not wr.evaluated:
-            return None
-        status = EvaluationStatus(wr.status)
-        correctness = performance = None
-        if status in (EvaluationStatus.PASSED, EvaluationStatus.INCORRECT_NUMERICAL):
-            correctness = Correctness(max_relative_error=wr.max_relative_error or 0.0,
-                                      max_absolute_error=wr.max_absolute_error or 0.0,
-                                      extra={"matched_ratio": wr.matched_ratio})
-        if status == EvaluationStatus.PASSED:
-            if wr.latency_ms is None or wr.reference_latency_ms is None or not wr.aligned:
-                return None  # an official PASSED trace needs official (aligned) performance
-            performance = Performance(latency_ms=wr.latency_ms, reference_latency_ms=wr.reference_latency_ms,
-                                      speedup_factor=wr.speedup_factor or 0.0)
-        env = self.environment
-        libs = {k: str(env[k]) for k in ("torch", "triton", "cuda") if env.get(k)}
-        environment = Environment(hardware=str(env.get("hardware", "")), libs=libs)
-        evaluation = Evaluation(status=status, environment=environment,
-                                timestamp=dt.datetime.now(dt.timezone.utc).isoformat(), log=wr.log,
-                                correctness=correctness, performance=performance)
-        return dump_json(Trace(definition=definition.name, workload=workload, solution=solution.name,
-                               evaluation=evaluation))
-
     def _record(self, result: SubmissionResult, definition: Definition, solution: Solution, workload: Workload,
                 wr: WorkloadResult, env_id: str) -> None:
         wr.workload = workload.uuid
         log_blob = self.archive.put_blob(wr.log, "log") if wr.log else None
-        timing_rows = _timing_rows("candidate", wr.timing) + _timing_rows("candidate_kernel", wr.timing_kernel)
-        wr.evaluation_id = self.archive.add_evaluation({
-            "submission_id": result.submission_id, "definition": definition.name, "workload_uuid": workload.uuid,
-            "workload_label": wr.label, "status": wr.status, "max_absolute_error": wr.max_absolute_error,
-            "max_relative_error": wr.max_relative_error, "matched_ratio": wr.matched_ratio,
-            "latency_ms": wr.latency_ms, "reference_latency_ms": wr.reference_latency_ms,
-            "speedup_factor": wr.speedup_factor, "aligned": None if wr.aligned is None else int(wr.aligned),
-            "timing_note": wr.timing_note, "message": wr.message, "log_blob": log_blob,
-            "trace": self._official_trace(definition, solution, workload, wr),
-            "extra": {"audits": wr.audits, "kernel_latency_ms": wr.kernel_latency_ms,
-                      "flashinfer_official_ms": wr.fi_official_ms, "flashinfer_kernel_ms": wr.fi_kernel_ms,
-                      "speedup_vs_flashinfer_official": wr.speedup_vs_fi_official,
-                      "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,
-                      "fraction_of_floor": wr.fraction_of_floor, "bytes_moved": wr.bytes_moved, "flops": wr.flops,
-                      "throttled": wr.throttled, "fallback": is_fallback(wr.audits), "gpu_state": wr.gpu_state,
-                      "memory": wr.memory or None, "baseline_failures": wr.baseline_failures or None},
-            "environment_id": env_id,
-            "started_at": None, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}, timing_rows)
+        trace = records.official_trace(definition, solution, workload, wr, self.environment)
+        wr.evaluation_id = self.archive.add_evaluation(
+            records.evaluation_row(result.submission_id, definition, workload, wr, trace, log_blob, env_id),
+            records.timing_rows(wr))
         result.workloads.append(wr)
         self.progress("result", {"label": wr.label, "status": wr.status, "message": wr.message})
