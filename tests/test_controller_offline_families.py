@@ -39,12 +39,12 @@ CASES = {
     MOE: ("moe-fp8", ["triton-moe-fp8"], {},
           {"template": "triton-moe-fp8",
            "params": {"BLOCK_M": 16, "BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 1, "DOT": "fp32"}}),
-    # No `naive:` entry in dsa-sparse: the template's known-good defaults.
+    # dsa-sparse lists one naive entry per template: each definition takes the one its template fits
     DSA_ATTENTION: ("dsa-sparse", ["triton-sparse-mla"], {"PAGE_SIZE": 64},
                     {"template": "triton-sparse-mla",
-                     "params": {"BLOCK_N": 32, "SPLIT": 16, "NUM_WARPS": 8, "NUM_STAGES": 2}}),
+                     "params": {"BLOCK_N": 16, "SPLIT": 1, "NUM_WARPS": 4, "NUM_STAGES": 1}}),
     DSA_INDEXER: ("dsa-sparse", ["triton-topk-indexer"], {"PAGE_SIZE": 64},
-                  {"template": "triton-topk-indexer", "params": {"BLOCK_N": 64, "NUM_WARPS": 4, "SELECT_WARPS": 8}}),
+                  {"template": "triton-topk-indexer", "params": {"BLOCK_N": 32, "NUM_WARPS": 4, "SELECT_WARPS": 4}}),
 }
 
 

@@ -122,6 +122,7 @@ def test_skill_validates_and_every_allowed_combination_renders_a_dps_run():
 @pytest.mark.parametrize("template,params,tiny", [
     ("triton-sparse-mla", {"BLOCK_N": 16, "SPLIT": 1, "NUM_WARPS": 4, "NUM_STAGES": 1}, TINY_ATTENTION),
     ("triton-topk-indexer", {"BLOCK_N": 32, "NUM_WARPS": 8, "SELECT_WARPS": 4}, TINY_INDEXER),
+    ("triton-topk-indexer", {"BLOCK_N": 32, "NUM_WARPS": 4, "SELECT_WARPS": 4}, TINY_INDEXER),  # the naive entry
 ])
 def test_other_template_configurations_pass(session, template, params, tiny):
     from controller.skills import kernel_templates, load_skill, render_skill_template
