@@ -13,10 +13,8 @@ import concurrent.futures
 import contextlib
 import time
 import os
-import platform
 import random
 import secrets
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -24,7 +22,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .archive import HARNESS_ERROR, INTERRUPTED, Archive
-from . import records, reference_cache, scores
+from . import records, scores
 from .audit_thresholds import policy_thresholds
 from .audits import AuditConfig, clock_truth_verdict, promotion_blockers
 from .build import static_signature_problem
@@ -37,6 +35,8 @@ from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
 from .sandbox import SandboxPolicy, load_sandbox_policy
 from .stale import remove_stale
+from .timing_records import aggregate_timing
+from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
 from .results import SKIPPED, SubmissionResult, WorkloadResult
 from .session_audits import SessionAudits
 
@@ -47,10 +47,6 @@ def _gpu_visible() -> bool:
     if visible is not None and visible.strip() in ("", "-1"):
         return False
     return any(Path("/dev").glob("nvidia[0-9]*"))
-
-
-class SandboxUnavailable(RuntimeError):
-    """--require-sandbox on a host that cannot give the full sandbox."""
 
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -91,14 +87,6 @@ def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[flo
     return scores.definition_scores(workloads)[0]
 
 
-def aggregate_timing(trials: list[dict[str, Any]]) -> tuple[float, bool, str]:
-    """Official latency: the mean over trials of each trial's median. Never mixes aligned and not."""
-    aligned = {bool(t.get("aligned")) for t in trials}
-    if len(aligned) != 1:
-        raise ValueError("aligned and non-aligned timing trials cannot be combined")
-    return statistics.fmean(t["median_ms"] for t in trials), aligned.pop(), trials[0].get("backend", "")
-
-
 class Session(SessionAudits):
     """Trusted state shared by submissions: the reference worker, its outputs, the environment."""
 
@@ -115,14 +103,8 @@ class Session(SessionAudits):
         # of earlier sessions can be reused), or this session's own.
         archive_secret = None if self.options.fresh_seeds else archive.seed_secret()
         self._secret = archive_secret or secrets.token_bytes(16)
-        self._reuse_trusted = archive_secret is not None
-        self._reference: Optional[WorkerProcess] = None
-        # (definition, workload, seed) -> (reply header, output tensors) of the trusted reference worker
-        self._ref_outputs: dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, torch.Tensor]]] = {}
-        self._oracle: dict[tuple[str, str, int], tuple[dict[str, Any], dict[str, torch.Tensor]]] = {}
         self.audit_config = AuditConfig.for_level(self.options.audit_level)
         self._rng = random.Random(secrets.randbits(64))  # secret order of recheck calls
-        self._ref_latency: dict[str, Optional[float]] = {}
         # (kind, definition) -> do figures carried from another card of this model hold here? None: not checked
         self._carried_trust: dict[tuple[str, str], Optional[bool]] = {}
         self.phase_s: dict[str, float] = {}  # where the time goes: worker start, build, reference, ...
@@ -130,8 +112,12 @@ class Session(SessionAudits):
         self._baseline_workers: dict[str, Optional[WorkerProcess]] = {}
         self._baseline_start_failure: dict[str, Optional[WorkloadResult]] = {}
         self._spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
-        self._ceilings: Any = None
-        self.environment: dict[str, Any] = {}
+        self.trusted = TrustedReference(
+            dataset, archive, TrustedSettings(require_sandbox=self.options.require_sandbox,
+                                              sandbox=self.options.sandbox,
+                                              reference_timing=self.options.reference_timing,
+                                              reuse_outputs=archive_secret is not None),
+            self._worker_options, self._phase, self._launch_first_spare, self._carried_trust)
 
     # -- where the time goes ----------------------------------------------------------------------------
 
@@ -171,148 +157,57 @@ class Session(SessionAudits):
     def has_gpu(self) -> bool:
         # Asked of the reference worker: this process never initialises CUDA, so nothing a candidate
         # does to a GPU context can reach the harness.
-        self.reference_worker()
-        return bool(self.environment.get("cuda_available"))
+        return self.trusted.has_gpu
 
     def reference_worker(self) -> WorkerProcess:
-        if self._reference is None or not self._reference.alive:
-            # The reference is trusted code and needs no Triton interpreter: the same options on any host.
-            self._reference = WorkerProcess(self._worker_options("reference", cpu_only=False))
-            if self.options.require_sandbox and not self._reference_sandbox_full():
-                raise SandboxUnavailable("--require-sandbox: this host gives only sandbox: "
-                                         f"{self._reference.sandbox_level}")
-            self._reference.launch()
-            if self._spare is None:  # the first candidate's process starts (imports torch, Triton) meanwhile
-                self._spare = WorkerProcess(self._worker_options("candidate", cpu_only=not _gpu_visible()))
-                try:
-                    self._spare.launch()
-                except OSError:
-                    self._spare = None
-            with self._phase("worker_start"):
-                env = self._reference.wait_ready()
-            self.environment = {
-                "host": platform.node(), "platform": platform.platform(), "harness": "crucible 0.1.0",
-                "hardware": env.get("device_name") or f"cpu ({platform.processor() or platform.machine()})",
-                "network_isolation": self._reference.isolation_note, "sandbox": self._reference.sandbox_level,
-                **env,
-            }
-        return self._reference
+        return self.trusted.worker()
 
-    def _reference_sandbox_full(self) -> bool:
-        from .sandbox import probe
+    @property
+    def environment(self) -> dict[str, Any]:
+        return self.trusted.environment
 
-        return self.options.sandbox and bool(probe()[0])
+    @environment.setter
+    def environment(self, value: dict[str, Any]) -> None:
+        self.trusted.environment = value
 
     @property
     def sandbox_level(self) -> str:
-        """The wall candidates run behind in this session: "full" or "reduced (why)"."""
-        self.reference_worker()
-        return str(self.environment.get("sandbox", ""))
-
-    def _trusted_outputs(self, op: str, phase: str, cache: dict, definition: Definition, workload: Workload,
-                         seed: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        """Run the reference (``op`` "reference", or "oracle" in fp64) in the reference worker, once per seed."""
-        key = (definition.name, workload.uuid, seed)
-        if key not in cache:
-            worker = self.reference_worker()
-            stored = None
-            if self._reuse_trusted:
-                stored_key = reference_cache.cache_key(op, self.gpu_key, self.toolchain_key, definition.content_hash,
-                                                       workload.uuid, seed)
-                stored = self.archive.cached_trusted_outputs(stored_key)
-            if stored is not None:
-                cache[key] = reference_cache.decode_entry(*stored)
-                return cache[key]
-            with self._phase(phase):
-                header, tensors = worker.request(
-                    {"op": op, "definition": definition.model_dump(mode="json"),
-                     "workload": workload.model_dump(mode="json"), "seed": seed,
-                     "dataset_root": str(self.dataset.root)}, timeout_s=3600)
-            if not header.get("ok"):
-                raise RuntimeError(f"the {op} failed on workload {workload.uuid}: {header.get('error')}\n"
-                                   f"{header.get('traceback', '')}")
-            cache[key] = (header, tensors)
-            entry = reference_cache.encode_entry(header, tensors) if self._reuse_trusted else None
-            if entry is not None:
-                self.archive.cache_trusted_outputs(stored_key, *entry)
-        return cache[key]
-
-    def reference_outputs(self, definition: Definition, workload: Workload,
-                          seed: int) -> tuple[str, dict[str, torch.Tensor]]:
-        header, tensors = self._trusted_outputs("reference", "reference", self._ref_outputs, definition, workload, seed)
-        return header["input_fingerprint"], tensors
-
-    def oracle_outputs(self, definition: Definition, workload: Workload, seed: int) -> dict[str, torch.Tensor]:
-        return self._trusted_outputs("oracle", "audits", self._oracle, definition, workload, seed)[1]
-
-    def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
-                          preset: EvalPreset) -> Optional[float]:
-        """The reference's official latency on this workload: from the archive (this card's, or another card's
-        of the same model and toolchain once a spot check agrees), measured only with ``reference_timing``."""
-        tail = (f"{self.toolchain_key}|{definition.content_hash[:16]}|{workload.uuid}|"
-                f"{preset.warmup}/{preset.iterations}/{preset.num_trials}")
-        key, model_key = f"{self.gpu_key}|{tail}", f"model:{self.gpu_model}|{tail}"
-        if key not in self._ref_latency:
-            cached = self.archive.cached_reference_latency(key)
-            if cached is None:
-                carried = self.archive.cached_reference_latency(model_key)
-                trusted = self._carried_trust.get(("reference", definition.name))
-                if carried is not None and trusted:
-                    cached = carried
-                elif self.options.reference_timing or (carried is not None and trusted is None):
-                    cached = self._time_reference(definition, workload, seeds, preset)
-                    if cached is not None:
-                        if carried is not None:  # this measurement is the spot check of carried figures
-                            holds = scores.spot_check_holds(carried, cached)
-                            self._carried_trust[("reference", definition.name)] = holds
-                        self.archive.cache_reference_latency(key, cached)
-                        self.archive.cache_reference_latency(model_key, cached)
-            self._ref_latency[key] = cached
-        return self._ref_latency[key]
-
-    def _time_reference(self, definition: Definition, workload: Workload, seeds: list[int],
-                        preset: EvalPreset) -> Optional[float]:
-        worker = self.reference_worker()
-        with self._phase("reference_timing"):
-            header, _ = worker.request(
-                {"op": "time", "definition": definition.model_dump(mode="json"),
-                 "workload": workload.model_dump(mode="json"), "seeds": seeds, "warmup": preset.warmup,
-                 "iterations": preset.iterations, "dataset_root": str(self.dataset.root)}, timeout_s=3600)
-        return aggregate_timing(header["trials"])[0] if header.get("ok") else None
+        return self.trusted.sandbox_level
 
     @property
     def gpu_key(self) -> str:
-        return f"{self.environment.get('device_name', 'cpu')}|{self.environment.get('uuid', '')}"
+        return self.trusted.gpu_key
 
     @property
     def gpu_model(self) -> str:
-        """Cards of one model, driver and toolchain give the same figures (after a spot check)."""
-        return str(self.environment.get("device_name", "cpu"))
+        return self.trusted.gpu_model
 
     @property
     def toolchain_key(self) -> str:
-        env = self.environment
-        return " ".join(f"{k} {env.get(k)}" for k in ("torch", "triton", "cuda", "flashinfer", "driver"))
+        return self.trusted.toolchain_key
+
+    def reference_outputs(self, definition: Definition, workload: Workload,
+                          seed: int) -> tuple[str, dict[str, torch.Tensor]]:
+        return self.trusted.outputs(definition, workload, seed)
+
+    def oracle_outputs(self, definition: Definition, workload: Workload, seed: int) -> dict[str, torch.Tensor]:
+        return self.trusted.oracle(definition, workload, seed)
+
+    def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
+                          preset: EvalPreset) -> Optional[float]:
+        return self.trusted.latency(definition, workload, seeds, preset)
 
     def ceilings(self):
-        """The roofline's ceilings for this GPU: measured once, then read from the archive folder."""
-        from .roofline import Ceilings, CeilingsCache
+        return self.trusted.ceilings()
 
-        if self._ceilings is None:
-            cache = CeilingsCache(self.archive.folder / "ceilings.json")
-            name, uuid = self.environment.get("device_name", ""), self.environment.get("uuid", "")
-            found = cache.get(name, uuid)
-            if found is None:
-                worker = self.reference_worker()
-                counted = worker.peak_bytes
-                header, _ = worker.request({"op": "ceilings"}, timeout_s=600)
-                worker.peak_bytes = counted  # the GPU's measure, once per card: no workload's memory
-                if not header.get("ok"):
-                    raise RuntimeError(f"measuring the GPU's ceilings failed: {header.get('error')}")
-                found = Ceilings.model_validate(header["ceilings"])
-                cache.put(found, uuid)
-            self._ceilings = found
-        return self._ceilings
+    def _launch_first_spare(self) -> None:
+        """While the reference imports, the first candidate's process starts (imports torch, Triton) too."""
+        if self._spare is None:
+            self._spare = WorkerProcess(self._worker_options("candidate", cpu_only=not _gpu_visible()))
+            try:
+                self._spare.launch()
+            except OSError:
+                self._spare = None
 
     def baseline(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float) -> Optional[dict[str, Any]]:
@@ -436,9 +331,9 @@ class Session(SessionAudits):
         if self._spare is not None:
             self._spare.stop(graceful=False)
             self._spare = None
-        workers = [w for w in (*self._baseline_workers.values(), self._reference) if w is not None]
+        workers = [w for w in (*self._baseline_workers.values(), self.trusted.process) if w is not None]
         self._baseline_workers.clear()
-        self._reference = None
+        self.trusted.process = None
         if len(workers) > 1:
             with concurrent.futures.ThreadPoolExecutor(len(workers)) as pool:
                 list(pool.map(lambda w: w.stop(), workers))
@@ -659,15 +554,16 @@ class Session(SessionAudits):
         return worker, None
 
     def _mark_memory(self, candidate: WorkerProcess) -> None:
-        for worker in (candidate, self._reference, *self._baseline_workers.values()):
+        for worker in (candidate, self.trusted.process, *self._baseline_workers.values()):
             if worker is not None:
                 worker.mark_memory()
 
     def _memory_record(self, definition: Definition, workload: Workload, candidate: WorkerProcess) -> dict[str, Any]:
         """The GPU memory of this workload's evaluation, per process and together (harness.memory)."""
         processes = {"candidate": (candidate.peak_bytes, candidate.resident_bytes)}
-        if self._reference is not None:
-            processes["reference"] = (self._reference.peak_bytes, self._reference.resident_bytes)
+        reference = self.trusted.process
+        if reference is not None:
+            processes["reference"] = (reference.peak_bytes, reference.resident_bytes)
         names = {s.content_hash: s.name for s in self.dataset.baselines(definition.name)}
         for key, worker in self._baseline_workers.items():
             if worker is not None and worker.alive and key in names:

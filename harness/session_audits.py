@@ -9,7 +9,6 @@ session's workers, reference cache, archive and audit config, and appends its re
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Optional
 
@@ -20,7 +19,6 @@ from .audits import (AuditConfig, attribution_verdict, plan_recheck, precision_v
                      replay_verdict, thread_verdict)
 from .correctness import CheckResult, Tolerance
 from .dataset import EvalPreset
-from .families import family_for
 from .inputs import trial_seed
 from .results import SubmissionResult, WorkloadResult
 from .runner import WorkerCrashed, WorkerProcess, WorkerTimeout
@@ -28,7 +26,13 @@ from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
 
 
 class SessionAudits:
-    """The audit steps of ``Session`` (see the module docstring); not used on its own."""
+    """The audit steps of ``Session`` (see the module docstring); not used on its own.
+
+    What they read of the session, all set by ``Session.__init__``: ``dataset``, ``archive``, ``options``,
+    ``audit_config``, ``trusted`` (harness.trusted.TrustedReference: the reference's outputs, oracle, judge),
+    ``_secret`` (input seeds), ``_rng`` (the recheck's secret order), ``_phase`` (time accounting), and the
+    ``has_gpu``/``environment``/``reference_outputs``/``oracle_outputs``/``_within_deadline`` it forwards.
+    """
 
     def _static_gate(self, solution: Solution, definition: Definition, library_is_own: bool = False
                      ) -> list[dict[str, Any]]:
@@ -172,20 +176,7 @@ class SessionAudits:
 
     def _judge(self, definition: Definition, workload: Workload, seed: int, got: dict[str, torch.Tensor],
                expected: dict[str, torch.Tensor], tol: Tolerance) -> CheckResult:
-        """The family's official check of one call. Most need only the two outputs; a family whose check needs
-        the call's inputs (``compare_needs_inputs``) is judged in the reference worker, which draws them again."""
-        family = family_for(definition.op_type)
-        if not family.compare_needs_inputs:
-            return family.compare(definition, got, expected, tol)
-        header, _ = self.reference_worker().request(
-            {"op": "judge", "definition": definition.model_dump(mode="json"),
-             "workload": workload.model_dump(mode="json"), "seed": seed, "dataset_root": str(self.dataset.root),
-             "tolerance": dataclasses.asdict(tol)}, timeout_s=3600,
-            tensors={**{f"got/{n}": t for n, t in got.items()}, **{f"want/{n}": t for n, t in expected.items()}})
-        if not header.get("ok"):  # what the outputs made the check raise (an index past every row...)
-            return CheckResult(EvaluationStatus.RUNTIME_ERROR,
-                               message=f"the official check could not judge the outputs: {header.get('error')}")
-        return CheckResult.from_json(header["check"])
+        return self.trusted.judge(definition, workload, seed, got, expected, tol)
 
     def _recheck(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
                  tol: Tolerance, wr: WorkloadResult, deadline: float, cfg: Optional[AuditConfig] = None,

@@ -270,3 +270,12 @@ def aggregate_trials(trials: Sequence[TrialTiming]) -> Latency:
         trials=list(trials),
         note="; ".join(notes) or None,
     )
+
+
+def aggregate_timing(trials: Sequence[dict]) -> tuple[float, bool, str]:
+    """The official latency of trials as a worker reports them (dicts of TrialTiming): the mean over trials of
+    each trial's median, whether it is aligned, and the backend. Never mixes aligned and not."""
+    aligned = {bool(t.get("aligned")) for t in trials}
+    if len(aligned) != 1:
+        raise ValueError("aligned and non-aligned timing trials cannot be combined")
+    return sum(t["median_ms"] for t in trials) / len(trials), aligned.pop(), trials[0].get("backend", "")

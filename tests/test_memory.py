@@ -126,8 +126,10 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
         timed.append(self.gpu_key)
         return 1.04
 
-    monkeypatch.setattr(Session, "_time_reference", fake_time)
-    monkeypatch.setattr(Session, "reference_worker", lambda self: None)
+    from harness.trusted import TrustedReference
+
+    monkeypatch.setattr(TrustedReference, "_time", fake_time)
+    monkeypatch.setattr(TrustedReference, "worker", lambda self: None)
     with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:
         s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
         assert s.reference_latency(definition, workload, [1], preset) is None and not timed  # not asked: not timed
