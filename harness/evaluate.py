@@ -10,7 +10,6 @@ CUDA context is replaced by a fresh one for the next workload. The audit steps a
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import time
 import os
 import random
@@ -31,6 +30,7 @@ from .dataset import Dataset, EvalPreset
 from .families import family_for
 from .inputs import trial_seed
 from .memory import memory_record, tensor_bytes
+from .phases import PhaseClock
 from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
 from .sandbox import SandboxPolicy, load_sandbox_policy
@@ -107,8 +107,9 @@ class Session(SessionAudits):
         self._rng = random.Random(secrets.randbits(64))  # secret order of recheck calls
         # (kind, definition) -> do figures carried from another card of this model hold here? None: not checked
         self._carried_trust: dict[tuple[str, str], Optional[bool]] = {}
-        self.phase_s: dict[str, float] = {}  # where the time goes: worker start, build, reference, ...
-        self._phase_stack: list[tuple[str, float]] = []
+        self.clock = PhaseClock()  # where the time goes: worker start, build, reference, ...
+        self.phase_s = self.clock.totals
+        self._phase = self.clock.phase
         self._baseline_workers: dict[str, Optional[WorkerProcess]] = {}
         self._baseline_start_failure: dict[str, Optional[WorkloadResult]] = {}
         self._spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
@@ -118,25 +119,6 @@ class Session(SessionAudits):
                                               reference_timing=self.options.reference_timing,
                                               reuse_outputs=archive_secret is not None),
             self._worker_options, self._phase, self._launch_first_spare, self._carried_trust)
-
-    # -- where the time goes ----------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _phase(self, name: str):
-        """Exclusive accounting: time inside a nested phase counts for it alone, not for its parent."""
-        now = time.perf_counter()
-        if self._phase_stack:
-            outer, since = self._phase_stack[-1]
-            self.phase_s[outer] = self.phase_s.get(outer, 0.0) + now - since
-        self._phase_stack.append((name, now))
-        try:
-            yield
-        finally:
-            end = time.perf_counter()
-            _, since = self._phase_stack.pop()
-            self.phase_s[name] = self.phase_s.get(name, 0.0) + end - since
-            if self._phase_stack:
-                self._phase_stack[-1] = (self._phase_stack[-1][0], end)
 
     # -- the trusted reference worker ---------------------------------------------------------------
 
