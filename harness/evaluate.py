@@ -550,7 +550,8 @@ class Session(SessionAudits):
         for key, worker in self._baseline_workers.items():
             if worker is not None and worker.alive and key in names:
                 processes[f"baseline {names.get(key, key[:8])}"] = (worker.peak_bytes, worker.resident_bytes)
-        return memory_record(definition, workload, processes)
+        working = family_for(definition.op_type).reference_working_bytes(definition, workload)
+        return memory_record(definition, workload, processes, working)
 
     def _evaluate_workload(self, worker: WorkerProcess, definition: Definition, workload: Workload, label: str,
                            preset: EvalPreset, tol: Tolerance, timeout_s: float,

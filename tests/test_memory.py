@@ -194,3 +194,21 @@ def test_float_inputs_are_drawn_in_their_own_dtype():
         assert t.dtype == dtype and t.shape == (64, 33)
         wide = t.float()
         assert 0.8 < float(wide.std()) < 1.2 and float(wide.abs().max()) <= (2.0 if dtype.itemsize == 1 else 10.0)
+
+
+def test_a_familys_reference_working_set_widens_the_budget():
+    """The official MoE reference dequantises every local expert's weights to float32 (three copies alive):
+    that is the definition's own need, added to the budget; GQA's reference adds nothing."""
+    from harness.families import family_for
+
+    ds = Dataset()
+    [moe] = ds.resolve("moe")
+    definition = ds.definition(moe)
+    workload = ds.workloads_for(moe)[0]
+    working = family_for("moe").reference_working_bytes(definition, workload)
+    assert working == 3 * 4 * 32 * (2 * 2048 * 7168 + 7168 * 2048)  # ~16.9 GB
+    record = memory_record(definition, workload, {"reference": (18 * GIB, GIB)}, working)
+    assert record["within_budget"] and record["budget_bytes"] == budget_bytes(io_bytes(definition, workload)) + working
+    assert not memory_record(definition, workload, {"reference": (18 * GIB, GIB)})["within_budget"]
+    gqa = ds.definition(KV8_PS1)
+    assert family_for("gqa_paged").reference_working_bytes(gqa, ds.workloads_for(KV8_PS1)[0]) == 0

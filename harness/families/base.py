@@ -80,6 +80,12 @@ class OperatorFamily:
         """
         return check_outputs(dict(outputs), dict(reference), tolerance)
 
+    def reference_working_bytes(self, definition: Definition, workload: Workload) -> int:
+        """GPU memory the definition's reference needs beyond its inputs and outputs at its peak (an official
+        reference that dequantises every weight to float32, say): added to the workload's memory budget, as no
+        harness can make the official code smaller. Generic: nothing."""
+        return 0
+
     def required_outputs(self, definition: Definition) -> list[str]:
         """The outputs a value-returning solution must return, a leading part of the definition's outputs; the
         rest it may leave out (and ``compare`` then judges what it returned). Generic: every output."""

@@ -71,6 +71,13 @@ class MoeFamily(OperatorFamily):
             result.message = f"low-bit rule: {result.message}"
         return result
 
+    def reference_working_bytes(self, definition: Definition, workload: Workload) -> int:
+        """The official reference dequantises every local expert's weights to float32 and builds each scale
+        expanded to the weight's shape, both alive with their product: three float32 copies of W13 and W2."""
+        g = geometry(definition)
+        weights = g.num_local_experts * 3 * g.intermediate_size * g.hidden_size  # W13 (2I x H) and W2 (H x I)
+        return 3 * 4 * weights
+
     def workload_cost(self, definition: Definition, workload: Workload, root: Optional[Path] = None,
                       tokens: Optional[int] = None) -> WorkloadCost:
         """``moe_cost`` with the routing from the workload's blob under ``root`` (exact), else an estimate from
