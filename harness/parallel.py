@@ -13,6 +13,7 @@ import os
 import queue
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, TypeVar
 
@@ -124,10 +125,14 @@ def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, 
         with Session(dataset, Archive(archive_path), lane_options, progress=progress) as session:
             while (item := take()) is not None:
                 i, solution = item
-                session.reference_worker()
+                started = time.perf_counter()
+                session.reference_worker()  # the first time: the session's start (the reference's process)
+                start_s = time.perf_counter() - started
                 key = session.environment.get("gpu_uuid") or session.environment.get("uuid") or f"index{index}"
                 with gpu_lock(key) if session.has_gpu else contextlib.nullcontext():
                     results[i] = session.submit(solution)
+                if start_s >= 0.001:  # where the time went before the submission began
+                    results[i].phases_s = {"session_start": round(start_s, 3), **results[i].phases_s}
                 if on_result is not None:
                     on_result(results[i])
 
