@@ -4,7 +4,7 @@
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
-# fixtures proof controller report judge_set judge_scale.
+# fixtures proof controller report judge_set judge_scale slow_timing families.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -85,6 +85,31 @@ fi
 if has judge_scale; then  # GPU memory per process on every workload, cold and warm wall (JUDGE_SCALE_ARGS)
   section "judge scale"
   timeout ${JUDGE_SCALE_TIMEOUT:-560} python3 benchmarks/judge_scale.py --out "$OUT" ${JUDGE_SCALE_ARGS:-} 2>&1 | tee -a "$LOG"
+fi
+if has slow_timing; then  # where a many-kernel PyTorch solution spends its time on skewed_b64: the workers' stacks
+  section "slow timing"
+  python3 - <<'PY'
+import json
+src = open("benchmarks/solutions/judge/torch_sdpa_fallback.py").read()
+sol = {"name": "torch_beside_token_kernel", "definition": "gqa_paged_decode_h32_kv8_d128_ps1", "author": "diagnosis",
+       "spec": {"language": "triton", "target_hardware": ["H200"], "entry_point": "kernel.py::run", "dependencies": [],
+                "destination_passing_style": True}, "sources": [{"path": "kernel.py", "content": src}]}
+json.dump(sol, open("/tmp/slow_timing.json", "w"))
+PY
+  CRUCIBLE_DUMP_STACKS_AFTER_S=${STACKS_AFTER_S:-30} timeout ${SLOW_TIMEOUT:-280} python3 -m harness.cli submit /tmp/slow_timing.json \
+    -w skewed_b64 --no-baselines --timeout 240 --archive "$ARCHIVE" --json > "$OUT/slow_timing.json" 2> "$OUT/slow_timing.stderr"
+  SID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["submission_id"])' "$OUT/slow_timing.json" 2>> "$LOG")
+  [ -n "$SID" ] && python3 -m harness.cli show "$SID" --archive "$ARCHIVE" --log skewed_b64 > "$OUT/slow_timing_log.txt" 2>&1
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["status"], d.get("phases_s")); [print(w["label"], w["status"], w["message"][:300]) for w in d["workloads"]]' "$OUT/slow_timing.json" >> "$LOG" 2>&1
+fi
+if has families; then  # the contest's other definitions: each example on every workload (FAMILY_ARGS: more submit args)
+  section "families"
+  for sol in examples/moe_fp8/solutions/*.json examples/dsa_sparse/solutions/*.json; do
+    name=$(basename "$sol" .json)
+    timeout ${FAMILY_TIMEOUT:-280} python3 -m harness.cli submit "$sol" --archive "$ARCHIVE" --json ${FAMILY_ARGS:-} \
+      > "$OUT/family_$name.json" 2>> "$LOG"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], d["status"], d.get("scores"), d.get("phases_s")); [print(" ", w["label"], w["status"], w.get("latency_ms"), w.get("fraction_of_floor"), (w.get("memory") or {}).get("together_bytes"), w["message"][:200]) for w in d["workloads"]]' "$OUT/family_$name.json" >> "$LOG" 2>&1
+  done
 fi
 if has audit_cost; then
   section "audit cost"
