@@ -17,6 +17,10 @@ from support import DEFINITIONS, KV8_PS1, TORCH_CANDIDATE, solution_dict
 
 SHIPPED_DEFINITIONS = sorted((DEFINITIONS / "definitions").rglob("*.json"))
 SHIPPED_WORKLOADS = sorted((DEFINITIONS / "workloads").rglob("*.jsonl"))
+# the contest's definitions beside GQA decode, with their official workload counts
+CONTEST = {"moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048": ("moe", 19),
+           "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64": ("dsa_paged", 23),
+           "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64": ("dsa_paged", 128)}
 
 
 def write(tmp_path: Path, data, name: str = "solution.json") -> Path:
@@ -33,13 +37,16 @@ def shipped_definition_dict(name: str = KV8_PS1) -> dict:
 
 
 def test_the_shipped_set_is_not_empty():
-    assert len(SHIPPED_DEFINITIONS) == 4 and len(SHIPPED_WORKLOADS) == 4
+    assert len(SHIPPED_DEFINITIONS) == 4 + len(CONTEST) and len(SHIPPED_WORKLOADS) == 4 + len(CONTEST)
 
 
 @pytest.mark.parametrize("path", SHIPPED_DEFINITIONS, ids=lambda p: p.stem)
 def test_every_shipped_definition_loads(path):
     d = load_model(Definition, path)
     assert d.name == path.stem
+    if d.name in CONTEST:
+        assert d.op_type == CONTEST[d.name][0] and path.parent.name == d.op_type
+        return
     assert d.op_type == "gqa_paged"
     assert "batch_size" in d.var_axes and d.const_axes["head_dim"] == 128
 
@@ -47,7 +54,7 @@ def test_every_shipped_definition_loads(path):
 @pytest.mark.parametrize("path", SHIPPED_WORKLOADS, ids=lambda p: p.stem)
 def test_every_shipped_workload_loads(path):
     traces = load_jsonl(Trace, path)
-    assert len(traces) == 14
+    assert len(traces) == (CONTEST[path.stem][1] if path.stem in CONTEST else 14)
     assert {t.definition for t in traces} == {path.stem}
     assert len({t.workload.uuid for t in traces}) == len(traces)
     assert all(t.solution is None and t.evaluation is None for t in traces)
