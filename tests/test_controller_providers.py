@@ -330,3 +330,18 @@ def test_a_model_without_a_price_is_marked_and_refused_under_a_cost_budget():
     assert response.cost_usd == 0.0 and response.model == "gpt-9-preview (no price: cost not counted)"
     refused = provider.generate(request(max_cost_usd=10.0))
     assert refused.proposals == [] and "no price is known" in refused.stopped and len(server.bodies) == 1
+
+
+def test_the_price_table_is_data_and_a_users_file_replaces_and_extends_it(tmp_path, monkeypatch):
+    from controller.providers.base import ProviderError, load_prices, price_of
+
+    shipped = load_prices()
+    assert shipped["claude-sonnet-4-6"] == (3.0, 15.0) and price_of("claude-sonnet-4-5-20250929") == (3.0, 15.0)
+    mine = tmp_path / "prices.yaml"
+    mine.write_text("claude-sonnet-4-6: [2.5, 12]\nmy-model: [0.1, 0.2]\n")
+    monkeypatch.setenv("CRUCIBLE_PRICES", str(mine))
+    assert price_of("claude-sonnet-4-6") == (2.5, 12.0) and price_of("my-model") == (0.1, 0.2)
+    assert price_of("gpt-5") == shipped["gpt-5"]
+    mine.write_text("my-model: 3 dollars\n")
+    with pytest.raises(ProviderError, match=r"expected `model: \[input, output\]`"):
+        price_of("my-model")

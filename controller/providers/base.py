@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Protocol, runtime_checkable
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection, render_prompt
@@ -29,26 +30,34 @@ class ProviderError(RuntimeError):
     """A provider cannot be set up (missing SDK, missing executable, no price for a cost budget)."""
 
 
-# -- price table (data): USD per million tokens, (input, output) ------------------------------------------
+# -- price table: data in prices.yaml, USD per million tokens, (input, output) -----------------------------
 
-PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
-    # Vendor list prices (standard tier, no batch or cache discounts); edit when they change. A model missing
-    # here has no cost accounting: its spend is recorded as 0 and marked, and a cost budget refuses it.
-    "claude-opus-4-5": (5.0, 25.0),
-    "claude-opus-4-1": (15.0, 75.0),
-    "claude-sonnet-4-6": (3.0, 15.0),
-    "claude-sonnet-4-5": (3.0, 15.0),
-    "claude-haiku-4-5": (1.0, 5.0),
-    "gpt-5": (1.25, 10.0),
-    "gpt-5-mini": (0.25, 2.0),
-    "gpt-4.1": (2.0, 8.0),
-    "o4-mini": (1.1, 4.4),
-}
+PRICES_FILE = Path(__file__).with_name("prices.yaml")
+
+
+def load_prices(path: Optional[Path] = None) -> dict[str, tuple[float, float]]:
+    """The shipped price table, with the entries of ``$CRUCIBLE_PRICES`` (or ``path``) replacing and extending it."""
+    table: dict[str, tuple[float, float]] = {}
+    for source in (PRICES_FILE, path or (Path(os.environ["CRUCIBLE_PRICES"]) if os.environ.get("CRUCIBLE_PRICES")
+                                         else None)):
+        if source is None:
+            continue
+        try:
+            data = yaml.safe_load(Path(source).read_text()) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ProviderError(f"price table {source}: {err}") from None
+        for model, pair in (data.items() if isinstance(data, dict) else [(None, data)]):
+            if not (isinstance(model, str) and isinstance(pair, list) and len(pair) == 2
+                    and all(isinstance(x, (int, float)) and x >= 0 for x in pair)):
+                raise ProviderError(f"price table {source}: expected `model: [input, output]` USD per million "
+                                    f"tokens, got {model!r}: {pair!r}")
+            table[model] = (float(pair[0]), float(pair[1]))
+    return table
 
 
 def price_of(model: str, prices: Optional[dict[str, tuple[float, float]]] = None) -> Optional[tuple[float, float]]:
     """(input, output) USD per million tokens; a dated model id matches its undated entry."""
-    table = PRICES_PER_MTOK if prices is None else prices
+    table = load_prices() if prices is None else prices
     if model in table:
         return table[model]
     for name in table:  # a dated snapshot: claude-sonnet-4-5-20250929, gpt-5-2025-08-07
