@@ -23,6 +23,7 @@ import torch
 from .archive import HARNESS_ERROR, INTERRUPTED, Archive
 from . import records, scores
 from .audit_thresholds import policy_thresholds
+from .baselines import Baselines
 from .audits import AuditConfig, clock_truth_verdict, promotion_blockers
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, merge_results
@@ -110,8 +111,6 @@ class Session(SessionAudits):
         self.clock = PhaseClock()  # where the time goes: worker start, build, reference, ...
         self.phase_s = self.clock.totals
         self._phase = self.clock.phase
-        self._baseline_workers: dict[str, Optional[WorkerProcess]] = {}
-        self._baseline_start_failure: dict[str, Optional[WorkloadResult]] = {}
         self._spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
         self.trusted = TrustedReference(
             dataset, archive, TrustedSettings(require_sandbox=self.options.require_sandbox,
@@ -119,6 +118,10 @@ class Session(SessionAudits):
                                               reference_timing=self.options.reference_timing,
                                               reuse_outputs=archive_secret is not None),
             self._worker_options, self._phase, self._launch_first_spare, self._carried_trust)
+        self.baselines = Baselines(
+            dataset, archive, self.trusted, self._carried_trust,
+            lambda sol, definition, timeout_s: self._start_candidate(sol, definition, timeout_s, role="baseline"),
+            lambda *args: self._evaluate_workload(*args, run_audits=False))
 
     # -- the trusted reference worker ---------------------------------------------------------------
 
@@ -193,67 +196,8 @@ class Session(SessionAudits):
 
     def baseline(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float) -> Optional[dict[str, Any]]:
-        """The FlashInfer baselines on this workload: measured once per card and toolchain (or carried from a
-        card of the same model once a spot check agrees), a failure archived with its message and log."""
-        solutions = self.dataset.baselines(definition.name)
-        if not solutions:
-            return None
-        runs = []
-        for sol in solutions:
-            keys = (self.toolchain_key, definition.name, workload.uuid, sol.content_hash)
-            cached = self.archive.baseline_run(self.gpu_key, *keys)
-            carried = None if cached else self.archive.baseline_run(self.gpu_key, *keys, gpu_model=self.gpu_model)
-            trust = self._carried_trust.get(("baseline", sol.content_hash))
-            if cached is None and carried is not None and trust:
-                cached = carried
-            if cached is None:
-                cached = self._measure_baseline(sol, definition, workload, preset, tol, timeout_s)
-                if carried is not None and trust is None and cached["status"] == EvaluationStatus.PASSED.value:
-                    self._carried_trust[("baseline", sol.content_hash)] = scores.spot_check_holds(
-                        carried["kernel_ms"] or carried["official_ms"], cached["kernel_ms"] or cached["official_ms"])
-            runs.append({"solution": sol.name, **cached})
-        passed = [r for r in runs if r["status"] == EvaluationStatus.PASSED.value and r["official_ms"]]
-        failures = [f"{r['solution']}: {r['status']} {r.get('message') or ''}".strip() for r in runs
-                    if r["status"] != EvaluationStatus.PASSED.value]
-        if not passed:
-            return {"runs": runs, "official_ms": None, "kernel_ms": None, "failures": failures}
-        best_official = min(passed, key=lambda r: r["official_ms"])
-        best_kernel = min(passed, key=lambda r: r["kernel_ms"] or r["official_ms"])
-        return {"runs": runs, "official_ms": best_official["official_ms"],
-                "official_solution": best_official["solution"],
-                "kernel_ms": best_kernel["kernel_ms"] or best_kernel["official_ms"],
-                "kernel_solution": best_kernel["solution"], "failures": failures}
-
-    def _measure_baseline(self, sol: Solution, definition: Definition, workload: Workload, preset: EvalPreset,
-                          tol: Tolerance, timeout_s: float) -> dict[str, Any]:
-        worker = self._baseline_workers.get(sol.content_hash)
-        if sol.content_hash not in self._baseline_workers or (worker is not None and not worker.alive):
-            worker, failure = self._start_candidate(sol, definition, timeout_s, role="baseline")
-            self._baseline_workers[sol.content_hash] = worker
-            self._baseline_start_failure[sol.content_hash] = failure
-        if worker is None:
-            failure = self._baseline_start_failure.get(sol.content_hash)
-            run = {"status": failure.status if failure else "COMPILE_ERROR", "official_ms": None, "kernel_ms": None,
-                   "message": f"build: {failure.message if failure else 'failed'}"[:2000],
-                   "log": failure.log if failure else ""}
-        else:
-            wr = self._evaluate_workload(worker, definition, workload, self.dataset.label(workload), preset,
-                                         tol, timeout_s, run_audits=False)
-            run = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms,
-                   "message": wr.message[:2000] or None, "log": wr.log,
-                   "peak_bytes": worker.peak_bytes, "resident_bytes": worker.resident_bytes}
-            if not worker.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
-                worker.stop()  # a fresh process for the next workload
-                self._baseline_workers.pop(sol.content_hash, None)
-        log = run.pop("log", "")
-        failed = log and run["status"] != EvaluationStatus.PASSED.value
-        run["log_blob"] = self.archive.put_blob(log, "log") if failed else None
-        self.archive.add_baseline_run({"gpu_key": self.gpu_key, "gpu_model": self.gpu_model,
-                                       "toolchain": self.toolchain_key, "definition": definition.name,
-                                       "workload_uuid": workload.uuid, "solution_hash": sol.content_hash,
-                                       "solution_name": sol.name,
-                                       **{k: v for k, v in run.items() if k not in ("peak_bytes", "resident_bytes")}})
-        return run
+        """The FlashInfer baselines on this workload (harness.baselines)."""
+        return self.baselines.figures(definition, workload, preset, tol, timeout_s)
 
     def _compare(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float, wr: WorkloadResult) -> None:
@@ -313,8 +257,8 @@ class Session(SessionAudits):
         if self._spare is not None:
             self._spare.stop(graceful=False)
             self._spare = None
-        workers = [w for w in (*self._baseline_workers.values(), self.trusted.process) if w is not None]
-        self._baseline_workers.clear()
+        workers = [w for w in (*self.baselines.workers.values(), self.trusted.process) if w is not None]
+        self.baselines.workers.clear()
         self.trusted.process = None
         if len(workers) > 1:
             with concurrent.futures.ThreadPoolExecutor(len(workers)) as pool:
@@ -536,7 +480,7 @@ class Session(SessionAudits):
         return worker, None
 
     def _mark_memory(self, candidate: WorkerProcess) -> None:
-        for worker in (candidate, self.trusted.process, *self._baseline_workers.values()):
+        for worker in (candidate, self.trusted.process, *self.baselines.workers.values()):
             if worker is not None:
                 worker.mark_memory()
 
@@ -547,7 +491,7 @@ class Session(SessionAudits):
         if reference is not None:
             processes["reference"] = (reference.peak_bytes, reference.resident_bytes)
         names = {s.content_hash: s.name for s in self.dataset.baselines(definition.name)}
-        for key, worker in self._baseline_workers.items():
+        for key, worker in self.baselines.workers.items():
             if worker is not None and worker.alive and key in names:
                 processes[f"baseline {names.get(key, key[:8])}"] = (worker.peak_bytes, worker.resident_bytes)
         working = family_for(definition.op_type).reference_working_bytes(definition, workload)

@@ -1,0 +1,80 @@
+"""Which FlashInfer figure a workload is scored against (harness.baselines.best_of): the faster passing baseline
+per figure, and the failures named, never hidden."""
+
+import pytest
+
+from harness.baselines import best_of
+
+
+def run(name, status="PASSED", official=None, kernel=None, message=None):
+    return {"solution": name, "status": status, "official_ms": official, "kernel_ms": kernel, "message": message}
+
+
+@pytest.mark.parametrize("runs, official, official_from, kernel, kernel_from, failures", [
+    # each figure from whichever baseline is faster at it
+    ([run("tc", official=0.020, kernel=0.012), run("cc", official=0.018, kernel=0.015)],
+     0.018, "cc", 0.012, "tc", []),
+    # a baseline without a separate kernel figure competes with its official one
+    ([run("tc", official=0.020), run("cc", official=0.030, kernel=0.010)], 0.020, "tc", 0.010, "cc", []),
+    # a failed baseline does not count, and says why
+    ([run("tc", "RUNTIME_ERROR", message="CUDA out of memory"), run("cc", official=0.03, kernel=0.02)],
+     0.03, "cc", 0.02, "cc", ["tc: RUNTIME_ERROR CUDA out of memory"]),
+    # none passed: no figure at all, never a number from a failure
+    ([run("tc", "COMPILE_ERROR", message="build: nvcc"), run("cc", "TIMEOUT")], None, None, None, None,
+     ["tc: COMPILE_ERROR build: nvcc", "cc: TIMEOUT"]),
+])
+def test_best_of(runs, official, official_from, kernel, kernel_from, failures):
+    got = best_of(runs)
+    assert got["official_ms"] == official and got["kernel_ms"] == kernel and got["failures"] == failures
+    assert got.get("official_solution") == official_from and got.get("kernel_solution") == kernel_from
+    assert got["runs"] == runs
+
+
+class _Keys:
+    """The trusted side's keys: which card and toolchain a figure comes from."""
+
+    def __init__(self, uuid):
+        self.gpu_key, self.gpu_model, self.toolchain_key = f"NVIDIA H200|{uuid}", "NVIDIA H200", "torch 2.11"
+
+
+class _Worker:
+    alive = True
+
+    def stop(self):
+        self.alive = False
+
+
+def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot_check(tmp_path):
+    from harness.archive import Archive
+    from harness.baselines import Baselines
+    from harness.correctness import Tolerance
+    from harness.dataset import Dataset
+    from harness.results import WorkloadResult
+    from harness.schema import Solution
+
+    from support import KV8_PS1, solution_dict
+
+    shipped = Dataset()
+    definition, preset = shipped.definition(KV8_PS1), shipped.preset(KV8_PS1)
+    workload = shipped.workloads_for(KV8_PS1)[0]
+    baseline = Solution.model_validate(solution_dict("def run(*a):\n    pass\n", name="fi_like"))
+    dataset = type("D", (), {"baselines": lambda self, name: [baseline], "label": lambda self, w: "w0"})()
+    archive, trust, calls = Archive(tmp_path / "a"), {}, []
+
+    def evaluate(worker, definition, workload, label, preset, tol, timeout_s):
+        calls.append(label)
+        wr = WorkloadResult(workload.uuid, label, "PASSED")
+        wr.latency_ms, wr.kernel_latency_ms = 0.020, 0.012 + 0.001 * (len(calls) - 1)
+        return wr
+
+    def on(uuid):
+        return Baselines(dataset, archive, _Keys(uuid), trust, lambda *a: (_Worker(), None), evaluate)
+
+    first = on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)
+    assert first["official_ms"] == 0.020 and first["kernel_ms"] == 0.012 and calls == ["w0"]
+    assert on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)["kernel_ms"] == 0.012
+    assert calls == ["w0"]  # the same card: read back from the archive
+    twin = on("GPU-2").figures(definition, workload, preset, Tolerance(), 60)  # another H200: one spot check
+    assert len(calls) == 2 and twin["kernel_ms"] == pytest.approx(0.013) and trust[("baseline", baseline.content_hash)] is True
+    rows = list(archive.db["baseline_runs"].rows)
+    assert [r["gpu_key"] for r in rows] == ["NVIDIA H200|GPU-1", "NVIDIA H200|GPU-2"]
