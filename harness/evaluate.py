@@ -24,7 +24,7 @@ from .archive import HARNESS_ERROR, INTERRUPTED, Archive
 from . import records, scores
 from .audit_thresholds import policy_thresholds
 from .baselines import Baselines
-from .audits import AuditConfig, clock_truth_verdict, promotion_blockers
+from .audits import AuditConfig, promotion_blockers
 from .build import static_signature_problem
 from .correctness import CheckResult, Tolerance, merge_results
 from .dataset import Dataset, EvalPreset
@@ -36,7 +36,7 @@ from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
 from .sandbox import SandboxPolicy, load_sandbox_policy
 from .stale import remove_stale
-from .timing_records import aggregate_timing
+from .timing_reply import apply_timing_reply
 from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
 from .results import SKIPPED, SubmissionResult, WorkloadResult
 from .session_audits import SessionAudits
@@ -589,32 +589,7 @@ class Session(SessionAudits):
                                       deadline, wr, "timing", "timing")
         if reply is None:
             return
-        header, _ = reply
-        if not header.get("ok"):
-            wr.status = EvaluationStatus.RUNTIME_ERROR.value
-            wr.message = f"timing: {header.get('error')}"
-            return
-        from .gpu_state import throttled
-
-        wr.timing = header["trials"]
-        wr.latency_ms, wr.aligned, backend = aggregate_timing(header["trials"])
-        clock_trials = header.get("kernel_trials") or header["trials"]  # wall times were taken on this callable
-        walls = [w for t in clock_trials for w in t.get("wall_ms", [])]
-        traced = [w for t in clock_trials for w in t.get("traced_wall_ms", [])]
-        launches = max((len(set(t.get("kernel_names") or [])) for t in clock_trials), default=1)
-        clock = clock_truth_verdict(walls, [t["median_ms"] for t in clock_trials], self.audit_config, launches,
-                                    traced)
-        if clock is not None:
-            wr.audits.append(clock)
-        wr.kernel_latency_ms = wr.latency_ms
-        if header.get("kernel_trials"):
-            wr.timing_kernel = header["kernel_trials"]
-            wr.kernel_latency_ms = aggregate_timing(header["kernel_trials"])[0]
-        wr.timing_note = header["trials"][0].get("note", "") or ("" if wr.aligned else f"{backend}: not aligned")
-        wr.gpu_state = {"before": header.get("gpu_state_before"), "after": header.get("gpu_state_after")}
-        wr.throttled, reasons = throttled(header.get("gpu_state_before") or {}, header.get("gpu_state_after") or {})
-        if wr.throttled:
-            wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + "GPU throttled: " + ", ".join(reasons)
+        apply_timing_reply(wr, reply[0], self.audit_config)
 
     # -- archive --------------------------------------------------------------------------------------
 

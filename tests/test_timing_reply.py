@@ -1,0 +1,42 @@
+"""A worker's timing reply read into the workload's result (harness.timing_reply), on recorded-shape replies."""
+
+import pytest
+
+from harness.audits import AuditConfig
+from harness.results import WorkloadResult
+from harness.timing_reply import apply_timing_reply
+
+
+def trial(median, aligned=True, walls=(), traced=(), names=("k",), note=""):
+    return {"median_ms": median, "aligned": aligned, "backend": "cupti" if aligned else "cuda_events",
+            "wall_ms": list(walls), "traced_wall_ms": list(traced), "kernel_names": list(names), "note": note}
+
+
+def result():
+    return WorkloadResult("w", "label", "PASSED")
+
+
+def test_official_and_kernel_figures_and_the_clock_audit_on_the_kernel_calls():
+    wr = result()
+    header = {"ok": True, "trials": [trial(0.30), trial(0.34)],
+              "kernel_trials": [trial(0.10, walls=[0.12, 0.13], traced=[0.14]), trial(0.12)]}
+    apply_timing_reply(wr, header, AuditConfig())
+    assert wr.latency_ms == pytest.approx(0.32) and wr.kernel_latency_ms == pytest.approx(0.11) and wr.aligned
+    [clock] = [a for a in wr.audits if a["name"] == "clock_truth"]
+    assert clock["passed"] and "0.11 ms" in clock["detail"]  # the kernel trials' span, not the official one
+    assert wr.timing_note == "" and not wr.throttled
+
+
+@pytest.mark.parametrize("header, status, note", [
+    ({"ok": False, "error": "CUDA error: an illegal memory access"}, "RUNTIME_ERROR", ""),
+    ({"ok": True, "trials": [trial(0.5, aligned=False, note="CUPTI unavailable")]}, "PASSED", "CUPTI unavailable"),
+    ({"ok": True, "trials": [trial(0.5)],
+      "gpu_state_before": {"available": True, "throttle_reasons": ["sw_thermal_slowdown"]},
+      "gpu_state_after": {"available": True}}, "PASSED", "GPU throttled: sw_thermal_slowdown"),
+])
+def test_failures_fallbacks_and_throttling_are_said(header, status, note):
+    wr = result()
+    apply_timing_reply(wr, header, AuditConfig())
+    assert wr.status == status and note in (wr.timing_note or "")
+    if status != "PASSED":
+        assert wr.message.startswith("timing: CUDA error") and wr.latency_ms is None
