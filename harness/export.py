@@ -23,7 +23,7 @@ from typing import Optional
 
 from .archive import Archive
 from .dataset import Dataset
-from .inputs import generate_inputs
+from .inputs import absent_blob_inputs, generate_inputs
 from .schema import (Definition, RandomInput, SafetensorsInput, SchemaError, Solution, Trace, Workload, dump_json,
                      load_jsonl, load_model)
 
@@ -56,15 +56,12 @@ def _materialised_workload(definition: Definition, workload: Workload, dataset: 
                   if s.shape is not None and len(s.shape) == 1 and s.dtype.value.startswith("int")
                   and n.endswith(_STRUCTURED_SUFFIXES)
                   and isinstance(workload.inputs.get(n, RandomInput(type="random")), RandomInput)}
+    missing = absent_blob_inputs(definition, workload, dataset.root)
+    absent.extend(missing)
     for name, source in workload.inputs.items():
-        if not isinstance(source, SafetensorsInput):
-            continue
-        src = dataset.root / source.path
-        if not src.exists():
-            absent.append(name)
-        elif not (out / source.path).exists():
+        if isinstance(source, SafetensorsInput) and name not in missing and not (out / source.path).exists():
             (out / source.path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, out / source.path)
+            shutil.copyfile(dataset.root / source.path, out / source.path)
     if not needs_blob:
         return workload
     values = generate_inputs(definition, workload, EXPORT_SEED, "cpu", dataset.root)
