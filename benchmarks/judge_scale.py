@@ -115,6 +115,7 @@ def main() -> None:
     args = parser.parse_args()
     report: dict = {"date": dt.date.today().isoformat(), "runs": []}
     archive = Path(args.archive or tempfile.mkdtemp(prefix="judge-scale-"))
+    archive.mkdir(parents=True, exist_ok=True)  # a new archive where --archive names a folder not yet made
     for name in [d for d in args.definitions.split(",") if d]:
         solution = Path(args.solution_dir) / f"{name}.json"
         if args.carried:

@@ -7,7 +7,8 @@ A case is ``CALLABLE@WORKLOAD/VARIANT`` on ``gqa_paged_decode_h32_kv8_d128_ps1``
             destination-passing style);
   VARIANT   ``count``: one call plain and one under CUPTI tracing with a counting consumer (records per kind per
             call, wall per call); ``ours``: ``harness.timing.time_trial`` (10 warm-up, 50 timed calls);
-            ``ours_big``: the same with 256 MiB CUPTI buffers; ``flashinfer``: ``flashinfer.testing.
+            ``ours_big``: the same with 64 MiB CUPTI buffers; ``ours_full``: with every API call traced (no
+            query left out, as the official timer traces); ``count_quiet``: ``count`` with the queries left out; ``flashinfer``: ``flashinfer.testing.
             bench_gpu_time_with_cupti`` with the same counts (the official timer itself).
 Every case runs in a fresh process under a wall limit; one that passes it has its Python stacks (faulthandler, every
 thread) and, where gdb is installed, its native stacks written to DIR/stacks_<case>.txt before it is killed.
@@ -27,9 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CASES = ("reference@uniform_b16_kv2048/ours,reference@skewed_b64/count,reference@skewed_b64/ours,"
-                 "torch_sdpa_fallback.py@skewed_b64/count,torch_sdpa_fallback.py@skewed_b64/ours,"
-                 "torch_sdpa_fallback.py@skewed_b64/ours_big,torch_sdpa_fallback.py@skewed_b64/flashinfer")
+DEFAULT_CASES = ("torch_sdpa_fallback.py@skewed_b64/count,torch_sdpa_fallback.py@skewed_b64/count_quiet,"
+                 "torch_sdpa_fallback.py@skewed_b64/ours,torch_sdpa_fallback.py@skewed_b64/ours_big,"
+                 "reference@skewed_b64/count_quiet,reference@skewed_b64/ours,reference@uniform_b16_kv2048/ours,"
+                 "reference@uniform_b16_kv2048/ours_full")
 
 CHILD = r'''
 import faulthandler, json, signal, sys, time
@@ -66,23 +68,31 @@ def wall(n=3):
         times.append((time.perf_counter() - t0) * 1e3)
     return min(times)
 
-if variant == "count":
+if variant in ("count", "count_quiet"):
     out["wall_ms_plain"] = wall()
     api, _ = cupti_trace._load_cupti()
-    counts, consumed = {{}}, [0.0]
+    counts, apis, consumed = {{}}, {{}}, [0.0]
+    names = {{("RUNTIME", int(m)): m.name for m in api.runtime_api_trace_cbid}}
+    names.update({{("DRIVER", int(m)): m.name for m in api.driver_api_trace_cbid}})
     def requested():
         return 8 << 20, 0
     def completed(records):
         t0 = time.perf_counter()
         for r in records:
-            k = str(r.kind).split(".")[-1]
+            k = api.ActivityKind(int(r.kind)).name
             counts[k] = counts.get(k, 0) + 1
+            if k in ("RUNTIME", "DRIVER"):
+                n = names.get((k, int(r.cbid)), str(int(r.cbid)))
+                apis[n] = apis.get(n, 0) + 1
         consumed[0] += time.perf_counter() - t0
     api.activity_register_callbacks(requested, completed)
     kinds = api.ActivityKind
     enabled = (kinds.RUNTIME, kinds.DRIVER, kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET)
     for k in enabled:
         api.activity_enable(k)
+    if variant == "count_quiet":
+        collector = cupti_trace._CuptiCollector(api)
+        out["quieted"] = collector._quiet_queries()
     out["wall_ms_traced"] = wall()
     t0 = time.perf_counter(); api.activity_flush_all(0); out["flush_s"] = time.perf_counter() - t0
     for k in enabled:
@@ -90,10 +100,13 @@ if variant == "count":
     api.finalize()
     out["records_per_call"] = {{k: v / 4 for k, v in counts.items()}}  # the first traced call plus three
     out["consumer_s"] = consumed[0]
-elif variant in ("ours", "ours_big"):
+    out["apis_per_call"] = {{n: c / 4 for n, c in sorted(apis.items(), key=lambda x: -x[1])[:25]}}
+elif variant in ("ours", "ours_big", "ours_full"):
     from harness.timing import time_trial
     if variant == "ours_big":
-        cupti_trace._CUPTI_BUFFER_BYTES = 256 << 20
+        cupti_trace._CUPTI_BUFFER_BYTES = 64 << 20
+    if variant == "ours_full":  # every API call traced, as the official timer does
+        cupti_trace.QUIET_QUERIES = False
     t0 = time.perf_counter()
     trial = time_trial(fn, args, warmup=10, iterations=50, device=device)
     out.update(wall_s=time.perf_counter() - t0, median_ms=trial.median_ms, kernels=len(trial.kernel_names))

@@ -7,7 +7,8 @@ runtime/driver API records whose correlation ids tie each activity to the call t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .timing_records import ApiLaunch, GpuActivity, TimingError
@@ -15,6 +16,47 @@ from .timing_records import ApiLaunch, GpuActivity, TimingError
 # Bytes per CUPTI activity buffer handed out on request; 8 MiB holds tens of thousands of
 # records, so a 50-iteration trial fits in one or two buffers.
 _CUPTI_BUFFER_BYTES = 8 * 1024 * 1024
+
+# API calls that launch no GPU work: device, context, stream, function and error queries. PyTorch makes several
+# per operator (cudaGetDevice, cudaGetLastError, cuCtxGetCurrent, ...), 14 API records per kernel for a PyTorch
+# attention on the H200, and cupti-python hands every record to Python (about 12 us each) on a thread that takes the
+# GIL from the launching one: a 1,000-kernel callable then ran 180 ms per timed call against 16 ms untraced, and a
+# 27,000-record reference never finished its trial. Their records carry no GPU activity, so leaving them out changes
+# no iteration's set of activities; the launch calls, copies, memsets and synchronisations are all still traced,
+# and an activity whose launch record is missing is an error (``timing_records.unlaunched_activities``).
+QUIET_RUNTIME_APIS = frozenset({
+    "cudaGetDevice", "cudaSetDevice", "cudaGetDeviceCount", "cudaGetDeviceFlags", "cudaGetDeviceProperties",
+    "cudaDeviceGetAttribute", "cudaDeviceGetStreamPriorityRange", "cudaGetLastError", "cudaPeekAtLastError",
+    "cudaStreamIsCapturing", "cudaStreamGetCaptureInfo", "cudaStreamGetPriority", "cudaStreamGetFlags",
+    "cudaStreamGetId", "cudaStreamGetDevice", "cudaStreamQuery", "cudaEventQuery", "cudaPointerGetAttributes",
+    "cudaFuncGetAttributes", "cudaFuncSetAttribute", "cudaFuncGetName", "cudaGetFuncBySymbol",
+    "cudaDriverGetVersion", "cudaRuntimeGetVersion", "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion",
+    "cudaThreadExchangeStreamCaptureMode", "cudaOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cudaMemGetInfo", "cudaDeviceCanAccessPeer",
+})
+QUIET_DRIVER_APIS = frozenset({
+    "cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxGetDevice", "cuCtxPushCurrent", "cuCtxPopCurrent", "cuCtxGetId",
+    "cuCtxGetFlags", "cuCtxGetApiVersion", "cuCtxGetStreamPriorityRange", "cuDeviceGet", "cuDeviceGetCount",
+    "cuDeviceGetAttribute", "cuDeviceGetName", "cuDeviceGetUuid", "cuDevicePrimaryCtxGetState",
+    "cuDevicePrimaryCtxRetain", "cuDriverGetVersion", "cuGetProcAddress", "cuPointerGetAttribute",
+    "cuPointerGetAttributes", "cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncGetName", "cuModuleGetFunction",
+    "cuLibraryGetKernel", "cuLibraryGetModule", "cuKernelGetFunction", "cuKernelGetAttribute", "cuStreamGetCtx",
+    "cuStreamGetId", "cuStreamGetFlags", "cuStreamGetPriority", "cuStreamIsCapturing", "cuStreamGetCaptureInfo",
+    "cuStreamQuery", "cuEventQuery", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxPotentialBlockSize",
+})
+# Off only to compare with the official timer's full API trace (benchmarks/timer_cost.py).
+QUIET_QUERIES = True
+
+
+def api_base_name(member: str) -> str:
+    """``cudaStreamGetCaptureInfo_v2_ptsz_v11030`` -> ``cudaStreamGetCaptureInfo``: a CUPTI callback id's API."""
+    return re.split(r"_(?:v\d+|ptsz|ptds)(?=_|$)", member)[0]
+
+
+def quiet_cbids(members: Iterable[tuple[str, int]], quiet: frozenset[str]) -> list[int]:
+    """The callback ids, of ``(enum member name, id)`` pairs, whose API is one of ``quiet``."""
+    return sorted({int(value) for name, value in members if api_base_name(name) in quiet})
 
 
 def _load_cupti() -> tuple[Any | None, str | None]:
@@ -72,6 +114,7 @@ class _CuptiCollector:
         self.activities: list[GpuActivity] = []
         self.launches: list[ApiLaunch] = []
         self._enabled: list[Any] = []
+        self.quieted = 0  # API callback ids left untraced (QUIET_*_APIS); 0 where this CUPTI cannot
 
     # CUPTI asks for an empty buffer: (size in bytes, max records; 0 = as many as fit).
     def _buffer_requested(self) -> tuple[int, int]:
@@ -111,12 +154,30 @@ class _CuptiCollector:
             for kind in (*self._api_kinds, *self._gpu_kinds):
                 api.activity_enable(kind)
                 self._enabled.append(kind)
+            if QUIET_QUERIES:
+                self.quieted = self._quiet_queries()
         except Exception as exc:
             self.stop(flush=False)
             raise TimingError(
                 f"could not start CUPTI activity tracing ({type(exc).__name__}: {exc}); "
                 "is another profiler attached?"
             ) from exc
+
+    def _quiet_queries(self) -> int:
+        """Leave the query APIs' records out; where this CUPTI cannot, every API call stays traced."""
+        api, done = self._api, 0
+        for enum_name, enable, quiet in (("runtime_api_trace_cbid", "activity_enable_runtime_api", QUIET_RUNTIME_APIS),
+                                          ("driver_api_trace_cbid", "activity_enable_driver_api", QUIET_DRIVER_APIS)):
+            members, switch = getattr(api, enum_name, None), getattr(api, enable, None)
+            if members is None or switch is None:
+                continue
+            for cbid in quiet_cbids(((m.name, m.value) for m in members), quiet):
+                try:
+                    switch(cbid, 0)
+                    done += 1
+                except Exception:  # an id this CUPTI does not know: it stays traced, which is always correct
+                    continue
+        return done
 
     def stop(self, *, flush: bool = True) -> None:
         """Deliver outstanding records, disable what we enabled and detach CUPTI, so a

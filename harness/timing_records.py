@@ -202,6 +202,24 @@ def _kernel_set_mismatch(index: int, reference: set[str], current: set[str]) -> 
     )
 
 
+def unlaunched_activities(
+    windows: Sequence[tuple[int, int]],
+    activities: Iterable[GpuActivity],
+    launches: Iterable[ApiLaunch],
+) -> list[GpuActivity]:
+    """GPU activities that ran after the first timed window opened yet carry no launch record the timer kept.
+
+    Every activity is launched by some API call. The timer keeps the records of every call except pure queries
+    (harness.cupti_trace.QUIET_RUNTIME_APIS); an activity without its launch record would fall in no iteration and
+    its time would go uncounted, so one is a fault of the measurement, never a faster figure.
+    """
+    if not windows:
+        return []
+    opened = windows[0][0]
+    launched = {launch.correlation_id for launch in launches}
+    return [a for a in activities if a.start_ns >= opened and a.correlation_id not in launched]
+
+
 def analyse_activities(
     windows: Sequence[tuple[int, int]],
     activities: Iterable[GpuActivity],
@@ -210,8 +228,15 @@ def analyse_activities(
     """Spans (ms) and the common kernel set of one trial's CUPTI records.
 
     Checks each iteration in order, as the official timer does: an empty iteration or an
-    iteration whose set differs from the first raises ``TimingError``.
+    iteration whose set differs from the first raises ``TimingError``, and so does an activity whose launch
+    record is missing (``unlaunched_activities``).
     """
+    launches = list(launches)
+    activities = list(activities)
+    orphans = unlaunched_activities(windows, activities, launches)
+    if orphans:
+        names = _format_names({a.name for a in orphans})
+        raise TimingError(f"{len(orphans)} GPU activities in the timed calls have no launch record: {names}")
     grouped = attribute_activities(windows, activities, launches)
     spans: list[float] = []
     reference: set[str] | None = None

@@ -18,6 +18,8 @@ from harness.timing import (
     median,
     time_trial,
 )
+from harness.cupti_trace import api_base_name
+from harness.timing_records import unlaunched_activities
 
 torch = pytest.importorskip("torch")
 
@@ -111,6 +113,78 @@ def test_collector_converts_records_and_tears_down():
     spans, names = analyse_activities([(0, 50)], collector.activities, collector.launches)
     assert spans == pytest.approx([120 * NS])
     assert names == ["[memcpy kind=8 bytes=64]", "[memset bytes=16 value=0]", "gemm_kernel"]
+
+
+class _RuntimeCbid(enum.IntEnum):
+    cudaGetDevice_v3020 = 17
+    cudaLaunchKernel_v7000 = 211
+    cudaMemcpyAsync_v3020 = 41
+    cudaStreamGetCaptureInfo_v2_ptsz_v11030 = 330
+    cudaStreamSynchronize_v3020 = 131
+
+
+class _DriverCbid(enum.IntEnum):
+    cuCtxGetCurrent = 305
+    cuLaunchKernel = 307
+    cuLaunchKernel_ptsz = 442
+
+
+class _QuietingCupti(_FakeCupti):
+    runtime_api_trace_cbid = _RuntimeCbid
+    driver_api_trace_cbid = _DriverCbid
+
+    def __init__(self, records):
+        super().__init__(records)
+        self.quiet: set[tuple[str, int]] = set()
+
+    def activity_enable_runtime_api(self, cbid, enable):
+        assert _FakeKind.RUNTIME in self.enabled, "the kind is enabled before its APIs are chosen"
+        self.quiet.add(("runtime", cbid)) if not enable else None
+
+    def activity_enable_driver_api(self, cbid, enable):
+        self.quiet.add(("driver", cbid)) if not enable else None
+
+
+@pytest.mark.parametrize("member, api", [
+    ("cudaGetDevice_v3020", "cudaGetDevice"),
+    ("cudaStreamGetCaptureInfo_v2_ptsz_v11030", "cudaStreamGetCaptureInfo"),
+    ("cudaLaunchKernel_ptsz_v7000", "cudaLaunchKernel"),
+    ("cuLaunchKernel_ptsz", "cuLaunchKernel"),
+    ("cuGetProcAddress_v2", "cuGetProcAddress"),
+    ("cudaMemcpy2DAsync_v3020", "cudaMemcpy2DAsync"),
+    ("cuCtxGetCurrent", "cuCtxGetCurrent"),
+])
+def test_api_base_name(member, api):
+    assert api_base_name(member) == api
+
+
+def test_collector_leaves_out_query_apis_only():
+    fake = _QuietingCupti([])
+    collector = _CuptiCollector(fake)
+    collector.start()
+    collector.stop()
+    # queries are left out; launches, copies and synchronisations stay traced
+    assert fake.quiet == {("runtime", 17), ("runtime", 330), ("driver", 305)}
+    assert collector.quieted == 3
+
+
+def test_collector_without_per_api_switches_traces_every_call():
+    collector = _CuptiCollector(_FakeCupti([]))  # an older cupti-python: no activity_enable_runtime_api
+    collector.start()
+    collector.stop()
+    assert collector.quieted == 0
+
+
+def test_an_activity_without_its_launch_record_is_an_error():
+    launches = [ApiLaunch(10, 12, 1), ApiLaunch(40, 42, 3)]
+    flush_before = GpuActivity(5, 8, 99, "flush")  # ran before the first window: not the timer's business
+    kernel = GpuActivity(20, 30, 1, "k")
+    unlaunched = GpuActivity(50, 60, 7, "hidden")
+    assert unlaunched_activities([(9, 45)], [flush_before, kernel], launches) == []
+    assert analyse_activities([(9, 45)], [flush_before, kernel], launches)[1] == ["k"]
+    assert unlaunched_activities([(9, 45)], [kernel, unlaunched], launches) == [unlaunched]
+    with pytest.raises(TimingError, match="1 GPU activities in the timed calls have no launch record: {hidden}"):
+        analyse_activities([(9, 45)], [kernel, unlaunched], launches)
 
 
 def test_collector_start_failure_is_timing_error_and_cleans_up():
