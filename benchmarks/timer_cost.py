@@ -5,11 +5,12 @@
 A case is ``CALLABLE@WORKLOAD/VARIANT`` on ``gqa_paged_decode_h32_kv8_d128_ps1``:
   CALLABLE  ``reference`` (the definition's Python reference) or a file of benchmarks/solutions/judge/ (its ``run``,
             destination-passing style);
-  VARIANT   ``count``: one call plain and one under CUPTI tracing with a counting consumer (records per kind per
-            call, wall per call); ``ours``: ``harness.timing.time_trial`` (10 warm-up, 50 timed calls);
-            ``ours_big``: the same with 64 MiB CUPTI buffers; ``ours_full``: with every API call traced (no
-            query left out, as the official timer traces); ``count_quiet``: ``count`` with the queries left out; ``flashinfer``: ``flashinfer.testing.
-            bench_gpu_time_with_cupti`` with the same counts (the official timer itself).
+  VARIANT   ``count``: one call plain and one under CUPTI tracing with a counting consumer (records per kind and
+            per API per call, wall per call); ``count_quiet``: the same with the query APIs left out as the timer
+            does; ``ours``: ``harness.timing.time_trial`` (10 warm-up, 50 timed calls); ``ours_big``: the same with
+            64 MiB CUPTI buffers; ``ours_full``: with every API call traced, as the official timer traces;
+            ``flashinfer``: ``flashinfer.testing.bench_gpu_time_with_cupti`` with the same counts (the official
+            timer itself).
 Every case runs in a fresh process under a wall limit; one that passes it has its Python stacks (faulthandler, every
 thread) and, where gdb is installed, its native stacks written to DIR/stacks_<case>.txt before it is killed.
 Writes timer_cost.json and timer_cost.md.

@@ -13,17 +13,20 @@ from typing import Any
 
 from .timing_records import ApiLaunch, GpuActivity, TimingError
 
-# Bytes per CUPTI activity buffer handed out on request; 8 MiB holds tens of thousands of
-# records, so a 50-iteration trial fits in one or two buffers.
-_CUPTI_BUFFER_BYTES = 8 * 1024 * 1024
+# Bytes per CUPTI activity buffer handed out on request. A full buffer is delivered to Python on CUPTI's thread while
+# the timed calls run, and that delivery takes the GIL from the thread launching them: a PyTorch callable of 1,000
+# kernels per call read 52 ms per call with 8 MiB buffers (the official timer's size) and 26 ms with 64 MiB, its
+# untraced wall being 30 ms (H200, benchmarks/timer_cost.py). A callable of a few kernels fills neither size within
+# a trial, so its figure does not depend on this.
+_CUPTI_BUFFER_BYTES = 64 * 1024 * 1024
 
-# API calls that launch no GPU work: device, context, stream, function and error queries. PyTorch makes several
-# per operator (cudaGetDevice, cudaGetLastError, cuCtxGetCurrent, ...), 14 API records per kernel for a PyTorch
-# attention on the H200, and cupti-python hands every record to Python (about 12 us each) on a thread that takes the
-# GIL from the launching one: a 1,000-kernel callable then ran 180 ms per timed call against 16 ms untraced, and a
-# 27,000-record reference never finished its trial. Their records carry no GPU activity, so leaving them out changes
-# no iteration's set of activities; the launch calls, copies, memsets and synchronisations are all still traced,
-# and an activity whose launch record is missing is an error (``timing_records.unlaunched_activities``).
+# API calls that launch no GPU work: device, context, stream, function and error queries. PyTorch makes several per
+# operator (cudaGetDevice, cudaGetLastError, cuDevicePrimaryCtxGetState, ...): 14 API records per kernel for a
+# PyTorch attention on the H200. cupti-python hands every record to Python (about 12 us each) on a thread that takes
+# the GIL from the launching one: that 1,000-kernel callable read 180 ms per timed call against 16 ms untraced, and a
+# 27,000-record-per-call reference never finished its trial. Their records carry no GPU activity, so leaving them
+# out changes no iteration's set of activities; the launch calls, copies, memsets and synchronisations are all still
+# traced, and an activity whose launch record is missing is an error (``timing_records.unlaunched_activities``).
 QUIET_RUNTIME_APIS = frozenset({
     "cudaGetDevice", "cudaSetDevice", "cudaGetDeviceCount", "cudaGetDeviceFlags", "cudaGetDeviceProperties",
     "cudaDeviceGetAttribute", "cudaDeviceGetStreamPriorityRange", "cudaGetLastError", "cudaPeekAtLastError",
@@ -44,6 +47,9 @@ QUIET_DRIVER_APIS = frozenset({
     "cuStreamGetId", "cuStreamGetFlags", "cuStreamGetPriority", "cuStreamIsCapturing", "cuStreamGetCaptureInfo",
     "cuStreamQuery", "cuEventQuery", "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", "cuOccupancyMaxPotentialBlockSize",
+    # asked once per kernel launch while CUPTI traces (968 per call of a 968-launch PyTorch callable on the H200)
+    "cuKernelGetName", "cuKernelGetParamInfo", "cuFuncGetParamInfo", "cuFuncGetModule", "cuFuncIsLoaded",
+    "cuKernelGetLibrary", "cuModuleGetLoadingMode",
 })
 # Off only to compare with the official timer's full API trace (benchmarks/timer_cost.py).
 QUIET_QUERIES = True
