@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from support import make_tiny_dataset
+
+
+def pytest_configure(config):
+    # The GPU tests start many archives; FlashInfer's JIT modules are compiled once for all of them, not per test.
+    os.environ.setdefault("CRUCIBLE_FLASHINFER_CACHE", str(Path(tempfile.gettempdir()) / "crucible-tests-flashinfer"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -79,3 +79,14 @@ def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot
     assert trust[("baseline", baseline.content_hash)] is True
     rows = list(archive.db["baseline_runs"].rows)
     assert [r["gpu_key"] for r in rows] == ["NVIDIA H200|GPU-1", "NVIDIA H200|GPU-2"]
+
+
+def test_flashinfer_cache_is_the_archives_unless_the_host_names_one(tmp_path, monkeypatch):
+    from harness.baselines import FLASHINFER_CACHE_ENV, flashinfer_cache
+
+    monkeypatch.delenv(FLASHINFER_CACHE_ENV, raising=False)
+    assert flashinfer_cache(tmp_path / "a") == tmp_path / "a" / "cache" / "flashinfer"
+    monkeypatch.setenv(FLASHINFER_CACHE_ENV, str(tmp_path / "host"))
+    assert flashinfer_cache(tmp_path / "a") == flashinfer_cache(tmp_path / "b") == tmp_path / "host"
+    monkeypatch.setenv(FLASHINFER_CACHE_ENV, "  ")
+    assert flashinfer_cache(tmp_path / "b") == tmp_path / "b" / "cache" / "flashinfer"
