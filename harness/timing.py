@@ -23,6 +23,10 @@ iteration, and the iteration's time is ``max(end) - min(start)`` over those acti
 host launch overhead before the first kernel is excluded, idle gaps between kernels are
 included. The flush is launched before the window opens, so it is never counted.
 
+Two things differ from the official timer, neither in what is measured: the API calls that launch no GPU work
+(device, context, stream and error queries) are left out of the trace, and CUPTI buffers are 64 MiB rather than 8
+(harness.cupti_trace says why: the per-record cost of cupti-python stalled many-kernel callables).
+
 Without CUPTI the official timer falls back to a CUDA event pair per call; those numbers
 include launch overhead and are labelled ``aligned=False``. Aligned and non-aligned trials
 are never combined (``aggregate_trials`` refuses).
