@@ -41,8 +41,10 @@ if has throughput && [ "$NGPU" -ge 2 ]; then  # on the second GPU, beside the re
 fi
 if has gputests; then
   section "GPU tests"
-  timeout ${GPUTESTS_TIMEOUT:-420} python3 -m pytest -q -rA -m gpu tests/ -p no:cacheprovider -k "${GPUTESTS_K:-not spread}" 2>&1 \
-    | grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^E " | tee -a "$LOG"
+  # -v and the whole output kept: a run cut short by its timeout still says which tests passed and how long each took
+  timeout ${GPUTESTS_TIMEOUT:-420} python3 -m pytest -v -rA --durations=0 -m gpu tests/ -p no:cacheprovider \
+    -k "${GPUTESTS_K:-not spread}" > "$OUT/gputests.log" 2>&1
+  grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^E |s call " "$OUT/gputests.log" | tee -a "$LOG"
 fi
 if has examples; then
   section "example submission"
