@@ -63,6 +63,9 @@ class TensorSpec(_Model):
     shape: Optional[list[str]]  # None: a scalar
     dtype: DType
     description: Optional[str] = None
+    # The official GDN definitions mark the recurrent state ``optional`` (their references start from zeros when
+    # it is None); None when a definition does not say, and then left out of the wire form.
+    optional: Optional[bool] = None
 
 
 class Definition(_Model):
@@ -407,6 +410,10 @@ def dump_json(model: BaseModel) -> dict[str, Any]:
         data["spec"].pop("setup", None)  # keep the official wire format when the extension is unused
     if isinstance(model, Solution) and data["spec"].get("instruction_claims") is None:
         data["spec"].pop("instruction_claims", None)
+    if isinstance(model, Definition):
+        for spec in (*data["inputs"].values(), *data["outputs"].values()):
+            if spec.get("optional") is None:
+                spec.pop("optional", None)  # only the definitions that say it carry it, as in the official files
     if isinstance(model, Evaluation) and model.correctness is not None:
         data["correctness"] = model.correctness.to_json_dict()
     if isinstance(model, Trace) and model.evaluation is not None and model.evaluation.correctness is not None:

@@ -20,7 +20,9 @@ SHIPPED_WORKLOADS = sorted((DEFINITIONS / "workloads").rglob("*.jsonl"))
 # the contest's definitions beside GQA decode, with their official workload counts
 CONTEST = {"moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048": ("moe", 19),
            "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64": ("dsa_paged", 23),
-           "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64": ("dsa_paged", 128)}
+           "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64": ("dsa_paged", 128),
+           "gdn_decode_qk4_v8_d128_k_last": ("gdn", 54),
+           "gdn_prefill_qk4_v8_d128_k_last": ("gdn", 100)}
 
 
 def write(tmp_path: Path, data, name: str = "solution.json") -> Path:
