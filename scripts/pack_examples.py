@@ -1,4 +1,4 @@
-"""Pack the example folders and the FlashInfer baselines into solution JSON files (run after editing
+"""Pack the example folders and the FlashInfer baselines (GQA decode, GDN) into solution JSON files (run after editing
 their sources).
 
     python scripts/pack_examples.py          # rewrite the JSON files
@@ -14,6 +14,21 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 BASELINE_SRC = ROOT / "definitions" / "baselines_src" / "flashinfer_gqa_decode.py"
 BASELINE_OUT = ROOT / "definitions" / "solutions" / "baseline" / "gqa_paged"
+GDN_SRC = ROOT / "definitions" / "baselines_src"
+GDN_OUT = ROOT / "definitions" / "solutions" / "baseline" / "gdn"
+# (definition, output file, source, entry point, name, target hardware, description). Decode is the contest's
+# own baseline kind; prefill's is Blackwell-only, so its Hopper stand-in says so in its name and description.
+GDN_BASELINES = [
+    ("gdn_decode_qk4_v8_d128_k_last", "flashinfer_gdn_decode_pretranspose.json", "flashinfer_gdn_decode.py",
+     "run", "flashinfer_gdn_decode_pretranspose", ["H200", "B200"],
+     "FlashInfer gated_delta_rule_decode_pretranspose (use_qk_l2norm=False), value-returning: the contest's "
+     "baseline kind (flashinfer_wrapper_9b7f1e); SM90+, state updated in place and returned."),
+    ("gdn_prefill_qk4_v8_d128_k_last", "flashinfer_chunk_gdn_sm90_hopper_standin.json",
+     "flashinfer_gdn_prefill_sm90.py", "run", "flashinfer_chunk_gdn_sm90_hopper_standin", ["H200"],
+     "Hopper stand-in, NOT the contest's baseline: FlashInfer chunk_gated_delta_rule (SM90 path), gates "
+     "computed in PyTorch as linear alpha and beta. The contest's baseline flashinfer_wrapper_123ca6 (a "
+     "CuTe-DSL tcgen05 chunked GDN kernel) runs on Blackwell only."),
+]
 
 # (folder, output file, definition, entry point, name, author)
 PS1 = ["gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps1"]
@@ -72,6 +87,16 @@ def pack_baseline(definition: str, variant: str) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
+def pack_gdn_baseline(definition: str, source: str, entry: str, name: str, hardware: list[str],
+                      description: str) -> str:
+    data = {"name": name, "definition": definition, "author": "baseline",
+            "spec": {"language": "python", "target_hardware": hardware, "entry_point": f"{source}::{entry}",
+                     "dependencies": ["flashinfer"], "destination_passing_style": False, "binding": None},
+            "sources": [{"path": source, "content": (GDN_SRC / source).read_text()}],
+            "description": description}
+    return json.dumps(data, indent=2) + "\n"
+
+
 def all_outputs() -> list[tuple[Path, str]]:
     out = [(EXAMPLES / folder / name, pack(folder, definition, entry, sol_name, author))
            for folder, name, definition, entry, sol_name, author in PLAN]
@@ -79,6 +104,9 @@ def all_outputs() -> list[tuple[Path, str]]:
         for variant in ("tensor_cores", "cuda_cores"):
             out.append((BASELINE_OUT / definition / f"flashinfer_decode_{variant}.json",
                         pack_baseline(definition, variant)))
+    for definition, name, source, entry, sol_name, hardware, description in GDN_BASELINES:
+        out.append((GDN_OUT / definition / name,
+                    pack_gdn_baseline(definition, source, entry, sol_name, hardware, description)))
     return out
 
 
