@@ -309,3 +309,10 @@ def test_prefill_default_scale_and_no_state(monkeypatch):
 def test_prefill_stand_in_refuses_blackwell(monkeypatch):
     with pytest.raises(RuntimeError, match="for Hopper"):
         run_prefill(monkeypatch, prefill_inputs([2], seed=8), 0.0, capability=(10, 0))
+
+
+def test_decode_says_when_the_cute_dsl_kernel_is_missing(monkeypatch):
+    install(monkeypatch, "gdn_decode", gated_delta_rule_decode_pretranspose=fake_decode_pretranspose([]),
+            _PRETRANSPOSE_AVAILABLE=False)
+    with pytest.raises(RuntimeError, match="nvidia-cutlass-dsl"):
+        load_source("flashinfer_gdn_decode.py")["run"](**gdn_inputs((1, 1), 1, seed=9), scale=0.0)
