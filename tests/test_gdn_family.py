@@ -292,6 +292,7 @@ def test_an_honest_torch_decode_passes_clean(session):
     assert w.status == "PASSED", w.message
     failed = _failed_audits(w)
     assert "input_mutation" not in failed and "output_aliasing" not in failed, failed
+    assert "precision" not in failed, failed  # fp32 arithmetic in another order than the reference's
 
 
 @pytest.mark.parametrize("source,caught", [(IN_PLACE, {"input_mutation"}),
@@ -307,3 +308,13 @@ def test_a_state_updated_in_place_or_returned_is_caught(session, source, caught)
     if "output_aliasing" in caught:
         assert "new_state" in failed["output_aliasing"] and "input state" in failed["output_aliasing"]
     assert result.to_json()["promotable"] is False
+
+
+def test_the_precision_floor_lets_bf16_tensor_core_operands_through():
+    import yaml
+
+    from harness.audit_thresholds import policy_thresholds
+
+    policy = yaml.safe_load((DATASET / "audit_policy.yaml").read_text())
+    for name in (DECODE, PREFILL):
+        assert policy_thresholds(policy, name, "gdn") == {"precision_relative_floor": 0.01}
