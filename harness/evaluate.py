@@ -4,7 +4,9 @@ A ``Session`` owns the trusted reference worker and its cache of reference outpu
 solutions (and the controller's thousands of candidates) reuse them. Each solution gets its own
 candidate worker, built once and reused for all workloads; a worker that crashes, hangs or breaks its
 CUDA context is replaced by a fresh one for the next workload. The audit steps around each evaluation
-(static gate, precision, recheck, escalation, attribution, instruction proof) are in harness/session_audits.py.
+(static gate, precision, recheck, escalation, attribution, instruction proof) are in harness/session_audits.py;
+one workload's trials and timing in harness/workload_evaluation.py; starting a candidate's worker (and the spare
+launched ahead) in harness/candidate_workers.py; the session's settings (``SubmitOptions``) in harness/options.py.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ import time
 import os
 import random
 import secrets
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -26,57 +26,23 @@ from .audit_thresholds import policy_thresholds
 from .baselines import Baselines
 from .audits import AuditConfig, promotion_blockers
 from .build import static_signature_problem
-from .correctness import CheckResult, Tolerance, merge_results
+from .candidate_workers import CandidateWorkers
+from .correctness import Tolerance
 from .dataset import Dataset, EvalPreset
 from .families import family_for
-from .inputs import trial_seed
 from .memory import memory_record, tensor_bytes
+from .options import SubmitOptions
 from .phases import PhaseClock
-from .runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
+from .runner import WorkerOptions, WorkerProcess
 from .schema import Definition, EvaluationStatus, Solution, Workload, dump_json
-from .sandbox import SandboxPolicy, load_sandbox_policy
+from .sandbox import load_sandbox_policy
 from .stale import remove_stale
-from .timing_reply import apply_timing_reply
 from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
 from .results import SKIPPED, SubmissionResult, WorkloadResult
 from .session_audits import SessionAudits
-
-def _gpu_visible() -> bool:
-    """Will the workers see a GPU? Asked without touching CUDA here (the harness process never does): device
-    nodes and CUDA_VISIBLE_DEVICES. Only a guess for starting a process early; the reference worker decides."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return False
-    return any(Path("/dev").glob("nvidia[0-9]*"))
-
+from .workload_evaluation import WorkloadEvaluation
 
 Progress = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass
-class SubmitOptions:
-    workloads: Optional[list[str]] = None
-    timeout_s: Optional[float] = None  # per workload, build included; default from the preset (300 s)
-    all_workloads_on_cpu: bool = False
-    cpu_max_input_mib: float = 12.0  # larger workloads are too slow for the Triton interpreter
-    timing: bool = True
-    baselines: bool = True  # measure FlashInfer baselines (cached per GPU, toolchain and workload)
-    # Time the Python reference too (the speedup a FlashInfer-Bench trace stores): minutes on large workloads,
-    # and not the contest's score (FlashInfer's is), so only when asked (--time-reference) or cached.
-    reference_timing: bool = False
-    audit_level: str = "fast"  # "fast" (the loop's default) or "full" (promotion): see harness.audits
-    isolate_network: bool = True
-    device_index: Optional[int] = None
-    sandbox: bool = True  # False (--no-sandbox): no namespaces; every result then says "sandbox: reduced"
-    require_sandbox: bool = False  # a host that cannot give the full sandbox is an error (SandboxUnavailable)
-    sandbox_policy: Optional[SandboxPolicy] = None  # default: the dataset's sandbox.yaml
-    # Keep one candidate process launched ahead (it imports torch and Triton while the current candidate
-    # runs): for sessions that evaluate many solutions (the controller, a folder of solutions). A one-off
-    # submission would only pay for a process it never uses.
-    spare_worker: bool = False
-    # Seeds drawn afresh for this session (--fresh-seeds) instead of from the archive's secret: nothing the
-    # reference computed in earlier sessions is reused (harness.reference_cache).
-    fresh_seeds: bool = False
 
 
 def input_bytes(definition: Definition, workload: Workload) -> int:
@@ -88,7 +54,7 @@ def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[flo
     return scores.definition_scores(workloads)[0]
 
 
-class Session(SessionAudits):
+class Session(WorkloadEvaluation, SessionAudits):
     """Trusted state shared by submissions: the reference worker, its outputs, the environment."""
 
     def __init__(self, dataset: Dataset, archive: Archive, options: Optional[SubmitOptions] = None,
@@ -111,13 +77,13 @@ class Session(SessionAudits):
         self.clock = PhaseClock()  # where the time goes: worker start, build, reference, ...
         self.phase_s = self.clock.totals
         self._phase = self.clock.phase
-        self._spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
+        self.candidates = CandidateWorkers(self.options, self._worker_options, self._phase)
         self.trusted = TrustedReference(
             dataset, archive, TrustedSettings(require_sandbox=self.options.require_sandbox,
                                               sandbox=self.options.sandbox,
                                               reference_timing=self.options.reference_timing,
                                               reuse_outputs=archive_secret is not None),
-            self._worker_options, self._phase, self._launch_first_spare, self._carried_trust)
+            self._worker_options, self._phase, self.candidates.launch_first_spare, self._carried_trust)
         self.baselines = Baselines(
             dataset, archive, self.trusted, self._carried_trust,
             lambda sol, definition, timeout_s: self._start_candidate(sol, definition, timeout_s, role="baseline"),
@@ -185,15 +151,6 @@ class Session(SessionAudits):
     def ceilings(self):
         return self.trusted.ceilings()
 
-    def _launch_first_spare(self) -> None:
-        """While the reference imports, the first candidate's process starts (imports torch, Triton) too."""
-        if self._spare is None:
-            self._spare = WorkerProcess(self._worker_options("candidate", cpu_only=not _gpu_visible()))
-            try:
-                self._spare.launch()
-            except OSError:
-                self._spare = None
-
     def baseline(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float) -> Optional[dict[str, Any]]:
         """The FlashInfer baselines on this workload (harness.baselines)."""
@@ -226,37 +183,9 @@ class Session(SessionAudits):
         if result.impossible:
             wr.message = f"faster than the hardware allows: {result.detail}"
 
-    def _seeds(self, workload: Workload, preset: EvalPreset) -> list[int]:
-        return [trial_seed(self._secret, workload, t) for t in range(preset.num_trials)]
-
-    def _fresh_candidate_worker(self) -> WorkerProcess:
-        """A candidate process that has never run any code but ours: the spare started earlier, or a new one.
-
-        Every candidate gets its own process (isolation); starting one costs seconds (importing torch,
-        Triton, CUPTI), so the session keeps one spare launched in the background.
-        """
-        spare, self._spare = self._spare, None
-        if spare is not None and spare.alive and spare.options == self._worker_options("candidate"):
-            return spare
-        if spare is not None:
-            spare.stop(graceful=False)  # it never ran anything: nothing to wind down
-        worker = WorkerProcess(self._worker_options("candidate"))
-        worker.launch()
-        return worker
-
-    def _launch_spare(self) -> None:
-        if self._spare is None:
-            self._spare = WorkerProcess(self._worker_options("candidate"))
-            try:
-                self._spare.launch()
-            except OSError:
-                self._spare = None
-
     def close(self) -> None:
         """Stop every worker of the session, side by side: each tears down a CUDA context (seconds on a GPU)."""
-        if self._spare is not None:
-            self._spare.stop(graceful=False)
-            self._spare = None
+        self.candidates.close()
         workers = [w for w in (*self.baselines.workers.values(), self.trusted.process) if w is not None]
         self.baselines.workers.clear()
         self.trusted.process = None
@@ -448,36 +377,12 @@ class Session(SessionAudits):
 
     def _start_candidate(self, solution: Solution, definition: Definition, timeout_s: float,
                          role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
-        if role == "candidate":
-            worker = self._fresh_candidate_worker()
-        else:
-            worker = WorkerProcess(self._worker_options(role))
-            worker.launch()
-        try:
-            with self._phase("worker_start"):
-                worker.wait_ready()
-            if self.options.spare_worker:
-                self._launch_spare()  # the next candidate's process starts while this one is evaluated
-            with self._phase("build"):
-                header, _ = worker.request({"op": "build", "solution": dump_json(solution),
-                                            "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)
-        except WorkerTimeout as err:
-            log = worker.log_text()
-            worker.stop()
-            return None, WorkloadResult("", "", EvaluationStatus.TIMEOUT.value, message=f"build: {err}", log=log)
-        except WorkerCrashed as err:
-            log = worker.log_text()
-            worker.stop()
-            return None, WorkloadResult("", "", EvaluationStatus.COMPILE_ERROR.value, message=f"build: {err}", log=log)
-        if not header.get("ok"):
-            log = (header.get("log") or "") + "\n" + worker.log_text()
-            worker.stop()
-            return None, WorkloadResult("", "", header.get("status", "COMPILE_ERROR"), message=header.get("error", ""),
-                                        log=log.strip())
-        worker.compile_only = bool(header.get("compile_only"))
-        worker.compile_only_note = str(header.get("note") or "")
-        worker.build_log = header.get("log", "")
-        return worker, None
+        return self.candidates.start(solution, definition, timeout_s, role)
+
+    @property
+    def _spare(self) -> Optional[WorkerProcess]:
+        """The launched, unused candidate process (harness.candidate_workers)."""
+        return self.candidates.spare
 
     def _mark_memory(self, candidate: WorkerProcess) -> None:
         for worker in (candidate, self.trusted.process, *self.baselines.workers.values()):
@@ -496,100 +401,6 @@ class Session(SessionAudits):
                 processes[f"baseline {names.get(key, key[:8])}"] = (worker.peak_bytes, worker.resident_bytes)
         working = family_for(definition.op_type).reference_working_bytes(definition, workload)
         return memory_record(definition, workload, processes, working)
-
-    def _evaluate_workload(self, worker: WorkerProcess, definition: Definition, workload: Workload, label: str,
-                           preset: EvalPreset, tol: Tolerance, timeout_s: float,
-                           run_audits: bool = True) -> WorkloadResult:
-        deadline = time.monotonic() + timeout_s
-        log_offset = worker.log_size()
-        seeds = self._seeds(workload, preset)
-        merged: Optional[CheckResult] = None
-        audits: list[dict[str, Any]] = []
-        wr = WorkloadResult(workload.uuid, label, EvaluationStatus.PASSED.value)
-        try:
-            for trial, seed in enumerate(seeds):
-                ref_fp, ref_out = self.reference_outputs(definition, workload, seed)
-                with self._phase("correctness"):
-                    header, outputs = worker.request(
-                        {"op": "run", "workload": workload.model_dump(mode="json"), "seed": seed,
-                         "dataset_root": str(self.dataset.root)}, timeout_s=max(deadline - time.monotonic(), 0.001))
-                if not header.get("ok"):
-                    wr.status = header.get("status", EvaluationStatus.RUNTIME_ERROR.value)
-                    wr.message = f"trial {trial}: {header.get('error', 'failed')}"
-                    if header.get("context_broken"):
-                        wr.message += " (the CUDA context is broken; the next workload gets a fresh process)"
-                        worker.kill()
-                    break
-                if header.get("input_fingerprint") != ref_fp:
-                    wr.status = EvaluationStatus.RUNTIME_ERROR.value
-                    wr.message = ("harness fault: candidate and reference inputs differ "
-                                  "(input generation not deterministic)")
-                    break
-                if header.get("mutated_inputs"):
-                    audits.append({"name": "input_mutation", "passed": False,
-                                   "detail": f"trial {trial}: modified inputs {header['mutated_inputs']}"})
-                if header.get("aliased_outputs"):
-                    audits.append({"name": "output_aliasing", "passed": False,
-                                   "detail": f"trial {trial}: {'; '.join(header['aliased_outputs'])}"})
-                # Definition order, not the payload's (safetensors sorts names).
-                with self._phase("compare"):
-                    check = self._judge(definition, workload, seed, outputs,
-                                        {n: ref_out[n] for n in definition.outputs}, tol)
-                merged = check if merged is None else merge_results(merged, check)
-                if trial == 0 and check.passed and run_audits:
-                    audits.append(self._precision_audit(definition, workload, seed, outputs, ref_out))
-                if not check.passed:
-                    wr.status = check.status.value
-                    wr.message = f"trial {trial}: {check.message}"
-                    break
-        except WorkerTimeout as err:
-            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{err} (limit {timeout_s:.0f} s per workload)"
-        except WorkerCrashed as err:
-            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, str(err)
-        if merged is not None and merged.has_errors:
-            wr.max_absolute_error = merged.max_absolute_error
-            wr.max_relative_error = merged.max_relative_error
-            wr.matched_ratio = merged.matched_ratio
-        if not audits and merged is not None:  # at least one call completed and was inspected
-            audits.append({"name": "input_mutation", "passed": True, "detail": "inputs unchanged"})
-            audits.append({"name": "output_aliasing", "passed": True, "detail": "outputs are fresh memory"})
-        wr.audits = audits
-
-        if wr.status == EvaluationStatus.PASSED.value:
-            self._time(worker, definition, workload, seeds, preset, wr, deadline)
-        if wr.status == EvaluationStatus.PASSED.value and run_audits:
-            self._recheck(worker, definition, workload, preset, tol, wr, deadline)
-        wr.log = worker.log_since(log_offset) if worker.workdir else ""
-        return wr
-
-    def _within_deadline(self, worker: WorkerProcess, message: dict[str, Any], deadline: float, wr: WorkloadResult,
-                         what: str, phase: str) -> Optional[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
-        """One request inside the workload's deadline; a hang or a crash becomes the workload's status."""
-        try:
-            with self._phase(phase):
-                return worker.request(message, timeout_s=max(deadline - time.monotonic(), 0.001))
-        except WorkerTimeout as err:
-            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{what}: {err}"
-        except WorkerCrashed as err:
-            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"{what}: {err}"
-        return None
-
-    def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
-              preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:
-        if not self.has_gpu:
-            wr.timing_note = "no GPU: timing unavailable"
-            return
-        if not self.options.timing:
-            wr.timing_note = "timing switched off"
-            return
-        reply = self._within_deadline(worker, {"op": "time", "workload": workload.model_dump(mode="json"),
-                                               "seeds": seeds, "warmup": preset.warmup,
-                                               "iterations": preset.iterations, "dataset_root": str(self.dataset.root),
-                                               "clock_truth_calls": 9 if self.audit_config.level != "off" else 0},
-                                      deadline, wr, "timing", "timing")
-        if reply is None:
-            return
-        apply_timing_reply(wr, reply[0], self.audit_config)
 
     # -- archive --------------------------------------------------------------------------------------
 
