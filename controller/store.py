@@ -144,6 +144,24 @@ class Store:
             "from responses join requests on responses.request_id = requests.id "
             "where requests.run_id = ? order by responses.id", [run_id])]
 
+    # -- tool conversations (controller/agent/tool_loop.py: the Journal of an API model's turns) ---------------------
+
+    def agent_turns(self, run_id: str, request_key: str) -> list[dict[str, Any]]:
+        """The archived turns of one request's conversation, in order, as their JSON payloads."""
+        return [json.loads(r["payload"]) for r in self.db.query(
+            "select payload from agent_turns where run_id = ? and request_key = ? order by turn",
+            [run_id, request_key])]
+
+    def add_agent_turn(self, run_id: str, request_key: str, turn: int, payload: dict[str, Any]) -> None:
+        self.db["agent_turns"].insert({"run_id": run_id, "request_key": request_key, "turn": turn,
+                                       "payload": json.dumps(payload), "created_at": now()})
+
+    def agent_conversations(self, run_id: str) -> list[str]:
+        """The request keys of a run that had a tool conversation, in the order they began."""
+        return [r["request_key"] for r in self.db.query(
+            "select request_key, min(id) as first from agent_turns where run_id = ? group by request_key "
+            "order by first", [run_id])]
+
     def response_count(self, run_id: str) -> int:
         return self.db.execute("select count(*) from responses join requests on responses.request_id = requests.id "
                                "where requests.run_id = ?", [run_id]).fetchone()[0]

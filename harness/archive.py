@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import sqlite_utils
 
 from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, m004_profiles, m006_seals,
-                         m007_baseline_messages, m008_trusted_outputs, now)
+                         m007_baseline_messages, m008_trusted_outputs, m009_agent_turns, now)
 from .stale import process_alive
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 from .views import m005_review_views
@@ -40,7 +40,8 @@ NO_VERDICT = ("RUNNING", INTERRUPTED, HARNESS_ERROR)
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
                                                               m004_profiles, m005_review_views, m006_seals,
-                                                              m007_baseline_messages, m008_trusted_outputs]
+                                                              m007_baseline_messages, m008_trusted_outputs,
+                                                              m009_agent_turns]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:

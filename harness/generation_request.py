@@ -30,6 +30,8 @@ class Budget(_Data):
     max_candidates: int = Field(2, ge=1)
     wall_s: float = Field(600.0, gt=0)
     max_cost_usd: Optional[float] = Field(None, ge=0)
+    max_turns: int = Field(16, ge=1)  # model calls of one tool conversation (API providers)
+    max_evaluations: int = Field(3, ge=0)  # harness evaluations the model may ask for with the evaluate tool
 
 
 class Constraints(_Data):
@@ -107,6 +109,15 @@ class Repair(_Data):
     log_excerpt: str = ""
 
 
+class SkillEntry(_Data):
+    """A skill the model may read whole, on demand (the Agent Skills spec's progressive disclosure): the request
+    carries its name and description; the read_skill tool returns its body, read_reference one of its files."""
+
+    name: str
+    description: str
+    references: list[str] = Field(default_factory=list)  # files of the skill's folder it may read, relative paths
+
+
 class GenerationRequest(_Data):
     run_id: str
     round: int
@@ -127,6 +138,9 @@ class GenerationRequest(_Data):
     history: list[HistoryItem] = Field(default_factory=list)
     repair: Optional[Repair] = None
     seed: int = 0
+    # The skills (and their files) this request may read; archived with it, so what a model could see is on record.
+    skill_index: list[SkillEntry] = Field(default_factory=list)
+    hint: str = ""  # a person's hypothesis for the whole run (controller loop --hint): agent-assisted mode
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True)
@@ -198,18 +212,56 @@ def _fence(text: str, info: str = "") -> str:
     return f"{fence}{info}\n{text.rstrip()}\n{fence}"
 
 
-def render_prompt(request: GenerationRequest) -> str:
-    """The request as one Markdown document (the user message, or REQUEST.md in an agent workspace)."""
+def render_skill_index(request: GenerationRequest) -> str:
+    """The skills a request may read, by name and description (bodies on demand through the read_skill tool)."""
+    if not request.skill_index:
+        return ""
+    lines = []
+    for entry in request.skill_index:
+        refs = f" Files: {', '.join(f'`{p}`' for p in entry.references)}." if entry.references else ""
+        lines.append(f"- **{entry.name}**: {' '.join(entry.description.split())}{refs}")
+    return ("## Skills you may read\nRead a skill's body with `read_skill`, one of its files with `read_reference`; "
+            "each comes back whole.\n" + "\n".join(lines))
+
+
+def render_stable_prefix(request: GenerationRequest) -> str:
+    """What every request of a definition shares (definition, constraints, acceptance, skill index, policy), first in
+    the conversation so that a provider's prompt cache serves it from the second request on."""
     r = request
-    c, b, a = r.constraints, r.budget, r.acceptance
-    parts = [
-        f"# Generation request {r.key} (run {r.run_id})",
-        f"Definition: `{r.definition}` on {r.target_hardware}. Kind: {r.kind}.",
-    ]
+    c, a = r.constraints, r.acceptance
+    parts = [f"# Definition `{r.definition}` on {r.target_hardware}"]
     if r.definition_summary:
         parts.append(r.definition_summary)
-    parts += [f"## Regime and hypothesis\nRegime: {r.regime or '-'}\n\n{r.hypothesis or '-'}",
-              f"## Evidence ({r.evidence.kind})\n{r.evidence.markdown or '-'}"]
+    parts.append("## Constraints\n"
+                 f"- language: {c.language}; entry point: `{c.entry_point}`\n"
+                 f"- signature (destination-passing, returns nothing): `run({', '.join(c.dps_signature)})`\n"
+                 f"- you may edit only: {', '.join(f'`{f}`' for f in c.editable_files)}\n"
+                 + "".join(f"- never: {f}\n" for f in c.forbidden))
+    parts.append("## Acceptance\n"
+                 f"- every workload PASSED (official rule) and every audit clean\n"
+                 f"- at least {a.min_repeats} paired ({a.paired_order}) measurements; the mean over workloads of "
+                 f"the speedup over the incumbent (the definition score's aggregate) above "
+                 f"{1 + a.noise_floor_rel:.3g}x; no regime's mean speedup below {1 - a.max_regime_regression_rel:.3g}x "
+                 f"and no workload's below {1 - a.max_workload_regression_rel:.3g}x\n"
+                 f"- then an evaluation at the full audit level (run-time attribution) with every audit clean"
+                 + (f"\n- {a.note}" if a.note else ""))
+    index = render_skill_index(r)
+    if index:
+        parts.append(index)
+    for name, text in r.skill_excerpts.items():
+        parts.append(f"## Skill excerpt: {name}\n{text}")
+    return "\n\n".join(parts) + "\n"
+
+
+def render_task(request: GenerationRequest) -> str:
+    """This request's own part: regime, hypothesis, a person's hint, evidence, incumbent, repair, history, budget."""
+    r = request
+    b = r.budget
+    parts = [f"# Generation request {r.key} (run {r.run_id})", f"Kind: {r.kind}.",
+             f"## Regime and hypothesis\nRegime: {r.regime or '-'}\n\n{r.hypothesis or '-'}"]
+    if r.hint:
+        parts.append(f"## A person's direction for this run\n{r.hint}")
+    parts.append(f"## Evidence ({r.evidence.kind})\n{r.evidence.markdown or '-'}")
     inc = r.incumbent
     files = "\n\n".join(f"`{s['path']}`:\n" + _fence(s["content"], "python") for s in inc.solution.get("sources", []))
     parts.append(f"## Incumbent `{inc.name}` ({inc.status or 'not evaluated'})\n{files}")
@@ -224,24 +276,16 @@ def render_prompt(request: GenerationRequest) -> str:
                  + (f", {h.mean_latency_ms:.4g} ms" if h.mean_latency_ms is not None else "")
                  + (f", {h.verdict}" if h.verdict else "") for h in r.history[-20:]]
         parts.append("## Already tried\n" + "\n".join(lines))
-    parts.append("## Constraints\n"
-                 f"- language: {c.language}; entry point: `{c.entry_point}`\n"
-                 f"- signature (destination-passing, returns nothing): `run({', '.join(c.dps_signature)})`\n"
-                 f"- you may edit only: {', '.join(f'`{f}`' for f in c.editable_files)}\n"
-                 + "".join(f"- never: {f}\n" for f in c.forbidden))
     parts.append("## Budget\n"
                  f"- at most {b.max_candidates} candidate(s), {b.max_output_tokens} output tokens per answer, "
-                 f"{b.wall_s:g} s wall time" + (f", ${b.max_cost_usd:.2f}" if b.max_cost_usd is not None else ""))
-    parts.append("## Acceptance\n"
-                 f"- every workload PASSED (official rule) and every audit clean\n"
-                 f"- at least {a.min_repeats} paired ({a.paired_order}) measurements; the mean over workloads of "
-                 f"the speedup over the incumbent (the definition score's aggregate) above "
-                 f"{1 + a.noise_floor_rel:.3g}x; no regime's mean speedup below {1 - a.max_regime_regression_rel:.3g}x "
-                 f"and no workload's below {1 - a.max_workload_regression_rel:.3g}x\n"
-                 f"- then an evaluation at the full audit level (run-time attribution) with every audit clean"
-                 + (f"\n- {a.note}" if a.note else ""))
-    for name, text in r.skill_excerpts.items():
-        parts.append(f"## Skill excerpt: {name}\n{text}")
-    parts.append("## Answer\nReturn JSON with `files` (path and complete content of each editable file), "
-                 "`entry_point` and `notes`.")
+                 f"{b.wall_s:g} s wall time" + (f", ${b.max_cost_usd:.2f}" if b.max_cost_usd is not None else "")
+                 + f"; in a tool conversation at most {b.max_turns} turns and {b.max_evaluations} evaluation(s)")
     return "\n\n".join(parts) + "\n"
+
+
+def render_prompt(request: GenerationRequest) -> str:
+    """The request as one Markdown document (the user message of a one-shot call, REQUEST.md in an agent workspace):
+    the definition's stable part, then this request's task."""
+    return (render_stable_prefix(request) + "\n" + render_task(request)
+            + "\n## Answer\nReturn JSON with `files` (path and complete content of each editable file), "
+              "`entry_point` and `notes`.\n")

@@ -113,3 +113,11 @@ def m008_trusted_outputs(db: sqlite_utils.Database) -> None:
     # The reference's (and its float64 oracle's) outputs per GPU, toolchain, definition, workload, seed and
     # input code (harness/reference_cache.py): read back by later sessions of the same archive.
     db["trusted_outputs"].create({"key": str, "header": str, "blob": str, "created_at": str}, pk="key")
+
+
+def m009_agent_turns(db: sqlite_utils.Database) -> None:
+    # The turns of a tool conversation (controller/agent): each model turn with its tool calls and their results,
+    # written before the next call is sent, so a killed run resumes mid-conversation and a replay replays it.
+    db["agent_turns"].create({"id": int, "run_id": str, "request_key": str, "turn": int, "payload": str,
+                              "created_at": str}, pk="id", foreign_keys=[("run_id", "runs", "id")])
+    db["agent_turns"].create_index(["run_id", "request_key", "turn"], unique=True)

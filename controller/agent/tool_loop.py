@@ -1,0 +1,193 @@
+"""The bounded tool conversation of one generation request.
+
+One obvious loop: send the conversation, archive the model's turn with the results of its tool calls, repeat, until
+the model stops calling tools, the candidate budget is used, or a bound stops it. Every bound is hard and checked
+between turns (turns, tokens, cost, wall time; evaluations inside the evaluate tool) and inside each call (the
+call's wall limit is what is left of the request's, its output cap what the token and cost budgets still allow).
+
+A turn is written to the journal before the next call is sent, so a run killed mid-conversation resumes from its
+last archived turn (the journal's turns are replayed into the conversation, nothing is sent twice), and a replay
+provider hands the archived turns back in order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional, Protocol
+
+from harness.generation_request import GenerationRequest, GenerationResponse, render_stable_prefix, render_task
+
+from ..providers.base import cost_usd, estimate_tokens
+from .tools import TOOL_SPECS, ToolBox
+from .transcript import AssistantTurn, ToolResult, Turn
+
+
+class ChatModel(Protocol):
+    """A model that takes the conversation so far and answers one turn (providers/anthropic.py, openai.py)."""
+
+    name: str
+    model: str
+
+    def send(self, system: str, stable: str, task: str, turns: list[Turn], tools: list[dict[str, Any]],
+             max_tokens: int, timeout_s: float) -> AssistantTurn:
+        """One call. ``system`` and ``stable`` are the same for every request of a definition (the cacheable
+        prefix); ``task`` is this request's; ``turns`` the archived turns so far, to be sent back as they were."""
+        ...
+
+
+class Journal(Protocol):
+    """Where a conversation's turns are kept, by request."""
+
+    def turns(self, request: GenerationRequest) -> list[Turn]: ...
+
+    def append(self, request: GenerationRequest, turn: Turn) -> None: ...
+
+
+class MemoryJournal:
+    """Turns kept in memory (tests, one-off calls)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str], list[Turn]] = {}
+
+    def turns(self, request: GenerationRequest) -> list[Turn]:
+        return list(self.kept.get((request.run_id, request.key), []))
+
+    def append(self, request: GenerationRequest, turn: Turn) -> None:
+        self.kept.setdefault((request.run_id, request.key), []).append(turn)
+
+
+SYSTEM = (
+    "You write GPU kernels for a contest harness. The harness alone builds, checks and times code; you propose. "
+    "Work with the tools: read the skills you need (whole, on demand), evaluate drafts through the harness within "
+    "the evaluation budget, read profiles, and submit each candidate with submit_kernel (complete files). Obey the "
+    "constraints exactly: the language, the destination-passing signature, the files you may edit, and the "
+    "forbidden list. When your candidates are submitted, stop calling tools."
+)
+
+
+def _room(request: GenerationRequest, spent_tokens: int, spent_cost: float, prompt_tokens: int,
+          price: Optional[tuple[float, float]]) -> tuple[int, Optional[str]]:
+    """The output cap of the next call within the token and cost budgets, or (0, why no call fits)."""
+    b = request.budget
+    allowed = b.max_output_tokens
+    if b.max_total_tokens is not None:
+        allowed = min(allowed, b.max_total_tokens - spent_tokens - prompt_tokens)
+        if allowed < 1:
+            return 0, (f"token budget: {b.max_total_tokens - spent_tokens} tokens left, the conversation alone is "
+                       f"about {prompt_tokens}")
+    if b.max_cost_usd is not None:
+        if price is None:
+            return 0, "cost budget set but no price is known for this model (add it to the price table)"
+        left = b.max_cost_usd - spent_cost - prompt_tokens * price[0] / 1e6
+        allowed = min(allowed, int(left * 1e6 / price[1]) if price[1] > 0 else allowed)
+        if allowed < 1:
+            return 0, f"cost budget: ${b.max_cost_usd - spent_cost:.4f} left does not pay for the conversation"
+    return allowed, None
+
+
+def _conversation_tokens(system: str, stable: str, task: str, turns: list[Turn]) -> int:
+    """A high estimate of what the next call sends (the whole conversation is sent again each turn)."""
+    text = system + stable + task + "".join(t.model_dump_json() for t in turns)
+    return estimate_tokens(text)
+
+
+def split_prompt(request: GenerationRequest) -> tuple[str, str]:
+    return render_stable_prefix(request), render_task(request)
+
+
+def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox, journal: Journal,
+                  price: Optional[tuple[float, float]],
+                  render: Callable[[GenerationRequest], tuple[str, str]] = split_prompt,
+                  clock: Callable[[], float] = time.monotonic) -> GenerationResponse:
+    """Run (or resume) the conversation of ``request``; the proposals are what ``submit_kernel`` accepted."""
+    stable, task = render(request)
+    b = request.budget
+    response = GenerationResponse(provider=chat.name, model=chat.model if price else f"{chat.model} (no price: "
+                                                                                       "cost not counted)")
+    turns = journal.turns(request)
+    for turn in turns:  # a resumed conversation: what was spent and submitted before the kill counts
+        _account(response, turn)
+        answered = {r.call_id: r for r in turn.results}
+        for call in turn.assistant.tool_calls:
+            result = answered.get(call.id)
+            if result is None or result.is_error:  # refused or not run: it took nothing from the budgets
+                continue
+            if call.name == "submit_kernel":
+                toolbox.call(call)  # re-derive the proposals; nothing is sent or evaluated again
+            elif call.name == "evaluate":
+                toolbox.evaluations += 1
+    started = clock() - sum(t.wall_s for t in turns)
+    tools = [dict(spec) for spec in TOOL_SPECS]
+    while True:
+        why = _stop_before_turn(request, response, toolbox, turns, clock() - started)
+        if why is not None:
+            if why != "done":
+                response.stopped = why
+            break
+        max_tokens, why_not = _room(request, response.tokens_in + response.tokens_out, response.cost_usd,
+                                    _conversation_tokens(SYSTEM, stable, task, turns), price)
+        if why_not:
+            response.stopped = why_not
+            break
+        call_started = clock()
+        assistant = chat.send(SYSTEM, stable, task, turns, tools, max_tokens, b.wall_s - (call_started - started))
+        turn = Turn(index=len(turns), assistant=assistant, wall_s=clock() - call_started,
+                    cost_usd=cost_usd(assistant.tokens_in, assistant.tokens_out, price))
+        if assistant.error or assistant.timed_out or assistant.truncated:
+            journal.append(request, turn)
+            turns.append(turn)
+            _account(response, turn)
+            response.error = assistant.error
+            if assistant.timed_out:
+                response.stopped = f"wall time: no answer within the request's {b.wall_s:g} s"
+            elif assistant.truncated:
+                response.stopped = f"output hit max_tokens ({max_tokens}): turn {turn.index} cut short"
+            break
+        over = _over_budget(request, response, turn)
+        if over:  # this turn broke a bound: its tool calls are not run, its submissions not taken
+            turn.results = [ToolResult(call_id=c.id, name=c.name, content=f"not run: {over}", is_error=True)
+                            for c in assistant.tool_calls]
+        else:
+            turn.results = [toolbox.call(c) for c in assistant.tool_calls]
+        journal.append(request, turn)  # before the next call is sent
+        turns.append(turn)
+        _account(response, turn)
+        if over:
+            response.stopped = over
+            break
+    response.proposals, response.rejected = list(toolbox.proposals), list(toolbox.rejected)
+    response.raw_text = "\n".join(t.model_dump_json() for t in turns)
+    response.wall_s = clock() - started
+    return response
+
+
+def _account(response: GenerationResponse, turn: Turn) -> None:
+    response.tokens_in += turn.assistant.tokens_in
+    response.tokens_out += turn.assistant.tokens_out
+    response.cost_usd += turn.cost_usd
+
+
+def _stop_before_turn(request: GenerationRequest, response: GenerationResponse, toolbox: ToolBox,
+                      turns: list[Turn], elapsed_s: float) -> Optional[str]:
+    """"done" when the conversation is over, a bound's reason when one stops it, None to go on."""
+    b = request.budget
+    if turns and not turns[-1].assistant.tool_calls:
+        return "done"  # the model answered without tools: it has nothing more to do
+    if toolbox.submitted >= b.max_candidates:
+        return "done"
+    if len(turns) >= b.max_turns:
+        return f"turn budget: {b.max_turns} turns used"
+    if elapsed_s >= b.wall_s:
+        return f"wall time: {b.wall_s:g} s used up"
+    return None
+
+
+def _over_budget(request: GenerationRequest, response: GenerationResponse, turn: Turn) -> Optional[str]:
+    b = request.budget
+    tokens = response.tokens_in + response.tokens_out + turn.assistant.tokens_in + turn.assistant.tokens_out
+    if b.max_total_tokens is not None and tokens > b.max_total_tokens:
+        return f"token budget: {tokens} tokens > {b.max_total_tokens}; turn {turn.index} discarded"
+    cost = response.cost_usd + turn.cost_usd
+    if b.max_cost_usd is not None and cost > b.max_cost_usd:
+        return f"cost budget: ${cost:.4f} > ${b.max_cost_usd:.4f}; turn {turn.index} discarded"
+    return None
