@@ -23,7 +23,7 @@ import torch
 from .archive import HARNESS_ERROR, INTERRUPTED, Archive
 from . import records, scores
 from .audit_thresholds import policy_thresholds
-from .baselines import Baselines
+from .baselines import Baselines, flashinfer_cache
 from .audits import AuditConfig, promotion_blockers
 from .build import static_signature_problem
 from .candidate_workers import CandidateWorkers
@@ -93,8 +93,8 @@ class Session(WorkloadEvaluation, SessionAudits):
 
     def _worker_options(self, role: str, cpu_only: Optional[bool] = None) -> WorkerOptions:
         writable, environment = (), ()
-        if role == "baseline":  # FlashInfer's JIT modules, compiled once per archive rather than per session
-            cache = self.archive.folder / "cache" / "flashinfer"
+        if role == "baseline":  # FlashInfer's JIT modules, compiled once per archive (or host) rather than per session
+            cache = flashinfer_cache(self.archive.folder)
             cache.mkdir(parents=True, exist_ok=True)
             writable, environment = (str(cache.resolve()),), (("FLASHINFER_WORKSPACE_BASE", str(cache.resolve())),)
         return WorkerOptions(role=role, device_index=self.options.device_index,
