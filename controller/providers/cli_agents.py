@@ -1,68 +1,79 @@
-"""Coding agents (Claude Code, Codex) run non-interactively in a private workspace.
+"""Coding agents (Claude Code, Codex) run non-interactively in a private workspace (agent_workspace.py).
 
-The workspace holds REQUEST.md (the request as Markdown), a copy of the skills where each agent looks
-for them, and only the files the candidate may edit. After the run every file is compared with its
-state before: a file created, changed or deleted outside the allowed set rejects the candidate, with
-the paths in the reason. The agent gets the request's wall time; past it the process group is killed.
-Command lines are data (AGENTS) so a changed CLI flag is a one-line edit; tests run a fake executable.
+Each candidate gets a fresh workspace: REQUEST.md, the skills where the agent looks for them, AGENTS.md
+(Codex), the editable files and ./crucible-check, which runs the harness's own `harness submit` on the
+candidate with the request's workloads and limits. The agent may read, edit and search files and run that
+wrapper; nothing else. No user settings, hooks or MCP servers reach it: Claude Code loads only the
+workspace's own settings source (its skills) and an empty, strict MCP config; Codex gets a private CODEX_HOME
+with no config.toml whose auth.json links to the user's. Credentials stay where they are (environment
+variables pass through; nothing is copied into the workspace).
+
+Bounds: the request's wall time (past it the process group is killed), the cost budget passed to the CLI
+where it has a flag (Claude Code: --max-budget-usd) and checked after every run from the agent's usage
+report, the token budget checked likewise. A cost is known from the agent's own report (Claude Code) or the
+price table by model; an unknown cost is recorded as unknown, never as 0, and a request with a cost budget
+that cannot be priced is refused before anything runs. Command lines are data (AGENTS): a changed CLI flag
+is a one-line edit; tests run fake executables.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 from harness.generation_request import GenerationRequest, GenerationResponse, Rejection, render_prompt
 
-from .base import (ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,
+from .agent_workspace import (CHECK_SCRIPT, build_workspace, changed_paths, judge_changes, snapshot)
+from .base import (PRICES_FILE, ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,
                    proposal_from_files)
+
+__all__ = ["AGENTS", "CLIAgentProvider", "changed_paths", "require_executable", "snapshot", "usage_from_output"]
+
+# The tools Claude Code gets, all pre-approved; in dontAsk mode every other tool call is denied, never asked.
+# Skill lets it load the workspace's skills.
+CLAUDE_TOOLS = f"Read,Edit,Write,Glob,Grep,Skill,Bash(./{CHECK_SCRIPT}:*)"
 
 AGENTS: dict[str, dict[str, Any]] = {
     "claude-code": {
-        "command": ["claude", "-p", "{prompt}", "--output-format", "json", "--permission-mode", "acceptEdits",
+        "command": ["claude", "-p", "{prompt}", "--output-format", "json",
+                    # only the workspace's own .claude/ (the skills' copy): no user settings, hooks or CLAUDE.md
+                    "--setting-sources", "project",
+                    "--strict-mcp-config", "--mcp-config", '{"mcpServers": {}}',
+                    "--allowedTools", CLAUDE_TOOLS, "--permission-mode", "dontAsk",
                     "--max-turns", "{max_turns}"],
         "model_args": ["--model", "{model}"],
+        "budget_args": ["--max-budget-usd", "{max_cost_usd}"],  # the CLI stops itself at the cost budget
         "skills_dirs": [".claude/skills"],
+        "instructions": None,
+        "private_home": None,  # settings are cut by flags; its login (~/.claude) must stay reachable
         "output": "claude-json",
+        "reports_cost": True,  # total_cost_usd in its JSON result
     },
     "codex": {
-        "command": ["codex", "exec", "--json", "--color", "never", "--skip-git-repo-check", "--sandbox",
-                    "workspace-write", "--ephemeral", "{prompt}"],
+        "command": ["codex", "exec", "--json", "--color", "never", "--skip-git-repo-check", "--ephemeral",
+                    "--sandbox", "workspace-write", "-c", 'approval_policy="never"', "{prompt}"],
         "model_args": ["--model", "{model}"],
+        "budget_args": [],  # no cost flag: enforced from the usage report and the price table
+        # the archive the wrapper's `harness submit` writes to, outside the workspace sandbox
+        "writable_args": ["-c", 'sandbox_workspace_write.writable_roots=["{archive}"]'],
         "skills_dirs": [".agents/skills", ".codex/skills"],
+        "instructions": "AGENTS.md",
+        # CODEX_HOME holds config.toml (MCP servers, hooks, profiles) and a global AGENTS.md: a private one with
+        # only a link to the login keeps all of that out; OPENAI_API_KEY/CODEX_API_KEY pass through as they are.
+        "private_home": {"env": "CODEX_HOME", "default": "~/.codex", "link": ["auth.json"]},
         "output": "codex-jsonl",
+        "reports_cost": False,
     },
 }
 PROMPT = ("Read REQUEST.md in the current folder and do what it asks. Edit only {files} in place; create, "
-          "change or delete no other file (anything else rejects your candidate). Stop when done.")
-REQUEST_FILE = "REQUEST.md"
+          "change or delete no other file (anything else rejects your candidate). Check your candidate with "
+          "./crucible-check before you stop. Stop when done.")
 MAX_CAPTURE = 200_000
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """relative path -> content hash (symlinks by target) for every file under root."""
-    state: dict[str, str] = {}
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
-            path = Path(folder) / name
-            rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                state[rel] = "link:" + os.readlink(path)
-            else:
-                state[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return state
-
-
-def changed_paths(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 
 
 def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
@@ -77,7 +88,8 @@ def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
         out["tokens_in"] = sum(int(usage.get(k) or 0) for k in
                                ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
         out["tokens_out"] = int(usage.get("output_tokens") or 0)
-        out["cost_usd"] = data.get("total_cost_usd")
+        cost = data.get("total_cost_usd")
+        out["cost_usd"] = float(cost) if isinstance(cost, (int, float)) else None
         out["is_error"] = bool(data.get("is_error"))
         out["text"] = str(data.get("result") or "")
     elif kind == "codex-jsonl":
@@ -85,6 +97,8 @@ def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
             try:
                 event = json.loads(line)
             except json.JSONDecodeError:
+                continue
+            if not isinstance(event, dict):
                 continue
             if event.get("type") == "turn.completed":
                 usage = event.get("usage") or {}
@@ -94,6 +108,16 @@ def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
                 out["is_error"] = True
             elif event.get("type") == "item.completed" and (event.get("item") or {}).get("type") == "agent_message":
                 out["text"] = str(event["item"].get("text") or "")
+    return out
+
+
+def fill(parts: list[str], values: dict[str, str]) -> list[str]:
+    """Put the values in for their {name}; other braces (a JSON argument) stay as they are."""
+    out = []
+    for part in parts:
+        for name, value in values.items():
+            part = part.replace("{" + name + "}", value)
+        out.append(part)
     return out
 
 
@@ -110,76 +134,103 @@ def require_executable(agent: str, command: list[str] | None = None) -> str:
 
 
 class CLIAgentProvider:
-    def __init__(self, agent: str, skills_root: str | Path, model: Optional[str] = None, max_turns: int = 40,
+    """``check``: what ./crucible-check submits with (archive, dataset, workloads, timeout_s; python and module
+    for tests); without an archive the wrapper says it is unavailable."""
+
+    def __init__(self, agent: str, skills_root: Any, model: Optional[str] = None, max_turns: int = 40,
                  command: Optional[list[str]] = None, prices: Optional[dict[str, tuple[float, float]]] = None,
-                 keep_workspace: bool = False):
+                 keep_workspace: bool = False, check: Optional[dict[str, Any]] = None):
         if agent not in AGENTS:
             raise ValueError(f"unknown agent {agent!r}; known: {', '.join(AGENTS)}")
+        from pathlib import Path
+
         self.name = agent
         self.spec = {**AGENTS[agent], **({"command": command} if command else {})}
         self.skills_root = Path(skills_root)
         self.model, self.max_turns, self.prices, self.keep_workspace = model, max_turns, prices, keep_workspace
+        self.check = dict(check) if check else None
 
     def preflight(self) -> None:
         require_executable(self.name, self.spec["command"])
 
-    def command_line(self, files: list[str]) -> list[str]:
+    def command_line(self, files: list[str], cost_left: Optional[float] = None) -> list[str]:
         values = {"prompt": PROMPT.format(files=", ".join(files)), "max_turns": str(self.max_turns),
-                  "model": self.model or ""}
-        argv = [part.format(**values) for part in self.spec["command"]]
+                  "model": self.model or "", "max_cost_usd": f"{cost_left:.4f}" if cost_left is not None else "",
+                  "archive": str((self.check or {}).get("archive") or "")}
+        argv = fill(self.spec["command"], values)
         if self.model:
-            argv += [part.format(**values) for part in self.spec["model_args"]]
+            argv += fill(self.spec["model_args"], values)
+        if cost_left is not None:
+            argv += fill(self.spec.get("budget_args", []), values)
+        if values["archive"]:
+            argv += fill(self.spec.get("writable_args", []), values)
         return argv
 
-    def workspace(self, request: GenerationRequest) -> tuple[Path, dict[str, str]]:
-        """A private folder: REQUEST.md, the skills, and the editable files (the failed candidate's on repair)."""
-        root = Path(tempfile.mkdtemp(prefix=f"crucible-{self.name}-"))
-        (root / REQUEST_FILE).write_text(render_prompt(request))
-        for folder in self.spec["skills_dirs"]:
-            # A copy, not a link: an agent that edits a skill must not change the repository's skills.
-            shutil.copytree(self.skills_root, root / folder, symlinks=False,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        source = request.repair.solution if request.repair is not None else request.incumbent.solution
-        files = {s["path"]: s["content"] for s in source.get("sources", [])}
-        editable = {}
-        for path in request.constraints.editable_files:
-            target = root / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(files.get(path, ""))
-            editable[normalise(path)] = files.get(path, "")
-        return root, editable
+    def price(self) -> Optional[tuple[float, float]]:
+        return price_of(self.model, self.prices) if self.model else None
 
-    def run_once(self, request: GenerationRequest, index: int, wall_s: float) -> dict[str, Any]:
-        root, editable = self.workspace(request)
+    def cost_refusal(self, request: GenerationRequest) -> Optional[str]:
+        """Why a request with a cost budget cannot be run (its cost could not be known), else None."""
+        if request.budget.max_cost_usd is None or self.spec.get("reports_cost") or self.price() is not None:
+            return None
+        model = f"model {self.model!r} has" if self.model else f"no --model given, so {self.name}'s default model has"
+        return (f"cost budget set but {model} no price: add it to {PRICES_FILE.relative_to(PRICES_FILE.parents[2])} "
+                "or to a file named by CRUCIBLE_PRICES (and pass --model)")
+
+    def workspace(self, request: GenerationRequest):
+        """(parent, workspace, private home, editable path -> starting content); the failed candidate on repair."""
+        source = request.repair.solution if request.repair is not None else request.incumbent.solution
+        contents = {s["path"]: s["content"] for s in source.get("sources", [])}
+        files = {normalise(p): contents.get(p, "") for p in request.constraints.editable_files}
+        # What ./crucible-check submits: the proposal this workspace would give, the agent's files put in at run.
+        start = proposal_from_files(request, files, request.constraints.entry_point,
+                                    candidate_name(request, self.name, 0), f"controller/{self.name}", {})
+        solution = getattr(start, "solution", None)
+        # Harness evaluations the request allows (a budget field of tool conversations; absent: no count).
+        max_checks = getattr(request.budget, "max_evaluations", None)
+        parent, root, home = build_workspace(self.name, self.spec, self.skills_root, render_prompt(request), files,
+                                             solution, self.check, max_checks)
+        return parent, root, home, files
+
+    def environment(self, home) -> dict[str, str]:
+        env = dict(os.environ)
+        spec = self.spec.get("private_home")
+        if spec and home is not None:
+            env[spec["env"]] = str(home)
+        return env
+
+    def run_once(self, request: GenerationRequest, wall_s: float, cost_left: Optional[float]) -> dict[str, Any]:
+        parent, root, home, files = self.workspace(request)
+        editable = list(files)
         before = snapshot(root)
-        argv = self.command_line(list(editable))
+        argv = self.command_line(editable, cost_left)
         started = time.monotonic()
         timed_out = False
         try:
             proc = subprocess.Popen(argv, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True, text=True, errors="replace")
+                                    stderr=subprocess.PIPE, start_new_session=True, text=True, errors="replace",
+                                    env=self.environment(home))
         except OSError as err:
-            shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(parent, ignore_errors=True)
             return {"error": f"cannot run {argv[0]}: {err}", "argv": argv}
         try:
             stdout, stderr = proc.communicate(timeout=wall_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the agent and everything it started
+                os.killpg(proc.pid, signal.SIGKILL)  # the agent and everything it started (a running check too)
             except ProcessLookupError:
                 pass
             stdout, stderr = proc.communicate()
         elapsed = time.monotonic() - started
-        after = snapshot(root)
-        changed = changed_paths(before, after)
+        forbidden, ignored = judge_changes(before, snapshot(root), editable)
         edited = {p: (root / p).read_text(errors="replace") for p in editable if (root / p).is_file()}
         if not self.keep_workspace:
-            shutil.rmtree(root, ignore_errors=True)
-        return {"argv": argv, "exit": proc.returncode, "timed_out": timed_out, "wall_s": elapsed,
-                "stdout": stdout[-MAX_CAPTURE:], "stderr": stderr[-20_000:], "changed": changed,
-                "editable": list(editable), "edited": edited, "unchanged": all(edited.get(p) == c
-                                                                                for p, c in editable.items())}
+            shutil.rmtree(parent, ignore_errors=True)
+        return {"argv": argv, "workspace": str(root), "exit": proc.returncode, "timed_out": timed_out,
+                "wall_s": elapsed, "stdout": stdout[-MAX_CAPTURE:], "stderr": stderr[-20_000:],
+                "forbidden": forbidden, "ignored": ignored, "editable": editable, "edited": edited,
+                "unchanged": all(edited.get(p) == c for p, c in files.items())}
 
     def generate(self, request: GenerationRequest) -> GenerationResponse:
         b = request.budget
@@ -188,20 +239,32 @@ class CLIAgentProvider:
         if shutil.which(exe) is None:
             response.error = f"{exe} not found on PATH"
             return response
-        price = price_of(self.model or "", self.prices) if self.model else None
+        refusal = self.cost_refusal(request)
+        if refusal:
+            response.error = refusal
+            return response
+        price = self.price()
+        cost_unknown = False
         raws: list[str] = []
         started = time.monotonic()
         for index, left in candidate_slots(b, response, started):
-            run = self.run_once(request, index, left)
-            raws.append(json.dumps({k: v for k, v in run.items() if k != "edited"}))
+            cost_left = b.max_cost_usd - response.cost_usd if b.max_cost_usd is not None else None
+            run = self.run_once(request, left, cost_left)
             if "error" in run:
+                raws.append(json.dumps(run))
                 response.error = run["error"]
                 break
             usage = usage_from_output(self.spec["output"], run["stdout"])
+            cost = usage["cost_usd"]
+            if cost is None and price is not None:
+                cost = cost_usd(usage["tokens_in"], usage["tokens_out"], price)
+            raws.append(json.dumps({**{k: v for k, v in run.items() if k != "edited"}, "cost_usd": cost}))
             response.tokens_in += usage["tokens_in"]
             response.tokens_out += usage["tokens_out"]
-            response.cost_usd += usage["cost_usd"] if usage["cost_usd"] is not None else cost_usd(
-                usage["tokens_in"], usage["tokens_out"], price)
+            if cost is None:
+                cost_unknown = True  # recorded in the model field and the raw record, never as a spend of 0
+            else:
+                response.cost_usd += cost
             name = candidate_name(request, self.name, index)
             if run["timed_out"]:
                 response.stopped = f"wall time: {exe} killed after {left:.0f} s"
@@ -210,17 +273,18 @@ class CLIAgentProvider:
                 response.stopped = (f"token budget: {response.tokens_in + response.tokens_out} tokens > "
                                     f"{b.max_total_tokens}; candidate discarded")
                 break
-            if b.max_cost_usd is not None and response.cost_usd > b.max_cost_usd:
-                response.stopped = f"cost budget: ${response.cost_usd:.4f} > ${b.max_cost_usd:.4f}; candidate discarded"
+            if b.max_cost_usd is not None and (cost is None or response.cost_usd > b.max_cost_usd):
+                response.stopped = ("cost budget: the run's cost is unknown (no usage report); candidate discarded"
+                                    if cost is None else f"cost budget: ${response.cost_usd:.4f} > "
+                                    f"${b.max_cost_usd:.4f}; candidate discarded")
                 break
             if run["exit"] != 0 or usage["is_error"]:
                 response.error = f"{exe} exited with {run['exit']}: {run['stderr'][-500:] or usage['text'][-500:]}"
                 break
-            forbidden = [p for p in run["changed"] if p not in run["editable"]]
-            if forbidden:
+            if run["forbidden"]:
                 response.rejected.append(Rejection(
-                    name=name, files=forbidden,
-                    reason=f"edits files it may not touch: {', '.join(forbidden)} "
+                    name=name, files=run["forbidden"],
+                    reason=f"edits files it may not touch: {', '.join(run['forbidden'])} "
                            f"(allowed: {', '.join(run['editable'])})"))
                 continue
             if run["unchanged"]:
@@ -229,6 +293,8 @@ class CLIAgentProvider:
             add(response, proposal_from_files(request, run["edited"], request.constraints.entry_point, name,
                                               f"controller/{self.name}", {"provider": self.name, "model": self.model},
                                               usage["text"][-2000:]))
+        if cost_unknown:
+            response.model = f"{self.model or 'default model'} (no price: cost unknown, not counted)"
         response.raw_text = "\n".join(raws)
         response.wall_s = time.monotonic() - started
         return response
