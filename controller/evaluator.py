@@ -50,6 +50,18 @@ class HarnessEvaluator:
         finally:
             self._on_start = None
 
+    def evaluate_on(self, solution: Solution, workloads: Optional[list[str]]) -> int:
+        """A draft from a tool conversation, on the named workloads (None: the run's), fast audits. Its submission
+        is archived like any other; it is not a candidate until the model submits it."""
+        session = self.session
+        saved = session.options.workloads
+        if workloads:
+            session.options.workloads = list(workloads)
+        try:
+            return session.submit(solution).submission_id
+        finally:
+            session.options.workloads = saved
+
     def evaluate_full(self, solution: Solution) -> int:
         """The evaluation a promotion rests on: every audit, run-time attribution included."""
         return self.session.submit(solution, audit_level="full").submission_id

@@ -34,16 +34,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness.archive import INTERRUPTED, NO_VERDICT, Archive
 from harness.build import expected_params
 from harness.dataset import Dataset
+from harness.families import family_for
 from harness.evaluate import SubmitOptions
 from harness.generation_request import (Constraints, GenerationRequest, GenerationResponse, Incumbent,
                                         Proposal, Repair, RequestKind)
 from harness.schema import Definition, Solution, dump_json, load_model
 
+from .agent.context import bind_provider, policy_excerpts, skill_index
 from .evidence.incumbent import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
 from .evidence.latency import mean_latency, regime_of
 from .evidence.profiles import workload_facts
 from .evaluator import Evaluator, HarnessEvaluator
-from .plan import (REPAIRABLE, RoundPlan, build_request, excerpts, log_excerpt, plan_round, request_budget,
+from .plan import (REPAIRABLE, RoundPlan, build_request, log_excerpt, plan_round, request_budget,
                    stop_reason)
 from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, decide, gate_failure,
                       screen_failure)
@@ -83,11 +85,14 @@ class LoopConfig(BaseModel):
     budget_tokens: Optional[int] = Field(None, ge=1)
     budget_cost_usd: Optional[float] = Field(None, ge=0)
     budget_wall_s: Optional[float] = Field(None, gt=0)
-    excerpt_chars: int = Field(6000, ge=200)
+    excerpt_chars: int = Field(6000, ge=200)  # unused since skills are read whole on demand; kept for stored runs
     log_excerpt_chars: int = Field(4000, ge=200)
     seed: int = 0
     profile: Optional[bool] = None  # ncu evidence: None = when a GPU and ncu are here, False = never
     profile_timeout_s: float = Field(600.0, gt=0)  # per profiled workload
+    hint: str = ""  # a person's hypothesis, put into every request of the run (agent-assisted mode)
+    max_turns: int = Field(16, ge=1)  # model calls per request's tool conversation (API providers)
+    max_evaluations: int = Field(3, ge=0)  # drafts a model may evaluate per request
 
 
 # -- the loop ----------------------------------------------------------------------------------------------
@@ -125,6 +130,8 @@ class Loop(RunView):
         self.signature = expected_params(self.definition, True)
         self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)
         self._no_profiler: Optional[str] = None  # set once the profiler said it cannot work here
+        # A tool-using provider gets the skills, the archive's journal of its turns and draft evaluation.
+        bind_provider(provider, skills, store, evaluator, [dataset.label(w) for w in self.workloads])
 
     # -- steps ------------------------------------------------------------------------------------------
 
@@ -309,10 +316,14 @@ class Loop(RunView):
             run_id=self.run_id, round_number=round_number, key=key, kind=kind, definition=self.definition.name,
             definition_summary=summary, target_hardware=cfg.target_hardware, plan=self.plan(),
             incumbent=incumbent, incumbent_records=inc_records, history=self.history(),
-            skill_excerpts=excerpts(self.skills, cfg.target_hardware, cfg.excerpt_chars),
+            skill_excerpts=policy_excerpts(self.skills),
             constraints=self.constraints(inc_solution), budget=budget, thresholds=self.thresholds, repair=repair,
             seed=cfg.seed, why_no_timing=self.evaluator.why_no_timing() or "", ncu_markdown=evidence.ncu_markdown,
-            evidence_note=evidence.note)
+            evidence_note=evidence.note).model_copy(update={
+                "hint": cfg.hint, "skill_index": skill_index(self.skills, family_for(self.definition.op_type).skill,
+                                                             cfg.target_hardware),
+                "budget": budget.model_copy(update={"max_turns": cfg.max_turns,
+                                                    "max_evaluations": cfg.max_evaluations})})
 
     def repair_for(self, candidate: dict[str, Any]) -> Repair:
         records = self.records(candidate)

@@ -12,8 +12,8 @@ from harness.generation_request import (Acceptance, Budget, Constraints, Diagnos
 
 from .evidence.latency import build_latency_evidence, timing_available
 from .promote import EvalRecord
-from .skills import PromotionThresholds, Skill, skill_excerpt
-from .tactics import TACTICS_BY_TARGET, TacticBook, hypothesis_text
+from .skills import PromotionThresholds
+from .tactics import TacticBook, hypothesis_text
 
 # What to try, by regime (data, not code). The offline provider reads the regime, a model reads the text.
 HYPOTHESES: dict[str, str] = {
@@ -29,7 +29,6 @@ HYPOTHESES: dict[str, str] = {
 REPAIRABLE = ("COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
               "TIMEOUT")
 # Skills every request quotes (when present), then the tactics of the target's architecture.
-REQUEST_SKILLS = ("gqa-decode", "promotion-rules")
 
 
 @dataclass(frozen=True)
@@ -127,11 +126,6 @@ def acceptance(thresholds: PromotionThresholds, timing: bool) -> Acceptance:
                       max_workload_regression_rel=thresholds.max_workload_regression_rel,
                       note="" if timing else "this host has no GPU: candidates are judged on correctness only "
                                              "and none can be promoted")
-
-
-def excerpts(skills: dict[str, Skill], target_hardware: str, max_chars: int) -> dict[str, str]:
-    names = [*REQUEST_SKILLS, TACTICS_BY_TARGET.get(target_hardware, "")]
-    return {n: skill_excerpt(skills[n], max_chars) for n in names if n in skills}
 
 
 def build_request(*, run_id: str, round_number: int, key: str, kind: RequestKind, definition: str,

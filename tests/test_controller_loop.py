@@ -208,7 +208,12 @@ def test_requests_are_archived_before_they_are_sent(tiny_dataset_root, tmp_path)
     req_id, req = Store(archive).request(report["run_id"], "r1/explore")
     assert req.definition == KV8_PS1 and req.evidence.kind == "correctness-only"
     assert req.constraints.dps_signature[-2:] == ["output", "lse"] and req.constraints.editable_files == ["kernel.py"]
-    assert "gqa-decode" in req.skill_excerpts and "promotion-rules" in req.skill_excerpts
+    # skills by progressive disclosure: the family's, the target's tactics and profiling listed, read on demand;
+    # the promotion rules (policy) whole
+    assert [e.name for e in req.skill_index] == ["gqa-decode", "hopper-tactics", "ncu-profiling"]
+    assert any(r.endswith(".py.tmpl") for r in req.skill_index[0].references)
+    assert list(req.skill_excerpts) == ["promotion-rules"] and "[... cut" not in req.skill_excerpts["promotion-rules"]
+    assert req.budget.max_turns == 16 and req.budget.max_evaluations == 3 and req.hint == ""
     assert req.incumbent.origin["template"] == "triton-per-kv-head" and req.budget.max_candidates == 1
     assert "none can be promoted" in req.acceptance.note
 
