@@ -239,6 +239,10 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                 options["model"] = model
             if name == "replay" and replay_run:
                 options["run"] = replay_run
+            if name in ("claude-code", "codex"):  # what the agent's ./crucible-check submits with
+                options["check"] = {"archive": str(archive.resolve()), "workloads": _split(workloads),
+                                    "dataset": str(Path(dataset).resolve()) if dataset else None,
+                                    "timeout_s": timeout_s}
             preflight(name, options)  # a missing credential or agent is said before any evaluation
             configs = [LoopConfig(definition=d, provider=name, provider_options=options, rounds=rounds,
                                   candidates=candidates, repairs=repairs, workloads=_split(workloads),

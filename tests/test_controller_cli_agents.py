@@ -361,3 +361,21 @@ def test_usage_parsers_tolerate_garbage():
     assert usage_from_output("claude-json", "not json")["tokens_in"] == 0
     assert usage_from_output("claude-json", '{"total_cost_usd": "x"}')["cost_usd"] is None
     assert usage_from_output("codex-jsonl", "noise\n[1]\n{\"type\": \"turn.failed\"}\n")["is_error"] is True
+
+
+def test_controller_loop_passes_its_archive_workloads_and_limits_to_the_wrapper(fake_agents, monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    import controller.cli as cli
+
+    configs = []
+    monkeypatch.setattr(cli, "run_loops", lambda jobs, *a, **k: configs.extend(jobs) or [])
+    monkeypatch.setattr(cli, "_gpus_for", lambda *a: 0)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    result = CliRunner().invoke(cli.main, ["loop", "-d", INCUMBENT["definition"], "--provider", "codex", "--archive",
+                                           str(archive), "-w", "w1,w2", "--timeout-s", "5"])
+    assert result.exit_code == 0, result.output
+    (config,) = configs
+    assert config.provider_options == {"check": {"archive": str(archive.resolve()), "workloads": ["w1", "w2"],
+                                                 "dataset": None, "timeout_s": 5.0}}
