@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 from harness.generation_request import GenerationRequest, GenerationResponse, Rejection, render_prompt
@@ -137,13 +138,11 @@ class CLIAgentProvider:
     """``check``: what ./crucible-check submits with (archive, dataset, workloads, timeout_s; python and module
     for tests); without an archive the wrapper says it is unavailable."""
 
-    def __init__(self, agent: str, skills_root: Any, model: Optional[str] = None, max_turns: int = 40,
+    def __init__(self, agent: str, skills_root: str | Path, model: Optional[str] = None, max_turns: int = 40,
                  command: Optional[list[str]] = None, prices: Optional[dict[str, tuple[float, float]]] = None,
                  keep_workspace: bool = False, check: Optional[dict[str, Any]] = None):
         if agent not in AGENTS:
             raise ValueError(f"unknown agent {agent!r}; known: {', '.join(AGENTS)}")
-        from pathlib import Path
-
         self.name = agent
         self.spec = {**AGENTS[agent], **({"command": command} if command else {})}
         self.skills_root = Path(skills_root)
@@ -173,9 +172,11 @@ class CLIAgentProvider:
         """Why a request with a cost budget cannot be run (its cost could not be known), else None."""
         if request.budget.max_cost_usd is None or self.spec.get("reports_cost") or self.price() is not None:
             return None
-        model = f"model {self.model!r} has" if self.model else f"no --model given, so {self.name}'s default model has"
-        return (f"cost budget set but {model} no price: add it to {PRICES_FILE.relative_to(PRICES_FILE.parents[2])} "
-                "or to a file named by CRUCIBLE_PRICES (and pass --model)")
+        table = PRICES_FILE.relative_to(PRICES_FILE.parents[2])
+        if self.model:
+            return f"cost budget set but model {self.model!r} has no price: add it to {table} or to $CRUCIBLE_PRICES"
+        return (f"cost budget set but no --model given, so {self.name}'s default model has no price: pass --model "
+                f"with a price in {table} or in $CRUCIBLE_PRICES")
 
     def workspace(self, request: GenerationRequest):
         """(parent, workspace, private home, editable path -> starting content); the failed candidate on repair."""
