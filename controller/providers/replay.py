@@ -4,6 +4,10 @@ Stateless on purpose: the n-th call of a run gets the n-th response of the sourc
 number of responses the current run has already archived, so a resumed replay continues where it was.
 A replay is strict: if the request's round or kind differs from the archived one, the loop has
 diverged and the response says so instead of handing over candidates meant for something else.
+
+A response that came out of a tool conversation (an API model's turns, ``agent_turns``) is replayed whole: its turns
+are copied into the replaying run under the new request, so the replay's archive shows the same conversation (skill
+reads, draft evaluations, submissions) next to the same candidates.
 """
 
 from __future__ import annotations
@@ -46,9 +50,20 @@ class ReplayProvider:
                 f"replay out of step: response #{index + 1} of run {source} answered round {row['round']} "
                 f"{row['kind']}, this request is round {request.round} {request.kind}"))
         reply = json.loads(row["reply"] or "{}")
+        turns = self._replay_turns(source, row["key"], request)
+        conversation = f", {turns} turns" if turns else ""
         return GenerationResponse(
-            provider=self.name, model=f"replay of {row['provider']}/{row['model'] or '-'} (response {row['id']})",
+            provider=self.name,
+            model=f"replay of {row['provider']}/{row['model'] or '-'} (response {row['id']}{conversation})",
             proposals=[Proposal.model_validate(p) for p in reply.get("proposals", [])],
             rejected=[Rejection.model_validate(r) for r in reply.get("rejected", [])],
             raw_text=self.store.raw_text(row), wall_s=time.monotonic() - started,
             stopped=row["stopped"], error=row["error"])
+
+    def _replay_turns(self, source: str, key: str, request: GenerationRequest) -> int:
+        """Copy the source request's tool conversation to this request (once: a resumed replay finds it there)."""
+        turns = self.store.agent_turns(source, key)
+        if turns and not self.store.agent_turns(request.run_id, request.key):
+            for index, payload in enumerate(turns):
+                self.store.add_agent_turn(request.run_id, request.key, index, payload)
+        return len(turns)
