@@ -175,6 +175,51 @@ def _preflight_resumed(run_ids: list[str], archive: Path) -> None:
             preflight(row["config"].get("provider", row["provider"]), row["config"].get("provider_options"))
 
 
+def _hint(value: Optional[str]) -> str:
+    """--hint: the text, or the text of the file it names."""
+    if not value:
+        return ""
+    path = Path(value)
+    if len(value) < 4096 and path.is_file():
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            fail(f"--hint {value}: cannot read it ({err})")
+    return value.strip()
+
+
+def _provider_options(items: tuple[str, ...]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"--provider-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key.strip()] = raw
+    return options
+
+
+def _print_dry_runs(configs: list[Any], name: str, options: dict[str, Any]) -> None:
+    """--dry-run: each definition's first request as it would be sent; nothing sent, nothing evaluated."""
+    from .agent.dry_run import dry_run
+    from .providers.registry import make_provider
+    from .skills import load_skills
+
+    results = []
+    for config in configs:
+        try:
+            preflight(name, options)
+            credential = "ok"
+        except ProviderError as err:  # said, not fatal: a dry run sends nothing
+            credential = str(err)
+        provider = make_provider(name, options, skills=load_skills(config.skills), skills_root=config.skills,
+                                 store=None, definition=None)
+        results.append({**dry_run(config, provider), "preflight": credential})
+    click.echo(json.dumps(results[0] if len(results) == 1 else results, indent=2, default=str))
+
+
 def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
     """GPUs to spread several runs over (one run per GPU); 0 when there is a single run, which needs no probe."""
     if jobs < 2:
@@ -214,10 +259,24 @@ def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
               help="ncu evidence for each incumbent. Default: when a GPU and ncu are here, else latency evidence.")
 @click.option("--profile-timeout-s", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
               help="Profiler limit per workload.")
+@click.option("--hint", metavar="TEXT|FILE",
+              help="A person's hypothesis put into every request of the run (agent-assisted mode); a file's text if "
+                   "it names a file.")
+@click.option("--max-turns", type=click.IntRange(1), default=16, show_default=True,
+              help="Model calls per request's tool conversation (API providers).")
+@click.option("--max-evaluations", type=click.IntRange(0), default=3, show_default=True,
+              help="Drafts a model may evaluate through the harness per request.")
+@click.option("--provider-option", "provider_option", multiple=True, metavar="KEY=VALUE",
+              help="A provider setting (e.g. effort=high, thinking_budget=16000); VALUE is read as JSON when it "
+                   "parses, else as text. Repeatable.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the first request as it would be sent (call parameters or request document, tools, "
+                   "limits, skills, size in tokens) and send and evaluate nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report(s) as JSON.")
 def loop(definition, provider, model, rounds, candidates, repairs, archive_path, dataset, workloads, incumbent,
          target_hardware, resume, replay_run, budget_tokens, budget_cost, budget_wall_s, max_output_tokens,
-         timeout_s, profile, profile_timeout_s, as_json) -> None:
+         timeout_s, profile, profile_timeout_s, hint, max_turns, max_evaluations, provider_option, dry_run,
+         as_json) -> None:
     """Run the loop: plan -> request -> candidates -> harness -> repair -> promotion, bounded and resumable."""
     archive, source = archive_location(archive_path)
     if source != "default" and not archive.is_dir():
@@ -237,13 +296,15 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
             options: dict[str, Any] = {}
             if model:
                 options["model"] = model
+            options.update(_provider_options(provider_option))
             if name == "replay" and replay_run:
                 options["run"] = replay_run
             if name in ("claude-code", "codex"):  # what the agent's ./crucible-check submits with
                 options["check"] = {"archive": str(archive.resolve()), "workloads": _split(workloads),
                                     "dataset": str(Path(dataset).resolve()) if dataset else None,
                                     "timeout_s": timeout_s}
-            preflight(name, options)  # a missing credential or agent is said before any evaluation
+            if not dry_run:
+                preflight(name, options)  # a missing credential or agent is said before any evaluation
             configs = [LoopConfig(definition=d, provider=name, provider_options=options, rounds=rounds,
                                   candidates=candidates, repairs=repairs, workloads=_split(workloads),
                                   dataset=str(Path(dataset).resolve()) if dataset else None,
@@ -251,7 +312,11 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                                   target_hardware=target_hardware, timeout_s=timeout_s,
                                   max_output_tokens=max_output_tokens, budget_tokens=budget_tokens,
                                   budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s, profile=profile,
-                                  profile_timeout_s=profile_timeout_s) for d in names]
+                                  profile_timeout_s=profile_timeout_s, hint=_hint(hint), max_turns=max_turns,
+                                  max_evaluations=max_evaluations) for d in names]
+            if dry_run:
+                _print_dry_runs(configs, name, options)
+                return
             reports.extend(run_loops(configs, archive, _gpus_for(len(configs), dataset, archive), on_event=on_event))
     except (SchemaError, SkillError, ProviderError, ValueError) as e:
         fail(str(e))
