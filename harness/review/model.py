@@ -171,6 +171,9 @@ class Round:
     incumbent_fraction_of_floor: Optional[float] = None
     incumbent_speedup_vs_fi: Optional[float] = None
     incumbent_regimes: dict[str, Optional[float]] = field(default_factory=dict)  # regime -> mean ms
+    # "assisted" (a person's --hint in every request) or "full agent", and the provider: runs compared side by side
+    mode: str = ""
+    provider: str = ""
 
 
 @dataclass

@@ -15,7 +15,8 @@ from .html import (_audit_cell, _esc, _figure, _links, _page, _partial_notice, _
                    _slug, _status, _td, _th, fmt_pct)
 from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, Candidate, DefinitionSection, ReportData
 from .render import chart_backend
-from .tables import SCORE_TIP, _leaderboard_table, _not_promotable_table, _rounds_table, _workload_table
+from .tables import (SCORE_TIP, _leaderboard_table, _not_promotable_table, _rounds_table, _runs_side_by_side,
+                     _workload_table)
 
 
 class _Writer:
@@ -84,6 +85,11 @@ def _section_html(s: DefinitionSection, backend: str) -> str:
     out.append("<h3>Controller trajectory</h3>")
     if not s.runs:
         out.append('<p class="empty">no controller runs</p>')
+    if len(s.runs) > 1:
+        out.append("<h4>Runs side by side</h4><p class=\"muted\">the incumbent after each round (speedup against "
+                   "FlashInfer where timed, else mean latency) and the spend so far; assisted runs carried a "
+                   "person's hint</p>")
+        out.append(_runs_side_by_side(s.runs))
     for run, rounds in s.runs.items():
         total = rounds[-1].cumulative_spend_usd if rounds else None
         spent = f", ${total:.2f} spent" if total is not None else ""

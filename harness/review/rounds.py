@@ -30,7 +30,8 @@ def _rounds_from(items: Iterable[dict[str, Any]],
                   incumbent_latency_ms=_num(item.get("incumbent_latency_ms")),
                   incumbent_fraction_of_floor=_num(item.get("incumbent_fraction_of_floor")),
                   incumbent_speedup_vs_fi=_num(item.get("incumbent_speedup_vs_fi")),
-                  incumbent_regimes={str(k): _num(v) for k, v in (item.get("incumbent_regimes") or {}).items()})
+                  incumbent_regimes={str(k): _num(v) for k, v in (item.get("incumbent_regimes") or {}).items()},
+                  mode=str(item.get("mode") or ""), provider=str(item.get("provider") or ""))
         out.setdefault(definition, {}).setdefault(r.run, []).append(r)
     for runs in out.values():
         for rs in runs.values():
@@ -58,7 +59,8 @@ def rounds_from_archive(db: Any) -> list[dict[str, Any]]:
         "select submission_id, avg(latency_ms), count(*) from evaluations where status = 'PASSED' "
         "and latency_ms is not null group by submission_id").fetchall()}
     out: list[dict[str, Any]] = []
-    for run in _rows(db, "select id, definition from runs order by created_at, id"):
+    for run in _rows(db, "select id, definition, provider, config from runs order by created_at, id"):
+        mode = run_mode(run.get("config"))
         round_rows = _rows(db, "select round, kind, summary from rounds where run_id = ?", [run["id"]])
         kinds = {r["round"]: r["kind"] for r in round_rows}
         standings = {r["round"]: _incumbent_standing(r.get("summary")) for r in round_rows}
@@ -80,8 +82,18 @@ def rounds_from_archive(db: Any) -> list[dict[str, Any]]:
                         "candidates": len(mine), "passed": len(passed), "promoted": promoted.get(n, 0),
                         "note": "incumbent" if n == 0 else kinds.get(n, ""),
                         "metric": f"mean over {workloads} workloads" if workloads else "mean over workloads",
+                        "mode": mode, "provider": run.get("provider") or "",
                         **standings.get(n, {})})
     return out
+
+
+def run_mode(config: Any) -> str:
+    """"assisted" when the run's stored config carries a person's hint (controller loop --hint), else "full agent"."""
+    try:
+        data = json.loads(config) if isinstance(config, str) else (config or {})
+    except json.JSONDecodeError:
+        return "full agent"
+    return "assisted" if isinstance(data, dict) and str(data.get("hint") or "").strip() else "full agent"
 
 
 def _incumbent_standing(summary: Any) -> dict[str, Any]:

@@ -144,3 +144,25 @@ def _rounds_table(rounds: list[Round]) -> str:
         + _td("–" if r.incumbent_fraction_of_floor is None else f"{100 * r.incumbent_fraction_of_floor:.0f}%", True)
         + _td(_esc(r.note)) + "</tr>" for r in rounds)
     return f'<table class="rounds"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def _runs_side_by_side(runs: dict[str, list[Round]]) -> str:
+    """Runs of one definition next to each other, round by round: where each run's incumbent stood (speedup against
+    FlashInfer, else mean latency) and what it had spent, so assisted and full-agent runs can be compared."""
+    names = list(runs)
+    numbers = sorted({r.round for rs in runs.values() for r in rs})
+    head = _th("round", "", True) + "".join(
+        _th(f"{name} ({(runs[name][0].mode or '?') if runs[name] else '?'}, "
+            f"{(runs[name][0].provider or '?') if runs[name] else '?'})", "", True) for name in names)
+
+    def cell(r: Optional[Round]) -> str:
+        if r is None:
+            return _td("–", True)
+        score = (f"{r.incumbent_speedup_vs_fi:.3g}x" if r.incumbent_speedup_vs_fi is not None
+                 else fmt_ms(r.incumbent_latency_ms if r.incumbent_latency_ms is not None else r.best_latency_ms))
+        spend = "" if r.cumulative_spend_usd is None else f" · ${r.cumulative_spend_usd:.2f}"
+        return _td(_esc(score + spend), True)
+
+    rows = "".join("<tr>" + _td(str(n), True) + "".join(cell(next((r for r in runs[name] if r.round == n), None))
+                                                      for name in names) + "</tr>" for n in numbers)
+    return f'<table class="rounds side-by-side"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
