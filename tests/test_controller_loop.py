@@ -382,13 +382,12 @@ def test_an_api_provider_over_its_bound_is_stopped_and_the_round_records_why(tin
     pytest.importorskip("anthropic")
     from controller.providers.anthropic import AnthropicProvider
 
-    def handler(request):
+    from agent_sse import claude_stream
+
+    def handler(request):  # a streamed turn that runs out of output tokens mid-kernel
         body = json.loads(request.content)
-        return httpx2.Response(200, json={
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
-            "content": [{"type": "text", "text": "def run(...): # and so on, until the tokens ran out"}],
-            "stop_reason": "max_tokens", "stop_sequence": None,
-            "usage": {"input_tokens": 3000, "output_tokens": body["max_tokens"]}})
+        return claude_stream([("text", "def run(...): # and so on, until the tokens ran out")], stop="max_tokens",
+                             tokens_in=3000, tokens_out=body["max_tokens"])
 
     provider = AnthropicProvider(api_key="sk-test", base_url="http://anthropic.test", max_retries=0,
                                  http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
@@ -399,7 +398,7 @@ def test_an_api_provider_over_its_bound_is_stopped_and_the_round_records_why(tin
     r1 = report["rounds"][1]
     assert r1["candidates"] == 0 and r1["tokens"] == 5000
     assert r1["cost_usd"] == pytest.approx((3000 * 3 + 2000 * 15) / 1e6)
-    assert r1["stopped"] == ["output hit max_tokens (2000; 2000 generated): reply truncated, no candidate"]
+    assert r1["stopped"] == ["output hit max_tokens (2000): turn 0 cut short"]
     assert report["totals"]["cost_usd"] == pytest.approx(0.039)
 
 

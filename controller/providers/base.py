@@ -15,7 +15,7 @@ from typing import Any, Optional, Protocol, runtime_checkable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection, render_prompt
+from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 from harness.schema import Solution, dump_json
 
 
@@ -33,26 +33,60 @@ class ProviderError(RuntimeError):
 # -- price table: data in prices.yaml, USD per million tokens, (input, output) -----------------------------
 
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
+DEFAULTS_KEY = "defaults"  # the section of the price table naming each API provider's default model
 
 
-def load_prices(path: Optional[Path] = None) -> dict[str, tuple[float, float]]:
-    """The shipped price table, with the entries of ``$CRUCIBLE_PRICES`` (or ``path``) replacing and extending it."""
-    table: dict[str, tuple[float, float]] = {}
-    for source in (PRICES_FILE, path or (Path(os.environ["CRUCIBLE_PRICES"]) if os.environ.get("CRUCIBLE_PRICES")
-                                         else None)):
+def _price_sources(path: Optional[Path] = None) -> list[tuple[Path, dict[str, Any]]]:
+    """The shipped table, then ``path`` or ``$CRUCIBLE_PRICES`` (whose entries replace and extend it), parsed."""
+    user = path or (Path(os.environ["CRUCIBLE_PRICES"]) if os.environ.get("CRUCIBLE_PRICES") else None)
+    parsed = []
+    for source in (PRICES_FILE, user):
         if source is None:
             continue
         try:
             data = yaml.safe_load(Path(source).read_text()) or {}
         except (OSError, yaml.YAMLError) as err:
             raise ProviderError(f"price table {source}: {err}") from None
-        for model, pair in (data.items() if isinstance(data, dict) else [(None, data)]):
+        if not isinstance(data, dict):
+            raise ProviderError(f"price table {source}: expected `model: [input, output]` USD per million tokens, "
+                                f"got {data!r}")
+        parsed.append((Path(source), data))
+    return parsed
+
+
+def load_prices(path: Optional[Path] = None) -> dict[str, tuple[float, float]]:
+    """The shipped price table, with the entries of ``$CRUCIBLE_PRICES`` (or ``path``) replacing and extending it."""
+    table: dict[str, tuple[float, float]] = {}
+    for source, data in _price_sources(path):
+        for model, pair in data.items():
+            if model == DEFAULTS_KEY:
+                continue
             if not (isinstance(model, str) and isinstance(pair, list) and len(pair) == 2
                     and all(isinstance(x, (int, float)) and x >= 0 for x in pair)):
                 raise ProviderError(f"price table {source}: expected `model: [input, output]` USD per million "
                                     f"tokens, got {model!r}: {pair!r}")
             table[model] = (float(pair[0]), float(pair[1]))
     return table
+
+
+def default_model(provider: str, path: Optional[Path] = None) -> Optional[str]:
+    """The model ``provider`` uses when none is given: the ``defaults:`` section of the price table (the user's
+    file first), so a new model generation is an edit of one data file, not of the code."""
+    chosen = None
+    for source, data in _price_sources(path):
+        defaults = data.get(DEFAULTS_KEY) or {}
+        if not isinstance(defaults, dict):
+            raise ProviderError(f"price table {source}: expected `{DEFAULTS_KEY}:` to map providers to model ids")
+        if isinstance(defaults.get(provider), str):
+            chosen = defaults[provider]
+    return chosen
+
+
+def no_price(model: str) -> str:
+    """Why a cost budget refuses a model: and where to add its price."""
+    return (f"cost budget set but no price is known for {model}: add `{model}: [input, output]` (USD per million "
+            f"tokens) to {PRICES_FILE.relative_to(PRICES_FILE.parents[2])} or to a file named by the CRUCIBLE_PRICES "
+            "environment variable")
 
 
 def price_of(model: str, prices: Optional[dict[str, tuple[float, float]]] = None) -> Optional[tuple[float, float]]:
@@ -167,7 +201,7 @@ def add(response: GenerationResponse, item: Proposal | Rejection) -> None:
     (response.proposals if isinstance(item, Proposal) else response.rejected).append(item)  # type: ignore[arg-type]
 
 
-# -- the API providers' shared loop: one model call per candidate, every bound checked -----------------------
+# -- the CLI agents' shared loop: one agent run per candidate, every bound checked -----------------------------
 
 
 def candidate_slots(budget: Any, response: GenerationResponse, started: float):
@@ -183,8 +217,10 @@ def candidate_slots(budget: Any, response: GenerationResponse, started: float):
 class SdkProvider:
     """Plumbing the API providers share: the SDK imported lazily, one client, configuration as data.
 
-    Subclasses name their SDK (module, client class, base error class), the environment variables it reads a
-    credential from (the one to set first) and implement ``_call``.
+    Subclasses name their SDK (module, client class, base error class) and the environment variables it reads a
+    credential from (the one to set first). ``max_retries`` caps the retries of one call (429, 529, 5xx,
+    connection errors), which the chat models do themselves within the call's deadline; the SDK client retries
+    nothing.
     """
 
     name = ""
@@ -195,9 +231,10 @@ class SdkProvider:
     credential_env: tuple[str, ...] = ()
 
     def __init__(self, model: Optional[str] = None, api_key: Optional[str] = None, base_url: Optional[str] = None,
-                 max_retries: int = 2, http_client: Any = None, client: Any = None,
+                 max_retries: int = 6, http_client: Any = None, client: Any = None,
                  prices: Optional[dict[str, tuple[float, float]]] = None):
-        self.model, self.api_key, self.base_url = model or self.default_model, api_key, base_url
+        self.model = model or default_model(self.name) or self.default_model
+        self.api_key, self.base_url = api_key, base_url
         self.max_retries, self.http_client, self.client, self.prices = max_retries, http_client, client, prices
 
     def _sdk(self) -> Any:
@@ -210,7 +247,8 @@ class SdkProvider:
 
     def _client(self) -> Any:
         if self.client is None:
-            kwargs: dict[str, Any] = {"max_retries": self.max_retries}
+            # The SDK's own retries would each get the full timeout again: retries are ours, inside the deadline.
+            kwargs: dict[str, Any] = {"max_retries": 0}
             if self.api_key:
                 kwargs["api_key"] = self.api_key
             if self.base_url:
@@ -250,68 +288,3 @@ class SdkProvider:
         if not self.has_credential(client):
             self.client = None
             raise ProviderError(self.missing_credential())
-
-
-class CallResult(BaseModel):
-    """One model call, as the SDK wrapper saw it."""
-
-    raw: str = ""
-    tokens_in: int = 0
-    tokens_out: int = 0
-    data: Any = None  # the structured reply (the tool input / the JSON output)
-    truncated: bool = False  # the model hit max_tokens
-    timed_out: bool = False
-    error: Optional[str] = None  # the call failed (HTTP status, connection): the provider stops
-    reply_problem: Optional[str] = None  # the call worked but the reply is unusable: that candidate is rejected
-
-
-def api_generate(provider: str, model: str, request: GenerationRequest, price: Optional[tuple[float, float]],
-                 call: Any) -> GenerationResponse:
-    """Ask ``call(prompt, max_tokens, timeout_s) -> CallResult`` once per candidate, inside the request's
-    budget. Over a bound the provider stops, the reply that broke it is discarded, and ``stopped`` says why."""
-    import time
-
-    prompt = render_prompt(request)
-    b = request.budget
-    response = GenerationResponse(provider=provider, model=model if price else f"{model} (no price: cost not counted)")
-    raws: list[str] = []
-    started = time.monotonic()
-    for index, left in candidate_slots(b, response, started):
-        max_tokens, why_not = output_allowance(request, prompt, price, response.tokens_in + response.tokens_out,
-                                               response.cost_usd)
-        if why_not:
-            response.stopped = why_not
-            break
-        result: CallResult = call(prompt, max_tokens, left)
-        raws.append(result.raw)
-        response.tokens_in += result.tokens_in
-        response.tokens_out += result.tokens_out
-        response.cost_usd += cost_usd(result.tokens_in, result.tokens_out, price)
-        elapsed = time.monotonic() - started
-        name = candidate_name(request, provider, index)
-        if result.timed_out:
-            response.stopped = f"wall time: no answer within {left:.0f} s (request stopped)"
-        elif result.error:
-            response.error = result.error
-        elif elapsed > b.wall_s:
-            response.stopped = f"wall time: {elapsed:.1f} s > {b.wall_s:g} s; reply discarded"
-        elif result.truncated or result.tokens_out > max_tokens:
-            response.stopped = (f"output hit max_tokens ({max_tokens}; {result.tokens_out} generated): reply "
-                                "truncated, no candidate")
-        elif b.max_total_tokens is not None and response.tokens_in + response.tokens_out > b.max_total_tokens:
-            response.stopped = (f"token budget: {response.tokens_in + response.tokens_out} tokens > "
-                                f"{b.max_total_tokens}; reply discarded")
-        elif b.max_cost_usd is not None and response.cost_usd > b.max_cost_usd:
-            response.stopped = f"cost budget: ${response.cost_usd:.4f} > ${b.max_cost_usd:.4f}; reply discarded"
-        if response.stopped or response.error:
-            break
-        reply, problem = (None, result.reply_problem) if result.reply_problem else parse_reply(result.data)
-        if reply is None:
-            response.rejected.append(Rejection(name=name, reason=problem or "no reply"))
-            continue
-        add(response, proposal_from_files(request, {f.path: f.content for f in reply.files}, reply.entry_point, name,
-                                          f"controller/{provider}", {"provider": provider, "model": model},
-                                          reply.notes))
-    response.raw_text = "\n".join(raws)
-    response.wall_s = time.monotonic() - started
-    return response

@@ -1,0 +1,132 @@
+"""A ChatModel over the Anthropic Messages API: tools, streaming, extended thinking, prompt caching.
+
+Each call rebuilds the whole conversation from the archived turns (the API is stateless): the stable prefix and the
+task as the first user message, then every archived assistant turn's content blocks exactly as they came (thinking
+blocks with their signatures must come back unchanged, or a tool conversation with thinking is refused), each
+followed by a user message of its tool results.
+
+Prompt caching: ``system`` and the stable prefix (the same for every request of a definition) each end with a
+``cache_control`` breakpoint, and so does the last tool result, so every later turn of a conversation reads what
+was sent before from the cache instead of paying for it again. The tools come first in the cached prefix and are
+the same for every call.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+from ..agent.transcript import AssistantTurn, ToolCall, Turn
+from .api_agent import call_within, classify_sdk_error
+
+EPHEMERAL = {"type": "ephemeral"}
+MIN_THINKING = 1024  # the API's smallest thinking budget
+THINKING_MODES = ("enabled", "adaptive", "off")
+
+
+def anthropic_tools(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The neutral tool specs as Messages API tools."""
+    return [{"name": s["name"], "description": s["description"], "input_schema": s["parameters"]} for s in specs]
+
+
+def thinking_config(mode: str, budget: Optional[int], max_tokens: int) -> tuple[Optional[dict[str, Any]], str]:
+    """The ``thinking`` parameter for a call with ``max_tokens``, and a note when thinking had to be left off.
+
+    The budget is at most half of max_tokens (thinking counts against max_tokens, and the answer, a whole kernel
+    in a tool call, needs the other half); when even the API's minimum of 1024 does not fit, the call goes
+    without thinking rather than failing."""
+    if mode == "off":
+        return None, ""
+    if mode == "adaptive":  # the model sizes its own thinking
+        return {"type": "adaptive"}, ""
+    room = max_tokens // 2
+    chosen = min(budget, room) if budget else room
+    if chosen < MIN_THINKING:
+        return None, f"thinking off: max_tokens {max_tokens} leaves no room for a {MIN_THINKING}-token budget"
+    return {"type": "enabled", "budget_tokens": chosen}, ""
+
+
+def build_messages(stable: str, task: str, turns: list[Turn]) -> list[dict[str, Any]]:
+    """The conversation as Messages API messages (see the module's docstring for the shape)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [
+        {"type": "text", "text": stable, "cache_control": EPHEMERAL}, {"type": "text", "text": task}]}]
+    for turn in turns:
+        if not turn.assistant.native:  # a failed call (error, timeout) left nothing the API would accept
+            continue
+        messages.append({"role": "assistant", "content": list(turn.assistant.native)})
+        answered = {r.call_id: r for r in turn.results}
+        results = []
+        for call in turn.assistant.tool_calls:  # every tool_use needs its tool_result, in the next message
+            r = answered.get(call.id)
+            content, is_error = (r.content, r.is_error) if r else ("not run: the turn was cut short", True)
+            results.append({"type": "tool_result", "tool_use_id": call.id, "content": content, "is_error": is_error})
+        if results:
+            messages.append({"role": "user", "content": results})
+    last = messages[-1]["content"][-1]
+    if messages[-1]["role"] == "user" and len(messages) > 1:
+        # The newest tool result ends the cached prefix: the next turn re-reads everything up to here cheaply.
+        messages[-1]["content"][-1] = {**last, "cache_control": EPHEMERAL}
+    return messages
+
+
+class AnthropicChat:
+    """ChatModel over ``client.messages.stream``. ``client`` builds the SDK client lazily (a provider's)."""
+
+    name = "anthropic"
+
+    def __init__(self, model: str, client: Callable[[], Any], sdk: Any, thinking: str = "enabled",
+                 thinking_budget: Optional[int] = None, max_retries: int = 6):
+        if thinking not in THINKING_MODES:
+            raise ValueError(f"thinking must be one of {', '.join(THINKING_MODES)}, not {thinking!r}")
+        self.model, self.client, self.sdk = model, client, sdk
+        self.thinking, self.thinking_budget, self.max_retries = thinking, thinking_budget, max_retries
+        self.sent: list[dict[str, Any]] = []  # the parameters of every call (tests, debugging)
+
+    def params(self, system: str, stable: str, task: str, turns: list[Turn], tools: list[dict[str, Any]],
+               max_tokens: int) -> tuple[dict[str, Any], str]:
+        thinking, note = thinking_config(self.thinking, self.thinking_budget, max_tokens)
+        params: dict[str, Any] = {
+            "model": self.model, "max_tokens": max_tokens,
+            "system": [{"type": "text", "text": system, "cache_control": EPHEMERAL}],
+            "messages": build_messages(stable, task, turns), "tools": anthropic_tools(tools),
+            # "auto": a forced tool choice is refused together with thinking, and the model must be free to stop.
+            "tool_choice": {"type": "auto"}}
+        if thinking is not None:
+            params["thinking"] = thinking
+        return params, note
+
+    def send(self, system: str, stable: str, task: str, turns: list[Turn], tools: list[dict[str, Any]],
+             max_tokens: int, timeout_s: float) -> AssistantTurn:
+        params, note = self.params(system, stable, task, turns, tools, max_tokens)
+        self.sent.append(params)
+        client = self.client()
+
+        def attempt(left: float, cancelled: threading.Event) -> AssistantTurn:
+            with client.messages.stream(**params, timeout=left) as stream:
+                for _event in stream:  # the accumulator builds the message; we only watch for cancellation
+                    if cancelled.is_set():
+                        return AssistantTurn(timed_out=True)
+                message = stream.get_final_message()
+            return to_turn(message, note)
+
+        return call_within(timeout_s, attempt, lambda err: classify_sdk_error(self.sdk, err), self.max_retries)
+
+
+def to_turn(message: Any, note: str = "") -> AssistantTurn:
+    """The final message as an AssistantTurn; ``native`` keeps every block as JSON for the next call's echo."""
+    text, calls, native = [], [], []
+    for block in message.content:
+        native.append(block.model_dump(mode="json", exclude_none=True))
+        if block.type == "text":
+            text.append(block.text)
+        elif block.type == "tool_use":
+            arguments = block.input if isinstance(block.input, dict) else {}
+            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+    usage = message.usage
+    read = getattr(usage, "cache_read_input_tokens", 0) or 0
+    written = getattr(usage, "cache_creation_input_tokens", 0) or 0
+    stop = message.stop_reason or ""
+    return AssistantTurn(text="\n".join(text), tool_calls=calls, native=native,
+                         tokens_in=(usage.input_tokens or 0) + read + written, tokens_out=usage.output_tokens or 0,
+                         cache_read_tokens=read, cache_write_tokens=written,
+                         stop_reason=f"{stop} ({note})" if note else stop, truncated=stop == "max_tokens")
