@@ -3,14 +3,16 @@
 In the harness because both sides read it: the controller builds, sends and archives requests, and the
 harness's report renders an archived request as the prompt the provider was sent. A ``GenerationRequest``
 is archived before it is sent (DESIGN.md section 7); a ``GenerationResponse`` is archived when it arrives,
-with its raw text, tokens, cost and, when a bound stopped the provider, why. Nothing here does I/O;
-``render_prompt`` turns a request into the Markdown every provider sends.
+with its raw text, tokens, cost and, when a bound stopped the provider, why. ``render_prompt`` turns a request
+into the Markdown every provider sends, from the templates in ``harness/prompts/`` (data: edit a prompt there).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -183,12 +185,8 @@ class GenerationResponse(_Data):
 
 # ------------------------------------------------------------------------------------------ prompt
 
-SYSTEM_PROMPT = (
-    "You write GPU kernels for a contest harness. The harness alone builds, checks and times code; you only "
-    "propose. Obey the constraints exactly: the language, the destination-passing signature, the files you may "
-    "edit, and the forbidden list (a forbidden call or an edit outside the allowed files rejects the candidate). "
-    "Answer with the complete content of every file you change."
-)
+PROMPTS = Path(__file__).resolve().parent / "prompts"
+SYSTEM_PROMPT = (PROMPTS / "system.md.j2").read_text().strip()
 
 REPLY_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -212,80 +210,39 @@ def _fence(text: str, info: str = "") -> str:
     return f"{fence}{info}\n{text.rstrip()}\n{fence}"
 
 
-def render_skill_index(request: GenerationRequest) -> str:
-    """The skills a request may read, by name and description (bodies on demand through the read_skill tool)."""
-    if not request.skill_index:
-        return ""
-    lines = []
-    for entry in request.skill_index:
-        refs = f" Files: {', '.join(f'`{p}`' for p in entry.references)}." if entry.references else ""
-        lines.append(f"- **{entry.name}**: {' '.join(entry.description.split())}{refs}")
-    return ("## Skills you may read\nRead a skill's body with `read_skill`, one of its files with `read_reference`; "
-            "each comes back whole.\n" + "\n".join(lines))
+def _environment():
+    """The prompt templates (harness/prompts/*.md.j2): data, so a prompt is edited without touching code."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS)), trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["fence"] = _fence
+    return env
+
+
+_templates: dict[str, Any] = {}
+
+
+def render_template(name: str, **context: Any) -> str:
+    """One prompt template of harness/prompts, rendered; runs of blank lines collapsed to one."""
+    if not _templates:
+        _templates["env"] = _environment()
+    text = _templates["env"].get_template(f"{name}.md.j2").render(**context)
+    return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
 
 
 def render_stable_prefix(request: GenerationRequest) -> str:
     """What every request of a definition shares (definition, constraints, acceptance, skill index, policy), first in
     the conversation so that a provider's prompt cache serves it from the second request on."""
-    r = request
-    c, a = r.constraints, r.acceptance
-    parts = [f"# Definition `{r.definition}` on {r.target_hardware}"]
-    if r.definition_summary:
-        parts.append(r.definition_summary)
-    parts.append("## Constraints\n"
-                 f"- language: {c.language}; entry point: `{c.entry_point}`\n"
-                 f"- signature (destination-passing, returns nothing): `run({', '.join(c.dps_signature)})`\n"
-                 f"- you may edit only: {', '.join(f'`{f}`' for f in c.editable_files)}\n"
-                 + "".join(f"- never: {f}\n" for f in c.forbidden))
-    parts.append("## Acceptance\n"
-                 f"- every workload PASSED (official rule) and every audit clean\n"
-                 f"- at least {a.min_repeats} paired ({a.paired_order}) measurements; the mean over workloads of "
-                 f"the speedup over the incumbent (the definition score's aggregate) above "
-                 f"{1 + a.noise_floor_rel:.3g}x; no regime's mean speedup below {1 - a.max_regime_regression_rel:.3g}x "
-                 f"and no workload's below {1 - a.max_workload_regression_rel:.3g}x\n"
-                 f"- then an evaluation at the full audit level (run-time attribution) with every audit clean"
-                 + (f"\n- {a.note}" if a.note else ""))
-    index = render_skill_index(r)
-    if index:
-        parts.append(index)
-    for name, text in r.skill_excerpts.items():
-        parts.append(f"## Skill excerpt: {name}\n{text}")
-    return "\n\n".join(parts) + "\n"
+    return render_template("stable_prefix", r=request, c=request.constraints, a=request.acceptance)
 
 
 def render_task(request: GenerationRequest) -> str:
     """This request's own part: regime, hypothesis, a person's hint, evidence, incumbent, repair, history, budget."""
-    r = request
-    b = r.budget
-    parts = [f"# Generation request {r.key} (run {r.run_id})", f"Kind: {r.kind}.",
-             f"## Regime and hypothesis\nRegime: {r.regime or '-'}\n\n{r.hypothesis or '-'}"]
-    if r.hint:
-        parts.append(f"## A person's direction for this run\n{r.hint}")
-    parts.append(f"## Evidence ({r.evidence.kind})\n{r.evidence.markdown or '-'}")
-    inc = r.incumbent
-    files = "\n\n".join(f"`{s['path']}`:\n" + _fence(s["content"], "python") for s in inc.solution.get("sources", []))
-    parts.append(f"## Incumbent `{inc.name}` ({inc.status or 'not evaluated'})\n{files}")
-    if r.repair is not None:
-        parts.append(f"## Repair: candidate {r.repair.candidate_id} failed with {r.repair.status}\n"
-                     "Fix this candidate (keep its idea), not the incumbent.\n\n"
-                     + "\n\n".join(f"`{s['path']}`:\n" + _fence(s["content"], "python")
-                                   for s in r.repair.solution.get("sources", []))
-                     + "\n\nHarness log excerpt:\n" + _fence(r.repair.log_excerpt or "(empty)"))
-    if r.history:
-        lines = [f"- r{h.round} {h.name}: {h.status}"
-                 + (f", {h.mean_latency_ms:.4g} ms" if h.mean_latency_ms is not None else "")
-                 + (f", {h.verdict}" if h.verdict else "") for h in r.history[-20:]]
-        parts.append("## Already tried\n" + "\n".join(lines))
-    parts.append("## Budget\n"
-                 f"- at most {b.max_candidates} candidate(s), {b.max_output_tokens} output tokens per answer, "
-                 f"{b.wall_s:g} s wall time" + (f", ${b.max_cost_usd:.2f}" if b.max_cost_usd is not None else "")
-                 + f"; in a tool conversation at most {b.max_turns} turns and {b.max_evaluations} evaluation(s)")
-    return "\n\n".join(parts) + "\n"
+    return render_template("task", r=request, b=request.budget)
 
 
 def render_prompt(request: GenerationRequest) -> str:
     """The request as one Markdown document (the user message of a one-shot call, REQUEST.md in an agent workspace):
     the definition's stable part, then this request's task."""
-    return (render_stable_prefix(request) + "\n" + render_task(request)
-            + "\n## Answer\nReturn JSON with `files` (path and complete content of each editable file), "
-              "`entry_point` and `notes`.\n")
+    return render_stable_prefix(request) + "\n" + render_task(request) + "\n" + render_template("answer")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Protocol
 
-from harness.generation_request import GenerationRequest, GenerationResponse, render_stable_prefix, render_task
+from harness.generation_request import (GenerationRequest, GenerationResponse, render_stable_prefix, render_task,
+                                        render_template)
 
 from ..providers.base import cost_usd, estimate_tokens
 from .tools import TOOL_SPECS, ToolBox
@@ -56,13 +57,7 @@ class MemoryJournal:
         self.kept.setdefault((request.run_id, request.key), []).append(turn)
 
 
-SYSTEM = (
-    "You write GPU kernels for a contest harness. The harness alone builds, checks and times code; you propose. "
-    "Work with the tools: read the skills you need (whole, on demand), evaluate drafts through the harness within "
-    "the evaluation budget, read profiles, and submit each candidate with submit_kernel (complete files). Obey the "
-    "constraints exactly: the language, the destination-passing signature, the files you may edit, and the "
-    "forbidden list. When your candidates are submitted, stop calling tools."
-)
+SYSTEM = render_template("tool_system").strip()  # harness/prompts/tool_system.md.j2
 
 
 def _room(request: GenerationRequest, spent_tokens: int, spent_cost: float, prompt_tokens: int,
