@@ -149,7 +149,8 @@ class Server:
 
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> httpx2.Response:
-    return httpx2.Response(status, json={"type": "error", "error": {"type": "rate_limit_error", "message": message}},
+    kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(status, "invalid_request_error")
+    return httpx2.Response(status, json={"type": "error", "error": {"type": kind, "message": message}},
                            headers=headers or {})
 
 

@@ -18,7 +18,7 @@ pytest.importorskip("openai")
 httpx2 = pytest.importorskip("httpx2")
 
 from agent_sse import (REPLY, SKILL_BODY, Server, claude_conversation, claude_stream, error_response,  # noqa: E402
-                       gpt_conversation, gpt_stream, request, skills)
+                       gpt_conversation, gpt_stream, request, skills, stream_response)
 from controller.agent.tool_loop import MemoryJournal  # noqa: E402
 from controller.providers.anthropic import AnthropicProvider  # noqa: E402
 from controller.providers.openai import OpenAIProvider  # noqa: E402
@@ -301,3 +301,14 @@ def test_resume_after_kill_9_mid_conversation(tmp_path):
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
     assert messages[1]["content"][0]["signature"] == "sig-1" and messages[3]["content"][0]["signature"] == "sig-2"
     assert len(response.proposals) == 1 and [t.index for t in journal.turns(req)] == [0, 1, 2]
+
+
+def test_an_overloaded_error_inside_the_stream_is_retried():
+    start = {"type": "message_start", "message": {
+        "id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}}}
+    overloaded = stream_response([start, {"type": "error", "error": {"type": "overloaded_error",
+                                                                      "message": "Overloaded"}}])
+    server = Server(overloaded, SUBMIT_ONLY["anthropic"]())
+    response = claude(server).generate(request(wall_s=30))
+    assert len(server.bodies) == 2 and len(response.proposals) == 1 and response.error is None

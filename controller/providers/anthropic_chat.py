@@ -116,7 +116,7 @@ def to_turn(message: Any, note: str = "") -> AssistantTurn:
     """The final message as an AssistantTurn; ``native`` keeps every block as JSON for the next call's echo."""
     text, calls, native = [], [], []
     for block in message.content:
-        native.append(block.model_dump(mode="json", exclude_none=True))
+        native.append(block.model_dump(mode="json", exclude_none=True, by_alias=True))
         if block.type == "text":
             text.append(block.text)
         elif block.type == "tool_use":

@@ -24,6 +24,7 @@ from ..agent.transcript import AssistantTurn
 from .base import SdkProvider, no_price, price_of
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+RETRYABLE_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "server_error"}
 MIN_ATTEMPT_S = 1.0  # a retry with less time than this left cannot answer: give up instead
 
 
@@ -58,12 +59,17 @@ def classify_sdk_error(sdk: Any, err: BaseException) -> Failure:
         return Failure("timeout", str(err))
     if isinstance(err, sdk.APIStatusError):
         message = f"HTTP {err.status_code}: {getattr(err, 'message', err)}"
-        if err.status_code in RETRYABLE_STATUS:
+        body = getattr(err, "body", None)
+        kind = (body.get("error") or {}).get("type") if isinstance(body, dict) else None
+        # An error event inside a stream arrives with the stream's 200: its type says whether it is transient.
+        if err.status_code in RETRYABLE_STATUS or kind in RETRYABLE_TYPES:
             return Failure("retry", message, retry_after_s(getattr(err.response, "headers", None)))
         return Failure("error", message)
     if isinstance(err, sdk.APIConnectionError):
         return Failure("retry", f"connection error: {err}")
-    raise err  # a bug of ours (or of the SDK): not a model failure to paper over
+    if isinstance(err, Exception):  # e.g. a stream the SDK cannot parse: this call fails, the run goes on
+        return Failure("error", f"{type(err).__name__}: {err}")
+    raise err  # KeyboardInterrupt and the like are not the model's failure
 
 
 def call_within(timeout_s: float, attempt: Callable[[float, threading.Event], AssistantTurn],
