@@ -179,3 +179,24 @@ def test_skill_index_files_exist(tmp_path: Path):
     for entry in request().skill_index:
         for ref in entry.references:
             assert (SKILLS[entry.name].folder / ref).is_file()
+
+
+def test_cached_input_is_charged_at_the_cache_rates():
+    from controller.agent.tool_loop import turn_cost
+
+    plain = AssistantTurn(tokens_in=10_000, tokens_out=1_000)
+    cached = AssistantTurn(tokens_in=10_000, tokens_out=1_000, cache_read_tokens=8_000, cache_write_tokens=1_000)
+    assert turn_cost(plain, (3.0, 15.0)) == pytest.approx((10_000 * 3 + 1_000 * 15) / 1e6)
+    assert turn_cost(cached, (3.0, 15.0)) == pytest.approx((1_000 * 3 + 800 * 3 + 1_250 * 3 + 1_000 * 15) / 1e6)
+    assert turn_cost(cached, None) == 0.0
+
+
+def test_a_resumed_conversation_retries_after_a_failed_turn():
+    journal = MemoryJournal()
+    req = request()
+    run([turn(("read_skill", {"name": "gqa-decode"})), AssistantTurn(error="HTTP 529: overloaded")], req=req,
+        journal=journal)
+    response, chat, journal, _ = run([turn(("submit_kernel", SUBMIT))], req=req, journal=journal)
+    assert response.proposals and len(chat.calls) == 1
+    assert chat.calls[0]["turns"] == 1  # the failed turn is kept in the journal but not sent again
+    assert [t.index for t in journal.turns(req)] == [0, 1, 2]

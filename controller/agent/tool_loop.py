@@ -125,9 +125,12 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
             response.stopped = why_not
             break
         call_started = clock()
-        assistant = chat.send(SYSTEM, stable, task, turns, tools, max_tokens, b.wall_s - (call_started - started))
+        # A failed turn (HTTP error, timeout, cut short) stays in the journal but is not part of the conversation
+        # sent again: a resumed conversation retries from the last turn that worked.
+        sent = [t for t in turns if not _failed(t)]
+        assistant = chat.send(SYSTEM, stable, task, sent, tools, max_tokens, b.wall_s - (call_started - started))
         turn = Turn(index=len(turns), assistant=assistant, wall_s=clock() - call_started,
-                    cost_usd=cost_usd(assistant.tokens_in, assistant.tokens_out, price))
+                    cost_usd=turn_cost(assistant, price))
         if assistant.error or assistant.timed_out or assistant.truncated:
             journal.append(request, turn)
             turns.append(turn)
@@ -156,6 +159,27 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
     return response
 
 
+# Prompt-cache prices relative to the input price: a cache read costs a tenth (Anthropic and OpenAI alike), an
+# Anthropic cache write (5-minute) a quarter more; OpenAI reports no writes.
+CACHE_READ_RATE, CACHE_WRITE_RATE = 0.1, 1.25
+
+
+def turn_cost(assistant: AssistantTurn, price: Optional[tuple[float, float]]) -> float:
+    """USD of one turn: input at the input price, its cached part at the cache rates, output at the output price."""
+    if price is None:
+        return 0.0
+    cached = assistant.cache_read_tokens + assistant.cache_write_tokens
+    plain = max(assistant.tokens_in - cached, 0)
+    weighted_in = (plain + CACHE_READ_RATE * assistant.cache_read_tokens
+                   + CACHE_WRITE_RATE * assistant.cache_write_tokens)
+    return cost_usd(0, assistant.tokens_out, price) + weighted_in * price[0] / 1e6
+
+
+def _failed(turn: Turn) -> bool:
+    a = turn.assistant
+    return bool(a.error or a.timed_out or a.truncated)
+
+
 def _account(response: GenerationResponse, turn: Turn) -> None:
     response.tokens_in += turn.assistant.tokens_in
     response.tokens_out += turn.assistant.tokens_out
@@ -166,7 +190,7 @@ def _stop_before_turn(request: GenerationRequest, response: GenerationResponse, 
                       turns: list[Turn], elapsed_s: float) -> Optional[str]:
     """"done" when the conversation is over, a bound's reason when one stops it, None to go on."""
     b = request.budget
-    if turns and not turns[-1].assistant.tool_calls:
+    if turns and not turns[-1].assistant.tool_calls and not _failed(turns[-1]):
         return "done"  # the model answered without tools: it has nothing more to do
     if toolbox.submitted >= b.max_candidates:
         return "done"
