@@ -42,9 +42,10 @@ def preview(provider: Any, request: GenerationRequest) -> dict[str, Any]:
     chat_of = getattr(provider, "chat", None)
     if callable(chat_of) and getattr(provider, "bind", None) is not None:
         stable, task = split_prompt(request)
-        params = chat_of().params(SYSTEM, stable, task, [], [dict(s) for s in TOOL_SPECS],
-                                  request.budget.max_output_tokens)
-        return {"kind": "api call", "params": params}
+        made = chat_of().params(SYSTEM, stable, task, [], [dict(s) for s in TOOL_SPECS],
+                                request.budget.max_output_tokens)
+        params, note = made if isinstance(made, tuple) else (made, "")
+        return {"kind": "api call", "params": params, **({"note": note} if note else {})}
     return {"kind": "request document", "document": render_prompt(request)}
 
 
