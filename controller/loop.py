@@ -40,7 +40,7 @@ from harness.generation_request import (Constraints, GenerationRequest, Generati
                                         Proposal, Repair, RequestKind)
 from harness.schema import Definition, Solution, dump_json, load_model
 
-from .agent.context import bind_provider, policy_excerpts, skill_index
+from .agent.context import bind_provider, draft_profiler, policy_excerpts, skill_index
 from .evidence.incumbent import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
 from .evidence.latency import mean_latency, regime_of
 from .evidence.profiles import workload_facts
@@ -131,7 +131,8 @@ class Loop(RunView):
         self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)
         self._no_profiler: Optional[str] = None  # set once the profiler said it cannot work here
         # A tool-using provider gets the skills, the archive's journal of its turns and draft evaluation.
-        bind_provider(provider, skills, store, evaluator, [dataset.label(w) for w in self.workloads])
+        bind_provider(provider, skills, store, evaluator, [dataset.label(w) for w in self.workloads],
+                      draft_profiler(self))
 
     # -- steps ------------------------------------------------------------------------------------------
 

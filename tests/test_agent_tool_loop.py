@@ -200,3 +200,29 @@ def test_a_resumed_conversation_retries_after_a_failed_turn():
     assert response.proposals and len(chat.calls) == 1
     assert chat.calls[0]["turns"] == 1  # the failed turn is kept in the journal but not sent again
     assert [t.index for t in journal.turns(req)] == [0, 1, 2]
+
+
+def test_bound_provider_profiles_the_drafts_it_evaluated():
+    from controller.agent.context import bind_provider
+
+    class Provider:
+        def bind(self, **context):
+            self.context = context
+
+    class Evaluator:
+        def evaluate_on(self, solution, workloads):
+            return 41
+
+    class Store:
+        def eval_records(self, submission_id):
+            return []
+
+    provider = Provider()
+    bind_provider(provider, SKILLS, Store(), Evaluator(), ["uniform_b1_kv512"],
+                  profile_draft=lambda solution, sid: f"## ncu digest of {solution.name} (submission {sid})")
+    evaluate, profile = provider.context["evaluate"], provider.context["profile"]
+    assert "not among this run's workloads" in evaluate({**INCUMBENT, "name": "d0"}, ["skewed_b64"])
+    assert profile("d0") is None  # refused above: never evaluated
+    assert "recorded no workload" in evaluate({**INCUMBENT, "name": "d0"}, ["uniform_b1_kv512"])
+    assert profile("d0") == "## ncu digest of d0 (submission 41)"
+    assert profile("incumbent") is None and profile("someone-else") is None

@@ -67,13 +67,17 @@ def draft_report(records: list[Any]) -> str:
 
 
 def bind_provider(provider: Any, skills: dict[str, Skill], store: Any, evaluator: Any,
-                  run_workloads: Optional[list[str]], profile: Optional[Callable[[str], Optional[str]]] = None
-                  ) -> None:
-    """Give a tool-using provider (one with ``bind``) its context; other providers are left as they are."""
+                  run_workloads: Optional[list[str]],
+                  profile_draft: Optional[Callable[[Solution, int], Optional[str]]] = None) -> None:
+    """Give a tool-using provider (one with ``bind``) its context; other providers are left as they are.
+
+    ``profile_draft(solution, submission_id)``: the ncu digest of a draft the model evaluated (None where no
+    profiler runs here); the model asks for it by the draft's name."""
     bind = getattr(provider, "bind", None)
     if bind is None:
         return
     evaluate = None
+    drafts: dict[str, tuple[Solution, int]] = {}
     if hasattr(evaluator, "evaluate_on"):
         allowed = set(run_workloads or [])
 
@@ -82,8 +86,35 @@ def bind_provider(provider: Any, skills: dict[str, Skill], store: Any, evaluator
             if unknown:
                 return (f"not evaluated: {', '.join(unknown)} not among this run's workloads "
                         f"({', '.join(sorted(allowed))})")
-            submission_id = evaluator.evaluate_on(Solution.model_validate(solution), workloads or None)
+            draft = Solution.model_validate(solution)
+            submission_id = evaluator.evaluate_on(draft, workloads or None)
+            drafts[draft.name] = (draft, submission_id)
             return draft_report(store.eval_records(submission_id))
+
+    def profile(target: str) -> Optional[str]:
+        if target not in drafts or profile_draft is None:
+            return None
+        return profile_draft(*drafts[target])
 
     bind(skills=skills, journal=StoreJournal(store), evaluate=evaluate, profile=profile)
 
+
+def draft_profiler(loop: Any) -> Callable[[Solution, int], Optional[str]]:
+    """Profile a draft the way the loop profiles an incumbent (one workload per regime, archived profiles reused),
+    where a profiler works here and the draft passed every workload it ran."""
+    from ..evidence.incumbent import profile_incumbent
+
+    def profile(solution: Solution, submission_id: int) -> Optional[str]:
+        if loop.config.profile is False or loop.profiler is None or loop._no_profiler is not None:
+            return None
+        records = loop.store.eval_records(submission_id)
+        if not records or any(r.status != "PASSED" for r in records):
+            return None
+        ok, _ = loop.profiler.available()
+        if not ok:
+            return None
+        evidence = profile_incumbent(loop.profiler, loop.store.archive, loop.dataset, loop.definition, solution,
+                                     loop.store.archive.submission(submission_id), loop.workloads, loop.regimes,
+                                     loop.book)
+        return evidence.ncu_markdown
+    return profile
