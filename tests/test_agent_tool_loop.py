@@ -15,14 +15,9 @@ from controller.skills import load_skills
 from harness.generation_request import (Budget, Constraints, GenerationRequest, Incumbent, SkillEntry,
                                         render_stable_prefix)
 
+from agent_sse import FILES, INCUMBENT
 from support import ROOT
 
-KERNEL = "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n    pass\n"
-INCUMBENT = {"name": "inc", "definition": "gqa_paged_decode_h32_kv8_d128_ps1", "author": "t",
-             "spec": {"language": "triton", "target_hardware": ["H200"], "entry_point": "kernel.py::run",
-                      "dependencies": [], "destination_passing_style": True},
-             "sources": [{"path": "kernel.py", "content": "def run(*a):\n    pass\n"}]}
-FILES = [{"path": "kernel.py", "content": KERNEL}]
 SUBMIT = {"files": FILES, "entry_point": "kernel.py::run", "notes": "split-KV"}
 SKILLS = load_skills(ROOT / "skills")
 

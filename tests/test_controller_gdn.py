@@ -19,9 +19,10 @@ from gdn_support import DECODE, PREFILL, make_gdn_dataset
 from harness.archive import Archive
 from harness.dataset import Dataset
 from harness.families import family_for
-from harness.generation_request import Budget, Diagnosis, GenerationRequest, HistoryItem, Incumbent
+from harness.generation_request import Diagnosis, HistoryItem
 from harness.schema import Solution
 from support import DEFINITIONS, ROOT
+from test_controller_offline_families import request
 
 TEMPLATES = {DECODE: "triton-gdn-decode", PREFILL: "triton-gdn-prefill"}
 NAIVE = {DECODE: {"BLOCK_V": 128, "NUM_WARPS": 8}, PREFILL: {"BLOCK_V": 128, "NUM_WARPS": 8, "NUM_STAGES": 1}}
@@ -37,12 +38,6 @@ def dataset():
     return Dataset(DEFINITIONS)
 
 
-def request(definition: str, origin: dict, round_number: int = 1, candidates: int = 2, regime: str = "",
-            diagnosis=None, history=()) -> GenerationRequest:
-    return GenerationRequest(run_id="run-x", round=round_number, key=f"r{round_number}/explore", definition=definition,
-                             regime=regime, diagnosis=diagnosis, history=list(history),
-                             incumbent=Incumbent(name="inc", solution={}, origin=origin),
-                             budget=Budget(max_candidates=candidates))
 
 
 def run_parameters(solution: Solution) -> list[str]:

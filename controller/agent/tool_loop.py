@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Protocol
 from harness.generation_request import (GenerationRequest, GenerationResponse, render_stable_prefix, render_task,
                                         render_template)
 
-from ..providers.base import cost_usd, estimate_tokens
+from ..providers.base import cost_usd, output_allowance
 from .tools import TOOL_SPECS, ToolBox
 from .transcript import AssistantTurn, ToolResult, Turn
 
@@ -60,30 +60,10 @@ class MemoryJournal:
 SYSTEM = render_template("tool_system").strip()  # harness/prompts/tool_system.md.j2
 
 
-def _room(request: GenerationRequest, spent_tokens: int, spent_cost: float, prompt_tokens: int,
-          price: Optional[tuple[float, float]]) -> tuple[int, Optional[str]]:
-    """The output cap of the next call within the token and cost budgets, or (0, why no call fits)."""
-    b = request.budget
-    allowed = b.max_output_tokens
-    if b.max_total_tokens is not None:
-        allowed = min(allowed, b.max_total_tokens - spent_tokens - prompt_tokens)
-        if allowed < 1:
-            return 0, (f"token budget: {b.max_total_tokens - spent_tokens} tokens left, the conversation alone is "
-                       f"about {prompt_tokens}")
-    if b.max_cost_usd is not None:
-        if price is None:
-            return 0, "cost budget set but no price is known for this model (add it to the price table)"
-        left = b.max_cost_usd - spent_cost - prompt_tokens * price[0] / 1e6
-        allowed = min(allowed, int(left * 1e6 / price[1]) if price[1] > 0 else allowed)
-        if allowed < 1:
-            return 0, f"cost budget: ${b.max_cost_usd - spent_cost:.4f} left does not pay for the conversation"
-    return allowed, None
-
-
-def _conversation_tokens(system: str, stable: str, task: str, turns: list[Turn]) -> int:
-    """A high estimate of what the next call sends (the whole conversation is sent again each turn)."""
-    text = system + stable + task + "".join(t.model_dump_json() for t in turns)
-    return estimate_tokens(text)
+def _conversation(system: str, stable: str, task: str, turns: list[Turn]) -> str:
+    """What the next call sends, as text for a (high) token estimate: the whole conversation is sent again each
+    turn."""
+    return system + stable + task + "".join(t.model_dump_json() for t in turns)
 
 
 def split_prompt(request: GenerationRequest) -> tuple[str, str]:
@@ -119,8 +99,8 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
             if why != "done":
                 response.stopped = why
             break
-        max_tokens, why_not = _room(request, response.tokens_in + response.tokens_out, response.cost_usd,
-                                    _conversation_tokens(SYSTEM, stable, task, turns), price)
+        max_tokens, why_not = output_allowance(request, _conversation(SYSTEM, stable, task, turns), price,
+                                               response.tokens_in + response.tokens_out, response.cost_usd)
         if why_not:
             response.stopped = why_not
             break
