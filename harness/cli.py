@@ -57,10 +57,18 @@ def main() -> None:
 @click.option("--fresh-seeds", is_flag=True,
               help="Draw this run's input seeds afresh instead of from the archive's secret (the reference's "
                    "outputs of earlier runs are then not reused).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: this host's GPUs; ray: one lane per GPU of a Ray cluster (extra `ray`).")
+@click.option("--address", help="--executor ray: the cluster (HOST:PORT or auto); default: a new one on this host.")
+@click.option("--lanes", type=int, help="--executor ray: at most this many lanes (on a cluster without GPUs: this "
+                                        "many CPU lanes).")
+@click.option("--resume", is_flag=True, help="Skip solutions the archive already holds a verdict for (same code, "
+                                             "definition, workloads and audit level): continue a killed run.")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
            time_reference: bool, audit_level: str, no_net_isolation: bool, require_sandbox: bool,
-           no_sandbox: bool, fresh_seeds: bool) -> None:
+           no_sandbox: bool, fresh_seeds: bool, executor: str, address: Optional[str], lanes: Optional[int],
+           resume: bool) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
@@ -110,7 +118,25 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
             except SchemaError as e:
                 fail(str(e))
 
+    if resume:
+        loaded = _unfinished(loaded, ds, archive, selection, audit_level)
+        if not loaded:
+            err.print("resume: every solution already has a verdict in the archive; nothing to do", highlight=False)
+            sys.exit(0)
     exit_code = 0
+
+    def on_result(result: Any) -> None:
+        nonlocal exit_code
+        if as_json:
+            out.print_json(json.dumps(result.to_json(), default=str))
+        else:
+            print_result(result)
+        if not result.all_passed:
+            exit_code = 1
+
+    if executor == "ray":
+        _submit_on_ray(loaded, ds, archive, opts, address, lanes, on_result)
+        sys.exit(exit_code)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as progress:
         tasks: dict[str, Any] = {}  # one progress bar per GPU lane (thread)
@@ -128,20 +154,40 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
                     progress.console.print(f"  {data['label']}: {styled(data['status'])} {escape(first_line[:300])}",
                                            highlight=False)
 
-        def on_result(result: Any) -> None:
-            nonlocal exit_code
-            if as_json:
-                out.print_json(json.dumps(result.to_json(), default=str))
-            else:
-                print_result(result)
-            if not result.all_passed:
-                exit_code = 1
-
         try:
             submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
         except (SchemaError, SandboxUnavailable) as e:
             fail(str(e))
     sys.exit(exit_code)
+
+
+def _unfinished(loaded: list[Solution], ds: Any, archive: Any, selection: Optional[list[str]],
+                audit_level: str) -> list[Solution]:
+    """--resume: the solutions without a verdict in the archive (each submission is archived whole, so one with a
+    verdict is complete), each reported as skipped."""
+    from .archive_transfer import finished_keys
+
+    done, left = finished_keys(archive), []
+    for sol in loaded:
+        uuids = tuple(w.uuid for w in ds.workloads_for(sol.definition, selection))
+        if (sol.content_hash, sol.definition, uuids, audit_level) in done:
+            err.print(escape(f"resume: {sol.name} [{sol.definition}] already archived, skipped"), highlight=False)
+        else:
+            left.append(sol)
+    return left
+
+
+def _submit_on_ray(loaded: list[Solution], ds: Any, archive: Any, opts: Any, address: Optional[str],
+                   lanes: Optional[int], on_result: Any) -> None:
+    try:
+        from .ray_executor import RaySettings, submit_on_ray
+    except ImportError as e:
+        fail(f"--executor ray needs Ray: pip install -e '.[ray]' ({e})")
+    from .ray_progress import ClusterProgress
+
+    settings = RaySettings(address=address, cpu_lanes=lanes, max_lanes=lanes)
+    with ClusterProgress(err) as progress:
+        submit_on_ray(loaded, ds, archive, opts, settings, on_event=progress, on_result=on_result)
 
 
 def pct(x: Optional[float]) -> str:
@@ -263,6 +309,13 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
     out.print(f"created {row['created_at']}, finished {row['finished_at'] or '(not finished)'}; "
               f"hardware: {env.get('hardware', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
               f"{env.get('network_isolation', '')}", highlight=False)
+    host = f"host: {env.get('host', '?')}; driver {env.get('driver') or '-'}, CUDA {env.get('cuda') or '-'}"
+    lane = row["options"].get("lane") or {}
+    if lane:  # evaluated by a Ray lane (harness/ray_executor.py) and imported by its driver
+        host += (f"; ray {lane.get('lane')} (actor {str(lane.get('actor_id'))[:12]}, node "
+                 f"{str(lane.get('node_id'))[:12]}, GPU {','.join(lane.get('gpu_ids') or []) or 'none'}, "
+                 f"attempt {lane.get('attempt')})")
+    out.print(escape(host), highlight=False)
     if seal.modified:
         out.print(f"[bold red]{MODIFIED_WARNING}: {escape(seal.detail)}[/]", highlight=False)
     elif seal.state == "unverifiable":

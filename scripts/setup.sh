@@ -15,6 +15,8 @@ if [ "${1:-}" = "--test" ]; then
   # What the report, browse and browser tests use. Without them those tests skip and say why.
   # (anthropic/openai for the provider contract tests, which mock their HTTP transport: no network)
   python -c "import matplotlib, datasette, anthropic, openai" 2>/dev/null || pip_q -e ".[dev,llm,report,browse]"
+  # Ray for the Ray executor's tests (a two-node cluster on this machine); without it they skip and say why.
+  python -c "import ray" 2>/dev/null || pip_q -e ".[ray]"
   # The linter CI runs after the tests (.ci/run).
   .venv/bin/ruff --version 2>/dev/null | grep -qx "ruff 0.17.6" || pip_q -e ".[lint]"
   if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
