@@ -92,3 +92,45 @@ def test_a_tool_conversation_in_the_loop_is_archived_and_replayed_whole(tiny_dat
         c["solution_hash"] for c in cands]
     assert store.responses_of_run(replayed)[0]["model"].endswith("3 turns)")
     assert store.agent_conversations(replayed) == ["r1/explore"]
+
+
+def test_a_claude_conversation_through_the_sdk_is_archived_by_the_loop_and_replayed(tiny_dataset_root, tmp_path):
+    import pytest
+
+    pytest.importorskip("anthropic")
+    httpx2 = pytest.importorskip("httpx2")
+    from agent_sse import Server, claude_stream
+
+    from controller.providers.anthropic import AnthropicProvider
+
+    submit = {"files": FILES, "entry_point": "kernel.py::run", "notes": "after one draft"}
+    server = Server(
+        claude_stream([("thinking", "read the contract first", "sig-1"),
+                       ("tool", "tu_1", "read_skill", {"name": "gqa-decode"})], tokens_in=3000, tokens_out=400),
+        claude_stream([("tool", "tu_2", "evaluate", {"files": FILES, "workloads": [WORKLOAD]})],
+                      tokens_in=6000, tokens_out=900, cache_read=2500),
+        claude_stream([("tool", "tu_3", "submit_kernel", submit)], tokens_in=7000, tokens_out=900, cache_read=5000))
+    provider = AnthropicProvider(api_key="sk-test", base_url="http://anthropic.test",
+                                 http_client=httpx2.Client(transport=httpx2.MockTransport(server)))
+    folder = tmp_path / "archive"
+    archive = Archive(folder)
+    evaluator = DraftingEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], lambda s: ("PASSED", None))
+    recorded = run_loop(config(tiny_dataset_root, rounds=1, candidates=1), folder, provider=provider,
+                        evaluator=evaluator)
+    store = Store(archive)
+    turns = store.agent_turns(recorded["run_id"], "r1/explore")
+    assert [c["name"] for t in turns for c in t["assistant"]["tool_calls"]] == ["read_skill", "evaluate",
+                                                                                "submit_kernel"]
+    assert turns[0]["assistant"]["native"][0]["signature"] == "sig-1"
+    # the second call sent back the first turn's thinking block and the skill it asked for
+    second = server.bodies[1]["messages"]
+    assert second[1]["content"][0]["signature"] == "sig-1" and second[2]["content"][0]["type"] == "tool_result"
+    assert [c["status"] for c in store.candidates(recorded["run_id"]) if c["round"] == 1] == ["PASSED"]
+
+    result = CliRunner().invoke(main, ["loop", "--definition", KV8_PS1, "--provider", "replay", "--replay-run",
+                                       recorded["run_id"], "--rounds", "1", "--candidates", "1", "--archive",
+                                       str(folder), "--dataset", str(tiny_dataset_root), "--workloads", WORKLOAD,
+                                       "--timeout-s", "120", "--json"])
+    assert result.exit_code == 0, result.output
+    replayed = json.loads(result.stdout)["run_id"]
+    assert store.agent_turns(replayed, "r1/explore") == turns and len(server.bodies) == 3  # nothing sent again
