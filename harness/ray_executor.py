@@ -184,6 +184,7 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
     for _ in range(count):
         start_lane()
     no_lane_since: Optional[float] = None
+    start_failure = ""  # why the last lane that failed to start did (said when no lane is left)
 
     def finish(result: SubmissionResult) -> None:
         results.append(result)
@@ -209,7 +210,8 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
                 no_lane_since = no_lane_since or time.monotonic()
                 if not starting or time.monotonic() - no_lane_since > settings.lane_start_timeout_s:
                     for i, solution in list(queue):
-                        fail(i, solution, "no Ray lane could start to evaluate it")
+                        fail(i, solution, "no Ray lane could start to evaluate it"
+                             + (f" (last: {start_failure})" if start_failure else ""))
                     queue.clear()
                     break
             else:
@@ -221,7 +223,8 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
                     try:
                         lane.info = ray.get(ref)
                     except RayError as err:  # it died warming up: nothing of it was queued on it
-                        emit("lane_lost", {"lane": lane.name, "reason": _reason(err), "requeued": None})
+                        start_failure = _reason(err)
+                        emit("lane_lost", {"lane": lane.name, "reason": start_failure, "requeued": None})
                         continue
                     idle.append(lane)
                     emit("lane_ready", {"lane": lane.name, **lane.info})
@@ -239,8 +242,8 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
                     if requeue:
                         queue.appendleft((i, solution))
                     else:
-                        fail(i, solution, f"its Ray lane died {lost[i]} times ({lane.name} on "
-                                          f"{lane.info.get('host')}: {_reason(err)})")
+                        fail(i, solution, f"its Ray lane died under it {lost[i]} time(s), the last {lane.name} "
+                                          f"on {lane.info.get('host')}: {_reason(err)}")
                     start_lane()  # a replacement, wherever the cluster has room (pending while it has none)
                     continue
                 except RayError as err:  # the lane's own code failed: the lane lives on, the submission is lost

@@ -160,3 +160,35 @@ def test_a_node_lost_mid_evaluation_is_run_again_on_the_other_lane(tmp_path, clu
     lane = archive.submission(rerun.submission_id)["options"]["lane"]
     assert lane["attempt"] == 2 and lane["node_id"] != worker_node
     assert all(archive.verify_seal(r.submission_id).state == "sealed" for r in results)
+
+
+@needs_ray
+def test_a_solution_whose_lanes_all_die_is_archived_as_harness_error(tmp_path, cluster, tiny_dataset_root):
+    """No second chance here (retries=0): the lost evaluation is archived, sealed, with the reason."""
+    from harness.archive import Archive
+    from harness.dataset import Dataset
+    from harness.options import SubmitOptions
+    from harness.ray_executor import RaySettings, submit_on_ray
+    from harness.schema import Solution, parse_model
+
+    node = cluster.add_node(num_cpus=1)  # the node the previous test removed, back
+    cluster.wait_for_nodes()
+    archive = Archive(tmp_path / "archive")
+    solutions = [parse_model(Solution, slow_solution(f"d{i}", 0.5), ".") for i in range(2)]
+
+    def on_event(kind: str, data: dict) -> None:
+        if kind == "assigned" and data["node_id"] == node.node_id:
+            threading.Timer(2.0, cluster.remove_node, [node]).start()
+
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        results = submit_on_ray(solutions, Dataset(tiny_dataset_root), archive, SubmitOptions(workloads=[WORKLOAD]),
+                                RaySettings(cpu_lanes=2, retries=0), on_event=on_event)
+    finally:
+        ray.shutdown()
+    assert sorted(r.status for r in results) == ["HARNESS_ERROR", "PASSED"]
+    failed = next(r for r in results if r.status == "HARNESS_ERROR")
+    row = archive.submission(failed.submission_id)
+    assert "its Ray lane died under it 1 time(s)" in row["message"] and row["evaluations"] == []
+    assert archive.verify_seal(failed.submission_id).state == "sealed"
+    assert len(archive.submissions()) == 2
