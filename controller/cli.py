@@ -272,11 +272,14 @@ def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
 @click.option("--dry-run", is_flag=True,
               help="Print the first request as it would be sent (call parameters or request document, tools, "
                    "limits, skills, size in tokens) and send and evaluate nothing.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: each run evaluates on a lane of a Ray cluster (one GPU), runs side by side (extra `ray`).")
+@click.option("--address", help="--executor ray: the cluster (HOST:PORT or auto); default: a new one on this host.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final report(s) as JSON.")
 def loop(definition, provider, model, rounds, candidates, repairs, archive_path, dataset, workloads, incumbent,
          target_hardware, resume, replay_run, budget_tokens, budget_cost, budget_wall_s, max_output_tokens,
          timeout_s, profile, profile_timeout_s, hint, max_turns, max_evaluations, provider_option, dry_run,
-         as_json) -> None:
+         executor, address, as_json) -> None:
     """Run the loop: plan -> request -> candidates -> harness -> repair -> promotion, bounded and resumable."""
     archive, source = archive_location(archive_path)
     if source != "default" and not archive.is_dir():
@@ -284,12 +287,19 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
              "(create it first)")
     on_event = live_printer(as_json)
     reports = []
+    lanes_for, new_runner, resumer = (lambda jobs: _gpus_for(jobs, dataset, archive)), None, resume_loop
+    if executor == "ray" and not dry_run:
+        try:
+            from .ray_evaluator import ray_lanes, ray_runner
+        except ImportError as e:
+            fail(f"--executor ray needs Ray: pip install -e '.[ray]' ({e})")
+        lanes_for, new_runner = (lambda jobs: ray_lanes(address, jobs)), ray_runner(address)
+        resumer = new_runner
     try:
         if resume:
             run_ids = _resume_ids(resume, archive)
             _preflight_resumed(run_ids, archive)  # a missing credential or agent is said before any evaluation
-            reports.extend(run_loops(run_ids, archive, _gpus_for(len(run_ids), dataset, archive), on_event=on_event,
-                                     runner=resume_loop))
+            reports.extend(run_loops(run_ids, archive, lanes_for(len(run_ids)), on_event=on_event, runner=resumer))
         else:
             names = _definitions(definition, dataset)
             name = provider or default_provider(dict(os.environ))
@@ -317,7 +327,8 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
             if dry_run:
                 _print_dry_runs(configs, name, options)
                 return
-            reports.extend(run_loops(configs, archive, _gpus_for(len(configs), dataset, archive), on_event=on_event))
+            reports.extend(run_loops(configs, archive, lanes_for(len(configs)), on_event=on_event,
+                                     **({"runner": new_runner} if new_runner else {})))
     except (SchemaError, SkillError, ProviderError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -102,19 +102,27 @@ class Lane:
         ctx = ray.get_runtime_context()
         return {"actor_id": ctx.get_actor_id(), "node_id": ctx.get_node_id(), "host": socket.gethostname(),
                 "pid": os.getpid(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "hardware": env.get("hardware"), "driver": env.get("driver"), "cuda": env.get("cuda")}
+                "hardware": env.get("hardware"), "driver": env.get("driver"), "cuda": env.get("cuda"),
+                "has_gpu": self.session.has_gpu}
 
-    def evaluate(self, solution: Solution) -> dict[str, Any]:
-        """One submission in the private archive, returned whole: {"bundle", "result", "error"}."""
+    def evaluate(self, solution: Solution, audit_level: Optional[str] = None,
+                 workloads: Optional[list[str]] = None) -> dict[str, Any]:
+        """One submission in the private archive, returned whole: {"bundle", "result", "error"}. ``audit_level``
+        and ``workloads`` override the lane's for this submission (the controller's full and paired runs, drafts)."""
         before = self._last_submission()
         result, error = None, None
+        saved = self.session.options.workloads
+        if workloads is not None:
+            self.session.options.workloads = list(workloads)
         try:
-            result = self.session.submit(solution)
+            result = self.session.submit(solution, audit_level=audit_level)
             submission_id: Optional[int] = result.submission_id
         except Exception as err:  # the session archived it as HARNESS_ERROR (Session._close_cut_short)
             error = f"{type(err).__name__}: {err}"
             last = self._last_submission()
             submission_id = last if last > before else None
+        finally:
+            self.session.options.workloads = saved
         bundle = export_submission(self.archive, submission_id, self.baseline_runs_sent) if submission_id else None
         if bundle is not None:
             self.baseline_runs_sent = max([b["id"] for b in bundle.baseline_runs], default=self.baseline_runs_sent)
@@ -255,6 +263,79 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
     finally:
         _stop(every, idle)  # a busy lane is killed: its workers end with it (the sandbox's pdeathsig)
     return results
+
+
+def lane_count(settings: RaySettings) -> int:
+    """How many lanes the cluster gives (its GPUs, else its CPUs or ``cpu_lanes``), joining it if needed."""
+    if not ray.is_initialized():
+        ray.init(address=settings.address, log_to_driver=False, include_dashboard=False)
+    resources = ray.cluster_resources()
+    count = int(resources.get("GPU", 0)) or settings.cpu_lanes or max(1, int(resources.get("CPU", 1)))
+    return min(count, settings.max_lanes or count)
+
+
+class LaneClient:
+    """One lane for a caller that evaluates one solution at a time (a controller run): ``submit`` as a Session's,
+    run on the lane, the result imported into the driver's archive. A lane lost mid-evaluation is replaced and the
+    submission run again (``retries`` times), then archived as HARNESS_ERROR. ``progress("start", ...)`` is
+    called once the submission is in the archive (its id exists only then)."""
+
+    def __init__(self, dataset: Dataset, archive: Archive, options: SubmitOptions,
+                 settings: Optional[RaySettings] = None, progress: Optional[Event] = None):
+        self.dataset, self.archive, self.options = dataset, archive, options
+        self.settings = settings or RaySettings()
+        self.progress = progress or (lambda kind, data: None)
+        if not ray.is_initialized():
+            ray.init(address=self.settings.address, log_to_driver=False, include_dashboard=False)
+        self.gpu = int(ray.cluster_resources().get("GPU", 0)) > 0
+        self.secret = None if options.fresh_seeds else archive.seed_secret()
+        self._lane: Optional[_LaneState] = None
+        self._count = 0
+
+    def lane(self) -> _LaneState:
+        if self._lane is None:
+            lane_options = SubmitOptions(**{**self.options.__dict__, "device_index": None})
+            handle = _lane_class(self.gpu).remote(str(self.dataset.root), lane_options, self.secret, self.gpu)
+            lane = _LaneState(f"lane{self._count}", handle)
+            self._count += 1
+            try:
+                lane.info = ray.get(handle.describe.remote(), timeout=self.settings.lane_start_timeout_s)
+            except BaseException:
+                _stop([lane], [])
+                raise
+            self._lane = lane
+        return self._lane
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.lane().info.get("has_gpu"))
+
+    def submit(self, solution: Solution, *, audit_level: Optional[str] = None) -> SubmissionResult:
+        reason = ""
+        for attempt in range(1, self.settings.retries + 2):
+            lane = self.lane()
+            try:
+                payload = ray.get(lane.handle.evaluate.remote(solution, audit_level, self.options.workloads))
+            except LANE_LOST as err:
+                reason = f"{lane.name} on {lane.info.get('host')}: {_reason(err)}"
+                _stop([lane], [])
+                self._lane = None  # the next attempt starts a replacement
+                continue
+            result = _archive_payload(self.archive, payload, solution, lane_record(lane, attempt))
+            break
+        else:
+            message = f"its Ray lane died under it {self.settings.retries + 1} time(s), the last {reason}"
+            sub_id = record_failure(self.archive, dump_json(solution), solution.content_hash, message,
+                                    {"executor": "ray", "audit_level": audit_level or self.options.audit_level})
+            result = SubmissionResult(sub_id, solution.name, solution.definition, HARNESS_ERROR, [], notices=[message])
+        self.progress("start", {"submission_id": result.submission_id, "solution": solution.name,
+                                "definition": solution.definition})
+        return result
+
+    def close(self) -> None:
+        if self._lane is not None:
+            _stop([self._lane], [self._lane])
+            self._lane = None
 
 
 def _archive_payload(archive: Archive, payload: dict[str, Any], solution: Solution,
