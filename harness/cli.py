@@ -186,8 +186,11 @@ def _submit_on_ray(loaded: list[Solution], ds: Any, archive: Any, opts: Any, add
     from .ray_progress import ClusterProgress
 
     settings = RaySettings(address=address, cpu_lanes=lanes, max_lanes=lanes)
-    with ClusterProgress(err) as progress:
-        submit_on_ray(loaded, ds, archive, opts, settings, on_event=progress, on_result=on_result)
+    try:
+        with ClusterProgress(err) as progress:
+            submit_on_ray(loaded, ds, archive, opts, settings, on_event=progress, on_result=on_result)
+    except KeyboardInterrupt:  # the driver writes only finished submissions: nothing is left half-archived
+        fail("interrupted: every finished submission is archived; continue with the same command and --resume", 130)
 
 
 def pct(x: Optional[float]) -> str:

@@ -194,17 +194,18 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
     no_lane_since: Optional[float] = None
     start_failure = ""  # why the last lane that failed to start did (said when no lane is left)
 
-    def finish(result: SubmissionResult) -> None:
+    def finish(result: SubmissionResult, lane: Optional[str] = None) -> None:
         results.append(result)
-        emit("finished", {"solution": result.solution, "status": result.status,
+        emit("finished", {"lane": lane, "solution": result.solution, "status": result.status,
                           "submission_id": result.submission_id, "queued": len(queue), "done": len(results)})
         if on_result is not None:
             on_result(result)
 
-    def fail(index: int, solution: Solution, reason: str) -> None:
+    def fail(index: int, solution: Solution, reason: str, lane: Optional[str] = None) -> None:
         sub_id = record_failure(archive, dump_json(solution), solution.content_hash, reason,
                                 {"executor": "ray", "audit_level": options.audit_level})
-        finish(SubmissionResult(sub_id, solution.name, solution.definition, HARNESS_ERROR, [], notices=[reason]))
+        finish(SubmissionResult(sub_id, solution.name, solution.definition, HARNESS_ERROR, [], notices=[reason]),
+               lane)
 
     try:
         while queue or running:
@@ -256,10 +257,10 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
                     continue
                 except RayError as err:  # the lane's own code failed: the lane lives on, the submission is lost
                     idle.append(lane)
-                    fail(i, solution, f"the Ray lane {lane.name} failed: {_reason(err)}")
+                    fail(i, solution, f"the Ray lane {lane.name} failed: {_reason(err)}", lane.name)
                     continue
                 idle.append(lane)
-                finish(_archive_payload(archive, payload, solution, lane_record(lane, lost[i] + 1)))
+                finish(_archive_payload(archive, payload, solution, lane_record(lane, lost[i] + 1)), lane.name)
     finally:
         _stop(every, idle)  # a busy lane is killed: its workers end with it (the sandbox's pdeathsig)
     return results

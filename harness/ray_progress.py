@@ -43,10 +43,8 @@ class ClusterProgress:
             self.lanes.setdefault(data["lane"], {})["doing"] = f"{data['solution']}{retry}"
         elif kind == "finished":
             self.done, self.queued = data["done"], data["queued"]
-            for lane in self.lanes.values():
-                if lane.get("doing", "").split(" (attempt")[0] == data["solution"]:
-                    lane["doing"] = "idle"
-                    break
+            if data.get("lane") in self.lanes:
+                self.lanes[data["lane"]]["doing"] = "idle"
         elif kind == "lane_lost":
             lane = self.lanes.pop(data["lane"], {})
             again = f"; {data['requeued']} queued again" if data.get("requeued") else ""

@@ -69,6 +69,31 @@ def test_local_submit_never_imports_ray(tmp_path, tiny_dataset_root):
     assert proc.returncode == 0 and "NO_RAY" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_cluster_progress_shows_lanes_the_queue_and_what_is_finished():
+    import io
+
+    from rich.console import Console
+
+    from harness.ray_progress import ClusterProgress
+
+    console = Console(file=io.StringIO(), width=160, force_terminal=False)
+    progress = ClusterProgress(console)
+    for kind, data in [("lanes", {"lanes": 2, "gpu": True, "queued": 3}),
+                       ("lane_ready", {"lane": "lane0", "host": "gpu-a", "hardware": "NVIDIA H200"}),
+                       ("lane_ready", {"lane": "lane1", "host": "gpu-b", "hardware": "NVIDIA H200"}),
+                       ("assigned", {"lane": "lane0", "solution": "s0", "attempt": 1, "queued": 2}),
+                       ("assigned", {"lane": "lane1", "solution": "s1", "attempt": 1, "queued": 1}),
+                       ("lane_lost", {"lane": "lane1", "reason": "ActorDiedError: node gone", "requeued": "s1"}),
+                       ("finished", {"lane": "lane0", "solution": "s0", "status": "PASSED", "done": 1, "queued": 1}),
+                       ("assigned", {"lane": "lane0", "solution": "s1", "attempt": 2, "queued": 0})]:
+        progress(kind, data)
+    console.print(progress._render())
+    text = console.file.getvalue()
+    assert "ray: 2 GPU lane(s) for 3 solution(s)" in text
+    assert "lane1 on gpu-b lost (ActorDiedError: node gone); s1 queued again" in text
+    assert "lanes busy 1/1, queued 0, finished 1/3" in text and "s1 (attempt 2)" in text
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A head node and a worker node of one CPU each; this process connects as a driver."""
