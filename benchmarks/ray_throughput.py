@@ -4,7 +4,7 @@ wall time includes starting the lanes (each lane's Session: imports, the referen
 ``steady_s`` counts from the first submission's start, when at least one lane is warm.
 
     python benchmarks/ray_throughput.py --out benchmarks/results/DATE_cpu_ray [--solutions 8] [--lanes 1,2,4]
-        [-w uniform_b1_kv512] [--solution S.json]
+        [-w uniform_b1_kv512] [--solution S.json] [--gpu]   # --gpu: GPU lanes, one GPU each (--lanes 1 on one H200)
 
 Writes ray_throughput.json and ray_throughput.md. On a CPU host the lanes share its cores (the Triton interpreter
 is CPU-bound), so scaling beyond the core count is not expected; on a GPU cluster each lane has its own GPU.
@@ -47,7 +47,7 @@ def run_local(solutions: list, workloads: list[str]) -> dict:
     return summary("local (1 lane)", 1, results, started, starts[0] if starts else started)
 
 
-def run_ray(solutions: list, workloads: list[str], lanes: int) -> dict:
+def run_ray(solutions: list, workloads: list[str], lanes: int, gpu: bool) -> dict:
     import ray
 
     from harness.archive import Archive
@@ -57,7 +57,8 @@ def run_ray(solutions: list, workloads: list[str], lanes: int) -> dict:
 
     archive = Archive(Path(tempfile.mkdtemp(prefix=f"crucible-bench-ray{lanes}-")))
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private instance of this benchmark only
-    ray.init(num_cpus=lanes, log_to_driver=False, include_dashboard=False)
+    # CPU lanes: no GPU offered even on a GPU host; GPU lanes: one per GPU, this many GPUs of the host
+    ray.init(num_cpus=lanes, num_gpus=lanes if gpu else 0, log_to_driver=False, include_dashboard=False)
     first: list[float] = []
     try:
         started = time.perf_counter()
@@ -67,7 +68,8 @@ def run_ray(solutions: list, workloads: list[str], lanes: int) -> dict:
                                 if kind == "assigned" else None)
     finally:
         ray.shutdown()
-    return summary(f"ray, {lanes} CPU lane(s)", lanes, results, started, first[0] if first else started)
+    kind = "GPU" if gpu else "CPU"
+    return summary(f"ray, {lanes} {kind} lane(s)", lanes, results, started, first[0] if first else started)
 
 
 def summary(name: str, lanes: int, results: list, started: float, first_start: float) -> dict:
@@ -117,12 +119,13 @@ def main() -> int:
     parser.add_argument("--solutions", type=int, default=8)
     parser.add_argument("--lanes", default="1,2,4")
     parser.add_argument("-w", "--workloads", default="uniform_b1_kv512")
+    parser.add_argument("--gpu", action="store_true", help="GPU lanes (one GPU each) instead of CPU lanes")
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
     solutions = copies(args.solution, args.solutions)
     runs = [run_local(solutions, workloads)]
     for lanes in (int(x) for x in args.lanes.split(",")):
-        runs.append(run_ray(solutions, workloads, lanes))
+        runs.append(run_ray(solutions, workloads, lanes, args.gpu))
         print(json.dumps(runs[-1]), flush=True)
     solution = args.solution.resolve()
     shown = solution.relative_to(REPO) if solution.is_relative_to(REPO) else solution

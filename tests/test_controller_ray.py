@@ -26,7 +26,7 @@ def test_loop_on_a_ray_lane_archives_every_candidate_with_its_lane(tiny_dataset_
     monkeypatch.setitem(os.environ, "RAY_AUTH_MODE", "disabled")  # a private instance of this test only
     archive = tmp_path / "archive"
     archive.mkdir()
-    ray.init(num_cpus=1, log_to_driver=False, include_dashboard=False)
+    ray.init(num_cpus=1, num_gpus=0, log_to_driver=False, include_dashboard=False)  # a CPU lane on any host
     try:
         result = CliRunner().invoke(main, ["loop", "--definition", KV8_PS1, "--rounds", "1", "--candidates", "1",
                                            "--archive", str(archive), "--dataset", str(tiny_dataset_root),

@@ -98,8 +98,10 @@ def test_cluster_progress_shows_lanes_the_queue_and_what_is_finished():
 def cluster():
     """A head node and a worker node of one CPU each; this process connects as a driver."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a cluster of this test only, on this machine
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    worker = c.add_node(num_cpus=1)
+    # num_gpus=0: CPU lanes on any host (on a GPU host both nodes would otherwise claim the same GPUs)
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 0,
+                                                                    "include_dashboard": False})
+    worker = c.add_node(num_cpus=1, num_gpus=0)
     c.wait_for_nodes()
     c.worker = worker
     yield c
@@ -196,7 +198,7 @@ def test_a_solution_whose_lanes_all_die_is_archived_as_harness_error(tmp_path, c
     from harness.ray_executor import RaySettings, submit_on_ray
     from harness.schema import Solution, parse_model
 
-    node = cluster.add_node(num_cpus=1)  # the node the previous test removed, back
+    node = cluster.add_node(num_cpus=1, num_gpus=0)  # the node the previous test removed, back
     cluster.wait_for_nodes()
     archive = Archive(tmp_path / "archive")
     solutions = [parse_model(Solution, slow_solution(f"d{i}", 0.5), ".") for i in range(2)]
