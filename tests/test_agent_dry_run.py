@@ -52,3 +52,11 @@ def test_offline_dry_run_shows_the_request_document(tmp_path):
     out = dry_run(tmp_path, "--provider", "offline")
     assert out["request"]["kind"] == "request document"
     assert "## A person's direction for this run" in out["request"]["document"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "offline"])
+def test_a_provider_option_it_does_not_take_is_one_line_exit_2(tmp_path, provider):
+    result = CliRunner().invoke(main, ["loop", "--definition", KV8_PS1, "--provider", provider, "--dry-run",
+                                       "--provider-option", "efort=high", "--archive", str(tmp_path)])
+    assert result.exit_code == 2 and "efort" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output + result.stderr

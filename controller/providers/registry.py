@@ -44,17 +44,26 @@ def default_provider(env: dict[str, str]) -> str:
     return "offline"
 
 
+def _build(name: str, make: Any) -> Any:
+    """``make()``, with a setting the provider does not take said on one line (a typo in --provider-option)."""
+    try:
+        return make()
+    except TypeError as err:
+        raise ProviderError(f"provider {name}: {' '.join(str(err).split())} (check --model / --provider-option)"
+                            ) from None
+
+
 def make_provider(name: str, options: Optional[dict[str, Any]] = None, **context: Any) -> Provider:
     """Build a provider by name. ``context`` carries what some need: skills, skills_root, store, definition."""
     options = dict(options or {})
     cls = provider_class(name)
     if name == "offline":
-        return cls(context["skills"], definition=context.get("definition"), **options)
+        return _build(name, lambda: cls(context["skills"], definition=context.get("definition"), **options))
     if name == "replay":
-        return cls(context["store"], **options)
+        return _build(name, lambda: cls(context["store"], **options))
     if name in ("claude-code", "codex"):
-        return cls(name, skills_root=context["skills_root"], **options)
-    return cls(**options)
+        return _build(name, lambda: cls(name, skills_root=context["skills_root"], **options))
+    return _build(name, lambda: cls(**options))
 
 
 def preflight(name: str, options: dict[str, Any] | None = None) -> None:
@@ -68,4 +77,4 @@ def preflight(name: str, options: dict[str, Any] | None = None) -> None:
     if name in ("claude-code", "codex"):
         _load("cli_agents:require_executable")(name, options.get("command"))
     else:
-        cls(**options).preflight()
+        _build(name, lambda: cls(**options)).preflight()
