@@ -106,7 +106,10 @@ PY
 fi
 if has families; then  # the contest's other definitions: each example on every workload (FAMILY_ARGS: more submit args)
   section "families"
-  for sol in examples/moe_fp8/solutions/*.json examples/dsa_sparse/solutions/*.json; do
+  # GDN's FlashInfer baselines are CuTe-DSL kernels: say whether this host can run them at all
+  python3 -c "import cutlass, flashinfer.gdn_decode as d; print('cutlass-dsl', getattr(cutlass, '__version__', '?'), 'pretranspose', d._PRETRANSPOSE_AVAILABLE)" >> "$LOG" 2>&1 \
+    || echo "nvidia-cutlass-dsl not importable: the GDN baselines will fail (archived with the reason)" >> "$LOG"
+  for sol in examples/moe_fp8/solutions/*.json examples/dsa_sparse/solutions/*.json examples/gdn/solutions/*.json; do
     name=$(basename "$sol" .json)
     timeout ${FAMILY_TIMEOUT:-280} python3 -m harness.cli submit "$sol" --archive "$ARCHIVE" --json ${FAMILY_ARGS:-} \
       > "$OUT/family_$name.json" 2>> "$LOG"
