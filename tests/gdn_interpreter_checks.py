@@ -7,6 +7,8 @@ its findings as JSON.
 - both templates at two parameter sets each: failing elements of `output` and `new_state` under the contest's
   element rule, on the cases the harness's workloads do not reach (no initial state, a zero-length sequence
   among several, a zero scale meaning 1/sqrt(128));
+- the chunked prefill template at two parameter sets (two chunk sizes) on one packed batch whose lengths
+  are single tokens, shorter than, not multiples of and longer than the chunk, with and without a state;
 - classic slips of the honest kernels (state read as [K, V], v head h paired with q/k head h % 4, softplus
   dropped, an empty sequence keeping its input state): each must fail the rule.
 """
@@ -26,9 +28,13 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from controller.skills.templates import render_template  # noqa: E402
 from gdn_support import DECODE, PREFILL, SKILL, reference  # noqa: E402
+from harness import triton_interp  # noqa: E402
 
 DECODE_TMPL = SKILL / "references" / "triton_gdn_decode.py.tmpl"
 PREFILL_TMPL = SKILL / "references" / "triton_gdn_prefill.py.tmpl"
+CHUNKED_TMPL = SKILL / "references" / "triton_gdn_prefill_chunked.py.tmpl"
+# large V blocks keep the interpreter's program count (and the test's time) down
+CHUNKED_PARAMS = [{"CHUNK": 16, "BLOCK_V": 64, "NUM_WARPS": 4}, {"CHUNK": 32, "BLOCK_V": 128, "NUM_WARPS": 8}]
 PARAMS = {DECODE: [{"BLOCK_V": 32, "NUM_WARPS": 4}, {"BLOCK_V": 128, "NUM_WARPS": 8}],
           PREFILL: [{"BLOCK_V": 32, "NUM_WARPS": 4, "NUM_STAGES": 2},
                     {"BLOCK_V": 128, "NUM_WARPS": 8, "NUM_STAGES": 1}]}
@@ -85,10 +91,13 @@ CASES = {DECODE: {"b2 state": (decode_inputs, (2, True, 1 / math.sqrt(128))),
                   "b2 no state, scale 0": (decode_inputs, (2, False, 0.0))},
          PREFILL: {"lengths 3,0,4": (prefill_inputs, ([3, 0, 4], True, 1 / math.sqrt(128))),
                    "lengths 5 no state": (prefill_inputs, ([5], False, 1 / math.sqrt(128)))}}
+# a zero scale here too: the chunked kernel must resolve it the reference's way
+CHUNKED_CASES = {"lengths 1,5,0,17,33 state": (prefill_inputs, ([1, 5, 0, 17, 33], True, 0.0)),
+                 "lengths 1,5,0,17,33 no state": (prefill_inputs, ([1, 5, 0, 17, 33], False, 1 / math.sqrt(128)))}
 
 
-def judge(module, definition: str, case: str) -> list[int]:
-    make, args = CASES[definition][case]
+def judge(module, definition: str, case: str, cases: dict | None = None) -> list[int]:
+    make, args = (cases or CASES[definition])[case]
     inputs = make(*args)
     want_out, want_state = reference(definition)(*inputs)
     out, new_state = torch.full_like(want_out, float("nan")), torch.full_like(want_state, float("nan"))
@@ -99,13 +108,20 @@ def judge(module, definition: str, case: str) -> list[int]:
 
 
 def main(out_path: str) -> None:
-    found: dict = {"honest": {}, "slips": {}}
+    # the harness's own interpreter fixes: without them tl.dot on bf16 operands (the chunked kernel's K K^T and
+    # Q K^T) multiplies raw bit patterns; the worker applies the same ones to every candidate
+    triton_interp.apply()
+    found: dict = {"honest": {}, "chunked": {}, "slips": {}}
     folder = Path(tempfile.mkdtemp(prefix="gdn_checks_"))
     for definition, template in ((DECODE, DECODE_TMPL), (PREFILL, PREFILL_TMPL)):
         for i, params in enumerate(PARAMS[definition]):
             module = _load(render_template(template.read_text(), params), f"{definition[:8]}_{i}", folder)
             for case in CASES[definition]:
                 found["honest"][f"{definition} {params} {case}"] = judge(module, definition, case)
+    for i, params in enumerate(CHUNKED_PARAMS):
+        module = _load(render_template(CHUNKED_TMPL.read_text(), params), f"chunked_{i}", folder)
+        for case in CHUNKED_CASES:
+            found["chunked"][f"{params} {case}"] = judge(module, PREFILL, case, CHUNKED_CASES)
     for i, (slip, (definition, old, new)) in enumerate(SLIPS.items()):
         template = DECODE_TMPL if definition == DECODE else PREFILL_TMPL
         text = render_template(template.read_text(), PARAMS[definition][0])

@@ -1,7 +1,8 @@
 """The GDN examples (examples/gdn, the gdn skill's templates rendered with their defaults): they pass the harness on
 the official definitions' small workloads under the Triton interpreter, match the exec'd official references where
-the workloads do not reach (no state, zero scale, an empty sequence) while classic slips fail, and the skill
-validates with every allowed configuration rendering a destination-passing `run`."""
+the workloads do not reach (no state, zero scale, an empty sequence), the chunked prefill template too on ragged
+lengths, while classic slips fail, and the skill validates with every allowed configuration (of every template a
+definition names) rendering a destination-passing `run`."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ def test_templates_match_the_reference_where_the_workloads_do_not_reach(checks):
     assert all(found == [0, 0, 0] for found in checks["honest"].values()), checks["honest"]
 
 
+def test_chunked_template_matches_the_reference_on_ragged_lengths(checks):
+    """Two chunk sizes; lengths 1, 5, 0, 17, 33 packed: partial last chunks, single tokens, an empty sequence."""
+    assert len(checks["chunked"]) == 4
+    assert all(found == [0, 0, 0] for found in checks["chunked"].values()), checks["chunked"]
+
+
 @pytest.mark.parametrize("slip", ["state read as [K, V]", "v head h on q/k head h % 4", "softplus dropped",
                                   "empty sequence keeps its state"])
 def test_classic_slips_fail_the_element_rule(checks, slip):
@@ -98,11 +105,13 @@ def test_skill_validates_and_every_allowed_configuration_renders_a_dps_run():
     for definition, wanted in block["dps_signature"].items():
         official = dataset.definition(definition)
         assert wanted == [*official.inputs, *official.outputs] and official.op_type == "gdn"
-        template = templates[block["definitions"][definition]["template"]]
-        for params in template.grid():
-            tree = ast.parse(render_skill_template(skill, template, params))
-            (run,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
-            assert [a.arg for a in run.args.args] == wanted, (template.name, params)
+        named = block["definitions"][definition]["template"]
+        for name in [named] if isinstance(named, str) else named:
+            template = templates[name]
+            for params in template.grid():
+                tree = ast.parse(render_skill_template(skill, template, params))
+                (run,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
+                assert [a.arg for a in run.args.args] == wanted, (template.name, params)
     for point in [*block["naive"], *block["starting_points"].values()]:
         templates[point["template"]].check({k: v for k, v in point.items() if k != "template"})
     assert block["tolerances"]["atol"] == block["tolerances"]["rtol"] == 0.01
