@@ -94,7 +94,7 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
     started = clock() - sum(t.wall_s for t in turns)
     tools = [dict(spec) for spec in TOOL_SPECS]
     while True:
-        why = _stop_before_turn(request, response, toolbox, turns, clock() - started)
+        why = _stop_before_turn(request, toolbox, turns, clock() - started)
         if why is not None:
             if why != "done":
                 response.stopped = why
@@ -166,8 +166,8 @@ def _account(response: GenerationResponse, turn: Turn) -> None:
     response.cost_usd += turn.cost_usd
 
 
-def _stop_before_turn(request: GenerationRequest, response: GenerationResponse, toolbox: ToolBox,
-                      turns: list[Turn], elapsed_s: float) -> Optional[str]:
+def _stop_before_turn(request: GenerationRequest, toolbox: ToolBox, turns: list[Turn],
+                      elapsed_s: float) -> Optional[str]:
     """"done" when the conversation is over, a bound's reason when one stops it, None to go on."""
     b = request.budget
     if turns and not turns[-1].assistant.tool_calls and not _failed(turns[-1]):
