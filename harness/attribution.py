@@ -30,9 +30,11 @@ LIBRARY_PREFIXES = ("nvjet", "sm90_xmma", "sm80_xmma", "sm100_xmma", "xmma_", "c
                     "BatchDecode", "BatchPrefill", "SinglePrefill", "SingleDecode", "MergeStates", "fmha_",
                     "flash_fwd", "flash_bwd", "nccl", "cask_", "implicit_convolve")
 # Data movement that computes nothing: PyTorch's fill, copy and cast kernels, and the driver's memset/memcpy.
-HOUSEKEEPING = re.compile(r"^\[mem(set|cpy)|FillFunctor|fill_kernel|direct_copy_kernel|copy_kernel|"
-                          r"CatArrayBatchedCopy|cast_kernel|_to_copy|copy_device_to_device|"
-                          r"unrolled_elementwise_kernel<.*(copy|Copy)|elementwise_kernel<.*(copy|Copy|fill|Fill)")
+# Each name starts an identifier (after a mangled length, "::" or the start; never inside a word): a kernel
+# called ``_fwd_prefill_kernel`` ends in "fill_kernel" and computes.
+HOUSEKEEPING = re.compile(r"^\[mem(set|cpy)|(?<![A-Za-z_])(FillFunctor|fill_kernel|direct_copy_kernel|copy_kernel|"
+                          r"CatArrayBatchedCopy|cast_kernel|_to_copy|copy_device_to_device)|"
+                          r"(?<![A-Za-z_])(unrolled_elementwise_kernel|elementwise_kernel)<.*(copy|Copy|fill|Fill)")
 
 _PY_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(", re.M)
 _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*"
@@ -134,7 +136,10 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
     total = sum(kernel_ns.values())
     if total <= 0:
         return {"name": "attribution", "passed": False, "detail": "no GPU time was attributed to any kernel"}
-    chores = {n: t for n, t in kernel_ns.items() if is_housekeeping(n)}
+    # The candidate's own kernels are its compute whatever they are called (a kernel of its own named
+    # ``copy_kernel`` is code it wrote, not PyTorch's copy).
+    chores = {n: t for n, t in kernel_ns.items()
+              if is_housekeeping(n) and not (library_is_own or is_own(n, own))}
     compute = {n: t for n, t in kernel_ns.items() if n not in chores}
     mine = {n: t for n, t in compute.items() if library_is_own or is_own(n, own)}
     compute_total = sum(compute.values())

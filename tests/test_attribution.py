@@ -64,12 +64,16 @@ def test_is_own(name, sources, mine):
 @pytest.mark.parametrize("name, chore", [
     ("[memset bytes=4096 value=0]", True), ("[memcpy kind=1 bytes=8]", True), (ATEN_FILL, True),
     (ATEN_COPY, True), (ATEN_SUB, False), (ATEN_SOFTMAX, False), (NVJET, False), ("_decode_kernel", False),
+    # names that merely contain a chore's name compute: a prefill kernel is not a fill, a recopy is not a copy
+    ("_gdn_prefill_kernel", False), ("_fwd_prefill_kernel", False), ("_Z19attn_prefill_kernelPf", False),
+    ("kv_recopy_kernel", False), ("broadcast_kernel", False),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)", True),
 ])
 def test_housekeeping(name, chore):
     assert is_housekeeping(name) is chore
 
 
-OWN = own_kernels(TRITON)
+OWN = own_kernels({**TRITON, "extra.py": "def _gdn_prefill_kernel(x):\n    pass\n\n\ndef copy_kernel(x):\n    pass\n"})
 
 
 @pytest.mark.parametrize("kernel_ns, calls, passed, words", [
@@ -84,6 +88,11 @@ OWN = own_kernels(TRITON)
     # the work done on the host: only copies on the GPU
     ({"[memcpy kind=2 bytes=1048576]": 1e6, "[memcpy kind=1 bytes=1048576]": 1e6}, 50, False,
      "fallback: none of the candidate's kernels ran"),
+    # a kernel of the candidate's own is its compute whatever its name (here a prefill kernel beside a memcpy)
+    ({"_gdn_prefill_kernel": 900e3, "[memcpy kind=8 bytes=4]": 1e3}, 5, True, "100.0% of compute"),
+    ({"copy_kernel": 900e3}, 5, True, "100.0% of compute"),
+    # a library's prefill kernel is not housekeeping: hidden behind a token kernel of the candidate's, caught
+    ({"_decode_kernel": 10e3, "_fwd_prefill_kernel": 900e3}, 5, False, "fallback: 1.1%"),
     # a large workload: 5% in aten is far over the allowance
     ({"_decode_kernel": 95e6, ATEN_SUB: 6e6}, 50, False, "fallback: 94.1%"),
 ])
