@@ -146,7 +146,10 @@ class Session(WorkloadEvaluation, SessionAudits):
 
     def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
                           preset: EvalPreset) -> Optional[float]:
-        return self.trusted.latency(definition, workload, seeds, preset)
+        # Without a library baseline for the definition (DSA on sm_90) the reference is the only yardstick a
+        # score can have: it is timed whenever baselines are asked for, not only with --time-reference.
+        measure = self.options.baselines and not self.dataset.baselines(definition.name)
+        return self.trusted.latency(definition, workload, seeds, preset, measure=measure)
 
     def ceilings(self):
         return self.trusted.ceilings()

@@ -176,9 +176,10 @@ class TrustedReference:
     # -- figures ------------------------------------------------------------------------------------
 
     def latency(self, definition: Definition, workload: Workload, seeds: list[int],
-                preset: EvalPreset) -> Optional[float]:
+                preset: EvalPreset, measure: bool = False) -> Optional[float]:
         """The reference's official latency on this workload: from the archive (this card's, or another card's
-        of the same model and toolchain once a spot check agrees), measured only with ``reference_timing``."""
+        of the same model and toolchain once a spot check agrees), measured only with ``reference_timing`` or
+        ``measure`` (the caller needs the figure: no other yardstick)."""
         tail = (f"{self.toolchain_key}|{definition.content_hash[:16]}|{workload.uuid}|"
                 f"{preset.warmup}/{preset.iterations}/{preset.num_trials}")
         key, model_key = f"{self.gpu_key}|{tail}", f"model:{self.gpu_model}|{tail}"
@@ -189,7 +190,7 @@ class TrustedReference:
                 trusted = self._carried_trust.get(("reference", definition.name))
                 if carried is not None and trusted:
                     cached = carried
-                elif self.settings.reference_timing or (carried is not None and trusted is None):
+                elif self.settings.reference_timing or measure or (carried is not None and trusted is None):
                     cached = self._time(definition, workload, seeds, preset)
                     if cached is not None:
                         if carried is not None:  # this measurement is the spot check of carried figures

@@ -130,6 +130,7 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
 
     monkeypatch.setattr(TrustedReference, "_time", fake_time)
     monkeypatch.setattr(TrustedReference, "worker", lambda self: None)
+    monkeypatch.setattr(Dataset, "baselines", lambda self, name: ["a library baseline"])  # a yardstick but it
     with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:
         s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
         assert s.reference_latency(definition, workload, [1], preset) is None and not timed  # not asked: not timed
@@ -143,6 +144,31 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
         s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-2"}
         assert s.reference_latency(definition, workload, [1], preset) == 1.04
         assert timed[-1] == "NVIDIA H200|GPU-2" and s._carried_trust[("reference", KV8_PS1)] is True
+
+
+def test_without_a_library_baseline_the_reference_is_timed_as_the_yardstick(tiny_dataset_root, tmp_path, monkeypatch):
+    """DSA on sm_90 has no library baseline: its score is against the reference, so the reference is timed without
+    --time-reference; with --no-baselines (no score asked for) it is not."""
+    from harness.evaluate import Session, SubmitOptions
+    from harness.trusted import TrustedReference
+
+    ds = Dataset(tiny_dataset_root)
+    definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
+    [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
+    timed: list[str] = []
+    monkeypatch.setattr(TrustedReference, "_time", lambda self, *a: timed.append(a[1].uuid) or 2.5)
+    monkeypatch.setattr(TrustedReference, "worker", lambda self: None)
+    monkeypatch.setattr(Dataset, "baselines", lambda self, name: ["a library baseline"])  # timing waits for the flag
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        assert s.reference_latency(definition, workload, [1], preset) is None and not timed
+    monkeypatch.setattr(Dataset, "baselines", lambda self, name: [])
+    with Session(ds, Archive(tmp_path / "b"), SubmitOptions(baselines=False)) as s:
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        assert s.reference_latency(definition, workload, [1], preset) is None and not timed
+    with Session(ds, Archive(tmp_path / "c"), SubmitOptions()) as s:
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        assert s.reference_latency(definition, workload, [1], preset) == 2.5 and timed == [workload.uuid]
 
 
 # -- inputs without copies: content digests instead of clones, draws in their own dtype -------------------
