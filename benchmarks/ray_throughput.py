@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ def copies(path: Path, n: int) -> list:
     return [base.model_copy(update={"name": f"{base.name}-{i}"}) for i in range(n)]
 
 
-def run_local(solutions: list, workloads: list[str]) -> dict:
+def run_local(solutions: list, workloads: list[str], baselines: bool = True) -> dict:
     from harness.dataset import Dataset
     from harness.options import SubmitOptions
     from harness.parallel import submit_all
@@ -41,13 +42,14 @@ def run_local(solutions: list, workloads: list[str]) -> dict:
     archive = Path(tempfile.mkdtemp(prefix="crucible-bench-local-"))
     starts: list[float] = []
     started = time.perf_counter()
-    results = submit_all(solutions, Dataset(None), archive, SubmitOptions(workloads=workloads, spare_worker=True),
+    results = submit_all(solutions, Dataset(None), archive,
+                         SubmitOptions(workloads=workloads, spare_worker=True, baselines=baselines),
                          progress=lambda kind, data: starts.append(time.perf_counter()) if kind == "start" else None,
                          gpus=1)
     return summary("local (1 lane)", 1, results, started, starts[0] if starts else started)
 
 
-def run_ray(solutions: list, workloads: list[str], lanes: int, gpu: bool) -> dict:
+def run_ray(solutions: list, workloads: list[str], lanes: int, gpu: bool, baselines: bool = True) -> dict:
     import ray
 
     from harness.archive import Archive
@@ -63,7 +65,8 @@ def run_ray(solutions: list, workloads: list[str], lanes: int, gpu: bool) -> dic
     try:
         started = time.perf_counter()
         results = submit_on_ray(solutions, Dataset(None), archive,
-                                SubmitOptions(workloads=workloads, spare_worker=True), RaySettings(cpu_lanes=lanes),
+                                SubmitOptions(workloads=workloads, spare_worker=True, baselines=baselines),
+                                RaySettings(cpu_lanes=lanes),
                                 on_event=lambda kind, data: first.append(time.perf_counter())
                                 if kind == "assigned" else None)
     finally:
@@ -75,7 +78,16 @@ def run_ray(solutions: list, workloads: list[str], lanes: int, gpu: bool) -> dic
 def summary(name: str, lanes: int, results: list, started: float, first_start: float) -> dict:
     ended = time.perf_counter()
     statuses = sorted({r.status for r in results})
+    # The official figure per workload, the median over the submissions (each its own evaluation): where GPU
+    # lanes and the local executor time the same solution, these must agree within the timer's noise.
+    timed: dict[str, list[float]] = {}
+    for r in results:
+        for w in r.workloads:
+            if w.latency_ms:
+                timed.setdefault(w.label, []).append(w.latency_ms)
+    latency = {label: round(statistics.median(v), 6) for label, v in timed.items()}
     return {"executor": name, "lanes": lanes, "submissions": len(results), "statuses": statuses,
+            "latency_ms": latency,
             "wall_s": round(ended - started, 2), "start_s": round(first_start - started, 2),
             "steady_s": round(ended - first_start, 2),
             "per_minute": round(60 * len(results) / (ended - started), 2),
@@ -108,6 +120,16 @@ def markdown(report: dict) -> str:
         lines.append(f"| {r['executor']} | {r['lanes']} | {r['submissions']} | {', '.join(r['statuses'])} | "
                      f"{r['wall_s']} | {r['start_s']} | {r['steady_s']} | {r['per_minute']} | "
                      f"{r['steady_per_minute']} |")
+    local = report["runs"][0].get("latency_ms") or {}
+    if local:  # timed (a GPU host): the official numbers of each executor against the local one's
+        lines += ["", "Official latency per workload (ms, median over the submissions) and its ratio to the local "
+                  "executor's:", "", "| workload | " + " | ".join(r["executor"] for r in report["runs"]) + " |",
+                  "|---|" + "---|" * len(report["runs"])]
+        for label, ms in local.items():
+            cells = [f"{ms:.4g}"] + [
+                f"{r['latency_ms'][label]:.4g} ({r['latency_ms'][label] / ms:.3f}x)" if label in r.get("latency_ms", {})
+                else "-" for r in report["runs"][1:]]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", report["note"], ""]
     return "\n".join(lines)
 
@@ -120,18 +142,22 @@ def main() -> int:
     parser.add_argument("--lanes", default="1,2,4")
     parser.add_argument("-w", "--workloads", default="uniform_b1_kv512")
     parser.add_argument("--gpu", action="store_true", help="GPU lanes (one GPU each) instead of CPU lanes")
+    parser.add_argument("--no-baselines", action="store_true", help="leave FlashInfer's baselines out")
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
     solutions = copies(args.solution, args.solutions)
-    runs = [run_local(solutions, workloads)]
+    runs = [run_local(solutions, workloads, not args.no_baselines)]
     for lanes in (int(x) for x in args.lanes.split(",")):
-        runs.append(run_ray(solutions, workloads, lanes, args.gpu))
+        runs.append(run_ray(solutions, workloads, lanes, args.gpu, not args.no_baselines))
         print(json.dumps(runs[-1]), flush=True)
     solution = args.solution.resolve()
     shown = solution.relative_to(REPO) if solution.is_relative_to(REPO) else solution
     report = {"date": dt.date.today().isoformat(), "host": host(), "solution": str(shown),
               "solutions": args.solutions, "workloads": workloads, "runs": runs,
-              "note": (f"Scaling is bounded by this host's {os.cpu_count()} CPU cores: every lane runs the Triton "
+              "note": ("GPU lanes, one GPU each: the local executor's row against the 1-lane Ray row is Ray's "
+                       "overhead, and the latency table shows both executors give the same official numbers."
+                       if args.gpu else
+                       f"Scaling is bounded by this host's {os.cpu_count()} CPU cores: every lane runs the Triton "
                        "interpreter on them, so lanes beyond the core count only share them. The local executor's "
                        "row against the 1-lane Ray row is Ray's overhead. GPU lanes (one H200 each) are not "
                        "measured here.")}

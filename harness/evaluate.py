@@ -360,6 +360,9 @@ class Session(WorkloadEvaluation, SessionAudits):
             result.notices.append(f"FlashInfer baseline(s) {', '.join(failed_baselines)} failed on "
                                   f"{sum(bool(w.baseline_failures) for w in result.workloads)} workload(s): "
                                   + next(f for w in result.workloads for f in w.baseline_failures)[:300])
+        if self.options.baselines and self.has_gpu and not self.dataset.baselines(result.definition):
+            result.notices.append(f"no library baseline for {result.definition} on this GPU: scored against the "
+                                  "reference (vs_reference), which is timed for it")
         over = [w.label for w in result.workloads if w.memory and not w.memory.get("within_budget", True)]
         if over:
             result.notices.append(f"GPU memory over budget on {', '.join(over)} (harness show: memory)")
