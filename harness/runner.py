@@ -47,6 +47,22 @@ class WorkerTimeout(RuntimeError):
         self.log = log
 
 
+# What one nvcc/cicc job of a heavy CUTLASS instantiation holds (FlashInfer's fused MoE on sm_90 took a 32 GiB
+# worker past its limit with 16 jobs on the H200).
+COMPILE_JOB_BYTES = 5 << 30
+
+
+def compile_jobs(memory_bytes: int, requested: Optional[str], cpus: int) -> str:
+    """``MAX_JOBS`` for a worker: what the host asked for (else its CPU count), but no more parallel compile jobs
+    than the worker's memory limit holds, so a JIT build (FlashInfer's, ``load_inline``'s) finishes instead of
+    killing the worker."""
+    try:
+        asked = int(requested) if requested else cpus
+    except ValueError:
+        asked = cpus
+    return str(max(1, min(asked, memory_bytes // COMPILE_JOB_BYTES)))
+
+
 def scrubbed_environment(extra: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k.startswith(_PASS_PREFIXES) and not _SECRET.search(k)}
@@ -237,6 +253,7 @@ class WorkerProcess:
                                     gpu=not o.cpu_only, writable=list(o.writable), enabled=o.sandbox,
                                     network=not o.isolate_network)
         self.workdir = self.sandbox.folder
+        extra["MAX_JOBS"] = compile_jobs(o.policy.memory_bytes, os.environ.get("MAX_JOBS"), os.cpu_count() or 1)
         env = scrubbed_environment({**extra, **dict(o.environment)}, home=self.sandbox.workdir_inside)
         prefix: tuple[str, ...] = ()
         if self.sandbox.full:

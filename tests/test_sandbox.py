@@ -347,3 +347,17 @@ def test_the_init_script_drops_nothing_it_must_not(tmp_path):
     assert lines.index(next(l for l in lines if "crucible-tmp tmp" in l)) < lines.index(f"mount --rbind {site} .{site}")
     assert lines.index("pivot_root . .old") < lines.index('"$@" || exit $?')
     assert "umount -l /.old" in lines
+
+
+@pytest.mark.parametrize("memory_gib, requested, cpus, jobs", [
+    (32, "16", 16, "6"),    # the H200 host: 16 jobs of a CUTLASS build would pass the worker's 32 GiB
+    (32, None, 16, "6"),    # nothing asked: the CPU count, capped the same
+    (32, "4", 16, "4"),     # asked for fewer: kept
+    (256, "16", 16, "16"),  # a roomy limit: what was asked
+    (4, "16", 16, "1"),     # a tight limit: one job, never zero
+    (32, "many", 2, "2"),   # not a number: the CPU count
+])
+def test_compile_jobs_fit_the_workers_memory_limit(memory_gib, requested, cpus, jobs):
+    from harness.runner import compile_jobs
+
+    assert compile_jobs(memory_gib << 30, requested, cpus) == jobs
