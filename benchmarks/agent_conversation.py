@@ -31,7 +31,7 @@ from controller.agent.tools import ToolBox  # noqa: E402
 from controller.agent.transcript import AssistantTurn, ToolCall  # noqa: E402
 from controller.loop import LoopConfig, run_loop  # noqa: E402
 from controller.store import Store  # noqa: E402
-from harness.archive import Archive  # noqa: E402
+from harness.archive.database import Archive  # noqa: E402
 
 DEFINITION = "gqa_paged_decode_h32_kv8_d128_ps1"
 EXAMPLE = ROOT / "examples" / "triton_gqa_decode" / "solutions" / f"{DEFINITION}.json"

@@ -28,16 +28,16 @@ DEFAULT_SOLUTION = REPO / "examples" / "triton_gqa_decode" / "solutions" / "gqa_
 
 def copies(path: Path, n: int) -> list:
     """``n`` distinct submissions of one solution (names differ, so each is its own archived submission)."""
-    from harness.schema import Solution, load_model
+    from harness.data.schema import Solution, load_model
 
     base = load_model(Solution, path)
     return [base.model_copy(update={"name": f"{base.name}-{i}"}) for i in range(n)]
 
 
 def run_local(solutions: list, workloads: list[str], baselines: bool = True) -> dict:
-    from harness.dataset import Dataset
-    from harness.options import SubmitOptions
-    from harness.parallel import submit_all
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.pipeline.parallel import submit_all
 
     archive = Path(tempfile.mkdtemp(prefix="crucible-bench-local-"))
     starts: list[float] = []
@@ -52,10 +52,10 @@ def run_local(solutions: list, workloads: list[str], baselines: bool = True) -> 
 def run_ray(solutions: list, workloads: list[str], lanes: int, gpu: bool, baselines: bool = True) -> dict:
     import ray
 
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.options import SubmitOptions
-    from harness.ray_executor import RaySettings, submit_on_ray
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.pipeline.ray_executor import RaySettings, submit_on_ray
 
     archive = Archive(Path(tempfile.mkdtemp(prefix=f"crucible-bench-ray{lanes}-")))
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private instance of this benchmark only

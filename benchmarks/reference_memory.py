@@ -4,11 +4,11 @@
                                           [--reference-from GIT_REV]
 
 Each (workload, mode) runs in a fresh process: the inputs are generated, then the reference (or the oracle:
-the reference under harness.worker's float64 import hook, small inputs widened) runs once, and the peak is
+the reference under harness.sandbox.worker's float64 import hook, small inputs widened) runs once, and the peak is
 read: on CUDA ``max_memory_reserved``, on CPU the peak resident set (ru_maxrss) above what the process held
 with its inputs. ``--reference-from REV`` takes the definition's reference from that git revision instead
 (to compare a change). The goal the harness holds evaluations to: 3x the workload's input+output bytes
-plus 2 GiB for all processes together (harness.memory).
+plus 2 GiB for all processes together (harness.measure.memory).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ CHILD = r'''
 import json, resource, sys
 import torch
 sys.path.insert(0, {root!r})
-from harness.dataset import Dataset
-from harness.inputs import generate_inputs
-from harness.memory import io_bytes
-from harness import worker as W
+from harness.data.dataset import Dataset
+from harness.data.inputs import generate_inputs
+from harness.measure.memory import io_bytes
+from harness.sandbox import worker as W
 
 ds = Dataset()
 definition = ds.definition({definition!r})

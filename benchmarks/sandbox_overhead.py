@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.runner import WorkerOptions, WorkerProcess  # noqa: E402
-from harness.sandbox import load_sandbox_policy, probe  # noqa: E402
+from harness.sandbox.runner import WorkerOptions, WorkerProcess  # noqa: E402
+from harness.sandbox.isolation import load_sandbox_policy, probe  # noqa: E402
 
 DEFAULT_SOLUTION = ROOT / "examples" / "triton_gqa_decode" / "solutions" / "gqa_paged_decode_h32_kv8_d128_ps1.json"
 

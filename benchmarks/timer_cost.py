@@ -7,7 +7,8 @@ A case is ``CALLABLE@WORKLOAD/VARIANT`` on ``gqa_paged_decode_h32_kv8_d128_ps1``
             destination-passing style);
   VARIANT   ``count``: one call plain and one under CUPTI tracing with a counting consumer (records per kind and
             per API per call, wall per call); ``count_quiet``: the same with the query APIs left out as the timer
-            does; ``ours``: ``harness.timing.time_trial`` (10 warm-up, 50 timed calls); ``ours_big``: the same with
+            does; ``ours``: ``harness.measure.timing.time_trial`` (10 warm-up, 50 timed calls); ``ours_big``: the same
+            with
             64 MiB CUPTI buffers; ``ours_full``: with every API call traced, as the official timer traces;
             ``flashinfer``: ``flashinfer.testing.bench_gpu_time_with_cupti`` with the same counts (the official
             timer itself).
@@ -39,9 +40,9 @@ import faulthandler, json, signal, sys, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)
 sys.path.insert(0, {root!r})
 import torch
-from harness.dataset import Dataset
-from harness.inputs import allocate_outputs, generate_inputs
-from harness import cupti_trace
+from harness.data.dataset import Dataset
+from harness.data.inputs import allocate_outputs, generate_inputs
+from harness.measure import cupti_trace
 
 callable_name, workload_name, variant = {callable!r}, {workload!r}, {variant!r}
 ds = Dataset()
@@ -103,7 +104,7 @@ if variant in ("count", "count_quiet"):
     out["consumer_s"] = consumed[0]
     out["apis_per_call"] = {{n: c / 4 for n, c in sorted(apis.items(), key=lambda x: -x[1])[:25]}}
 elif variant in ("ours", "ours_big", "ours_full"):
-    from harness.timing import time_trial
+    from harness.measure.timing import time_trial
     if variant == "ours_big":
         cupti_trace._CUPTI_BUFFER_BYTES = 64 << 20
     if variant == "ours_full":  # every API call traced, as the official timer does

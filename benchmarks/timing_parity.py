@@ -192,7 +192,7 @@ def make_matmul_case(workload: Workload, *, seed: int, device: Any) -> CallableC
 
 
 def _median(values: Sequence[float]) -> float:
-    from harness.timing import median
+    from harness.measure.timing import median
 
     return median(values)
 
@@ -211,7 +211,7 @@ def measure_pair(
     """Interleave our timer and FlashInfer's for ``rounds`` rounds on one callable."""
     from flashinfer.testing import bench_gpu_time_with_cupti
 
-    from harness.timing import time_trial
+    from harness.measure.timing import time_trial
 
     row = ParityRow(callable=label, workload=workload.label)
     args = tuple(args)
@@ -319,7 +319,7 @@ def _fmt(value: float | None, digits: int = 4) -> str:
 
 def render_markdown(meta: dict[str, Any], rows: list[ParityRow], settings: dict[str, Any]) -> str:
     lines = [
-        "# Timer parity: harness.timing vs flashinfer.testing.bench_gpu_time_with_cupti",
+        "# Timer parity: harness.measure.timing vs flashinfer.testing.bench_gpu_time_with_cupti",
         "",
         f"- date: {meta['date']}",
         f"- GPU: {meta['gpu']} (L2 {meta['gpu_l2_bytes']} B, {meta['gpu_sms']} SMs)",
@@ -397,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("no CUDA GPU: timer parity can only run on a GPU host", file=sys.stderr)
         return 2
-    from harness.timing import cupti_status
+    from harness.measure.timing import cupti_status
 
     usable, detail = cupti_status()
     if not usable:

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.archive import ARCHIVE_ENV, ArchiveMissing, archive_location
-from harness.dataset import Dataset
-from harness.schema import SchemaError
+from harness.archive.database import ARCHIVE_ENV, ArchiveMissing, archive_location
+from harness.data.dataset import Dataset
+from harness.data.schema import SchemaError
 
 from .loop import LoopConfig, resume_loop, run_loops
 from .profile_cli import profile
@@ -109,7 +109,7 @@ def live_printer(as_json: bool):
 @click.version_option("0.1.0", prog_name="controller")
 def main() -> None:
     """Crucible controller: propose kernels within bounds; the harness judges them."""
-    from harness.runner import exit_on_sigterm
+    from harness.sandbox.runner import exit_on_sigterm
 
     exit_on_sigterm()
 
@@ -130,7 +130,7 @@ def _definitions(values: tuple[str, ...], dataset: Optional[str]) -> list[str]:
 
 def _resume_ids(values: tuple[str, ...], archive: Path) -> list[str]:
     """--resume values -> run ids, each once; 'unfinished' stands for every run cut short (Store.unfinished_runs)."""
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     from .store import Store
 
@@ -149,7 +149,7 @@ def _resume_ids(values: tuple[str, ...], archive: Path) -> list[str]:
 def _open_existing(archive_path: str | None) -> Any:
     """The archive of --archive, else $CRUCIBLE_ARCHIVE, else ./artifacts, for commands that only read it: one
     line and exit 2 when there is none (nothing is created)."""
-    from harness.archive import Archive, ArchiveError
+    from harness.archive.database import Archive, ArchiveError
 
     folder, source = archive_location(archive_path)
     try:
@@ -164,7 +164,7 @@ def _open_existing(archive_path: str | None) -> Any:
 
 def _preflight_resumed(run_ids: list[str], archive: Path) -> None:
     """The provider check of each resumed run, with its stored settings; an unknown run is left to the loop."""
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     from .store import Store
 
@@ -224,9 +224,9 @@ def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
     """GPUs to spread several runs over (one run per GPU); 0 when there is a single run, which needs no probe."""
     if jobs < 2:
         return 0
-    from harness.archive import Archive
-    from harness.evaluate import SubmitOptions
-    from harness.parallel import visible_gpu_count
+    from harness.archive.database import Archive
+    from harness.pipeline.evaluate import SubmitOptions
+    from harness.pipeline.parallel import visible_gpu_count
 
     return visible_gpu_count(Dataset(dataset), Archive(archive), SubmitOptions())
 

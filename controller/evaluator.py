@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Protocol
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.schema import Solution
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.data.schema import Solution
 
 from .promote import PairedMeasurement, PairedSample
 

@@ -10,7 +10,7 @@ archived profiles of the same code are reused, so a resumed run plans the same) 
 Markdown and a diagnosis the planner picks the regime and hypothesis from; otherwise, or when profiling
 fails, latency evidence and the reason. A profile never stops a run.
 
-The harness is ground truth: candidates are judged only by `harness.evaluate.Session` (candidate code
+The harness is ground truth: candidates are judged only by `harness.pipeline.evaluate.Session` (candidate code
 runs in the harness's worker processes, never here), and promotion reads only archived evaluations. Candidates
 are evaluated at the fast audit level; one about to be promoted (past the screen, and the paired measurement
 says promote) is evaluated once more at the full audit level, and promoted only if that evaluation is
@@ -31,14 +31,14 @@ from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.archive import INTERRUPTED, NO_VERDICT, Archive
-from harness.build import expected_params
-from harness.dataset import Dataset
+from harness.archive.database import INTERRUPTED, NO_VERDICT, Archive
+from harness.sandbox.build import expected_params
+from harness.data.dataset import Dataset
 from harness.families import family_for
-from harness.evaluate import SubmitOptions
-from harness.generation_request import (Constraints, GenerationRequest, GenerationResponse, Incumbent,
+from harness.pipeline.evaluate import SubmitOptions
+from harness.data.generation_request import (Constraints, GenerationRequest, GenerationResponse, Incumbent,
                                         Proposal, Repair, RequestKind)
-from harness.schema import Definition, Solution, dump_json, load_model
+from harness.data.schema import Definition, Solution, dump_json, load_model
 
 from .agent.context import bind_provider, draft_profiler, policy_excerpts, skill_index
 from .evidence.incumbent import IncumbentEvidence, IncumbentProfiler, NcuIncumbentProfiler, profile_incumbent
@@ -470,7 +470,7 @@ def run_loops(jobs: Sequence[Any], archive_path: Path | str, gpus: int, *, on_ev
     resume_loop): with two or more GPUs, one lane per GPU takes the next job, so runs go side by side, each on
     its own GPU; else one after the other. Reports come back in the order of ``jobs``; the first error is
     raised after every lane has stopped."""
-    from harness.parallel import run_lanes
+    from harness.pipeline.parallel import run_lanes
 
     if gpus < 2 or len(jobs) < 2:
         return [runner(job, archive_path, on_event=on_event) for job in jobs]

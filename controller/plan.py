@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from harness.generation_request import (Acceptance, Budget, Constraints, Diagnosis, Evidence, GenerationRequest,
+from harness.data.generation_request import (Acceptance, Budget, Constraints, Diagnosis, Evidence, GenerationRequest,
                                         HistoryItem, Incumbent, Repair, RequestKind)
 
 from .evidence.latency import build_latency_evidence, timing_available

@@ -56,10 +56,10 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
     around the one profiled call). The raw report goes into the archive as a blob, the digest as a row
     of the `profiles` table; the evidence (regimes, kernel digests, largest gaps) is printed.
     """
-    from harness.archive import ArchiveError
+    from harness.archive.database import ArchiveError
     from harness.cli_common import err, fail, open_archive, open_dataset, out
     from harness.profiling import NO_PERMISSION, OK, UNAVAILABLE, detect_arch, profile_workloads, select_backend
-    from harness.schema import SchemaError, Solution, dump_json, load_model
+    from harness.data.schema import SchemaError, Solution, dump_json, load_model
 
     from .evidence import build_evidence, representatives, requested_metrics
     from .evidence.profiles import archive_profiles, measured_stats

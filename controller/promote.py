@@ -1,7 +1,7 @@
 """Promotion as pure functions over archived evaluations (skills/promotion-rules).
 
 The measure is the contest's: a definition's score is the arithmetic mean over workloads of per-workload
-speedups (harness/evaluate.py definition_scores), so promotion compares per-workload speedups of the
+speedups (harness/pipeline/evaluate.py definition_scores), so promotion compares per-workload speedups of the
 candidate over the incumbent (incumbent latency / candidate latency, the same workloads, the same session),
 never a mean of raw latencies (where one millisecond workload would drown every microsecond one).
 

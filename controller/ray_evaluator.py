@@ -1,5 +1,5 @@
 """`controller loop --executor ray`: each run evaluates on a Ray lane of its own (one GPU anywhere in the
-cluster), and runs go side by side, one per lane. The lane is harness/ray_executor.py's ``LaneClient``, which
+cluster), and runs go side by side, one per lane. The lane is harness/pipeline/ray_executor.py's ``LaneClient``, which
 answers like a Session (``submit``, ``has_gpu``, ``options``), so ``HarnessEvaluator``'s logic (drafts, full
 evaluations, paired measurements on one GPU) is used unchanged; only the driver writes the archive.
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import SubmitOptions
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import SubmitOptions
 
 from .evaluator import HarnessEvaluator
 from .loop import LoopConfig, run_loop
@@ -29,7 +29,7 @@ class RayEvaluator(HarnessEvaluator):
     @property
     def session(self) -> Any:
         if self._session is None:
-            from harness.ray_executor import LaneClient
+            from harness.pipeline.ray_executor import LaneClient
 
             self._session = LaneClient(self.dataset, self.archive, self.options, self.settings,
                                        progress=self._progress)
@@ -38,7 +38,7 @@ class RayEvaluator(HarnessEvaluator):
 
 def ray_runner(address: Optional[str]) -> Callable[..., dict[str, Any]]:
     """run_loops' runner for a new run (a LoopConfig) or a resumed one (a run id), its evaluations on Ray."""
-    from harness.ray_executor import RaySettings
+    from harness.pipeline.ray_executor import RaySettings
 
     settings = RaySettings(address=address)
 
@@ -66,6 +66,6 @@ def ray_lanes(address: Optional[str], jobs: int) -> int:
     """Lanes to spread ``jobs`` runs over (0 for a single run, which needs no count)."""
     if jobs < 2:
         return 0
-    from harness.ray_executor import RaySettings, lane_count
+    from harness.pipeline.ray_executor import RaySettings, lane_count
 
     return lane_count(RaySettings(address=address))

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional
 
-from harness.generation_request import HistoryItem
-from harness.schema import Definition
+from harness.data.generation_request import HistoryItem
+from harness.data.schema import Definition
 
 from .evaluator import Evaluator
 from .evidence.latency import mean_latency, mean_speedup_vs_fi

@@ -1,6 +1,6 @@
 """The controller's side of the archive: runs, rounds, requests, responses, candidates, decisions.
 
-Tables come from harness/archive.py's migration m003_controller; rows are inserted as work happens and
+Tables come from harness/archive/database.py's migration m003_controller; rows are inserted as work happens and
 only status columns change afterwards, so a controller killed at any point leaves a database the next
 `controller loop --resume` can continue from. Evaluations themselves are the harness's rows: the store
 only reads them.
@@ -12,9 +12,9 @@ import datetime as dt
 import json
 from typing import Any, Optional
 
-from harness.archive import Archive
-from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
-from harness.schema import Solution
+from harness.archive.database import Archive
+from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
+from harness.data.schema import Solution
 
 from .promote import EvalRecord
 

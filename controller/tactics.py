@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from harness.generation_request import Diagnosis
+from harness.data.generation_request import Diagnosis
 
 from .evidence import KernelDigest, RegimeProfile, short_kernel_name
 from .skills import Skill, machine_blocks

@@ -14,17 +14,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .archive import ArchiveError
+from .archive.database import ArchiveError
 from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, styled
 from .report_cli import browse, diff, report
-from .schema import SchemaError, Solution, load_model
-from .seal import MODIFIED_WARNING
+from .data.schema import SchemaError, Solution, load_model
+from .archive.seal import MODIFIED_WARNING
 
 @click.group()
 @click.version_option("0.1.0", prog_name="harness")
 def main() -> None:
     """Crucible harness: build, check, time and archive kernel solutions."""
-    from .runner import exit_on_sigterm
+    from .sandbox.runner import exit_on_sigterm
 
     exit_on_sigterm()
     stacks_after = os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S")
@@ -73,9 +73,9 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
     """
-    from .evaluate import SKIPPED, SandboxUnavailable, SubmitOptions
-    from .parallel import submit_all
-    from .sandbox import human_bytes, load_sandbox_policy, probe
+    from .pipeline.evaluate import SKIPPED, SandboxUnavailable, SubmitOptions
+    from .pipeline.parallel import submit_all
+    from .sandbox.isolation import human_bytes, load_sandbox_policy, probe
 
     if require_sandbox and (no_sandbox or not probe()[0]):
         fail("--require-sandbox: " + ("--no-sandbox switches it off" if no_sandbox else
@@ -165,7 +165,7 @@ def _unfinished(loaded: list[Solution], ds: Any, archive: Any, selection: Option
                 audit_level: str) -> list[Solution]:
     """--resume: the solutions without a verdict in the archive (each submission is archived whole, so one with a
     verdict is complete), each reported as skipped."""
-    from .archive_transfer import finished_keys
+    from .archive.transfer import finished_keys
 
     done, left = finished_keys(archive), []
     for sol in loaded:
@@ -180,10 +180,10 @@ def _unfinished(loaded: list[Solution], ds: Any, archive: Any, selection: Option
 def _submit_on_ray(loaded: list[Solution], ds: Any, archive: Any, opts: Any, address: Optional[str],
                    lanes: Optional[int], on_result: Any) -> None:
     try:
-        from .ray_executor import RaySettings, submit_on_ray
+        from .pipeline.ray_executor import RaySettings, submit_on_ray
     except ImportError as e:
         fail(f"--executor ray needs Ray: pip install -e '.[ray]' ({e})")
-    from .ray_progress import ClusterProgress
+    from .pipeline.ray_progress import ClusterProgress
 
     settings = RaySettings(address=address, cpu_lanes=lanes, max_lanes=lanes)
     try:
@@ -314,7 +314,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
               f"{env.get('network_isolation', '')}", highlight=False)
     host = f"host: {env.get('host', '?')}; driver {env.get('driver') or '-'}, CUDA {env.get('cuda') or '-'}"
     lane = row["options"].get("lane") or {}
-    if lane:  # evaluated by a Ray lane (harness/ray_executor.py) and imported by its driver
+    if lane:  # evaluated by a Ray lane (harness/pipeline/ray_executor.py) and imported by its driver
         host += (f"; ray {lane.get('lane')} (actor {str(lane.get('actor_id'))[:12]}, node "
                  f"{str(lane.get('node_id'))[:12]}, GPU {','.join(lane.get('gpu_ids') or []) or 'none'}, "
                  f"attempt {lane.get('attempt')})")
@@ -355,7 +355,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
     processes = [(e["workload_label"], e["extra"].get("memory")) for e in row["evaluations"]
                  if e["extra"].get("memory")]
     if processes:
-        from .memory import describe
+        from .measure.memory import describe
 
         label, worst = max(processes, key=lambda lm: lm[1]["together_bytes"])
         out.print(f"GPU memory, largest workload ({label}): {describe(worst)}", highlight=False)
@@ -368,7 +368,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
 @click.option("--definition", "definitions", multiple=True, help="Only these definitions (names or aliases).")
 def export(directory: str, archive_path: Optional[str], dataset: Optional[str], definitions: tuple[str, ...]) -> None:
     """Write the archive as a FlashInfer-Bench trace set (definitions, workloads, solutions, traces)."""
-    from .export import export_trace_set
+    from .archive.export import export_trace_set
 
     archive = open_archive(archive_path, reading=True)
     ds = open_dataset(dataset)
@@ -388,7 +388,7 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
 @click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 def import_cmd(directory: str, archive_path: Optional[str]) -> None:
     """Read a FlashInfer-Bench trace set's solutions and traces into the archive."""
-    from .export import import_trace_set
+    from .archive.export import import_trace_set
 
     archive = open_archive(archive_path)
     try:
@@ -412,7 +412,7 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
 def pack(folder: str, definition: str, entry_point: str, language: str, name: str, author: str,
          binding: Optional[str], targets: tuple[str, ...], value_returning: bool, output: Optional[str]) -> None:
     """Pack the source files of FOLDER into a solution JSON."""
-    from .schema import parse_model
+    from .data.schema import parse_model
 
     root = Path(folder)
     sources = [{"path": str(p.relative_to(root)), "content": p.read_text()}

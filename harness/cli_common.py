@@ -10,9 +10,9 @@ from typing import Optional
 
 from rich.console import Console
 
-from .archive import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
-from .dataset import Dataset
-from .schema import SchemaError
+from .archive.database import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
+from .data.dataset import Dataset
+from .data.schema import SchemaError
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 # Tables stay readable when piped (rich would otherwise assume 80 columns).

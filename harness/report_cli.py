@@ -51,7 +51,7 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
             fail(f"--rounds: {e}")
     ds = None
     try:
-        from .dataset import Dataset
+        from .data.dataset import Dataset
 
         ds = Dataset(dataset)
     except Exception as e:  # the roofline falls back to the floors; a bad --dataset is still an error
@@ -82,7 +82,8 @@ def browse(archive_path: Optional[str], host: str, port: int, no_open: bool, sea
     from rich.table import Table
 
     from .cli_common import fail, open_archive, out
-    from .views import datasette_command, datasette_metadata, has_review_tables, search_documents, sync_documents
+    from .archive.views import (datasette_command, datasette_metadata, has_review_tables, search_documents,
+                                sync_documents)
 
     archive = open_archive(archive_path, reading=True)
     if not has_review_tables(archive.db):
@@ -163,7 +164,7 @@ def diff(a: str, b: str, archive_path: Optional[str], definition: Optional[str],
     from rich.markup import escape
     from rich.table import Table
 
-    from .archive import ArchiveError
+    from .archive.database import ArchiveError
     from .cli_common import fail, open_archive, out, styled
     from .review import diff_submissions
 

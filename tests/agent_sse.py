@@ -15,7 +15,7 @@ try:
 except ImportError:  # a GPU host without the test extras: the shared constants below still import
     httpx2 = None
 
-from harness.generation_request import Budget, Constraints, GenerationRequest, Incumbent, SkillEntry
+from harness.data.generation_request import Budget, Constraints, GenerationRequest, Incumbent, SkillEntry
 
 KERNEL = "import triton\n\ndef run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n    pass\n"
 INCUMBENT = {"name": "inc", "definition": "gqa_paged_decode_h32_kv8_d128_ps1", "author": "t",

@@ -37,14 +37,14 @@ def tiny_dataset_root(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tiny_dataset(tiny_dataset_root):
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
 
     return Dataset(tiny_dataset_root)
 
 
 @pytest.fixture
 def archive(tmp_path):
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     return Archive(tmp_path / "archive")
 
@@ -61,13 +61,13 @@ def _no_secrets_leak(monkeypatch):
 
 @pytest.fixture(scope="module")
 def policy():
-    from harness.static_gate import load_policy
+    from harness.audits.static_gate import load_policy
 
     return load_policy()
 
 
 @pytest.fixture(scope="module")
 def gqa_policy():
-    from harness.static_gate import load_policy
+    from harness.audits.static_gate import load_policy
 
     return load_policy(op_type="gqa_paged", definition="gqa_paged_decode_h32_kv8_d128_ps1")

@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from harness.schema import Definition
+from harness.data.schema import Definition
 
 ROOT = Path(__file__).resolve().parent.parent
 OFFICIAL = ROOT.parent / "shared" / "background" / "contest"

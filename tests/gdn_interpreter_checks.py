@@ -28,7 +28,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 
 from controller.skills.templates import render_template  # noqa: E402
 from gdn_support import DECODE, PREFILL, SKILL, reference  # noqa: E402
-from harness import triton_interp  # noqa: E402
+from harness.sandbox import triton_interp  # noqa: E402
 
 DECODE_TMPL = SKILL / "references" / "triton_gdn_decode.py.tmpl"
 PREFILL_TMPL = SKILL / "references" / "triton_gdn_prefill.py.tmpl"

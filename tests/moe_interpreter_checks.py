@@ -49,14 +49,14 @@ def main(out_path: str) -> None:
     import yaml
 
     from controller.skills.templates import render_template
-    from harness import triton_interp
-    from harness.audit_thresholds import policy_thresholds
-    from harness.audits import AuditConfig, precision_verdict
-    from harness.correctness import Tolerance
+    from harness.sandbox import triton_interp
+    from harness.audits.thresholds import policy_thresholds
+    from harness.audits.verdicts import AuditConfig, precision_verdict
+    from harness.measure.correctness import Tolerance
     from harness.families.moe import MoeFamily
-    from harness.inputs import generate_inputs
-    from harness.schema import Definition, Workload
-    from harness.oracle import _float64_import
+    from harness.data.inputs import generate_inputs
+    from harness.data.schema import Definition, Workload
+    from harness.measure.oracle import _float64_import
     from moe_support import TINY, tiny_definition, tiny_workload
 
     triton_interp.apply()  # the fixes the workers apply: fp8 and bf16 casts, bf16 dots

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 
-import harness.archive as archive_mod
-from harness.archive import Archive
-from harness.evaluate import WorkloadResult, definition_scores
-from harness.schema import Solution, parse_model
-from harness.views import m005_review_views
+import harness.archive.database as archive_mod
+from harness.archive.database import Archive
+from harness.pipeline.evaluate import WorkloadResult, definition_scores
+from harness.data.schema import Solution, parse_model
+from harness.archive.views import m005_review_views
 
 from support import DEFINITIONS, EXAMPLES, KV8_PS1
 
@@ -104,7 +104,7 @@ def _labels(definition: str) -> list[tuple[str, str]]:
 
 
 def _costs(definition: str) -> dict[str, float]:
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
     from harness.review import dataset_costs
 
     return {u: b for u, (b, _) in dataset_costs(Dataset(DEFINITIONS), definition).items()}
@@ -234,7 +234,7 @@ def build_h200_archive(folder: Path, controller: bool = True) -> dict:
 
     store = None
     if controller:
-        from harness.generation_request import GenerationRequest, GenerationResponse, Incumbent, Proposal, Rejection
+        from harness.data.generation_request import GenerationRequest, GenerationResponse, Incumbent, Proposal, Rejection
         from controller.store import Store
 
         store = Store(archive)
@@ -294,7 +294,7 @@ def build_h200_archive(folder: Path, controller: bool = True) -> dict:
             if mean is not None and (round_best[0] is None or mean < round_best[0]):
                 round_best = (mean, name)
             if store is not None:
-                from harness.views import add_artifact
+                from harness.archive.views import add_artifact
 
                 cid = cand_ids[name]
                 store.set_candidate(cid, status or "PASSED", submission_id=sub)
@@ -345,7 +345,7 @@ def add_flagged_submissions(archive: Archive, env: str) -> dict[str, int]:
     ``cheat_call_counting`` (8420x vs the reference, fresh-input recheck and attribution failed on 13 of 14
     workloads, two static-gate errors) and ``cheat_static_only`` (80x, every runtime audit clean, the same two
     static-gate errors). Their scores carry promotable/promotion_blockers as Session.submit writes them."""
-    from harness.audits import promotion_blockers
+    from harness.audits.verdicts import promotion_blockers
 
     kv8 = _labels(KV8_PS1)
     costs = _costs(KV8_PS1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from harness.static_gate import Finding, GatePolicy, scan_sources
+from harness.audits.static_gate import Finding, GatePolicy, scan_sources
 
 # --------------------------------------------------------------------------------------------------
 # Honest samples: must produce no finding at all, under the default policy and under the gqa_paged

@@ -259,7 +259,7 @@ KILLED = textwrap.dedent("""
     from controller.agent.journal import StoreJournal
     from controller.providers.anthropic import AnthropicProvider
     from controller.store import Store
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     folder = Path(sys.argv[1])
     store = Store(Archive(folder / "archive"))
@@ -279,7 +279,7 @@ KILLED = textwrap.dedent("""
 def test_resume_after_kill_9_mid_conversation(tmp_path):
     from controller.agent.journal import StoreJournal
     from controller.store import Store
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     script = tmp_path / "killed.py"
     script.write_text(KILLED)

@@ -12,7 +12,7 @@ from controller.agent.tool_loop import MemoryJournal, run_tool_loop, split_promp
 from controller.agent.tools import ToolBox
 from controller.agent.transcript import AssistantTurn, ToolCall
 from controller.skills import load_skills
-from harness.generation_request import (Budget, Constraints, GenerationRequest, Incumbent, SkillEntry,
+from harness.data.generation_request import (Budget, Constraints, GenerationRequest, Incumbent, SkillEntry,
                                         render_stable_prefix)
 
 from agent_sse import FILES, INCUMBENT

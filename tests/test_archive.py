@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-import harness.archive as archive_mod
-from harness.archive import ARCHIVE_DB, Archive, ArchiveError
+import harness.archive.database as archive_mod
+from harness.archive.database import ARCHIVE_DB, Archive, ArchiveError
 
 from support import ROOT
 
@@ -313,7 +313,7 @@ def test_a_writer_killed_mid_transaction_leaves_previous_rows_readable(tmp_path,
     script = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from harness.archive import Archive
+        from harness.archive.database import Archive
         a = Archive({str(archive.folder)!r}, create=False)
         a.db.conn.execute("BEGIN IMMEDIATE")
         for i in range(2000):

@@ -11,10 +11,10 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-import harness.archive as archive_mod
-from harness.archive import ARCHIVE_DB, Archive
-from harness.seal import MODIFIED_WARNING, SEAL_KEY, SealCheck, canonical, classify, seal_value
-from harness.views import add_artifact
+import harness.archive.database as archive_mod
+from harness.archive.database import ARCHIVE_DB, Archive
+from harness.archive.seal import MODIFIED_WARNING, SEAL_KEY, SealCheck, canonical, classify, seal_value
+from harness.archive.views import add_artifact
 
 SOLUTION = {"name": "cand", "definition": "defn", "author": "tests",
             "spec": {"language": "python", "entry_point": "kernel.py::run"},

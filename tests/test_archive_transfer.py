@@ -1,4 +1,4 @@
-"""A finished submission moved whole from a lane's private archive into the driver's (harness/archive_transfer.py):
+"""A finished submission moved whole from a lane's private archive into the driver's (harness/archive/transfer.py):
 every row and blob once, new ids, the lane recorded, and sealed again with the driver's key."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from harness.archive import Archive
-from harness.archive_transfer import export_submission, finished_keys, import_submission, record_failure
+from harness.archive.database import Archive
+from harness.archive.transfer import export_submission, finished_keys, import_submission, record_failure
 from harness.cli import main
-from harness.views import add_artifact
+from harness.archive.views import add_artifact
 
 SOLUTION = {"name": "cand", "definition": "defn", "author": "tests",
             "spec": {"language": "python", "entry_point": "kernel.py::run"},

@@ -1,10 +1,10 @@
-"""Attribution from the official timer's CUPTI records: own kernels vs library kernels (harness.attribution)."""
+"""Attribution from the official timer's CUPTI records: own kernels vs library kernels (harness.audits.attribution)."""
 
 import pytest
 
-from harness.attribution import (OwnKernels, attribution_verdict, is_housekeeping, is_own, own_kernels,
+from harness.audits.attribution import (OwnKernels, attribution_verdict, is_housekeeping, is_own, own_kernels,
                                  qualified_name)
-from harness.audits import promotion_blockers, unconfirmed_library_use
+from harness.audits.verdicts import promotion_blockers, unconfirmed_library_use
 
 TRITON = {"kernel.py": "import triton\n\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef _decode_kernel(q, k):\n"
                        "    pass\n\n\ndef run(q, k):\n    _decode_kernel[(1,)](q, k)\n"}
@@ -128,11 +128,11 @@ def test_library_findings_are_settled_by_attribution(audits, findings, blocked):
 def test_timing_without_cupti_records_cannot_be_cleared(tiny_dataset_root, tmp_path):
     """CUDA-events timing has no kernel records: the evaluation gets a failed attribution audit (not a fallback);
     without any timing (no GPU) only the note says so."""
-    from harness.archive import Archive
-    from harness.audits import is_fallback
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions, WorkloadResult
-    from harness.schema import Solution
+    from harness.archive.database import Archive
+    from harness.audits.verdicts import is_fallback
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions, WorkloadResult
+    from harness.data.schema import Solution
 
     from support import triton_example
 

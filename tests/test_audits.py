@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from harness.attribution import OwnKernels
-from harness.audit_thresholds import policy_thresholds
-from harness.audits import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
+from harness.audits.attribution import OwnKernels
+from harness.audits.thresholds import policy_thresholds
+from harness.audits.verdicts import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
                             precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
                             thread_verdict)
 
@@ -174,7 +174,7 @@ def test_policy_thresholds_say_what_is_wrong(thresholds, words):
         policy_thresholds({"definition": {"d1": {"thresholds": thresholds}}}, "d1", None)
     assert words in str(err.value)
     # the static gate's policy loader refuses the same file
-    from harness.static_gate import PolicyError, policy_from_mapping
+    from harness.audits.static_gate import PolicyError, policy_from_mapping
 
     with pytest.raises(PolicyError, match=words.split("'")[0]):
         policy_from_mapping({"version": 1, "definition": {"d1": {"thresholds": thresholds}}}, definition="d1")
@@ -183,7 +183,7 @@ def test_policy_thresholds_say_what_is_wrong(thresholds, words):
 def test_the_shipped_policy_sets_no_threshold_the_defaults_do():
     import yaml
 
-    from harness.static_gate import DEFAULT_POLICY_PATH
+    from harness.audits.static_gate import DEFAULT_POLICY_PATH
 
     data = yaml.safe_load(DEFAULT_POLICY_PATH.read_text())
     assert policy_thresholds(data, "gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged") == {}
@@ -204,7 +204,7 @@ class _OracleStub:
 def _precision(oracle, got, ref):
     import torch  # noqa: F401
 
-    from harness.session_audits import SessionAudits
+    from harness.audits.session_audits import SessionAudits
 
     definition = type("D", (), {"outputs": list(ref)})()
     return SessionAudits._precision_audit(_OracleStub(oracle), definition, None, 0, got, ref)

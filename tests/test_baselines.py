@@ -1,9 +1,10 @@
-"""Which FlashInfer figure a workload is scored against (harness.baselines.best_of): the faster passing baseline
+"""Which FlashInfer figure a workload is scored against (harness.pipeline.baselines.best_of): the faster passing
+baseline
 per figure, and the failures named, never hidden."""
 
 import pytest
 
-from harness.baselines import best_of
+from harness.pipeline.baselines import best_of
 
 
 def run(name, status="PASSED", official=None, kernel=None, message=None):
@@ -45,12 +46,12 @@ class _Worker:
 
 
 def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot_check(tmp_path):
-    from harness.archive import Archive
-    from harness.baselines import Baselines
-    from harness.correctness import Tolerance
-    from harness.dataset import Dataset
-    from harness.results import WorkloadResult
-    from harness.schema import Solution
+    from harness.archive.database import Archive
+    from harness.pipeline.baselines import Baselines
+    from harness.measure.correctness import Tolerance
+    from harness.data.dataset import Dataset
+    from harness.data.results import WorkloadResult
+    from harness.data.schema import Solution
 
     from support import KV8_PS1, solution_dict
 
@@ -82,7 +83,7 @@ def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot
 
 
 def test_flashinfer_cache_is_the_archives_unless_the_host_names_one(tmp_path, monkeypatch):
-    from harness.baselines import FLASHINFER_CACHE_ENV, flashinfer_cache
+    from harness.pipeline.baselines import FLASHINFER_CACHE_ENV, flashinfer_cache
 
     monkeypatch.delenv(FLASHINFER_CACHE_ENV, raising=False)
     assert flashinfer_cache(tmp_path / "a") == tmp_path / "a" / "cache" / "flashinfer"

@@ -13,10 +13,10 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-import harness.archive as archive_mod
-from harness.archive import ARCHIVE_DB, Archive
-from harness.views import (CONTROLLER_VIEWS, VIEWS, add_artifact, datasette_command, datasette_metadata, fts_query,
-                           m005_review_views, search_documents, sync_documents)
+import harness.archive.database as archive_mod
+from harness.archive.database import ARCHIVE_DB, Archive
+from harness.archive.views import (CONTROLLER_VIEWS, VIEWS, add_artifact, datasette_command, datasette_metadata,
+                                   fts_query, m005_review_views, search_documents, sync_documents)
 
 from support import KV8_PS1
 from report_archive import RUN, SPEND, build_h200_archive, ensure_review_migration, without_review_migration

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from harness.build import (BuildError, Built, build, expected_params, signature_problem, static_signature_problem,
-                           write_sources)
-from harness.schema import Definition, Solution, SourceFile, load_model
+from harness.sandbox.build import (BuildError, Built, build, expected_params, signature_problem,
+                                   static_signature_problem, write_sources)
+from harness.data.schema import Definition, Solution, SourceFile, load_model
 
 from support import DEFINITIONS, KV8_PS1, TORCH_CANDIDATE, solution_dict
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main as controller_main
-from harness.archive import ARCHIVE_DB, Archive, ArchiveMissing, archive_location
+from harness.archive.database import ARCHIVE_DB, Archive, ArchiveMissing, archive_location
 from harness.cli import main as harness_main
 
 MISSING_DEFAULT = "no archive at artifacts/archive.db (set --archive or CRUCIBLE_ARCHIVE)"

@@ -226,9 +226,9 @@ def test_killing_the_harness_mid_run_leaves_a_readable_archive(tmp_path, archive
     shown = harness("show", str(listed[0]["id"]), "--archive", str(archive_dir))
     assert "tiny_b2_t40" in shown.stdout and "(not finished)" in shown.stdout
     # The next session on this host sees the harness process is gone and closes the record.
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session
 
     Session(Dataset(tiny_dataset_root), Archive(archive_dir)).close()
     closed = Archive(archive_dir).submission(listed[0]["id"])

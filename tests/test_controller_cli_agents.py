@@ -16,7 +16,7 @@ import pytest
 
 from controller.providers.agent_workspace import judge_changes
 from controller.providers.cli_agents import AGENTS, CLIAgentProvider, changed_paths, snapshot, usage_from_output
-from harness.generation_request import Budget, Constraints, GenerationRequest, Incumbent
+from harness.data.generation_request import Budget, Constraints, GenerationRequest, Incumbent
 
 SKILLS = Path(__file__).resolve().parent.parent / "skills"
 INCUMBENT = {"name": "inc", "definition": "gqa_paged_decode_h32_kv8_d128_ps1", "author": "t",

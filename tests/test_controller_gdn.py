@@ -16,11 +16,11 @@ from controller.providers.offline import OfflineProvider, naive_incumbent, skill
 from controller.skills import load_skills
 from controller.store import Store
 from gdn_support import DECODE, PREFILL, make_gdn_dataset
-from harness.archive import Archive
-from harness.dataset import Dataset
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
 from harness.families import family_for
-from harness.generation_request import Diagnosis, HistoryItem
-from harness.schema import Solution
+from harness.data.generation_request import Diagnosis, HistoryItem
+from harness.data.schema import Solution
 from support import DEFINITIONS, ROOT
 from test_controller_offline_families import request
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
-from harness.schema import SchemaError
+from harness.data.schema import SchemaError
 
 from support import ROOT
 
@@ -88,7 +88,7 @@ def test_cli_loop_over_an_alias_runs_each_definition(tmp_path, monkeypatch):
 def test_run_lanes_hands_out_each_item_once_and_stops_taking_after_an_error():
     import threading
 
-    from harness.parallel import run_lanes
+    from harness.pipeline.parallel import run_lanes
 
     seen, lock = [], threading.Lock()
 
@@ -139,8 +139,8 @@ def test_a_signal_while_lanes_run_stops_every_lane_promptly_and_runs_their_clean
     import threading
     import time
 
-    from harness import protocol
-    from harness.parallel import run_lanes
+    from harness.sandbox import protocol
+    from harness.pipeline.parallel import run_lanes
 
     read_fd, write_fd = os.pipe()  # a worker that never answers
     started = threading.Barrier(3, timeout=10)

@@ -18,9 +18,9 @@ from controller.providers.offline import OfflineProvider
 from controller.providers.scripted import ScriptedProvider
 from controller.skills import load_skills
 from controller.store import Store
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.schema import Solution, dump_json
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.data.schema import Solution, dump_json
 
 from support import KV8_PS1, ROOT
 
@@ -151,7 +151,7 @@ class Failing:
     name = "failing"
 
     def generate(self, request):
-        from harness.generation_request import GenerationResponse
+        from harness.data.generation_request import GenerationResponse
 
         return GenerationResponse(provider=self.name, error="claude not found on PATH")
 
@@ -407,7 +407,7 @@ def test_harness_paired_measurement_interleaves_abba_in_one_session(tiny_dataset
     from types import SimpleNamespace
 
     from controller.loop import HarnessEvaluator
-    from harness.evaluate import SubmitOptions
+    from harness.pipeline.evaluate import SubmitOptions
 
     order, latency = [], {"inc": 1.0, "cand": 0.7}
 
@@ -435,7 +435,7 @@ def test_harness_full_evaluation_asks_for_the_full_audit_level(tiny_dataset_root
     from types import SimpleNamespace
 
     from controller.loop import HarnessEvaluator
-    from harness.evaluate import SubmitOptions
+    from harness.pipeline.evaluate import SubmitOptions
 
     levels = []
 

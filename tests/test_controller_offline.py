@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from controller.providers.offline import OfflineProvider, config_key, naive_incumbent
-from harness.generation_request import Budget, GenerationRequest, HistoryItem, Incumbent, Repair
+from harness.data.generation_request import Budget, GenerationRequest, HistoryItem, Incumbent, Repair
 from controller.skills import kernel_templates, load_skills
-from harness.build import static_signature_problem
-from harness.dataset import Dataset
-from harness.schema import Solution
+from harness.sandbox.build import static_signature_problem
+from harness.data.dataset import Dataset
+from harness.data.schema import Solution
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64, ROOT
 

@@ -18,11 +18,11 @@ from controller.providers.offline import (OfflineProvider, fixed_values, naive_e
                                           offered_templates, skill_for)
 from controller.skills import KernelTemplate, SkillError, load_skills
 from controller.store import Store
-from harness.archive import Archive
-from harness.dataset import Dataset
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
 from harness.families import OperatorFamily, register, unregister
-from harness.generation_request import Budget, Diagnosis, GenerationRequest, HistoryItem, Incumbent
-from harness.schema import Definition, Solution
+from harness.data.generation_request import Budget, Diagnosis, GenerationRequest, HistoryItem, Incumbent
+from harness.data.schema import Definition, Solution
 
 from support import DEFINITIONS, ROOT
 

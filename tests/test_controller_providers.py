@@ -19,7 +19,7 @@ from controller.providers.anthropic import AnthropicProvider  # noqa: E402
 from controller.providers.base import ProviderError  # noqa: E402
 from controller.providers.registry import PROVIDERS, default_provider, make_provider, preflight  # noqa: E402
 from controller.providers.openai import OpenAIProvider  # noqa: E402
-from harness.generation_request import Budget, Constraints, GenerationRequest, Incumbent  # noqa: E402
+from harness.data.generation_request import Budget, Constraints, GenerationRequest, Incumbent  # noqa: E402
 
 from support import ROOT  # noqa: E402
 
@@ -154,7 +154,7 @@ def test_controller_loop_refuses_a_missing_key_before_evaluating_anything(no_cre
     assert started == [] and list(folder.iterdir()) == []  # no evaluation, nothing archived
 
     from controller.store import Store
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     store = Store(Archive(folder))  # a resumed run is checked with its stored provider
     store.create_run("run-x", "gqa_paged_decode_h32_kv8_d128_ps1", provider, {"provider": provider})

@@ -19,7 +19,7 @@ WORKLOAD = "tiny_b2_t40"
 def test_loop_on_a_ray_lane_archives_every_candidate_with_its_lane(tiny_dataset_root, tmp_path, monkeypatch):
     from controller.cli import main
     from controller.store import Store
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

@@ -10,10 +10,10 @@ from controller.cli import main
 from controller.loop import run_loop
 from controller.providers.replay import ReplayProvider
 from controller.providers.scripted import ScriptedProvider
-from harness.generation_request import Budget, GenerationRequest, Incumbent
+from harness.data.generation_request import Budget, GenerationRequest, Incumbent
 from controller.store import Store
-from harness.archive import Archive
-from harness.dataset import Dataset
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
 
 from support import KV8_PS1, TORCH_CANDIDATE
 from test_controller_loop import WORKLOAD, FakeEvaluator, config

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from controller.providers.base import (cost_usd, forbidden_files, output_allowance, price_of, proposal_from_files)
-from harness.generation_request import (REPLY_SCHEMA, Budget, Constraints, Evidence, GenerationRequest,
+from harness.data.generation_request import (REPLY_SCHEMA, Budget, Constraints, Evidence, GenerationRequest,
                                         GenerationResponse, HistoryItem, Incumbent, Proposal, Rejection, Repair,
                                         render_prompt)
 
@@ -101,7 +101,7 @@ def test_prices_and_costs():
 
 
 @pytest.mark.parametrize("paths, bad", [(["kernel.py"], []), (["./kernel.py"], []), (["kernel.py", "x.py"], ["x.py"]),
-                                        (["../harness/evaluate.py"], ["../harness/evaluate.py"]),
+                                        (["../harness/pipeline/evaluate.py"], ["../harness/pipeline/evaluate.py"]),
                                         (["sub/kernel.py"], ["sub/kernel.py"])])
 def test_forbidden_files(paths, bad):
     assert forbidden_files(paths, ["kernel.py"]) == bad

@@ -20,8 +20,8 @@ from controller.loop import run_loop
 from controller.providers.offline import OfflineProvider
 from controller.skills import load_skills
 from controller.store import Store
-from harness.archive import Archive
-from harness.dataset import Dataset
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
 
 from support import KV8_PS1, ROOT
 from test_controller_loop import WORKLOAD, FakeEvaluator, config

@@ -13,8 +13,8 @@ from controller.promote import EvalRecord
 from controller.providers.offline import OfflineProvider
 from controller.skills import load_skills
 from controller.trajectory import standing, trajectory_markdown
-from harness.archive import Archive
-from harness.dataset import Dataset
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
 
 from support import ROOT
 from test_controller_loop import WORKLOAD, FakeEvaluator, config, constant

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from harness.correctness import CheckResult, Tolerance, check_output, check_outputs, first_failure, merge_results
-from harness.schema import EvaluationStatus as S
+from harness.measure.correctness import (CheckResult, Tolerance, check_output, check_outputs, first_failure,
+                                         merge_results)
+from harness.data.schema import EvaluationStatus as S
 
 INF, NAN = math.inf, math.nan
 T = Tolerance(atol=1e-2, rtol=1e-2)

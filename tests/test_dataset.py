@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.dataset import Dataset, EvalPreset
-from harness.schema import SchemaError
+from harness.data.dataset import Dataset, EvalPreset
+from harness.data.schema import SchemaError
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64, TINY_WORKLOADS
 

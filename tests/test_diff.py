@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from harness.archive import ArchiveError
+from harness.archive.database import ArchiveError
 from harness.review import diff_submissions, resolve_submission, source_diff
 from harness.report_cli import diff
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.schema import Solution
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.data.schema import Solution
 
 from dsa_support import ATTENTION, INDEXER, ROOT, TINY_ATTENTION, TINY_INDEXER, make_tiny_dsa_dataset
 from support import solution_dict
@@ -136,12 +136,12 @@ def test_other_template_configurations_pass(session, template, params, tiny):
 
 FULL_SIZE_SCRIPT = '''
 import importlib.util, json, sys
-from harness.triton_interp import apply
+from harness.sandbox.triton_interp import apply
 apply()
-from harness.correctness import Tolerance
-from harness.dataset import Dataset
+from harness.measure.correctness import Tolerance
+from harness.data.dataset import Dataset
 from harness.families import family_for
-from harness.inputs import allocate_outputs, generate_inputs
+from harness.data.inputs import allocate_outputs, generate_inputs
 
 name, file, uuid = sys.argv[1:4]
 dataset = Dataset("definitions")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.correctness import CheckResult, Tolerance
-from harness.dataset import Dataset
+from harness.measure.correctness import CheckResult, Tolerance
+from harness.data.dataset import Dataset
 from harness.families import family_for
 from harness.families.dsa_inputs import dequantize_key_cache
 from harness.families.dsa_paged import indexer_scores_at
-from harness.worker import Worker
+from harness.sandbox.worker import Worker
 
 from dsa_support import TINY_INDEXER, make_tiny_dsa_dataset
 

@@ -10,14 +10,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from harness.correctness import Tolerance
-from harness.dataset import Dataset
+from harness.measure.correctness import Tolerance
+from harness.data.dataset import Dataset
 from harness.families import family_for
 from harness.families.dsa_inputs import (dequantize_key_cache, draw_packed_key_cache, pack_fp8_key_cache,
                                          unpack_fp8_key_cache)
 from harness.families.dsa_paged import DsaPagedFamily, indexer_scores_at
-from harness.inputs import absent_blob_inputs, generate_inputs
-from harness.schema import Trace, Workload, dump_json, load_jsonl
+from harness.data.inputs import absent_blob_inputs, generate_inputs
+from harness.data.schema import Trace, Workload, dump_json, load_jsonl
 
 from dsa_support import (ATTENTION, DATASET, INDEXER, OFFICIAL, TINY_ATTENTION_TOPK, TINY_INDEXER_TOPK,
                          tiny_definition)

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.runner import network_isolation
-from harness.schema import Solution
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.sandbox.runner import network_isolation
+from harness.data.schema import Solution
 
 from support import KV8_PS1, KV8_PS64, TORCH_CANDIDATE, solution_dict, triton_example
 
@@ -142,7 +142,7 @@ def test_worker_environment_is_scrubbed_and_private(session, monkeypatch):
     message = result.workloads[0].message
     assert "PROBE None" in message  # the parent's key (set by conftest) did not reach the worker
     cwd = message.split("PROBE None ")[1].split()[0]
-    from harness.sandbox import WORK_INSIDE, probe
+    from harness.sandbox.isolation import WORK_INSIDE, probe
 
     # the private folder: the sandbox's own /tmp/work, or a crucible-candidate-* folder without namespaces
     assert (cwd == WORK_INSIDE if probe()[0] else "crucible-candidate-" in cwd) and f" {cwd}" in message
@@ -201,10 +201,10 @@ def test_archive_rows_are_complete_and_readable(session):
 
 def test_audit_level_can_be_overridden_for_one_submission(tiny_dataset_root, tmp_path):
     """The controller's paired timing runs ask for "off"; the session's own level is back afterwards."""
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
-    from harness.schema import Solution
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.data.schema import Solution
 
     from support import triton_example
 
@@ -221,10 +221,10 @@ def test_audit_level_can_be_overridden_for_one_submission(tiny_dataset_root, tmp
 
 def test_each_candidate_gets_a_fresh_process_started_ahead_of_time(tiny_dataset_root, tmp_path):
     """The spare launched during one submission serves the next one, and is then used up, never reused."""
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
-    from harness.schema import Solution
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.data.schema import Solution
 
     from support import triton_example
 
@@ -251,11 +251,11 @@ def test_a_definitions_policy_thresholds_reach_its_audits(tiny_dataset_root, tmp
 
     import yaml
 
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
-    from harness.schema import Solution
-    from harness.static_gate import DEFAULT_POLICY_PATH
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.data.schema import Solution
+    from harness.audits.static_gate import DEFAULT_POLICY_PATH
 
     from support import KV8_PS1, triton_example
 
@@ -275,11 +275,11 @@ def test_a_definitions_policy_thresholds_reach_its_audits(tiny_dataset_root, tmp
 def test_a_speedup_beyond_the_bound_runs_the_full_audit_set_on_that_workload(tiny_dataset_root, tmp_path):
     """Escalation (GPU only in a real run, where the FlashInfer speedup is known): the full level's recheck
     on other never-seen inputs, then attribution (which says why it cannot run on a CPU)."""
-    from harness.archive import Archive
-    from harness.correctness import Tolerance
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions, WorkloadResult
-    from harness.schema import Solution
+    from harness.archive.database import Archive
+    from harness.measure.correctness import Tolerance
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions, WorkloadResult
+    from harness.data.schema import Solution
 
     from support import KV8_PS1, triton_example
 

@@ -148,7 +148,7 @@ def test_weights_change_the_shares():
 
 
 def test_stats_accept_workload_results_and_derive_the_fraction():
-    from harness.evaluate import WorkloadResult
+    from harness.pipeline.evaluate import WorkloadResult
 
     r = WorkloadResult("u1", "uniform_b1_kv512", "PASSED", latency_ms=0.02, kernel_latency_ms=0.01, floor_ms=0.004,
                        speedup_vs_fi_kernel=1.3)

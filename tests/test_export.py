@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.export import export_trace_set, import_trace_set
-from harness.schema import Solution
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.archive.export import export_trace_set, import_trace_set
+from harness.data.schema import Solution
 from support import KV8_PS1, TORCH_CANDIDATE, solution_dict
 
 

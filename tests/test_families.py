@@ -13,7 +13,7 @@ import torch
 from harness.families import (GENERIC, FamilyError, OperatorFamily, family_for, load_family_module, register,
                               registered, unregister, workload_cost)
 from harness.families.gqa_paged import GqaPagedFamily
-from harness.schema import Definition, Workload
+from harness.data.schema import Definition, Workload
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64, solution_dict
 
@@ -24,7 +24,7 @@ TOY_OP = "toy_vector_add"
 
 TOY_FAMILY_MODULE = '''
 from harness.families import OperatorFamily
-from harness.roofline import WorkloadCost
+from harness.measure.roofline import WorkloadCost
 
 
 class VectorAddFamily(OperatorFamily):
@@ -103,10 +103,10 @@ def toy(tmp_path):
 
 
 def test_toy_family_is_judged_through_the_session_on_cpu(toy, tmp_path):
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
-    from harness.schema import Solution
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.data.schema import Solution
 
     data, family = toy
     dataset = Dataset(data)
@@ -137,10 +137,10 @@ def test_toy_family_regimes_reach_the_evidence(toy):
 
 
 def test_wrong_toy_candidate_is_incorrect_by_the_family_check(toy, tmp_path):
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
-    from harness.schema import Solution
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.data.schema import Solution
 
     data, family = toy
     wrong = TOY_CANDIDATE.replace("torch.add(a, b, out=out)", "torch.sub(a, b, out=out)")
@@ -165,7 +165,7 @@ class DoubledB(OperatorFamily):
 
 
 def test_special_inputs_replace_the_generic_draw_deterministically():
-    from harness.inputs import generate_inputs
+    from harness.data.inputs import generate_inputs
 
     definition = Definition.model_validate({**TOY_DEFINITION, "op_type": "toy_doubled_b"})
     workload = Workload(uuid="w", axes={"n": 1000}, inputs={})
@@ -182,8 +182,8 @@ def test_special_inputs_replace_the_generic_draw_deterministically():
 
 
 def test_special_inputs_must_name_inputs_of_the_definition():
-    from harness.inputs import generate_inputs
-    from harness.schema import SchemaError
+    from harness.data.inputs import generate_inputs
+    from harness.data.schema import SchemaError
 
     class Stray(OperatorFamily):
         op_type = "toy_stray"
@@ -216,8 +216,8 @@ class CapturedB(OperatorFamily):
 def test_absent_blobs_are_drawn_by_the_family_or_refused(tmp_path, family_draws):
     from safetensors.torch import save_file
 
-    from harness.inputs import absent_blob_inputs, generate_inputs
-    from harness.schema import SchemaError
+    from harness.data.inputs import absent_blob_inputs, generate_inputs
+    from harness.data.schema import SchemaError
 
     class Refuses(CapturedB):
         op_type = "toy_captured_b"
@@ -339,7 +339,7 @@ def test_broken_regime_rules_are_refused_at_registration():
 
 @pytest.fixture(scope="module")
 def gqa_dataset():
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
 
     return Dataset(DEFINITIONS)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.static_gate import (
+from harness.audits.static_gate import (
     LIBRARY_RULES,
     Finding,
     awaits_attribution,

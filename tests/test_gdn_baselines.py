@@ -22,8 +22,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.build import static_signature_problem
-from harness.schema import Definition, Solution, load_model
+from harness.sandbox.build import static_signature_problem
+from harness.data.schema import Definition, Solution, load_model
 from support import DEFINITIONS, ROOT
 
 SRC = DEFINITIONS / "baselines_src"

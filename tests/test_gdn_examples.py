@@ -23,7 +23,7 @@ FILES = {DECODE: ("triton-gdn-decode", "gdn_decode.py"), PREFILL: ("triton-gdn-p
 
 
 def example(definition: str):
-    from harness.schema import Solution
+    from harness.data.schema import Solution
 
     data = json.loads((EXAMPLES / "solutions" / f"{definition}.json").read_text())
     assert data["definition"] == definition
@@ -32,9 +32,9 @@ def example(definition: str):
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
 
     # prefill on its shortest workload only: the interpreter walks every token of every program
     root = make_gdn_dataset(tmp_path_factory.mktemp("gdn_dataset"), {DECODE: ["b1_0", "b4_0"], PREFILL: ["t6_n1"]})
@@ -94,7 +94,7 @@ def test_classic_slips_fail_the_element_rule(checks, slip):
 
 def test_skill_validates_and_every_allowed_configuration_renders_a_dps_run():
     from controller.skills import kernel_templates, load_skill, machine_blocks, render_skill_template, validate_skill
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
 
     skill = load_skill(SKILL)
     assert validate_skill(skill) == []

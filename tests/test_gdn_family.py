@@ -11,14 +11,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.families import family_for
 from harness.families.gdn import GdnFamily
 from harness.families.gdn_inputs import draw_cu_seqlens, gates
-from harness.inputs import absent_blob_inputs, generate_inputs, torch_dtype
-from harness.schema import Solution, Trace, Workload, dump_json, load_jsonl
+from harness.data.inputs import absent_blob_inputs, generate_inputs, torch_dtype
+from harness.data.schema import Solution, Trace, Workload, dump_json, load_jsonl
 
 from dsa_support import DATASET, OFFICIAL
 from support import solution_dict
@@ -313,7 +313,7 @@ def test_a_state_updated_in_place_or_returned_is_caught(session, source, caught)
 def test_the_precision_floor_lets_bf16_tensor_core_operands_through():
     import yaml
 
-    from harness.audit_thresholds import policy_thresholds
+    from harness.audits.thresholds import policy_thresholds
 
     policy = yaml.safe_load((DATASET / "audit_policy.yaml").read_text())
     for name in (DECODE, PREFILL):

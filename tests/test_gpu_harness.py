@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.schema import Solution
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.data.schema import Solution
 from support import KV8_PS1, TORCH_CANDIDATE, example_solution, triton_example
 
 pytestmark = pytest.mark.gpu
@@ -82,7 +82,7 @@ def test_flashinfer_baselines_roofline_and_scores(tmp_path):
 def test_baseline_solutions_submitted_directly_report_both_figures_and_pass_every_audit(tmp_path):
     """The FlashInfer baselines are honest: submitted as candidates, no audit of the default level flags them
     (the adversarial suite's zero-false-positive rule; FlashInfer needs a GPU, so it is checked here)."""
-    from harness.dataset import Dataset as DS
+    from harness.data.dataset import Dataset as DS
 
     opts = SubmitOptions(workloads=["uniform_b1_kv8192", "uniform_b16_kv2048"], baselines=False)
     with Session(Dataset(), Archive(tmp_path / "a"), opts) as s:
@@ -96,7 +96,7 @@ def test_baseline_solutions_submitted_directly_report_both_figures_and_pass_ever
 def test_submissions_spread_over_all_gpus(tmp_path):
     import torch
 
-    from harness.parallel import submit_all
+    from harness.pipeline.parallel import submit_all
 
     solutions = [Solution.model_validate(triton_example(d)) for d in
                  ("gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps1")]

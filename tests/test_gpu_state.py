@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from harness import gpu_state as gs
-from harness.gpu_state import decode_throttle_reasons, gpu_state, parse_nvidia_smi_csv, throttled
+from harness.measure import gpu_state as gs
+from harness.measure.gpu_state import decode_throttle_reasons, gpu_state, parse_nvidia_smi_csv, throttled
 
 RECORDED_LINE = ("NVIDIA H200, GPU-08b07870-1dbe-46a5-935d-a35925a54318, 580.159.04, 1980, 3201, 1980, 41, 250.3, "
                  "0x0000000000000004")

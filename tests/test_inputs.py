@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import harness.inputs as inputs_mod
-from harness.dataset import Dataset
-from harness.inputs import allocate_outputs, fingerprint, generate_inputs
-from harness.schema import Definition, SchemaError, Workload, parse_model
+import harness.data.inputs as inputs_mod
+from harness.data.dataset import Dataset
+from harness.data.inputs import allocate_outputs, fingerprint, generate_inputs
+from harness.data.schema import Definition, SchemaError, Workload, parse_model
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64
 

@@ -1,4 +1,4 @@
-"""Instruction proof (harness/sass.py): SASS opcode histograms of the built code, claims judged against the
+"""Instruction proof (harness/audits/sass.py): SASS opcode histograms of the built code, claims judged against the
 SASS and against Nsight Compute counters. The fixtures in tests/fixtures/sass/ are real: the .cu files
 there were compiled here with nvcc 13.0 (-cubin -arch=sm_90a / sm_100a) and disassembled with the
 cuobjdump 12.8 that Triton ships."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import sass
-from harness.schema import SchemaError, Solution, dump_json, parse_model
-from harness.static_gate import PolicyError, policy_from_mapping
+from harness.audits import sass
+from harness.data.schema import SchemaError, Solution, dump_json, parse_model
+from harness.audits.static_gate import PolicyError, policy_from_mapping
 from support import KV8_PS1, ROOT
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sass"
@@ -224,7 +224,7 @@ def test_submit_json_and_show_carry_the_audit_and_the_sass_artifact(tmp_path, ti
 
     shown = harness("show", str(results[1]["submission_id"]), "--archive", str(archive))
     assert "audit instruction_proof failed" in shown.stdout, shown.stdout
-    from harness.archive import Archive
+    from harness.archive.database import Archive
 
     db = Archive(archive).db
     (blob,) = [r["blob"] for r in db["artifacts"].rows_where("submission_id = ? and kind = 'sass'",
@@ -235,9 +235,9 @@ def test_submit_json_and_show_carry_the_audit_and_the_sass_artifact(tmp_path, ti
 
 @needs_tools
 def test_full_level_on_cpu_notes_the_missing_gpu_and_python_code_has_no_sass(tiny_dataset_root, tmp_path):
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
     from support import TORCH_CANDIDATE, solution_dict
 
     python = solution_dict(TORCH_CANDIDATE)

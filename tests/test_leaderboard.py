@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.audits import promotion_blockers
+from harness.audits.verdicts import promotion_blockers
 from harness.review.leaderboard import (
     MODIFIED,
     audit_summary,
@@ -64,7 +64,8 @@ def test_promotion_reasons(case, kwargs, expected):
     ([wl("a", "SKIPPED")], [], "off", []),
 ])
 def test_what_the_harness_records_is_summarised_not_repeated(workloads, findings, audit_level, submission_audits):
-    """The blockers Session.submit archives (harness.audits.promotion_blockers) are what the summary lines stand
+    """The blockers Session.submit archives (harness.audits.verdicts.promotion_blockers) are what the summary lines
+    stand
     for: none is repeated beside them."""
     recorded = promotion_blockers(workloads, findings, audit_level, submission_audits)
     status = "TIMEOUT" if len(workloads) > 1 else "SKIPPED"

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from controller.cli import main
 from controller.loop import run_loop
 from controller.providers.offline import OfflineProvider
-from harness.generation_request import render_prompt
+from harness.data.generation_request import render_prompt
 from controller.skills import load_skills
 from controller.store import Store
-from harness.archive import Archive
-from harness.dataset import Dataset
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
 from harness.profiling import (NO_PERMISSION, OK, TIMEOUT, ProfileSummary, archived_profiles, finish_summary,
                                parse_ncu_csv)
 

@@ -1,4 +1,5 @@
-"""GPU memory bookkeeping and scores over partial baselines: pure functions (harness.memory, harness.scores),
+"""GPU memory bookkeeping and scores over partial baselines: pure functions (harness.measure.memory,
+harness.measure.scores),
 the recheck's buffer retention, and baseline runs in the archive."""
 
 from dataclasses import dataclass
@@ -6,12 +7,12 @@ from typing import Optional
 
 import pytest
 
-from harness.archive import Archive
-from harness.audits import plan_recheck
-from harness.dataset import Dataset
-from harness.memory import GIB, budget_bytes, describe, io_bytes, memory_record, together_bytes
-from harness.scores import definition_scores, partial_notice, spot_check_holds
-from harness.worker import last_reuse
+from harness.archive.database import Archive
+from harness.audits.verdicts import plan_recheck
+from harness.data.dataset import Dataset
+from harness.measure.memory import GIB, budget_bytes, describe, io_bytes, memory_record, together_bytes
+from harness.measure.scores import definition_scores, partial_notice, spot_check_holds
+from harness.sandbox.worker import last_reuse
 
 KV8_PS1 = "gqa_paged_decode_h32_kv8_d128_ps1"
 
@@ -115,7 +116,7 @@ def test_baseline_runs_keep_failures_with_their_message_but_reuse_only_passes(tm
 
 def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures(tiny_dataset_root, tmp_path,
                                                                                    monkeypatch):
-    from harness.evaluate import Session, SubmitOptions
+    from harness.pipeline.evaluate import Session, SubmitOptions
 
     ds = Dataset(tiny_dataset_root)
     definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
@@ -126,7 +127,7 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
         timed.append(self.gpu_key)
         return 1.04
 
-    from harness.trusted import TrustedReference
+    from harness.pipeline.trusted import TrustedReference
 
     monkeypatch.setattr(TrustedReference, "_time", fake_time)
     monkeypatch.setattr(TrustedReference, "worker", lambda self: None)
@@ -149,8 +150,8 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
 def test_without_a_library_baseline_the_reference_is_timed_as_the_yardstick(tiny_dataset_root, tmp_path, monkeypatch):
     """DSA on sm_90 has no library baseline: its score is against the reference, so the reference is timed without
     --time-reference; with --no-baselines (no score asked for) it is not."""
-    from harness.evaluate import Session, SubmitOptions
-    from harness.trusted import TrustedReference
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.pipeline.trusted import TrustedReference
 
     ds = Dataset(tiny_dataset_root)
     definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
@@ -177,7 +178,7 @@ def test_without_a_library_baseline_the_reference_is_timed_as_the_yardstick(tiny
 def test_content_digest_sees_one_changed_word_and_swapped_words():
     import torch
 
-    from harness.inputs import content_digest
+    from harness.data.inputs import content_digest
 
     t = torch.randn(3001, dtype=torch.bfloat16)  # an odd byte count: digested bytewise
     before = content_digest(t)
@@ -192,7 +193,7 @@ def test_content_digest_sees_one_changed_word_and_swapped_words():
 @pytest.mark.parametrize("mutate, expected", [("", []), ("    k_cache.view(-1)[7] += 1.0\n", ["k_cache"])])
 def test_large_inputs_are_checked_by_digest_not_clone(tiny_dataset, tmp_path, monkeypatch, mutate, expected):
     """Above the clone limit the candidate gets the input itself; a write into it is still found."""
-    import harness.worker as worker_module
+    import harness.sandbox.worker as worker_module
     from support import TORCH_CANDIDATE, solution_dict
 
     monkeypatch.setattr(worker_module, "_CLONE_LIMIT_BYTES", 0)  # every input takes the digest path
@@ -212,7 +213,7 @@ def test_large_inputs_are_checked_by_digest_not_clone(tiny_dataset, tmp_path, mo
 def test_float_inputs_are_drawn_in_their_own_dtype():
     import torch
 
-    from harness.inputs import random_tensor
+    from harness.data.inputs import random_tensor
 
     gen = torch.Generator().manual_seed(1)
     for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from harness.schema import Solution
+from harness.data.schema import Solution
 from moe_interpreter_checks import EXAMPLE_PARAMS, SLIPS, TEMPLATE
 from moe_support import OFFICIAL, TINY, make_moe_dataset
 from support import EXAMPLES, ROOT
@@ -31,9 +31,9 @@ def test_the_example_is_the_template_rendered_and_a_valid_solution():
 
 
 def test_the_example_passes_the_harness_on_the_tiny_definition(tmp_path):
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.evaluate import Session, SubmitOptions
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
 
     data = json.loads((EXAMPLE / "solutions" / f"{OFFICIAL}.json").read_text())
     solution = Solution.model_validate({**data, "definition": TINY})
@@ -90,7 +90,7 @@ def test_the_skill_validates_and_every_allowed_configuration_renders():
     (block,) = machine_blocks(skill)
     template = kernel_templates(skill)["triton-moe-fp8"]
     signature = block["dps_signature"]["default"]
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
 
     definition = Dataset(ROOT / "definitions").definition(OFFICIAL)
     assert signature == [*definition.inputs, *definition.outputs]

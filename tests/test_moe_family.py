@@ -11,14 +11,14 @@ import json
 import pytest
 import torch
 
-from harness.correctness import Tolerance
-from harness.dataset import Dataset
+from harness.measure.correctness import Tolerance
+from harness.data.dataset import Dataset
 from harness.families import family_for
 from harness.families.moe import MoeFamily, moe_cost, routed_topk
 from harness.families.moe_inputs import (FP8_MAX, MoeGeometry, dequantize, draw_routing, geometry,
                                          quantize_blocks, route)
-from harness.inputs import absent_blob_inputs, generate_inputs
-from harness.schema import Definition, EvaluationStatus, Workload, dump_json
+from harness.data.inputs import absent_blob_inputs, generate_inputs
+from harness.data.schema import Definition, EvaluationStatus, Workload, dump_json
 from moe_support import BACKGROUND, OFFICIAL, OFFICIAL_JSON, OFFICIAL_JSONL, tiny_definition, tiny_workload
 from support import DEFINITIONS
 
@@ -275,7 +275,7 @@ def test_cost_counts_the_routed_experts_from_the_blob(tiny, tmp_path, seq_len, o
     expected = experts * (3 * 256 * 384 + 4 * (2 * 2 * 3 + 3 * 2)) + routed_tokens * (384 + 3 * 4) + io
     assert cost.bytes_moved == expected
     # a lower bound: never more than reading every input and writing the output once
-    from harness.roofline import generic_cost
+    from harness.measure.roofline import generic_cost
 
     assert cost.bytes_moved <= generic_cost(tiny, w).bytes_moved
 

@@ -7,10 +7,10 @@ import shutil
 
 import pytest
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.schema import Solution
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.data.schema import Solution
 from support import KV8_PS1
 
 CPP_ZEROS = """

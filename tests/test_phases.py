@@ -1,12 +1,12 @@
 """Phase accounting is exclusive: a nested phase counts for itself alone, and the totals add up to the wall."""
 
-import harness.phases
-from harness.phases import PhaseClock
+import harness.pipeline.phases
+from harness.pipeline.phases import PhaseClock
 
 
 def test_nested_phases_count_once(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr(harness.phases.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(harness.pipeline.phases.time, "perf_counter", lambda: now[0])
 
     def spend(seconds):
         now[0] += seconds

@@ -9,7 +9,7 @@ from controller.evidence import WorkloadStat, build_evidence
 from controller.plan import HYPOTHESES, plan_round, request_evidence
 from controller.promote import EvalRecord
 from controller.providers.offline import OfflineProvider
-from harness.generation_request import Budget, Diagnosis, GenerationRequest, Incumbent
+from harness.data.generation_request import Budget, Diagnosis, GenerationRequest, Incumbent
 from controller.skills import load_skills, machine_blocks
 from controller.tactics import diagnoses_by_regime, limiter_rows, tactic_book
 from harness.profiling import OK, ProfileSummary, finish_summary, parse_ncu_csv

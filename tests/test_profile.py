@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import harness.archive as archive_mod
+import harness.archive.database as archive_mod
 import harness.profiling.backends as backends
-from harness.archive import Archive
+from harness.archive.database import Archive
 from harness.profiling import (FAILED, NO_KERNELS, NO_PERMISSION, OK, TIMEOUT, UNAVAILABLE, NcuProfiler,
                                NsightPythonProfiler, ProfileRequest, ProfileSummary, UnavailableProfiler,
                                archived_profiles, ensure_profiles_table, finish_summary, parse_raw_csv, record_profile,
@@ -235,7 +235,7 @@ def test_nsight_backend_selection_only(fake_ncu, monkeypatch):
 
 
 def _target(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    from harness.runner import scrubbed_environment
+    from harness.sandbox.runner import scrubbed_environment
 
     return subprocess.run([sys.executable, "-m", "harness.profiling.target", *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env=scrubbed_environment({"TRITON_INTERPRET": "1"}, home=tmp_path))
@@ -265,7 +265,7 @@ def test_profile_target_runs_one_call_and_reports(tmp_path, tiny_dataset_root):
 
 def test_profiles_table_migration_and_records(tmp_path):
     archive = Archive(tmp_path / "a")
-    assert "profiles" in archive.db.table_names()  # harness.archive.MIGRATIONS carries m004_profiles
+    assert "profiles" in archive.db.table_names()  # harness.archive.database.MIGRATIONS carries m004_profiles
     ensure_profiles_table(archive)
     ensure_profiles_table(archive)  # idempotent
     assert "profiles" in archive.db.table_names()
@@ -341,7 +341,7 @@ def test_cli_without_ncu_says_so_and_exits_3(tmp_path, tiny_dataset_root, monkey
 
 
 def test_cli_profiles_a_submission_by_id_using_its_measurements(fake_ncu, tmp_path, tiny_dataset_root, monkeypatch):
-    from harness.schema import Solution, dump_json
+    from harness.data.schema import Solution, dump_json
 
     ncu = fake_ncu("ok")
     monkeypatch.setattr(backends, "find_ncu", lambda env_path=None: ncu)

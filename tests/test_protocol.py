@@ -13,8 +13,8 @@ import time
 import pytest
 import torch
 
-from harness import protocol
-from harness.protocol import (MAX_HEADER, MAX_PAYLOAD, PeerClosed, ProtocolError, Timeout, encode, read_message,
+from harness.sandbox import protocol
+from harness.sandbox.protocol import (MAX_HEADER, MAX_PAYLOAD, PeerClosed, ProtocolError, Timeout, encode, read_message,
                               write_message)
 
 LEN = protocol._LEN

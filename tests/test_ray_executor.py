@@ -74,7 +74,7 @@ def test_cluster_progress_shows_lanes_the_queue_and_what_is_finished():
 
     from rich.console import Console
 
-    from harness.ray_progress import ClusterProgress
+    from harness.pipeline.ray_progress import ClusterProgress
 
     console = Console(file=io.StringIO(), width=160, force_terminal=False)
     progress = ClusterProgress(console)
@@ -156,11 +156,11 @@ def test_a_driver_killed_mid_run_resumes_with_nothing_lost_or_duplicated(tmp_pat
 
 @needs_ray
 def test_a_node_lost_mid_evaluation_is_run_again_on_the_other_lane(tmp_path, cluster, tiny_dataset_root):
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.options import SubmitOptions
-    from harness.ray_executor import RaySettings, submit_on_ray
-    from harness.schema import Solution, parse_model
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.pipeline.ray_executor import RaySettings, submit_on_ray
+    from harness.data.schema import Solution, parse_model
 
     archive = Archive(tmp_path / "archive")
     solutions = [parse_model(Solution, slow_solution(f"s{i}", 0.5), ".") for i in range(2)]
@@ -192,11 +192,11 @@ def test_a_node_lost_mid_evaluation_is_run_again_on_the_other_lane(tmp_path, clu
 @needs_ray
 def test_a_solution_whose_lanes_all_die_is_archived_as_harness_error(tmp_path, cluster, tiny_dataset_root):
     """No second chance here (retries=0): the lost evaluation is archived, sealed, with the reason."""
-    from harness.archive import Archive
-    from harness.dataset import Dataset
-    from harness.options import SubmitOptions
-    from harness.ray_executor import RaySettings, submit_on_ray
-    from harness.schema import Solution, parse_model
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.pipeline.ray_executor import RaySettings, submit_on_ray
+    from harness.data.schema import Solution, parse_model
 
     node = cluster.add_node(num_cpus=1, num_gpus=0)  # the node the previous test removed, back
     cluster.wait_for_nodes()

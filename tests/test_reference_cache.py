@@ -1,15 +1,15 @@
-"""The reference's outputs reused across sessions of one archive (harness.reference_cache): seeds from the
+"""The reference's outputs reused across sessions of one archive (harness.pipeline.reference_cache): seeds from the
 archive's secret, outputs kept by everything they depend on, nothing reused with fresh seeds."""
 
 from __future__ import annotations
 
 import torch
 
-from harness import reference_cache
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.schema import Solution
+from harness.pipeline import reference_cache
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.data.schema import Solution
 
 from support import TORCH_CANDIDATE, solution_dict
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness.archive import Archive
+from harness.archive.database import Archive
 
 from report_archive import (BF16_RATE, CHEAT_SCORE, H200_TRITON, KV4_PS1, READ_BW, RUN, SPEND, _labels, _passed,
                             _solution, _submit, add_flagged_submissions, build_h200_archive, ensure_review_migration)
@@ -104,7 +104,7 @@ def test_failed_build_log_is_the_build_log_without_artifacts(tmp_path):
 
 
 def test_roofline_uses_the_dataset_costs_and_the_measured_ceilings(h200):
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
     from harness.review import gather_report
 
     data = gather_report(h200["archive"], definition=KV8_PS1, dataset=Dataset(DEFINITIONS))
@@ -180,7 +180,7 @@ def test_a_flagged_solution_never_outranks_a_promotable_one(h200, tmp_path):
     """A call-counting cheat scores 8420x with two static-gate errors and failed audits on 13 workloads, and one
     with static-gate errors alone scores 80x: both above every honest solution. Neither is ranked, neither leads,
     neither is plotted; each is listed under "Not promotable" with its reasons and its error count."""
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
     from harness.review import gather_report, write_report
 
     flagged = add_flagged_submissions(h200["archive"], h200["env"])

@@ -10,7 +10,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from harness.archive import Archive
+from harness.archive.database import Archive
 
 from report_archive import RUN, SASS, _solution, _submit, build_h200_archive, ensure_review_migration
 from support import DEFINITIONS, EXAMPLES, KV8_PS1
@@ -25,7 +25,7 @@ def h200(tmp_path, monkeypatch):
 
 
 def _charts(h200):
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
     from harness.review import gather_report, latency_chart, roofline_charts, trajectory_charts
 
     s = gather_report(h200["archive"], definition=KV8_PS1, dataset=Dataset(DEFINITIONS)).sections[0]
@@ -97,7 +97,7 @@ def test_log_axis_ticks_cover_the_data():
 def test_write_report_folder(h200, tmp_path, backend):
     if backend == "matplotlib":
         pytest.importorskip("matplotlib")
-    from harness.dataset import Dataset
+    from harness.data.dataset import Dataset
     from harness.review import write_report
 
     out = tmp_path / "report"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from controller.store import Store
-from harness.archive import Archive
+from harness.archive.database import Archive
 from harness.review.rounds import _rounds_from, rounds_from_archive, run_mode
 from harness.review.tables import _runs_side_by_side
 

@@ -8,11 +8,12 @@ import math
 import pytest
 import torch
 
-from harness.dataset import Dataset
+from harness.data.dataset import Dataset
 from harness.families import FamilyError, OperatorFamily, register, unregister, workload_cost
 from harness.families.gqa_paged import paged_token_count
-from harness.roofline import Ceilings, CeilingsCache, RooflineResult, WorkloadCost, floor_ms, measure_ceilings, roofline
-from harness.schema import Definition, SchemaError, Workload
+from harness.measure.roofline import (Ceilings, CeilingsCache, RooflineResult, WorkloadCost, floor_ms,
+                                      measure_ceilings, roofline)
+from harness.data.schema import Definition, SchemaError, Workload
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64
 

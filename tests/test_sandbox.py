@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import harness.sandbox as sandbox_mod
-from harness.archive import Archive
+import harness.sandbox.isolation as sandbox_mod
+from harness.archive.database import Archive
 from harness.cli import main as harness_cli
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.runner import LOG_LIMIT, LogSink
-from harness.sandbox import (UID_BASE, UID_SPAN, MountPlan, SandboxPolicy, init_script, load_sandbox_policy,
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.sandbox.runner import LOG_LIMIT, LogSink
+from harness.sandbox.isolation import (UID_BASE, UID_SPAN, MountPlan, SandboxPolicy, init_script, load_sandbox_policy,
                              visible_paths)
-from harness.stale import remove_stale
-from harness.schema import Solution
+from harness.sandbox.stale import remove_stale
+from harness.data.schema import Solution
 from sandbox_attacks import hostile_solution, outcomes, write_solution
 from support import ROOT
 
@@ -358,6 +358,6 @@ def test_the_init_script_drops_nothing_it_must_not(tmp_path):
     (32, "many", 2, "2"),   # not a number: the CPU count
 ])
 def test_compile_jobs_fit_the_workers_memory_limit(memory_gib, requested, cpus, jobs):
-    from harness.runner import compile_jobs
+    from harness.sandbox.runner import compile_jobs
 
     assert compile_jobs(memory_gib << 30, requested, cpus) == jobs

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.schema import (Correctness, Definition, Evaluation, SchemaError, Solution, Trace, Workload, dump_json,
+from harness.data.schema import (Correctness, Definition, Evaluation, SchemaError, Solution, Trace, Workload, dump_json,
                             load_jsonl, load_model, parse_model)
 
 from support import DEFINITIONS, KV8_PS1, TORCH_CANDIDATE, solution_dict

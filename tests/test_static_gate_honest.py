@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.static_gate import (
+from harness.audits.static_gate import (
     DEFAULT_POLICY_PATH,
     awaits_attribution,
     builtin_policy,

@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from harness.static_gate import (
+from harness.audits.static_gate import (
     DEFAULT_POLICY_PATH,
     LIBRARY_RULES,
     RULES,

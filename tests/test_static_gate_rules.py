@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from harness.static_gate import RULES, gate_passed
+from harness.audits.static_gate import RULES, gate_passed
 
 from static_gate_support import describe, scan_cpp, scan_py
 
@@ -26,7 +26,7 @@ PYTHON_POSITIVES = [
     ("timer_tampering", 2, "import torch\ntorch.cuda.__dict__['synchronize'] = fake\n"),
     ("timer_tampering", 2, "import torch\ndel torch.cuda.synchronize\n"),
     ("timer_tampering", 2, "from torch.cuda import Event\nEvent.record = fake\n"),
-    ("timer_tampering", 2, "import harness.timing\nharness.timing.measure = fake\n"),
+    ("timer_tampering", 2, "import harness.measure.timing\nharness.timing.measure = fake\n"),
     ("timer_tampering", 2, "import cupti\ncupti.activity_enable = fake\n"),
     ("timer_tampering", 2, "import torch\ntorch.cuda.__setattr__('synchronize', fake)\n"),
     # monkeypatching torch and other imported modules

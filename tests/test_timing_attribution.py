@@ -1,4 +1,4 @@
-"""Tests for harness.timing, pure logic on CPU: attribution of GPU activities to iterations, kernel-set
+"""Tests for harness.measure.timing, pure logic on CPU: attribution of GPU activities to iterations, kernel-set
 consistency, statistics and aggregation of trials."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.timing import (
+from harness.measure.timing import (
     ApiLaunch,
     GpuActivity,
     TimingConfig,

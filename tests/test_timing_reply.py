@@ -1,10 +1,10 @@
-"""A worker's timing reply read into the workload's result (harness.timing_reply), on recorded-shape replies."""
+"""A worker's timing reply read into the workload's result (harness.measure.timing_reply), on recorded-shape replies."""
 
 import pytest
 
-from harness.audits import AuditConfig
-from harness.results import WorkloadResult
-from harness.timing_reply import apply_timing_reply
+from harness.audits.verdicts import AuditConfig
+from harness.data.results import WorkloadResult
+from harness.measure.timing_reply import apply_timing_reply
 
 
 def trial(median, aligned=True, walls=(), traced=(), names=("k",), note=""):

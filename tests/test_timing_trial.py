@@ -1,4 +1,4 @@
-"""Tests for harness.timing, the timer itself: CUPTI glue against a fake bindings module (CPU), time_trial
+"""Tests for harness.measure.timing, the timer itself: CUPTI glue against a fake bindings module (CPU), time_trial
 without a GPU, and the real timer on GPU."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.timing import (
+from harness.measure.timing import (
     ApiLaunch,
     GpuActivity,
     TimingError,
@@ -18,8 +18,8 @@ from harness.timing import (
     median,
     time_trial,
 )
-from harness.cupti_trace import api_base_name
-from harness.timing_records import unlaunched_activities
+from harness.measure.cupti_trace import api_base_name
+from harness.measure.timing_records import unlaunched_activities
 
 torch = pytest.importorskip("torch")
 
@@ -212,7 +212,7 @@ def test_collectors_keep_state_per_call():
 
 
 def _cupti_usable() -> bool:
-    from harness.timing import cupti_status
+    from harness.measure.timing import cupti_status
 
     return cupti_status()[0]
 

@@ -1,5 +1,5 @@
 """The Triton interpreter fixes. Kernels run in subprocesses with TRITON_INTERPRET=1 set before Triton is
-imported, once with ``harness.triton_interp.apply()`` and once without, to show each fix matters."""
+imported, once with ``harness.sandbox.triton_interp.apply()`` and once without, to show each fix matters."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.triton_interp import _bf16_bits_to_f32, _f32_to_bf16_bits_rtne
+from harness.sandbox.triton_interp import _bf16_bits_to_f32, _f32_to_bf16_bits_rtne
 
 from support import ROOT
 
@@ -30,7 +30,7 @@ KERNELS = textwrap.dedent('''
     sys.path.insert(0, sys.argv[2])
     applied = None
     if sys.argv[1] == "patched":
-        from harness import triton_interp
+        from harness.sandbox import triton_interp
         applied = [triton_interp.apply(), triton_interp.apply()]
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from harness.generation_request import SkillEntry
-from harness.schema import Solution
+from harness.data.generation_request import SkillEntry
+from harness.data.schema import Solution
 
 from ..skills import Skill
 from ..tactics import TACTICS_BY_TARGET

@@ -13,9 +13,9 @@ import json
 import tempfile
 from typing import Any, Optional
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.generation_request import GenerationRequest, render_prompt
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.data.generation_request import GenerationRequest, render_prompt
 
 from ..providers.base import estimate_tokens
 from ..skills import load_skills

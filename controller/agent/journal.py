@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.generation_request import GenerationRequest
+from harness.data.generation_request import GenerationRequest
 
 from .transcript import Turn
 

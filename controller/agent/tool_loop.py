@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional, Protocol
 
-from harness.generation_request import (GenerationRequest, GenerationResponse, render_stable_prefix, render_task,
+from harness.data.generation_request import (GenerationRequest, GenerationResponse, render_stable_prefix, render_task,
                                         render_template)
 
 from ..providers.base import cost_usd, output_allowance

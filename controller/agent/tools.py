@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
 
-from harness.generation_request import REPLY_SCHEMA, GenerationRequest, Proposal, Rejection
+from harness.data.generation_request import REPLY_SCHEMA, GenerationRequest, Proposal, Rejection
 
 from ..providers.base import candidate_name, parse_reply, proposal_from_files
 from ..skills import Skill

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from harness.generation_request import Diagnosis
+from harness.data.generation_request import Diagnosis
 from harness.profiling import (NO_PERMISSION, OK, UNAVAILABLE, ProfileSummary, detect_arch, profile_workloads,
                                select_backend)
-from harness.schema import Solution, dump_json
+from harness.data.schema import Solution, dump_json
 
 from ..tactics import TacticBook, diagnoses_by_regime
 from .ncu_metrics import requested_metrics

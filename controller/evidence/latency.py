@@ -12,7 +12,7 @@ import statistics
 from typing import Optional
 
 from harness.families import family_for
-from harness.generation_request import Evidence
+from harness.data.generation_request import Evidence
 
 from ..promote import EvalRecord
 from .workloads import DEFAULT_OP_TYPE

@@ -1,6 +1,6 @@
 """``build_evidence`` -> ``EvidenceRecord``: the regime table, per-regime kernel digests and the three largest
 gaps of one solution; ``to_json`` / ``from_json`` and ``to_markdown`` (evidence.markdown: bounded, under 4 KB
-by default). A request carries that Markdown as its ``harness.generation_request.Evidence``."""
+by default). A request carries that Markdown as its ``harness.data.generation_request.Evidence``."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class EvidenceRecord:
 
     @property
     def kind(self) -> str:
-        """profile / latency-only / correctness-only (the names harness.generation_request.Evidence uses)."""
+        """profile / latency-only / correctness-only (the names harness.data.generation_request.Evidence uses)."""
         if any(p.digests for p in self.profiles):
             return "profile"
         return "latency-only" if any(w.latency_ms is not None for w in self.workloads) else "correctness-only"

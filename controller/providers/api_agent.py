@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from harness.generation_request import GenerationRequest, GenerationResponse
+from harness.data.generation_request import GenerationRequest, GenerationResponse
 
 from ..agent.tool_loop import ChatModel, Journal, MemoryJournal, run_tool_loop
 from ..agent.tools import Evaluate, Profile, ToolBox

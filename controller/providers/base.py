@@ -15,8 +15,8 @@ from typing import Any, Optional, Protocol, runtime_checkable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
-from harness.schema import Solution, dump_json
+from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
+from harness.data.schema import Solution, dump_json
 
 
 @runtime_checkable

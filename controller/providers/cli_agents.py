@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from harness.generation_request import GenerationRequest, GenerationResponse, Rejection, render_prompt
+from harness.data.generation_request import GenerationRequest, GenerationResponse, Rejection, render_prompt
 
 from .agent_workspace import (CHECK_SCRIPT, build_workspace, changed_paths, judge_changes, snapshot)
 from .base import (PRICES_FILE, ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,

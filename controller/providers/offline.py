@@ -23,8 +23,8 @@ import time
 from typing import Any, Optional, Union
 
 from harness.families import FamilyError, family_for
-from harness.generation_request import GenerationRequest, GenerationResponse, Proposal
-from harness.schema import Definition, Solution, dump_json
+from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal
+from harness.data.schema import Definition, Solution, dump_json
 
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
 

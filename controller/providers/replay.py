@@ -16,7 +16,7 @@ import json
 import time
 from typing import Any, Optional
 
-from harness.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
+from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 
 
 class ReplayProvider:

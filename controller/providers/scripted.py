@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Union
 
-from harness.generation_request import GenerationRequest, GenerationResponse, Rejection
+from harness.data.generation_request import GenerationRequest, GenerationResponse, Rejection
 
 from .base import add, candidate_name, parse_reply, proposal_from_files
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Optional, Union
 
-from ..roofline import WorkloadCost
-from ..schema import Definition, Workload
+from ..measure.roofline import WorkloadCost
+from ..data.schema import Definition, Workload
 from .base import OperatorFamily
 
 __all__ = ["FamilyError", "OperatorFamily", "family_for", "load_family_module", "register", "registered",

@@ -20,9 +20,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
-from ..correctness import CheckResult, Tolerance, check_outputs
-from ..roofline import WorkloadCost, generic_cost
-from ..schema import Definition, Workload
+from ..measure.correctness import CheckResult, Tolerance, check_outputs
+from ..measure.roofline import WorkloadCost, generic_cost
+from ..data.schema import Definition, Workload
 from .regimes import RegimeFacts, assign_regime, load_regime_rules
 
 # Without a family of its own an operator's workloads form one regime.
@@ -75,7 +75,7 @@ class OperatorFamily:
         """The official correctness check of one call: the candidate's ``outputs`` against the reference's.
 
         ``reference`` holds every output of the definition, in the definition's order. The generic rule
-        (``harness.correctness.check_outputs``) is the official DefaultEvaluator's; a family whose official
+        (``harness.measure.correctness.check_outputs``) is the official DefaultEvaluator's; a family whose official
         evaluator differs (low-bit matched ratios, top-k sets compared by score) overrides this.
         """
         return check_outputs(dict(outputs), dict(reference), tolerance)

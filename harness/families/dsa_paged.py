@@ -25,10 +25,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
-from ..blobs import blob_inputs, blob_tensor
-from ..correctness import REL_EPS, CheckResult, Tolerance, check_output, check_outputs
-from ..roofline import WorkloadCost, generic_cost, tensor_bytes
-from ..schema import Definition, EvaluationStatus, SafetensorsInput, Workload
+from ..data.blobs import blob_inputs, blob_tensor
+from ..measure.correctness import REL_EPS, CheckResult, Tolerance, check_output, check_outputs
+from ..measure.roofline import WorkloadCost, generic_cost, tensor_bytes
+from ..data.schema import Definition, EvaluationStatus, SafetensorsInput, Workload
 from .base import OperatorFamily
 from .dsa_inputs import (SCALE_BYTES, dequantize_key_cache, draw_block_table, draw_packed_key_cache,
                          draw_seq_lens, draw_sparse_indices)

@@ -27,9 +27,9 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from ..blobs import blob_inputs, blob_tensor
-from ..roofline import WorkloadCost, generic_cost
-from ..schema import Definition, Workload
+from ..data.blobs import blob_inputs, blob_tensor
+from ..measure.roofline import WorkloadCost, generic_cost
+from ..data.schema import Definition, Workload
 from .base import OperatorFamily
 from .gdn_inputs import gdn_special_inputs
 

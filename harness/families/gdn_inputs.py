@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from ..schema import Definition, RandomInput, SafetensorsInput, ScalarInput, Workload
+from ..data.schema import Definition, RandomInput, SafetensorsInput, ScalarInput, Workload
 
 # Gate parameters of a trained layer (module docstring).
 A_MIN, A_MAX = 1.0, 16.0

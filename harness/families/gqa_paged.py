@@ -8,7 +8,7 @@
 - the ``gqa-decode`` skill.
 
 Inputs and the correctness check are the generic ones: the page indices FlashInfer-Bench names
-(``*_indices``, ``*_indptr``, ``*_last_page_len``) already get valid structure from ``harness.inputs``.
+(``*_indices``, ``*_indptr``, ``*_last_page_len``) already get valid structure from ``harness.data.inputs``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..blobs import blob_inputs, blob_tensor
-from ..dtypes import torch_dtype
-from ..roofline import WorkloadCost, generic_cost, tensor_bytes
-from ..schema import Definition, Workload
+from ..data.blobs import blob_inputs, blob_tensor
+from ..data.dtypes import torch_dtype
+from ..measure.roofline import WorkloadCost, generic_cost, tensor_bytes
+from ..data.schema import Definition, Workload
 from .base import OperatorFamily
 from .regimes import RegimeFacts, assign_regime
 

@@ -21,10 +21,10 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from ..blobs import blob_inputs, blob_tensor
-from ..correctness import CheckResult, Tolerance, check_outputs
-from ..roofline import WorkloadCost, tensor_bytes
-from ..schema import Definition, EvaluationStatus, ScalarInput, Workload
+from ..data.blobs import blob_inputs, blob_tensor
+from ..measure.correctness import CheckResult, Tolerance, check_outputs
+from ..measure.roofline import WorkloadCost, tensor_bytes
+from ..data.schema import Definition, EvaluationStatus, ScalarInput, Workload
 from .base import OperatorFamily
 from .moe_inputs import ROUTING, MoeGeometry, draw_routing, geometry, moe_special_inputs, route
 

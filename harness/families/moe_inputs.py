@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from ..schema import Definition, RandomInput, ScalarInput, Workload
+from ..data.schema import Definition, RandomInput, ScalarInput, Workload
 
 BLOCK = 128  # the DeepSeek FP8 block: 128 x 128 for weights, 1 x 128 for activations
 FP8_MAX = 448.0  # largest finite float8_e4m3fn

@@ -1,4 +1,4 @@
-"""The archive's profiles: one row per profile (``m004_profiles`` in harness/migrations.py), the raw report
+"""The archive's profiles: one row per profile (``m004_profiles`` in harness/archive/migrations.py), the raw report
 as a blob (the .ncu-rep, or the CSV where no report was written) and a JSON digest."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ..migrations import m004_profiles, now
+from ..archive.migrations import m004_profiles, now
 from .model import ProfileSummary
 
 

@@ -65,7 +65,7 @@ class Profiler:
     def _prefix(self, request: ProfileRequest) -> list[str]:
         if not request.isolate_network:
             return []
-        from ..runner import network_isolation
+        from ..sandbox.runner import network_isolation
 
         return list(network_isolation()[0])
 

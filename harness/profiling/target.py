@@ -6,7 +6,7 @@
 ``harness.profiling`` runs it under ``ncu --nvtx --nvtx-include crucible_candidate/`` with the worker's
 scrubbed environment, in a private folder. Only the call inside the NVTX push/pop range is profiled:
 
-1. build the solution (as the worker does: ``harness.build.build``);
+1. build the solution (as the worker does: ``harness.sandbox.build.build``);
 2. generate the workload's inputs from (workload, seed) on the GPU, allocate outputs (DPS);
 3. run ``setup`` (FlashInfer's ``plan``) outside the range, unless ``--setup-in-range``;
 4. ``--warmup`` calls outside the range (JIT compilation, autotuning), then synchronise;
@@ -78,10 +78,10 @@ def prepare(args: argparse.Namespace) -> tuple[Callable[[], Any], Callable[[], A
     """Build the solution and its inputs: (setup_fn, call_fn, device, info). Heavy imports happen here."""
     import torch
 
-    from ..build import build
-    from ..dataset import Dataset
-    from ..inputs import allocate_outputs, generate_inputs
-    from ..schema import Solution, load_model
+    from ..sandbox.build import build
+    from ..data.dataset import Dataset
+    from ..data.inputs import allocate_outputs, generate_inputs
+    from ..data.schema import Solution, load_model
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     dataset = Dataset(args.dataset)
@@ -194,7 +194,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("profile_target: no CUDA device; nothing to profile", file=sys.stderr)
         return 3
     if os.environ.get("TRITON_INTERPRET") == "1":
-        from .. import triton_interp
+        from ..sandbox import triton_interp
 
         triton_interp.apply()
     status: dict[str, Any] = {"ok": False, "stage": "build", "range": args.range, "backend": args.backend}

@@ -128,6 +128,6 @@ def detect_arch(timeout_s: float = 30) -> tuple[Optional[str], str]:
 
 
 def _tool_environment(extra: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> dict[str, str]:
-    from ..runner import scrubbed_environment
+    from ..sandbox.runner import scrubbed_environment
 
     return scrubbed_environment(extra, home=home)

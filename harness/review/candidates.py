@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from typing import Any, Optional, Sequence
 
-from ..archive import NO_VERDICT
+from ..archive.database import NO_VERDICT
 from . import leaderboard as lb
 from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, PASSED, Artifact, Candidate, WorkloadRow
 
@@ -146,7 +146,7 @@ def controller_transcript(archive: Any, submission_id: int, solution_hash: str) 
              + (f", request {req[0]['key']}" if req else "")]
     if req:
         try:
-            from ..generation_request import GenerationRequest, render_prompt
+            from ..data.generation_request import GenerationRequest, render_prompt
 
             prompt = render_prompt(GenerationRequest.model_validate_json(req[0]["request"]))
         except Exception:
@@ -171,7 +171,7 @@ def controller_transcript(archive: Any, submission_id: int, solution_hash: str) 
 def load_candidate(archive: Any, submission_id: int, environments: Optional[dict[str, str]] = None) -> Candidate:
     subs = _rows(archive.db, "select * from submissions where id = ?", [submission_id])
     if not subs:
-        from ..archive import ArchiveError
+        from ..archive.database import ArchiveError
 
         raise ArchiveError(f"no submission {submission_id} in {archive.folder}")
     return _candidate(archive, subs[0], environments)

@@ -10,7 +10,7 @@ from .model import PASSED, Candidate, Roofline, RooflinePoint
 
 
 def load_ceilings(folder: Path, device_name: str = "", uuid: str = "") -> Optional[dict[str, Any]]:
-    """The GPU's measured ceilings from the archive's ``ceilings.json`` (harness.roofline.CeilingsCache)."""
+    """The GPU's measured ceilings from the archive's ``ceilings.json`` (harness.measure.roofline.CeilingsCache)."""
     path = Path(folder) / "ceilings.json"
     if not path.exists():
         return None

@@ -80,7 +80,7 @@ class SubmissionDiff:
 
 def resolve_submission(archive: Any, ref: str, definition: Optional[str] = None) -> int:
     """A submission id, a solution name (its latest submission) or a solution hash prefix (>= 6 chars)."""
-    from ..archive import ArchiveError
+    from ..archive.database import ArchiveError
 
     ref = str(ref).strip()
     db = archive.db

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Optional
 
-from ..seal import MODIFIED_WARNING
+from ..archive.seal import MODIFIED_WARNING
 from .candidates import _candidate, _loads, _rows, leaderboard
 from .costs import build_roofline, dataset_costs, load_ceilings
 from .model import PASSED, Candidate, DefinitionSection, ReportData
@@ -18,7 +18,7 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
 
     ``rounds``: controller rounds (dicts with run, round, best_latency_ms, spend_usd, candidates,
     definition...), added to those the controller's tables give (``rounds_from_archive``). ``dataset``: a
-    ``harness.dataset.Dataset`` for the workloads' bytes and flops (the roofline's x axis); without it
+    ``harness.data.dataset.Dataset`` for the workloads' bytes and flops (the roofline's x axis); without it
     the roofline falls back to the floor-implied bandwidth. ``ceilings``: override ceilings.json.
     """
     db = archive.db

@@ -8,8 +8,8 @@ from pathlib import Path
 from string import Template
 from typing import Any, Optional, Sequence
 
-from ..archive import INTERRUPTED
-from ..seal import MODIFIED_WARNING
+from ..archive.database import INTERRUPTED
+from ..archive.seal import MODIFIED_WARNING
 from . import leaderboard as lb
 from .charts import Chart
 from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, PASSED, Candidate

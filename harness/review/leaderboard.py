@@ -49,7 +49,7 @@ def promotion_reasons(status: str, workloads: Sequence[dict[str, Any]], static_f
     """Why this submission cannot lead (empty: it can), most telling first, one line per kind of reason.
 
     ``workloads``: {"label", "status", "audits"} per workload; ``recorded``: the promotion blockers the harness
-    archived with the submission (harness.audits.promotion_blockers): those the data here does not show are
+    archived with the submission (harness.audits.verdicts.promotion_blockers): those the data here does not show are
     kept as they are."""
     reasons = [MODIFIED] if modified else []
     shown: list[str] = []  # the recorded blockers these reasons stand for: exact lines, or prefixes + ":"

@@ -89,13 +89,14 @@ class Candidate:
     hardware: str = ""
     runs: int = 1  # submissions of this solution for this definition
     rank: Optional[int] = None
-    seal_state: str = ""  # harness.seal: sealed | modified | unsealed | unverifiable ("" when not checked)
+    seal_state: str = ""  # harness.archive.seal: sealed | modified | unsealed | unverifiable ("" when not checked)
     seal_detail: str = ""
-    sandbox: str = ""  # harness.sandbox: "full", "reduced (why)", "" for archives from before the sandbox
+    sandbox: str = ""  # harness.sandbox.isolation: "full", "reduced (why)", "" for archives from before the sandbox
     static_findings: list[dict[str, Any]] = field(default_factory=list)  # the static gate's, from the options
     audit_level: str = ""  # "" for archives from before audit levels
     submission_audits: list[dict[str, Any]] = field(default_factory=list)  # of the whole submission
-    recorded_blockers: list[str] = field(default_factory=list)  # harness.audits.promotion_blockers, as archived
+    # harness.audits.verdicts.promotion_blockers, as archived
+    recorded_blockers: list[str] = field(default_factory=list)
     recorded_promotable: bool | None = None  # None where the archive predates the verdict
     scores_partial: dict[str, list[str]] = field(default_factory=dict)  # score key -> workloads left out
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..seal import MODIFIED_WARNING
+from ..archive.seal import MODIFIED_WARNING
 from . import leaderboard as lb
 from .charts import latency_chart, roofline_charts, trajectory_charts
 from .gather import gather_report

@@ -11,11 +11,11 @@ import os
 
 import pytest
 
-from harness.archive import Archive
-from harness.dataset import Dataset
-from harness.evaluate import Session, SubmitOptions
-from harness.schema import Solution
-from harness.static_gate import awaits_attribution
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.data.schema import Solution
+from harness.audits.static_gate import awaits_attribution
 
 from attacks import ATTACKS, attack_solution, honest_solutions
 

@@ -1,0 +1,195 @@
+"""Archive <-> FlashInfer-Bench trace set (the layout flashinfer-bench main writes and reads).
+
+    <root>/definitions/<op_type>/<definition>.json
+    <root>/workloads/<op_type>/<definition>.jsonl
+    <root>/solutions/<author>/<op_type>/<definition>/<solution>.json
+    <root>/traces/<author>/<op_type>/<definition>.jsonl
+    <root>/blob/workloads/<op_type>/<definition>/<definition>_<uuid>.safetensors
+
+Index inputs that our workloads leave "random" (page indices, their split) are written out as safetensors
+blobs, because the official generator would fill them with random integers that index nothing. Definitions
+and unchanged workload lines are copied as they were read, so official files stay byte for byte official.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+from .database import Archive
+from ..data.dataset import Dataset
+from ..data.inputs import absent_blob_inputs, generate_inputs
+from ..data.schema import (Definition, RandomInput, SafetensorsInput, SchemaError, Solution, Trace, Workload, dump_json,
+                     load_jsonl, load_model)
+
+EXPORT_SEED = 0
+# The random integer inputs Crucible gives structure (harness.data.inputs: page indices, their split, last-page
+# lengths); the official generator would fill them with numbers that index nothing. Other random integers (an
+# int8 view of a packed cache) are drawn by the official evaluator as well and stay "random".
+_STRUCTURED_SUFFIXES = ("indices", "indptr", "last_page_len")
+
+
+@dataclass
+class ExportReport:
+    definitions: int = 0
+    workloads: int = 0
+    solutions: int = 0
+    traces: int = 0
+    notices: list[str] = field(default_factory=list)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _materialised_workload(definition: Definition, workload: Workload, dataset: Dataset, out: Path,
+                           absent: list[str]) -> Workload:
+    """The workload as the export writes it: random integer inputs (page indices) get a blob of their own inside
+    ``out``; blobs the dataset holds are copied under the same path; blobs it does not hold (the family draws
+    stand-ins for them) stay referenced as they are, named in ``absent``, and are never written from a stand-in."""
+    needs_blob = {n for n, s in definition.inputs.items()
+                  if s.shape is not None and len(s.shape) == 1 and s.dtype.value.startswith("int")
+                  and n.endswith(_STRUCTURED_SUFFIXES)
+                  and isinstance(workload.inputs.get(n, RandomInput(type="random")), RandomInput)}
+    missing = absent_blob_inputs(definition, workload, dataset.root)
+    absent.extend(missing)
+    for name, source in workload.inputs.items():
+        if isinstance(source, SafetensorsInput) and name not in missing and not (out / source.path).exists():
+            (out / source.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dataset.root / source.path, out / source.path)
+    if not needs_blob:
+        return workload
+    values = generate_inputs(definition, workload, EXPORT_SEED, "cpu", dataset.root)
+    rel = (Path("blob") / "workloads" / definition.op_type / definition.name
+           / f"{definition.name}_{workload.uuid}.safetensors")
+    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+    from safetensors.torch import save_file
+
+    save_file({n: values[n].contiguous() for n in sorted(needs_blob)}, str(out / rel))
+    inputs = dict(workload.inputs)
+    for n in needs_blob:
+        inputs[n] = SafetensorsInput(type="safetensors", path=str(rel), tensor_key=n)
+    return workload.model_copy(update={"inputs": inputs})
+
+
+def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
+                     definitions: Optional[list[str]] = None) -> ExportReport:
+    report = ExportReport()
+    out.mkdir(parents=True, exist_ok=True)
+    names = definitions or sorted(dataset.definitions)
+    for name in names:
+        d = dataset.definitions[name]
+        path = out / "definitions" / d.op_type / f"{d.name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = dataset.definition_files.get(d.name)
+        if source is not None:  # the file itself: an official definition stays byte for byte the official one
+            shutil.copyfile(source, path)
+        else:
+            path.write_text(json.dumps(dump_json(d), indent=2) + "\n")
+        report.definitions += 1
+        wl_path = out / "workloads" / d.op_type / f"{d.name}.jsonl"
+        wl_path.parent.mkdir(parents=True, exist_ok=True)
+        absent: list[str] = []
+        with wl_path.open("w") as f:
+            for w in dataset.workloads.get(d.name, []):
+                written = _materialised_workload(d, w, dataset, out, absent)
+                line = dataset.workload_lines.get((d.name, w.uuid)) if written is w else None
+                f.write((line or json.dumps(dump_json(Trace(definition=d.name, workload=written)))) + "\n")
+                report.workloads += 1
+        if absent:
+            report.notices.append(
+                f"{d.name}: {len(absent)} blob input(s) ({', '.join(sorted(set(absent)))}) refer to official blobs "
+                f"this dataset does not hold; Crucible drew stand-ins for them, which are not exported. Put the "
+                f"official blob/ folder next to the export to run these workloads as the contest did")
+
+    placeholders = ",".join("?" * len(names))
+    for sol in archive.db.execute("select hash, name, definition, author from solutions "
+                                  f"where definition in ({placeholders})", names).fetchall():
+        content_hash, sol_name, def_name, author = sol
+        d = dataset.definitions[def_name]
+        path = out / "solutions" / _safe(author) / d.op_type / d.name / f"{_safe(sol_name)}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(archive.solution_json(content_hash), indent=2) + "\n")
+        report.solutions += 1
+
+    skipped_untimed = 0
+    traces: dict[Path, list[str]] = {}
+    rows = archive.db.execute(
+        "select e.trace, s.author, e.definition, e.status "
+        "from evaluations e join submissions s on s.id = e.submission_id "
+        f"where e.definition in ({placeholders}) order by e.id", names).fetchall()
+    for trace_json, author, def_name, status in rows:
+        if not trace_json:
+            skipped_untimed += status == "PASSED"
+            continue
+        d = dataset.definitions[def_name]
+        trace = json.loads(trace_json)
+        workload = Workload.model_validate(trace["workload"])
+        trace["workload"] = dump_json(_materialised_workload(d, workload, dataset, out, []))
+        path = out / "traces" / _safe(author) / d.op_type / f"{d.name}.jsonl"
+        traces.setdefault(path, []).append(json.dumps(trace))
+    for path, lines in traces.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        report.traces += len(lines)
+    if skipped_untimed:
+        report.notices.append(f"{skipped_untimed} PASSED evaluations have no aligned timing (CPU or no CUPTI) and are "
+                              "not official traces; they stay in the archive only")
+    return report
+
+
+@dataclass
+class ImportReport:
+    solutions: int = 0
+    traces: int = 0
+
+
+def import_trace_set(archive: Archive, root: Path) -> ImportReport:
+    report = ImportReport()
+    solutions: dict[str, Solution] = {}
+    for path in sorted((root / "solutions").rglob("*.json")):
+        sol = load_model(Solution, path)
+        archive.put_solution(dump_json(sol), sol.content_hash)
+        solutions[sol.name] = sol
+        report.solutions += 1
+    env_id = archive.put_environment({"hardware": "imported", "source": str(root)})
+    submissions: dict[tuple[str, str], int] = {}
+    for path in sorted((root / "traces").rglob("*.jsonl")):
+        for trace in load_jsonl(Trace, path):
+            if trace.evaluation is None or trace.solution is None:
+                continue
+            sol = solutions.get(trace.solution)
+            if sol is None:
+                raise SchemaError(f"{path}: trace names solution {trace.solution!r}, "
+                                  f"which is not in {root / 'solutions'}")
+            key = (sol.content_hash, trace.definition)
+            if key not in submissions:
+                submissions[key] = archive.start_submission(sol.content_hash, sol.name, trace.definition, sol.author,
+                                                            {"imported_from": str(root)}, env_id)
+            ev = trace.evaluation
+            c, p = ev.correctness, ev.performance
+            archive.add_evaluation({
+                "submission_id": submissions[key], "definition": trace.definition,
+                "workload_uuid": trace.workload.uuid, "workload_label": trace.workload.uuid[:8],
+                "status": ev.status.value, "max_absolute_error": c.max_absolute_error if c else None,
+                "max_relative_error": c.max_relative_error if c else None,
+                "matched_ratio": (c.extra or {}).get("matched_ratio") if c else None,
+                "latency_ms": p.latency_ms if p else None,
+                "reference_latency_ms": p.reference_latency_ms if p else None,
+                "speedup_factor": p.speedup_factor if p else None, "aligned": 1 if p else None,
+                "timing_note": "imported", "message": "",
+                "log_blob": archive.put_blob(ev.log, "log") if ev.log else None,
+                "trace": dump_json(trace), "extra": {"imported_from": str(path)}, "environment_id": env_id,
+                "started_at": None, "finished_at": ev.timestamp})
+            report.traces += 1
+    for sub_id in submissions.values():
+        statuses = {r[0] for r in archive.db.execute("select status from evaluations where submission_id = ?",
+                                                      [sub_id])}
+        archive.finish_submission(sub_id, "PASSED" if statuses == {"PASSED"} else sorted(statuses - {"PASSED"})[0],
+                                  "imported")
+    return report

@@ -1,0 +1,160 @@
+"""Who did the work: GPU time in the candidate's own kernels against library kernels (pure functions).
+
+The official timer's CUPTI records already name every kernel, memcpy and memset of every timed call
+(harness.measure.timing ``kernel_ns``), so attribution costs no extra GPU call and runs at every audit level.
+
+A kernel is the candidate's own when its name is one the candidate wrote, read from its sources by the
+harness (never reported by the candidate): a Triton kernel is named after its Python function and carries a
+plain C name; a ``__global__`` function of its sources (CUDA files, or CUDA text inside Python for
+``load_inline``) carries a C++ symbol whose own identifier is matched (demangled), not a substring. A symbol
+in a library or anonymous namespace (``at::``, ``flashinfer::``, PyTorch's file-local kernels) or with a
+library's prefix (``nvjet``, ``sm90_xmma``...) is never the candidate's, whatever its last name.
+Everything else is the library's (PyTorch's aten, cuBLAS/cuBLASLt, cuDNN, CUTLASS instantiated by a library,
+FlashInfer, NCCL). Moving data is not computing: memsets, memcpys and PyTorch's fill/copy/cast kernels
+(``torch.zeros`` for a split-K accumulator, ``.to(torch.bfloat16)``, ``.contiguous()``) are housekeeping,
+reported but left out of the share, so an honest wrapper's allocations are never read as a fallback.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, NamedTuple
+
+# A C++ symbol whose qualified name passes through one of these is a library's, whatever its last name.
+LIBRARY_NAMESPACES = ("at", "c10", "at_cuda_detail", "cub", "thrust", "flashinfer", "cublas", "cublasLt", "cudnn",
+                      "cutlass", "cute", "nccl", "xformers", "fmha", "triton_kernels", "deep_gemm", "tensorrt_llm",
+                      "vllm", "sgl_kernel")
+# Unmangled library kernels (cuBLAS's nvjet, cuBLAS/cuDNN "sm90_xmma..." families, FlashInfer's C names).
+LIBRARY_PREFIXES = ("nvjet", "sm90_xmma", "sm80_xmma", "sm100_xmma", "xmma_", "cutlass", "ampere_", "hopper_",
+                    "volta_", "turing_", "gemv", "gemmk", "gemm_", "splitKreduce", "cublas", "cudnn", "flashinfer",
+                    "BatchDecode", "BatchPrefill", "SinglePrefill", "SingleDecode", "MergeStates", "fmha_",
+                    "flash_fwd", "flash_bwd", "nccl", "cask_", "implicit_convolve")
+# Data movement that computes nothing: PyTorch's fill, copy and cast kernels, and the driver's memset/memcpy.
+# Each name starts an identifier (after a mangled length, "::" or the start; never inside a word): a kernel
+# called ``_fwd_prefill_kernel`` ends in "fill_kernel" and computes.
+HOUSEKEEPING = re.compile(r"^\[mem(set|cpy)|(?<![A-Za-z_])(FillFunctor|fill_kernel|direct_copy_kernel|copy_kernel|"
+                          r"CatArrayBatchedCopy|cast_kernel|_to_copy|copy_device_to_device)|"
+                          r"(?<![A-Za-z_])(unrolled_elementwise_kernel|elementwise_kernel)<.*(copy|Copy|fill|Fill)")
+
+_PY_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(", re.M)
+_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*"
+                     r"(?:void|[\w:<>]+)\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+
+
+class OwnKernels(NamedTuple):
+    """Names a candidate's kernels can carry: Python functions (Triton kernels, plain C names only) and
+    ``__global__`` functions (C++ symbols, or plain with ``extern "C"``)."""
+
+    python: frozenset[str]
+    cuda: frozenset[str]
+
+
+def own_kernels(sources: Mapping[str, str]) -> OwnKernels:
+    """From the candidate's sources ({path: text}): every Python ``def`` and every ``__global__`` function
+    (in any file: CUDA text inside Python too)."""
+    python: set[str] = set()
+    cuda: set[str] = set()
+    for path, text in sources.items():
+        if path.endswith(".py"):
+            python.update(_PY_DEF.findall(text))
+        cuda.update(_GLOBAL.findall(text))
+    return OwnKernels(frozenset(python), frozenset(cuda))
+
+
+def _read_source_name(mangled: str, i: int) -> tuple[str, int]:
+    """One ``<length><identifier>`` of an Itanium-mangled name at ``i``."""
+    j = i
+    while j < len(mangled) and mangled[j].isdigit():
+        j += 1
+    if j == i:
+        return "", i
+    n = int(mangled[i:j])
+    return mangled[j:j + n], j + n
+
+
+def qualified_name(symbol: str) -> list[str]:
+    """The nested name of a kernel symbol: ``_ZN10flashinfer6decodeEv`` -> ["flashinfer", "decode"];
+    ``_Z9my_kernelPf`` -> ["my_kernel"]; a demangled ``void ns::k<...>(...)`` -> ["ns", "k"]; a C name -> [it]."""
+    if symbol.startswith("_Z"):
+        i = 2
+        if i < len(symbol) and symbol[i] == "L":
+            i += 1
+        parts = []
+        if i < len(symbol) and symbol[i] == "N":
+            i += 1
+            while i < len(symbol) and symbol[i] in "rVKL":  # cv-qualifiers and internal linkage
+                i += 1
+            while i < len(symbol) and symbol[i] != "E":
+                if symbol[i] == "I":  # template arguments: skip to the matching E
+                    depth, i = 1, i + 1
+                    while i < len(symbol) and depth:
+                        depth += {"I": 1, "E": -1}.get(symbol[i], 0)
+                        i += 1
+                    continue
+                if symbol.startswith("St", i):
+                    parts.append("std")
+                    i += 2
+                    continue
+                name, nxt = _read_source_name(symbol, i)
+                if not name:
+                    break
+                parts.append(name)
+                i = nxt
+            return parts
+        name, _ = _read_source_name(symbol, i)
+        return [name] if name else [symbol]
+    head = symbol.split("(")[0].split("<")[0].strip()
+    head = head.split()[-1] if head.split() else symbol
+    return [p for p in head.split("::") if p and p != "(anonymous namespace)"] or [symbol]
+
+
+def is_housekeeping(name: str) -> bool:
+    return bool(HOUSEKEEPING.search(name))
+
+
+def is_own(name: str, own: OwnKernels) -> bool:
+    if name.startswith("["):  # memcpy/memset
+        return False
+    parts = qualified_name(name)
+    if not parts or parts[-1].startswith(LIBRARY_PREFIXES):
+        return False
+    plain = len(parts) == 1 and parts[0] == name  # a C name: Triton's, or extern "C"
+    if parts[-1] not in (own.python | own.cuda if plain else own.cuda):
+        return False
+    return not any(p in LIBRARY_NAMESPACES or p.startswith("_GLOBAL__N") for p in parts[:-1])
+
+
+def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_share: float, calls: int = 1,
+                        allowance_us: float = 0.0, library_is_own: bool = False) -> dict[str, Any]:
+    """At least ``min_share`` of the compute time (housekeeping left out) in the candidate's own kernels, or
+    at most ``allowance_us`` of library compute per call (index arithmetic such as ``indptr[1:] - indptr[:-1]``
+    costs an honest wrapper a few microseconds; any attention done by a library costs far more). ``calls``: how
+    many timed calls ``kernel_ns`` sums over. At least one of the candidate's kernels must have run.
+
+    ``library_is_own``: the dataset's own baselines declare a library call, so every kernel they launch is theirs.
+    A failing verdict's detail starts with ``fallback:`` (harness.audits.verdicts.is_fallback reads it)."""
+    total = sum(kernel_ns.values())
+    if total <= 0:
+        return {"name": "attribution", "passed": False, "detail": "no GPU time was attributed to any kernel"}
+    # The candidate's own kernels are its compute whatever they are called (a kernel of its own named
+    # ``copy_kernel`` is code it wrote, not PyTorch's copy).
+    chores = {n: t for n, t in kernel_ns.items()
+              if is_housekeeping(n) and not (library_is_own or is_own(n, own))}
+    compute = {n: t for n, t in kernel_ns.items() if n not in chores}
+    mine = {n: t for n, t in compute.items() if library_is_own or is_own(n, own)}
+    compute_total = sum(compute.values())
+    library_us = (compute_total - sum(mine.values())) / max(calls, 1) / 1e3
+    share = sum(mine.values()) / compute_total if compute_total > 0 else 0.0
+    passed = bool(mine) and (share >= min_share or library_us <= allowance_us)
+    others = sorted(((t, n) for n, t in compute.items() if n not in mine), reverse=True)[:3]
+    detail = ("" if passed else "fallback: ") + (
+        f"{100 * share:.1f}% of compute time in the candidate's kernels" if mine
+        else "none of the candidate's kernels ran")
+    if library_us > 0:
+        detail += f" ({library_us:.1f} us of library compute per call)"
+    if others:
+        detail += "; elsewhere: " + ", ".join(f"{n[:80]} {100 * t / total:.1f}%" for t, n in others)
+    if chores:
+        detail += f"; data movement {100 * sum(chores.values()) / total:.1f}% (not counted)"
+    return {"name": "attribution", "passed": passed, "detail": detail,
+            "share": round(share, 4), "own_kernels": sorted(n for n in mine)[:8]}

@@ -1,0 +1,249 @@
+"""The audits a Session runs around an evaluation (harness.audits.verdicts holds the pure decisions they call).
+
+Mixed into ``harness.pipeline.evaluate.Session``: the static gate before the build, the precision audit against the
+fp64 oracle, the fresh-input recheck after timing, the escalation of a suspicious speedup, attribution of GPU
+time to kernel names, and the instruction proof (SASS, and ncu counters at the full level). Each reads the
+session's workers, reference cache, archive and audit config, and appends its results to the workload's
+(or the submission's) audits.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import torch
+
+from .attribution import own_kernels
+from .verdicts import (AuditConfig, attribution_verdict, plan_recheck, precision_verdict, recheck_verdict,
+                     replay_verdict, thread_verdict)
+from ..measure.correctness import CheckResult, Tolerance
+from ..data.dataset import EvalPreset
+from ..data.inputs import trial_seed
+from ..data.results import SubmissionResult, WorkloadResult
+from ..sandbox.runner import WorkerCrashed, WorkerProcess, WorkerTimeout
+from ..data.schema import Definition, EvaluationStatus, Solution, Workload, dump_json
+
+
+class SessionAudits:
+    """The audit steps of ``Session`` (see the module docstring); not used on its own.
+
+    What they read of the session, all set by ``Session.__init__``: ``dataset``, ``archive``, ``options``,
+    ``audit_config``, ``trusted`` (harness.pipeline.trusted.TrustedReference: the reference's outputs, oracle, judge),
+    ``_secret`` (input seeds), ``_rng`` (the recheck's secret order), ``_phase`` (time accounting), and the
+    ``has_gpu``/``environment``/``reference_outputs``/``oracle_outputs``/``_within_deadline`` it forwards.
+    """
+
+    def _static_gate(self, solution: Solution, definition: Definition, library_is_own: bool = False
+                     ) -> list[dict[str, Any]]:
+        """Findings of the static gate (before any build), archived as an audit on every workload.
+        ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
+        from .static_gate import declared_library, policy_from_mapping, scan_sources
+
+        policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
+        with self._phase("static_gate"):
+            findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
+        if library_is_own:
+            findings = [declared_library(f) for f in findings]
+        return [f.model_dump() for f in findings]
+
+    def _policy_document(self) -> dict[str, Any]:
+        """The dataset's audit_policy.yaml (else the shipped one), as data: read once per session, then shared by
+        the static gate, the audit thresholds and the instruction claims of every submission."""
+        cached = getattr(self, "_policy_data", None)
+        if cached is None:
+            import yaml
+
+            from .static_gate import DEFAULT_POLICY_PATH, PolicyError
+
+            path = self.dataset.root / "audit_policy.yaml"
+            path = path if path.exists() else DEFAULT_POLICY_PATH
+            cached = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if not isinstance(cached, dict):
+                raise PolicyError(f"{path}: expected a mapping at top level")
+            self._policy_data = cached
+        return cached
+
+    def _policy_claims(self, definition: Definition) -> list[str]:
+        """Instruction families the definition's audit policy requires of every solution (harness.audits.sass)."""
+        from .sass import policy_claims
+
+        return policy_claims(self._policy_document(), definition.name, definition.op_type)
+
+    def _instruction_proof(self, worker: Optional[WorkerProcess], solution: Solution, definition: Definition,
+                           result: SubmissionResult) -> None:
+        """Once per submission, after its workloads (Triton compiles kernels as they first run): the SASS of what
+        the candidate built, archived as the `sass` artifact, and the instruction_proof audit of its claims."""
+        from .sass import KernelSass, histogram, instruction_proof, merged_claims, summary_text
+        from ..archive.views import add_artifact
+
+        if self.audit_config.level == "off":
+            return
+        claims = merged_claims(solution.spec.instruction_claims, self._policy_claims(definition))
+        kernels: list[KernelSass] = []
+        note = "no candidate worker is running (none was started, or the last one failed)"
+        if worker is not None and worker.alive:
+            try:
+                with self._phase("audits"):
+                    header, _ = worker.request({"op": "sass"}, timeout_s=600)
+            except (WorkerTimeout, WorkerCrashed) as err:
+                header = {"ok": False, "error": f"disassembly failed: {err}"}
+            note = header.get("error", "")
+            if header.get("ok"):
+                kernels = [KernelSass.from_json(k) for k in header["kernels"]]
+                note = "; ".join(header.get("notes") or []) or ("" if kernels else "no kernel in the binaries")
+                if kernels:
+                    head = f"{solution.name}: SASS of {', '.join(header['files'])} ({header['tool']})"
+                    add_artifact(self.archive, result.submission_id, "sass",
+                                 summary_text(kernels, header=head + (f"\nnotes: {note}" if note else "")))
+        if not claims and not kernels:
+            return  # nothing claimed, nothing built for a GPU here: no audit to show
+        arch = self._gpu_arch() or (kernels[0].arch if kernels else None)
+        counters, counter_note, failure = None, "", ""
+        if not claims or not kernels:
+            pass
+        elif self.audit_config.level != "full":
+            counter_note = "ncu counters run at --audit-level full"
+        elif not self.has_gpu:
+            counter_note = "no GPU on this host"
+        else:
+            counters, counter_note, failure = self._claim_counters(solution, result, claims, kernels, arch)
+        audit = instruction_proof(claims, histogram(kernels) if kernels else None, counters, arch,
+                                  sass_note=note, counter_note=counter_note)
+        if failure:
+            audit = {**audit, "passed": False, "detail": f"{failure}; {audit['detail']}"}
+        result.audits.append(audit)
+
+    def _gpu_arch(self) -> Optional[str]:
+        capability = str(self.environment.get("capability") or "")
+        return "sm_" + capability.replace(".", "") if capability else None
+
+    def _claim_counters(self, solution: Solution, result: SubmissionResult, claims: list[str],
+                        kernels: list[Any], arch: Optional[str]) -> tuple[Optional[dict[str, Any]], str, str]:
+        """(counters summed over the candidate's own kernels or None, why None, why the proof failed) from one
+        Nsight Compute pass over the first PASSED workload (harness.profiling: its own sandboxed target process)."""
+        from ..profiling import NO_PERMISSION, OK, UNAVAILABLE, profile_workloads, record_profile, select_backend
+        from .sass import FAMILIES, arch_key, counter_metrics, own_kernel_counters
+
+        if not any(arch_key(arch) in FAMILIES[c].counters for c in claims):
+            return None, f"no counter for {', '.join(claims)} on {arch}", ""
+        passed = next((w for w in result.workloads if w.status == EvaluationStatus.PASSED.value), None)
+        if passed is None:
+            return None, "no workload passed, none profiled", ""
+        profiler = select_backend("auto")
+        ok, why = profiler.available()
+        if not ok:
+            return None, f"no profiler: {why}", ""
+        metrics = counter_metrics(claims, arch)
+        workload = self.dataset.workloads_for(result.definition, [passed.workload])[0]
+        with self._phase("audits"):
+            summary = profile_workloads(profiler, dump_json(solution), solution.content_hash, [passed.workload],
+                                        self.dataset.root, metrics, seed=trial_seed(self._secret, workload, 3000),
+                                        isolate_network=self.options.isolate_network)[0]
+        record_profile(self.archive, summary, {"purpose": "instruction_proof"}, result.submission_id)
+        if summary.status in (UNAVAILABLE, NO_PERMISSION):  # the host's profiler, not the candidate
+            return None, f"profiler {summary.status}: {summary.reason}", ""
+        if summary.status != OK:
+            return None, "", f"counters could not be collected: profile {summary.status}: {summary.reason}"
+        counters, matched = own_kernel_counters(
+            ((k.name, {m: k.value(m) for m in metrics}) for k in summary.kernels), [k.name for k in kernels], metrics)
+        if not matched:
+            return None, "", ("none of the profiled kernels (" + ", ".join(k.name[:60] for k in summary.kernels[:3])
+                              + ") is one the candidate built")
+        return counters, "", ""
+
+    def _precision_audit(self, definition: Definition, workload: Workload, seed: int,
+                         got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, Any]:
+        try:
+            oracle = self.oracle_outputs(definition, workload, seed)
+        except RuntimeError as err:  # the reference cannot run in float64 (a view of raw bytes): ours, not theirs
+            return {"name": "precision", "passed": True,
+                    "detail": f"not judged: the float64 oracle failed: {str(err).splitlines()[0][:300]}"}
+        errors = {}
+        for name in definition.outputs:
+            if name not in got:  # an optional output the solution did not return (harness.families)
+                continue
+            if not (ref[name].is_floating_point() and oracle[name].is_floating_point()):
+                continue  # indices, counts, masks: exact or wrong, which correctness already judged
+            o = oracle[name].to(torch.float64)
+            finite = torch.isfinite(o) & torch.isfinite(ref[name].to(torch.float64))
+            if not finite.any():
+                continue
+            cand_err = (got[name].to(torch.float64) - o)[finite].abs().mean().item()
+            ref_err = (ref[name].to(torch.float64) - o)[finite].abs().mean().item()
+            errors[name] = (cand_err, ref_err, o[finite].abs().mean().item())
+        return precision_verdict(errors, self.audit_config)
+
+    def _judge(self, definition: Definition, workload: Workload, seed: int, got: dict[str, torch.Tensor],
+               expected: dict[str, torch.Tensor], tol: Tolerance) -> CheckResult:
+        return self.trusted.judge(definition, workload, seed, got, expected, tol)
+
+    def _recheck(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
+                 tol: Tolerance, wr: WorkloadResult, deadline: float, cfg: Optional[AuditConfig] = None,
+                 seed_base: int = 1000) -> None:
+        """After timing: fresh and reused-buffer calls in secret order, every output judged
+        (harness.audits.verdicts)."""
+        cfg = cfg or self.audit_config
+        fresh = [trial_seed(self._secret, workload, seed_base + i) for i in range(cfg.fresh_input_sets)]
+        steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng)
+        reply = self._within_deadline(worker, {"op": "recheck", "workload": workload.model_dump(mode="json"),
+                                               "steps": steps, "dataset_root": str(self.dataset.root)},
+                                      deadline, wr, "recheck", "audits")
+        if reply is None:
+            return
+        header, outputs = reply
+        if not header.get("ok"):
+            wr.audits.append({"name": "fresh_input_recheck", "passed": False,
+                              "detail": f"the candidate failed on recheck inputs: {header.get('error')}"})
+            return
+        checks = []
+        for i, step in enumerate(steps):
+            ref_fp, ref_out = self.reference_outputs(definition, workload, int(step["seed"]))
+            if header["input_fingerprints"][i] != ref_fp:
+                checks.append((step, False, "inputs differ from the reference's (the call changed them?)"))
+                continue
+            got = {n: outputs[f"{i}/{n}"] for n in definition.outputs if f"{i}/{n}" in outputs}
+            expected = {n: ref_out[n] for n in definition.outputs}
+            result = self._judge(definition, workload, int(step["seed"]), got, expected, tol)
+            checks.append((step, result.passed, result.message))
+        wr.audits.append(recheck_verdict(checks))
+        wr.audits.append(thread_verdict(header["threads_before"], header["threads_after"]))
+        fresh_ms = [ms for ms, s in zip(header["wall_ms"], steps) if s["kind"] == "fresh"]
+        repeat_ms = [ms for ms, s in zip(header.get("repeat_wall_ms", []), steps) if s["kind"] == "fresh"]
+        replay = replay_verdict(repeat_ms, fresh_ms, cfg) if self.has_gpu else None
+        if replay is not None:
+            wr.audits.append(replay)
+
+    def _escalate(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
+                  tol: Tolerance, timeout_s: float, wr: WorkloadResult, library_is_own: bool = False) -> None:
+        """Too fast to believe (a speedup over FlashInfer above the bound): the full level's recheck on this
+        workload, on other never-seen inputs (attribution already runs at every level)."""
+        full = AuditConfig.for_level("full")
+        wr.audits.append({"name": "escalation", "passed": True,
+                          "detail": f"{wr.speedup_vs_fi_kernel:.3g}x faster than FlashInfer (bound "
+                                    f"{self.audit_config.speedup_bound:g}x): full audits run on this workload"})
+        self._recheck(worker, definition, workload, preset, tol, wr, time.monotonic() + timeout_s, cfg=full,
+                      seed_base=3000)
+
+    def _attribution(self, solution: Solution, wr: WorkloadResult, library_is_own: bool = False) -> None:
+        """Who did the work, read from the CUPTI records the official timer already took (every audit level
+        but off; no extra GPU call). Without timing (no GPU) the timing note says so, and the static gate's library
+        findings stay unconfirmed (harness.audits.verdicts.promotion_blockers). Timed without CUPTI records (CUDA
+        events:
+        not the official method either), nothing can clear the evaluation: a failed audit, not a fallback."""
+        trials = wr.timing or []
+        if not trials:
+            wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + "attribution unavailable: no timing"
+            return
+        if not all(t.get("kernel_ns") for t in trials):
+            wr.audits.append({"name": "attribution", "passed": False,
+                              "detail": "unavailable: timed without CUPTI kernel records (CUDA events, not aligned), "
+                                        "so who did the work is unknown; install cupti-python >= 13"})
+            return
+        kernel_ns: dict[str, float] = {}
+        for t in trials:
+            for name, ns in t["kernel_ns"].items():
+                kernel_ns[name] = kernel_ns.get(name, 0.0) + float(ns)
+        calls = sum(int(t.get("iterations") or 1) for t in trials)
+        own = own_kernels({s.path: s.content for s in solution.sources})
+        wr.audits.append(attribution_verdict(kernel_ns, own, self.audit_config, calls, library_is_own))

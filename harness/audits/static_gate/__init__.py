@@ -1,0 +1,154 @@
+"""Static gate: scan a candidate solution's sources before anything is built or imported.
+
+The gate is the first and cheapest stage of the pipeline (DESIGN.md section 5, harness-anchors 8(c) C2).
+It reads source text only: nothing here imports, compiles or runs candidate code. It does not prove a
+candidate honest (token pasting, getattr chains and string building can hide almost anything from a
+source scan); the artifact checks and the runtime audits do that. Its job is to stop in ~milliseconds what
+only a source scan can see (timer tampering, threads, environment and file probing, identity-keyed caches,
+monkeypatching, tensor subclasses, harness internals, dynamic code, streams) and to tell the author exactly
+which line is the problem.
+
+What the run time proves is left to it. Library and PyTorch compute (LIBRARY_RULES: torch_compute,
+library_fallback) is a warning on every layer of the shipped policy: the CUPTI records of the official timer
+attribute each workload's GPU time to the candidate's own kernels or to library kernels, and the promotion
+gate (harness/audits/verdicts.py) clears, confirms or blocks such a warning by that attribution (`awaits_attribution`).
+
+Public API (pure functions; the only I/O is reading the YAML policy in `load_policy`):
+
+    policy = load_policy("definitions/audit_policy.yaml", definition=..., op_type=...)
+    findings = scan_sources({"main.py": src}, "triton", policy)
+    gate_passed(findings)   # True iff no finding has severity "error"
+
+Modules: `policy` (rule catalogue, YAML policy, findings), `python` (the Python/Triton scanner, with
+`python_state` for caches/memoisation/globals, `python_calls` for setattr/getattr/open() and method calls,
+and `embedded` for C++ held in strings and the torch.utils.cpp_extension build path), `cpp` (the C/C++/CUDA
+scanner), `python_names` and `common` (tables).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from .common import SNIPPET_MAX_CHARS, _Hit, _snippet
+from .cpp import scan_cpp
+from .policy import (
+    ALLOW_LIST_NAMES,
+    DECLARED_LIBRARY_NOTE,
+    DEFAULT_POLICY_PATH,
+    LIBRARY_RULES,
+    RULES,
+    Finding,
+    GatePolicy,
+    PolicyError,
+    RuleSetting,
+    RuleSpec,
+    Severity,
+    _CompiledPolicy,
+    awaits_attribution,
+    builtin_policy,
+    declared_library,
+    gate_passed,
+    load_policy,
+    policy_from_mapping,
+)
+from .python import _OwnNames, _scan_python
+
+PYTHON_SUFFIXES = frozenset({".py", ".pyi"})
+CPP_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"})
+# Files that are data or prose. In a CUDA/C++ solution any other file could be pulled in by #include,
+# so unknown suffixes are scanned as C++ there; these few are skipped to avoid noise from prose.
+DOCUMENT_SUFFIXES = frozenset({".md", ".txt", ".rst", ".json", ".yaml", ".yml", ".toml"})
+CPP_LANGUAGES = frozenset({"cuda", "cpp", "c++"})
+
+_TORCH_LIBRARY_RE = re.compile(r"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)")
+# Namespaces of PyTorch's own operators: registering into them does not make their ops the candidate's.
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "c10d", "_c10d_functional",
+                               "mkldnn", "mkl", "cuda", "sparse", "profiler", "inductor", "higher_order"})
+
+
+def _own_names(sources: Mapping[str, str]) -> _OwnNames:
+    """The solution's own Python modules, and the torch op namespaces its C++ registers (in C++ files and in
+    C++ held in Python strings for load_inline)."""
+    modules, prefixes = set(), set()
+    for path, text in sources.items():
+        p = Path(path)
+        if p.suffix in PYTHON_SUFFIXES:
+            parts = p.with_suffix("").parts
+            if parts:
+                modules.add(parts[0])
+        if "TORCH_LIBRARY" in text:
+            prefixes.update(f"torch.ops.{ns}." for ns in _TORCH_LIBRARY_RE.findall(text) if ns not in _TORCH_NAMESPACES)
+    return _OwnNames(frozenset(modules), tuple(sorted(prefixes)))
+
+
+def _source_kind(path: str, language: str, builds_native: bool) -> str | None:
+    suffix = Path(path).suffix.lower()
+    if suffix in PYTHON_SUFFIXES:
+        return "python"
+    if suffix in CPP_SUFFIXES:
+        return "cpp"
+    if suffix in DOCUMENT_SUFFIXES:
+        return None
+    # Unknown suffix: C/C++ can #include any file, Python can only import .py files (other routes, such
+    # as reading a file and exec-ing it, are flagged where they happen). A Python solution that builds C++
+    # with torch.utils.cpp_extension is a C++ solution too.
+    return "cpp" if builds_native or language.lower() in CPP_LANGUAGES else None
+
+
+def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) -> list[Finding]:
+    """Scan every source file of one solution; return findings sorted by (path, line, col, rule).
+
+    `sources` maps a path inside the solution to its text. `.py` files get the Python/Triton rules and C/C++/CUDA
+    files the token rules whatever `language` says (a CUDA solution may ship a Python wrapper and vice versa);
+    C++ held in Python strings (load_inline sources, other C++-looking strings) gets the C++ rules at the string's
+    line. `language` ("python", "triton", "cuda", "cpp") decides how files with unknown suffixes are treated.
+    Disabled rules are dropped and severities come from `policy`. One finding per (rule, path, line, col).
+    """
+    compiled = _CompiledPolicy.of(policy)
+    own = _own_names(sources)
+    builds_native = any(Path(p).suffix in PYTHON_SUFFIXES and "cpp_extension" in text for p, text in sources.items())
+    findings: dict[tuple[str, int, int, str], Finding] = {}
+    for path, source in sources.items():
+        kind = _source_kind(path, language, builds_native)
+        if kind is None:
+            continue
+        hits: list[_Hit] = _scan_python(source, own, compiled) if kind == "python" else scan_cpp(source, compiled)
+        lines = source.splitlines()
+        for hit in hits:
+            setting = policy.setting(hit.rule)
+            if not setting.enabled:
+                continue
+            key = (path, hit.line, hit.col, hit.rule)
+            if key not in findings:
+                findings[key] = Finding(rule=hit.rule, severity=setting.severity, path=path, line=hit.line,
+                                        col=hit.col, message=hit.message, snippet=_snippet(lines, hit.line))
+    return [findings[key] for key in sorted(findings)]
+
+
+__all__ = [
+    "ALLOW_LIST_NAMES",
+    "CPP_LANGUAGES",
+    "CPP_SUFFIXES",
+    "DECLARED_LIBRARY_NOTE",
+    "DEFAULT_POLICY_PATH",
+    "DOCUMENT_SUFFIXES",
+    "LIBRARY_RULES",
+    "PYTHON_SUFFIXES",
+    "RULES",
+    "SNIPPET_MAX_CHARS",
+    "Finding",
+    "GatePolicy",
+    "PolicyError",
+    "RuleSetting",
+    "RuleSpec",
+    "Severity",
+    "awaits_attribution",
+    "builtin_policy",
+    "declared_library",
+    "gate_passed",
+    "load_policy",
+    "policy_from_mapping",
+    "scan_sources",
+]

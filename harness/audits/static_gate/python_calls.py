@@ -1,0 +1,127 @@
+"""Calls, for the Python scanner: setattr/delattr/__setattr__ and getattr on imported modules, open() and its
+mode (file_cache, file_read; a solution's own source file next to the module may be read), and methods called
+on values that are not imported modules (tensor compute methods outside a Triton kernel, file reads and writes
+through paths, dict-style cache access).
+
+A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py); it reads the scanner's alias resolution
+(``_resolve``, ``_is_own``, ``_is_file_relative``), its reporting (``_hit``, ``_check_reference``,
+``_check_store``, ``_check_dynamic_store``) and the cache checks of python_state (``_check_cache_access``).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from .python_names import (
+    _CACHE_ACCESS_METHODS,
+    _FILE_READ_METHODS,
+    _FILE_WRITE_METHODS,
+    _FRAME_ATTRS,
+    _INTERNAL_STRINGS,
+    _OPEN_FUNCTIONS,
+    _TENSOR_COMPUTE_METHODS,
+    _str_const,
+)
+
+if TYPE_CHECKING:
+    from .policy import _CompiledPolicy
+
+# A file the solution ships (its sources are scanned too) may be read next to the module (`__file__`).
+_OWN_FILE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".py")
+
+
+class _CallChecks:
+    """visit_Call and the checks of special calls, open() modes and method calls (see the module docstring)."""
+
+    called: set[int]
+    handed_over: set[int]
+    policy: _CompiledPolicy
+
+    def _reads_own_file(self, path_expr: ast.AST) -> bool:
+        """A path next to the module (`__file__`) naming a source file of the solution, which is scanned too."""
+        literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        return (self._is_file_relative(path_expr) and any(s.endswith(_OWN_FILE_SUFFIXES) for s in literals)
+                and not any(s.startswith("/") or ".." in s for s in literals))
+
+    # ---- calls
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        self.called.add(id(func))
+        for arg in node.args:
+            self.handed_over.add(id(arg.value if isinstance(arg, ast.Starred) else arg))
+        for keyword in node.keywords:
+            self.handed_over.add(id(keyword.value))
+        resolved = self._resolve(func)
+        if resolved is not None:
+            self._check_special_call(resolved, node)
+        elif isinstance(func, ast.Attribute):
+            self._check_method_call(func, node)
+        self.generic_visit(node)
+
+    def _check_special_call(self, resolved: str, node: ast.Call) -> None:
+        args = node.args
+        owner, _, method = resolved.rpartition(".")
+        if method in ("__setattr__", "__delattr__") and owner and owner not in ("builtins.object", "builtins.type"):
+            # torch.cuda.__setattr__("synchronize", f) is setattr(torch.cuda, "synchronize", f)
+            name = _str_const(args[0]) if args else None
+            if name is not None:
+                self._check_store(f"{owner}.{name}", node, f"{method}() replaces")
+            else:
+                self._check_dynamic_store(owner, node, f"{method}()")
+        elif resolved in _OPEN_FUNCTIONS:
+            self._check_open_mode(resolved, node, args[1] if len(args) > 1 else None)
+        elif resolved in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
+                          "builtins.object.__delattr__") and args:
+            how = "setattr" if "setattr" in resolved else "delattr"
+            target = self._resolve(args[0])
+            if target is not None:
+                name = _str_const(args[1]) if len(args) > 1 else None
+                if name is not None:
+                    self._check_store(f"{target}.{name}", node, f"{how}() replaces")
+                else:
+                    self._check_dynamic_store(target, node, f"{how}()")
+        elif resolved == "builtins.getattr" and args:
+            target = self._resolve(args[0])
+            name = _str_const(args[1]) if len(args) > 1 else None
+            if name is not None:
+                if name in _FRAME_ATTRS or name in _INTERNAL_STRINGS:
+                    self._hit("harness_internals", node, f"reads attribute `{name}` through getattr()")
+                if target is not None:
+                    self._check_reference(f"{target}.{name}", node, "getattr() reaches")
+            elif target is not None and not self._is_own(target):
+                self._hit("dynamic_code", node, f"getattr() on module `{target}` with a computed attribute name")
+
+    def _check_open_mode(self, resolved: str, node: ast.Call, mode_arg: ast.AST | None) -> None:
+        for kw in node.keywords:
+            if kw.arg == "mode":
+                mode_arg = kw.value
+        mode = "r" if mode_arg is None else _str_const(mode_arg)
+        if mode is None:
+            self._hit("file_cache", node, f"`{resolved}()` with a computed mode (cannot prove it only reads)")
+        elif any(c in mode for c in "wax+"):
+            self._hit("file_cache", node, f"`{resolved}()` opens a file for writing (mode {mode!r})")
+        elif not (node.args and self._reads_own_file(node.args[0])):
+            self._hit("file_read", node, f"`{resolved}()` opens a file for reading (mode {mode!r})")
+
+    def _check_method_call(self, func: ast.Attribute, node: ast.Call) -> None:
+        """A method called on a value that is not an imported module (a local tensor, path, dict...)."""
+        method = func.attr
+        if method in _CACHE_ACCESS_METHODS and node.args:
+            self._check_cache_access(func.value, node.args[0], node)
+        elif method == "update" and node.args and isinstance(node.args[0], ast.Dict):
+            for key in node.args[0].keys:
+                if key is not None and self._check_cache_access(func.value, key, node):
+                    break
+        if self._in_triton_kernel:
+            return  # inside @triton.jit, x.sum()/x.to() are Triton tensor methods compiled into the kernel
+        if method in _TENSOR_COMPUTE_METHODS and not self.policy.tensor_methods(method):
+            self._hit("torch_compute", node, f"calls tensor method `.{method}()`")
+        elif method in _FILE_WRITE_METHODS:
+            self._hit("file_cache", node, f"calls `.{method}()` (a file-system write or probe)")
+        elif method in _FILE_READ_METHODS:
+            if not self._reads_own_file(func.value):
+                self._hit("file_read", node, f"calls `.{method}()`")
+        elif method == "open" and isinstance(func.value, ast.Call):  # Path(...).open("w")
+            self._check_open_mode("Path.open", node, node.args[0] if node.args else None)

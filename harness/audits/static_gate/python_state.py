@@ -1,0 +1,303 @@
+"""State that survives a call, for the Python scanner: caches keyed by tensor identity (output_cache),
+memoised functions (memoized_function) and rebound module globals (global_state).
+
+A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py); it reads the scanner's alias resolution
+(``_resolve``), its reporting (``_hit``) and its stack of enclosing functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .common import _is_word_char
+from .python_names import (
+    _IDENTITY_METHODS,
+    _SCALAR_ANNOTATIONS,
+    _SCALAR_ATTRS,
+    _SCALAR_FUNCTIONS,
+    _SCALAR_METHODS,
+    _chain_parts,
+    _names_in,
+)
+
+if TYPE_CHECKING:
+    from .common import _Hit
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass
+class _FunctionFacts:
+    """What one function body binds, for telling local state from state that survives the call."""
+
+    local_names: set[str]
+    declared_global: set[str]
+    identity_names: set[str]  # locals assigned from data_ptr()/id()/hash() expressions
+    mutable_default_params: set[str]
+    first_global_statement: ast.AST | None
+    # (target names, value or None when not a plain assignment, augmented?) for every binding in the body
+    bindings: list[tuple[list[str], ast.AST | None, bool]] = field(default_factory=list)
+
+
+@dataclass
+class _FunctionFrame:
+    node: FunctionNode
+    is_triton_kernel: bool
+    facts: _FunctionFacts | None = None  # computed on first need (most functions never need it)
+
+
+# Cheap text pre-filter: without any of these words no identity-keyed cache is possible, and the
+# per-function analysis that finds one is skipped.
+_IDENTITY_HINT_RE = re.compile(r"(?:id|hash)\b|data_ptr|_cdata|__hash__|storage_offset|unsafe_ptr")
+
+
+def _may_key_by_identity(source: str) -> bool:
+    for m in _IDENTITY_HINT_RE.finditer(source):
+        word = m.group(0)
+        if word not in ("id", "hash") or m.start() == 0 or not _is_word_char(source[m.start() - 1]):
+            return True
+    return False
+
+
+def _parameters(node: FunctionNode) -> list[ast.arg]:
+    a = node.args
+    return [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p is not None)]
+
+
+def _targets_of(stmt: ast.AST) -> tuple[list[ast.AST], ast.AST | None, bool]:
+    """(binding targets, the value bound or None, augmented?) of a statement that binds names."""
+    if isinstance(stmt, ast.Assign):
+        return stmt.targets, stmt.value, False
+    if isinstance(stmt, (ast.AnnAssign, ast.NamedExpr)):
+        return [stmt.target], stmt.value, False
+    if isinstance(stmt, ast.AugAssign):
+        return [stmt.target], stmt.value, True
+    if isinstance(stmt, (ast.For, ast.AsyncFor, ast.comprehension)):
+        return [stmt.target], stmt.iter, False
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return [i.optional_vars for i in stmt.items if i.optional_vars is not None], None, False
+    return [], None, False
+
+
+class _StateChecks:
+    """output_cache, memoized_function and global_state (see the module docstring)."""
+
+    hits: list[_Hit]
+    functions: list[_FunctionFrame]
+    may_key_by_identity: bool
+    tree: ast.Module
+
+    # ---- identity-keyed caches
+
+    def _facts(self, frame: _FunctionFrame) -> _FunctionFacts:
+        if frame.facts is None:
+            frame.facts = self._function_facts(frame.node)
+        return frame.facts
+
+    def _derives_identity(self, expr: ast.AST, facts: _FunctionFacts) -> str | None:
+        for sub in ast.walk(expr):
+            if isinstance(sub, ast.Call):
+                if isinstance(sub.func, ast.Attribute) and sub.func.attr in _IDENTITY_METHODS:
+                    return f".{sub.func.attr}()"
+                resolved = self._resolve(sub.func)
+                if resolved in ("builtins.id", "builtins.hash"):
+                    return f"{resolved.split('.')[1]}()"
+            elif isinstance(sub, ast.Attribute) and sub.attr == "_cdata":
+                return "._cdata"
+            elif isinstance(sub, ast.Name) and sub.id in facts.identity_names:
+                return f"`{sub.id}` (assigned from data_ptr()/id()/hash())"
+        return None
+
+    @staticmethod
+    def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
+        if isinstance(container, ast.Name):
+            name = container.id
+            return (name not in facts.local_names or name in facts.declared_global
+                    or name in facts.mutable_default_params)
+        return _chain_parts(container) is not None  # self._cache, fn.cache, module.cache
+
+    def _check_cache_access(self, container: ast.AST, key: ast.AST, node: ast.AST) -> bool:
+        if not self.may_key_by_identity or not self.functions or self._resolve(container) is not None:
+            return False
+        frame = self.functions[-1]
+        facts = self._facts(frame)
+        if not self._outlives_call(container, facts):
+            return False
+        derivation = self._derives_identity(key, facts)
+        if derivation is None:
+            return False
+        self._hit("output_cache", node,
+                  f"output/result cache keyed by tensor identity: `{ast.unparse(container)}` is indexed in "
+                  f"{frame.node.name}() with a key derived from {derivation}")
+        return True
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            if isinstance(op, (ast.In, ast.NotIn)):
+                self._check_cache_access(right, left, node)
+            left = right
+        self.generic_visit(node)
+
+    def _function_facts(self, node: FunctionNode) -> _FunctionFacts:
+        a = node.args
+        positional = [*a.posonlyargs, *a.args]
+        mutable_defaults: set[str] = set()
+        for param, default in [*zip(positional[len(positional) - len(a.defaults):], a.defaults),
+                               *zip(a.kwonlyargs, a.kw_defaults)]:
+            if isinstance(default, (ast.Dict, ast.List, ast.Set)) or (
+                    isinstance(default, ast.Call) and isinstance(default.func, ast.Name)
+                    and default.func.id in ("dict", "list", "set", "defaultdict", "OrderedDict")):
+                mutable_defaults.add(param.arg)
+        local_names = {p.arg for p in _parameters(node)}
+        declared: set[str] = set()
+        first_global: ast.AST | None = None
+        bindings: list[tuple[list[str], ast.AST | None, bool]] = []
+        for stmt in node.body:
+            for sub in ast.walk(stmt):
+                if isinstance(sub, (ast.Global, ast.Nonlocal)):
+                    declared.update(sub.names)
+                    if first_global is None:
+                        first_global = sub
+                elif isinstance(sub, ast.Name) and not isinstance(sub.ctx, ast.Load):
+                    local_names.add(sub.id)
+                else:
+                    targets, value, augmented = _targets_of(sub)
+                    names = [n for t in targets for n in _names_in(t)]
+                    if names:
+                        bindings.append((names, value, augmented))
+        facts = _FunctionFacts(local_names, declared, set(), mutable_defaults, first_global, bindings)
+        if self.may_key_by_identity:
+            for _ in range(2):  # two rounds: `p = x.data_ptr(); key = (p, n)` taints key too
+                for names, value, _aug in bindings:
+                    if value is not None and self._derives_identity(value, facts) is not None:
+                        facts.identity_names.update(names)
+        return facts
+
+    # ---- values derived from a function's arguments
+
+    def _tainted_names(self, node: FunctionNode | None, facts: _FunctionFacts | None, through_metadata: bool,
+                       also: frozenset[str] = frozenset()) -> set[str]:
+        """Names of `node` whose value may derive from its (non-scalar) arguments, or from `also`.
+
+        With `through_metadata`, scalar metadata (`q.shape`, `q.size(0)`, `q.device.index`, ...) does not carry
+        the taint: such values hash by value, not by tensor identity."""
+        if node is None or facts is None:
+            return set(also)
+        tainted = {p.arg for p in _parameters(node) if not _scalar_annotation(p.annotation)} | set(also)
+        for _ in range(3):
+            before = len(tainted)
+            for names, value, augmented in facts.bindings:
+                if (value is None or not self._is_clean(value, tainted, through_metadata)
+                        or (augmented and tainted.intersection(names))):
+                    tainted.update(names)
+            if len(tainted) == before:
+                break
+        return tainted
+
+    def _is_clean(self, expr: ast.AST, tainted: set[str], through_metadata: bool) -> bool:
+        """No name of `tainted` reaches the value of `expr` (with `through_metadata`: except as scalar metadata)."""
+        if isinstance(expr, ast.Constant):
+            return True
+        if isinstance(expr, ast.Name):
+            return expr.id not in tainted
+        if through_metadata:
+            if isinstance(expr, ast.Attribute) and expr.attr in _SCALAR_ATTRS:
+                return True
+            if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+                    and expr.func.attr in _SCALAR_METHODS):
+                return all(self._is_clean(a, tainted, through_metadata) for a in expr.args)
+            if isinstance(expr, ast.Call) and self._resolve(expr.func) in _SCALAR_FUNCTIONS:
+                return all(self._is_clean(a, tainted, through_metadata) for a in expr.args)
+        if isinstance(expr, (ast.Lambda, ast.Await, ast.Yield, ast.YieldFrom)):
+            return False
+        return all(self._is_clean(child, tainted, through_metadata) for child in ast.iter_child_nodes(expr)
+                   if not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)))
+
+    # ---- memoised functions
+
+    def _memo_is_scalar_keyed(self, node: FunctionNode) -> bool:
+        """A memoised function whose every argument is a scalar (annotated so, or so at every call in the
+        module) cannot key its cache by tensor identity."""
+        params = _parameters(node)
+        if not params or all(_scalar_annotation(p.annotation) for p in params):
+            return True
+        calls = self._calls_by_name().get(node.name)
+        if not calls:
+            return False
+        for call, caller in calls:
+            facts = self._function_facts(caller) if caller is not None else None
+            tainted = self._tainted_names(caller, facts, through_metadata=True)
+            arguments = [*call.args, *(k.value for k in call.keywords)]
+            if not all(self._is_clean(a, tainted, through_metadata=True) for a in arguments):
+                return False
+        return True
+
+    def _calls_by_name(self) -> dict[str, list[tuple[ast.Call, FunctionNode | None]] | None]:
+        """Calls of a plain name anywhere in the module, with the function they are made in (None: module level).
+        None for a name that is also used otherwise (passed to map(), stored, returned): its calls are not all
+        visible, so what it is called with is unknown."""
+        cached = getattr(self, "_calls_by_name_cache", None)
+        if cached is not None:
+            return cached
+        calls: dict[str, list[tuple[ast.Call, FunctionNode | None]]] = {}
+        call_targets: set[int] = set()
+        other_uses: set[str] = set()
+        stack: list[tuple[ast.AST, FunctionNode | None]] = [(self.tree, None)]
+        while stack:
+            current, function = stack.pop()
+            for child in ast.iter_child_nodes(current):
+                if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
+                    calls.setdefault(child.func.id, []).append((child, function))
+                    call_targets.add(id(child.func))
+                elif (isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)
+                      and id(child) not in call_targets):
+                    other_uses.add(child.id)
+                inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+                stack.append((child, inner))
+        result: dict[str, list[tuple[ast.Call, FunctionNode | None]] | None] = dict(calls)
+        result.update(dict.fromkeys(other_uses))
+        self._calls_by_name_cache = result
+        return result
+
+    # ---- module globals rebound by a function
+
+    def _check_global_state(self, frame: _FunctionFrame) -> None:
+        facts = self._facts(frame)
+        assigned_globals = facts.declared_global & facts.local_names
+        if not assigned_globals:
+            return
+        # A global rebound to a value that derives neither from the arguments nor from the global itself
+        # (`_ext = load_inline(...)`, `_ready = True`) carries nothing from one call to the next.
+        tainted = self._tainted_names(frame.node, facts, through_metadata=False,
+                                      also=frozenset(facts.declared_global))
+        carried = sorted({n for names, value, augmented in facts.bindings for n in names
+                          if n in assigned_globals
+                          and (augmented or value is None or not self._is_clean(value, tainted, False))})
+        # (an augmented assignment `_calls += 1` always carries the global's own earlier value)
+        if carried:
+            self._hit("global_state", facts.first_global_statement or frame.node,
+                      f"`{frame.node.name}()` rebinds module state {carried} via global/nonlocal")
+
+
+def _scalar_annotation(annotation: ast.AST | None) -> bool:
+    """int, float, bool, str, torch.dtype, Optional[int], tuple[int, ...], `int | None` ..."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant):
+        return annotation.value is None or annotation.value is Ellipsis or isinstance(annotation.value, str) and (
+            annotation.value.split("[")[0].strip() in _SCALAR_ANNOTATIONS)
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _scalar_annotation(annotation.left) and _scalar_annotation(annotation.right)
+    if isinstance(annotation, ast.Subscript):
+        outer = _chain_parts(annotation.value)
+        if outer is not None and outer[-1] == "Literal":
+            return True
+        inner = annotation.slice
+        items = inner.elts if isinstance(inner, ast.Tuple) else [inner]
+        return _scalar_annotation(annotation.value) and all(_scalar_annotation(i) for i in items)
+    parts = _chain_parts(annotation)
+    return parts is not None and ".".join(parts) in _SCALAR_ANNOTATIONS

@@ -1,0 +1,258 @@
+"""Audits stricter than the official evaluation: pure decisions, fed by the worker and the reference worker.
+
+The official timer calls the candidate on one input set, reusing the same input and output buffers for
+every timed call, and never looks at those outputs again. That lets a candidate replay a cached result,
+skip work once an output buffer holds something, or behave until it has been called N times. The
+fresh-input recheck closes those doors: after timing, the candidate is called again in a secret order
+
+- on input sets it has never seen, with output buffers poisoned with NaN (replay and skip-if-written
+  have nothing to return), and
+- on a used input buffer whose content was overwritten with new data, into the output buffer it wrote
+  before (a cache keyed by pointer, or a "the output already holds a result" shortcut, returns the old
+  answer),
+
+and every one of those outputs is checked against the reference. Each audit is a dict
+``{"name", "passed", "detail"}``; an evaluation with any failed audit can never be promoted.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from . import attribution
+from .attribution import OwnKernels
+
+# "off" exists to measure what the audits cost; an evaluation without audits is never promotable.
+AUDIT_LEVELS = ("off", "fast", "full")
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    level: str = "fast"
+    fresh_input_sets: int = 2  # distinct never-seen input sets per workload (fast); full uses 4
+    reused_buffer_calls: int = 1  # calls on overwritten input buffers into already-written outputs
+    precision_error_multiple: float = 4.0  # candidate error vs fp64 oracle <= this x the reference's own
+    precision_error_floor: float = 1e-6  # below this mean error nobody is judged (exact results)
+    # ...nor below this share of the output's mean magnitude: fp32 arithmetic with the fast exp2/log2 every
+    # attention kernel uses. FlashInfer's own lse on the H200: 4e-6 relative (60-130x an exact fp32 reference,
+    # so a multiple alone flags it). fp16 rounding is >= 2^-13 relative on average, 4x above this; bf16 32x.
+    precision_relative_floor: float = 2.0 ** -15
+    clock_ratio: float = 2.0  # wall time per call may exceed the CUPTI span by this factor...
+    # ...plus this much host overhead per kernel launch: a Triton launch plus the synchronisation measured
+    # 0.06-0.07 ms of wall time around a 0.004 ms kernel on the H200 host
+    clock_slack_ms: float = 0.1
+    clock_floor_ratio: float = 0.9  # a wall time under this share of the CUPTI span means a tampered clock
+    # fresh-input calls may be this much slower than their repeats (H200, honest example: 1.31-1.38x, the
+    # first touch of new buffers) ...
+    replay_ratio: float = 2.0
+    replay_slack_ms: float = 0.05  # ...plus this, before the repeats (what the official timer sees) look replayed
+    attribution_min_share: float = 0.95  # share of compute time in kernels the candidate wrote
+    # ...or at most this much library compute per call (an honest wrapper's index arithmetic: a few us)
+    attribution_allowance_us: float = 5.0
+    speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
+
+    @classmethod
+    def for_level(cls, level: str, **overrides: Any) -> "AuditConfig":
+        if level not in AUDIT_LEVELS:
+            raise ValueError(f"audit level must be one of {AUDIT_LEVELS}, got {level!r}")
+        base = {"off": {}, "fast": {}, "full": {"fresh_input_sets": 4, "reused_buffer_calls": 2}}[level]
+        return cls(level=level, **{**base, **overrides})
+
+
+def audit(name: str, passed: bool, detail: str) -> dict[str, Any]:
+    return {"name": name, "passed": bool(passed), "detail": detail}
+
+
+# -- fresh-input recheck ---------------------------------------------------------------------------------
+
+
+def plan_recheck(fresh_seeds: list[int], reused_calls: int, rng: random.Random) -> list[dict[str, Any]]:
+    """The call sequence, in an order the candidate cannot predict.
+
+    ``{"kind": "fresh", "seed": s}``: new input tensors for seed s, NaN-poisoned new outputs.
+    ``{"kind": "reuse", "seed": s, "buffers_of": i}``: the input tensors of step i overwritten in place
+    with seed s's content, outputs written into step i's (already written) output buffers.
+    """
+    if len(fresh_seeds) < 2 and reused_calls:
+        raise ValueError("reusing buffers needs at least two fresh input sets")
+    seeds = list(fresh_seeds)
+    rng.shuffle(seeds)
+    steps: list[dict[str, Any]] = [{"kind": "fresh", "seed": s} for s in seeds]
+    for _ in range(reused_calls):
+        i = rng.randrange(len(seeds))
+        # Overwrite with the content of a *different* seed, so a stale answer is a wrong answer.
+        other = rng.choice([s for j, s in enumerate(seeds) if j != i])
+        steps.append({"kind": "reuse", "seed": other, "buffers_of": i})
+    return steps
+
+
+def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> dict[str, Any]:
+    """One audit from the per-step correctness checks: (step, passed, message)."""
+    failed = [(s, m) for s, ok, m in step_checks if not ok]
+    if not step_checks:
+        return audit("fresh_input_recheck", False, "no recheck calls were made")
+    if failed:
+        step, message = failed[0]
+        how = ("on fresh inputs with NaN-poisoned outputs" if step["kind"] == "fresh" else
+               "on reused input buffers holding new data, into outputs it had already written")
+        return audit("fresh_input_recheck", False,
+                     f"{len(failed)} of {len(step_checks)} recheck calls wrong; first {how}: {message} "
+                     "(signs of replay, skip-if-written or call counting)")
+    return audit("fresh_input_recheck", True, f"{len(step_checks)} calls in secret order, all correct")
+
+
+def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
+                   cfg: AuditConfig) -> Optional[dict[str, Any]]:
+    """Do repeated calls on the same inputs (what the official timer makes) look like replay?
+
+    Like is compared with like: each fresh-input call and its immediate repeat on the same buffers are timed
+    the same way (cold L2, synchronised wall clock, same clocks), so host launch overhead (tens of
+    microseconds for a Triton launch, more than a small kernel's span) is on both sides. An honest kernel
+    costs about the same twice; a replayed or skipped result makes the repeat much cheaper.
+
+    The i-th repeat is paired with the i-th fresh call. With two or more pairs the slowest is left out: a
+    one-off cost of a call on new buffers cannot fail it (H200: an honest split-KV kernel, first evaluation in
+    a new worker, fresh calls' median 4.62 ms against 0.78 ms for the repeats, one slow call of two; its
+    other 164 workload checks passed), while replay makes every repeat cheap.
+    """
+    pairs = list(zip(same_input_wall_ms, fresh_wall_ms))
+    if not pairs:
+        return None
+
+    def excess(pair: tuple[float, float]) -> float:
+        return pair[1] / (cfg.replay_ratio * pair[0] + cfg.replay_slack_ms)
+
+    left_out = max(pairs, key=excess) if len(pairs) >= 2 else None
+    kept = [p for p in pairs if p is not left_out]
+    same, fresh = statistics.median(p[0] for p in kept), statistics.median(p[1] for p in kept)
+    limit = cfg.replay_ratio * same + cfg.replay_slack_ms
+    note = (f"; slowest of {len(pairs)} pairs left out: {left_out[1]:.4g} vs {left_out[0]:.4g} ms"
+            if left_out is not None else "")
+    return audit("fresh_input_timing", fresh <= limit,
+                 f"fresh-input call {fresh:.4g} ms vs {same:.4g} ms for its repeat (wall per call; "
+                 f"limit {limit:.4g} ms{note})")
+
+
+# -- clock truth, threads ----------------------------------------------------------------------------------
+
+
+def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditConfig,
+                        launches: int = 1, traced_wall_ms: Optional[list[float]] = None) -> Optional[dict[str, Any]]:
+    """Synchronised wall time per call against the CUPTI span: host work the timer cannot see.
+
+    ``launches`` is the number of distinct kernels per call: each brings its own host launch cost.
+    ``traced_wall_ms``: the same calls under CUPTI tracing, as the span was taken (harness.measure.timing.traced). The
+    tampered-clock bound compares those: tracing slows every API call, so a callable of many small launches
+    spreads its GPU work further under the timer than without it, and an untraced wall can honestly be shorter
+    than the span. The host-work bound compares the untraced wall: tracing's own cost is not the candidate's.
+    """
+    if not wall_ms or not span_ms:
+        return None
+    # The host-work bound takes the fastest call: host work of the candidate's own is in every call, while a
+    # stray delay (another process on the device, a descheduled thread) is not (H200, honest Triton example:
+    # one run's median 0.137 ms around a 0.017 ms kernel, where 0.06-0.07 ms is typical).
+    span, wall, typical = statistics.median(span_ms), min(wall_ms), statistics.median(wall_ms)
+    floor_wall = statistics.median(traced_wall_ms) if traced_wall_ms else typical
+    # Wall and span come from separate calls, so clocks may differ a little between them (H200, honest:
+    # wall 2-6% under the span when the wall calls ran with a warm L2); a tampered clock is far off.
+    if floor_wall < span * cfg.clock_floor_ratio:
+        return audit("clock_truth", False, f"wall {floor_wall:.4g} ms (under CUPTI tracing) shorter than the GPU span "
+                                           f"{span:.4g} ms: the timer's clock was tampered with")
+    limit = cfg.clock_ratio * span + cfg.clock_slack_ms * max(1, launches)
+    return audit("clock_truth", wall <= limit,
+                 f"wall {wall:.4g} ms (fastest of {len(wall_ms)}; median {typical:.4g}) vs CUPTI span {span:.4g} ms "
+                 f"(limit {limit:.4g} ms)"
+                 + ("" if wall <= limit else ": work on host threads or outside the timed GPU activity"))
+
+
+def thread_verdict(threads_before: int, threads_after: int) -> dict[str, Any]:
+    new = threads_after - threads_before
+    return audit("thread_creation", new <= 0,
+                 "no new threads" if new <= 0 else f"{new} thread(s) started by the candidate during its calls")
+
+
+# -- precision ---------------------------------------------------------------------------------------------
+
+
+def precision_verdict(errors: dict[str, tuple[float, ...]], cfg: AuditConfig) -> dict[str, Any]:
+    """``errors``: output -> (candidate mean |err| vs fp64 oracle, reference mean |err| vs the oracle[, mean
+    |oracle|]). An error is judged only above both floors (absolute, and relative to the output's magnitude)."""
+    worst = None
+    for name, (cand, ref, *magnitude) in errors.items():
+        floor = max(cfg.precision_error_floor, cfg.precision_relative_floor * (magnitude[0] if magnitude else 0.0))
+        limit = max(cfg.precision_error_multiple * ref, floor)
+        ratio = cand / ref if ref > 0 else float("inf") if cand > floor else 0.0
+        if cand > limit and (worst is None or ratio > worst[1]):
+            worst = (name, ratio, cand, ref, floor)
+    if worst:
+        name, ratio, cand, ref, floor = worst
+        return audit("precision", False, f"{name}: mean error vs fp64 {cand:.3g} is {ratio:.1f}x the reference's "
+                                         f"{ref:.3g} (limit {cfg.precision_error_multiple:g}x, and above the floor "
+                                         f"{floor:.3g}): lower-precision arithmetic than the reference")
+    summary = ", ".join(f"{n} {e[0]:.3g} vs {e[1]:.3g}" for n, e in errors.items())
+    return audit("precision", True, f"mean error vs fp64 within {cfg.precision_error_multiple:g}x the reference's "
+                                    f"or under the floor ({summary})")
+
+
+# -- attribution -------------------------------------------------------------------------------------------
+
+def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: AuditConfig, calls: int = 1,
+                        library_is_own: bool = False) -> dict[str, Any]:
+    """Who did the work, with this level's thresholds (harness.audits.attribution)."""
+    return attribution.attribution_verdict(kernel_ns, own, cfg.attribution_min_share, calls,
+                                           cfg.attribution_allowance_us, library_is_own)
+
+
+def is_fallback(audits: list[dict[str, Any]]) -> bool:
+    """Did attribution find the work done outside the candidate's own kernels?"""
+    return any(a.get("name") == "attribution" and not a.get("passed")
+               and str(a.get("detail", "")).startswith("fallback") for a in audits)
+
+
+# -- promotion gate ----------------------------------------------------------------------------------------
+
+
+def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: list[dict[str, Any]]) -> list[str]:
+    """The static gate saw library or PyTorch compute; the attribution audit settles it on every workload it
+    ran on (a pass clears it, a failure is already a blocker). A PASSED workload where attribution could not
+    run leaves the finding standing: it blocks, as "unconfirmed"."""
+    from .static_gate import awaits_attribution
+
+    found = [f for f in static_findings if awaits_attribution(f)]
+    if not found:
+        return []
+    unsettled = [w["label"] for w in evaluated if w["status"] == "PASSED"
+                 and not any(a.get("name") == "attribution" for a in w.get("audits", []))]
+    if not unsettled:
+        return []
+    f = found[0]
+    return [f"static gate: {f['rule']} at {f['path']}:{f['line']} unconfirmed: run-time attribution (CUPTI on a GPU) "
+            f"did not run on {len(unsettled)} workload(s), first {unsettled[0]}"]
+
+
+def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[dict[str, Any]],
+                       audit_level: str = "fast",
+                       submission_audits: Optional[list[dict[str, Any]]] = None) -> list[str]:
+    """Why an evaluated submission cannot be promoted (empty: it can).
+
+    ``submission_audits``: audits of the submission as a whole (the instruction proof), not of one workload."""
+    reasons = [] if audit_level != "off" else ["audits were switched off"]
+    reasons += [f"audit {a['name']} failed: {a['detail']}" for a in submission_audits or [] if not a["passed"]]
+    errors = [f for f in static_findings if f.get("severity") == "error"]
+    if errors:
+        f = errors[0]
+        reasons.append(f"static gate: {len(errors)} error finding(s), first {f['rule']} at {f['path']}:{f['line']}")
+    evaluated = [w for w in workloads if w["status"] != "SKIPPED"]
+    if not evaluated:
+        reasons.append("no workload was evaluated")
+    reasons += unconfirmed_library_use(evaluated, static_findings)
+    for w in evaluated:
+        if w["status"] != "PASSED":
+            reasons.append(f"{w['label']}: {w['status']}")
+        for a in w.get("audits", []):
+            if not a["passed"]:
+                reasons.append(f"{w['label']}: audit {a['name']} failed: {a['detail']}")
+    return reasons

@@ -1,0 +1,32 @@
+"""Definition dtypes -> torch dtypes, in a module of its own.
+
+Input generation, roofline costs, memory budgets and the operator families all need this table; keeping
+it below all of them lets ``harness.data.inputs`` consult the families without an import circle.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .schema import DType, SchemaError
+
+TORCH_DTYPES = {
+    DType.float32: torch.float32,
+    DType.float16: torch.float16,
+    DType.bfloat16: torch.bfloat16,
+    DType.float8_e4m3fn: getattr(torch, "float8_e4m3fn", None),
+    DType.float8_e5m2: getattr(torch, "float8_e5m2", None),
+    DType.float4_e2m1: getattr(torch, "float4_e2m1fn_x2", None),
+    DType.int64: torch.int64,
+    DType.int32: torch.int32,
+    DType.int16: torch.int16,
+    DType.int8: torch.int8,
+    DType.bool: torch.bool,
+}
+
+
+def torch_dtype(dtype: DType) -> torch.dtype:
+    t = TORCH_DTYPES[dtype]
+    if t is None:
+        raise SchemaError(f"dtype {dtype.value} is not supported by this torch ({torch.__version__})")
+    return t

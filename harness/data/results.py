@@ -1,0 +1,102 @@
+"""What an evaluation returns: per workload (WorkloadResult) and per submission (SubmissionResult).
+
+Data only, below the Session (harness/pipeline/evaluate.py) and its audit steps (harness/audits/session_audits.py),
+which both
+fill them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..audits.verdicts import is_fallback
+from .schema import EvaluationStatus
+
+SKIPPED = "SKIPPED"  # Crucible's own status for a workload that was not evaluated (never exported)
+
+
+@dataclass
+class WorkloadResult:
+    workload: str
+    label: str
+    status: str
+    max_absolute_error: Optional[float] = None
+    max_relative_error: Optional[float] = None
+    matched_ratio: Optional[float] = None
+    latency_ms: Optional[float] = None
+    reference_latency_ms: Optional[float] = None
+    speedup_factor: Optional[float] = None
+    kernel_latency_ms: Optional[float] = None  # setup outside the timed call (= latency_ms without setup)
+    fi_official_ms: Optional[float] = None  # the faster FlashInfer baseline, plan() inside the timed call
+    fi_kernel_ms: Optional[float] = None  # the faster FlashInfer baseline, plan() in setup
+    speedup_vs_fi_official: Optional[float] = None
+    speedup_vs_fi_kernel: Optional[float] = None
+    floor_ms: Optional[float] = None
+    fraction_of_floor: Optional[float] = None
+    bytes_moved: Optional[int] = None  # the workload's minimum traffic and work (harness.measure.roofline)
+    flops: Optional[int] = None
+    throttled: Optional[bool] = None
+    aligned: Optional[bool] = None
+    timing_note: str = ""
+    message: str = ""
+    log: str = ""
+    audits: list[dict[str, Any]] = field(default_factory=list)
+    timing: list[dict[str, Any]] = field(default_factory=list)
+    timing_kernel: list[dict[str, Any]] = field(default_factory=list)
+    gpu_state: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)  # harness.measure.memory.memory_record
+    baseline_failures: list[str] = field(default_factory=list)  # "name: STATUS message" of failed baselines
+    evaluation_id: Optional[int] = None
+
+    @property
+    def evaluated(self) -> bool:
+        return self.status != SKIPPED
+
+
+@dataclass
+class SubmissionResult:
+    submission_id: int
+    solution: str
+    definition: str
+    status: str
+    workloads: list[WorkloadResult]
+    notices: list[str] = field(default_factory=list)
+    timing_unavailable_reason: Optional[str] = None
+    scores: dict[str, Optional[float]] = field(default_factory=dict)
+    scores_partial: dict[str, list[str]] = field(default_factory=dict)  # score -> labels it does not cover
+    static_findings: list[dict[str, Any]] = field(default_factory=list)
+    promotion_blockers: list[str] = field(default_factory=list)
+    audits: list[dict[str, Any]] = field(default_factory=list)  # of the submission as a whole (instruction proof)
+    sandbox: str = ""  # "full" or "reduced (why)": the wall the candidate ran behind
+    phases_s: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        evaluated = [w for w in self.workloads if w.evaluated]
+        return bool(evaluated) and all(w.status == EvaluationStatus.PASSED.value for w in evaluated)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "submission_id": self.submission_id, "solution": self.solution, "definition": self.definition,
+            "status": self.status,
+            "workloads": [{"workload": w.workload, "label": w.label, "status": w.status,
+                           "max_absolute_error": w.max_absolute_error, "max_relative_error": w.max_relative_error,
+                           "latency_ms": w.latency_ms, "kernel_latency_ms": w.kernel_latency_ms,
+                           "reference_latency_ms": w.reference_latency_ms, "speedup_vs_reference": w.speedup_factor,
+                           "flashinfer_official_ms": w.fi_official_ms, "flashinfer_kernel_ms": w.fi_kernel_ms,
+                           "speedup_vs_flashinfer_official": w.speedup_vs_fi_official,
+                           "speedup_vs_flashinfer_kernel": w.speedup_vs_fi_kernel,
+                           "floor_ms": w.floor_ms, "fraction_of_floor": w.fraction_of_floor, "aligned": w.aligned,
+                           "throttled": w.throttled, "fallback": is_fallback(w.audits), "audits": w.audits,
+                           "memory": w.memory or None, "baseline_failures": w.baseline_failures or None,
+                           "message": w.message or None}
+                          for w in self.workloads],
+            "scores": self.scores, "scores_partial": self.scores_partial or None, "audits": self.audits,
+            "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
+            "static_findings": self.static_findings,
+            "timing_unavailable_reason": self.timing_unavailable_reason,
+            "wall_s": self.wall_s, "phases_s": self.phases_s, "sandbox": self.sandbox,
+            "notices": self.notices,
+        }

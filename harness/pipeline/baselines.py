@@ -1,0 +1,114 @@
+"""The FlashInfer baselines of a definition, beside a session's candidates.
+
+Each baseline solution (the dataset's ``solutions/baseline/``) runs in a worker of its own, kept for the session,
+through the same pipeline as a candidate (correctness, official timing) but without audits. A figure is measured
+once per card, toolchain and workload and kept in the archive; a card of the same model reuses another card's
+figures once a spot check on this card agrees (``scores.spot_check_holds``). A failure is archived with its message
+and log and never reused as a figure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..measure import scores
+from ..archive.database import Archive
+from ..measure.correctness import Tolerance
+from ..data.dataset import Dataset, EvalPreset
+from ..data.results import WorkloadResult
+from ..sandbox.runner import WorkerProcess
+from ..data.schema import Definition, EvaluationStatus, Solution, Workload
+from .trusted import TrustedReference
+
+# (solution, definition, timeout) -> (worker, None) or (None, the failed start as a WorkloadResult)
+StartWorker = Callable[[Solution, Definition, float], tuple[Optional[WorkerProcess], Optional[WorkloadResult]]]
+# (worker, definition, workload, label, preset, tolerance, timeout) -> the workload's result, without audits
+EvaluateWorkload = Callable[[WorkerProcess, Definition, Workload, str, EvalPreset, Tolerance, float], WorkloadResult]
+
+
+# One folder for the FlashInfer JIT modules of every archive on a host (FlashInfer compiles the two decode modules in
+# about 34 s on an H200); unset, each archive keeps its own, which travels with the archive to another host.
+FLASHINFER_CACHE_ENV = "CRUCIBLE_FLASHINFER_CACHE"
+
+
+def flashinfer_cache(archive_folder: Path) -> Path:
+    """Where the baselines' workers keep FlashInfer's JIT modules (the one folder they may write)."""
+    chosen = os.environ.get(FLASHINFER_CACHE_ENV, "").strip()
+    return Path(chosen).expanduser() if chosen else Path(archive_folder) / "cache" / "flashinfer"
+
+
+def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The faster of the baselines that passed, per figure (official and kernel), and why the others count not."""
+    passed = [r for r in runs if r["status"] == EvaluationStatus.PASSED.value and r["official_ms"]]
+    failures = [f"{r['solution']}: {r['status']} {r.get('message') or ''}".strip() for r in runs
+                if r["status"] != EvaluationStatus.PASSED.value]
+    if not passed:
+        return {"runs": runs, "official_ms": None, "kernel_ms": None, "failures": failures}
+    best_official = min(passed, key=lambda r: r["official_ms"])
+    best_kernel = min(passed, key=lambda r: r["kernel_ms"] or r["official_ms"])
+    return {"runs": runs, "official_ms": best_official["official_ms"], "official_solution": best_official["solution"],
+            "kernel_ms": best_kernel["kernel_ms"] or best_kernel["official_ms"],
+            "kernel_solution": best_kernel["solution"], "failures": failures}
+
+
+class Baselines:
+    def __init__(self, dataset: Dataset, archive: Archive, trusted: TrustedReference,
+                 carried_trust: dict[tuple[str, str], Optional[bool]], start: StartWorker,
+                 evaluate: EvaluateWorkload):
+        self.dataset, self.archive, self.trusted, self._carried_trust = dataset, archive, trusted, carried_trust
+        self._start, self._evaluate = start, evaluate
+        self.workers: dict[str, Optional[WorkerProcess]] = {}  # solution hash -> its worker (None: failed start)
+        self._start_failure: dict[str, Optional[WorkloadResult]] = {}
+
+    def figures(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
+                timeout_s: float) -> Optional[dict[str, Any]]:
+        """The baselines on this workload (``best_of``), or None where the definition has none."""
+        solutions = self.dataset.baselines(definition.name)
+        if not solutions:
+            return None
+        t = self.trusted
+        runs = []
+        for sol in solutions:
+            keys = (t.toolchain_key, definition.name, workload.uuid, sol.content_hash)
+            cached = self.archive.baseline_run(t.gpu_key, *keys)
+            carried = None if cached else self.archive.baseline_run(t.gpu_key, *keys, gpu_model=t.gpu_model)
+            trust = self._carried_trust.get(("baseline", sol.content_hash))
+            if cached is None and carried is not None and trust:
+                cached = carried
+            if cached is None:
+                cached = self._measure(sol, definition, workload, preset, tol, timeout_s)
+                if carried is not None and trust is None and cached["status"] == EvaluationStatus.PASSED.value:
+                    self._carried_trust[("baseline", sol.content_hash)] = scores.spot_check_holds(
+                        carried["kernel_ms"] or carried["official_ms"], cached["kernel_ms"] or cached["official_ms"])
+            runs.append({"solution": sol.name, **cached})
+        return best_of(runs)
+
+    def _measure(self, sol: Solution, definition: Definition, workload: Workload, preset: EvalPreset,
+                 tol: Tolerance, timeout_s: float) -> dict[str, Any]:
+        worker = self.workers.get(sol.content_hash)
+        if sol.content_hash not in self.workers or (worker is not None and not worker.alive):
+            worker, failure = self._start(sol, definition, timeout_s)
+            self.workers[sol.content_hash] = worker
+            self._start_failure[sol.content_hash] = failure
+        if worker is None:
+            failure = self._start_failure.get(sol.content_hash)
+            run = {"status": failure.status if failure else "COMPILE_ERROR", "official_ms": None, "kernel_ms": None,
+                   "message": f"build: {failure.message if failure else 'failed'}"[:2000],
+                   "log": failure.log if failure else ""}
+        else:
+            wr = self._evaluate(worker, definition, workload, self.dataset.label(workload), preset, tol, timeout_s)
+            run = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms,
+                   "message": wr.message[:2000] or None, "log": wr.log}
+            if not worker.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
+                worker.stop()  # a fresh process for the next workload
+                self.workers.pop(sol.content_hash, None)
+        log = run.pop("log", "")
+        failed = log and run["status"] != EvaluationStatus.PASSED.value
+        run["log_blob"] = self.archive.put_blob(log, "log") if failed else None
+        t = self.trusted
+        self.archive.add_baseline_run({"gpu_key": t.gpu_key, "gpu_model": t.gpu_model, "toolchain": t.toolchain_key,
+                                       "definition": definition.name, "workload_uuid": workload.uuid,
+                                       "solution_hash": sol.content_hash, "solution_name": sol.name, **run})
+        return run

@@ -1,0 +1,109 @@
+"""A solution's worker process: a fresh one for every candidate, launched ahead where that helps, then built.
+
+Every candidate gets its own process (isolation); starting one costs seconds (importing torch, Triton, CUPTI), so a
+``Session`` keeps one spare launched in the background: the first while the reference worker imports, and (with
+``SubmitOptions.spare_worker``) the next candidate's while the current one is evaluated. Baseline workers are
+launched and built the same way, without a spare.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Optional
+
+from ..data.options import SubmitOptions
+from ..data.results import WorkloadResult
+from ..sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
+from ..data.schema import Definition, EvaluationStatus, Solution, dump_json
+
+
+def gpu_visible() -> bool:
+    """Will the workers see a GPU? Asked without touching CUDA here (the harness process never does): device
+    nodes and CUDA_VISIBLE_DEVICES. Only a guess for starting a process early; the reference worker decides."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+class CandidateWorkers:
+    """The session's spare candidate process, and the start (launch, ready, build) of a solution's worker.
+
+    ``options``: the session's (read for ``spare_worker``); ``worker_options(role, cpu_only=None)``: the session's
+    options for a worker of that role; ``phase(name)``: the session's time accounting.
+    """
+
+    def __init__(self, options: SubmitOptions, worker_options: Callable[..., WorkerOptions],
+                 phase: Callable[[str], ContextManager[Any]]):
+        self.options = options
+        self._worker_options, self._phase = worker_options, phase
+        self.spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
+
+    def launch_first_spare(self) -> None:
+        """While the reference imports, the first candidate's process starts (imports torch, Triton) too."""
+        if self.spare is None:
+            self.spare = WorkerProcess(self._worker_options("candidate", cpu_only=not gpu_visible()))
+            try:
+                self.spare.launch()
+            except OSError:
+                self.spare = None
+
+    def fresh(self) -> WorkerProcess:
+        """A candidate process that has never run any code but ours: the spare started earlier, or a new one."""
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.alive and spare.options == self._worker_options("candidate"):
+            return spare
+        if spare is not None:
+            spare.stop(graceful=False)  # it never ran anything: nothing to wind down
+        worker = WorkerProcess(self._worker_options("candidate"))
+        worker.launch()
+        return worker
+
+    def launch_spare(self) -> None:
+        if self.spare is None:
+            self.spare = WorkerProcess(self._worker_options("candidate"))
+            try:
+                self.spare.launch()
+            except OSError:
+                self.spare = None
+
+    def start(self, solution: Solution, definition: Definition, timeout_s: float,
+              role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+        """A built worker for ``solution``, or None and the failed start as a WorkloadResult."""
+        if role == "candidate":
+            worker = self.fresh()
+        else:
+            worker = WorkerProcess(self._worker_options(role))
+            worker.launch()
+        try:
+            with self._phase("worker_start"):
+                worker.wait_ready()
+            if self.options.spare_worker:
+                self.launch_spare()  # the next candidate's process starts while this one is evaluated
+            with self._phase("build"):
+                header, _ = worker.request({"op": "build", "solution": dump_json(solution),
+                                            "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)
+        except WorkerTimeout as err:
+            log = worker.log_text()
+            worker.stop()
+            return None, WorkloadResult("", "", EvaluationStatus.TIMEOUT.value, message=f"build: {err}", log=log)
+        except WorkerCrashed as err:
+            log = worker.log_text()
+            worker.stop()
+            return None, WorkloadResult("", "", EvaluationStatus.COMPILE_ERROR.value, message=f"build: {err}", log=log)
+        if not header.get("ok"):
+            log = (header.get("log") or "") + "\n" + worker.log_text()
+            worker.stop()
+            return None, WorkloadResult("", "", header.get("status", "COMPILE_ERROR"), message=header.get("error", ""),
+                                        log=log.strip())
+        worker.compile_only = bool(header.get("compile_only"))
+        worker.compile_only_note = str(header.get("note") or "")
+        worker.build_log = header.get("log", "")
+        return worker, None
+
+    def close(self) -> None:
+        """Stop the unused spare (it never ran anything: nothing to wind down)."""
+        if self.spare is not None:
+            self.spare.stop(graceful=False)
+            self.spare = None

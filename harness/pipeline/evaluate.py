@@ -1,0 +1,425 @@
+"""The evaluation pipeline: static checks -> build -> correctness -> timing -> archive.
+
+A ``Session`` owns the trusted reference worker and its cache of reference outputs, so several
+solutions (and the controller's thousands of candidates) reuse them. Each solution gets its own
+candidate worker, built once and reused for all workloads; a worker that crashes, hangs or breaks its
+CUDA context is replaced by a fresh one for the next workload. The audit steps around each evaluation
+(static gate, precision, recheck, escalation, attribution, instruction proof) are in harness/audits/session_audits.py;
+one workload's trials and timing in harness/pipeline/workload_evaluation.py; starting a candidate's worker (and the
+spare
+launched ahead) in harness/pipeline/candidate_workers.py; the session's settings (``SubmitOptions``) in
+harness/data/options.py.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import os
+import random
+import secrets
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..archive.database import HARNESS_ERROR, INTERRUPTED, Archive
+from ..data import records
+from ..measure import scores
+from ..audits.thresholds import policy_thresholds
+from .baselines import Baselines, flashinfer_cache
+from ..audits.verdicts import AuditConfig, promotion_blockers
+from ..sandbox.build import static_signature_problem
+from .candidate_workers import CandidateWorkers
+from ..measure.correctness import Tolerance
+from ..data.dataset import Dataset, EvalPreset
+from ..families import family_for
+from ..measure.memory import memory_record, tensor_bytes
+from ..data.options import SubmitOptions
+from .phases import PhaseClock
+from ..sandbox.runner import WorkerOptions, WorkerProcess
+from ..data.schema import Definition, EvaluationStatus, Solution, Workload, dump_json
+from ..sandbox.isolation import load_sandbox_policy
+from ..sandbox.stale import remove_stale
+from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
+from ..data.results import SKIPPED, SubmissionResult, WorkloadResult
+from ..audits.session_audits import SessionAudits
+from .workload_evaluation import WorkloadEvaluation
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+def input_bytes(definition: Definition, workload: Workload) -> int:
+    return tensor_bytes(definition, definition.inputs, workload)
+
+
+def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[float]]:
+    """The definition's scores (harness.measure.scores), without the list of workloads a partial one misses."""
+    return scores.definition_scores(workloads)[0]
+
+
+class Session(WorkloadEvaluation, SessionAudits):
+    """Trusted state shared by submissions: the reference worker, its outputs, the environment."""
+
+    def __init__(self, dataset: Dataset, archive: Archive, options: Optional[SubmitOptions] = None,
+                 progress: Optional[Progress] = None):
+        self.dataset = dataset
+        self.archive = archive
+        self.archive.close_abandoned()  # submissions a killed harness left RUNNING
+        remove_stale()  # and the private folders and cgroups of its workers
+        self.options = options or SubmitOptions()
+        self.sandbox_policy = self.options.sandbox_policy or load_sandbox_policy(dataset.root)
+        self.progress = progress or (lambda kind, data: None)
+        # Seeds the candidate cannot predict before it runs: the archive's secret (so the reference's outputs
+        # of earlier sessions can be reused), or this session's own.
+        archive_secret = None if self.options.fresh_seeds else archive.seed_secret()
+        self._secret = archive_secret or secrets.token_bytes(16)
+        self.audit_config = AuditConfig.for_level(self.options.audit_level)
+        self._rng = random.Random(secrets.randbits(64))  # secret order of recheck calls
+        # (kind, definition) -> do figures carried from another card of this model hold here? None: not checked
+        self._carried_trust: dict[tuple[str, str], Optional[bool]] = {}
+        self.clock = PhaseClock()  # where the time goes: worker start, build, reference, ...
+        self.phase_s = self.clock.totals
+        self._phase = self.clock.phase
+        self.candidates = CandidateWorkers(self.options, self._worker_options, self._phase)
+        self.trusted = TrustedReference(
+            dataset, archive, TrustedSettings(require_sandbox=self.options.require_sandbox,
+                                              sandbox=self.options.sandbox,
+                                              reference_timing=self.options.reference_timing,
+                                              reuse_outputs=archive_secret is not None),
+            self._worker_options, self._phase, self.candidates.launch_first_spare, self._carried_trust)
+        self.baselines = Baselines(
+            dataset, archive, self.trusted, self._carried_trust,
+            lambda sol, definition, timeout_s: self._start_candidate(sol, definition, timeout_s, role="baseline"),
+            lambda *args: self._evaluate_workload(*args, run_audits=False))
+
+    # -- the trusted reference worker ---------------------------------------------------------------
+
+    def _worker_options(self, role: str, cpu_only: Optional[bool] = None) -> WorkerOptions:
+        writable, environment = (), ()
+        if role == "baseline":  # FlashInfer's JIT modules, compiled once per archive (or host) rather than per session
+            cache = flashinfer_cache(self.archive.folder)
+            cache.mkdir(parents=True, exist_ok=True)
+            writable, environment = (str(cache.resolve()),), (("FLASHINFER_WORKSPACE_BASE", str(cache.resolve())),)
+        return WorkerOptions(role=role, device_index=self.options.device_index,
+                             cpu_only=not self.has_gpu if cpu_only is None else cpu_only,
+                             isolate_network=self.options.isolate_network, sandbox=self.options.sandbox,
+                             policy=self.sandbox_policy, dataset_root=str(self.dataset.root),
+                             hidden=(str(self.archive.folder.resolve()),), writable=writable,
+                             environment=environment)
+
+    @property
+    def has_gpu(self) -> bool:
+        # Asked of the reference worker: this process never initialises CUDA, so nothing a candidate
+        # does to a GPU context can reach the harness.
+        return self.trusted.has_gpu
+
+    def reference_worker(self) -> WorkerProcess:
+        return self.trusted.worker()
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        return self.trusted.environment
+
+    @environment.setter
+    def environment(self, value: dict[str, Any]) -> None:
+        self.trusted.environment = value
+
+    @property
+    def sandbox_level(self) -> str:
+        return self.trusted.sandbox_level
+
+    @property
+    def gpu_key(self) -> str:
+        return self.trusted.gpu_key
+
+    @property
+    def gpu_model(self) -> str:
+        return self.trusted.gpu_model
+
+    @property
+    def toolchain_key(self) -> str:
+        return self.trusted.toolchain_key
+
+    def reference_outputs(self, definition: Definition, workload: Workload,
+                          seed: int) -> tuple[str, dict[str, torch.Tensor]]:
+        return self.trusted.outputs(definition, workload, seed)
+
+    def oracle_outputs(self, definition: Definition, workload: Workload, seed: int) -> dict[str, torch.Tensor]:
+        return self.trusted.oracle(definition, workload, seed)
+
+    def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
+                          preset: EvalPreset) -> Optional[float]:
+        # Without a library baseline for the definition (DSA on sm_90) the reference is the only yardstick a
+        # score can have: it is timed whenever baselines are asked for, not only with --time-reference.
+        measure = self.options.baselines and not self.dataset.baselines(definition.name)
+        return self.trusted.latency(definition, workload, seeds, preset, measure=measure)
+
+    def ceilings(self):
+        return self.trusted.ceilings()
+
+    def baseline(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
+                 timeout_s: float) -> Optional[dict[str, Any]]:
+        """The FlashInfer baselines on this workload (harness.pipeline.baselines)."""
+        return self.baselines.figures(definition, workload, preset, tol, timeout_s)
+
+    def _compare(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
+                 timeout_s: float, wr: WorkloadResult) -> None:
+        """Put a timed result in context: the reference, FlashInfer and the hardware floor."""
+        from ..measure.roofline import roofline
+
+        seeds = self._seeds(workload, preset)
+        wr.reference_latency_ms = self.reference_latency(definition, workload, seeds, preset)
+        if wr.reference_latency_ms is not None and wr.latency_ms:
+            wr.speedup_factor = wr.reference_latency_ms / wr.latency_ms
+        with self._phase("baselines"):
+            fi = self.baseline(definition, workload, preset, tol, timeout_s) if self.options.baselines else None
+        if fi:
+            wr.baseline_failures = fi["failures"]
+        if fi and fi["official_ms"]:
+            wr.fi_official_ms, wr.fi_kernel_ms = fi["official_ms"], fi["kernel_ms"]
+            wr.speedup_vs_fi_official = fi["official_ms"] / wr.latency_ms
+            wr.speedup_vs_fi_kernel = fi["kernel_ms"] / (wr.kernel_latency_ms or wr.latency_ms)
+        cost = family_for(definition.op_type).workload_cost(definition, workload, root=self.dataset.root)
+        wr.bytes_moved, wr.flops = cost.bytes_moved, cost.flops
+        with self._phase("ceilings"):
+            ceilings = self.ceilings()
+        result = roofline(cost, ceilings, wr.kernel_latency_ms or wr.latency_ms)
+        wr.floor_ms, wr.fraction_of_floor = result.floor_ms, result.fraction_of_floor
+        wr.audits.append({"name": "roofline_plausibility", "passed": not result.impossible, "detail": result.detail})
+        if result.impossible:
+            wr.message = f"faster than the hardware allows: {result.detail}"
+
+    def close(self) -> None:
+        """Stop every worker of the session, side by side: each tears down a CUDA context (seconds on a GPU)."""
+        self.candidates.close()
+        workers = [w for w in (*self.baselines.workers.values(), self.trusted.process) if w is not None]
+        self.baselines.workers.clear()
+        self.trusted.process = None
+        if len(workers) > 1:
+            with concurrent.futures.ThreadPoolExecutor(len(workers)) as pool:
+                list(pool.map(lambda w: w.stop(), workers))
+        elif workers:
+            workers[0].stop()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- one solution -------------------------------------------------------------------------------
+
+    def submit(self, solution: Solution, *, audit_level: Optional[str] = None) -> SubmissionResult:
+        """Evaluate ``solution`` on the session's workloads. ``audit_level`` overrides the session's for this
+        submission only (the controller's paired timing runs use "off": the candidate's audits were run on
+        its own evaluation, and the candidate cannot tell the levels apart while it is being timed)."""
+        started, phases_before = time.perf_counter(), dict(self.phase_s)
+        session_config = self.audit_config
+        try:
+            # the level (the session's, or this submission's) with the definition's thresholds from its policy
+            definition = self.dataset.definition(solution.definition)
+            overrides = policy_thresholds(self._policy_document(), definition.name, definition.op_type)
+        except (KeyError, ValueError):
+            overrides = {}  # an unknown definition is reported by _submit; a bad policy by the static gate
+        self.audit_config = AuditConfig.for_level(audit_level or session_config.level, **overrides)
+        self._open_submission: Optional[int] = None
+        try:
+            result = self._submit(solution)
+        except BaseException as err:
+            self._close_cut_short(err)
+            raise
+        finally:
+            self.audit_config = session_config
+        result.wall_s = time.perf_counter() - started
+        result.phases_s = {k: round(v - phases_before.get(k, 0.0), 3) for k, v in self.phase_s.items()
+                           if v - phases_before.get(k, 0.0) > 0}
+        return result
+
+    def _close_cut_short(self, err: BaseException) -> None:
+        """A submission the harness could not finish (Ctrl-C, SIGTERM, a harness bug) is archived as such,
+        with its finished workloads, rather than left RUNNING for ever."""
+        if self._open_submission is None:
+            return
+        if isinstance(err, Exception):
+            status, message = HARNESS_ERROR, f"the harness failed: {type(err).__name__}: {err}"[:2000]
+        else:
+            status = INTERRUPTED
+            message = f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
+        try:
+            self.archive.finish_submission(self._open_submission, status, message)
+        except Exception:  # the archive itself may be what failed; the original error matters more
+            pass
+        self._open_submission = None
+
+    def _submit(self, solution: Solution) -> SubmissionResult:
+        definition = self.dataset.definition(solution.definition)
+        preset = self.dataset.preset(definition.name)
+        timeout_s = self.options.timeout_s or preset.timeout_s
+        workloads = self.dataset.workloads_for(definition.name, self.options.workloads)
+        if not workloads:
+            raise ValueError(f"definition {definition.name} has no workloads in {self.dataset.root}")
+        tol = Tolerance(preset.atol, preset.rtol, preset.required_matched_ratio, preset.allow_matching_nonfinite)
+
+        self.reference_worker()  # fixes the environment before anything is archived
+        env_id = self.archive.put_environment(self.environment)
+        self.archive.put_solution(dump_json(solution), solution.content_hash)
+        library_is_own = self.dataset.is_baseline(solution)  # the dataset's own FlashInfer baselines
+        static_findings = self._static_gate(solution, definition, library_is_own)
+        submission_id = self.archive.start_submission(
+            solution.content_hash, solution.name, definition.name, solution.author,
+            {"workloads": [w.uuid for w in workloads], "timeout_s": timeout_s, "preset": preset.model_dump(),
+             "gpu": self.has_gpu, "audit_level": self.audit_config.level, "sandbox": self.sandbox_level,
+             "static_gate": {"passed": not any(f["severity"] == "error" for f in static_findings),
+                             "findings": static_findings}}, env_id)
+        self._open_submission = submission_id
+        result = SubmissionResult(submission_id, solution.name, definition.name, "RUNNING", [],
+                                  static_findings=static_findings, sandbox=self.sandbox_level)
+        if result.sandbox != "full":
+            result.notices.append(f"sandbox: {result.sandbox}")
+        if not self.has_gpu:
+            result.timing_unavailable_reason = "no GPU on this host: correctness only, timing unavailable"
+        elif not self.options.timing:
+            result.timing_unavailable_reason = "timing switched off (--no-timing)"
+        self.progress("start", {"submission_id": submission_id, "solution": solution.name,
+                                "definition": definition.name, "workloads": len(workloads)})
+
+        static_problem = static_signature_problem(solution, definition)
+        candidate: Optional[WorkerProcess] = None
+        build_failure: Optional[WorkloadResult] = None
+        try:
+            for workload in workloads:
+                label = self.dataset.label(workload)
+                self.progress("workload", {"label": label, "uuid": workload.uuid})
+                wr: WorkloadResult
+                size = input_bytes(definition, workload)
+                if (not self.has_gpu and not self.options.all_workloads_on_cpu
+                        and size > self.options.cpu_max_input_mib * (1 << 20)):
+                    wr = WorkloadResult(workload.uuid, label, SKIPPED,
+                                        message=f"skipped on CPU: {size / (1 << 20):.0f} MiB of inputs > "
+                                                f"{self.options.cpu_max_input_mib:g} MiB, too slow for the "
+                                                f"Triton interpreter (--all-workloads runs it)")
+                elif static_problem:
+                    wr = WorkloadResult(workload.uuid, label, EvaluationStatus.COMPILE_ERROR.value,
+                                        message=static_problem, log=static_problem)
+                elif build_failure is not None:
+                    wr = WorkloadResult(workload.uuid, label, build_failure.status, message=build_failure.message,
+                                        log=build_failure.log)
+                else:
+                    if candidate is None or not candidate.alive:
+                        first_build = candidate is None and build_failure is None and not result.workloads
+                        candidate, failure = self._start_candidate(solution, definition, timeout_s)
+                        if candidate is not None and first_build and candidate.build_log.strip():
+                            from ..archive.views import add_artifact
+
+                            add_artifact(self.archive, submission_id, "build_log", candidate.build_log)
+                        if failure is not None:
+                            build_failure = failure
+                            wr = WorkloadResult(workload.uuid, label, failure.status, message=failure.message,
+                                                log=failure.log)
+                            self._record(result, definition, solution, workload, wr, env_id)
+                            continue
+                    self._mark_memory(candidate)
+                    if candidate.compile_only:
+                        wr = WorkloadResult(workload.uuid, label, SKIPPED, message=(
+                            getattr(candidate, "compile_only_note", "") or "compiled with nvcc for "
+                            + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")) + "; no GPU on this host to run it")
+                    else:
+                        wr = self._evaluate_workload(candidate, definition, workload, label, preset, tol, timeout_s,
+                                                     run_audits=self.audit_config.level != "off")
+                        if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
+                            self._compare(definition, workload, preset, tol, timeout_s, wr)
+                            suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound
+                            if self.audit_config.level != "off":
+                                self._attribution(solution, wr, library_is_own)
+                            if suspicious and self.audit_config.level == "fast":
+                                self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr,
+                                               library_is_own)
+                        wr.memory = self._memory_record(definition, workload, candidate)
+                        if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
+                                                                EvaluationStatus.TIMEOUT.value):
+                            # A fresh process (and CUDA context) for the next workload.
+                            candidate.stop()
+                            candidate = None
+                self._record(result, definition, solution, workload, wr, env_id)
+            if build_failure is None and not static_problem:
+                self._instruction_proof(candidate, solution, definition, result)
+        finally:
+            if candidate is not None:
+                candidate.stop()
+
+        evaluated = [w for w in result.workloads if w.evaluated]
+        if not evaluated:
+            result.status = SKIPPED
+        else:
+            result.status = next((w.status for w in evaluated if w.status != EvaluationStatus.PASSED.value),
+                                 EvaluationStatus.PASSED.value)
+        result.scores, result.scores_partial = scores.definition_scores(result.workloads)
+        reasons = {w.label: "; ".join(w.baseline_failures) or "no baseline figure"
+                   for w in result.workloads if w.baseline_failures}
+        result.notices += scores.partial_notice({k: v for k, v in result.scores_partial.items()
+                                                 if k != "vs_reference"}, reasons)
+        failed_baselines = sorted({f.split(":")[0] for w in result.workloads for f in w.baseline_failures})
+        if failed_baselines:
+            result.notices.append(f"FlashInfer baseline(s) {', '.join(failed_baselines)} failed on "
+                                  f"{sum(bool(w.baseline_failures) for w in result.workloads)} workload(s): "
+                                  + next(f for w in result.workloads for f in w.baseline_failures)[:300])
+        if self.options.baselines and self.has_gpu and not self.dataset.baselines(result.definition):
+            result.notices.append(f"no library baseline for {result.definition} on this GPU: scored against the "
+                                  "reference (vs_reference), which is timed for it")
+        over = [w.label for w in result.workloads if w.memory and not w.memory.get("within_budget", True)]
+        if over:
+            result.notices.append(f"GPU memory over budget on {', '.join(over)} (harness show: memory)")
+        result.promotion_blockers = promotion_blockers(
+            [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads],
+            result.static_findings,
+            self.audit_config.level, result.audits)
+        skipped = [w for w in result.workloads if not w.evaluated]
+        if skipped:
+            result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
+        self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices),
+                                       {**result.scores, "scores_partial": result.scores_partial or None,
+                                        "promotable": not result.promotion_blockers,
+                                        "promotion_blockers": result.promotion_blockers, "audits": result.audits})
+        self._open_submission = None
+        self.progress("done", {"status": result.status})
+        return result
+
+    def _start_candidate(self, solution: Solution, definition: Definition, timeout_s: float,
+                         role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+        return self.candidates.start(solution, definition, timeout_s, role)
+
+    @property
+    def _spare(self) -> Optional[WorkerProcess]:
+        """The launched, unused candidate process (harness.pipeline.candidate_workers)."""
+        return self.candidates.spare
+
+    def _mark_memory(self, candidate: WorkerProcess) -> None:
+        for worker in (candidate, self.trusted.process, *self.baselines.workers.values()):
+            if worker is not None:
+                worker.mark_memory()
+
+    def _memory_record(self, definition: Definition, workload: Workload, candidate: WorkerProcess) -> dict[str, Any]:
+        """The GPU memory of this workload's evaluation, per process and together (harness.measure.memory)."""
+        processes = {"candidate": (candidate.peak_bytes, candidate.resident_bytes)}
+        reference = self.trusted.process
+        if reference is not None:
+            processes["reference"] = (reference.peak_bytes, reference.resident_bytes)
+        names = {s.content_hash: s.name for s in self.dataset.baselines(definition.name)}
+        for key, worker in self.baselines.workers.items():
+            if worker is not None and worker.alive and key in names:
+                processes[f"baseline {names.get(key, key[:8])}"] = (worker.peak_bytes, worker.resident_bytes)
+        working = family_for(definition.op_type).reference_working_bytes(definition, workload)
+        return memory_record(definition, workload, processes, working)
+
+    # -- archive --------------------------------------------------------------------------------------
+
+    def _record(self, result: SubmissionResult, definition: Definition, solution: Solution, workload: Workload,
+                wr: WorkloadResult, env_id: str) -> None:
+        wr.workload = workload.uuid
+        log_blob = self.archive.put_blob(wr.log, "log") if wr.log else None
+        trace = records.official_trace(definition, solution, workload, wr, self.environment)
+        wr.evaluation_id = self.archive.add_evaluation(
+            records.evaluation_row(result.submission_id, definition, workload, wr, trace, log_blob, env_id),
+            records.timing_rows(wr))
+        result.workloads.append(wr)
+        self.progress("result", {"label": wr.label, "status": wr.status, "message": wr.message})

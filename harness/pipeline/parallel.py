@@ -1,0 +1,140 @@
+"""Spread evaluations over every GPU of a host: one Session per GPU, one evaluation per GPU at a time.
+
+The per-GPU lock is a file lock, so it also holds between separate harness processes on one host (two
+people, or the controller and a person, submitting at once). Each thread has its own archive connection;
+SQLite's WAL mode and busy timeout serialise the writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import queue
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence, TypeVar
+
+from ..archive.database import Archive
+from ..data.dataset import Dataset
+from .evaluate import Progress, Session, SubmissionResult, SubmitOptions
+from ..data.schema import Solution
+
+LOCK_DIR = Path(os.environ.get("CRUCIBLE_LOCK_DIR", tempfile.gettempdir()))
+
+
+@contextlib.contextmanager
+def gpu_lock(key: str):
+    """Hold the host-wide lock of one GPU (keyed by its UUID, or its index when the UUID is unknown)."""
+    path = LOCK_DIR / f"crucible-gpu-{key.replace('/', '_')}.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def visible_gpu_count(dataset: Dataset, archive: Archive, options: SubmitOptions) -> int:
+    """Asked of a worker, so this process never initialises CUDA."""
+    with Session(dataset, archive, options) as probe:
+        probe.reference_worker()
+        return int(probe.environment.get("device_count") or 0) if probe.environment.get("cuda_available") else 0
+
+
+T = TypeVar("T")
+Take = Callable[[], Optional[tuple[int, T]]]
+
+
+def run_lanes(items: Sequence[T], lanes: int, serve: Callable[[int, "Take[T]"], None]) -> None:
+    """``serve(lane, take)`` on ``lanes`` threads (in this thread when there is one lane); ``take()`` hands out
+    the next ``(index, item)``, or None when the work is done or a lane has failed. The first error is raised
+    here, after every lane has stopped."""
+    work: "queue.Queue[tuple[int, T]]" = queue.Queue()
+    for item in enumerate(items):
+        work.put(item)
+    errors: list[BaseException] = []
+
+    def take() -> Optional[tuple[int, T]]:
+        if errors:
+            return None
+        try:
+            return work.get_nowait()
+        except queue.Empty:
+            return None
+
+    finished = [threading.Event() for _ in range(max(lanes, 1))]
+
+    def lane(index: int) -> None:
+        try:
+            serve(index, take)
+        except BaseException as err:  # surfaced in the caller's thread
+            errors.append(err)
+        finally:
+            finished[index].set()
+
+    if lanes <= 1:
+        lane(0)
+    else:
+        threads = [threading.Thread(target=lane, args=(g,), name=f"lane{g}") for g in range(lanes)]
+        # Waits on events, not Thread.join: a join cut short by a signal can leave the thread marked as
+        # stopped while it still runs (CPython 3.11), and then nothing would stop it.
+        try:
+            for t in threads:
+                t.start()
+            for done in finished:
+                done.wait()
+        except BaseException as err:  # SIGTERM or Ctrl-C reached this thread: end every lane the same way
+            errors.append(err)  # take() hands out nothing more
+            started = [(t, done) for t, done in zip(threads, finished) if t.ident is not None]
+            for t, done in started:
+                if not done.is_set():
+                    _raise_in(t, type(err))
+            for _, done in started:
+                done.wait()  # their finally blocks run: workers stop, cut-short records are closed
+            raise
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+
+
+def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` in another thread at its next Python instruction. Without it, an interrupted process
+    would wait for every lane to finish its work (a whole controller run) before it could exit; the lanes'
+    waits return to Python often (protocol reads poll), so it lands within a fraction of a second."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+
+
+def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, options: SubmitOptions,
+               progress: Optional[Progress] = None, gpus: Optional[int] = None,
+               on_result: Optional[Callable[[SubmissionResult], None]] = None) -> list[SubmissionResult]:
+    """Evaluate ``solutions`` on all visible GPUs (or sequentially on CPU / one GPU); results in input order."""
+    if gpus is None:  # one solution needs no probe: it runs on the first visible GPU either way
+        gpus = visible_gpu_count(dataset, Archive(archive_path), options) if len(solutions) > 1 else 1
+    lanes = max(1, min(gpus, len(solutions)))
+    results: list[Optional[SubmissionResult]] = [None] * len(solutions)
+
+    def serve(lane: int, take: "Take[Solution]") -> None:
+        index = options.device_index if lanes == 1 else lane
+        lane_options = SubmitOptions(**{**options.__dict__, "device_index": index})
+        with Session(dataset, Archive(archive_path), lane_options, progress=progress) as session:
+            while (item := take()) is not None:
+                i, solution = item
+                started = time.perf_counter()
+                session.reference_worker()  # the first time: the session's start (the reference's process)
+                start_s = time.perf_counter() - started
+                key = session.environment.get("gpu_uuid") or session.environment.get("uuid") or f"index{index}"
+                with gpu_lock(key) if session.has_gpu else contextlib.nullcontext():
+                    results[i] = session.submit(solution)
+                if start_s >= 0.001:  # where the time went before the submission began
+                    results[i].phases_s = {"session_start": round(start_s, 3), **results[i].phases_s}
+                if on_result is not None:
+                    on_result(results[i])
+
+    run_lanes(solutions, lanes, serve)
+    return [r for r in results if r is not None]

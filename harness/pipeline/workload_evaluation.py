@@ -1,0 +1,129 @@
+"""One workload on a built worker: the correctness trials against the reference, then the official timing and
+the fresh-input recheck, all within the workload's deadline.
+
+Mixed into ``harness.pipeline.evaluate.Session`` (as ``harness.audits.session_audits.SessionAudits`` is): the
+candidate's
+evaluation and the baselines' (``run_audits=False``) go through ``_evaluate_workload``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import torch
+
+from ..measure.correctness import CheckResult, Tolerance, merge_results
+from ..data.dataset import EvalPreset
+from ..data.inputs import trial_seed
+from ..data.results import WorkloadResult
+from ..sandbox.runner import WorkerCrashed, WorkerProcess, WorkerTimeout
+from ..data.schema import Definition, EvaluationStatus, Workload
+from ..measure.timing_reply import apply_timing_reply
+
+
+class WorkloadEvaluation:
+    """The per-workload evaluation of ``Session`` (see the module docstring); not used on its own.
+
+    What it reads of the session, all set by ``Session.__init__``: ``dataset``, ``options`` (``timing``),
+    ``audit_config``, ``_secret`` (input seeds), ``_phase`` (time accounting), ``has_gpu``, ``reference_outputs``,
+    and the audits of ``SessionAudits`` (``_judge``, ``_precision_audit``, ``_recheck``).
+    ``_within_deadline`` serves those audits' requests too (the recheck's).
+    """
+
+    def _seeds(self, workload: Workload, preset: EvalPreset) -> list[int]:
+        return [trial_seed(self._secret, workload, t) for t in range(preset.num_trials)]
+
+    def _evaluate_workload(self, worker: WorkerProcess, definition: Definition, workload: Workload, label: str,
+                           preset: EvalPreset, tol: Tolerance, timeout_s: float,
+                           run_audits: bool = True) -> WorkloadResult:
+        deadline = time.monotonic() + timeout_s
+        log_offset = worker.log_size()
+        seeds = self._seeds(workload, preset)
+        merged: Optional[CheckResult] = None
+        audits: list[dict[str, Any]] = []
+        wr = WorkloadResult(workload.uuid, label, EvaluationStatus.PASSED.value)
+        try:
+            for trial, seed in enumerate(seeds):
+                ref_fp, ref_out = self.reference_outputs(definition, workload, seed)
+                with self._phase("correctness"):
+                    header, outputs = worker.request(
+                        {"op": "run", "workload": workload.model_dump(mode="json"), "seed": seed,
+                         "dataset_root": str(self.dataset.root)}, timeout_s=max(deadline - time.monotonic(), 0.001))
+                if not header.get("ok"):
+                    wr.status = header.get("status", EvaluationStatus.RUNTIME_ERROR.value)
+                    wr.message = f"trial {trial}: {header.get('error', 'failed')}"
+                    if header.get("context_broken"):
+                        wr.message += " (the CUDA context is broken; the next workload gets a fresh process)"
+                        worker.kill()
+                    break
+                if header.get("input_fingerprint") != ref_fp:
+                    wr.status = EvaluationStatus.RUNTIME_ERROR.value
+                    wr.message = ("harness fault: candidate and reference inputs differ "
+                                  "(input generation not deterministic)")
+                    break
+                if header.get("mutated_inputs"):
+                    audits.append({"name": "input_mutation", "passed": False,
+                                   "detail": f"trial {trial}: modified inputs {header['mutated_inputs']}"})
+                if header.get("aliased_outputs"):
+                    audits.append({"name": "output_aliasing", "passed": False,
+                                   "detail": f"trial {trial}: {'; '.join(header['aliased_outputs'])}"})
+                # Definition order, not the payload's (safetensors sorts names).
+                with self._phase("compare"):
+                    check = self._judge(definition, workload, seed, outputs,
+                                        {n: ref_out[n] for n in definition.outputs}, tol)
+                merged = check if merged is None else merge_results(merged, check)
+                if trial == 0 and check.passed and run_audits:
+                    audits.append(self._precision_audit(definition, workload, seed, outputs, ref_out))
+                if not check.passed:
+                    wr.status = check.status.value
+                    wr.message = f"trial {trial}: {check.message}"
+                    break
+        except WorkerTimeout as err:
+            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{err} (limit {timeout_s:.0f} s per workload)"
+        except WorkerCrashed as err:
+            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, str(err)
+        if merged is not None and merged.has_errors:
+            wr.max_absolute_error = merged.max_absolute_error
+            wr.max_relative_error = merged.max_relative_error
+            wr.matched_ratio = merged.matched_ratio
+        if not audits and merged is not None:  # at least one call completed and was inspected
+            audits.append({"name": "input_mutation", "passed": True, "detail": "inputs unchanged"})
+            audits.append({"name": "output_aliasing", "passed": True, "detail": "outputs are fresh memory"})
+        wr.audits = audits
+
+        if wr.status == EvaluationStatus.PASSED.value:
+            self._time(worker, definition, workload, seeds, preset, wr, deadline)
+        if wr.status == EvaluationStatus.PASSED.value and run_audits:
+            self._recheck(worker, definition, workload, preset, tol, wr, deadline)
+        wr.log = worker.log_since(log_offset) if worker.workdir else ""
+        return wr
+
+    def _within_deadline(self, worker: WorkerProcess, message: dict[str, Any], deadline: float, wr: WorkloadResult,
+                         what: str, phase: str) -> Optional[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+        """One request inside the workload's deadline; a hang or a crash becomes the workload's status."""
+        try:
+            with self._phase(phase):
+                return worker.request(message, timeout_s=max(deadline - time.monotonic(), 0.001))
+        except WorkerTimeout as err:
+            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{what}: {err}"
+        except WorkerCrashed as err:
+            wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, f"{what}: {err}"
+        return None
+
+    def _time(self, worker: WorkerProcess, definition: Definition, workload: Workload, seeds: list[int],
+              preset: EvalPreset, wr: WorkloadResult, deadline: float) -> None:
+        if not self.has_gpu:
+            wr.timing_note = "no GPU: timing unavailable"
+            return
+        if not self.options.timing:
+            wr.timing_note = "timing switched off"
+            return
+        reply = self._within_deadline(worker, {"op": "time", "workload": workload.model_dump(mode="json"),
+                                               "seeds": seeds, "warmup": preset.warmup,
+                                               "iterations": preset.iterations, "dataset_root": str(self.dataset.root),
+                                               "clock_truth_calls": 9 if self.audit_config.level != "off" else 0},
+                                      deadline, wr, "timing", "timing")
+        if reply is None:
+            return
+        apply_timing_reply(wr, reply[0], self.audit_config)

@@ -1,0 +1,305 @@
+"""Build a Solution into a callable: python | triton | cuda | cpp. Runs inside the worker only.
+
+Every failure is a ``BuildError`` carrying the compiler's (or importer's) output, which becomes a
+COMPILE_ERROR with that log. On a machine without a GPU, CUDA sources are compiled by nvcc to a
+cubin for the target architecture, so compile errors are still caught, but nothing is run.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..data.schema import Definition, Language, Solution
+
+DEFAULT_CUDA_ARCH = os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
+CUDA_SUFFIXES = {".cu"}
+CPP_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
+
+
+class BuildError(Exception):
+    def __init__(self, message: str, log: str = ""):
+        super().__init__(message)
+        self.log = log
+
+
+@dataclass
+class Built:
+    fn: Optional[Callable[..., Any]]
+    setup: Optional[Callable[..., Any]] = None
+    log: str = ""
+    compile_only: bool = False  # CUDA sources checked by nvcc on a host without a GPU
+    artifacts: dict[str, str] = field(default_factory=dict)  # kind -> path (cubin, .so)
+    note: str = ""  # why a build could not go further here (compile_only)
+
+
+def expected_params(definition: Definition, dps: bool, has_setup: bool = False) -> list[str]:
+    return list(definition.inputs) + (list(definition.outputs) if dps else []) + (["setup_state"] if has_setup else [])
+
+
+def signature_problem(fn: Callable[..., Any], definition: Definition, dps: bool,
+                      has_setup: bool = False) -> Optional[str]:
+    """Why ``fn`` cannot be called as the definition says, or None. Extra defaulted parameters are fine."""
+    names = expected_params(definition, dps, has_setup)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # compiled callables may not expose a signature; the first call will tell
+    try:
+        sig.bind(*[object()] * len(names))
+    except TypeError as err:
+        style = "destination-passing style" if dps else "value-returning style"
+        return (f"{style} callable must take {len(names)} positional parameters ({', '.join(names)}), "
+                f"but its signature is {sig}: {err}")
+    return None
+
+
+def static_signature_problem(solution: Solution, definition: Definition) -> Optional[str]:
+    """The same check from the source text alone, before any process is started (python/triton only)."""
+    if solution.spec.language not in (Language.python, Language.triton):
+        return None
+    source = next(s.content for s in solution.sources if s.path == solution.spec.entry_file)
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        return f"{solution.spec.entry_file}:{err.lineno}: syntax error: {err.msg}"
+    symbol = solution.spec.entry_symbol
+    if any(symbol in _names_bound(n) for n in _conditional_statements(tree.body)):
+        return None  # bound under an if/try at module level: which branch wins is the worker's to see
+    bindings = [n for n in tree.body if symbol in _names_bound(n)]
+    if not bindings:
+        return f"{solution.spec.entry_file} defines no top-level `{symbol}`"
+    fn = bindings[-1]  # Python keeps the last binding
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None  # bound some other way (a class, an assignment, an import): the worker checks it
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    required = len(positional) - len(a.defaults)
+    has_setup = solution.spec.setup is not None
+    n = len(expected_params(definition, solution.spec.destination_passing_style, has_setup))
+    if (a.vararg is None and len(positional) < n) or required > n:
+        names = expected_params(definition, solution.spec.destination_passing_style, has_setup)
+        style = "destination-passing style" if solution.spec.destination_passing_style else "value-returning style"
+        return (f"{solution.spec.entry_point}: {style} callable must take {n} positional parameters "
+                f"({', '.join(names)}), but it takes {len(positional)} ({', '.join(x.arg for x in positional)})")
+    missing_kwonly = [k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+    if missing_kwonly:
+        return f"{solution.spec.entry_point}: keyword-only parameters without defaults: {missing_kwonly}"
+    return None
+
+
+def _conditional_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Statements nested in module-level if/try/with blocks (they still bind module names)."""
+    out: list[ast.stmt] = []
+    for node in body:
+        blocks = []
+        if isinstance(node, (ast.If, ast.While, ast.For)):
+            blocks = [node.body, node.orelse]
+        elif isinstance(node, ast.Try):
+            blocks = [node.body, node.orelse, node.finalbody, *[h.body for h in node.handlers]]
+        elif isinstance(node, ast.With):
+            blocks = [node.body]
+        for block in blocks:
+            out.extend(block)
+            out.extend(_conditional_statements(block))
+    return out
+
+
+def _names_bound(node: ast.stmt) -> set[str]:
+    """Names a top-level statement binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+        node, (ast.AnnAssign, ast.AugAssign)) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def write_sources(solution: Solution, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    for src in solution.sources:
+        target = (dest / src.path).resolve()
+        if root not in target.parents:
+            raise BuildError(f"source path {src.path!r} escapes the solution folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(src.content)
+    return dest
+
+
+@contextlib.contextmanager
+def captured_fds(log_path: Path):
+    """Send this process's fd 1 and 2 to a file for the duration (compilers write there, not to sys.stdout)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> Built:
+    package = f"crucible_solution_{solution.content_hash[:12]}"
+    src_root = workdir / "src"
+    pkg_dir = write_sources(solution, src_root / package)
+    for d in [pkg_dir, *[p for p in pkg_dir.rglob("*") if p.is_dir()]]:
+        (d / "__init__.py").touch(exist_ok=True)
+    if str(src_root) not in sys.path:
+        sys.path.insert(0, str(src_root))
+    module_name = package + "." + solution.spec.entry_file.removesuffix(".py").replace("/", ".")
+    # torch.utils.cpp_extension.load_inline / load at import time is a build: into the worker's private
+    # TORCH_EXTENSIONS_DIR, its compiler output in the build log, its failure a COMPILE_ERROR with that log.
+    log_path = workdir / "build.log"
+    try:
+        with captured_fds(log_path):
+            module = importlib.import_module(module_name)
+    except BaseException as err:  # SyntaxError, ImportError, SystemExit from module level...
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        tb = traceback.format_exc()
+        if not have_gpu and "cpp_extension" in tb:  # a CUDA extension needs the GPU host's toolchain
+            return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
+                         note="a torch CUDA extension (load_inline/load): built and run on a GPU host only")
+        what = ("building a torch extension" if "Error building extension" in str(err)
+                else f"importing {solution.spec.entry_file}")
+        raise BuildError(f"{what} failed: {type(err).__name__}: {str(err)[-4000:]}",
+                         (log + "\n" + tb).strip()) from None
+    fn = getattr(module, solution.spec.entry_symbol, None)
+    if fn is None:
+        raise BuildError(f"{solution.spec.entry_file} has no symbol {solution.spec.entry_symbol!r}")
+    if not callable(fn):
+        raise BuildError(f"{solution.spec.entry_point} is a {type(fn).__name__}, not callable")
+    setup = None
+    if solution.spec.setup:
+        setup_file, setup_symbol = solution.spec.setup.split("::")
+        setup_module = importlib.import_module(package + "." + setup_file.removesuffix(".py").replace("/", "."))
+        setup = getattr(setup_module, setup_symbol, None)
+        if not callable(setup):
+            raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
+
+
+def extension_binaries() -> dict[str, str]:
+    """The shared objects torch's cpp_extension built in this worker's private TORCH_EXTENSIONS_DIR."""
+    folder = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not folder or not Path(folder).is_dir():
+        return {}
+    return {f"so:{p.relative_to(folder).as_posix()}": str(p) for p in sorted(Path(folder).rglob("*.so"))}
+
+
+def _sources_by_kind(pkg_dir: Path, solution: Solution) -> tuple[list[str], list[str]]:
+    cuda = [str(pkg_dir / s.path) for s in solution.sources if Path(s.path).suffix in CUDA_SUFFIXES]
+    cpp = [str(pkg_dir / s.path) for s in solution.sources if Path(s.path).suffix in CPP_SUFFIXES]
+    return cuda, cpp
+
+
+def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str) -> Built:
+    nvcc = shutil.which("nvcc") or (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
+    if not Path(nvcc).exists():
+        raise BuildError("CUDA sources need nvcc to be checked, and nvcc was not found (set CUDA_HOME)")
+    includes = [f"-I{pkg_dir}"]
+    try:
+        from torch.utils.cpp_extension import include_paths
+        import sysconfig
+
+        includes += [f"-I{p}" for p in include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    except Exception:
+        pass
+    log, artifacts = [], {}
+    for f in cuda_files:
+        rel = Path(f).relative_to(pkg_dir)
+        cubin = out_dir / ("__".join(rel.with_suffix("").parts) + f".{arch}.cubin")
+        cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-std=c++17", "-O3", *includes, "-o", str(cubin), f]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        log.append("$ " + " ".join(cmd[:4] + ["..."] + cmd[-3:]) + "\n" + proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise BuildError(f"nvcc failed on {Path(f).name} (exit {proc.returncode})", "\n".join(log))
+        artifacts[f"cubin:{rel.as_posix()}"] = str(cubin)
+    return Built(fn=None, log="\n".join(log), compile_only=True, artifacts=artifacts)
+
+
+def _build_native(solution: Solution, workdir: Path, have_gpu: bool) -> Built:
+    pkg_dir = write_sources(solution, workdir / "src" / "native")
+    build_dir = workdir / "build"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cuda_files, cpp_files = _sources_by_kind(pkg_dir, solution)
+    if not cuda_files and not cpp_files:
+        raise BuildError(f"a {solution.spec.language.value} solution needs .cu/.cpp sources; none were given")
+    if cuda_files and not have_gpu:
+        return _nvcc_cubins(cuda_files, pkg_dir, build_dir, DEFAULT_CUDA_ARCH)
+    name = f"crucible_{solution.content_hash[:12]}"
+    log_path = workdir / "build.log"
+    binding = solution.spec.binding or "tvm-ffi"
+    try:
+        with captured_fds(log_path):
+            if binding == "torch":
+                from torch.utils.cpp_extension import load
+
+                module = load(name=name, sources=cpp_files + cuda_files, build_directory=str(build_dir),
+                              extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], verbose=True)
+            else:
+                try:
+                    import tvm_ffi.cpp
+                except ImportError:
+                    raise BuildError("binding 'tvm-ffi' needs the apache-tvm-ffi package (pip install crucible[gpu]) "
+                                     "or use binding 'torch'") from None
+                module = tvm_ffi.cpp.load(name, cpp_files=cpp_files or None, cuda_files=cuda_files or None,
+                                          build_directory=str(build_dir))
+    except BuildError:
+        raise
+    except BaseException as err:
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        raise BuildError(f"building the {binding} extension failed: {type(err).__name__}: {err}",
+                         log + "\n" + traceback.format_exc()) from None
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    fn = getattr(module, solution.spec.entry_symbol, None)
+    if fn is None:
+        raise BuildError(f"the built module exports no {solution.spec.entry_symbol!r}", log)
+    so = next(iter(sorted(build_dir.glob("*.so"))), None)
+    return Built(fn=fn, log=log, artifacts={"so": str(so)} if so else {})
+
+
+def build(solution: Solution, definition: Definition, workdir: Path, have_gpu: bool) -> Built:
+    if solution.definition != definition.name:
+        raise BuildError(f"solution is for {solution.definition!r}, not {definition.name!r}")
+    lang = solution.spec.language
+    if lang in (Language.python, Language.triton):
+        built = _import_python(solution, workdir, have_gpu)
+    elif lang in (Language.cuda, Language.cpp):
+        built = _build_native(solution, workdir, have_gpu)
+    else:
+        raise BuildError(f"language {lang.value!r} is not supported by this harness yet")
+    if built.fn is not None:
+        problem = signature_problem(built.fn, definition, solution.spec.destination_passing_style,
+                                    solution.spec.setup is not None)
+        if not problem and built.setup is not None:
+            problem = signature_problem(built.setup, definition, False)
+            problem = problem and f"setup: {problem}"
+        if problem:
+            raise BuildError(problem, built.log)
+    return built
+
+
+def make_workdir(prefix: str = "crucible-build-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))

@@ -1,0 +1,402 @@
+"""Start, talk to and stop worker processes: each in its own sandbox (harness.sandbox.isolation), with deadlines.
+
+The harness process itself never imports candidate code and never touches CUDA: a candidate that
+hangs is killed with its whole namespace, one that crashes leaves a log, and the next request
+gets a fresh worker. A worker's output is streamed through a pipe into a bounded buffer (its head and
+tail), so a candidate that prints without end costs the harness no memory and ends at its output limit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from . import protocol
+from .isolation import Sandbox, SandboxPolicy, human_bytes, make_sandbox
+
+LOG_LIMIT = 5 << 20  # the official evaluator keeps at most 5 MiB of log
+
+# Variables a worker may inherit; everything else (API keys, tokens, cloud credentials) stays behind.
+_PASS_PREFIXES = ("CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "NCCL_", "NVSHMEM_", "LC_", "OMP_", "MKL_", "OPENBLAS_",
+                  "FLASHINFER_", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH", "LANG", "TERM", "TZ",
+                  "CRUCIBLE_CUDA_ARCH", "MAX_JOBS", "CC", "CXX")
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
+
+
+class WorkerCrashed(RuntimeError):
+    def __init__(self, message: str, log: str):
+        super().__init__(message)
+        self.log = log
+
+
+class WorkerTimeout(RuntimeError):
+    def __init__(self, message: str, log: str):
+        super().__init__(message)
+        self.log = log
+
+
+# What one nvcc/cicc job of a heavy CUTLASS instantiation holds (FlashInfer's fused MoE on sm_90 took a 32 GiB
+# worker past its limit with 16 jobs on the H200).
+COMPILE_JOB_BYTES = 5 << 30
+
+
+def compile_jobs(memory_bytes: int, requested: Optional[str], cpus: int) -> str:
+    """``MAX_JOBS`` for a worker: what the host asked for (else its CPU count), but no more parallel compile jobs
+    than the worker's memory limit holds, so a JIT build (FlashInfer's, ``load_inline``'s) finishes instead of
+    killing the worker."""
+    try:
+        asked = int(requested) if requested else cpus
+    except ValueError:
+        asked = cpus
+    return str(max(1, min(asked, memory_bytes // COMPILE_JOB_BYTES)))
+
+
+def scrubbed_environment(extra: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(_PASS_PREFIXES) and not _SECRET.search(k)}
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding the harness package
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [package_root, env.get("PYTHONPATH", "")] if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if home is not None:
+        env.update(HOME=str(home), TMPDIR=str(home), TRITON_CACHE_DIR=str(home / ".triton"),
+                   TORCH_EXTENSIONS_DIR=str(home / ".torch_extensions"), XDG_CACHE_HOME=str(home / ".cache"))
+    env.update(extra or {})
+    return env
+
+
+@lru_cache(maxsize=1)
+def network_isolation() -> tuple[tuple[str, ...], str]:
+    """A command prefix that starts the worker without network access, where this host allows it."""
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return (), "unshare not found: worker has the host's network"
+    for prefix in ((unshare, "--net", "--"), (unshare, "--user", "--map-root-user", "--net", "--")):
+        try:
+            probe = subprocess.run([*prefix, sys.executable, "-c", "pass"], capture_output=True, timeout=20)
+            ok = probe.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return prefix, "network namespace without interfaces"
+    return (), "this host does not allow network namespaces: worker has the host's network"
+
+
+class LogSink:
+    """A worker's stdout and stderr, read from a pipe by a thread: the head and tail of the whole stream and of
+    the current segment (one workload's share), never more. Past ``limit`` bytes it calls ``on_limit`` once."""
+
+    def __init__(self, fd: int, limit: int, on_limit: Any, keep: int = LOG_LIMIT):
+        self.total = 0
+        self.limit, self.on_limit, self.half = limit, on_limit, keep // 2
+        self.over = False
+        self._head = bytearray()
+        self._segment_start = 0
+        self._segment_head = bytearray()
+        self._tail = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="worker-log")
+        self._thread.start()
+
+    def _drain(self, fd: int) -> None:
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.feed(chunk)
+        finally:
+            os.close(fd)
+
+    def feed(self, chunk: bytes) -> None:
+        with self._lock:
+            self.total += len(chunk)
+            for buf in (self._head, self._segment_head):
+                if len(buf) < self.half:
+                    buf += chunk[: self.half - len(buf)]
+            self._tail += chunk
+            if len(self._tail) > self.half:
+                del self._tail[: len(self._tail) - self.half]
+            crossed = self.total > self.limit and not self.over
+            self.over = self.over or crossed
+        if crossed:
+            self.on_limit()
+
+    def mark(self) -> int:
+        """Start a new segment; returns its offset in the stream."""
+        with self._lock:
+            self._segment_start, self._segment_head = self.total, bytearray()
+            return self.total
+
+    @staticmethod
+    def _join(head: bytes, tail: bytes, length: int) -> str:
+        """``length`` bytes of which ``head`` are the first and ``tail`` the last (they may overlap)."""
+        if length <= len(head):
+            data = head[:length]
+        elif length <= len(head) + len(tail):
+            data = head + tail[len(tail) - (length - len(head)):]
+        else:
+            cut = length - len(head) - len(tail)
+            return (head.decode(errors="replace") + f"\n[... {cut} bytes of log cut ...]\n"
+                    + tail.decode(errors="replace"))
+        return bytes(data).decode(errors="replace")
+
+    def text(self) -> str:
+        with self._lock:
+            return self._join(bytes(self._head), bytes(self._tail), self.total)
+
+    def since(self, offset: int) -> str:
+        with self._lock:
+            if offset != self._segment_start:
+                return self._join(b"", bytes(self._tail), self.total - offset)
+            return self._join(bytes(self._segment_head), bytes(self._tail), self.total - offset)
+
+    def wait(self, timeout: float = 5.0) -> None:
+        self._thread.join(timeout)
+
+
+def truncate_log(text: str, limit: int = LOG_LIMIT) -> str:
+    data = text.encode(errors="replace")
+    if len(data) <= limit:
+        return text
+    half = limit // 2
+    cut = len(data) - 2 * half
+    return (data[:half].decode(errors="replace") + f"\n[... {cut} bytes of log cut ...]\n"
+            + data[-half:].decode(errors="replace"))
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (``timeout``, ``kill``, a batch scheduler) end the process as an exception would, so the
+    ``finally`` blocks run: workers stop, and a submission cut short is archived as INTERRUPTED, not left RUNNING."""
+    import threading
+
+    def _exit(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit)
+
+
+@dataclass
+class WorkerOptions:
+    role: str = "candidate"
+    device_index: Optional[int] = None  # which GPU (CUDA_VISIBLE_DEVICES); None: as the host has it
+    cpu_only: bool = False  # no GPU: Triton runs in its interpreter
+    isolate_network: bool = True
+    start_timeout_s: float = 120.0
+    sandbox: bool = True  # False (--no-sandbox): namespaces off, rlimits kept; results say "reduced"
+    policy: SandboxPolicy = field(default_factory=SandboxPolicy)
+    dataset_root: Optional[str] = None  # its blob/ folder is what the worker may read of the dataset
+    hidden: tuple[str, ...] = ()  # paths no bind may expose (the archive)
+    # host folders the worker may write (the dataset's baselines: FlashInfer's JIT cache, kept between sessions)
+    writable: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()  # variables set for the worker on top of the scrubbed ones
+
+
+class WorkerProcess:
+    def __init__(self, options: WorkerOptions):
+        self.options = options
+        self.proc: Optional[subprocess.Popen] = None
+        self.workdir: Optional[Path] = None
+        self.environment: dict[str, Any] = {}
+        self.isolation_note = ""
+        self.sandbox: Optional[Sandbox] = None
+        self.log: Optional[LogSink] = None
+        self.limit_hit = ""  # the sandbox limit the worker ran into, once it has
+        # GPU memory as the worker reports it: the most any request held since mark_memory(), and what it
+        # still holds between requests (its context's allocations are not in either)
+        self.peak_bytes = 0
+        self.resident_bytes = 0
+
+    def mark_memory(self) -> None:
+        """Start counting the peak afresh (one workload's share)."""
+        self.peak_bytes = 0
+
+    # -- life cycle -----------------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (it imports torch and friends meanwhile)."""
+        o = self.options
+        extra = {}
+        if o.cpu_only:
+            extra.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+        elif o.device_index is not None:
+            # Index into what this process may see: "2,3" and index 1 mean physical GPU 3.
+            visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+            i = o.device_index
+            extra["CUDA_VISIBLE_DEVICES"] = visible[i] if i < len(visible) else str(i)
+        if os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S"):  # the worker's stacks too, into its log
+            extra["CRUCIBLE_DUMP_STACKS_AFTER_S"] = os.environ["CRUCIBLE_DUMP_STACKS_AFTER_S"]
+        readable = [str(Path(__file__).resolve().parents[1])]  # the whole harness package
+        if o.dataset_root:
+            readable += [str(Path(o.dataset_root) / "blob"), str(Path(o.dataset_root).resolve() / "blob")]
+        self.sandbox = make_sandbox(o.policy, o.role, readable, list(o.hidden), os.environ.get("PYTHONPATH", ""),
+                                    gpu=not o.cpu_only, writable=list(o.writable), enabled=o.sandbox,
+                                    network=not o.isolate_network)
+        self.workdir = self.sandbox.folder
+        extra["MAX_JOBS"] = compile_jobs(o.policy.memory_bytes, os.environ.get("MAX_JOBS"), os.cpu_count() or 1)
+        env = scrubbed_environment({**extra, **dict(o.environment)}, home=self.sandbox.workdir_inside)
+        prefix: tuple[str, ...] = ()
+        if self.sandbox.full:
+            self.isolation_note = ("network namespace without interfaces" if o.isolate_network
+                                   else "network isolation off")
+            parent = 1  # the namespace's init: the worker dies with it, and it with the harness
+        else:
+            self.isolation_note = "network isolation off"
+            if o.isolate_network:
+                prefix, self.isolation_note = network_isolation()
+            parent = os.getpid()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        log_r, log_w = os.pipe()
+        cmd = [*prefix, *self.sandbox.command(
+            [sys.executable, "-m", "harness.sandbox.worker",
+             "--role", "reference" if o.role == "reference" else "candidate",
+             "--rfd", str(req_r), "--wfd", str(rep_w),
+             "--parent-pid", str(parent)])]
+        try:
+            self.proc = subprocess.Popen(cmd, env=env, cwd=self.sandbox.folder, stdin=subprocess.DEVNULL,
+                                         stdout=log_w, stderr=log_w, pass_fds=(req_r, rep_w),
+                                         start_new_session=True)
+        finally:
+            for fd in (req_r, rep_w, log_w):
+                os.close(fd)
+        self.log = LogSink(log_r, o.policy.output_bytes, self._output_limit)
+        self._w, self._r = req_w, rep_r
+
+    def _output_limit(self) -> None:
+        self.limit_hit = f"output limit ({human_bytes(self.options.policy.output_bytes)} of stdout/stderr) exceeded"
+        self.kill(wait=False)
+
+    @property
+    def sandbox_level(self) -> str:
+        return self.sandbox.level if self.sandbox is not None else "not started"
+
+    def wait_ready(self) -> dict[str, Any]:
+        """The worker's hello: its environment, once its imports are done."""
+        header, _ = self.request({"op": "hello"}, timeout_s=self.options.start_timeout_s)
+        self.environment = header.get("environment", {})
+        return self.environment
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_size(self) -> int:
+        """Start a new log segment (one workload's share); its offset, for ``log_since``."""
+        return self.log.mark() if self.log is not None else 0
+
+    def log_since(self, offset: int) -> str:
+        """What the worker printed since ``offset`` (its head and tail past LOG_LIMIT)."""
+        return self.log.since(offset) if self.log is not None else ""
+
+    def log_text(self) -> str:
+        return self.log.text() if self.log is not None else ""
+
+    def kill(self, wait: bool = True) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if wait:
+                self.proc.wait()
+
+    def ended_by(self, code: Optional[int]) -> str:
+        """Why a dead worker ended: the sandbox limit it ran into, else its exit."""
+        reason = self.limit_hit or (self.sandbox.exit_reason(code) if self.sandbox is not None else None)
+        if reason:
+            self.limit_hit = reason
+            return f"sandbox: {reason}"
+        if self.sandbox is not None and self.sandbox.full and code is not None and 128 < code < 128 + 65:
+            code = -(code - 128)  # the namespace's init (sh) reports a signal as 128 + its number
+        return describe_exit(code)
+
+    def stop(self, graceful: bool = True) -> None:
+        """End the process (asking it first when ``graceful``) and remove its private folder."""
+        if self.alive and graceful:
+            try:
+                self.request({"op": "exit"}, timeout_s=10)
+                self.proc.wait(timeout=10)
+            except Exception:
+                pass
+        self.kill()
+        for fd in (getattr(self, "_w", None), getattr(self, "_r", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._w = self._r = None
+        if self.log is not None:
+            self.log.wait()
+        if self.sandbox is not None:
+            self.sandbox.close()
+        self.workdir = None
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    def request(self, message: dict[str, Any], timeout_s: float,
+                tensors: Optional[dict[str, torch.Tensor]] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        if not self.alive:
+            raise WorkerCrashed("the worker is not running", self.log_text())
+        deadline = time.monotonic() + timeout_s
+        try:
+            protocol.write_message(self._w, message, tensors)
+            header, tensors = protocol.read_message(self._r, deadline)
+        except protocol.Timeout:
+            self.kill()
+            raise WorkerTimeout(f"no answer within {timeout_s:.0f} s", self.log_text()) from None
+        except (protocol.PeerClosed, BrokenPipeError, protocol.ProtocolError) as err:
+            if isinstance(err, protocol.ProtocolError):
+                self.kill()  # it speaks garbage: whatever it is doing, it is done
+            try:
+                code = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                code = self.proc.returncode
+            raise WorkerCrashed(f"the worker died ({self.ended_by(code)}): {err}", self.log_text()) from None
+        memory = header.get("memory")
+        if isinstance(memory, dict):  # reported by the worker itself: a measure, not a proof
+            self.peak_bytes = max(self.peak_bytes, int(memory.get("peak_bytes") or 0))
+            self.resident_bytes = int(memory.get("resident_bytes") or 0)
+        if not header.get("ok") and isinstance(header.get("error"), str) and self.sandbox is not None:
+            header["error"] = self.sandbox.annotate(header["error"])
+        return header, tensors
+
+    def __enter__(self) -> "WorkerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

@@ -1,0 +1,497 @@
+"""The worker process: the only place candidate code is imported and called.
+
+Started by ``harness.sandbox.runner`` as ``python -m harness.sandbox.worker --role R --rfd N --wfd M`` with a scrubbed
+environment in a private folder. Requests arrive as JSON; replies are JSON plus safetensors
+(``harness.sandbox.protocol``). Two roles:
+- ``candidate``: builds one solution, runs it on inputs it generates itself from (workload, seed),
+  checks that it left its inputs alone, and times it. It never receives reference outputs.
+- ``reference``: runs the definition's reference (trusted code) and returns its outputs to the harness,
+  which compares them with the candidate's in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import functools
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import protocol
+from .build import Built, BuildError, build
+from ..measure.device_measure import (l2_flush, memory_mark, memory_release, raise_clocks, sync,
+                             wall_call)
+from ..data.inputs import allocate_outputs, content_digest, fingerprint, generate_inputs
+from ..measure.oracle import run_in_float64
+from ..data.schema import Definition, Solution, Workload
+
+
+def _environment() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+    }
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except Exception:
+        info["triton"] = None
+    try:  # the version only: importing flashinfer itself costs seconds
+        from importlib.metadata import version
+
+        info["flashinfer"] = version("flashinfer-python")
+    except Exception:
+        info["flashinfer"] = None
+    if info["cuda_available"]:
+        props = torch.cuda.get_device_properties(0)
+        info.update(device_count=torch.cuda.device_count(), device_name=props.name, cuda=torch.version.cuda,
+                    capability=f"{props.major}.{props.minor}", sm_count=props.multi_processor_count,
+                    l2_bytes=getattr(props, "L2_cache_size", None), memory_bytes=props.total_memory,
+                    uuid=str(getattr(props, "uuid", "")))
+        from ..measure.gpu_state import gpu_state
+
+        state = gpu_state(_nvml_index())
+        info.update(driver=state.get("driver"), gpu_uuid=state.get("uuid"), gpu_state_at_start=state)
+    return info
+
+
+def _nvml_index() -> int:
+    """NVML numbers GPUs physically; CUDA_VISIBLE_DEVICES (set per worker by the harness) says which one."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+    return int(visible) if visible.isdigit() else 0
+
+
+def _device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _context_broken(device: torch.device) -> bool:
+    """After an exception: is this process's CUDA context still usable?"""
+    if device.type != "cuda":
+        return False
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device=device).add_(1).item()
+        return False
+    except Exception:
+        return True
+
+
+_REQUIRED_OUTPUTS: dict[tuple[str, str, tuple[str, ...]], int] = {}
+
+
+def _required_count(definition: Definition) -> int:
+    """How many leading outputs a value-returning solution must return: asked of the family once per definition,
+    then a dictionary lookup (this runs inside wall-timed calls)."""
+    key = (definition.op_type, definition.name, tuple(definition.outputs))
+    if key not in _REQUIRED_OUTPUTS:
+        from ..families import family_for
+
+        _REQUIRED_OUTPUTS[key] = len(family_for(definition.op_type).required_outputs(definition))
+    return _REQUIRED_OUTPUTS[key]
+
+
+def _as_output_dict(definition: Definition, returned: Any) -> dict[str, Any]:
+    """What a value-returning call gave, by output name. A family may let trailing outputs be left out (the
+    sparse attention's lse: the official evaluator takes ``output`` alone or ``(output, lse)``)."""
+    names = list(definition.outputs)
+    least = _required_count(definition)
+    if isinstance(returned, torch.Tensor) and least <= 1:
+        return {names[0]: returned}
+    if isinstance(returned, (tuple, list)) and least <= len(returned) <= len(names):
+        return dict(zip(names, returned))
+    wanted = f"{len(names)}" if least == len(names) else f"{least} to {len(names)}"
+    raise TypeError(f"a value-returning solution must return {wanted} tensor(s) "
+                    f"({', '.join(names)}), got {type(returned).__name__}"
+                    + (f" of length {len(returned)}" if isinstance(returned, (tuple, list)) else ""))
+
+
+def _aliasing(inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
+    """Outputs that share memory with an input or with another output."""
+    seen: dict[int, str] = {}
+    for name, t in inputs.items():
+        if isinstance(t, torch.Tensor) and t.numel():
+            seen[t.untyped_storage().data_ptr()] = f"input {name}"
+    problems = []
+    for name, t in outputs.items():
+        if not isinstance(t, torch.Tensor) or not t.numel():
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            problems.append(f"output {name} shares memory with {seen[ptr]}")
+        seen[ptr] = f"output {name}"
+    return problems
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def _poisoned(t: torch.Tensor) -> torch.Tensor:
+    """NaN where a float can hold it, an unlikely sentinel elsewhere: nothing a skipped call could pass with."""
+    return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
+
+
+_CLONE_LIMIT_BYTES = 256 << 20  # inputs above this are checked for mutation by content digest, not a clone
+
+
+class Worker:
+    def __init__(self, role: str):
+        self.role = role
+        self.device = _device()
+        self.built: Optional[Built] = None
+        self.solution: Optional[Solution] = None
+        self.definition: Optional[Definition] = None
+        self._references: dict[str, Callable[..., Any]] = {}
+        self._request_tensors: dict[str, torch.Tensor] = {}  # what the current request brought (judge)
+        self.workdir = Path.cwd()
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def hello(self, req: dict) -> tuple[dict, dict]:
+        return {"ok": True, "role": self.role, "environment": _environment()}, {}
+
+    def build(self, req: dict) -> tuple[dict, dict]:
+        self.solution = Solution.model_validate(req["solution"])
+        self.definition = Definition.model_validate(req["definition"])
+        started = time.perf_counter()
+        try:
+            self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
+        except BuildError as err:
+            return {"ok": False, "status": "COMPILE_ERROR", "error": str(err), "log": err.log}, {}
+        return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
+                "log": self.built.log,
+                "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, {}
+
+    def _workload_inputs(self, req: dict) -> tuple[Definition, Workload, dict[str, Any]]:
+        definition = Definition.model_validate(req["definition"]) if "definition" in req else self.definition
+        workload = Workload.model_validate(req["workload"])
+        inputs = generate_inputs(definition, workload, int(req["seed"]), self.device, Path(req["dataset_root"]))
+        return definition, workload, inputs
+
+    def run(self, req: dict) -> tuple[dict, dict]:
+        """One call of the candidate on fresh inputs; outputs go back for the harness to judge."""
+        assert self.built is not None and self.built.fn is not None, "build first"
+        definition, workload, inputs = self._workload_inputs(req)
+        input_fp = fingerprint(inputs)
+        # The candidate gets clones of small inputs, the originals staying here to prove the call left them
+        # alone; a large input (a KV cache of gigabytes) is handed over itself and proven unchanged by its
+        # content digest before and after: a clone would double the process's memory at full scale.
+        digests = {k: content_digest(v) for k, v in inputs.items()
+                   if isinstance(v, torch.Tensor) and v.numel() * v.element_size() > _CLONE_LIMIT_BYTES}
+        args = {k: v.clone() if isinstance(v, torch.Tensor) and k not in digests else v for k, v in inputs.items()}
+        started = time.perf_counter()
+        state = (self.built.setup(*args.values()),) if self.built.setup is not None else ()
+        if self.solution.spec.destination_passing_style:
+            outputs = allocate_outputs(definition, workload, self.device)
+            returned = self.built.fn(*args.values(), *outputs.values(), *state)
+            note = "" if returned is None else "the DPS entry point returned a value; it was ignored"
+        else:
+            outputs = _as_output_dict(definition, self.built.fn(*args.values(), *state))
+            note = ""
+        sync(self.device)
+        elapsed = time.perf_counter() - started
+        mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)
+                   and (content_digest(v) != digests[k] if k in digests else not torch.equal(v, args[k]))]
+        aliased = _aliasing(args, outputs)
+        bad = {k: type(v).__name__ for k, v in outputs.items() if not isinstance(v, torch.Tensor)}
+        if bad:
+            raise TypeError(f"outputs must be tensors, got {bad}")
+        return ({"ok": True, "input_fingerprint": input_fp, "mutated_inputs": mutated, "aliased_outputs": aliased,
+                 "elapsed_s": elapsed, "note": note}, {k: v for k, v in outputs.items()})
+
+    def recheck(self, req: dict) -> tuple[dict, dict]:
+        """The fresh-input recheck (harness.audits.verdicts.plan_recheck): outputs of every step go back to be judged.
+
+        On a GPU every step's call is followed by a repeat of the same call on the same buffers, both timed
+        the same way (L2 flushed, synchronised wall clock): the repeat is what the official timer sees on
+        its reused inputs, so a repeat much cheaper than the fresh call is the mark of replay or skip-if-
+        written. The GPU is kept busy first, so the first call does not meet idle clocks.
+        """
+        assert self.built is not None and self.built.fn is not None, "build first"
+        definition, workload = self.definition, Workload.model_validate(req["workload"])
+        root = Path(req["dataset_root"])
+        threads_before = _thread_count()
+        # Only the buffers a later step reuses are kept: at full scale one input set is gigabytes.
+        steps = req["steps"]
+        reused = last_reuse(steps)
+        buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        out_tensors: dict[str, torch.Tensor] = {}
+        wall_ms, repeat_ms, fingerprints = [], [], []
+        flush = l2_flush(self.device)
+        raise_clocks(self.device, flush)
+        for i, step in enumerate(steps):
+            fresh = generate_inputs(definition, workload, int(step["seed"]), self.device, root)
+            if step["kind"] == "fresh":
+                inputs = fresh
+                outputs = {n: _poisoned(t) for n, t in allocate_outputs(definition, workload, self.device).items()}
+            else:  # the same tensors as an earlier call, refilled in place with other data
+                inputs, outputs = buffers[int(step["buffers_of"])]
+                if reused[int(step["buffers_of"])] == i:  # its last use
+                    del buffers[int(step["buffers_of"])]
+                for name, value in fresh.items():
+                    if isinstance(value, torch.Tensor):
+                        inputs[name].copy_(value)
+                    else:
+                        inputs[name] = value
+                del fresh
+            fingerprints.append(fingerprint(inputs))
+            # setup (a plan) stays outside the wall time, as in the kernel figure
+            state = (self.built.setup(*inputs.values()),) if self.built.setup is not None else ()
+
+            def call() -> dict[str, Any]:
+                if self.solution.spec.destination_passing_style:
+                    self.built.fn(*inputs.values(), *outputs.values(), *state)
+                    return outputs
+                return _as_output_dict(definition, self.built.fn(*inputs.values(), *state))
+
+            ms, outputs = wall_call(self.device, flush, call)
+            wall_ms.append(ms)
+            for name, t in outputs.items():
+                # A copy now: a later "reuse" step writes into these very buffers.
+                out_tensors[f"{i}/{name}"] = t.detach().to("cpu", copy=True)
+            if self.device.type == "cuda":
+                repeat_ms.append(wall_call(self.device, flush, call)[0])
+            if step["kind"] == "fresh" and i in reused:
+                buffers[i] = (inputs, outputs)
+            # this step's tensors go now, not when the next ones exist
+            fresh = inputs = outputs = state = None
+        return ({"ok": True, "wall_ms": wall_ms, "repeat_wall_ms": repeat_ms, "input_fingerprints": fingerprints,
+                 "threads_before": threads_before, "threads_after": _thread_count()}, out_tensors)
+
+    def oracle(self, req: dict) -> tuple[dict, dict]:
+        """The reference evaluated in float64 throughout: the yardstick of the precision audit."""
+        assert self.role == "reference", "only the reference worker runs references"
+        definition, workload, inputs = self._workload_inputs(req)
+        outputs = _as_output_dict(definition, run_in_float64(definition, inputs))
+        return {"ok": True, "input_fingerprint": fingerprint(inputs)}, {k: v for k, v in outputs.items()}
+
+    def judge(self, req: dict) -> tuple[dict, dict]:
+        """The family's check with the call's inputs (``compare_needs_inputs``): the candidate's outputs and the
+        reference's arrive with the request; the inputs are drawn here again from the seed."""
+        assert self.role == "reference", "only the reference worker judges"
+        from ..measure.correctness import Tolerance
+        from ..families import family_for
+
+        definition, workload, inputs = self._workload_inputs(req)
+        got = {k[len("got/"):]: v.to(self.device) for k, v in self._request_tensors.items() if k.startswith("got/")}
+        want = {n: self._request_tensors[f"want/{n}"].to(self.device) for n in definition.outputs}
+        result = family_for(definition.op_type).compare(definition, got, want, Tolerance(**req["tolerance"]),
+                                                        inputs=inputs)
+        return {"ok": True, "check": result.to_json()}, {}
+
+    def _reference_fn(self, definition: Definition) -> Callable[..., Any]:
+        key = definition.content_hash
+        if key not in self._references:
+            namespace: dict[str, Any] = {"__name__": f"reference_{definition.name}"}
+            exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), namespace)
+            self._references[key] = namespace["run"]
+        return self._references[key]
+
+    def reference(self, req: dict) -> tuple[dict, dict]:
+        assert self.role == "reference", "only the reference worker runs references"
+        definition, workload, inputs = self._workload_inputs(req)
+        started = time.perf_counter()
+        with torch.no_grad():
+            outputs = _as_output_dict(definition, self._reference_fn(definition)(*inputs.values()))
+        sync(self.device)
+        return ({"ok": True, "input_fingerprint": fingerprint(inputs), "elapsed_s": time.perf_counter() - started},
+                {k: v for k, v in outputs.items()})
+
+    def time(self, req: dict) -> tuple[dict, dict]:
+        """The official timer over ``seeds`` (one trial each, fresh inputs per trial).
+
+        A solution with a ``setup`` gets two figures: the official one, where setup runs inside every
+        timed call (what the contest's harness would time), and the kernel one, with setup done once
+        per trial outside the timed region (what a serving engine pays per step).
+        """
+        from ..measure.gpu_state import gpu_state
+        from ..measure.timing import time_trial, traced
+
+        if self.device.type != "cuda":
+            return {"ok": False, "status": "UNAVAILABLE", "error": "no GPU: timing unavailable"}, {}
+        index = _nvml_index()
+        state_before = gpu_state(index)
+        official, kernel = [], []
+        for seed in req["seeds"]:
+            definition, workload, inputs = self._workload_inputs({**req, "seed": seed})
+            args = list(inputs.values())
+            if self.role == "reference":
+                fn, setup, dps = self._reference_fn(definition), None, False
+            else:
+                fn, setup, dps = self.built.fn, self.built.setup, self.solution.spec.destination_passing_style
+            if dps:
+                args += list(allocate_outputs(definition, workload, self.device).values())
+            n_inputs = len(inputs)
+
+            def timed(fn=fn, setup=setup, n_inputs=n_inputs):
+                if setup is None:
+                    return fn
+                return lambda *a: fn(*a, setup(*a[:n_inputs]))
+
+            def dump(t):
+                return t.model_dump() if hasattr(t, "model_dump") else dict(t.__dict__)
+
+            kw = dict(warmup=int(req["warmup"]), iterations=int(req["iterations"]), device=self.device,
+                      backend=req.get("backend", "auto"))
+            official.append(dump(time_trial(timed(), args, **kw)))
+            kernel_args = args
+            if setup is not None:
+                kernel_args = [*args, setup(*args[:n_inputs])]
+                kernel.append(dump(time_trial(fn, kernel_args, **kw)))
+            if req.get("clock_truth_calls"):
+                # Synchronised wall time per call next to the CUPTI span of the same callable (the kernel
+                # figure where there is a setup): host work the timer cannot see shows up here.
+                # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
+                # in it (K/V of b1_kv8192 is 34 MB; the H200's L2 50 MB) run below their CUPTI span.
+                # Both plain and under CUPTI tracing, as the span was taken
+                # (harness.audits.verdicts.clock_truth_verdict).
+                flush = l2_flush(self.device)
+                call = functools.partial(fn, *kernel_args)
+                calls = int(req["clock_truth_calls"])
+                (kernel or official)[-1]["wall_ms"] = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
+                with traced():
+                    traced_walls = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
+                (kernel or official)[-1]["traced_wall_ms"] = traced_walls
+                del flush
+            del kernel_args
+            del inputs, args
+        state_after = gpu_state(index)
+        return {"ok": True, "trials": official, "kernel_trials": kernel or None,
+                "gpu_state_before": state_before, "gpu_state_after": state_after}, {}
+
+    def sass(self, req: dict) -> tuple[dict, dict]:
+        """Per-kernel opcode histograms of what this worker built (harness.audits.sass); runs no candidate code.
+
+        The binaries: the build's cubins (CUDA compiled without a GPU) or extension .so, and the cubins Triton
+        wrote into this worker's private cache while the candidate ran (so: after the workloads)."""
+        from ..audits.sass import disassemble, find_disassembler
+
+        assert self.built is not None, "build first"
+        from .build import extension_binaries
+
+        # what the build made, and what load_inline compiled later, on the first call
+        paths = {**self.built.artifacts, **extension_binaries()}.values()
+        files = [Path(p) for p in dict.fromkeys(paths) if Path(p).is_file()]
+        cache = Path(os.environ.get("TRITON_CACHE_DIR", self.workdir / ".triton")).resolve()
+        if self.workdir.resolve() in cache.parents:  # a shared cache would hold other solutions' kernels
+            files += sorted(cache.rglob("*.cubin"))
+        if not files:
+            why = ("Triton compiles its kernels for a GPU when they first run; none ran on this host"
+                   if self.solution.spec.language.value == "triton" and self.device.type != "cuda"
+                   else "the build produced no GPU binary")
+            return {"ok": False, "status": "UNAVAILABLE", "error": why}, {}
+        tool = find_disassembler()
+        if tool is None:
+            return {"ok": False, "status": "UNAVAILABLE",
+                    "error": "no cuobjdump or nvdisasm (PATH, $CUDA_HOME/bin, Triton's bin)"}, {}
+        kernels, notes = disassemble(files, tool, timeout_s=float(req.get("timeout_s", 120)))
+        return {"ok": True, "kernels": [k.to_json() for k in kernels], "notes": notes, "tool": tool[1],
+                "files": [f.name for f in files]}, {}
+
+    def ceilings(self, req: dict) -> tuple[dict, dict]:
+        """Copy / read bandwidth and bf16 matmul rate of this GPU (the roofline's ceilings)."""
+        from ..measure.roofline import measure_ceilings
+
+        return {"ok": True, "ceilings": measure_ceilings(self.device).model_dump(mode="json")}, {}
+
+    # -- loop -------------------------------------------------------------------------------------
+
+    def serve(self, rfd: int, wfd: int) -> None:
+        handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
+                    "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
+                    "oracle": self.oracle, "sass": self.sass, "judge": self.judge}
+        while True:
+            try:
+                req, self._request_tensors = protocol.read_message(rfd)
+            except protocol.PeerClosed:
+                return
+            op = req.get("op")
+            if op == "exit":
+                protocol.write_message(wfd, {"ok": True})
+                return
+            memory_mark(self.device)
+            try:
+                header, tensors = handlers[op](req)
+            except BaseException as err:  # candidate code may raise anything, SystemExit included
+                tb = traceback.format_exc()
+                print(tb, file=sys.stderr, flush=True)
+                header, tensors = {"ok": False, "status": "RUNTIME_ERROR",
+                                   "error": f"{type(err).__name__}: {err}", "traceback": tb,
+                                   "context_broken": _context_broken(self.device)}, {}
+            memory = memory_release(self.device, tensors)
+            if memory:
+                header["memory"] = memory
+            try:
+                protocol.write_message(wfd, header, tensors)
+            except Exception as err:  # e.g. outputs that cannot be serialised
+                protocol.write_message(wfd, {"ok": False, "status": "RUNTIME_ERROR",
+                                             "error": f"could not send the reply: {type(err).__name__}: {err}"})
+
+
+def last_reuse(steps: list[dict[str, Any]]) -> dict[int, int]:
+    """Recheck steps whose buffers a later step reuses -> the index of their last reuse (after it, they go)."""
+    last: dict[int, int] = {}
+    for j, step in enumerate(steps):
+        if step["kind"] != "fresh":
+            last[int(step["buffers_of"])] = j
+    return last
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this worker when the harness dies, even by kill -9: a candidate stuck in a hang (or a spare
+    worker) must not outlive it, holding a GPU. The worker runs in its own session, so signals sent to
+    the harness's process group never reach it; Linux's parent-death signal does."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: the pipe's end-of-file still stops an idle worker
+    if os.getppid() != parent_pid:  # the harness died before the signal was armed
+        os._exit(1)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="harness.sandbox.worker")
+    parser.add_argument("--role", choices=["candidate", "reference"], required=True)
+    parser.add_argument("--rfd", type=int, required=True)
+    parser.add_argument("--wfd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, default=None, help="die with this process (the harness)")
+    args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        _die_with_parent(args.parent_pid)
+    faulthandler.enable()  # a segfault prints the Python stack into the log
+    if os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S"):  # a slow request shows where it is, in the log
+        faulthandler.dump_traceback_later(float(os.environ["CRUCIBLE_DUMP_STACKS_AFTER_S"]), repeat=True)
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except Exception:
+        pass
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        from . import triton_interp
+
+        triton_interp.apply()
+    Worker(args.role).serve(args.rfd, args.wfd)
+
+
+if __name__ == "__main__":
+    main()
