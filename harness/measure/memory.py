@@ -55,6 +55,21 @@ def together_bytes(processes: Mapping[str, tuple[int, int]]) -> int:
     return max(peak + resident_total - resident for peak, resident in processes.values())
 
 
+def evaluation_processes(candidate: Any, reference: Any, baselines: Mapping[str, Any],
+                         baseline_names: Mapping[str, str]) -> dict[str, tuple[int, int]]:
+    """``(peak, resident)`` bytes of the worker processes (anything with ``peak_bytes``, ``resident_bytes``,
+    ``alive``) that count toward one workload's evaluation: the candidate, the reference when started, and the
+    baselines of this definition (``baseline_names``: content hash -> name) still alive; a baseline worker of
+    another definition the session keeps is not this workload's, and a dead one's figures are stale."""
+    processes = {"candidate": (candidate.peak_bytes, candidate.resident_bytes)}
+    if reference is not None:
+        processes["reference"] = (reference.peak_bytes, reference.resident_bytes)
+    for key, worker in baselines.items():
+        if worker is not None and worker.alive and key in baseline_names:
+            processes[f"baseline {baseline_names.get(key, key[:8])}"] = (worker.peak_bytes, worker.resident_bytes)
+    return processes
+
+
 def memory_record(definition: Definition, workload: Workload, processes: Mapping[str, tuple[int, int]],
                   reference_working_bytes: int = 0) -> dict:
     """What ``harness show``, the JSON and the archive keep per workload. ``reference_working_bytes``: what the

@@ -5,10 +5,10 @@ solutions (and the controller's thousands of candidates) reuse them. Each soluti
 candidate worker, built once and reused for all workloads; a worker that crashes, hangs or breaks its
 CUDA context is replaced by a fresh one for the next workload. The audit steps around each evaluation
 (static gate, precision, recheck, escalation, attribution, instruction proof) are in harness/audits/session_audits.py;
-one workload's trials and timing in harness/pipeline/workload_evaluation.py; starting a candidate's worker (and the
-spare
-launched ahead) in harness/pipeline/candidate_workers.py; the session's settings (``SubmitOptions``) in
-harness/data/options.py.
+one workload's trials and timing in harness/pipeline/workload_evaluation.py; a timed workload's speedups and roofline
+verdict in harness/pipeline/comparison.py; a submission's status, notices, promotion blockers and archived scores in
+harness/pipeline/submission_summary.py; starting a candidate's worker (and the spare launched ahead) in
+harness/pipeline/candidate_workers.py; the session's settings (``SubmitOptions``) in harness/data/options.py.
 """
 
 from __future__ import annotations
@@ -22,18 +22,19 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..archive.database import HARNESS_ERROR, INTERRUPTED, Archive
+from ..archive.database import Archive
 from ..data import records
 from ..measure import scores
 from ..audits.thresholds import policy_thresholds
 from .baselines import Baselines, flashinfer_cache
-from ..audits.verdicts import AuditConfig, promotion_blockers
+from ..audits.verdicts import AuditConfig
 from ..sandbox.build import static_signature_problem
 from .candidate_workers import CandidateWorkers
+from .comparison import place_in_context
 from ..measure.correctness import Tolerance
 from ..data.dataset import Dataset, EvalPreset
 from ..families import family_for
-from ..measure.memory import memory_record, tensor_bytes
+from ..measure.memory import evaluation_processes, memory_record, tensor_bytes
 from ..data.options import SubmitOptions
 from .phases import PhaseClock
 from ..sandbox.runner import WorkerOptions, WorkerProcess
@@ -43,6 +44,14 @@ from ..sandbox.stale import remove_stale
 from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
 from ..data.results import SKIPPED, SubmissionResult, WorkloadResult
 from ..audits.session_audits import SessionAudits
+from .submission_summary import (
+    archived_scores,
+    cpu_skip_message,
+    cut_short,
+    opened_result,
+    settle,
+    unrun_result,
+)
 from .workload_evaluation import WorkloadEvaluation
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -164,30 +173,15 @@ class Session(WorkloadEvaluation, SessionAudits):
 
     def _compare(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float, wr: WorkloadResult) -> None:
-        """Put a timed result in context: the reference, FlashInfer and the hardware floor."""
-        from ..measure.roofline import roofline
-
-        seeds = self._seeds(workload, preset)
-        wr.reference_latency_ms = self.reference_latency(definition, workload, seeds, preset)
-        if wr.reference_latency_ms is not None and wr.latency_ms:
-            wr.speedup_factor = wr.reference_latency_ms / wr.latency_ms
+        """Put a timed result in context: the reference, FlashInfer and the hardware floor
+        (harness.pipeline.comparison); the figures come from the session's workers."""
+        reference_ms = self.reference_latency(definition, workload, self._seeds(workload, preset), preset)
         with self._phase("baselines"):
             fi = self.baseline(definition, workload, preset, tol, timeout_s) if self.options.baselines else None
-        if fi:
-            wr.baseline_failures = fi["failures"]
-        if fi and fi["official_ms"]:
-            wr.fi_official_ms, wr.fi_kernel_ms = fi["official_ms"], fi["kernel_ms"]
-            wr.speedup_vs_fi_official = fi["official_ms"] / wr.latency_ms
-            wr.speedup_vs_fi_kernel = fi["kernel_ms"] / (wr.kernel_latency_ms or wr.latency_ms)
         cost = family_for(definition.op_type).workload_cost(definition, workload, root=self.dataset.root)
-        wr.bytes_moved, wr.flops = cost.bytes_moved, cost.flops
         with self._phase("ceilings"):
             ceilings = self.ceilings()
-        result = roofline(cost, ceilings, wr.kernel_latency_ms or wr.latency_ms)
-        wr.floor_ms, wr.fraction_of_floor = result.floor_ms, result.fraction_of_floor
-        wr.audits.append({"name": "roofline_plausibility", "passed": not result.impossible, "detail": result.detail})
-        if result.impossible:
-            wr.message = f"faster than the hardware allows: {result.detail}"
+        place_in_context(wr, reference_ms, fi, cost, ceilings)
 
     def close(self) -> None:
         """Stop every worker of the session, side by side: each tears down a CUDA context (seconds on a GPU)."""
@@ -240,11 +234,7 @@ class Session(WorkloadEvaluation, SessionAudits):
         with its finished workloads, rather than left RUNNING for ever."""
         if self._open_submission is None:
             return
-        if isinstance(err, Exception):
-            status, message = HARNESS_ERROR, f"the harness failed: {type(err).__name__}: {err}"[:2000]
-        else:
-            status = INTERRUPTED
-            message = f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
+        status, message = cut_short(err)
         try:
             self.archive.finish_submission(self._open_submission, status, message)
         except Exception:  # the archive itself may be what failed; the original error matters more
@@ -272,14 +262,8 @@ class Session(WorkloadEvaluation, SessionAudits):
              "static_gate": {"passed": not any(f["severity"] == "error" for f in static_findings),
                              "findings": static_findings}}, env_id)
         self._open_submission = submission_id
-        result = SubmissionResult(submission_id, solution.name, definition.name, "RUNNING", [],
-                                  static_findings=static_findings, sandbox=self.sandbox_level)
-        if result.sandbox != "full":
-            result.notices.append(f"sandbox: {result.sandbox}")
-        if not self.has_gpu:
-            result.timing_unavailable_reason = "no GPU on this host: correctness only, timing unavailable"
-        elif not self.options.timing:
-            result.timing_unavailable_reason = "timing switched off (--no-timing)"
+        result = opened_result(submission_id, solution.name, definition.name, static_findings, self.sandbox_level,
+                               self.has_gpu, self.options.timing)
         self.progress("start", {"submission_id": submission_id, "solution": solution.name,
                                 "definition": definition.name, "workloads": len(workloads)})
 
@@ -290,21 +274,11 @@ class Session(WorkloadEvaluation, SessionAudits):
             for workload in workloads:
                 label = self.dataset.label(workload)
                 self.progress("workload", {"label": label, "uuid": workload.uuid})
-                wr: WorkloadResult
                 size = input_bytes(definition, workload)
-                if (not self.has_gpu and not self.options.all_workloads_on_cpu
-                        and size > self.options.cpu_max_input_mib * (1 << 20)):
-                    wr = WorkloadResult(workload.uuid, label, SKIPPED,
-                                        message=f"skipped on CPU: {size / (1 << 20):.0f} MiB of inputs > "
-                                                f"{self.options.cpu_max_input_mib:g} MiB, too slow for the "
-                                                f"Triton interpreter (--all-workloads runs it)")
-                elif static_problem:
-                    wr = WorkloadResult(workload.uuid, label, EvaluationStatus.COMPILE_ERROR.value,
-                                        message=static_problem, log=static_problem)
-                elif build_failure is not None:
-                    wr = WorkloadResult(workload.uuid, label, build_failure.status, message=build_failure.message,
-                                        log=build_failure.log)
-                else:
+                on_cpu = not self.has_gpu and not self.options.all_workloads_on_cpu
+                cpu_skip = cpu_skip_message(size, self.options.cpu_max_input_mib) if on_cpu else None
+                wr = unrun_result(workload, label, cpu_skip, static_problem, build_failure)
+                if wr is None:
                     if candidate is None or not candidate.alive:
                         first_build = candidate is None and build_failure is None and not result.workloads
                         candidate, failure = self._start_candidate(solution, definition, timeout_s)
@@ -347,39 +321,12 @@ class Session(WorkloadEvaluation, SessionAudits):
             if candidate is not None:
                 candidate.stop()
 
-        evaluated = [w for w in result.workloads if w.evaluated]
-        if not evaluated:
-            result.status = SKIPPED
-        else:
-            result.status = next((w.status for w in evaluated if w.status != EvaluationStatus.PASSED.value),
-                                 EvaluationStatus.PASSED.value)
-        result.scores, result.scores_partial = scores.definition_scores(result.workloads)
-        reasons = {w.label: "; ".join(w.baseline_failures) or "no baseline figure"
-                   for w in result.workloads if w.baseline_failures}
-        result.notices += scores.partial_notice({k: v for k, v in result.scores_partial.items()
-                                                 if k != "vs_reference"}, reasons)
-        failed_baselines = sorted({f.split(":")[0] for w in result.workloads for f in w.baseline_failures})
-        if failed_baselines:
-            result.notices.append(f"FlashInfer baseline(s) {', '.join(failed_baselines)} failed on "
-                                  f"{sum(bool(w.baseline_failures) for w in result.workloads)} workload(s): "
-                                  + next(f for w in result.workloads for f in w.baseline_failures)[:300])
-        if self.options.baselines and self.has_gpu and not self.dataset.baselines(result.definition):
-            result.notices.append(f"no library baseline for {result.definition} on this GPU: scored against the "
-                                  "reference (vs_reference), which is timed for it")
-        over = [w.label for w in result.workloads if w.memory and not w.memory.get("within_budget", True)]
-        if over:
-            result.notices.append(f"GPU memory over budget on {', '.join(over)} (harness show: memory)")
-        result.promotion_blockers = promotion_blockers(
-            [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads],
-            result.static_findings,
-            self.audit_config.level, result.audits)
-        skipped = [w for w in result.workloads if not w.evaluated]
-        if skipped:
-            result.notices.append(f"{len(skipped)} of {len(result.workloads)} workloads skipped: {skipped[0].message}")
+        # Without a library baseline for the definition the reference is the yardstick (reference_latency).
+        reference_is_the_yardstick = bool(self.options.baselines and self.has_gpu
+                                          and not self.dataset.baselines(result.definition))
+        settle(result, self.audit_config.level, reference_is_the_yardstick)
         self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices),
-                                       {**result.scores, "scores_partial": result.scores_partial or None,
-                                        "promotable": not result.promotion_blockers,
-                                        "promotion_blockers": result.promotion_blockers, "audits": result.audits})
+                                       archived_scores(result))
         self._open_submission = None
         self.progress("done", {"status": result.status})
         return result
@@ -400,14 +347,8 @@ class Session(WorkloadEvaluation, SessionAudits):
 
     def _memory_record(self, definition: Definition, workload: Workload, candidate: WorkerProcess) -> dict[str, Any]:
         """The GPU memory of this workload's evaluation, per process and together (harness.measure.memory)."""
-        processes = {"candidate": (candidate.peak_bytes, candidate.resident_bytes)}
-        reference = self.trusted.process
-        if reference is not None:
-            processes["reference"] = (reference.peak_bytes, reference.resident_bytes)
         names = {s.content_hash: s.name for s in self.dataset.baselines(definition.name)}
-        for key, worker in self.baselines.workers.items():
-            if worker is not None and worker.alive and key in names:
-                processes[f"baseline {names.get(key, key[:8])}"] = (worker.peak_bytes, worker.resident_bytes)
+        processes = evaluation_processes(candidate, self.trusted.process, self.baselines.workers, names)
         working = family_for(definition.op_type).reference_working_bytes(definition, workload)
         return memory_record(definition, workload, processes, working)
 

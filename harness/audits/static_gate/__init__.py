@@ -20,9 +20,10 @@ Public API (pure functions; the only I/O is reading the YAML policy in `load_pol
     gate_passed(findings)   # True iff no finding has severity "error"
 
 Modules: `policy` (rule catalogue, YAML policy, findings), `python` (the Python/Triton scanner, with
-`python_state` for caches/memoisation/globals, `python_calls` for setattr/getattr/open() and method calls,
-and `embedded` for C++ held in strings and the torch.utils.cpp_extension build path), `cpp` (the C/C++/CUDA
-scanner), `python_names` and `common` (tables).
+`python_references` for imports, name/attribute loads and stores into imported modules, `python_state` for
+caches/memoisation/globals, `python_calls` for setattr/getattr/open() and method calls, and `embedded` for C++
+held in strings and the torch.utils.cpp_extension build path), `cpp` (the C/C++/CUDA scanner), `python_names`
+and `common` (tables).
 """
 
 from __future__ import annotations

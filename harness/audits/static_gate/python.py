@@ -22,30 +22,23 @@ from .common import (
     _TEMP_PATH_RE,
     _WHY,
     _Hit,
-    _longest_prefix,
 )
 from .embedded import _EmbeddedSources
 from .policy import _CompiledPolicy
 from .python_calls import _CallChecks
 from .python_names import (
     _BROAD_EXCEPTIONS,
-    _COMPUTE_ROOTS,
-    _FRAME_ATTRS,
     _INTERNAL_STRINGS,
     _MEMO_DECORATORS,
-    _PY_BANNED,
-    _SUPPORTED_BUILD_NAMES,
     _TENSOR_BASES,
-    _TIMER_ANCESTORS,
-    _TIMER_NAMESPACES,
     _TRITON_DECORATORS,
     _WATCHED_BUILTINS,
     _chain_parts,
-    _is_torch_constant_or_helper,
     _iter_statements,
     _names_in,
     _str_const,
 )
+from .python_references import _ReferenceChecks
 from .python_state import _FunctionFrame, _may_key_by_identity, _StateChecks
 
 
@@ -63,7 +56,7 @@ _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_ignores"})
 _VISITED_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, ast.NodeVisitor):
+class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _ReferenceChecks, ast.NodeVisitor):
     def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy):
         self.tree = tree
         self.source = source
@@ -208,134 +201,6 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, ast.NodeVisito
     def _hit(self, rule: str, node: ast.AST, what: str) -> None:
         self.hits.append(_Hit(rule, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1,
                               f"{what}: {_WHY[rule]}"))
-
-    def _check_reference(self, resolved: str, node: ast.AST, how: str = "uses") -> None:
-        """A load of a resolved name (a use, a call target, an import, a base class...)."""
-        if self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES:
-            return
-        entry = _longest_prefix(_PY_BANNED, resolved)
-        if entry is not None:
-            self._hit(entry[1], node, f"{how} `{resolved}`")
-            return
-        root, _, rest = resolved.partition(".")
-        if not rest or root not in _COMPUTE_ROOTS or self.policy.torch_calls(resolved):
-            return
-        called = id(node) in self.called
-        if root == "torch":
-            if _is_torch_constant_or_helper(resolved):
-                return
-            if not called and (id(node) not in self.handed_over or resolved.rpartition(".")[2][:1].isupper()):
-                return  # read, not called nor handed over as a callable: an attribute, a type
-        kind = "torch" if root == "torch" else f"the {root} library"
-        verb = "calls" if called and how == "uses" else how
-        self._hit("torch_compute", node,
-                  f"{verb} `{resolved}` ({kind} compute, not one of the constant/allocation/view/metadata/"
-                  f"device-query helpers nor on the policy's torch_calls allow-list)")
-
-    def _check_store(self, resolved: str, node: ast.AST, how: str) -> None:
-        """An assignment/deletion of an attribute of an imported module or class."""
-        if self._is_own(resolved) or self.policy.python_names(resolved):
-            return
-        if any(resolved == ns or resolved.startswith(ns + ".") for ns in _TIMER_NAMESPACES):
-            self._hit("timer_tampering", node, f"{how} `{resolved}`")
-        else:
-            self._hit("monkeypatch", node, f"{how} `{resolved}`, an attribute of an imported module")
-
-    def _check_dynamic_store(self, target: str, node: ast.AST, how: str) -> None:
-        """setattr/delattr with a computed attribute name on an imported module."""
-        if self._is_own(target) or self.policy.python_names(target):
-            return
-        if target in _TIMER_ANCESTORS or any(target == ns or target.startswith(ns + ".") for ns in _TIMER_NAMESPACES):
-            self._hit("timer_tampering", node,
-                      f"{how} on `{target}` with a computed attribute name (it can replace timing functions)")
-        else:
-            self._hit("monkeypatch", node, f"{how} on `{target}` with a computed attribute name")
-
-    # ---- imports
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for a in node.names:
-            self._check_import(a.name, a)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        base = self._from_base(node)
-        for a in node.names:
-            if a.name == "*":
-                self._check_import(base, a)
-                if base.split(".")[0] in _COMPUTE_ROOTS:
-                    self._hit("torch_compute", a,
-                              f"imports * from `{base}`, which hides which compute functions are used")
-            else:
-                self._check_import(self._join(base, a.name), a)
-
-    def _check_import(self, resolved: str, node: ast.AST) -> None:
-        # Imports are checked against the banned tables only; torch compute is judged where it is used.
-        if self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES:
-            return
-        if resolved.split(".")[0] == "builtins":  # the module; implicit builtins resolve to builtins.* too
-            self._hit("harness_internals", node, f"imports `{resolved}`")
-            return
-        entry = _longest_prefix(_PY_BANNED, resolved)
-        if entry is not None:
-            self._hit(entry[1], node, f"imports `{resolved}`")
-
-    # ---- names and attributes
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if not isinstance(node.ctx, ast.Load):
-            return
-        name = node.id
-        if name in _FRAME_ATTRS:  # `__builtins__`
-            self._hit("harness_internals", node, f"reads `{name}`")
-            return
-        resolved = self.aliases.get(name)
-        if resolved is not None:
-            self._check_reference(resolved, node)
-        elif name in _WATCHED_BUILTINS and name not in self.rebound_builtins:
-            rule = _PY_BANNED.get(f"builtins.{name}")  # exec, eval, compile, __import__, globals, ...
-            if rule is not None:
-                self._hit(rule, node, f"uses builtin `{name}`")
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        parts = _chain_parts(node)
-        if parts is None:  # e.g. `sys._getframe().f_back`, `x.shape[0].bit_length`
-            if node.attr in _FRAME_ATTRS:
-                self._hit("harness_internals", node, f"reads attribute `{node.attr}`")
-            self.generic_visit(node)
-            return
-        for attr in parts[1:]:
-            if attr in _FRAME_ATTRS:
-                self._hit("harness_internals", node, f"reads attribute `{attr}` in `{'.'.join(parts)}`")
-                break
-        resolved = self._resolve_parts(parts)
-        if resolved is None:
-            return
-        if isinstance(node.ctx, ast.Load):
-            self._check_reference(resolved, node)
-        else:
-            self._check_store(resolved, node, "deletes" if isinstance(node.ctx, ast.Del) else "assigns")
-
-    def visit_Subscript(self, node: ast.Subscript) -> None:
-        # `torch.cuda.__dict__["synchronize"] = f` / `vars(time)["perf_counter"] = f`
-        if not isinstance(node.ctx, ast.Load):
-            namespace = self._namespace_dict_owner(node.value)
-            if namespace is not None:
-                key = _str_const(node.slice)
-                if key is not None:
-                    self._check_store(f"{namespace}.{key}", node, "assigns via __dict__")
-                else:
-                    self._check_dynamic_store(namespace, node, "assigns via __dict__")
-                self.visit(node.slice)
-                return
-        self._check_cache_access(node.value, node.slice, node)
-        self.generic_visit(node)
-
-    def _namespace_dict_owner(self, node: ast.AST) -> str | None:
-        if isinstance(node, ast.Attribute) and node.attr == "__dict__":
-            return self._resolve(node.value)
-        if isinstance(node, ast.Call) and self._resolve(node.func) == "builtins.vars" and node.args:
-            return self._resolve(node.args[0])
-        return None
 
     # ---- values handed over: a torch callable passed on is judged like a call
 

@@ -4,8 +4,9 @@ on values that are not imported modules (tensor compute methods outside a Triton
 through paths, dict-style cache access).
 
 A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py); it reads the scanner's alias resolution
-(``_resolve``, ``_is_own``, ``_is_file_relative``), its reporting (``_hit``, ``_check_reference``,
-``_check_store``, ``_check_dynamic_store``) and the cache checks of python_state (``_check_cache_access``).
+(``_resolve``, ``_is_own``, ``_is_file_relative``), its reporting (``_hit``; ``_check_reference``,
+``_check_store`` and ``_check_dynamic_store`` of python_references) and the cache checks of python_state
+(``_check_cache_access``).
 """
 
 from __future__ import annotations
