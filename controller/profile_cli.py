@@ -26,9 +26,9 @@ EXIT_UNAVAILABLE = 3
 
 
 def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
-    rows = list(archive.db["submissions"].rows_where("solution_hash = ? and status != 'RUNNING'", [solution_hash],
-                                                     order_by="id desc", limit=1))
-    return int(rows[0]["id"]) if rows else None
+    from harness.archive.queries import latest_finished_submission_id
+
+    return latest_finished_submission_id(archive.db, solution_hash)
 
 
 @click.command("profile")

@@ -3,7 +3,8 @@
 Tables come from harness/archive/database.py's migration m003_controller; rows are inserted as work happens and
 only status columns change afterwards, so a controller killed at any point leaves a database the next
 `controller loop --resume` can continue from. Evaluations themselves are the harness's rows: the store
-only reads them.
+only reads them. The SQL is harness/archive/controller_tables.py's (only the archive speaks SQL): the store decides
+what a row holds and where a transaction begins and ends.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime as dt
 import json
 from typing import Any, Optional
 
+from harness.archive import controller_tables as tables
 from harness.archive.database import Archive
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 from harness.data.schema import Solution
@@ -40,42 +42,38 @@ class Store:
 
     def create_run(self, run_id: str, definition: str, provider: str, config: dict[str, Any]) -> None:
         with self.db.atomic():
-            self.db["runs"].insert({"id": run_id, "definition": definition, "provider": provider,
-                                    "config": json.dumps(config, sort_keys=True), "status": "RUNNING",
-                                    "stop_reason": None, "created_at": now(), "finished_at": None})
+            tables.insert_run(self.db, {"id": run_id, "definition": definition, "provider": provider,
+                                        "config": json.dumps(config, sort_keys=True), "status": "RUNNING",
+                                        "stop_reason": None, "created_at": now(), "finished_at": None})
 
     def run(self, run_id: str) -> Optional[dict[str, Any]]:
-        rows = list(self.db["runs"].rows_where("id = ?", [run_id]))
-        if not rows:
+        row = tables.run_row(self.db, run_id)
+        if row is None:
             return None
-        row = rows[0]
         row["config"] = _loads(row["config"], {})
         return row
 
     def runs(self, definition: Optional[str] = None) -> list[dict[str, Any]]:
-        where, args = ("definition = ?", [definition]) if definition else (None, [])
-        return list(self.db["runs"].rows_where(where, args, order_by="created_at desc, id desc"))
+        return tables.run_rows(self.db, definition)
 
     def unfinished_runs(self) -> list[str]:
         """Runs cut short, oldest first: INTERRUPTED (stopped by a signal or Ctrl-C) or still RUNNING (a kill -9
         leaves no chance to write anything else). What ``controller loop --resume unfinished`` continues; a FAILED
         run is left for a person to look at and resume by id."""
-        return [r["id"] for r in self.db["runs"].rows_where("status in ('RUNNING', 'INTERRUPTED')",
-                                                            order_by="created_at, id")]
+        return tables.unfinished_run_ids(self.db)
 
     def set_run_status(self, run_id: str, status: str, stop_reason: Optional[str] = None) -> None:
         with self.db.atomic():
-            self.db["runs"].update(run_id, {"status": status, "stop_reason": stop_reason,
-                                            "finished_at": now() if status != "RUNNING" else None})
+            tables.update_run(self.db, run_id, {"status": status, "stop_reason": stop_reason,
+                                                "finished_at": now() if status != "RUNNING" else None})
 
     # -- rounds ----------------------------------------------------------------------------------------
 
     def round(self, run_id: str, number: int) -> Optional[dict[str, Any]]:
-        rows = list(self.db["rounds"].rows_where("run_id = ? and round = ?", [run_id, number]))
-        return rows[0] if rows else None
+        return tables.round_row(self.db, run_id, number)
 
     def rounds(self, run_id: str) -> list[dict[str, Any]]:
-        rows = list(self.db["rounds"].rows_where("run_id = ?", [run_id], order_by="round"))
+        rows = tables.round_rows(self.db, run_id)
         for r in rows:
             r["summary"] = _loads(r["summary"], {})
             r["plan"] = _loads(r["plan"], {})
@@ -84,45 +82,44 @@ class Store:
     def start_round(self, run_id: str, number: int, kind: str, plan: dict[str, Any]) -> None:
         if self.round(run_id, number) is None:
             with self.db.atomic():
-                self.db["rounds"].insert({"run_id": run_id, "round": number, "kind": kind,
-                                          "plan": json.dumps(plan, sort_keys=True), "status": "RUNNING",
-                                          "summary": None, "wall_s": None, "created_at": now(),
-                                          "finished_at": None})
+                tables.insert_round(self.db, {"run_id": run_id, "round": number, "kind": kind,
+                                              "plan": json.dumps(plan, sort_keys=True), "status": "RUNNING",
+                                              "summary": None, "wall_s": None, "created_at": now(),
+                                              "finished_at": None})
 
     def finish_round(self, run_id: str, number: int, summary: dict[str, Any], wall_s: float) -> None:
         row = self.round(run_id, number)
         with self.db.atomic():
-            self.db["rounds"].update(row["id"], {"status": "DONE", "summary": json.dumps(summary, default=str),
-                                                 "wall_s": wall_s, "finished_at": now()})
+            tables.update_round(self.db, row["id"], {"status": "DONE", "summary": json.dumps(summary, default=str),
+                                                     "wall_s": wall_s, "finished_at": now()})
 
     # -- requests and responses --------------------------------------------------------------------------
 
     def request(self, run_id: str, key: str) -> Optional[tuple[int, GenerationRequest]]:
-        rows = list(self.db["requests"].rows_where("run_id = ? and key = ?", [run_id, key]))
-        if not rows:
+        row = tables.request_row(self.db, run_id, key)
+        if row is None:
             return None
-        return rows[0]["id"], GenerationRequest.model_validate_json(rows[0]["request"])
+        return row["id"], GenerationRequest.model_validate_json(row["request"])
 
     def add_request(self, request: GenerationRequest) -> int:
         with self.db.atomic():
-            return int(self.db["requests"].insert({
+            return tables.insert_request(self.db, {
                 "run_id": request.run_id, "round": request.round, "key": request.key, "kind": request.kind,
-                "hash": request.content_hash, "request": request.to_json(), "created_at": now()}).last_pk)
+                "hash": request.content_hash, "request": request.to_json(), "created_at": now()})
 
     def response(self, request_id: int) -> Optional[dict[str, Any]]:
-        rows = list(self.db["responses"].rows_where("request_id = ?", [request_id]))
-        return rows[0] if rows else None
+        return tables.response_row(self.db, request_id)
 
     def add_response(self, request: GenerationRequest, request_id: int, response: GenerationResponse,
                      depth: int, parent_id: Optional[int], known_hashes: dict[str, int]) -> int:
         """The response and its candidates, in one transaction (a kill leaves both or neither)."""
         raw_blob = self.archive.put_blob(response.raw_text or "", "transcript")
         with self.db.atomic():
-            response_id = int(self.db["responses"].insert({
+            response_id = tables.insert_response(self.db, {
                 "request_id": request_id, "provider": response.provider, "model": response.model,
                 "raw_blob": raw_blob, "reply": json.dumps(response.reply_json()), "tokens_in": response.tokens_in,
                 "tokens_out": response.tokens_out, "cost_usd": response.cost_usd, "wall_s": response.wall_s,
-                "stopped": response.stopped, "error": response.error, "created_at": now()}).last_pk)
+                "stopped": response.stopped, "error": response.error, "created_at": now()})
             seq = 0
             for proposal in response.proposals:
                 solution = Solution.model_validate(proposal.solution)
@@ -139,42 +136,31 @@ class Store:
         return response_id
 
     def responses_of_run(self, run_id: str) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.db.query(
-            "select responses.*, requests.round as round, requests.kind as kind, requests.key as key "
-            "from responses join requests on responses.request_id = requests.id "
-            "where requests.run_id = ? order by responses.id", [run_id])]
+        return tables.response_rows_of_run(self.db, run_id)
 
     # -- tool conversations (controller/agent/tool_loop.py: the Journal of an API model's turns) ---------------------
 
     def agent_turns(self, run_id: str, request_key: str) -> list[dict[str, Any]]:
         """The archived turns of one request's conversation, in order, as their JSON payloads."""
-        return [json.loads(r["payload"]) for r in self.db.query(
-            "select payload from agent_turns where run_id = ? and request_key = ? order by turn",
-            [run_id, request_key])]
+        return [json.loads(p) for p in tables.agent_turn_payloads(self.db, run_id, request_key)]
 
     def add_agent_turn(self, run_id: str, request_key: str, turn: int, payload: dict[str, Any]) -> None:
-        self.db["agent_turns"].insert({"run_id": run_id, "request_key": request_key, "turn": turn,
-                                       "payload": json.dumps(payload), "created_at": now()})
+        tables.insert_agent_turn(self.db, {"run_id": run_id, "request_key": request_key, "turn": turn,
+                                           "payload": json.dumps(payload), "created_at": now()})
 
     def agent_conversations(self, run_id: str) -> list[str]:
         """The request keys of a run that had a tool conversation, in the order they began."""
-        return [r["request_key"] for r in self.db.query(
-            "select request_key, min(id) as first from agent_turns where run_id = ? group by request_key "
-            "order by first", [run_id])]
+        return tables.agent_conversation_keys(self.db, run_id)
 
     def response_count(self, run_id: str) -> int:
-        return self.db.execute("select count(*) from responses join requests on responses.request_id = requests.id "
-                               "where requests.run_id = ?", [run_id]).fetchone()[0]
+        return tables.response_count(self.db, run_id)
 
     def raw_text(self, response_row: dict[str, Any]) -> str:
         return self.archive.get_blob(response_row["raw_blob"]).decode() if response_row.get("raw_blob") else ""
 
     def spend(self, run_id: str) -> dict[str, float]:
-        row = self.db.execute(
-            "select coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0), coalesce(sum(cost_usd), 0) "
-            "from responses join requests on responses.request_id = requests.id where requests.run_id = ?",
-            [run_id]).fetchone()
-        wall = self.db.execute("select coalesce(sum(wall_s), 0) from rounds where run_id = ?", [run_id]).fetchone()[0]
+        row = tables.response_totals(self.db, run_id)
+        wall = tables.round_wall_total(self.db, run_id)
         return {"tokens_in": row[0], "tokens_out": row[1], "tokens": row[0] + row[1], "cost_usd": row[2],
                 "wall_s": wall}
 
@@ -185,22 +171,22 @@ class Store:
                        run_id: Optional[str] = None, round_number: Optional[int] = None) -> int:
         solution = Solution.model_validate(proposal.solution)
         blob = self.archive.put_blob(json.dumps(proposal.solution, indent=2), "solution")
-        return int(self.db["candidates"].insert({
+        return tables.insert_candidate(self.db, {
             "run_id": run_id or request.run_id, "round": request.round if request else round_number,
             "request_id": request_id, "seq": seq, "depth": depth, "parent_id": parent_id,
             "solution_hash": solution.content_hash, "solution_name": solution.name, "solution_blob": blob,
             "origin": json.dumps({**proposal.origin, **({"notes": proposal.notes} if proposal.notes else {})},
                                  sort_keys=True),
             "status": status, "reason": reason, "submission_id": None, "created_at": now(),
-            "finished_at": now() if status not in UNFINISHED else None}).last_pk)
+            "finished_at": now() if status not in UNFINISHED else None})
 
     def _add_rejection(self, request: GenerationRequest, request_id: int, seq: int, depth: int,
                        parent_id: Optional[int], rejection: Rejection) -> int:
-        return int(self.db["candidates"].insert({
+        return tables.insert_candidate(self.db, {
             "run_id": request.run_id, "round": request.round, "request_id": request_id, "seq": seq, "depth": depth,
             "parent_id": parent_id, "solution_hash": None, "solution_name": rejection.name, "solution_blob": None,
             "origin": json.dumps({"files": rejection.files}), "status": REJECTED, "reason": rejection.reason,
-            "submission_id": None, "created_at": now(), "finished_at": now()}).last_pk)
+            "submission_id": None, "created_at": now(), "finished_at": now()})
 
     def add_incumbent(self, run_id: str, proposal: Proposal) -> int:
         with self.db.atomic():
@@ -208,15 +194,13 @@ class Store:
                                        run_id=run_id, round_number=0)
 
     def candidates(self, run_id: str, round_number: Optional[int] = None) -> list[dict[str, Any]]:
-        where, args = ("run_id = ?", [run_id]) if round_number is None else (
-            "run_id = ? and round = ?", [run_id, round_number])
-        rows = list(self.db["candidates"].rows_where(where, args, order_by="id"))
+        rows = tables.candidate_rows(self.db, run_id, round_number)
         for r in rows:
             r["origin"] = _loads(r["origin"], {})
         return rows
 
     def candidate(self, candidate_id: int) -> dict[str, Any]:
-        row = self.db["candidates"].get(candidate_id)
+        row = tables.candidate_row(self.db, candidate_id)
         row["origin"] = _loads(row["origin"], {})
         return row
 
@@ -230,7 +214,7 @@ class Store:
         if status not in UNFINISHED:
             update["finished_at"] = now()
         with self.db.atomic():
-            self.db["candidates"].update(candidate_id, update)
+            tables.update_candidate(self.db, candidate_id, update)
 
     def solution(self, candidate: dict[str, Any]) -> Solution:
         return Solution.model_validate_json(self.archive.get_blob(candidate["solution_blob"]))
@@ -238,11 +222,11 @@ class Store:
     # -- decisions ----------------------------------------------------------------------------------
 
     def decision(self, run_id: str, candidate_id: int) -> Optional[dict[str, Any]]:
-        rows = list(self.db["decisions"].rows_where("run_id = ? and candidate_id = ?", [run_id, candidate_id]))
-        return self._decision_row(rows[0]) if rows else None
+        row = tables.decision_row(self.db, run_id, candidate_id)
+        return self._decision_row(row) if row is not None else None
 
     def decisions(self, run_id: str) -> list[dict[str, Any]]:
-        return [self._decision_row(r) for r in self.db["decisions"].rows_where("run_id = ?", [run_id], order_by="id")]
+        return [self._decision_row(r) for r in tables.decision_rows(self.db, run_id)]
 
     @staticmethod
     def _decision_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -254,23 +238,23 @@ class Store:
                      verdict: str, rule: str, reasons: list[str], details: dict[str, Any],
                      exported: Optional[str] = None) -> int:
         with self.db.atomic():
-            return int(self.db["decisions"].insert({
+            return tables.insert_decision(self.db, {
                 "run_id": run_id, "round": round_number, "candidate_id": candidate_id, "incumbent_id": incumbent_id,
                 "verdict": verdict, "rule": rule, "reasons": json.dumps(reasons),
-                "details": json.dumps(details, default=str), "exported": exported, "created_at": now()}).last_pk)
+                "details": json.dumps(details, default=str), "exported": exported, "created_at": now()})
 
     # -- the harness's rows, read only ------------------------------------------------------------------
 
     def submission_status(self, submission_id: int) -> Optional[str]:
-        rows = list(self.db["submissions"].rows_where("id = ?", [submission_id]))
-        return rows[0]["status"] if rows else None
+        row = tables.submission_row(self.db, submission_id)
+        return row["status"] if row is not None else None
 
     def submission_used_gpu(self, submission_id: int) -> Optional[bool]:
-        rows = list(self.db["submissions"].rows_where("id = ?", [submission_id]))
-        return _loads(rows[0]["options"], {}).get("gpu") if rows else None
+        row = tables.submission_row(self.db, submission_id)
+        return _loads(row["options"], {}).get("gpu") if row is not None else None
 
     def submission_count(self) -> int:
-        return self.db["submissions"].count
+        return tables.submission_count(self.db)
 
     def eval_records(self, submission_id: Optional[int], regimes: Optional[dict[str, str]] = None) -> list[EvalRecord]:
         if submission_id is None:

@@ -82,6 +82,7 @@ def browse(archive_path: Optional[str], host: str, port: int, no_open: bool, sea
     from rich.table import Table
 
     from .cli_common import fail, open_archive, out
+    from .archive.queries import database_file
     from .archive.views import (datasette_command, datasette_metadata, has_review_tables, search_documents,
                                 sync_documents)
 
@@ -105,7 +106,7 @@ def browse(archive_path: Optional[str], host: str, port: int, no_open: bool, sea
         import datasette  # noqa: F401
     except ImportError:
         fail("harness browse needs datasette: pip install 'crucible[browse]'")
-    db_path = Path(archive.db.conn.execute("PRAGMA database_list").fetchone()[2])
+    db_path = Path(database_file(archive.db))
     with tempfile.TemporaryDirectory(prefix="crucible-browse-") as tmp:
         meta = Path(tmp) / "metadata.json"
         meta.write_text(json.dumps(datasette_metadata(db_path.stem), indent=2))

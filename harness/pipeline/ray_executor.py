@@ -37,6 +37,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, WorkerCrashedError
 
 from ..archive.database import HARNESS_ERROR, Archive
+from ..archive.queries import last_submission_id
 from ..archive.transfer import Bundle, export_submission, import_submission, record_failure
 from ..data.dataset import Dataset
 from ..data.options import SubmitOptions
@@ -133,7 +134,7 @@ class Lane:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _last_submission(self) -> int:
-        return int(self.archive.db.conn.execute("select coalesce(max(id), 0) from submissions").fetchone()[0])
+        return last_submission_id(self.archive.db)
 
 
 def _lane_class(gpu: bool) -> Any:

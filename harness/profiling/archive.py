@@ -7,19 +7,14 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from ..archive.migrations import m004_profiles, now
+from ..archive import profiles as table
+from ..archive.migrations import now
 from .model import ProfileSummary
 
 
 def ensure_profiles_table(archive: Any) -> None:
     """Apply ``m004_profiles`` to an archive that predates it (recorded in _migrations like any migration)."""
-    db = archive.db
-    if "profiles" in db.table_names():
-        return
-    with db.atomic():
-        m004_profiles(db)
-        if "_migrations" in db.table_names():
-            db["_migrations"].insert({"name": m004_profiles.__name__, "applied_at": now()}, ignore=True)
+    table.ensure_profiles_table(archive.db)
 
 
 def record_profile(archive: Any, summary: ProfileSummary, digest: dict[str, Any],
@@ -35,28 +30,19 @@ def record_profile(archive: Any, summary: ProfileSummary, digest: dict[str, Any]
     raw_blob = raw_blob or csv_blob
     log_blob = archive.put_blob(summary.log, "profile-log") if summary.log else None
     record = {**summary.to_json(), "csv_blob": csv_blob, "log_blob": log_blob, **digest}
-    with archive.db.atomic():
-        table = archive.db["profiles"].insert({
-            "submission_id": submission_id, "solution_hash": summary.solution_hash,
-            "workload_uuid": summary.workload_uuid, "backend": summary.backend, "status": summary.status,
-            "raw_blob": raw_blob, "digest": json.dumps(record, default=str),
-            "created_at": now()})
-    return int(table.last_pk)
+    return table.insert_profile(archive.db, {
+        "submission_id": submission_id, "solution_hash": summary.solution_hash,
+        "workload_uuid": summary.workload_uuid, "backend": summary.backend, "status": summary.status,
+        "raw_blob": raw_blob, "digest": json.dumps(record, default=str),
+        "created_at": now()})
 
 
 def archived_profiles(archive: Any, solution_hash: Optional[str] = None,
                       submission_id: Optional[int] = None) -> list[dict[str, Any]]:
     """Profile rows, newest first, with the digest parsed."""
-    if "profiles" not in archive.db.table_names():
+    if not table.has_profiles_table(archive.db):
         return []
-    where, args = [], []
-    if solution_hash:
-        where.append("solution_hash = ?")
-        args.append(solution_hash)
-    if submission_id is not None:
-        where.append("submission_id = ?")
-        args.append(submission_id)
-    rows = list(archive.db["profiles"].rows_where(" and ".join(where) or None, args, order_by="id desc"))
+    rows = table.profile_rows(archive.db, solution_hash, submission_id)
     for r in rows:
         r["digest"] = json.loads(r["digest"]) if r.get("digest") else {}
     return rows

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
+from ..archive import queries as q
 from ..archive.database import NO_VERDICT
 from . import leaderboard as lb
 from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, PASSED, Artifact, Candidate, WorkloadRow
@@ -53,12 +54,6 @@ def _workload_row(e: dict[str, Any]) -> WorkloadRow:
         flops=_num(x.get("flops")))
 
 
-def _rows(db: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-    cur = db.execute(sql, list(params))
-    cols = [c[0] for c in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
 def _artifacts(archive: Any, sub: dict[str, Any], workloads: list[WorkloadRow]) -> dict[str, Artifact]:
     """Files a reviewer wants beside the numbers: build log, SASS summary, profile digest, transcript.
 
@@ -70,7 +65,7 @@ def _artifacts(archive: Any, sub: dict[str, Any], workloads: list[WorkloadRow]) 
     tables = set(db.table_names())
     found: dict[str, Artifact] = {}
     if "artifacts" in tables:
-        for r in _rows(db, "select kind, name, blob from artifacts where submission_id = ? order by id", [sub["id"]]):
+        for r in q.artifact_rows(db, sub["id"]):
             if r["kind"] in ARTIFACT_KINDS:
                 title = r["name"] if r["name"] and r["name"] != r["kind"] else ARTIFACT_TITLES[r["kind"]]
                 found[r["kind"]] = Artifact(r["kind"], title, r["blob"])
@@ -79,9 +74,7 @@ def _artifacts(archive: Any, sub: dict[str, Any], workloads: list[WorkloadRow]) 
             found[kind] = Artifact(kind, ARTIFACT_TITLES[kind], blob)
     labels = {w.uuid: w.label for w in workloads}
     if "profile" not in found and "profiles" in tables:
-        rows = _rows(db, "select * from profiles where submission_id = ? order by id", [sub["id"]]) or _rows(
-            db, "select * from profiles where solution_hash = ? and submission_id is null order by id",
-            [sub["solution_hash"]])
+        rows = q.submission_profile_rows(db, sub["id"]) or q.unattached_profile_rows(db, sub["solution_hash"])
         if rows:
             found["profile"] = Artifact("profile", f"profile digest ({len(rows)} workload{'s' * (len(rows) != 1)})",
                                         text=format_profiles(rows, labels))
@@ -135,13 +128,12 @@ def format_profiles(rows: list[dict[str, Any]], labels: Optional[dict[str, str]]
 def controller_transcript(archive: Any, submission_id: int, solution_hash: str) -> str:
     """The controller's request (as the provider saw it) and the raw reply that produced this solution."""
     db = archive.db
-    cands = _rows(db, "select * from candidates where submission_id = ? order by id", [submission_id]) or _rows(
-        db, "select * from candidates where solution_hash = ? order by id", [solution_hash])
+    cands = q.candidate_rows_of_submission(db, submission_id) or q.candidate_rows_of_solution(db, solution_hash)
     cand = next((c for c in cands if c.get("request_id")), None)
     if cand is None:
         return ""
-    req = _rows(db, "select * from requests where id = ?", [cand["request_id"]])
-    resp = _rows(db, "select * from responses where request_id = ?", [cand["request_id"]])
+    req = q.request_rows(db, cand["request_id"])
+    resp = q.response_rows_of_request(db, cand["request_id"])
     parts = [f"# Candidate {cand['solution_name']}: run {cand['run_id']}, round {cand['round']}"
              + (f", request {req[0]['key']}" if req else "")]
     if req:
@@ -169,18 +161,18 @@ def controller_transcript(archive: Any, submission_id: int, solution_hash: str) 
 
 
 def load_candidate(archive: Any, submission_id: int, environments: Optional[dict[str, str]] = None) -> Candidate:
-    subs = _rows(archive.db, "select * from submissions where id = ?", [submission_id])
-    if not subs:
+    sub = q.submission_row(archive.db, submission_id)
+    if sub is None:
         from ..archive.database import ArchiveError
 
         raise ArchiveError(f"no submission {submission_id} in {archive.folder}")
-    return _candidate(archive, subs[0], environments)
+    return _candidate(archive, sub, environments)
 
 
 def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[str, str]] = None) -> Candidate:
-    evals = _rows(archive.db, "select * from evaluations where submission_id = ? order by id", [sub["id"]])
+    evals = q.evaluation_rows(archive.db, sub["id"])
     workloads = [_workload_row(e) for e in evals]
-    sol = _rows(archive.db, "select * from solutions where hash = ?", [sub["solution_hash"]])
+    sol = q.solution_rows(archive.db, sub["solution_hash"])
     sources: list[dict[str, str]] = []
     language = ""
     if sol:
@@ -195,8 +187,7 @@ def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[st
         if environments is not None and sub["environment_id"] in environments:
             hardware = environments[sub["environment_id"]]
         else:
-            env = _rows(archive.db, "select hardware from environments where id = ?", [sub["environment_id"]])
-            hardware = env[0]["hardware"] if env else ""
+            hardware = q.environment_hardware(archive.db, sub["environment_id"]) or ""
     raw_scores = _loads(sub.get("scores"))
     scores = {k: _num(v) for k, v in raw_scores.items() if not isinstance(v, (bool, list, dict))}
     options = _loads(sub.get("options"))

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from ..archive import queries as q
 from .candidates import load_candidate
 from .model import PASSED, Candidate
 
@@ -84,12 +85,10 @@ def resolve_submission(archive: Any, ref: str, definition: Optional[str] = None)
 
     ref = str(ref).strip()
     db = archive.db
-    clause, extra = (" and definition = ?", [definition]) if definition else ("", [])
     if ref.isdigit():
-        if db.execute(f"select 1 from submissions where id = ?{clause}", [int(ref), *extra]).fetchone():
+        if q.submission_exists(db, int(ref), definition):
             return int(ref)
-    rows = db.execute(f"select id, definition from submissions where solution_name = ?{clause} order by id desc",
-                      [ref, *extra]).fetchall()
+    rows = q.submissions_named(db, ref, definition)
     if rows:
         defs = {d for _, d in rows}
         if len(defs) > 1:
@@ -97,8 +96,7 @@ def resolve_submission(archive: Any, ref: str, definition: Optional[str] = None)
                                f"({', '.join(sorted(defs))}): pass --definition or a submission id")
         return int(rows[0][0])
     if len(ref) >= 6 and re.fullmatch(r"[0-9a-fA-F]+", ref):
-        rows = db.execute(f"select id, solution_hash from submissions where solution_hash like ?{clause} "
-                          "order by id desc", [ref.lower() + "%", *extra]).fetchall()
+        rows = q.submissions_with_hash_prefix(db, ref.lower(), definition)
         hashes = {h for _, h in rows}
         if len(hashes) > 1:
             raise ArchiveError(f"hash prefix {ref!r} matches {len(hashes)} solutions: give more characters")

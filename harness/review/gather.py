@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Optional
 
+from ..archive.queries import environment_rows, submission_rows
 from ..archive.seal import MODIFIED_WARNING
-from .candidates import _candidate, _loads, _rows, leaderboard
+from .candidates import _candidate, _loads, leaderboard
 from .costs import build_roofline, dataset_costs, load_ceilings
 from .model import PASSED, Candidate, DefinitionSection, ReportData
 from .rounds import _rounds_from, rounds_from_archive
@@ -22,10 +23,9 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
     the roofline falls back to the floor-implied bandwidth. ``ceilings``: override ceilings.json.
     """
     db = archive.db
-    envs = {r["id"]: r for r in _rows(db, "select id, hardware, data from environments")}
+    envs = {r["id"]: r for r in environment_rows(db)}
     hardware_of = {k: v["hardware"] or "" for k, v in envs.items()}
-    where, params = ("where definition = ?", [definition]) if definition else ("", [])
-    subs = _rows(db, f"select * from submissions {where} order by id desc", params)
+    subs = submission_rows(db, definition)
     by_definition: dict[str, list[Candidate]] = {}
     for s in subs:
         by_definition.setdefault(s["definition"], []).append(_candidate(archive, s, hardware_of))

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from .candidates import _num, _rows
+from ..archive import queries as q
+from .candidates import _num
 from .model import PASSED, Round
 
 
@@ -55,21 +56,16 @@ def rounds_from_archive(db: Any) -> list[dict[str, Any]]:
     cost. [] where the archive has no controller tables."""
     if not set(CONTROLLER_TABLES) <= set(db.table_names()):
         return []
-    means = {sid: (m, n) for sid, m, n in db.execute(
-        "select submission_id, avg(latency_ms), count(*) from evaluations where status = 'PASSED' "
-        "and latency_ms is not null group by submission_id").fetchall()}
+    means = q.passed_latency_means(db)
     out: list[dict[str, Any]] = []
-    for run in _rows(db, "select id, definition, provider, config from runs order by created_at, id"):
+    for run in q.run_summaries(db):
         mode = run_mode(run.get("config"))
-        round_rows = _rows(db, "select round, kind, summary from rounds where run_id = ?", [run["id"]])
+        round_rows = q.round_kinds(db, run["id"])
         kinds = {r["round"]: r["kind"] for r in round_rows}
         standings = {r["round"]: _incumbent_standing(r.get("summary")) for r in round_rows}
-        cands = _rows(db, "select c.*, s.status as submission_status from candidates c left join submissions s "
-                          "on s.id = c.submission_id where c.run_id = ? order by c.round, c.id", [run["id"]])
-        cost = dict(db.execute("select q.round, sum(p.cost_usd) from responses p join requests q "
-                               "on q.id = p.request_id where q.run_id = ? group by q.round", [run["id"]]).fetchall())
-        promoted = dict(db.execute("select round, count(*) from decisions where run_id = ? and verdict = 'PROMOTED' "
-                                   "group by round", [run["id"]]).fetchall())
+        cands = q.candidate_rows_with_submission_status(db, run["id"])
+        cost = q.response_cost_by_round(db, run["id"])
+        promoted = q.promotions_by_round(db, run["id"])
         numbers = sorted({*kinds, *(c["round"] for c in cands if c["round"] is not None)})
         for n in numbers:
             mine = [c for c in cands if c["round"] == n]
