@@ -4,7 +4,7 @@
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
-# fixtures proof controller report judge_set judge_scale slow_timing families.
+# fixtures proof controller report judge_set judge_scale slow_timing families family_records.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -115,6 +115,11 @@ if has families; then  # the contest's other definitions: each example on every 
       > "$OUT/family_$name.json" 2>> "$LOG"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], d["status"], d.get("scores"), d.get("phases_s")); [print(" ", w["label"], w["status"], w.get("latency_ms"), w.get("fraction_of_floor"), (w.get("memory") or {}).get("together_bytes"), w["message"][:200]) for w in d["workloads"]]' "$OUT/family_$name.json" >> "$LOG" 2>&1
   done
+fi
+if has family_records; then  # every workload of the contest families, resumable: carry ARCHIVE to continue
+  section "family records"
+  timeout ${FAMILY_RECORDS_TIMEOUT:-560} python3 benchmarks/family_records.py --out "$OUT" --archive "$ARCHIVE" \
+    --budget-s $(( ${FAMILY_RECORDS_TIMEOUT:-560} - 20 )) ${FAMILY_RECORDS_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
 if has audit_cost; then
   section "audit cost"
