@@ -1,7 +1,7 @@
 """Parity check: our official-aligned timer against FlashInfer's own, on a GPU host.
 
-DESIGN.md section 4 requires our latency for a callable to match
-``flashinfer.testing.bench_gpu_time_with_cupti`` (what flashinfer-bench main calls) within 2%.
+Our latency for a callable must match ``flashinfer.testing.bench_gpu_time_with_cupti`` (what flashinfer-bench
+main calls) within 2%, so that a score measured here means what the contest's own measurement would say.
 This script times the same callables on the same inputs with both, interleaved
 (ours, theirs, ours, theirs, ...) so that clock ramps and thermal drift hit both alike, and
 reports per (callable, workload):

@@ -16,6 +16,7 @@ from rich.table import Table
 from harness.archive.database import ARCHIVE_ENV, ArchiveMissing, archive_location
 from harness.data.dataset import Dataset
 from harness.data.schema import SchemaError
+from harness.data.statuses import RunStatus
 
 from .loop import LoopConfig, resume_loop, run_loops
 from .profile_cli import profile
@@ -359,7 +360,7 @@ def runs(archive_path, definition) -> None:
     for column in ("run", "definition", "provider", "status", "rounds done", "stop reason", "created"):
         table.add_column(column, overflow="fold")
     for r in store.runs(definition):
-        done = sum(1 for x in store.rounds(r["id"]) if x["status"] == "DONE" and x["round"] > 0)
+        done = sum(1 for x in store.rounds(r["id"]) if x["status"] == RunStatus.DONE and x["round"] > 0)
         table.add_row(r["id"], r["definition"], r["provider"], r["status"], str(done), r["stop_reason"] or "",
                       r["created_at"][:19])
     out.print(table)
@@ -391,7 +392,7 @@ def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
         row = store.run(rid)
         data = {"run_id": rid, "definition": row["definition"], "provider": row["provider"], "status": row["status"],
                 "stop_reason": row["stop_reason"],
-                "rounds": [r["summary"] for r in store.rounds(rid) if r["status"] == "DONE"]}
+                "rounds": [r["summary"] for r in store.rounds(rid) if r["status"] == RunStatus.DONE]}
         text = trajectory_markdown(data)
         click.echo(text)
         if out_dir:

@@ -31,7 +31,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.archive.database import INTERRUPTED, NO_VERDICT, Archive
+from harness.archive.database import Archive
+from harness.data.statuses import EvaluationStatus, NO_VERDICT, RunStatus, SubmissionStatus
 from harness.sandbox.build import expected_params
 from harness.data.dataset import Dataset
 from harness.families import family_for
@@ -173,7 +174,7 @@ class Loop(RunView):
         if self._no_profiler is not None:
             return IncumbentEvidence(note=self._no_profiler)
         records = self.records(inc)
-        if not records or any(r.status != "PASSED" for r in records):
+        if not records or any(r.status != EvaluationStatus.PASSED for r in records):
             return IncumbentEvidence(note="the incumbent has not passed every workload; not profiled")
         try:
             ok, why = self.profiler.available()
@@ -251,8 +252,9 @@ class Loop(RunView):
             if abandoned is not None and abandoned != submission_id:
                 # Reviewers see why it never finished, and where its evaluation went.
                 self.store.archive.finish_submission(
-                    abandoned, INTERRUPTED, f"stopped before it finished; run {self.run_id} evaluated the candidate "
-                                              f"again as submission {submission_id}")
+                    abandoned, SubmissionStatus.INTERRUPTED,
+                    f"stopped before it finished; run {self.run_id} evaluated the candidate again as submission "
+                    f"{submission_id}")
             self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status})
 
     def decide_round(self, round_number: int) -> None:
@@ -328,7 +330,7 @@ class Loop(RunView):
 
     def repair_for(self, candidate: dict[str, Any]) -> Repair:
         records = self.records(candidate)
-        failing = [(r, self.store.log_text(r)) for r in records if r.status != "PASSED"]
+        failing = [(r, self.store.log_text(r)) for r in records if r.status != EvaluationStatus.PASSED]
         return Repair(candidate_id=candidate["id"], status=candidate["status"],
                       solution=dump_json(self.store.solution(candidate)),
                       origin={k: v for k, v in candidate["origin"].items() if k != "notes"},
@@ -338,7 +340,7 @@ class Loop(RunView):
 
     def baseline_round(self) -> None:
         row = self.store.round(self.run_id, 0)
-        if row is not None and row["status"] == "DONE":
+        if row is not None and row["status"] == RunStatus.DONE:
             return
         started = time.monotonic()
         self.store.start_round(self.run_id, 0, "baseline", {"note": "evaluate the starting incumbent"})
@@ -383,15 +385,15 @@ class Loop(RunView):
 
     def run(self) -> dict[str, Any]:
         row = self.store.run(self.run_id)
-        if row is not None and row["status"] == "DONE":
+        if row is not None and row["status"] == RunStatus.DONE:
             return self.report()
-        self.store.set_run_status(self.run_id, "RUNNING")
+        self.store.set_run_status(self.run_id, RunStatus.RUNNING)
         try:
             self.baseline_round()
             stop = None
             for r in range(1, self.config.rounds + 1):
                 existing = self.store.round(self.run_id, r)
-                if existing is not None and existing["status"] == "DONE":
+                if existing is not None and existing["status"] == RunStatus.DONE:
                     continue
                 if existing is None:
                     stop = self.stop_check()
@@ -399,9 +401,9 @@ class Loop(RunView):
                         break
                 self.play_round(r)
             stop = stop or f"ran all {self.config.rounds} rounds"
-            self.store.set_run_status(self.run_id, "DONE", stop)
+            self.store.set_run_status(self.run_id, RunStatus.DONE, stop)
         except BaseException as err:
-            status = "FAILED" if isinstance(err, Exception) else "INTERRUPTED"
+            status = RunStatus.FAILED if isinstance(err, Exception) else RunStatus.INTERRUPTED
             self.store.set_run_status(self.run_id, status, f"{type(err).__name__}: {err}")
             raise
         return self.report()

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from harness.data.generation_request import (Acceptance, Budget, Constraints, Diagnosis, Evidence, GenerationRequest,
                                         HistoryItem, Incumbent, Repair, RequestKind)
+from harness.data.statuses import EvaluationStatus
 
 from .evidence.latency import build_latency_evidence, timing_available
 from .promote import EvalRecord
@@ -26,8 +27,8 @@ HYPOTHESES: dict[str, str] = {
                "requests spread over many programs, sized by length rather than by batch."),
     "all": "Improve the slowest workloads without regressing the others.",
 }
-REPAIRABLE = ("COMPILE_ERROR", "RUNTIME_ERROR", "INCORRECT_SHAPE", "INCORRECT_NUMERICAL", "INCORRECT_DTYPE",
-              "TIMEOUT")
+# Every failing verdict: a candidate that failed with one of these is worth a repair request.
+REPAIRABLE = tuple(s for s in EvaluationStatus if s != EvaluationStatus.PASSED)
 # Skills every request quotes (when present), then the tactics of the target's architecture.
 
 
@@ -56,7 +57,7 @@ def rank_regimes(incumbent: list[EvalRecord]) -> list[tuple[str, str]]:
         mean = {g: statistics.fmean(fractions[g]) for g in groups}  # type: ignore[arg-type]
         return [(g, f"furthest from the roofline ({mean[g]:.0%} of the floor)")
                 for g in sorted(sorted(groups), key=lambda g: mean[g])]
-    failures = {g: sum(r.status != "PASSED" for r in rs) for g, rs in groups.items()}
+    failures = {g: sum(r.status != EvaluationStatus.PASSED for r in rs) for g, rs in groups.items()}
     ordered = sorted(sorted(groups), key=lambda g: (-failures[g], -len(groups[g])))  # ties stay alphabetical
     return [(g, f"{failures[g]} failing workload(s)" if failures[g]
              else f"no timing; the regime with most workloads ({len(groups[g])})") for g in ordered]

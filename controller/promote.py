@@ -26,6 +26,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from harness.data.statuses import EvaluationStatus
+
 from .skills import PromotionThresholds
 
 NO_TIMING = "no timing: correctness only, nothing promoted"
@@ -101,7 +103,7 @@ def gate_failure(records: list[EvalRecord], thresholds: PromotionThresholds) -> 
     """Rules 1 and 2: what no measurement can override."""
     if not records:
         return _reject("all_workloads_passed", "no workload was evaluated")
-    failed = [r for r in records if r.status != "PASSED"]
+    failed = [r for r in records if r.status != EvaluationStatus.PASSED]
     if thresholds.require_all_workloads_passed and failed:
         listed = ", ".join(f"{r.label or r.workload[:8]} {r.status}" for r in failed[:5])
         return _reject("all_workloads_passed", f"{len(failed)} of {len(records)} workloads not PASSED: {listed}")

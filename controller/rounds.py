@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from harness.data.generation_request import HistoryItem
 from harness.data.schema import Definition
+from harness.data.statuses import RunStatus
 
 from .evaluator import Evaluator
 from .evidence.latency import mean_latency, mean_speedup_vs_fi
@@ -42,7 +43,7 @@ class RunView:
     def rounds_without_promotion(self) -> int:
         promoted_rounds = [d["round"] for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
         last = max(promoted_rounds, default=0)
-        return sum(1 for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == "DONE")
+        return sum(1 for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == RunStatus.DONE)
 
     def history(self) -> list[HistoryItem]:
         decisions = {d["candidate_id"]: d for d in self.store.decisions(self.run_id)}
@@ -98,7 +99,7 @@ class RunView:
     def nothing_produced(self) -> Optional[str]:
         """Why no round played produced a candidate (the provider failed, or every reply was refused); None when
         one did, or when no round was played (--rounds 0, or a stop rule before round 1)."""
-        if not any(r["round"] > 0 and r["status"] == "DONE" for r in self.store.rounds(self.run_id)):
+        if not any(r["round"] > 0 and r["status"] == RunStatus.DONE for r in self.store.rounds(self.run_id)):
             return None
         cands = [c for c in self.store.candidates(self.run_id) if c["round"] > 0]
         if any(c["solution_hash"] for c in cands):  # code came back (a duplicate too: the provider works)
@@ -121,7 +122,7 @@ class RunView:
 
     def report(self) -> dict[str, Any]:
         row = self.store.run(self.run_id) or {}
-        rounds = [r["summary"] for r in self.store.rounds(self.run_id) if r["status"] == "DONE"]
+        rounds = [r["summary"] for r in self.store.rounds(self.run_id) if r["status"] == RunStatus.DONE]
         inc = self.incumbent()
         inc_records = self.records(inc)
         decisions = self.store.decisions(self.run_id)

@@ -17,6 +17,7 @@ from harness.archive import controller_tables as tables
 from harness.archive.database import Archive
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 from harness.data.schema import Solution
+from harness.data.statuses import RunStatus
 
 from .promote import EvalRecord
 
@@ -43,7 +44,7 @@ class Store:
     def create_run(self, run_id: str, definition: str, provider: str, config: dict[str, Any]) -> None:
         with self.db.atomic():
             tables.insert_run(self.db, {"id": run_id, "definition": definition, "provider": provider,
-                                        "config": json.dumps(config, sort_keys=True), "status": "RUNNING",
+                                        "config": json.dumps(config, sort_keys=True), "status": RunStatus.RUNNING,
                                         "stop_reason": None, "created_at": now(), "finished_at": None})
 
     def run(self, run_id: str) -> Optional[dict[str, Any]]:
@@ -65,7 +66,7 @@ class Store:
     def set_run_status(self, run_id: str, status: str, stop_reason: Optional[str] = None) -> None:
         with self.db.atomic():
             tables.update_run(self.db, run_id, {"status": status, "stop_reason": stop_reason,
-                                                "finished_at": now() if status != "RUNNING" else None})
+                                                "finished_at": now() if status != RunStatus.RUNNING else None})
 
     # -- rounds ----------------------------------------------------------------------------------------
 
@@ -83,15 +84,16 @@ class Store:
         if self.round(run_id, number) is None:
             with self.db.atomic():
                 tables.insert_round(self.db, {"run_id": run_id, "round": number, "kind": kind,
-                                              "plan": json.dumps(plan, sort_keys=True), "status": "RUNNING",
+                                              "plan": json.dumps(plan, sort_keys=True), "status": RunStatus.RUNNING,
                                               "summary": None, "wall_s": None, "created_at": now(),
                                               "finished_at": None})
 
     def finish_round(self, run_id: str, number: int, summary: dict[str, Any], wall_s: float) -> None:
         row = self.round(run_id, number)
         with self.db.atomic():
-            tables.update_round(self.db, row["id"], {"status": "DONE", "summary": json.dumps(summary, default=str),
-                                                     "wall_s": wall_s, "finished_at": now()})
+            tables.update_round(self.db, row["id"], {"status": RunStatus.DONE,
+                                                     "summary": json.dumps(summary, default=str), "wall_s": wall_s,
+                                                     "finished_at": now()})
 
     # -- requests and responses --------------------------------------------------------------------------
 

@@ -16,15 +16,20 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from harness.data.generation_request import Diagnosis
+from harness.data.hardware import hardware_table
 
 from .evidence import KernelDigest, RegimeProfile, short_kernel_name
 from .skills import Skill, machine_blocks
 
 NCU_SKILL = "ncu-profiling"
-# Which tactics skill serves which target (the same map picks the request's skill excerpt).
-TACTICS_BY_TARGET = {"H200": "hopper-tactics", "H100": "hopper-tactics", "B200": "blackwell-tactics",
-                     "GB200": "blackwell-tactics"}
 _LIMITER_ROW = re.compile(r"^\|\s*\*\*([a-z0-9-]+)\*\*:?\s*(.*?)\s*\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
+
+
+def tactics_skill(target_hardware: str) -> str:
+    """The tactics skill that serves a target: its architecture's (``<architecture>-tactics``, the architecture from
+    definitions/hardware.yaml), "" for a target the file does not list. It also picks the request's skill excerpt."""
+    hw = hardware_table().get(target_hardware)
+    return f"{hw.architecture}-tactics" if hw is not None else ""
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ def tactic_book(skills: Mapping[str, Skill], target_hardware: str) -> TacticBook
         book.rows = limiter_rows(ncu)
         block = next((b for b in machine_blocks(ncu) if isinstance(b.get("limiters"), dict)), {})
         book.limiter_order = list(block.get("limiters", {}))
-    arch = TACTICS_BY_TARGET.get(target_hardware, "")
+    arch = tactics_skill(target_hardware)
     if arch in skills:
         book.arch_skill = arch
         for block in machine_blocks(skills[arch]):

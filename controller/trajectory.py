@@ -11,6 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Iterable, Optional
 
+from harness.data.statuses import EvaluationStatus
+
 from .promote import EvalRecord
 
 
@@ -26,7 +28,7 @@ def standing(records: list[EvalRecord]) -> dict[str, Any]:
 
     A figure is None when any workload lacks it (failed, untimed, no baseline): never a partial mean.
     """
-    passed = bool(records) and all(r.status == "PASSED" for r in records)
+    passed = bool(records) and all(r.status == EvaluationStatus.PASSED for r in records)
 
     def figures(group: list[EvalRecord]) -> dict[str, Optional[float]]:
         if not passed:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from .archive.database import ArchiveError
 from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, styled
+from .data.statuses import EvaluationStatus, SubmissionStatus
 from .report_cli import browse, diff, report
 from .data.schema import SchemaError, Solution, load_model
 from .archive.seal import MODIFIED_WARNING
@@ -73,7 +74,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
     """
-    from .pipeline.evaluate import SKIPPED, SandboxUnavailable, SubmitOptions
+    from .pipeline.evaluate import SandboxUnavailable, SubmitOptions
     from .pipeline.parallel import submit_all
     from .sandbox.isolation import human_bytes, load_sandbox_policy, probe
 
@@ -149,7 +150,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
                 progress.update(tasks[lane], description=f"{data['label']}")
             elif kind == "result":
                 progress.advance(tasks[lane])
-                if data["status"] not in ("PASSED", SKIPPED):
+                if data["status"] not in (EvaluationStatus.PASSED, SubmissionStatus.SKIPPED):
                     first_line = (data["message"] or "").split("\n")[0]
                     progress.console.print(f"  {data['label']}: {styled(data['status'])} {escape(first_line[:300])}",
                                            highlight=False)

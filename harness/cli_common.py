@@ -13,6 +13,7 @@ from rich.console import Console
 from .archive.database import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
 from .data.dataset import Dataset
 from .data.schema import SchemaError
+from .data.statuses import EvaluationStatus, SubmissionStatus
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
@@ -60,7 +61,7 @@ def fmt(x: Optional[float], digits: int = 3) -> str:
     return f"{x:.{digits}g}" if abs(x) < 1e4 else f"{x:.3e}"
 
 
-STATUS_STYLE = {"PASSED": "green", "SKIPPED": "dim", "RUNNING": "yellow"}
+STATUS_STYLE = {EvaluationStatus.PASSED: "green", SubmissionStatus.SKIPPED: "dim", SubmissionStatus.RUNNING: "yellow"}
 
 
 def styled(status: str) -> str:

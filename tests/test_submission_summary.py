@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from harness.archive.database import HARNESS_ERROR, INTERRUPTED
-from harness.data.results import SKIPPED, SubmissionResult, WorkloadResult
+from harness.data.results import SubmissionResult, WorkloadResult
+from harness.data.statuses import SubmissionStatus
 from harness.measure.memory import evaluation_processes
 from harness.pipeline.submission_summary import (
     archived_scores,
@@ -18,6 +18,8 @@ from harness.pipeline.submission_summary import (
 )
 
 PASSED, INCORRECT = "PASSED", "INCORRECT_NUMERICAL"
+SKIPPED, HARNESS_ERROR, INTERRUPTED = (SubmissionStatus.SKIPPED, SubmissionStatus.HARNESS_ERROR,
+                                       SubmissionStatus.INTERRUPTED)
 WORKLOAD = SimpleNamespace(uuid="w-1")
 
 

@@ -11,9 +11,10 @@ from typing import Any, Callable, Optional
 
 from harness.data.generation_request import SkillEntry
 from harness.data.schema import Solution
+from harness.data.statuses import EvaluationStatus
 
 from ..skills import Skill
-from ..tactics import TACTICS_BY_TARGET
+from ..tactics import tactics_skill
 from .journal import StoreJournal
 
 # Policy, not kernel advice: every request carries it whole (the promotion rules decide what the model's work is
@@ -32,7 +33,7 @@ def _files(skill: Skill) -> list[str]:
 def skill_index(skills: dict[str, Skill], family_skill: str, target_hardware: str) -> list[SkillEntry]:
     """The skills a request may read on demand: its operator family's, the target's tactics and the profiling one,
     each with the files of its folder. The policy skills are not listed: they come whole with every request."""
-    names = [family_skill, TACTICS_BY_TARGET.get(target_hardware, ""), PROFILING_SKILL]
+    names = [family_skill, tactics_skill(target_hardware), PROFILING_SKILL]
     entries = []
     for name in dict.fromkeys(n for n in names if n and n in skills):
         skill = skills[name]
@@ -62,7 +63,7 @@ def draft_report(records: list[Any]) -> str:
         message = " ".join((r.message or "").split())[:300] or "-"
         lines.append(f"| {r.label or r.workload} | {r.status} | {fmt(r.latency_ms, '.4g')} | "
                      f"{fmt(r.speedup_vs_fi, '.3g')} | {fmt(r.fraction_of_floor, '.0%')} | {failed} | {message} |")
-    passed = sum(r.status == "PASSED" for r in records)
+    passed = sum(r.status == EvaluationStatus.PASSED for r in records)
     return f"{passed} of {len(records)} workloads PASSED\n\n" + "\n".join(lines)
 
 
@@ -108,7 +109,7 @@ def draft_profiler(loop: Any) -> Callable[[Solution, int], Optional[str]]:
         if loop.config.profile is False or loop.profiler is None or loop._no_profiler is not None:
             return None
         records = loop.store.eval_records(submission_id)
-        if not records or any(r.status != "PASSED" for r in records):
+        if not records or any(r.status != EvaluationStatus.PASSED for r in records):
             return None
         ok, _ = loop.profiler.available()
         if not ok:

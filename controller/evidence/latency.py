@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
+from harness.data.statuses import EvaluationStatus
 from harness.families import family_for
 from harness.data.generation_request import Evidence
 
@@ -32,14 +33,14 @@ def timing_available(records: list[EvalRecord]) -> bool:
 
 def mean_latency(records: list[EvalRecord]) -> Optional[float]:
     """Mean over workloads when every workload PASSED with a latency; None otherwise (never a guess)."""
-    if not records or any(r.status != "PASSED" or r.latency_ms is None for r in records):
+    if not records or any(r.status != EvaluationStatus.PASSED or r.latency_ms is None for r in records):
         return None
     return statistics.fmean(r.latency_ms for r in records)  # type: ignore[misc]
 
 
 def mean_speedup_vs_fi(records: list[EvalRecord]) -> Optional[float]:
     values = [r.speedup_vs_fi for r in records]
-    if not values or any(v is None for v in values) or any(r.status != "PASSED" for r in records):
+    if not values or any(v is None for v in values) or any(r.status != EvaluationStatus.PASSED for r in records):
         return None
     return statistics.fmean(values)  # type: ignore[arg-type]
 

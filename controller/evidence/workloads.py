@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
+from harness.data.statuses import EvaluationStatus
 from harness.families import family_for
 from harness.families.regimes import assign_regime, length_ratio
 from harness.families.regimes import load_regime_rules as _load_rules
@@ -29,7 +30,7 @@ class WorkloadStat:
     uuid: str
     label: str
     axes: dict[str, int]
-    status: str = "PASSED"
+    status: str = EvaluationStatus.PASSED.value
     latency_ms: Optional[float] = None  # kernel latency (setup outside the timed call) where measured
     floor_ms: Optional[float] = None
     fraction_of_floor: Optional[float] = None

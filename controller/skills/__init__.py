@@ -5,7 +5,7 @@ A skill is prose for people and agents plus machine-readable parts the controlle
 the front-matter `metadata` map. Editing a skill changes the controller's behaviour without code
 changes, so everything here is strict about format and loud about what is wrong.
 
-Format rules (Agent Skills spec, DESIGN.md section 8):
+Format rules (the Agent Skills specification's, so a skill written here loads in any agent that reads skills):
 - front matter between `---` lines, YAML mapping, only the spec's keys;
 - `name`: 1-64 chars of a-z, 0-9 and '-', no leading/trailing/double '-', equal to the folder name;
 - `description`: 1-1024 chars, saying what the skill is and when to use it;

@@ -11,7 +11,8 @@ from .model import SKILL_FILE, Skill, SkillError
 
 
 class PromotionThresholds(BaseModel):
-    """The promotion skill's machine-readable rules (DESIGN.md section 7).
+    """The promotion skill's machine-readable rules: the thresholds the controller's promotion gate applies before a
+    candidate replaces the incumbent (controller/promote.py).
 
     Strict types: `min_repeats: "2"` or `require_clean_audits: yes-please` is a typo to report,
     not a value to coerce.
@@ -53,7 +54,8 @@ class PromotionThresholds(BaseModel):
     def _audits_must_be_clean(cls, value: bool) -> bool:
         if not value:
             raise ValueError(
-                "must be true: DESIGN.md section 5 says a candidate with a failed audit is never promoted"
+                "must be true: a candidate with a failed audit is never promoted (a failed audit means its speed "
+                "may be a reward hack, not a faster kernel)"
             )
         return value
 

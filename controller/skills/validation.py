@@ -1,4 +1,5 @@
-"""Every format problem of a skill (DESIGN.md section 8), reported all at once."""
+"""Every format problem of a skill (the format rules are listed in controller/skills/__init__.py), reported all
+at once."""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..data.statuses import RunStatus
+
 
 def _first(rows: Any) -> Optional[dict[str, Any]]:
     rows = list(rows)
@@ -34,7 +36,8 @@ def run_rows(db: Any, definition: Optional[str] = None) -> list[dict[str, Any]]:
 
 def unfinished_run_ids(db: Any) -> list[str]:
     """The ids of the runs RUNNING or INTERRUPTED, oldest first."""
-    return [r["id"] for r in db["runs"].rows_where("status in ('RUNNING', 'INTERRUPTED')", order_by="created_at, id")]
+    return [r["id"] for r in db["runs"].rows_where("status in (?, ?)", [RunStatus.RUNNING, RunStatus.INTERRUPTED],
+                                                   order_by="created_at, id")]
 
 
 def update_run(db: Any, run_id: str, values: dict[str, Any]) -> None:

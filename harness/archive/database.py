@@ -23,6 +23,7 @@ import sqlite_utils
 
 from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, m004_profiles, m006_seals,
                          m007_baseline_messages, m008_trusted_outputs, m009_agent_turns, now)
+from ..data.statuses import EvaluationStatus, SubmissionStatus
 from ..sandbox.stale import process_alive
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 from .views import m005_review_views
@@ -33,11 +34,6 @@ BLOBS = "blobs"
 
 # The migrations themselves (small functions, applied once each, in order) are in harness/archive/migrations.py, the
 # review views' in harness/archive/views.py; this list is the order they run in.
-
-# Submission statuses besides the evaluation's own: the harness could not finish it (killed, interrupted, its
-# own bug), and RUNNING or one of these means the submission holds no verdict.
-INTERRUPTED, HARNESS_ERROR = "INTERRUPTED", "HARNESS_ERROR"
-NO_VERDICT = ("RUNNING", INTERRUPTED, HARNESS_ERROR)
 
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
                                                               m004_profiles, m005_review_views, m006_seals,
@@ -205,7 +201,8 @@ class Archive:
         with self.db.atomic():
             table = self.db["submissions"].insert({
                 "solution_hash": solution_hash, "solution_name": solution_name, "definition": definition,
-                "author": author, "status": "RUNNING", "message": "", "options": json.dumps(options, default=str),
+                "author": author, "status": SubmissionStatus.RUNNING, "message": "",
+                "options": json.dumps(options, default=str),
                 "environment_id": environment_id, "created_at": now(), "finished_at": None})
         return int(table.last_pk)
 
@@ -219,11 +216,11 @@ class Archive:
         """Archive as INTERRUPTED every RUNNING submission whose harness process, on this host, is gone (killed
         before it could close the record). Those of other hosts, and of live processes, are left alone."""
         host, closed = socket.gethostname(), []
-        for row in self.db.query("select id, options from submissions where status = 'RUNNING'"):
+        for row in self.db.query("select id, options from submissions where status = ?", [SubmissionStatus.RUNNING]):
             owner = (json.loads(row["options"] or "{}") or {}).get("owner") or {}
             if owner.get("host") != host or not isinstance(owner.get("pid"), int) or process_alive(owner["pid"]):
                 continue
-            self.finish_submission(row["id"], INTERRUPTED,
+            self.finish_submission(row["id"], SubmissionStatus.INTERRUPTED,
                                    f"its harness process (pid {owner['pid']} on {host}) ended without closing it "
                                    "(killed); finished workloads are kept")
             closed.append(row["id"])
@@ -236,8 +233,8 @@ class Archive:
         where, args = ("gpu_model = ?", [gpu_model]) if gpu_model else ("gpu_key = ?", [gpu_key])
         rows = list(self.db["baseline_runs"].rows_where(
             f"{where} and toolchain = ? and definition = ? and workload_uuid = ? and solution_hash = ? "
-            "and status = 'PASSED'", [*args, toolchain, definition, workload_uuid, solution_hash],
-            order_by="id desc", limit=1))
+            "and status = ?", [*args, toolchain, definition, workload_uuid, solution_hash,
+                               EvaluationStatus.PASSED.value], order_by="id desc", limit=1))
         if not rows:
             return None
         return {k: rows[0].get(k) for k in ("status", "official_ms", "kernel_ms", "message", "log_blob")}
@@ -312,7 +309,7 @@ class Archive:
             if row is None:
                 yield
                 return
-            if row[0] == "RUNNING" and row[1] is None:
+            if row[0] == SubmissionStatus.RUNNING and row[1] is None:
                 state = "unsealed"  # the common case, a workload of a running submission: no need to read it all
             else:
                 state = self.verify_seal(submission_id).state

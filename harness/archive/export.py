@@ -26,6 +26,7 @@ from ..data.dataset import Dataset
 from ..data.inputs import absent_blob_inputs, generate_inputs
 from ..data.schema import (Definition, RandomInput, SafetensorsInput, SchemaError, Solution, Trace, Workload, dump_json,
                      load_jsonl, load_model)
+from ..data.statuses import EvaluationStatus
 
 EXPORT_SEED = 0
 # The random integer inputs Crucible gives structure (harness.data.inputs: page indices, their split, last-page
@@ -125,7 +126,7 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
         f"where e.definition in ({placeholders}) order by e.id", names).fetchall()
     for trace_json, author, def_name, status in rows:
         if not trace_json:
-            skipped_untimed += status == "PASSED"
+            skipped_untimed += status == EvaluationStatus.PASSED
             continue
         d = dataset.definitions[def_name]
         trace = json.loads(trace_json)
@@ -190,6 +191,7 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
     for sub_id in submissions.values():
         statuses = {r[0] for r in archive.db.execute("select status from evaluations where submission_id = ?",
                                                       [sub_id])}
-        archive.finish_submission(sub_id, "PASSED" if statuses == {"PASSED"} else sorted(statuses - {"PASSED"})[0],
+        passed = EvaluationStatus.PASSED.value
+        archive.finish_submission(sub_id, passed if statuses == {passed} else sorted(statuses - {passed})[0],
                                   "imported")
     return report

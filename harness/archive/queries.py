@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from ..data.statuses import EvaluationStatus, SubmissionStatus
+
 
 def _rows(db: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
     cur = db.execute(sql, list(params))
@@ -63,8 +65,8 @@ def submissions_with_hash_prefix(db: Any, prefix: str, definition: Optional[str]
 
 def latest_finished_submission_id(db: Any, solution_hash: str) -> Optional[int]:
     """The newest submission of a solution that is not RUNNING, None where there is none."""
-    rows = list(db["submissions"].rows_where("solution_hash = ? and status != 'RUNNING'", [solution_hash],
-                                             order_by="id desc", limit=1))
+    rows = list(db["submissions"].rows_where("solution_hash = ? and status != ?",
+                                             [solution_hash, SubmissionStatus.RUNNING], order_by="id desc", limit=1))
     return int(rows[0]["id"]) if rows else None
 
 
@@ -76,8 +78,8 @@ def evaluation_rows(db: Any, submission_id: int) -> list[dict[str, Any]]:
 def passed_latency_means(db: Any) -> dict[int, tuple[float, int]]:
     """submission id -> (mean latency_ms, how many) over its PASSED evaluations that have a latency."""
     return {sid: (m, n) for sid, m, n in db.execute(
-        "select submission_id, avg(latency_ms), count(*) from evaluations where status = 'PASSED' "
-        "and latency_ms is not null group by submission_id").fetchall()}
+        "select submission_id, avg(latency_ms), count(*) from evaluations where status = ? "
+        "and latency_ms is not null group by submission_id", [EvaluationStatus.PASSED.value]).fetchall()}
 
 
 def solution_rows(db: Any, content_hash: str) -> list[dict[str, Any]]:

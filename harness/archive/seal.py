@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..data.statuses import SubmissionStatus
+
 SEAL_KEY = "seal.key"
 KEY_BYTES = 32
 VERSION = "v1"
@@ -83,7 +85,7 @@ def classify(record: dict[str, Any], seal: Optional[str], key: Optional[bytes], 
     sub = record["submission"]
     first = record.get("first_sealed_id")
     if seal is None:
-        if sub.get("status") == "RUNNING":
+        if sub.get("status") == SubmissionStatus.RUNNING:
             return SealCheck("unsealed", "still running: the harness seals it when it finishes")
         if isinstance(first, int) and sub["id"] < first:
             return SealCheck("unsealed", "archived before seals existed (migration m006_seals)")

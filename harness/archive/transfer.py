@@ -21,7 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .database import HARNESS_ERROR, NO_VERDICT, Archive
+from ..data.statuses import NO_VERDICT, SubmissionStatus
+from .database import Archive
 
 
 @dataclass
@@ -83,7 +84,7 @@ def import_submission(archive: Archive, bundle: Bundle,
         if archive.put_blob(data, kind) != digest:
             raise ValueError(f"blob {digest[:12]} does not match its content")
     sub = {k: v for k, v in bundle.submission.items() if k not in ("id", "seal")}
-    if sub.get("status") in (None, "RUNNING"):
+    if sub.get("status") in (None, SubmissionStatus.RUNNING):
         raise ValueError("only a finished submission is imported (a RUNNING one would never be closed)")
     if lane:
         options = json.loads(sub.get("options") or "{}")
@@ -118,7 +119,7 @@ def record_failure(archive: Archive, solution_json: dict[str, Any], content_hash
     archive.put_solution(solution_json, content_hash)
     submission_id = archive.start_submission(content_hash, solution_json["name"], solution_json["definition"],
                                              solution_json["author"], options, None)
-    archive.finish_submission(submission_id, HARNESS_ERROR, message[:2000])
+    archive.finish_submission(submission_id, SubmissionStatus.HARNESS_ERROR, message[:2000])
     return submission_id
 
 

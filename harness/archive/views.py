@@ -26,6 +26,7 @@ from typing import Any, Iterable, Optional, Union
 
 import sqlite_utils
 
+from ..data.statuses import EvaluationStatus, SubmissionStatus
 from .migrations import now
 
 ARTIFACT_KINDS = ("build_log", "sass", "profile", "transcript")
@@ -33,6 +34,9 @@ DOCUMENT_KINDS = ("source", "log", *ARTIFACT_KINDS)
 CONTROLLER_TABLES = ("runs", "rounds", "requests", "responses", "candidates", "decisions")
 # A log of tens of MB helps nobody in a search result and bloats the index: keep its head and tail.
 MAX_DOCUMENT_CHARS = 2_000_000
+
+# The statuses the views compare with, as SQL text literals.
+_PASSED, _SKIPPED = f"'{EvaluationStatus.PASSED.value}'", f"'{SubmissionStatus.SKIPPED.value}'"
 
 
 def _json(column: str) -> str:
@@ -48,13 +52,13 @@ VIEWS: dict[str, str] = {
     # One row per harness submission: what a reviewer ranks.
     "submission_overview": f"""
 select s.id as submission_id, s.solution_name, s.definition, s.author, sol.language, s.status,
-  (select count(*) from evaluations e where e.submission_id = s.id and e.status != 'SKIPPED') as workloads,
-  (select count(*) from evaluations e where e.submission_id = s.id and e.status = 'PASSED') as passed,
+  (select count(*) from evaluations e where e.submission_id = s.id and e.status != {_SKIPPED}) as workloads,
+  (select count(*) from evaluations e where e.submission_id = s.id and e.status = {_PASSED}) as passed,
   {_x('s.scores', 'vs_reference')} as score_vs_reference,
   {_x('s.scores', 'vs_flashinfer_official')} as score_vs_flashinfer_official,
   {_x('s.scores', 'vs_flashinfer_kernel')} as score_vs_flashinfer_kernel,
   (select avg({_x('e.extra', 'fraction_of_floor')}) from evaluations e
-     where e.submission_id = s.id and e.status = 'PASSED') as mean_fraction_of_floor,
+     where e.submission_id = s.id and e.status = {_PASSED}) as mean_fraction_of_floor,
   (select count(*) from evaluations e, json_each({_json('e.extra')}, '$.audits') a
      where e.submission_id = s.id and json_extract(a.value, '$.passed') = 0) as failed_audits,
   (select group_concat(kind, ', ') from artifacts r where r.submission_id = s.id) as artifacts,
@@ -83,11 +87,11 @@ select e.id as evaluation_id, e.submission_id, s.solution_name, e.definition, e.
 from evaluations e join submissions s on s.id = e.submission_id, json_each({_json('e.extra')}, '$.audits') a
 order by e.submission_id desc, e.id""",
     # The fastest passing latency per definition and workload, and who got it.
-    "best_per_workload": """
+    "best_per_workload": f"""
 select e.definition, e.workload_label, e.workload_uuid, min(e.latency_ms) as best_latency_ms,
   s.solution_name, e.submission_id, count(*) as passed_evaluations
 from evaluations e join submissions s on s.id = e.submission_id
-where e.status = 'PASSED' and e.latency_ms is not null
+where e.status = {_PASSED} and e.latency_ms is not null
 group by e.definition, e.workload_uuid
 order by e.definition, e.workload_label""",
     # Every artifact with the submission it belongs to.
@@ -104,7 +108,7 @@ CONTROLLER_VIEWS: dict[str, str] = {
     # Every candidate the controller made, with its own status and the harness's verdict on it.
     "candidate_overview": f"""
 with means as (select submission_id, avg(latency_ms) as mean_latency_ms, count(*) as workloads
-               from evaluations where status = 'PASSED' group by submission_id)
+               from evaluations where status = {_PASSED} group by submission_id)
 select c.id as candidate_id, c.run_id, c.round, c.seq, c.solution_name, c.status as candidate_status, c.reason,
   c.submission_id, s.status as submission_status, m.mean_latency_ms, m.workloads as passed_workloads,
   {_x('s.scores', 'vs_reference')} as score_vs_reference,
@@ -115,16 +119,16 @@ select c.id as candidate_id, c.run_id, c.round, c.seq, c.solution_name, c.status
 from candidates c left join submissions s on s.id = c.submission_id left join means m on m.submission_id = s.id
 order by c.run_id, c.round, c.seq""",
     # One row per round of a run: what it made, what passed, its best mean latency and what it cost.
-    "round_overview": """
+    "round_overview": f"""
 with means as (select submission_id, avg(latency_ms) as mean_latency_ms
-               from evaluations where status = 'PASSED' group by submission_id)
+               from evaluations where status = {_PASSED} group by submission_id)
 select r.run_id, runs.definition, r.round, r.kind, r.status,
   (select count(*) from candidates c where c.run_id = r.run_id and c.round = r.round) as candidates,
   (select count(*) from candidates c join submissions s on s.id = c.submission_id
-     where c.run_id = r.run_id and c.round = r.round and s.status = 'PASSED') as passed,
+     where c.run_id = r.run_id and c.round = r.round and s.status = {_PASSED}) as passed,
   (select min(m.mean_latency_ms) from candidates c join submissions s on s.id = c.submission_id
      join means m on m.submission_id = s.id
-     where c.run_id = r.run_id and c.round = r.round and s.status = 'PASSED') as best_mean_latency_ms,
+     where c.run_id = r.run_id and c.round = r.round and s.status = {_PASSED}) as best_mean_latency_ms,
   (select count(*) from decisions d where d.run_id = r.run_id and d.round = r.round and d.verdict = 'PROMOTED')
      as promoted,
   (select coalesce(sum(p.cost_usd), 0) from responses p join requests q on q.id = p.request_id

@@ -22,6 +22,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..data.statuses import EvaluationStatus, SubmissionStatus
 from . import attribution
 from .attribution import OwnKernels
 
@@ -224,7 +225,7 @@ def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: li
     found = [f for f in static_findings if awaits_attribution(f)]
     if not found:
         return []
-    unsettled = [w["label"] for w in evaluated if w["status"] == "PASSED"
+    unsettled = [w["label"] for w in evaluated if w["status"] == EvaluationStatus.PASSED
                  and not any(a.get("name") == "attribution" for a in w.get("audits", []))]
     if not unsettled:
         return []
@@ -245,12 +246,12 @@ def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[di
     if errors:
         f = errors[0]
         reasons.append(f"static gate: {len(errors)} error finding(s), first {f['rule']} at {f['path']}:{f['line']}")
-    evaluated = [w for w in workloads if w["status"] != "SKIPPED"]
+    evaluated = [w for w in workloads if w["status"] != SubmissionStatus.SKIPPED]
     if not evaluated:
         reasons.append("no workload was evaluated")
     reasons += unconfirmed_library_use(evaluated, static_findings)
     for w in evaluated:
-        if w["status"] != "PASSED":
+        if w["status"] != EvaluationStatus.PASSED:
             reasons.append(f"{w['label']}: {w['status']}")
         for a in w.get("audits", []):
             if not a["passed"]:

@@ -2,7 +2,8 @@
 
 In the harness because both sides read it: the controller builds, sends and archives requests, and the
 harness's report renders an archived request as the prompt the provider was sent. A ``GenerationRequest``
-is archived before it is sent (DESIGN.md section 7); a ``GenerationResponse`` is archived when it arrives,
+is archived before it is sent (so a request whose provider never answers, or a controller killed mid-call,
+still leaves a record of what was asked); a ``GenerationResponse`` is archived when it arrives,
 with its raw text, tokens, cost and, when a bound stopped the provider, why. ``render_prompt`` turns a request
 into the Markdown every provider sends, from the templates in ``harness/prompts/`` (data: edit a prompt there).
 """

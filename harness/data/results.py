@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..audits.verdicts import is_fallback
-from .schema import EvaluationStatus
-
-SKIPPED = "SKIPPED"  # Crucible's own status for a workload that was not evaluated (never exported)
+from .statuses import EvaluationStatus, SubmissionStatus
 
 
 @dataclass
@@ -51,7 +49,7 @@ class WorkloadResult:
 
     @property
     def evaluated(self) -> bool:
-        return self.status != SKIPPED
+        return self.status != SubmissionStatus.SKIPPED
 
 
 @dataclass

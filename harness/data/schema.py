@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .statuses import EvaluationStatus  # defined with the other statuses; still importable from here
+
 
 class SchemaError(ValueError):
     """A data file that does not follow the schema. The message names the file and the field."""
@@ -273,16 +275,6 @@ class Solution(_Model):
 
 # ---------------------------------------------------------------------------------------------
 # Trace and Evaluation
-
-
-class EvaluationStatus(str, Enum):
-    PASSED = "PASSED"
-    INCORRECT_SHAPE = "INCORRECT_SHAPE"
-    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
-    INCORRECT_DTYPE = "INCORRECT_DTYPE"
-    RUNTIME_ERROR = "RUNTIME_ERROR"
-    COMPILE_ERROR = "COMPILE_ERROR"
-    TIMEOUT = "TIMEOUT"
 
 
 def _finite_or_str(x: float) -> Union[float, str]:

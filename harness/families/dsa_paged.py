@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import torch
 
 from ..data.blobs import blob_inputs, blob_tensor
+from ..data.hardware import sm_count
 from ..measure.correctness import REL_EPS, CheckResult, Tolerance, check_output, check_outputs
 from ..measure.roofline import WorkloadCost, generic_cost, tensor_bytes
 from ..data.schema import Definition, EvaluationStatus, SafetensorsInput, Workload
@@ -36,7 +37,6 @@ from .regimes import RegimeFacts, assign_regime
 
 ATTENTION_PREFIX = "dsa_sparse_attention"
 INDEXER_PREFIX = "dsa_topk_indexer"
-SM_COUNT = {"H200": 132, "H100": 132, "B200": 148, "GB200": 152}
 
 # First matching rule names the regime; conditions on an axis a definition lacks do not hold, so the
 # indexer's rules never match an attention workload and the other way round.
@@ -342,7 +342,7 @@ class DsaPagedFamily(OperatorFamily):
         Indexer: select-all when every row fits in top-k (the output is the row's tokens; scoring is the
         work), top-k select when a real selection is needed (selection dominates at small batch)."""
         if "num_tokens" in axes:
-            return "latency-bound" if axes["num_tokens"] < SM_COUNT.get(target_hardware, 132) else "memory-bound"
+            return "latency-bound" if axes["num_tokens"] < sm_count(target_hardware) else "memory-bound"
         if "max_num_pages" in axes and "page_size" in axes and "topk" in axes:
             return "select-all" if axes["max_num_pages"] * axes["page_size"] <= axes["topk"] else "top-k select"
         return assign_regime(RegimeFacts(label=label, axes=dict(axes), lengths=lengths), self.rules())

@@ -18,13 +18,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ..data.blobs import blob_inputs, blob_tensor
 from ..data.dtypes import torch_dtype
+from ..data.hardware import sm_count
 from ..measure.roofline import WorkloadCost, generic_cost, tensor_bytes
 from ..data.schema import Definition, Workload
 from .base import OperatorFamily
 from .regimes import RegimeFacts, assign_regime
-
-# SMs per target, to tell a grid that cannot fill the GPU (latency-bound) from one that can.
-SM_COUNT = {"H200": 132, "H100": 132, "B200": 148, "GB200": 152}
 
 # First matching rule names the regime. `all`: every condition holds; `any`: at least one does.
 REGIME_RULES_YAML = """
@@ -166,7 +164,7 @@ class GqaPagedFamily(OperatorFamily):
         kv_heads = axes.get("num_kv_heads") or 1
         if batch is None:
             return "all"
-        return "latency-bound" if batch * kv_heads < SM_COUNT.get(target_hardware, 132) else "memory-bound"
+        return "latency-bound" if batch * kv_heads < sm_count(target_hardware) else "memory-bound"
 
 
 FAMILY = GqaPagedFamily()

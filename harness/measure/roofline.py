@@ -7,8 +7,8 @@ tensor-core rate) that cost gives a floor: ``max(bytes / bandwidth, flops / rate
 
 - evidence: ``fraction_of_floor = floor / latency`` says how much of the hardware a candidate used
   (1.0 is the roofline; the controller stops near it);
-- plausibility (DESIGN.md section 5): a latency below the floor by more than the measurement margin
-  cannot be honest, so it is flagged ``impossible``.
+- plausibility: a latency below the floor by more than the measurement margin cannot be honest (no
+  kernel moves the bytes faster than the memory can), so it is flagged ``impossible``, a reward-hack signal.
 
 The second use needs the floor to be a true lower bound. Costs are therefore minimum counts (each
 byte of the referenced data read once, each output written once), and a cost that had to be

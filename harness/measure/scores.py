@@ -12,7 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Optional, Protocol, Sequence
 
-PASSED = "PASSED"
+from ..data.statuses import EvaluationStatus
+
 SCORE_FIELDS = {"vs_reference": "speedup_factor", "vs_flashinfer_official": "speedup_vs_fi_official",
                 "vs_flashinfer_kernel": "speedup_vs_fi_kernel"}
 SPOT_CHECK_TOLERANCE = 0.10  # a carried figure within 10% of this card's own measurement holds
@@ -34,7 +35,7 @@ def definition_scores(workloads: Sequence[Any]) -> tuple[dict[str, Optional[floa
     evaluated = [w for w in workloads if w.evaluated]
     if not evaluated:
         return {k: None for k in SCORE_FIELDS}, {}
-    if any(w.status != PASSED for w in evaluated):
+    if any(w.status != EvaluationStatus.PASSED for w in evaluated):
         return {k: 0.0 for k in SCORE_FIELDS}, {}
     scores: dict[str, Optional[float]] = {}
     partial: dict[str, list[str]] = {}

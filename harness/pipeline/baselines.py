@@ -94,7 +94,8 @@ class Baselines:
             self._start_failure[sol.content_hash] = failure
         if worker is None:
             failure = self._start_failure.get(sol.content_hash)
-            run = {"status": failure.status if failure else "COMPILE_ERROR", "official_ms": None, "kernel_ms": None,
+            run = {"status": failure.status if failure else EvaluationStatus.COMPILE_ERROR.value,
+                   "official_ms": None, "kernel_ms": None,
                    "message": f"build: {failure.message if failure else 'failed'}"[:2000],
                    "log": failure.log if failure else ""}
         else:

@@ -95,8 +95,8 @@ class CandidateWorkers:
         if not header.get("ok"):
             log = (header.get("log") or "") + "\n" + worker.log_text()
             worker.stop()
-            return None, WorkloadResult("", "", header.get("status", "COMPILE_ERROR"), message=header.get("error", ""),
-                                        log=log.strip())
+            return None, WorkloadResult("", "", header.get("status", EvaluationStatus.COMPILE_ERROR.value),
+                                        message=header.get("error", ""), log=log.strip())
         worker.compile_only = bool(header.get("compile_only"))
         worker.compile_only_note = str(header.get("note") or "")
         worker.build_log = header.get("log", "")

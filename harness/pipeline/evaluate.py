@@ -24,6 +24,7 @@ import torch
 
 from ..archive.database import Archive
 from ..data import records
+from ..data.statuses import SubmissionStatus
 from ..measure import scores
 from ..audits.thresholds import policy_thresholds
 from .baselines import Baselines, flashinfer_cache
@@ -42,7 +43,7 @@ from ..data.schema import Definition, EvaluationStatus, Solution, Workload, dump
 from ..sandbox.isolation import load_sandbox_policy
 from ..sandbox.stale import remove_stale
 from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
-from ..data.results import SKIPPED, SubmissionResult, WorkloadResult
+from ..data.results import SubmissionResult, WorkloadResult
 from ..audits.session_audits import SessionAudits
 from .submission_summary import (
     archived_scores,
@@ -294,7 +295,7 @@ class Session(WorkloadEvaluation, SessionAudits):
                             continue
                     self._mark_memory(candidate)
                     if candidate.compile_only:
-                        wr = WorkloadResult(workload.uuid, label, SKIPPED, message=(
+                        wr = WorkloadResult(workload.uuid, label, SubmissionStatus.SKIPPED, message=(
                             getattr(candidate, "compile_only_note", "") or "compiled with nvcc for "
                             + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")) + "; no GPU on this host to run it")
                     else:

@@ -36,13 +36,14 @@ from typing import Any, Callable, Optional
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, WorkerCrashedError
 
-from ..archive.database import HARNESS_ERROR, Archive
+from ..archive.database import Archive
 from ..archive.queries import last_submission_id
 from ..archive.transfer import Bundle, export_submission, import_submission, record_failure
 from ..data.dataset import Dataset
 from ..data.options import SubmitOptions
 from ..data.results import SubmissionResult
 from ..data.schema import Solution, dump_json
+from ..data.statuses import SubmissionStatus
 from ..sandbox.stale import process_alive
 
 LANE_ROOT = Path(tempfile.gettempdir()) / "crucible-lanes"
@@ -205,8 +206,8 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
     def fail(index: int, solution: Solution, reason: str, lane: Optional[str] = None) -> None:
         sub_id = record_failure(archive, dump_json(solution), solution.content_hash, reason,
                                 {"executor": "ray", "audit_level": options.audit_level})
-        finish(SubmissionResult(sub_id, solution.name, solution.definition, HARNESS_ERROR, [], notices=[reason]),
-               lane)
+        finish(SubmissionResult(sub_id, solution.name, solution.definition, SubmissionStatus.HARNESS_ERROR, [],
+                                notices=[reason]), lane)
 
     try:
         while queue or running:
@@ -329,7 +330,8 @@ class LaneClient:
             message = f"its Ray lane died under it {self.settings.retries + 1} time(s), the last {reason}"
             sub_id = record_failure(self.archive, dump_json(solution), solution.content_hash, message,
                                     {"executor": "ray", "audit_level": audit_level or self.options.audit_level})
-            result = SubmissionResult(sub_id, solution.name, solution.definition, HARNESS_ERROR, [], notices=[message])
+            result = SubmissionResult(sub_id, solution.name, solution.definition, SubmissionStatus.HARNESS_ERROR, [],
+                                      notices=[message])
         self.progress("start", {"submission_id": result.submission_id, "solution": solution.name,
                                 "definition": solution.definition})
         return result
@@ -348,7 +350,8 @@ def _archive_payload(archive: Archive, payload: dict[str, Any], solution: Soluti
     if bundle is None:  # it failed before anything was archived: said here, in the real archive
         reason = f"the harness failed on the lane: {payload.get('error')}"
         sub_id = record_failure(archive, dump_json(solution), solution.content_hash, reason, {"ray_lane": lane})
-        return SubmissionResult(sub_id, solution.name, solution.definition, HARNESS_ERROR, [], notices=[reason])
+        return SubmissionResult(sub_id, solution.name, solution.definition, SubmissionStatus.HARNESS_ERROR, [],
+                                notices=[reason])
     new_id, evaluation_ids = import_submission(archive, bundle, lane)
     if result is None:
         result = SubmissionResult(new_id, solution.name, solution.definition, bundle.submission["status"], [],

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..archive.database import HARNESS_ERROR, INTERRUPTED
 from ..audits.verdicts import promotion_blockers
-from ..data.results import SKIPPED, SubmissionResult, WorkloadResult
+from ..data.results import SubmissionResult, WorkloadResult
 from ..data.schema import EvaluationStatus, Workload
+from ..data.statuses import SubmissionStatus
 from ..measure import scores
 
 
@@ -31,8 +31,8 @@ def opened_result(submission_id: int, solution: str, definition: str, static_fin
     """The result of a submission just archived as RUNNING, with what holds for every workload of it: a sandbox
     short of full is a notice (the isolation the scores were measured under), and a result without timing says
     why, so correctness-only figures are not read as a slow kernel."""
-    result = SubmissionResult(submission_id, solution, definition, "RUNNING", [], static_findings=static_findings,
-                              sandbox=sandbox)
+    result = SubmissionResult(submission_id, solution, definition, SubmissionStatus.RUNNING, [],
+                              static_findings=static_findings, sandbox=sandbox)
     if sandbox != "full":
         result.notices.append(f"sandbox: {sandbox}")
     if not has_gpu:
@@ -48,7 +48,7 @@ def unrun_result(workload: Workload, label: str, cpu_skip: Optional[str], static
     signature problem or a failed build fails every workload the same way, so each is recorded without a
     fresh build attempt per workload."""
     if cpu_skip:
-        return WorkloadResult(workload.uuid, label, SKIPPED, message=cpu_skip)
+        return WorkloadResult(workload.uuid, label, SubmissionStatus.SKIPPED, message=cpu_skip)
     if static_problem:
         return WorkloadResult(workload.uuid, label, EvaluationStatus.COMPILE_ERROR.value, message=static_problem,
                               log=static_problem)
@@ -63,7 +63,7 @@ def overall_status(workloads: list[WorkloadResult]) -> str:
     the submission's failure); SKIPPED when none was evaluated, so a skip never reads as a pass."""
     evaluated = [w for w in workloads if w.evaluated]
     if not evaluated:
-        return SKIPPED
+        return SubmissionStatus.SKIPPED
     return next((w.status for w in evaluated if w.status != EvaluationStatus.PASSED.value),
                 EvaluationStatus.PASSED.value)
 
@@ -117,5 +117,6 @@ def cut_short(err: BaseException) -> tuple[str, str]:
     failure; anything else (KeyboardInterrupt, SystemExit from SIGTERM) an interruption, whose finished
     workloads still stand."""
     if isinstance(err, Exception):
-        return HARNESS_ERROR, f"the harness failed: {type(err).__name__}: {err}"[:2000]
-    return INTERRUPTED, f"stopped ({type(err).__name__}) before it finished; finished workloads are kept"
+        return SubmissionStatus.HARNESS_ERROR, f"the harness failed: {type(err).__name__}: {err}"[:2000]
+    return (SubmissionStatus.INTERRUPTED,
+            f"stopped ({type(err).__name__}) before it finished; finished workloads are kept")

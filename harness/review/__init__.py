@@ -18,7 +18,7 @@ from .costs import build_roofline, dataset_costs, load_ceilings
 from .diff import FileDiff, SubmissionDiff, WorkloadDelta, diff_submissions, resolve_submission, source_diff
 from .gather import gather_report
 from .html import fmt_ms, fmt_pct, fmt_x
-from .model import (ARTIFACT_KINDS, ARTIFACT_TITLES, PASSED, SCORE_KEYS, Artifact, BaselineRow, Candidate,
+from .model import (ARTIFACT_KINDS, ARTIFACT_TITLES, SCORE_KEYS, Artifact, BaselineRow, Candidate,
                     DefinitionSection, ReportData, Roofline, RooflinePoint, Round, WorkloadRow, baseline_rows)
 from .pages import render_index, write_report
 from .render import chart_backend, render_chart, render_matplotlib
@@ -26,7 +26,7 @@ from .rounds import load_rounds_file, rounds_from_archive
 from .svg import render_builtin
 
 __all__ = [
-    "ARTIFACT_KINDS", "ARTIFACT_TITLES", "PALETTE", "PASSED", "SCORE_KEYS", "Artifact", "BaselineRow", "Candidate",
+    "ARTIFACT_KINDS", "ARTIFACT_TITLES", "PALETTE", "SCORE_KEYS", "Artifact", "BaselineRow", "Candidate",
     "Chart", "DefinitionSection", "FileDiff", "ReportData", "Roofline", "RooflinePoint", "Round", "Series",
     "SubmissionDiff", "WorkloadDelta", "WorkloadRow", "baseline_rows", "build_roofline", "chart_backend",
     "controller_transcript", "dataset_costs", "diff_submissions", "fmt_ms", "fmt_pct", "fmt_x", "format_profiles",

@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from ..archive import queries as q
-from ..archive.database import NO_VERDICT
+from ..data.statuses import EvaluationStatus, NO_VERDICT
 from . import leaderboard as lb
-from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, PASSED, Artifact, Candidate, WorkloadRow
+from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, Artifact, Candidate, WorkloadRow
 
 
 def _loads(text: Optional[str]) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _artifacts(archive: Any, sub: dict[str, Any], workloads: list[WorkloadRow]) 
             found["transcript"] = Artifact("transcript", "generation transcript", text=text)
     if "build_log" not in found:
         # A failed build is recorded as each workload's log: that log is the build log.
-        failed_build = next((w for w in workloads if w.status == "COMPILE_ERROR" and w.log_blob), None)
+        failed_build = next((w for w in workloads if w.status == EvaluationStatus.COMPILE_ERROR and w.log_blob), None)
         if failed_build is not None:
             found["build_log"] = Artifact("build_log", "build log (failed build)", failed_build.log_blob)
     return found
@@ -214,8 +214,8 @@ def rank_key(c: Candidate) -> tuple:
     reference), then vs FlashInfer, newest. Applied within the promotable rows and within the others."""
     s = c.score("vs_reference")
     f = c.score("vs_flashinfer_official")
-    return (c.modified, c.status != PASSED, -(s if s is not None else -math.inf), -(f if f is not None else -math.inf),
-            -c.submission_id)
+    return (c.modified, c.status != EvaluationStatus.PASSED, -(s if s is not None else -math.inf),
+            -(f if f is not None else -math.inf), -c.submission_id)
 
 
 def leaderboard(submissions: list[Candidate]) -> list[Candidate]:

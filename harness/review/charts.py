@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from .model import PASSED, Candidate, Roofline, Round
+from ..data.statuses import EvaluationStatus
+from .model import Candidate, Roofline, Round
 
 PALETTE = {"candidate": "#0072B2", "fi_official": "#E69F00", "fi_kernel": "#CC79A7", "floor": "#7f7f7f",
            "roof": "#222222", "accent": "#009E73", "spend": "#D55E00"}
@@ -56,7 +57,8 @@ def latency_chart(c: Candidate, key: str = "latency") -> Optional[Chart]:
     if not any(w.latency_ms for w in rows):
         return None
     cats = [w.label for w in rows]
-    series = [Series(f"{c.solution_name} (latency)", cats, [w.latency_ms if w.status == PASSED else None for w in rows],
+    series = [Series(f"{c.solution_name} (latency)", cats,
+                     [w.latency_ms if w.status == EvaluationStatus.PASSED else None for w in rows],
                      color=PALETTE["candidate"])]
     if any(w.fi_official_ms for w in rows):
         series.append(Series("FlashInfer (official, plan inside)", cats, [w.fi_official_ms for w in rows],

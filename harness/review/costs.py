@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from .model import PASSED, Candidate, Roofline, RooflinePoint
+from ..data.statuses import EvaluationStatus
+from .model import Candidate, Roofline, RooflinePoint
 
 
 def load_ceilings(folder: Path, device_name: str = "", uuid: str = "") -> Optional[dict[str, Any]]:
@@ -59,7 +60,7 @@ def dataset_costs(dataset: Any, definition: str) -> dict[str, tuple[float, float
 
 def build_roofline(best: Candidate, costs: dict[str, tuple[float, float]],
                    ceilings: Optional[dict[str, Any]]) -> Roofline:
-    passed = [w for w in best.workloads if w.status == PASSED and w.timed_ms]
+    passed = [w for w in best.workloads if w.status == EvaluationStatus.PASSED and w.timed_ms]
     fractions = [(w.label, w.fraction_of_floor) for w in best.workloads if w.evaluated]
     points: list[RooflinePoint] = []
     cost_note = ""

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from ..archive import queries as q
+from ..data.statuses import EvaluationStatus
 from .candidates import load_candidate
-from .model import PASSED, Candidate
+from .model import Candidate
 
 
 @dataclass
@@ -132,6 +133,6 @@ def diff_submissions(archive: Any, a_ref: Union[str, int], b_ref: Union[str, int
     for uuid in [*a_rows, *(u for u in b_rows if u not in a_rows)]:
         wa, wb = a_rows.get(uuid), b_rows.get(uuid)
         deltas.append(WorkloadDelta(uuid, (wa or wb).label, wa.status if wa else None, wb.status if wb else None,
-                                    wa.latency_ms if wa and wa.status == PASSED else None,
-                                    wb.latency_ms if wb and wb.status == PASSED else None))
+                                    wa.latency_ms if wa and wa.status == EvaluationStatus.PASSED else None,
+                                    wb.latency_ms if wb and wb.status == EvaluationStatus.PASSED else None))
     return SubmissionDiff(a, b, files, deltas)

@@ -7,9 +7,10 @@ from typing import Any, Optional
 
 from ..archive.queries import environment_rows, submission_rows
 from ..archive.seal import MODIFIED_WARNING
+from ..data.statuses import EvaluationStatus
 from .candidates import _candidate, _loads, leaderboard
 from .costs import build_roofline, dataset_costs, load_ceilings
-from .model import PASSED, Candidate, DefinitionSection, ReportData
+from .model import Candidate, DefinitionSection, ReportData
 from .rounds import _rounds_from, rounds_from_archive
 
 
@@ -65,7 +66,7 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
         if best is None:
             section.notices.append(f"no promotable solution ({len(board)} not promotable, reasons in their table): "
                                    "no per-workload table, FlashInfer rows or plots")
-        if best is not None and any(w.status == PASSED and w.timed_ms for w in best.workloads):
+        if best is not None and any(w.status == EvaluationStatus.PASSED and w.timed_ms for w in best.workloads):
             env = {}
             sub_env = next((s.get("environment_id") for s in subs if s["id"] == best.submission_id), None)
             if sub_env and sub_env in envs:
@@ -77,7 +78,7 @@ def gather_report(archive: Any, definition: Optional[str] = None, rounds: Option
             section.notices.append("no timed results: evaluated without a GPU (correctness only)")
         elif best is not None:
             section.notices.append("the leading solution has no timed workload")
-        if best is not None and any(w.status == PASSED for w in best.workloads) and not any(
+        if best is not None and any(w.status == EvaluationStatus.PASSED for w in best.workloads) and not any(
                 w.fi_official_ms for w in best.workloads):
             section.notices.append("no FlashInfer baselines recorded for the leading solution")
         sections.append(section)

@@ -8,11 +8,11 @@ from pathlib import Path
 from string import Template
 from typing import Any, Optional, Sequence
 
-from ..archive.database import INTERRUPTED
 from ..archive.seal import MODIFIED_WARNING
+from ..data.statuses import EvaluationStatus, SubmissionStatus
 from . import leaderboard as lb
 from .charts import Chart
-from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, PASSED, Candidate
+from .model import ARTIFACT_KINDS, ARTIFACT_TITLES, Candidate
 from .render import render_chart
 from .svg import _esc
 
@@ -38,7 +38,8 @@ def fmt_pct(x: Optional[float]) -> str:
 
 
 def _status(s: str) -> str:
-    cls = s if s in (PASSED, "RUNNING", "SKIPPED", INTERRUPTED) else "fail"
+    cls = s if s in (EvaluationStatus.PASSED, SubmissionStatus.RUNNING, SubmissionStatus.SKIPPED,
+                   SubmissionStatus.INTERRUPTED) else "fail"
     return f'<span class="status {cls}">{_esc(s)}</span>'
 
 

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-PASSED = "PASSED"
-SKIPPED = "SKIPPED"
+from ..data.statuses import EvaluationStatus, SubmissionStatus
+
 MODIFIED = "archive modified outside the harness (the seal does not match)"
 
 T = TypeVar("T")
@@ -66,12 +66,13 @@ def promotion_reasons(status: str, workloads: Sequence[dict[str, Any]], static_f
         reasons.append(f"static gate: {_plural(len(errors), 'error finding')}, first {first.get('rule', '?')} at "
                        f"{first.get('path', '?')}:{first.get('line', '?')}")
         shown.append("static gate")
-    evaluated = [w for w in workloads if w.get("status") != SKIPPED]
+    evaluated = [w for w in workloads if w.get("status") != SubmissionStatus.SKIPPED]
     failed = [(str(a.get("name", "?")), str(w.get("label", "?"))) for w in evaluated
               for a in w.get("audits") or [] if isinstance(a, dict) and not a.get("passed")]
     reasons += _grouped(failed, len(evaluated), lambda name: f"audit {name} failed")
     shown += [f"{label}: audit {name} failed" for name, label in failed]
-    not_passed = [(str(w.get("status")), str(w.get("label", "?"))) for w in evaluated if w.get("status") != PASSED]
+    not_passed = [(str(w.get("status")), str(w.get("label", "?"))) for w in evaluated
+                  if w.get("status") != EvaluationStatus.PASSED]
     reasons += _grouped(not_passed, len(evaluated), str)
     shown += [f"{label}: {s}" for s, label in not_passed]
     if not evaluated:
@@ -79,7 +80,7 @@ def promotion_reasons(status: str, workloads: Sequence[dict[str, Any]], static_f
         shown.append("no workload was evaluated")
     reasons += [str(r) for r in recorded
                 if not any(str(r) == k or str(r).startswith(k + ":") for k in shown)]
-    if not reasons and status != PASSED:
+    if not reasons and status != EvaluationStatus.PASSED:
         reasons.append(f"submission {status}")
     if not reasons and recorded_promotable is False:
         reasons.append("recorded as not promotable")

@@ -12,9 +12,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..data.statuses import EvaluationStatus, SubmissionStatus
 from . import leaderboard as lb
 
-PASSED = "PASSED"
 ARTIFACT_KINDS = ("build_log", "sass", "profile", "transcript")
 ARTIFACT_TITLES = {"source": "source", "build_log": "build log", "sass": "SASS summary", "profile": "profile digest",
                    "transcript": "transcript"}
@@ -49,7 +49,7 @@ class WorkloadRow:
 
     @property
     def evaluated(self) -> bool:
-        return self.status != "SKIPPED"
+        return self.status != SubmissionStatus.SKIPPED
 
     @property
     def failed_audits(self) -> list[dict[str, Any]]:
@@ -132,11 +132,12 @@ class Candidate:
 
     @property
     def passed(self) -> int:
-        return sum(w.status == PASSED for w in self.workloads)
+        return sum(w.status == EvaluationStatus.PASSED for w in self.workloads)
 
     @property
     def mean_fraction_of_floor(self) -> Optional[float]:
-        values = [w.fraction_of_floor for w in self.workloads if w.status == PASSED and w.fraction_of_floor is not None
+        values = [w.fraction_of_floor for w in self.workloads
+                  if w.status == EvaluationStatus.PASSED and w.fraction_of_floor is not None
                   and math.isfinite(w.fraction_of_floor)]
         return statistics.fmean(values) if values else None
 
@@ -230,7 +231,8 @@ def baseline_rows(leader: Optional[Candidate]) -> list[BaselineRow]:
     """One row per FlashInfer timing recorded on ``leader``'s PASSED workloads; none without baseline figures."""
     out = []
     for timing, attr in (("plan() inside the call", "fi_official_ms"), ("plan() in setup", "fi_kernel_ms")):
-        rows = [w for w in (leader.workloads if leader else []) if w.status == PASSED and getattr(w, attr)]
+        rows = [w for w in (leader.workloads if leader else [])
+                if w.status == EvaluationStatus.PASSED and getattr(w, attr)]
         if not rows:
             continue
 

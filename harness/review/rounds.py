@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 from ..archive import queries as q
+from ..data.statuses import EvaluationStatus
 from .candidates import _num
-from .model import PASSED, Round
+from .model import Round
 
 
 def _rounds_from(items: Iterable[dict[str, Any]],
@@ -69,7 +70,8 @@ def rounds_from_archive(db: Any) -> list[dict[str, Any]]:
         numbers = sorted({*kinds, *(c["round"] for c in cands if c["round"] is not None)})
         for n in numbers:
             mine = [c for c in cands if c["round"] == n]
-            passed = [c for c in mine if c["submission_status"] == PASSED and c["submission_id"] in means]
+            passed = [c for c in mine
+                      if c["submission_status"] == EvaluationStatus.PASSED and c["submission_id"] in means]
             best = min(passed, key=lambda c: means[c["submission_id"]][0]) if passed else None
             workloads = means[best["submission_id"]][1] if best else None
             out.append({"definition": run["definition"], "run": run["id"], "round": n,

@@ -29,7 +29,7 @@ from ..measure.device_measure import (l2_flush, memory_mark, memory_release, rai
                              wall_call)
 from ..data.inputs import allocate_outputs, content_digest, fingerprint, generate_inputs
 from ..measure.oracle import run_in_float64
-from ..data.schema import Definition, Solution, Workload
+from ..data.schema import Definition, EvaluationStatus, Solution, Workload
 
 
 def _environment() -> dict[str, Any]:
@@ -172,7 +172,7 @@ class Worker:
         try:
             self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
         except BuildError as err:
-            return {"ok": False, "status": "COMPILE_ERROR", "error": str(err), "log": err.log}, {}
+            return {"ok": False, "status": EvaluationStatus.COMPILE_ERROR.value, "error": str(err), "log": err.log}, {}
         return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
                 "log": self.built.log,
                 "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, {}
@@ -430,7 +430,7 @@ class Worker:
             except BaseException as err:  # candidate code may raise anything, SystemExit included
                 tb = traceback.format_exc()
                 print(tb, file=sys.stderr, flush=True)
-                header, tensors = {"ok": False, "status": "RUNTIME_ERROR",
+                header, tensors = {"ok": False, "status": EvaluationStatus.RUNTIME_ERROR.value,
                                    "error": f"{type(err).__name__}: {err}", "traceback": tb,
                                    "context_broken": _context_broken(self.device)}, {}
             memory = memory_release(self.device, tensors)
@@ -439,7 +439,7 @@ class Worker:
             try:
                 protocol.write_message(wfd, header, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
-                protocol.write_message(wfd, {"ok": False, "status": "RUNTIME_ERROR",
+                protocol.write_message(wfd, {"ok": False, "status": EvaluationStatus.RUNTIME_ERROR.value,
                                              "error": f"could not send the reply: {type(err).__name__}: {err}"})
 
 

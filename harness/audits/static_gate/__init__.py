@@ -1,6 +1,7 @@
 """Static gate: scan a candidate solution's sources before anything is built or imported.
 
-The gate is the first and cheapest stage of the pipeline (DESIGN.md section 5, harness-anchors 8(c) C2).
+The gate is the first and cheapest stage of the pipeline: a source scan costs milliseconds, so a candidate that
+openly tampers with the harness is refused before any build, GPU time or audit is spent on it.
 It reads source text only: nothing here imports, compiles or runs candidate code. It does not prove a
 candidate honest (token pasting, getattr chains and string building can hide almost anything from a
 source scan); the artifact checks and the runtime audits do that. Its job is to stop in ~milliseconds what
