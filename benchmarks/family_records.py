@@ -35,6 +35,7 @@ EXAMPLES = {  # definition -> example solution
     "gdn_prefill_qk4_v8_d128_k_last": "examples/gdn/solutions/gdn_prefill_qk4_v8_d128_k_last.json",
 }
 GIB = 1 << 30
+READ_BACK_S = 20
 
 
 def _audit(audits: list[dict[str, Any]], name: str) -> Optional[dict[str, Any]]:
@@ -168,7 +169,8 @@ def main() -> int:
         done = {e["workload_uuid"] for sub in archived_submissions(args.archive, name)
                 for e in sub.get("evaluations") or []}
         remaining = [w.uuid for w in ds.workloads_for(name) if w.uuid not in done]
-        left = min(args.per_definition_s, end - time.monotonic())
+        # the record is read back from the archive afterwards (`harness show` per submission, a few seconds each)
+        left = min(args.per_definition_s, end - time.monotonic() - READ_BACK_S)
         if not args.from_archive and remaining and left > 5:
             rc, _, err = _harness("submit", EXAMPLES[name], "--archive", str(args.archive), "--json",
                                   "-w", ",".join(remaining), *args.extra, timeout=left)
@@ -182,12 +184,17 @@ def main() -> int:
                                              time.monotonic() - started))
         print(f"{name}: {definitions[-1]['finished']}/{definitions[-1]['workloads']} workloads, "
               f"{definitions[-1]['passed']} PASSED", flush=True)
+        write_report(args.out, gpu, definitions)  # after each definition: a caller's hard limit loses only the rest
+    write_report(args.out, gpu, definitions)
+    return 0
+
+
+def write_report(out: Path, gpu: str, definitions: list[dict[str, Any]]) -> None:
     report = {"date": dt.date.today().isoformat(), "gpu": gpu, "definitions": definitions}
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"family_records_{report['date']}"
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"family_records_{report['date']}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(report))
-    return 0
 
 
 if __name__ == "__main__":

@@ -24,4 +24,4 @@ if [ -d "$STASH/cutlass_dsl/nvidia_cutlass_dsl" ]; then
   export PYTHONPATH="$STASH/cutlass_dsl:$STASH/cutlass_dsl/nvidia_cutlass_dsl/dsl_packages:${PYTHONPATH:-}"
 fi
 python3 -c "import ray; print('ray', ray.__version__)" 2>/dev/null || echo "ray: not here"
-python3 -c "import cutlass; print('cutlass-dsl', cutlass.__file__)" 2>/dev/null || echo "cutlass-dsl: not here"
+python3 -c "import cutlass.cute; print('cutlass-dsl', cutlass.__file__)" 2>/dev/null || echo "cutlass-dsl: not here (or incomplete: import cutlass.cute fails)"
