@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .archive.database import ArchiveError
+from .audits.model import audits_json
 from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, styled
 from .data.statuses import EvaluationStatus, SubmissionStatus
 from .report_cli import browse, diff, report
@@ -220,7 +221,7 @@ def print_result(result: Any) -> None:
     if result.sandbox and result.sandbox != "full":
         out.print(f"[bold yellow]sandbox: {escape(result.sandbox)}[/]", highlight=False)
     print_promotability(result.promotion_blockers, result.static_findings)
-    print_submission_audits(result.audits)
+    print_submission_audits(audits_json(result.audits))
     if any(v is not None for v in result.scores.values()):
         names = {"vs_reference": "vs reference", "vs_flashinfer_official": "vs FlashInfer (official, plan inside)",
                  "vs_flashinfer_kernel": "vs FlashInfer (kernel, plan in setup)"}
@@ -236,7 +237,8 @@ def print_result(result: Any) -> None:
 
 
 def print_submission_audits(audits: list[dict[str, Any]]) -> None:
-    """Audits of the whole submission (the instruction proof); per-workload audits are in the table."""
+    """Audits of the whole submission (the instruction proof), as archived (``Audit.to_json``); per-workload audits
+    are in the table."""
     for a in audits:
         mark = "[green]passed[/]" if a["passed"] else "[red]failed[/]"
         out.print(f"audit {a['name']} {mark}: {escape(a['detail'])}", highlight=False)

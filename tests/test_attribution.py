@@ -98,14 +98,14 @@ OWN = own_kernels({**TRITON, "extra.py": "def _gdn_prefill_kernel(x):\n    pass\
 ])
 def test_attribution_verdict(kernel_ns, calls, passed, words):
     verdict = attribution_verdict(kernel_ns, OWN, 0.95, calls, allowance_us=5.0)
-    assert verdict["passed"] is passed, verdict
-    assert words in verdict["detail"]
+    assert verdict.passed is passed, verdict
+    assert words in verdict.detail
 
 
 def test_the_datasets_baselines_own_their_library_kernels():
     none = OwnKernels(frozenset(), frozenset())
-    assert not attribution_verdict({FLASHINFER: 1e6}, none, 0.95, 50)["passed"]
-    assert attribution_verdict({FLASHINFER: 1e6}, none, 0.95, 50, library_is_own=True)["passed"]
+    assert not attribution_verdict({FLASHINFER: 1e6}, none, 0.95, 50).passed
+    assert attribution_verdict({FLASHINFER: 1e6}, none, 0.95, 50, library_is_own=True).passed
 
 
 TORCH_FINDING = {"rule": "torch_compute", "severity": "warning", "path": "kernel.py", "line": 7,
@@ -146,6 +146,6 @@ def test_timing_without_cupti_records_cannot_be_cleared(tiny_dataset_root, tmp_p
                                                              "kernel_ns": {"_gqa_decode_kernel": 5e5}}])
         s._attribution(solution, timed)
     [audit] = events.audits
-    assert not audit["passed"] and "without CUPTI" in audit["detail"] and not is_fallback(events.audits)
+    assert not audit.passed and "without CUPTI" in audit.detail and not is_fallback(events.audits)
     assert not untimed.audits and "attribution unavailable: no timing" in untimed.timing_note
-    assert timed.audits[0]["passed"], timed.audits
+    assert timed.audits[0].passed, timed.audits

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from harness.audits.attribution import OwnKernels
+from harness.audits.model import Audit
 from harness.audits.thresholds import policy_thresholds
 from harness.audits.verdicts import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
                             precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
@@ -44,7 +45,7 @@ def test_recheck_plan_is_secret_but_complete():
 ])
 def test_recheck_verdict(checks, passed, text):
     v = recheck_verdict(checks)
-    assert v["passed"] is passed and text in v["detail"]
+    assert v.passed is passed and text in v.detail
 
 
 @pytest.mark.parametrize("same, fresh, passed", [
@@ -63,7 +64,7 @@ def test_recheck_verdict(checks, passed, text):
 ])
 def test_replay_verdict(same, fresh, passed):
     v = replay_verdict(same, fresh, CFG)
-    assert (v is None) if passed is None else v["passed"] is passed
+    assert (v is None) if passed is None else v.passed is passed
 
 
 @pytest.mark.parametrize("wall, span, launches, passed, text", [
@@ -82,7 +83,7 @@ def test_replay_verdict(same, fresh, passed):
 ])
 def test_clock_truth(wall, span, launches, passed, text):
     v = clock_truth_verdict(wall, span, CFG, launches)
-    assert v["passed"] is passed and text in v["detail"]
+    assert v.passed is passed and text in v.detail
 
 
 @pytest.mark.parametrize("wall, traced, span, passed, text", [
@@ -96,11 +97,11 @@ def test_clock_truth(wall, span, launches, passed, text):
 ])
 def test_clock_truth_under_tracing(wall, traced, span, passed, text):
     v = clock_truth_verdict(wall, span, CFG, 1, traced)
-    assert v["passed"] is passed and text in v["detail"], v
+    assert v.passed is passed and text in v.detail, v
 
 
 def test_threads():
-    assert thread_verdict(5, 5)["passed"] and not thread_verdict(5, 7)["passed"]
+    assert thread_verdict(5, 5).passed and not thread_verdict(5, 7).passed
 
 
 @pytest.mark.parametrize("errors, passed", [
@@ -115,7 +116,7 @@ def test_threads():
     ({"lse": (5.64e-5, 4.37e-7, 0.5)}, False),  # the same error on a small-magnitude output is real
 ])
 def test_precision(errors, passed):
-    assert precision_verdict(errors, CFG)["passed"] is passed
+    assert precision_verdict(errors, CFG).passed is passed
 
 
 @pytest.mark.parametrize("kernels, mine, passed, fallback", [
@@ -128,15 +129,15 @@ def test_precision(errors, passed):
 def test_attribution(kernels, mine, passed, fallback):
     own = OwnKernels(frozenset(mine), frozenset())
     verdict = attribution_verdict(kernels, own, CFG, calls=1)
-    assert verdict["passed"] is passed
+    assert verdict.passed is passed
     assert is_fallback([verdict]) is fallback
     if kernels:  # the dataset's own library baseline: every kernel it launches is its own
-        assert attribution_verdict(kernels, OwnKernels(frozenset(), frozenset()), CFG, library_is_own=True)["passed"]
-    assert not is_fallback([{"name": "precision", "passed": False, "detail": "fallback: not attribution"}])
+        assert attribution_verdict(kernels, OwnKernels(frozenset(), frozenset()), CFG, library_is_own=True).passed
+    assert not is_fallback([Audit(name="precision", passed=False, detail="fallback: not attribution")])
 
 
 def test_promotion_blockers():
-    clean = [{"label": "a", "status": "PASSED", "audits": [{"name": "x", "passed": True, "detail": ""}]}]
+    clean = [{"label": "a", "status": "PASSED", "audits": [{"name": "precision", "passed": True, "detail": ""}]}]
     assert promotion_blockers(clean, []) == []
     assert promotion_blockers(clean, [], audit_level="off") == ["audits were switched off"]
     dirty = [{"label": "a", "status": "PASSED", "audits": [{"name": "precision", "passed": False, "detail": "d"}]}]
@@ -215,9 +216,9 @@ def test_precision_audit_without_an_oracle_is_not_judged_and_indices_are_left_to
 
     ref = {"scores": torch.tensor([1.0, 2.0]), "indices": torch.tensor([3, 1], dtype=torch.int32)}
     broken = _precision(RuntimeError("the oracle failed on workload w: view size is not compatible\n..."), ref, ref)
-    assert broken["passed"] and broken["detail"].startswith("not judged: the float64 oracle failed")
+    assert broken.passed and broken.detail.startswith("not judged: the float64 oracle failed")
     oracle = {"scores": torch.tensor([1.0, 2.0], dtype=torch.float64), "indices": torch.tensor([0, 0])}
     # integer outputs that differ from the oracle's are not a precision matter; a float output far off is
-    assert _precision(oracle, ref, ref)["passed"]
+    assert _precision(oracle, ref, ref).passed
     worse = {"scores": torch.tensor([1.5, 2.5]), "indices": ref["indices"]}
-    assert not _precision(oracle, worse, {**ref, "scores": torch.tensor([1.0001, 2.0])})["passed"]
+    assert not _precision(oracle, worse, {**ref, "scores": torch.tensor([1.0001, 2.0])}).passed

@@ -42,7 +42,7 @@ def test_example_passes_on_the_interpreter(session, definition, tiny, audit_leve
     result = session.submit(example(definition, tiny), audit_level=audit_level)
     assert [w.status for w in result.workloads] == ["PASSED", "PASSED"], [w.message for w in result.workloads]
     if audit_level != "off":
-        assert all(a["passed"] for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]
+        assert all(a.passed for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]
 
 
 def test_examples_are_the_skill_templates_rendered_with_their_defaults():
@@ -213,4 +213,4 @@ def test_the_sparse_attention_may_return_its_output_alone(session, returned, exp
     result = session.submit(solution, audit_level="fast")
     assert [w.status for w in result.workloads] == [expected] * 2, [w.message for w in result.workloads]
     if expected == "PASSED":
-        assert all(a["passed"] for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]
+        assert all(a.passed for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]

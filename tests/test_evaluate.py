@@ -163,12 +163,12 @@ def test_input_mutation_and_output_aliasing_are_flagged(session):
     mutate = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape",
                                      "    batch, heads, dim = q.shape\n    q.add_(1.0)")
     result = submit(session, mutate)
-    audits = {a["name"]: a for a in result.workloads[0].audits}
-    assert audits["input_mutation"]["passed"] is False and "q" in audits["input_mutation"]["detail"]
+    audits = {a.name: a for a in result.workloads[0].audits}
+    assert audits["input_mutation"].passed is False and "q" in audits["input_mutation"].detail
     alias = "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):\n    return q, q[:, :, 0].float()\n"
     result = submit(session, alias, dps=False)
-    audits = {a["name"]: a for a in result.workloads[0].audits}
-    assert audits["output_aliasing"]["passed"] is False
+    audits = {a.name: a for a in result.workloads[0].audits}
+    assert audits["output_aliasing"].passed is False
 
 
 def test_signature_mismatch_is_a_compile_error_before_any_call(session):
@@ -213,9 +213,9 @@ def test_audit_level_can_be_overridden_for_one_submission(tiny_dataset_root, tmp
         solution = Solution.model_validate(triton_example())
         off = s.submit(solution, audit_level="off")
         fast = s.submit(solution)
-    off_audits = {a["name"] for a in off.workloads[0].audits}  # mutation and aliasing come with every call
+    off_audits = {a.name for a in off.workloads[0].audits}  # mutation and aliasing come with every call
     assert "fresh_input_recheck" not in off_audits and off.promotion_blockers  # never promotable unaudited
-    assert {"fresh_input_recheck", "precision"} <= {a["name"] for a in fast.workloads[0].audits}
+    assert {"fresh_input_recheck", "precision"} <= {a.name for a in fast.workloads[0].audits}
     assert fast.promotion_blockers == [] and s.audit_config.level == "fast"
 
 
@@ -267,8 +267,8 @@ def test_a_definitions_policy_thresholds_reach_its_audits(tiny_dataset_root, tmp
     (root / "audit_policy.yaml").write_text(yaml.safe_dump(policy))
     with Session(Dataset(root), Archive(tmp_path / "a"), SubmitOptions(workloads=["tiny_b2_t40"])) as s:
         result = s.submit(Solution.model_validate(triton_example()))
-    precision = next(a for a in result.workloads[0].audits if a["name"] == "precision")
-    assert not precision["passed"] and "1e-06x" in precision["detail"]
+    precision = next(a for a in result.workloads[0].audits if a.name == "precision")
+    assert not precision.passed and "1e-06x" in precision.detail
     assert s.audit_config.precision_error_multiple == 4.0  # the session's own config is back afterwards
 
 
@@ -295,11 +295,11 @@ def test_a_speedup_beyond_the_bound_runs_the_full_audit_set_on_that_workload(tin
             s._escalate(worker, definition, workload, preset, tol, 120, wr)
         finally:
             worker.stop()
-    names = [a["name"] for a in wr.audits]
-    assert names[0] == "escalation" and "9x faster than FlashInfer (bound 5x)" in wr.audits[0]["detail"]
-    recheck = next(a for a in wr.audits if a["name"] == "fresh_input_recheck")
-    assert recheck["passed"] and recheck["detail"].startswith("6 calls")  # full: 4 fresh sets + 2 reused buffers
-    assert not any(a["name"] == "attribution" for a in wr.audits)  # attribution runs at every level, not here
+    names = [a.name for a in wr.audits]
+    assert names[0] == "escalation" and "9x faster than FlashInfer (bound 5x)" in wr.audits[0].detail
+    recheck = next(a for a in wr.audits if a.name == "fresh_input_recheck")
+    assert recheck.passed and recheck.detail.startswith("6 calls")  # full: 4 fresh sets + 2 reused buffers
+    assert not any(a.name == "attribution" for a in wr.audits)  # attribution runs at every level, not here
     s._attribution(Solution.model_validate(triton_example()), wr)
     assert "attribution unavailable: no timing" in wr.timing_note  # no GPU: said, not held against the candidate
 

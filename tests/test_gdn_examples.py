@@ -46,7 +46,7 @@ def session(tmp_path_factory):
 def test_example_passes_the_harness_with_clean_audits(session, definition, workloads):
     result = session.submit(example(definition), audit_level="fast")
     assert [w.status for w in result.workloads] == ["PASSED"] * workloads, [w.message for w in result.workloads]
-    assert all(a["passed"] for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]
+    assert all(a.passed for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]
 
 
 def test_examples_are_the_templates_rendered_with_their_defaults():

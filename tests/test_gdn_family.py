@@ -282,7 +282,7 @@ def session(tmp_path_factory):
 
 
 def _failed_audits(workload):
-    return {a["name"]: a["detail"] for a in workload.audits if not a["passed"]}
+    return {a.name: a.detail for a in workload.audits if not a.passed}
 
 
 def test_an_honest_torch_decode_passes_clean(session):

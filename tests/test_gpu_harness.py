@@ -31,8 +31,8 @@ def test_example_solution_is_timed_officially(session):
         assert w.aligned is True, w.timing_note  # CUPTI: the official method
         assert len(w.timing) == 3 and all(len(t["samples_ms"]) == 50 for t in w.timing)
         # attribution from the timer's own CUPTI records: the example's kernel did all the compute
-        attribution = next(a for a in w.audits if a["name"] == "attribution")
-        assert attribution["passed"] and attribution["share"] > 0.99, attribution
+        attribution = next(a for a in w.audits if a.name == "attribution")
+        assert attribution.passed and attribution.share > 0.99, attribution
         # GPU memory per process, within what the workload needs
         assert w.memory["processes"]["candidate"]["peak_bytes"] > 0 and w.memory["within_budget"], w.memory
     assert result.promotion_blockers == [], result.promotion_blockers
@@ -72,7 +72,7 @@ def test_flashinfer_baselines_roofline_and_scores(tmp_path):
         assert w.fi_official_ms > w.fi_kernel_ms > 0
         assert w.speedup_vs_fi_official == pytest.approx(w.fi_official_ms / w.latency_ms)
         assert 0 < w.floor_ms < w.latency_ms and 0 < w.fraction_of_floor <= 1.05
-        assert any(a["name"] == "roofline_plausibility" and a["passed"] for a in w.audits)
+        assert any(a.name == "roofline_plausibility" and a.passed for a in w.audits)
     assert runs_after_first == 4  # 2 workloads x 2 FlashInfer variants, measured once...
     assert archive.db["baseline_runs"].count == 4  # ...and reused by the second submission
     assert again.workloads[0].fi_official_ms == result.workloads[0].fi_official_ms
@@ -151,8 +151,8 @@ def _solution(source: str, name: str) -> Solution:
 def test_pytorch_doing_the_work_is_a_fallback_found_at_run_time(session):
     """No source scan needed: the timer's CUPTI records show aten and cuBLAS kernels doing the compute."""
     result = session.submit(_solution(TORCH_CANDIDATE, "torch_only"))
-    attribution = [a for w in result.workloads for a in w.audits if a["name"] == "attribution"]
-    assert attribution and all(not a["passed"] and a["detail"].startswith("fallback") for a in attribution), attribution
+    attribution = [a for w in result.workloads for a in w.audits if a.name == "attribution"]
+    assert attribution and all(not a.passed and a.detail.startswith("fallback") for a in attribution), attribution
     assert result.promotion_blockers and any(w.status == "PASSED" for w in result.workloads)
 
 

@@ -121,10 +121,10 @@ CASES = [
 @pytest.mark.parametrize("case,claims,bases,counters,arch,passed,words", CASES, ids=[c[0] for c in CASES])
 def test_instruction_proof_decisions(case, claims, bases, counters, arch, passed, words):
     audit = sass.instruction_proof(claims, bases, counters, arch, sass_note="no cuobjdump")
-    assert audit["name"] == "instruction_proof"
-    assert audit["passed"] is passed, audit["detail"]
+    assert audit.name == "instruction_proof"
+    assert audit.passed is passed, audit.detail
     for w in words:
-        assert w in audit["detail"], (w, audit["detail"])
+        assert w in audit.detail, (w, audit.detail)
 
 
 def test_counter_metrics_per_arch_never_use_hmma_as_the_claimed_proof():
@@ -194,7 +194,7 @@ def test_nvcc_sm90a_cubin_shows_hgmma_hmma_and_tma(tmp_path):
     assert {k.name for k in kernels} == {"loads_kernel", "wgmma_kernel", "mma_sync_kernel"}
     assert sass.families_present(sass.histogram(kernels)) == {"wgmma": 1, "hmma": 1, "tma": 1, "cp_async": 1, "ldsm": 1}
     assert len(notes) == 1 and "hopper_kernels.cu" in notes[0]  # a file without device code is a note
-    assert sass.instruction_proof(["wgmma", "tma"], sass.histogram(kernels), None, "sm_90")["passed"]
+    assert sass.instruction_proof(["wgmma", "tma"], sass.histogram(kernels), None, "sm_90").passed
 
 
 # -- the pipeline, as a user runs it ---------------------------------------------------------------------
@@ -248,8 +248,8 @@ def test_full_level_on_cpu_notes_the_missing_gpu_and_python_code_has_no_sass(tin
         plain = session.submit(Solution.model_validate(solution_dict(TORCH_CANDIDATE)))
         claimed = session.submit(Solution.model_validate(python))
     (audit,) = cuda.audits
-    assert audit["passed"] and "counters not checked (no GPU on this host)" in audit["detail"]
+    assert audit.passed and "counters not checked (no GPU on this host)" in audit.detail
     assert plain.audits == []  # nothing claimed, nothing built for a GPU: no audit to show
     (audit,) = claimed.audits  # a note, never held against the candidate
-    assert audit["passed"] and "no SASS (the build produced no GPU binary)" in audit["detail"], audit
+    assert audit.passed and "no SASS (the build produced no GPU binary)" in audit.detail, audit
     assert not any("instruction_proof" in b for b in claimed.promotion_blockers)

@@ -22,8 +22,8 @@ def test_official_and_kernel_figures_and_the_clock_audit_on_the_kernel_calls():
               "kernel_trials": [trial(0.10, walls=[0.12, 0.13], traced=[0.14]), trial(0.12)]}
     apply_timing_reply(wr, header, AuditConfig())
     assert wr.latency_ms == pytest.approx(0.32) and wr.kernel_latency_ms == pytest.approx(0.11) and wr.aligned
-    [clock] = [a for a in wr.audits if a["name"] == "clock_truth"]
-    assert clock["passed"] and "0.11 ms" in clock["detail"]  # the kernel trials' span, not the official one
+    [clock] = [a for a in wr.audits if a.name == "clock_truth"]
+    assert clock.passed and "0.11 ms" in clock.detail  # the kernel trials' span, not the official one
     assert wr.timing_note == "" and not wr.throttled
 
 

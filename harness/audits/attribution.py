@@ -18,7 +18,9 @@ reported but left out of the share, so an honest wrapper's allocations are never
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
+
+from .model import Audit
 
 # A C++ symbol whose qualified name passes through one of these is a library's, whatever its last name.
 LIBRARY_NAMESPACES = ("at", "c10", "at_cuda_detail", "cub", "thrust", "flashinfer", "cublas", "cublasLt", "cudnn",
@@ -125,7 +127,7 @@ def is_own(name: str, own: OwnKernels) -> bool:
 
 
 def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_share: float, calls: int = 1,
-                        allowance_us: float = 0.0, library_is_own: bool = False) -> dict[str, Any]:
+                        allowance_us: float = 0.0, library_is_own: bool = False) -> Audit:
     """At least ``min_share`` of the compute time (housekeeping left out) in the candidate's own kernels, or
     at most ``allowance_us`` of library compute per call (index arithmetic such as ``indptr[1:] - indptr[:-1]``
     costs an honest wrapper a few microseconds; any attention done by a library costs far more). ``calls``: how
@@ -135,7 +137,7 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
     A failing verdict's detail starts with ``fallback:`` (harness.audits.verdicts.is_fallback reads it)."""
     total = sum(kernel_ns.values())
     if total <= 0:
-        return {"name": "attribution", "passed": False, "detail": "no GPU time was attributed to any kernel"}
+        return Audit(name="attribution", passed=False, detail="no GPU time was attributed to any kernel")
     # The candidate's own kernels are its compute whatever they are called (a kernel of its own named
     # ``copy_kernel`` is code it wrote, not PyTorch's copy).
     chores = {n: t for n, t in kernel_ns.items()
@@ -156,5 +158,5 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
         detail += "; elsewhere: " + ", ".join(f"{n[:80]} {100 * t / total:.1f}%" for t, n in others)
     if chores:
         detail += f"; data movement {100 * sum(chores.values()) / total:.1f}% (not counted)"
-    return {"name": "attribution", "passed": passed, "detail": detail,
-            "share": round(share, 4), "own_kernels": sorted(n for n in mine)[:8]}
+    return Audit(name="attribution", passed=passed, detail=detail,
+                 share=round(share, 4), own_kernels=sorted(n for n in mine)[:8])

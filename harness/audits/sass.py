@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-AUDIT_NAME = "instruction_proof"
+from .model import Audit
+
 SUMMARY_LIMIT = 4000  # characters of the archived `sass` artifact
 
 
@@ -187,8 +188,8 @@ def counter_metrics(claims: Iterable[str], arch: Optional[str]) -> list[str]:
 
 def instruction_proof(claims: Sequence[str], bases: Optional[Mapping[str, int]],
                       counters: Optional[Mapping[str, Optional[float]]], arch: Optional[str], *,
-                      sass_note: str = "", counter_note: str = "") -> dict[str, Any]:
-    """One audit ``{"name", "passed", "detail"}``.
+                      sass_note: str = "", counter_note: str = "") -> Audit:
+    """One ``Audit`` (harness.audits.model) named ``instruction_proof``.
 
     ``bases``: base-opcode histogram of the built code, None when there is no SASS (``sass_note`` says why:
     no disassembler, nothing compiled on this host); that is never held against the candidate.
@@ -236,8 +237,8 @@ def instruction_proof(claims: Sequence[str], bases: Optional[Mapping[str, int]],
     return _audit(True, "; ".join(proven) + tail)
 
 
-def _audit(passed: bool, detail: str) -> dict[str, Any]:
-    return {"name": AUDIT_NAME, "passed": bool(passed), "detail": detail}
+def _audit(passed: bool, detail: str) -> Audit:
+    return Audit(name="instruction_proof", passed=bool(passed), detail=detail)
 
 
 def own_kernel_counters(kernels: Iterable[tuple[str, Mapping[str, Optional[float]]]], own_names: Iterable[str],

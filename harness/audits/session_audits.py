@@ -15,6 +15,7 @@ from typing import Any, Optional
 import torch
 
 from .attribution import own_kernels
+from .model import Audit
 from .verdicts import (AuditConfig, attribution_verdict, plan_recheck, precision_verdict, recheck_verdict,
                      replay_verdict, thread_verdict)
 from ..measure.correctness import CheckResult, Tolerance
@@ -111,7 +112,7 @@ class SessionAudits:
         audit = instruction_proof(claims, histogram(kernels) if kernels else None, counters, arch,
                                   sass_note=note, counter_note=counter_note)
         if failure:
-            audit = {**audit, "passed": False, "detail": f"{failure}; {audit['detail']}"}
+            audit = Audit(name=audit.name, passed=False, detail=f"{failure}; {audit.detail}")
         result.audits.append(audit)
 
     def _gpu_arch(self) -> Optional[str]:
@@ -153,12 +154,12 @@ class SessionAudits:
         return counters, "", ""
 
     def _precision_audit(self, definition: Definition, workload: Workload, seed: int,
-                         got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, Any]:
+                         got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> Audit:
         try:
             oracle = self.oracle_outputs(definition, workload, seed)
         except RuntimeError as err:  # the reference cannot run in float64 (a view of raw bytes): ours, not theirs
-            return {"name": "precision", "passed": True,
-                    "detail": f"not judged: the float64 oracle failed: {str(err).splitlines()[0][:300]}"}
+            return Audit(name="precision", passed=True,
+                         detail=f"not judged: the float64 oracle failed: {str(err).splitlines()[0][:300]}")
         errors = {}
         for name in definition.outputs:
             if name not in got:  # an optional output the solution did not return (harness.families)
@@ -193,8 +194,8 @@ class SessionAudits:
             return
         header, outputs = reply
         if not header.get("ok"):
-            wr.audits.append({"name": "fresh_input_recheck", "passed": False,
-                              "detail": f"the candidate failed on recheck inputs: {header.get('error')}"})
+            wr.audits.append(Audit(name="fresh_input_recheck", passed=False,
+                                   detail=f"the candidate failed on recheck inputs: {header.get('error')}"))
             return
         checks = []
         for i, step in enumerate(steps):
@@ -219,9 +220,9 @@ class SessionAudits:
         """Too fast to believe (a speedup over FlashInfer above the bound): the full level's recheck on this
         workload, on other never-seen inputs (attribution already runs at every level)."""
         full = AuditConfig.for_level("full")
-        wr.audits.append({"name": "escalation", "passed": True,
-                          "detail": f"{wr.speedup_vs_fi_kernel:.3g}x faster than FlashInfer (bound "
-                                    f"{self.audit_config.speedup_bound:g}x): full audits run on this workload"})
+        wr.audits.append(Audit(name="escalation", passed=True,
+                               detail=f"{wr.speedup_vs_fi_kernel:.3g}x faster than FlashInfer (bound "
+                                      f"{self.audit_config.speedup_bound:g}x): full audits run on this workload"))
         self._recheck(worker, definition, workload, preset, tol, wr, time.monotonic() + timeout_s, cfg=full,
                       seed_base=3000)
 
@@ -236,9 +237,9 @@ class SessionAudits:
             wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + "attribution unavailable: no timing"
             return
         if not all(t.get("kernel_ns") for t in trials):
-            wr.audits.append({"name": "attribution", "passed": False,
-                              "detail": "unavailable: timed without CUPTI kernel records (CUDA events, not aligned), "
-                                        "so who did the work is unknown; install cupti-python >= 13"})
+            wr.audits.append(Audit(name="attribution", passed=False,
+                                   detail="unavailable: timed without CUPTI kernel records (CUDA events, not aligned), "
+                                          "so who did the work is unknown; install cupti-python >= 13"))
             return
         kernel_ns: dict[str, float] = {}
         for t in trials:

@@ -11,8 +11,9 @@ fresh-input recheck closes those doors: after timing, the candidate is called ag
   before (a cache keyed by pointer, or a "the output already holds a result" shortcut, returns the old
   answer),
 
-and every one of those outputs is checked against the reference. Each audit is a dict
-``{"name", "passed", "detail"}``; an evaluation with any failed audit can never be promoted.
+and every one of those outputs is checked against the reference. Each audit is an ``Audit`` (harness.audits.model:
+name, passed, detail; its name catalogued in definitions/audits.yaml); an evaluation with any failed audit can never
+be promoted.
 """
 
 from __future__ import annotations
@@ -20,14 +21,12 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from . import attribution
 from .attribution import OwnKernels
-
-# "off" exists to measure what the audits cost; an evaluation without audits is never promotable.
-AUDIT_LEVELS = ("off", "fast", "full")
+from .model import AUDIT_LEVELS, Audit, as_audits
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,6 @@ class AuditConfig:
         return cls(level=level, **{**base, **overrides})
 
 
-def audit(name: str, passed: bool, detail: str) -> dict[str, Any]:
-    return {"name": name, "passed": bool(passed), "detail": detail}
-
-
 # -- fresh-input recheck ---------------------------------------------------------------------------------
 
 
@@ -90,23 +85,24 @@ def plan_recheck(fresh_seeds: list[int], reused_calls: int, rng: random.Random) 
     return steps
 
 
-def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> dict[str, Any]:
+def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> Audit:
     """One audit from the per-step correctness checks: (step, passed, message)."""
     failed = [(s, m) for s, ok, m in step_checks if not ok]
     if not step_checks:
-        return audit("fresh_input_recheck", False, "no recheck calls were made")
+        return Audit(name="fresh_input_recheck", passed=False, detail="no recheck calls were made")
     if failed:
         step, message = failed[0]
         how = ("on fresh inputs with NaN-poisoned outputs" if step["kind"] == "fresh" else
                "on reused input buffers holding new data, into outputs it had already written")
-        return audit("fresh_input_recheck", False,
-                     f"{len(failed)} of {len(step_checks)} recheck calls wrong; first {how}: {message} "
-                     "(signs of replay, skip-if-written or call counting)")
-    return audit("fresh_input_recheck", True, f"{len(step_checks)} calls in secret order, all correct")
+        return Audit(name="fresh_input_recheck", passed=False,
+                     detail=f"{len(failed)} of {len(step_checks)} recheck calls wrong; first {how}: {message} "
+                            "(signs of replay, skip-if-written or call counting)")
+    return Audit(name="fresh_input_recheck", passed=True,
+                 detail=f"{len(step_checks)} calls in secret order, all correct")
 
 
 def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
-                   cfg: AuditConfig) -> Optional[dict[str, Any]]:
+                   cfg: AuditConfig) -> Optional[Audit]:
     """Do repeated calls on the same inputs (what the official timer makes) look like replay?
 
     Like is compared with like: each fresh-input call and its immediate repeat on the same buffers are timed
@@ -132,16 +128,16 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
     limit = cfg.replay_ratio * same + cfg.replay_slack_ms
     note = (f"; slowest of {len(pairs)} pairs left out: {left_out[1]:.4g} vs {left_out[0]:.4g} ms"
             if left_out is not None else "")
-    return audit("fresh_input_timing", fresh <= limit,
-                 f"fresh-input call {fresh:.4g} ms vs {same:.4g} ms for its repeat (wall per call; "
-                 f"limit {limit:.4g} ms{note})")
+    return Audit(name="fresh_input_timing", passed=fresh <= limit,
+                 detail=f"fresh-input call {fresh:.4g} ms vs {same:.4g} ms for its repeat (wall per call; "
+                        f"limit {limit:.4g} ms{note})")
 
 
 # -- clock truth, threads ----------------------------------------------------------------------------------
 
 
 def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditConfig,
-                        launches: int = 1, traced_wall_ms: Optional[list[float]] = None) -> Optional[dict[str, Any]]:
+                        launches: int = 1, traced_wall_ms: Optional[list[float]] = None) -> Optional[Audit]:
     """Synchronised wall time per call against the CUPTI span: host work the timer cannot see.
 
     ``launches`` is the number of distinct kernels per call: each brings its own host launch cost.
@@ -160,25 +156,26 @@ def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditCo
     # Wall and span come from separate calls, so clocks may differ a little between them (H200, honest:
     # wall 2-6% under the span when the wall calls ran with a warm L2); a tampered clock is far off.
     if floor_wall < span * cfg.clock_floor_ratio:
-        return audit("clock_truth", False, f"wall {floor_wall:.4g} ms (under CUPTI tracing) shorter than the GPU span "
-                                           f"{span:.4g} ms: the timer's clock was tampered with")
+        return Audit(name="clock_truth", passed=False,
+                     detail=f"wall {floor_wall:.4g} ms (under CUPTI tracing) shorter than the GPU span "
+                            f"{span:.4g} ms: the timer's clock was tampered with")
     limit = cfg.clock_ratio * span + cfg.clock_slack_ms * max(1, launches)
-    return audit("clock_truth", wall <= limit,
-                 f"wall {wall:.4g} ms (fastest of {len(wall_ms)}; median {typical:.4g}) vs CUPTI span {span:.4g} ms "
-                 f"(limit {limit:.4g} ms)"
-                 + ("" if wall <= limit else ": work on host threads or outside the timed GPU activity"))
+    return Audit(name="clock_truth", passed=wall <= limit,
+                 detail=f"wall {wall:.4g} ms (fastest of {len(wall_ms)}; median {typical:.4g}) vs CUPTI span "
+                        f"{span:.4g} ms (limit {limit:.4g} ms)"
+                        + ("" if wall <= limit else ": work on host threads or outside the timed GPU activity"))
 
 
-def thread_verdict(threads_before: int, threads_after: int) -> dict[str, Any]:
+def thread_verdict(threads_before: int, threads_after: int) -> Audit:
     new = threads_after - threads_before
-    return audit("thread_creation", new <= 0,
-                 "no new threads" if new <= 0 else f"{new} thread(s) started by the candidate during its calls")
+    return Audit(name="thread_creation", passed=new <= 0,
+                 detail="no new threads" if new <= 0 else f"{new} thread(s) started by the candidate during its calls")
 
 
 # -- precision ---------------------------------------------------------------------------------------------
 
 
-def precision_verdict(errors: dict[str, tuple[float, ...]], cfg: AuditConfig) -> dict[str, Any]:
+def precision_verdict(errors: dict[str, tuple[float, ...]], cfg: AuditConfig) -> Audit:
     """``errors``: output -> (candidate mean |err| vs fp64 oracle, reference mean |err| vs the oracle[, mean
     |oracle|]). An error is judged only above both floors (absolute, and relative to the output's magnitude)."""
     worst = None
@@ -190,30 +187,33 @@ def precision_verdict(errors: dict[str, tuple[float, ...]], cfg: AuditConfig) ->
             worst = (name, ratio, cand, ref, floor)
     if worst:
         name, ratio, cand, ref, floor = worst
-        return audit("precision", False, f"{name}: mean error vs fp64 {cand:.3g} is {ratio:.1f}x the reference's "
-                                         f"{ref:.3g} (limit {cfg.precision_error_multiple:g}x, and above the floor "
-                                         f"{floor:.3g}): lower-precision arithmetic than the reference")
+        return Audit(name="precision", passed=False,
+                     detail=f"{name}: mean error vs fp64 {cand:.3g} is {ratio:.1f}x the reference's "
+                            f"{ref:.3g} (limit {cfg.precision_error_multiple:g}x, and above the floor "
+                            f"{floor:.3g}): lower-precision arithmetic than the reference")
     summary = ", ".join(f"{n} {e[0]:.3g} vs {e[1]:.3g}" for n, e in errors.items())
-    return audit("precision", True, f"mean error vs fp64 within {cfg.precision_error_multiple:g}x the reference's "
-                                    f"or under the floor ({summary})")
+    return Audit(name="precision", passed=True,
+                 detail=f"mean error vs fp64 within {cfg.precision_error_multiple:g}x the reference's "
+                        f"or under the floor ({summary})")
 
 
 # -- attribution -------------------------------------------------------------------------------------------
 
 def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: AuditConfig, calls: int = 1,
-                        library_is_own: bool = False) -> dict[str, Any]:
+                        library_is_own: bool = False) -> Audit:
     """Who did the work, with this level's thresholds (harness.audits.attribution)."""
     return attribution.attribution_verdict(kernel_ns, own, cfg.attribution_min_share, calls,
                                            cfg.attribution_allowance_us, library_is_own)
 
 
-def is_fallback(audits: list[dict[str, Any]]) -> bool:
+def is_fallback(audits: Iterable[Audit]) -> bool:
     """Did attribution find the work done outside the candidate's own kernels?"""
-    return any(a.get("name") == "attribution" and not a.get("passed")
-               and str(a.get("detail", "")).startswith("fallback") for a in audits)
+    return any(a.name == "attribution" and not a.passed and a.detail.startswith("fallback") for a in audits)
 
 
 # -- promotion gate ----------------------------------------------------------------------------------------
+
+AuditLike = Union[Audit, Mapping[str, Any]]  # an Audit, or one as archived
 
 
 def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: list[dict[str, Any]]) -> list[str]:
@@ -226,7 +226,7 @@ def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: li
     if not found:
         return []
     unsettled = [w["label"] for w in evaluated if w["status"] == EvaluationStatus.PASSED
-                 and not any(a.get("name") == "attribution" for a in w.get("audits", []))]
+                 and not any(a.name == "attribution" for a in as_audits(w.get("audits", [])))]
     if not unsettled:
         return []
     f = found[0]
@@ -236,12 +236,13 @@ def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: li
 
 def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[dict[str, Any]],
                        audit_level: str = "fast",
-                       submission_audits: Optional[list[dict[str, Any]]] = None) -> list[str]:
+                       submission_audits: Optional[list[AuditLike]] = None) -> list[str]:
     """Why an evaluated submission cannot be promoted (empty: it can).
 
-    ``submission_audits``: audits of the submission as a whole (the instruction proof), not of one workload."""
+    ``workloads``: ``{"label", "status", "audits"}`` each. ``submission_audits``: audits of the submission as a whole
+    (the instruction proof), not of one workload. Audits are ``Audit`` objects, or dicts as archived."""
     reasons = [] if audit_level != "off" else ["audits were switched off"]
-    reasons += [f"audit {a['name']} failed: {a['detail']}" for a in submission_audits or [] if not a["passed"]]
+    reasons += [f"audit {a.name} failed: {a.detail}" for a in as_audits(submission_audits or []) if not a.passed]
     errors = [f for f in static_findings if f.get("severity") == "error"]
     if errors:
         f = errors[0]
@@ -253,7 +254,7 @@ def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[di
     for w in evaluated:
         if w["status"] != EvaluationStatus.PASSED:
             reasons.append(f"{w['label']}: {w['status']}")
-        for a in w.get("audits", []):
-            if not a["passed"]:
-                reasons.append(f"{w['label']}: audit {a['name']} failed: {a['detail']}")
+        for a in as_audits(w.get("audits", [])):
+            if not a.passed:
+                reasons.append(f"{w['label']}: audit {a.name} failed: {a.detail}")
     return reasons

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Optional
 
+from ..audits.model import audits_json
 from ..audits.verdicts import is_fallback
 from .results import WorkloadResult
 from .schema import (Correctness, Definition, Environment, Evaluation, EvaluationStatus, Performance, Solution,
@@ -47,7 +48,7 @@ def evaluation_row(submission_id: int, definition: Definition, workload: Workloa
         "latency_ms": wr.latency_ms, "reference_latency_ms": wr.reference_latency_ms,
         "speedup_factor": wr.speedup_factor, "aligned": None if wr.aligned is None else int(wr.aligned),
         "timing_note": wr.timing_note, "message": wr.message, "log_blob": log_blob, "trace": trace,
-        "extra": {"audits": wr.audits, "kernel_latency_ms": wr.kernel_latency_ms,
+        "extra": {"audits": audits_json(wr.audits), "kernel_latency_ms": wr.kernel_latency_ms,
                   "flashinfer_official_ms": wr.fi_official_ms, "flashinfer_kernel_ms": wr.fi_kernel_ms,
                   "speedup_vs_flashinfer_official": wr.speedup_vs_fi_official,
                   "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..audits.model import Audit, audits_json
 from ..audits.verdicts import is_fallback
 from .statuses import EvaluationStatus, SubmissionStatus
 
@@ -39,7 +40,7 @@ class WorkloadResult:
     timing_note: str = ""
     message: str = ""
     log: str = ""
-    audits: list[dict[str, Any]] = field(default_factory=list)
+    audits: list[Audit] = field(default_factory=list)  # harness.audits.model; archived as their JSON
     timing: list[dict[str, Any]] = field(default_factory=list)
     timing_kernel: list[dict[str, Any]] = field(default_factory=list)
     gpu_state: dict[str, Any] = field(default_factory=dict)
@@ -65,7 +66,7 @@ class SubmissionResult:
     scores_partial: dict[str, list[str]] = field(default_factory=dict)  # score -> labels it does not cover
     static_findings: list[dict[str, Any]] = field(default_factory=list)
     promotion_blockers: list[str] = field(default_factory=list)
-    audits: list[dict[str, Any]] = field(default_factory=list)  # of the submission as a whole (instruction proof)
+    audits: list[Audit] = field(default_factory=list)  # of the submission as a whole (instruction proof)
     sandbox: str = ""  # "full" or "reduced (why)": the wall the candidate ran behind
     phases_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -87,11 +88,12 @@ class SubmissionResult:
                            "speedup_vs_flashinfer_official": w.speedup_vs_fi_official,
                            "speedup_vs_flashinfer_kernel": w.speedup_vs_fi_kernel,
                            "floor_ms": w.floor_ms, "fraction_of_floor": w.fraction_of_floor, "aligned": w.aligned,
-                           "throttled": w.throttled, "fallback": is_fallback(w.audits), "audits": w.audits,
+                           "throttled": w.throttled, "fallback": is_fallback(w.audits),
+                           "audits": audits_json(w.audits),
                            "memory": w.memory or None, "baseline_failures": w.baseline_failures or None,
                            "message": w.message or None}
                           for w in self.workloads],
-            "scores": self.scores, "scores_partial": self.scores_partial or None, "audits": self.audits,
+            "scores": self.scores, "scores_partial": self.scores_partial or None, "audits": audits_json(self.audits),
             "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
             "static_findings": self.static_findings,
             "timing_unavailable_reason": self.timing_unavailable_reason,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..audits.model import Audit
 from ..data.results import WorkloadResult
 from ..measure.roofline import Ceilings, WorkloadCost, roofline
 
@@ -33,6 +34,6 @@ def place_in_context(wr: WorkloadResult, reference_ms: Optional[float], fi: Opti
     wr.bytes_moved, wr.flops = cost.bytes_moved, cost.flops
     result = roofline(cost, ceilings, wr.kernel_latency_ms or wr.latency_ms)
     wr.floor_ms, wr.fraction_of_floor = result.floor_ms, result.fraction_of_floor
-    wr.audits.append({"name": "roofline_plausibility", "passed": not result.impossible, "detail": result.detail})
+    wr.audits.append(Audit(name="roofline_plausibility", passed=not result.impossible, detail=result.detail))
     if result.impossible:
         wr.message = f"faster than the hardware allows: {result.detail}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..audits.model import audits_json
 from ..audits.verdicts import promotion_blockers
 from ..data.results import SubmissionResult, WorkloadResult
 from ..data.schema import EvaluationStatus, Workload
@@ -109,7 +110,7 @@ def archived_scores(result: SubmissionResult) -> dict[str, Any]:
     read promotability from it, without the workloads."""
     return {**result.scores, "scores_partial": result.scores_partial or None,
             "promotable": not result.promotion_blockers, "promotion_blockers": result.promotion_blockers,
-            "audits": result.audits}
+            "audits": audits_json(result.audits)}
 
 
 def cut_short(err: BaseException) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..audits.model import Audit
 from ..measure.correctness import CheckResult, Tolerance, merge_results
 from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
@@ -41,7 +42,7 @@ class WorkloadEvaluation:
         log_offset = worker.log_size()
         seeds = self._seeds(workload, preset)
         merged: Optional[CheckResult] = None
-        audits: list[dict[str, Any]] = []
+        audits: list[Audit] = []
         wr = WorkloadResult(workload.uuid, label, EvaluationStatus.PASSED.value)
         try:
             for trial, seed in enumerate(seeds):
@@ -63,11 +64,11 @@ class WorkloadEvaluation:
                                   "(input generation not deterministic)")
                     break
                 if header.get("mutated_inputs"):
-                    audits.append({"name": "input_mutation", "passed": False,
-                                   "detail": f"trial {trial}: modified inputs {header['mutated_inputs']}"})
+                    audits.append(Audit(name="input_mutation", passed=False,
+                                        detail=f"trial {trial}: modified inputs {header['mutated_inputs']}"))
                 if header.get("aliased_outputs"):
-                    audits.append({"name": "output_aliasing", "passed": False,
-                                   "detail": f"trial {trial}: {'; '.join(header['aliased_outputs'])}"})
+                    audits.append(Audit(name="output_aliasing", passed=False,
+                                        detail=f"trial {trial}: {'; '.join(header['aliased_outputs'])}"))
                 # Definition order, not the payload's (safetensors sorts names).
                 with self._phase("compare"):
                     check = self._judge(definition, workload, seed, outputs,
@@ -88,8 +89,8 @@ class WorkloadEvaluation:
             wr.max_relative_error = merged.max_relative_error
             wr.matched_ratio = merged.matched_ratio
         if not audits and merged is not None:  # at least one call completed and was inspected
-            audits.append({"name": "input_mutation", "passed": True, "detail": "inputs unchanged"})
-            audits.append({"name": "output_aliasing", "passed": True, "detail": "outputs are fresh memory"})
+            audits.append(Audit(name="input_mutation", passed=True, detail="inputs unchanged"))
+            audits.append(Audit(name="output_aliasing", passed=True, detail="outputs are fresh memory"))
         wr.audits = audits
 
         if wr.status == EvaluationStatus.PASSED.value:

@@ -62,7 +62,7 @@ def test_attack_is_caught_and_never_promotable(session, name):
     w = result.workloads[0]
     rules = {f["rule"] for f in result.static_findings if f["severity"] == "error"}
     library = {f["rule"] for f in result.static_findings if awaits_attribution(f)}
-    failed_audits = {a["name"] for a in w.audits if not a["passed"]}
+    failed_audits = {a.name for a in w.audits if not a.passed}
     assert result.promotion_blockers, f"{name} would be promotable"
     for expectation in EXPECTED_ON_CPU[name]:
         caught = [_caught(option, w.status, rules, failed_audits, library) for option in expectation.split("|")]
@@ -83,5 +83,5 @@ def test_honest_solutions_are_never_flagged(session, name):
     assert result.status == "PASSED", [w.message for w in result.workloads]
     assert not result.static_findings, result.static_findings
     assert result.promotion_blockers == [], result.promotion_blockers
-    names = {a["name"] for a in result.workloads[0].audits}
+    names = {a.name for a in result.workloads[0].audits}
     assert {"fresh_input_recheck", "precision", "thread_creation"} <= names
