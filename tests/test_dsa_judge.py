@@ -11,6 +11,7 @@ from harness.data.dataset import Dataset
 from harness.families import family_for
 from harness.families.dsa_inputs import dequantize_key_cache
 from harness.families.dsa_paged import indexer_scores_at
+from harness.sandbox.messages import JudgeRequest, ReferenceRequest
 from harness.sandbox.worker import Worker
 
 from dsa_support import TINY_INDEXER, make_tiny_dsa_dataset
@@ -24,8 +25,7 @@ def judged(tmp_path_factory):
     dataset = Dataset(root)
     definition = dataset.definition(TINY_INDEXER)
     [workload] = dataset.workloads_for(TINY_INDEXER, ["idx_b3_m3"])  # rows longer than top-k: choice matters
-    req = {"definition": definition.model_dump(mode="json"), "workload": workload.model_dump(mode="json"),
-           "seed": 5, "dataset_root": str(root)}
+    req = ReferenceRequest(definition=definition, workload=workload, seed=5, dataset_root=str(root))
     worker = Worker("reference")
     _, reference = worker.reference(req)
     want = reference["topk_indices"]
@@ -51,7 +51,8 @@ def judged(tmp_path_factory):
 
 def judge(worker, req, got, want, tolerance: Tolerance) -> CheckResult:
     worker._request_tensors = {"got/topk_indices": got, "want/topk_indices": want}
-    header, _ = worker.judge({**req, "tolerance": tolerance.__dict__})
+    header, _ = worker.judge(JudgeRequest(definition=req.definition, workload=req.workload, seed=req.seed,
+                                          dataset_root=req.dataset_root, tolerance=tolerance))
     return CheckResult.from_json(header["check"])
 
 

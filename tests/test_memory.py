@@ -12,6 +12,7 @@ from harness.audits.verdicts import plan_recheck
 from harness.data.dataset import Dataset
 from harness.measure.memory import GIB, budget_bytes, describe, io_bytes, memory_record, together_bytes
 from harness.measure.scores import definition_scores, partial_notice, spot_check_holds
+from harness.sandbox.messages import RecheckStep
 from harness.sandbox.worker import last_reuse
 
 KV8_PS1 = "gqa_paged_decode_h32_kv8_d128_ps1"
@@ -48,7 +49,7 @@ def test_the_recheck_keeps_only_buffers_it_reuses(fresh, reused):
     import random
 
     steps = plan_recheck(list(range(fresh)), reused, random.Random(fresh * 10 + reused))
-    last = last_reuse(steps)
+    last = last_reuse([RecheckStep.model_validate(s) for s in steps])
     assert set(last) == {s["buffers_of"] for s in steps if s["kind"] == "reuse"}
     for index, j in last.items():
         assert steps[index]["kind"] == "fresh" and j > index
@@ -194,6 +195,7 @@ def test_content_digest_sees_one_changed_word_and_swapped_words():
 def test_large_inputs_are_checked_by_digest_not_clone(tiny_dataset, tmp_path, monkeypatch, mutate, expected):
     """Above the clone limit the candidate gets the input itself; a write into it is still found."""
     import harness.sandbox.worker as worker_module
+    from harness.sandbox.messages import BuildRequest, RunRequest
     from support import TORCH_CANDIDATE, solution_dict
 
     monkeypatch.setattr(worker_module, "_CLONE_LIMIT_BYTES", 0)  # every input takes the digest path
@@ -203,10 +205,9 @@ def test_large_inputs_are_checked_by_digest_not_clone(tiny_dataset, tmp_path, mo
     definition = tiny_dataset.definition(KV8_PS1)
     [workload] = tiny_dataset.workloads_for(KV8_PS1, ["tiny_b2_t40"])
     worker = worker_module.Worker("candidate")
-    header, _ = worker.build({"solution": solution_dict(source), "definition": definition.model_dump(mode="json")})
+    header, _ = worker.build(BuildRequest(solution=solution_dict(source), definition=definition))
     assert header["ok"], header
-    header, outputs = worker.run({"workload": workload.model_dump(mode="json"), "seed": 3,
-                                  "dataset_root": str(tiny_dataset.root)})
+    header, outputs = worker.run(RunRequest(workload=workload, seed=3, dataset_root=str(tiny_dataset.root)))
     assert header["mutated_inputs"] == expected and set(outputs) == set(definition.outputs)
 
 

@@ -5,10 +5,12 @@ import pytest
 from harness.audits.verdicts import AuditConfig
 from harness.data.results import WorkloadResult
 from harness.measure.timing_reply import apply_timing_reply
+from harness.sandbox.messages import TimeReply
 
 
 def trial(median, aligned=True, walls=(), traced=(), names=("k",), note=""):
-    return {"median_ms": median, "aligned": aligned, "backend": "cupti" if aligned else "cuda_events",
+    return {"samples_ms": [median], "median_ms": median, "aligned": aligned,
+            "backend": "cupti" if aligned else "cuda_events", "warmup": 10, "iterations": 1,
             "wall_ms": list(walls), "traced_wall_ms": list(traced), "kernel_names": list(names), "note": note}
 
 
@@ -20,7 +22,7 @@ def test_official_and_kernel_figures_and_the_clock_audit_on_the_kernel_calls():
     wr = result()
     header = {"ok": True, "trials": [trial(0.30), trial(0.34)],
               "kernel_trials": [trial(0.10, walls=[0.12, 0.13], traced=[0.14]), trial(0.12)]}
-    apply_timing_reply(wr, header, AuditConfig())
+    apply_timing_reply(wr, TimeReply.model_validate(header), AuditConfig())
     assert wr.latency_ms == pytest.approx(0.32) and wr.kernel_latency_ms == pytest.approx(0.11) and wr.aligned
     [clock] = [a for a in wr.audits if a.name == "clock_truth"]
     assert clock.passed and "0.11 ms" in clock.detail  # the kernel trials' span, not the official one
@@ -36,7 +38,7 @@ def test_official_and_kernel_figures_and_the_clock_audit_on_the_kernel_calls():
 ])
 def test_failures_fallbacks_and_throttling_are_said(header, status, note):
     wr = result()
-    apply_timing_reply(wr, header, AuditConfig())
+    apply_timing_reply(wr, TimeReply.model_validate(header), AuditConfig())
     assert wr.status == status and note in (wr.timing_note or "")
     if status != "PASSED":
         assert wr.message.startswith("timing: CUDA error") and wr.latency_ms is None

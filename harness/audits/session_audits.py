@@ -22,6 +22,7 @@ from ..measure.correctness import CheckResult, Tolerance
 from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
 from ..data.results import SubmissionResult, WorkloadResult
+from ..sandbox.messages import RecheckRequest, SassReply, SassRequest
 from ..sandbox.runner import WorkerCrashed, WorkerProcess, WorkerTimeout
 from ..data.schema import Definition, EvaluationStatus, Solution, Workload, dump_json
 
@@ -86,15 +87,15 @@ class SessionAudits:
         if worker is not None and worker.alive:
             try:
                 with self._phase("audits"):
-                    header, _ = worker.request({"op": "sass"}, timeout_s=600)
+                    reply, _ = worker.request(SassRequest(), timeout_s=600)
             except (WorkerTimeout, WorkerCrashed) as err:
-                header = {"ok": False, "error": f"disassembly failed: {err}"}
-            note = header.get("error", "")
-            if header.get("ok"):
-                kernels = [KernelSass.from_json(k) for k in header["kernels"]]
-                note = "; ".join(header.get("notes") or []) or ("" if kernels else "no kernel in the binaries")
+                reply = SassReply(ok=False, error=f"disassembly failed: {err}")
+            note = reply.error or ""
+            if reply.ok:
+                kernels = [KernelSass.from_json(k.model_dump()) for k in reply.kernels]
+                note = "; ".join(reply.notes) or ("" if kernels else "no kernel in the binaries")
                 if kernels:
-                    head = f"{solution.name}: SASS of {', '.join(header['files'])} ({header['tool']})"
+                    head = f"{solution.name}: SASS of {', '.join(reply.files)} ({reply.tool})"
                     add_artifact(self.archive, result.submission_id, "sass",
                                  summary_text(kernels, header=head + (f"\nnotes: {note}" if note else "")))
         if not claims and not kernels:
@@ -187,20 +188,25 @@ class SessionAudits:
         cfg = cfg or self.audit_config
         fresh = [trial_seed(self._secret, workload, seed_base + i) for i in range(cfg.fresh_input_sets)]
         steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng)
-        reply = self._within_deadline(worker, {"op": "recheck", "workload": workload.model_dump(mode="json"),
-                                               "steps": steps, "dataset_root": str(self.dataset.root)},
-                                      deadline, wr, "recheck", "audits")
-        if reply is None:
+        request = RecheckRequest(workload=workload, steps=steps, dataset_root=str(self.dataset.root))
+        answered = self._within_deadline(worker, request, deadline, wr, "recheck", "audits")
+        if answered is None:
             return
-        header, outputs = reply
-        if not header.get("ok"):
+        reply, outputs = answered
+        if not reply.ok:
             wr.audits.append(Audit(name="fresh_input_recheck", passed=False,
-                                   detail=f"the candidate failed on recheck inputs: {header.get('error')}"))
+                                   detail=f"the candidate failed on recheck inputs: {reply.error}"))
+            return
+        if len(reply.input_fingerprints) != len(steps) or len(reply.wall_ms) != len(steps):
+            worker.kill()  # a reply that does not answer the request: the worker broke the protocol
+            wr.status = EvaluationStatus.RUNTIME_ERROR.value
+            wr.message = (f"recheck: the worker broke the protocol: its reply covers {len(reply.wall_ms)} of "
+                          f"{len(steps)} calls")
             return
         checks = []
         for i, step in enumerate(steps):
             ref_fp, ref_out = self.reference_outputs(definition, workload, int(step["seed"]))
-            if header["input_fingerprints"][i] != ref_fp:
+            if reply.input_fingerprints[i] != ref_fp:
                 checks.append((step, False, "inputs differ from the reference's (the call changed them?)"))
                 continue
             got = {n: outputs[f"{i}/{n}"] for n in definition.outputs if f"{i}/{n}" in outputs}
@@ -208,9 +214,9 @@ class SessionAudits:
             result = self._judge(definition, workload, int(step["seed"]), got, expected, tol)
             checks.append((step, result.passed, result.message))
         wr.audits.append(recheck_verdict(checks))
-        wr.audits.append(thread_verdict(header["threads_before"], header["threads_after"]))
-        fresh_ms = [ms for ms, s in zip(header["wall_ms"], steps) if s["kind"] == "fresh"]
-        repeat_ms = [ms for ms, s in zip(header.get("repeat_wall_ms", []), steps) if s["kind"] == "fresh"]
+        wr.audits.append(thread_verdict(reply.threads_before, reply.threads_after))
+        fresh_ms = [ms for ms, s in zip(reply.wall_ms, steps) if s["kind"] == "fresh"]
+        repeat_ms = [ms for ms, s in zip(reply.repeat_wall_ms, steps) if s["kind"] == "fresh"]
         replay = replay_verdict(repeat_ms, fresh_ms, cfg) if self.has_gpu else None
         if replay is not None:
             wr.audits.append(replay)

@@ -14,8 +14,9 @@ from typing import Any, Callable, ContextManager, Optional
 
 from ..data.options import SubmitOptions
 from ..data.results import WorkloadResult
+from ..sandbox.messages import BuildRequest
 from ..sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
-from ..data.schema import Definition, EvaluationStatus, Solution, dump_json
+from ..data.schema import Definition, EvaluationStatus, Solution
 
 
 def gpu_visible() -> bool:
@@ -82,8 +83,7 @@ class CandidateWorkers:
             if self.options.spare_worker:
                 self.launch_spare()  # the next candidate's process starts while this one is evaluated
             with self._phase("build"):
-                header, _ = worker.request({"op": "build", "solution": dump_json(solution),
-                                            "definition": definition.model_dump(mode="json")}, timeout_s=timeout_s)
+                reply, _ = worker.request(BuildRequest(solution=solution, definition=definition), timeout_s=timeout_s)
         except WorkerTimeout as err:
             log = worker.log_text()
             worker.stop()
@@ -92,14 +92,14 @@ class CandidateWorkers:
             log = worker.log_text()
             worker.stop()
             return None, WorkloadResult("", "", EvaluationStatus.COMPILE_ERROR.value, message=f"build: {err}", log=log)
-        if not header.get("ok"):
-            log = (header.get("log") or "") + "\n" + worker.log_text()
+        if not reply.ok:
+            log = reply.log + "\n" + worker.log_text()
             worker.stop()
-            return None, WorkloadResult("", "", header.get("status", EvaluationStatus.COMPILE_ERROR.value),
-                                        message=header.get("error", ""), log=log.strip())
-        worker.compile_only = bool(header.get("compile_only"))
-        worker.compile_only_note = str(header.get("note") or "")
-        worker.build_log = header.get("log", "")
+            return None, WorkloadResult("", "", reply.status or EvaluationStatus.COMPILE_ERROR.value,
+                                        message=reply.error or "", log=log.strip())
+        worker.compile_only = reply.compile_only
+        worker.compile_only_note = reply.note
+        worker.build_log = reply.log
         return worker, None
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from ..archive.database import Archive
 from ..measure.correctness import CheckResult, Tolerance
 from ..data.dataset import Dataset, EvalPreset
 from ..families import family_for
+from ..sandbox.messages import CeilingsRequest, JudgeRequest, OracleRequest, ReferenceRequest, TimeRequest
 from ..sandbox.runner import WorkerOptions, WorkerProcess
 from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_records import aggregate_timing
@@ -136,14 +137,14 @@ class TrustedReference:
         if stored is not None:
             cache[key] = reference_cache.decode_entry(*stored)
             return cache[key]
+        kind = ReferenceRequest if op == "reference" else OracleRequest
         with self._phase(phase):
-            header, tensors = worker.request(
-                {"op": op, "definition": definition.model_dump(mode="json"),
-                 "workload": workload.model_dump(mode="json"), "seed": seed,
-                 "dataset_root": str(self.dataset.root)}, timeout_s=3600)
-        if not header.get("ok"):
-            raise RuntimeError(f"the {op} failed on workload {workload.uuid}: {header.get('error')}\n"
-                               f"{header.get('traceback', '')}")
+            reply, tensors = worker.request(kind(definition=definition, workload=workload, seed=seed,
+                                                 dataset_root=str(self.dataset.root)), timeout_s=3600)
+        if not reply.ok:
+            raise RuntimeError(f"the {op} failed on workload {workload.uuid}: {reply.error}\n"
+                               f"{reply.traceback or ''}")
+        header = reply.wire()  # as the archive keeps it (harness.pipeline.reference_cache)
         cache[key] = (header, tensors)
         entry = reference_cache.encode_entry(header, tensors) if self.settings.reuse_outputs else None
         if entry is not None:
@@ -165,15 +166,14 @@ class TrustedReference:
         family = family_for(definition.op_type)
         if not family.compare_needs_inputs:
             return family.compare(definition, got, expected, tol)
-        header, _ = self.worker().request(
-            {"op": "judge", "definition": definition.model_dump(mode="json"),
-             "workload": workload.model_dump(mode="json"), "seed": seed, "dataset_root": str(self.dataset.root),
-             "tolerance": dataclasses.asdict(tol)}, timeout_s=3600,
+        reply, _ = self.worker().request(
+            JudgeRequest(definition=definition, workload=workload, seed=seed, dataset_root=str(self.dataset.root),
+                         tolerance=tol), timeout_s=3600,
             tensors={**{f"got/{n}": t for n, t in got.items()}, **{f"want/{n}": t for n, t in expected.items()}})
-        if not header.get("ok"):  # what the outputs made the check raise (an index past every row...)
+        if not reply.ok:  # what the outputs made the check raise (an index past every row...)
             return CheckResult(EvaluationStatus.RUNTIME_ERROR,
-                               message=f"the official check could not judge the outputs: {header.get('error')}")
-        return CheckResult.from_json(header["check"])
+                               message=f"the official check could not judge the outputs: {reply.error}")
+        return CheckResult.from_json(reply.check.model_dump(mode="json"))
 
     # -- figures ------------------------------------------------------------------------------------
 
@@ -207,15 +207,14 @@ class TrustedReference:
               preset: EvalPreset) -> Optional[float]:
         worker = self.worker()
         with self._phase("reference_timing"):
-            header, _ = worker.request(
-                {"op": "time", "definition": definition.model_dump(mode="json"),
-                 "workload": workload.model_dump(mode="json"), "seeds": seeds, "warmup": preset.warmup,
-                 "iterations": preset.iterations, "dataset_root": str(self.dataset.root)}, timeout_s=3600)
-        return aggregate_timing(header["trials"])[0] if header.get("ok") else None
+            reply, _ = worker.request(
+                TimeRequest(definition=definition, workload=workload, seeds=seeds, warmup=preset.warmup,
+                            iterations=preset.iterations, dataset_root=str(self.dataset.root)), timeout_s=3600)
+        return aggregate_timing(reply.as_dicts(reply.trials))[0] if reply.ok else None
 
     def ceilings(self):
         """The roofline's ceilings for this GPU: measured once, then read from the archive folder."""
-        from ..measure.roofline import Ceilings, CeilingsCache
+        from ..measure.roofline import CeilingsCache
 
         if self._ceilings is None:
             cache = CeilingsCache(self.archive.folder / "ceilings.json")
@@ -224,11 +223,11 @@ class TrustedReference:
             if found is None:
                 worker = self.worker()
                 counted = worker.peak_bytes
-                header, _ = worker.request({"op": "ceilings"}, timeout_s=600)
+                reply, _ = worker.request(CeilingsRequest(), timeout_s=600)
                 worker.peak_bytes = counted  # the GPU's measure, once per card: no workload's memory
-                if not header.get("ok"):
-                    raise RuntimeError(f"measuring the GPU's ceilings failed: {header.get('error')}")
-                found = Ceilings.model_validate(header["ceilings"])
+                if not reply.ok:
+                    raise RuntimeError(f"measuring the GPU's ceilings failed: {reply.error}")
+                found = reply.ceilings
                 cache.put(found, uuid)
             self._ceilings = found
         return self._ceilings

@@ -9,7 +9,7 @@ evaluation and the baselines' (``run_audits=False``) go through ``_evaluate_work
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
@@ -18,6 +18,7 @@ from ..measure.correctness import CheckResult, Tolerance, merge_results
 from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
 from ..data.results import WorkloadResult
+from ..sandbox.messages import Reply, Request, RunRequest, TimeRequest
 from ..sandbox.runner import WorkerCrashed, WorkerProcess, WorkerTimeout
 from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_reply import apply_timing_reply
@@ -48,27 +49,27 @@ class WorkloadEvaluation:
             for trial, seed in enumerate(seeds):
                 ref_fp, ref_out = self.reference_outputs(definition, workload, seed)
                 with self._phase("correctness"):
-                    header, outputs = worker.request(
-                        {"op": "run", "workload": workload.model_dump(mode="json"), "seed": seed,
-                         "dataset_root": str(self.dataset.root)}, timeout_s=max(deadline - time.monotonic(), 0.001))
-                if not header.get("ok"):
-                    wr.status = header.get("status", EvaluationStatus.RUNTIME_ERROR.value)
-                    wr.message = f"trial {trial}: {header.get('error', 'failed')}"
-                    if header.get("context_broken"):
+                    reply, outputs = worker.request(
+                        RunRequest(workload=workload, seed=seed, dataset_root=str(self.dataset.root)),
+                        timeout_s=max(deadline - time.monotonic(), 0.001))
+                if not reply.ok:
+                    wr.status = reply.status or EvaluationStatus.RUNTIME_ERROR.value
+                    wr.message = f"trial {trial}: {reply.error or 'failed'}"
+                    if reply.context_broken:
                         wr.message += " (the CUDA context is broken; the next workload gets a fresh process)"
                         worker.kill()
                     break
-                if header.get("input_fingerprint") != ref_fp:
+                if reply.input_fingerprint != ref_fp:
                     wr.status = EvaluationStatus.RUNTIME_ERROR.value
                     wr.message = ("harness fault: candidate and reference inputs differ "
                                   "(input generation not deterministic)")
                     break
-                if header.get("mutated_inputs"):
+                if reply.mutated_inputs:
                     audits.append(Audit(name="input_mutation", passed=False,
-                                        detail=f"trial {trial}: modified inputs {header['mutated_inputs']}"))
-                if header.get("aliased_outputs"):
+                                        detail=f"trial {trial}: modified inputs {reply.mutated_inputs}"))
+                if reply.aliased_outputs:
                     audits.append(Audit(name="output_aliasing", passed=False,
-                                        detail=f"trial {trial}: {'; '.join(header['aliased_outputs'])}"))
+                                        detail=f"trial {trial}: {'; '.join(reply.aliased_outputs)}"))
                 # Definition order, not the payload's (safetensors sorts names).
                 with self._phase("compare"):
                     check = self._judge(definition, workload, seed, outputs,
@@ -100,8 +101,8 @@ class WorkloadEvaluation:
         wr.log = worker.log_since(log_offset) if worker.workdir else ""
         return wr
 
-    def _within_deadline(self, worker: WorkerProcess, message: dict[str, Any], deadline: float, wr: WorkloadResult,
-                         what: str, phase: str) -> Optional[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+    def _within_deadline(self, worker: WorkerProcess, message: Request, deadline: float, wr: WorkloadResult,
+                         what: str, phase: str) -> Optional[tuple[Reply, dict[str, torch.Tensor]]]:
         """One request inside the workload's deadline; a hang or a crash becomes the workload's status."""
         try:
             with self._phase(phase):
@@ -120,11 +121,10 @@ class WorkloadEvaluation:
         if not self.options.timing:
             wr.timing_note = "timing switched off"
             return
-        reply = self._within_deadline(worker, {"op": "time", "workload": workload.model_dump(mode="json"),
-                                               "seeds": seeds, "warmup": preset.warmup,
-                                               "iterations": preset.iterations, "dataset_root": str(self.dataset.root),
-                                               "clock_truth_calls": 9 if self.audit_config.level != "off" else 0},
-                                      deadline, wr, "timing", "timing")
+        request = TimeRequest(workload=workload, seeds=seeds, warmup=preset.warmup, iterations=preset.iterations,
+                              dataset_root=str(self.dataset.root),
+                              clock_truth_calls=9 if self.audit_config.level != "off" else 0)
+        reply = self._within_deadline(worker, request, deadline, wr, "timing", "timing")
         if reply is None:
             return
         apply_timing_reply(wr, reply[0], self.audit_config)

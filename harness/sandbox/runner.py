@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 
 from . import protocol
+from .messages import ExitRequest, HelloRequest, MalformedReply, Reply, Request, parse_reply
 from .isolation import Sandbox, SandboxPolicy, human_bytes, make_sandbox
 
 LOG_LIMIT = 5 << 20  # the official evaluator keeps at most 5 MiB of log
@@ -39,6 +40,11 @@ class WorkerCrashed(RuntimeError):
     def __init__(self, message: str, log: str):
         super().__init__(message)
         self.log = log
+
+
+class WorkerBrokeProtocol(WorkerCrashed):
+    """A reply that does not fit its op's model (harness.sandbox.messages): the worker is killed, and whoever
+    asked records it as a crashed worker (a RUNTIME_ERROR, or the build's COMPILE_ERROR)."""
 
 
 class WorkerTimeout(RuntimeError):
@@ -293,8 +299,8 @@ class WorkerProcess:
 
     def wait_ready(self) -> dict[str, Any]:
         """The worker's hello: its environment, once its imports are done."""
-        header, _ = self.request({"op": "hello"}, timeout_s=self.options.start_timeout_s)
-        self.environment = header.get("environment", {})
+        reply, _ = self.request(HelloRequest(), timeout_s=self.options.start_timeout_s)
+        self.environment = reply.environment
         return self.environment
 
     @property
@@ -335,7 +341,7 @@ class WorkerProcess:
         """End the process (asking it first when ``graceful``) and remove its private folder."""
         if self.alive and graceful:
             try:
-                self.request({"op": "exit"}, timeout_s=10)
+                self.request(ExitRequest(), timeout_s=10)
                 self.proc.wait(timeout=10)
             except Exception:
                 pass
@@ -355,13 +361,15 @@ class WorkerProcess:
 
     # -- requests -------------------------------------------------------------------------------------
 
-    def request(self, message: dict[str, Any], timeout_s: float,
-                tensors: Optional[dict[str, torch.Tensor]] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    def request(self, message: Request, timeout_s: float,
+                tensors: Optional[dict[str, torch.Tensor]] = None) -> tuple[Reply, dict[str, torch.Tensor]]:
+        """Send one request; its reply as the model of its op (harness.sandbox.messages.REPLIES) and its tensors.
+        A reply that does not fit that model raises WorkerBrokeProtocol, a WorkerCrashed."""
         if not self.alive:
             raise WorkerCrashed("the worker is not running", self.log_text())
         deadline = time.monotonic() + timeout_s
         try:
-            protocol.write_message(self._w, message, tensors)
+            protocol.write_message(self._w, message.wire(), tensors)
             header, tensors = protocol.read_message(self._r, deadline)
         except protocol.Timeout:
             self.kill()
@@ -375,13 +383,17 @@ class WorkerProcess:
                 self.kill()
                 code = self.proc.returncode
             raise WorkerCrashed(f"the worker died ({self.ended_by(code)}): {err}", self.log_text()) from None
-        memory = header.get("memory")
-        if isinstance(memory, dict):  # reported by the worker itself: a measure, not a proof
-            self.peak_bytes = max(self.peak_bytes, int(memory.get("peak_bytes") or 0))
-            self.resident_bytes = int(memory.get("resident_bytes") or 0)
-        if not header.get("ok") and isinstance(header.get("error"), str) and self.sandbox is not None:
-            header["error"] = self.sandbox.annotate(header["error"])
-        return header, tensors
+        try:
+            reply: Reply = parse_reply(message.op, header)
+        except MalformedReply as err:
+            self.kill()  # it speaks garbage: whatever it is doing, it is done
+            raise WorkerBrokeProtocol(f"the worker broke the protocol: {err}", self.log_text()) from None
+        if reply.memory is not None:  # reported by the worker itself: a measure, not a proof
+            self.peak_bytes = max(self.peak_bytes, reply.memory.peak_bytes)
+            self.resident_bytes = reply.memory.resident_bytes
+        if not reply.ok and reply.error is not None and self.sandbox is not None:
+            reply.error = self.sandbox.annotate(reply.error)
+        return reply, tensors
 
     def __enter__(self) -> "WorkerProcess":
         self.start()

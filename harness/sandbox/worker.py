@@ -1,8 +1,9 @@
 """The worker process: the only place candidate code is imported and called.
 
 Started by ``harness.sandbox.runner`` as ``python -m harness.sandbox.worker --role R --rfd N --wfd M`` with a scrubbed
-environment in a private folder. Requests arrive as JSON; replies are JSON plus safetensors
-(``harness.sandbox.protocol``). Two roles:
+environment in a private folder. Requests arrive as JSON, each validated into its model (``harness.sandbox.messages``;
+one that is not valid is answered ``ok: False``); replies are JSON plus safetensors (``harness.sandbox.protocol``).
+Two roles:
 - ``candidate``: builds one solution, runs it on inputs it generates itself from (workload, seed),
   checks that it left its inputs alone, and times it. It never receives reference outputs.
 - ``reference``: runs the definition's reference (trusted code) and returns its outputs to the harness,
@@ -25,49 +26,15 @@ import torch
 
 from . import protocol
 from .build import Built, BuildError, build
+from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
+                       RecheckRequest, RecheckStep, Request, RequestError, RunRequest, SassRequest, TimeRequest,
+                       UNAVAILABLE, failure, parse_request)
+from .worker_environment import environment, nvml_index
 from ..measure.device_measure import (l2_flush, memory_mark, memory_release, raise_clocks, sync,
                              wall_call)
 from ..data.inputs import allocate_outputs, content_digest, fingerprint, generate_inputs
 from ..measure.oracle import run_in_float64
 from ..data.schema import Definition, EvaluationStatus, Solution, Workload
-
-
-def _environment() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "cuda_available": torch.cuda.is_available(),
-        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
-    }
-    try:
-        import triton
-
-        info["triton"] = triton.__version__
-    except Exception:
-        info["triton"] = None
-    try:  # the version only: importing flashinfer itself costs seconds
-        from importlib.metadata import version
-
-        info["flashinfer"] = version("flashinfer-python")
-    except Exception:
-        info["flashinfer"] = None
-    if info["cuda_available"]:
-        props = torch.cuda.get_device_properties(0)
-        info.update(device_count=torch.cuda.device_count(), device_name=props.name, cuda=torch.version.cuda,
-                    capability=f"{props.major}.{props.minor}", sm_count=props.multi_processor_count,
-                    l2_bytes=getattr(props, "L2_cache_size", None), memory_bytes=props.total_memory,
-                    uuid=str(getattr(props, "uuid", "")))
-        from ..measure.gpu_state import gpu_state
-
-        state = gpu_state(_nvml_index())
-        info.update(driver=state.get("driver"), gpu_uuid=state.get("uuid"), gpu_state_at_start=state)
-    return info
-
-
-def _nvml_index() -> int:
-    """NVML numbers GPUs physically; CUDA_VISIBLE_DEVICES (set per worker by the harness) says which one."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(visible) if visible.isdigit() else 0
 
 
 def _device() -> torch.device:
@@ -162,28 +129,28 @@ class Worker:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def hello(self, req: dict) -> tuple[dict, dict]:
-        return {"ok": True, "role": self.role, "environment": _environment()}, {}
+    def hello(self, req: HelloRequest) -> tuple[dict, dict]:
+        return {"ok": True, "role": self.role, "environment": environment()}, {}
 
-    def build(self, req: dict) -> tuple[dict, dict]:
-        self.solution = Solution.model_validate(req["solution"])
-        self.definition = Definition.model_validate(req["definition"])
+    def build(self, req: BuildRequest) -> tuple[dict, dict]:
+        self.solution, self.definition = req.solution, req.definition
         started = time.perf_counter()
         try:
             self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
         except BuildError as err:
-            return {"ok": False, "status": EvaluationStatus.COMPILE_ERROR.value, "error": str(err), "log": err.log}, {}
+            return failure(str(err), EvaluationStatus.COMPILE_ERROR.value, log=err.log), {}
         return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
                 "log": self.built.log,
                 "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, {}
 
-    def _workload_inputs(self, req: dict) -> tuple[Definition, Workload, dict[str, Any]]:
-        definition = Definition.model_validate(req["definition"]) if "definition" in req else self.definition
-        workload = Workload.model_validate(req["workload"])
-        inputs = generate_inputs(definition, workload, int(req["seed"]), self.device, Path(req["dataset_root"]))
-        return definition, workload, inputs
+    def _workload_inputs(self, req: Any, seed: Optional[int] = None) -> tuple[Definition, Workload, dict[str, Any]]:
+        """The inputs of a request on a workload: its seed's (or ``seed``'s), for its definition (else the build's)."""
+        definition = getattr(req, "definition", None) or self.definition
+        inputs = generate_inputs(definition, req.workload, req.seed if seed is None else seed, self.device,
+                                 Path(req.dataset_root))
+        return definition, req.workload, inputs
 
-    def run(self, req: dict) -> tuple[dict, dict]:
+    def run(self, req: RunRequest) -> tuple[dict, dict]:
         """One call of the candidate on fresh inputs; outputs go back for the harness to judge."""
         assert self.built is not None and self.built.fn is not None, "build first"
         definition, workload, inputs = self._workload_inputs(req)
@@ -214,7 +181,7 @@ class Worker:
         return ({"ok": True, "input_fingerprint": input_fp, "mutated_inputs": mutated, "aliased_outputs": aliased,
                  "elapsed_s": elapsed, "note": note}, {k: v for k, v in outputs.items()})
 
-    def recheck(self, req: dict) -> tuple[dict, dict]:
+    def recheck(self, req: RecheckRequest) -> tuple[dict, dict]:
         """The fresh-input recheck (harness.audits.verdicts.plan_recheck): outputs of every step go back to be judged.
 
         On a GPU every step's call is followed by a repeat of the same call on the same buffers, both timed
@@ -223,11 +190,11 @@ class Worker:
         written. The GPU is kept busy first, so the first call does not meet idle clocks.
         """
         assert self.built is not None and self.built.fn is not None, "build first"
-        definition, workload = self.definition, Workload.model_validate(req["workload"])
-        root = Path(req["dataset_root"])
+        definition, workload = self.definition, req.workload
+        root = Path(req.dataset_root)
         threads_before = _thread_count()
         # Only the buffers a later step reuses are kept: at full scale one input set is gigabytes.
-        steps = req["steps"]
+        steps = req.steps
         reused = last_reuse(steps)
         buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         out_tensors: dict[str, torch.Tensor] = {}
@@ -235,14 +202,14 @@ class Worker:
         flush = l2_flush(self.device)
         raise_clocks(self.device, flush)
         for i, step in enumerate(steps):
-            fresh = generate_inputs(definition, workload, int(step["seed"]), self.device, root)
-            if step["kind"] == "fresh":
+            fresh = generate_inputs(definition, workload, step.seed, self.device, root)
+            if step.kind == "fresh":
                 inputs = fresh
                 outputs = {n: _poisoned(t) for n, t in allocate_outputs(definition, workload, self.device).items()}
             else:  # the same tensors as an earlier call, refilled in place with other data
-                inputs, outputs = buffers[int(step["buffers_of"])]
-                if reused[int(step["buffers_of"])] == i:  # its last use
-                    del buffers[int(step["buffers_of"])]
+                inputs, outputs = buffers[step.buffers_of]
+                if reused[step.buffers_of] == i:  # its last use
+                    del buffers[step.buffers_of]
                 for name, value in fresh.items():
                     if isinstance(value, torch.Tensor):
                         inputs[name].copy_(value)
@@ -266,31 +233,30 @@ class Worker:
                 out_tensors[f"{i}/{name}"] = t.detach().to("cpu", copy=True)
             if self.device.type == "cuda":
                 repeat_ms.append(wall_call(self.device, flush, call)[0])
-            if step["kind"] == "fresh" and i in reused:
+            if step.kind == "fresh" and i in reused:
                 buffers[i] = (inputs, outputs)
             # this step's tensors go now, not when the next ones exist
             fresh = inputs = outputs = state = None
         return ({"ok": True, "wall_ms": wall_ms, "repeat_wall_ms": repeat_ms, "input_fingerprints": fingerprints,
                  "threads_before": threads_before, "threads_after": _thread_count()}, out_tensors)
 
-    def oracle(self, req: dict) -> tuple[dict, dict]:
+    def oracle(self, req: OracleRequest) -> tuple[dict, dict]:
         """The reference evaluated in float64 throughout: the yardstick of the precision audit."""
         assert self.role == "reference", "only the reference worker runs references"
         definition, workload, inputs = self._workload_inputs(req)
         outputs = _as_output_dict(definition, run_in_float64(definition, inputs))
         return {"ok": True, "input_fingerprint": fingerprint(inputs)}, {k: v for k, v in outputs.items()}
 
-    def judge(self, req: dict) -> tuple[dict, dict]:
+    def judge(self, req: JudgeRequest) -> tuple[dict, dict]:
         """The family's check with the call's inputs (``compare_needs_inputs``): the candidate's outputs and the
         reference's arrive with the request; the inputs are drawn here again from the seed."""
         assert self.role == "reference", "only the reference worker judges"
-        from ..measure.correctness import Tolerance
         from ..families import family_for
 
         definition, workload, inputs = self._workload_inputs(req)
         got = {k[len("got/"):]: v.to(self.device) for k, v in self._request_tensors.items() if k.startswith("got/")}
         want = {n: self._request_tensors[f"want/{n}"].to(self.device) for n in definition.outputs}
-        result = family_for(definition.op_type).compare(definition, got, want, Tolerance(**req["tolerance"]),
+        result = family_for(definition.op_type).compare(definition, got, want, req.tolerance,
                                                         inputs=inputs)
         return {"ok": True, "check": result.to_json()}, {}
 
@@ -302,7 +268,7 @@ class Worker:
             self._references[key] = namespace["run"]
         return self._references[key]
 
-    def reference(self, req: dict) -> tuple[dict, dict]:
+    def reference(self, req: ReferenceRequest) -> tuple[dict, dict]:
         assert self.role == "reference", "only the reference worker runs references"
         definition, workload, inputs = self._workload_inputs(req)
         started = time.perf_counter()
@@ -312,7 +278,7 @@ class Worker:
         return ({"ok": True, "input_fingerprint": fingerprint(inputs), "elapsed_s": time.perf_counter() - started},
                 {k: v for k, v in outputs.items()})
 
-    def time(self, req: dict) -> tuple[dict, dict]:
+    def time(self, req: TimeRequest) -> tuple[dict, dict]:
         """The official timer over ``seeds`` (one trial each, fresh inputs per trial).
 
         A solution with a ``setup`` gets two figures: the official one, where setup runs inside every
@@ -323,12 +289,12 @@ class Worker:
         from ..measure.timing import time_trial, traced
 
         if self.device.type != "cuda":
-            return {"ok": False, "status": "UNAVAILABLE", "error": "no GPU: timing unavailable"}, {}
-        index = _nvml_index()
+            return failure("no GPU: timing unavailable", UNAVAILABLE), {}
+        index = nvml_index()
         state_before = gpu_state(index)
         official, kernel = [], []
-        for seed in req["seeds"]:
-            definition, workload, inputs = self._workload_inputs({**req, "seed": seed})
+        for seed in req.seeds:
+            definition, workload, inputs = self._workload_inputs(req, seed)
             args = list(inputs.values())
             if self.role == "reference":
                 fn, setup, dps = self._reference_fn(definition), None, False
@@ -346,14 +312,13 @@ class Worker:
             def dump(t):
                 return t.model_dump() if hasattr(t, "model_dump") else dict(t.__dict__)
 
-            kw = dict(warmup=int(req["warmup"]), iterations=int(req["iterations"]), device=self.device,
-                      backend=req.get("backend", "auto"))
+            kw = dict(warmup=req.warmup, iterations=req.iterations, device=self.device, backend=req.backend)
             official.append(dump(time_trial(timed(), args, **kw)))
             kernel_args = args
             if setup is not None:
                 kernel_args = [*args, setup(*args[:n_inputs])]
                 kernel.append(dump(time_trial(fn, kernel_args, **kw)))
-            if req.get("clock_truth_calls"):
+            if req.clock_truth_calls:
                 # Synchronised wall time per call next to the CUPTI span of the same callable (the kernel
                 # figure where there is a setup): host work the timer cannot see shows up here.
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
@@ -362,7 +327,7 @@ class Worker:
                 # (harness.audits.verdicts.clock_truth_verdict).
                 flush = l2_flush(self.device)
                 call = functools.partial(fn, *kernel_args)
-                calls = int(req["clock_truth_calls"])
+                calls = req.clock_truth_calls
                 (kernel or official)[-1]["wall_ms"] = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
                 with traced():
                     traced_walls = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
@@ -374,7 +339,7 @@ class Worker:
         return {"ok": True, "trials": official, "kernel_trials": kernel or None,
                 "gpu_state_before": state_before, "gpu_state_after": state_after}, {}
 
-    def sass(self, req: dict) -> tuple[dict, dict]:
+    def sass(self, req: SassRequest) -> tuple[dict, dict]:
         """Per-kernel opcode histograms of what this worker built (harness.audits.sass); runs no candidate code.
 
         The binaries: the build's cubins (CUDA compiled without a GPU) or extension .so, and the cubins Triton
@@ -394,16 +359,15 @@ class Worker:
             why = ("Triton compiles its kernels for a GPU when they first run; none ran on this host"
                    if self.solution.spec.language.value == "triton" and self.device.type != "cuda"
                    else "the build produced no GPU binary")
-            return {"ok": False, "status": "UNAVAILABLE", "error": why}, {}
+            return failure(why, UNAVAILABLE), {}
         tool = find_disassembler()
         if tool is None:
-            return {"ok": False, "status": "UNAVAILABLE",
-                    "error": "no cuobjdump or nvdisasm (PATH, $CUDA_HOME/bin, Triton's bin)"}, {}
-        kernels, notes = disassemble(files, tool, timeout_s=float(req.get("timeout_s", 120)))
+            return failure("no cuobjdump or nvdisasm (PATH, $CUDA_HOME/bin, Triton's bin)", UNAVAILABLE), {}
+        kernels, notes = disassemble(files, tool, timeout_s=req.timeout_s)
         return {"ok": True, "kernels": [k.to_json() for k in kernels], "notes": notes, "tool": tool[1],
                 "files": [f.name for f in files]}, {}
 
-    def ceilings(self, req: dict) -> tuple[dict, dict]:
+    def ceilings(self, req: CeilingsRequest) -> tuple[dict, dict]:
         """Copy / read bandwidth and bf16 matmul rate of this GPU (the roofline's ceilings)."""
         from ..measure.roofline import measure_ceilings
 
@@ -412,43 +376,51 @@ class Worker:
     # -- loop -------------------------------------------------------------------------------------
 
     def serve(self, rfd: int, wfd: int) -> None:
+        """Answer requests until ``exit`` or the harness closes the channel (harness.sandbox.messages)."""
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
                     "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
                     "oracle": self.oracle, "sass": self.sass, "judge": self.judge}
         while True:
             try:
-                req, self._request_tensors = protocol.read_message(rfd)
+                header, self._request_tensors = protocol.read_message(rfd)
             except protocol.PeerClosed:
                 return
-            op = req.get("op")
-            if op == "exit":
+            try:
+                req: Request = parse_request(header)
+            except RequestError as err:  # the harness's mistake: said, not a crash
+                protocol.write_message(wfd, failure(str(err)))
+                continue
+            if req.op == "exit":
                 protocol.write_message(wfd, {"ok": True})
                 return
-            memory_mark(self.device)
-            try:
-                header, tensors = handlers[op](req)
-            except BaseException as err:  # candidate code may raise anything, SystemExit included
-                tb = traceback.format_exc()
-                print(tb, file=sys.stderr, flush=True)
-                header, tensors = {"ok": False, "status": EvaluationStatus.RUNTIME_ERROR.value,
-                                   "error": f"{type(err).__name__}: {err}", "traceback": tb,
-                                   "context_broken": _context_broken(self.device)}, {}
-            memory = memory_release(self.device, tensors)
-            if memory:
-                header["memory"] = memory
+            header, tensors = self.answer(handlers[req.op], req)
             try:
                 protocol.write_message(wfd, header, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
-                protocol.write_message(wfd, {"ok": False, "status": EvaluationStatus.RUNTIME_ERROR.value,
-                                             "error": f"could not send the reply: {type(err).__name__}: {err}"})
+                protocol.write_message(wfd, failure(f"could not send the reply: {type(err).__name__}: {err}"))
+
+    def answer(self, handler: Callable[[Any], tuple[dict, dict]], req: Request) -> tuple[dict, dict]:
+        """A handler's reply, or what it raised (candidate code may raise anything, SystemExit included)."""
+        memory_mark(self.device)
+        try:
+            header, tensors = handler(req)
+        except BaseException as err:
+            tb = traceback.format_exc()
+            print(tb, file=sys.stderr, flush=True)
+            header, tensors = failure(f"{type(err).__name__}: {err}", traceback=tb,
+                                      context_broken=_context_broken(self.device)), {}
+        memory = memory_release(self.device, tensors)
+        if memory:
+            header["memory"] = memory
+        return header, tensors
 
 
-def last_reuse(steps: list[dict[str, Any]]) -> dict[int, int]:
+def last_reuse(steps: list[RecheckStep]) -> dict[int, int]:
     """Recheck steps whose buffers a later step reuses -> the index of their last reuse (after it, they go)."""
     last: dict[int, int] = {}
     for j, step in enumerate(steps):
-        if step["kind"] != "fresh":
-            last[int(step["buffers_of"])] = j
+        if step.kind != "fresh":
+            last[step.buffers_of] = j
     return last
 
 

@@ -1,0 +1,297 @@
+"""The typed messages between the harness and its workers (harness.sandbox.messages).
+
+Every request round-trips through the framing and ``parse_request`` with the same JSON keys the dict requests had;
+a request the worker cannot read is answered ``ok: False`` naming the problem; a reply that does not fit its op's
+model (from a fake worker speaking the framing) ends as the workload's recorded status, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from pydantic import BaseModel
+
+from harness.audits.session_audits import SessionAudits
+from harness.audits.verdicts import AuditConfig
+from harness.data.dataset import Dataset
+from harness.data.results import WorkloadResult
+from harness.data.schema import EvaluationStatus, Solution, dump_json
+from harness.measure.correctness import Tolerance
+from harness.measure.timing_records import TrialTiming
+from harness.pipeline.workload_evaluation import WorkloadEvaluation
+from harness.sandbox import messages
+from harness.sandbox.messages import (OPS, REPLIES, BuildRequest, CeilingsRequest, ExitRequest, HelloRequest,
+                                      JudgeRequest, MalformedReply, OracleRequest, RecheckRequest, ReferenceRequest,
+                                      RequestError, RunReply, RunRequest, SassRequest, TimeRequest, parse_reply,
+                                      parse_request)
+from harness.sandbox.protocol import encode, read_message, write_message
+from harness.sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess
+from harness.sandbox.worker import Worker
+
+from support import KV8_PS1, triton_example
+
+DATASET = Dataset()
+DEFINITION = DATASET.definition(KV8_PS1)
+WORKLOAD = DATASET.workloads_for(KV8_PS1)[0]
+SOLUTION = Solution.model_validate(triton_example())
+ROOT = str(DATASET.root)
+W, D = WORKLOAD.model_dump(mode="json"), DEFINITION.model_dump(mode="json")
+STEPS = [{"kind": "fresh", "seed": 5}, {"kind": "fresh", "seed": 6}, {"kind": "reuse", "seed": 6, "buffers_of": 0}]
+TOL = Tolerance(atol=1e-3, rtol=2e-3)
+
+# (the model the harness builds, the dict the harness sent before the models): the same JSON on the wire
+REQUESTS = [
+    (HelloRequest(), {"op": "hello"}),
+    (ExitRequest(), {"op": "exit"}),
+    (CeilingsRequest(), {"op": "ceilings"}),
+    (SassRequest(), {"op": "sass"}),
+    (BuildRequest(solution=SOLUTION, definition=DEFINITION),
+     {"op": "build", "solution": dump_json(SOLUTION), "definition": D}),
+    (RunRequest(workload=WORKLOAD, seed=3, dataset_root=ROOT),
+     {"op": "run", "workload": W, "seed": 3, "dataset_root": ROOT}),
+    (ReferenceRequest(definition=DEFINITION, workload=WORKLOAD, seed=3, dataset_root=ROOT),
+     {"op": "reference", "definition": D, "workload": W, "seed": 3, "dataset_root": ROOT}),
+    (OracleRequest(definition=DEFINITION, workload=WORKLOAD, seed=3, dataset_root=ROOT),
+     {"op": "oracle", "definition": D, "workload": W, "seed": 3, "dataset_root": ROOT}),
+    (JudgeRequest(definition=DEFINITION, workload=WORKLOAD, seed=3, dataset_root=ROOT, tolerance=TOL),
+     {"op": "judge", "definition": D, "workload": W, "seed": 3, "dataset_root": ROOT,
+      "tolerance": dataclasses.asdict(TOL)}),
+    (TimeRequest(workload=WORKLOAD, seeds=[1, 2], warmup=10, iterations=50, dataset_root=ROOT, clock_truth_calls=9),
+     {"op": "time", "workload": W, "seeds": [1, 2], "warmup": 10, "iterations": 50, "dataset_root": ROOT,
+      "clock_truth_calls": 9}),
+    (TimeRequest(definition=DEFINITION, workload=WORKLOAD, seeds=[1], warmup=10, iterations=50, dataset_root=ROOT),
+     {"op": "time", "definition": D, "workload": W, "seeds": [1], "warmup": 10, "iterations": 50,
+      "dataset_root": ROOT}),
+    (RecheckRequest(workload=WORKLOAD, steps=STEPS, dataset_root=ROOT),
+     {"op": "recheck", "workload": W, "steps": STEPS, "dataset_root": ROOT}),
+]
+
+
+def test_the_table_covers_every_op():
+    assert {model.op for model, _ in REQUESTS} == set(OPS) == set(REPLIES)
+    assert all(callable(getattr(Worker, op)) for op in OPS if op != "exit")  # a handler per op
+
+
+@pytest.mark.parametrize("model, legacy", REQUESTS, ids=[f"{m.op}-{i}" for i, (m, _) in enumerate(REQUESTS)])
+def test_every_request_round_trips_with_the_keys_it_had(model, legacy):
+    assert model.wire() == legacy
+    r, w = os.pipe()
+    try:
+        data = encode(model.wire())
+        os.write(w, data)
+        header, tensors = read_message(r, deadline=time.monotonic() + 5)
+    finally:
+        os.close(r)
+        os.close(w)
+    parsed = parse_request(header)
+    assert type(parsed) is type(model) and parsed == model and tensors == {}
+
+
+@pytest.mark.parametrize("header, words", [
+    ({"op": "fly"}, "unknown op 'fly' (known: hello, exit"),
+    ({"seed": 3}, "unknown op None"),
+    ({"op": "run", "seed": 3, "dataset_root": ROOT}, "invalid run request: workload: Field required"),
+    ({"op": "run", "workload": W, "seed": "three", "dataset_root": ROOT},
+     "invalid run request: seed: Input should be a valid integer"),
+    ({"op": "time", "workload": W, "seeds": [], "warmup": 1, "iterations": 1, "dataset_root": ROOT},
+     "invalid time request: seeds: List should have at least 1 item"),
+    ({"op": "sass", "timeout": 5}, "invalid sass request: timeout: Extra inputs are not permitted"),
+    ({"op": "recheck", "workload": W, "dataset_root": ROOT, "steps": [{"kind": "reuse", "seed": 1}]},
+     "a reuse step names the buffers it reuses"),
+    ({"op": "recheck", "workload": W, "dataset_root": ROOT,
+      "steps": [{"kind": "fresh", "seed": 1}, {"kind": "reuse", "seed": 1, "buffers_of": 1}]},
+     "step 1 reuses the buffers of step 1, not an earlier fresh step"),
+])
+def test_invalid_requests_are_refused_by_name(header, words):
+    with pytest.raises(RequestError) as err:
+        parse_request(header)
+    assert words in str(err.value)
+
+
+def test_the_worker_answers_an_invalid_request_and_keeps_serving():
+    """In this process: the serve loop of a candidate worker, spoken to over pipes."""
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    worker = Worker("candidate")
+    thread = threading.Thread(target=worker.serve, args=(req_r, rep_w), daemon=True)
+    thread.start()
+    try:
+        answers = []
+        for header in ({"op": "run", "seed": "x"}, {"op": "fly"}, {"op": "exit"}):
+            write_message(req_w, header)
+            answers.append(read_message(rep_r, deadline=time.monotonic() + 30)[0])
+        thread.join(10)
+    finally:
+        for fd in (req_r, req_w, rep_r, rep_w):
+            os.close(fd)
+    bad_run, bad_op, bye = answers
+    assert not bad_run["ok"] and bad_run["status"] == EvaluationStatus.RUNTIME_ERROR.value
+    assert bad_run["error"].startswith("invalid run request: workload: Field required")
+    assert "seed: Input should be a valid integer" in bad_run["error"]
+    assert not bad_op["ok"] and bad_op["error"].startswith("unknown op 'fly'")
+    assert bye == {"ok": True} and not thread.is_alive()
+
+
+def _documented(model: type[BaseModel]) -> list[str]:
+    inherited = TrialTiming.model_fields if issubclass(model, TrialTiming) else {}
+    return [f"{model.__name__}.{name}" for name, field in model.model_fields.items()
+            if name not in inherited and not field.description]
+
+
+def test_every_field_of_every_message_is_documented():
+    models = [m for m in vars(messages).values()
+              if isinstance(m, type) and issubclass(m, BaseModel) and m.__module__ == messages.__name__]
+    assert len(models) > 20
+    assert [f for m in models for f in _documented(m)] == []
+
+
+# -- replies -------------------------------------------------------------------------------------------------------
+
+TRIAL = {"samples_ms": [0.5], "median_ms": 0.5, "backend": "cupti", "aligned": True, "warmup": 10, "iterations": 1}
+
+
+@pytest.mark.parametrize("op, header, words", [
+    ("run", {"status": "RUNTIME_ERROR"}, "ok: Field required"),
+    ("run", {"ok": True}, "an ok reply must carry input_fingerprint"),
+    ("run", {"ok": False, "status": "PASSED"}, "status 'PASSED' is not a failure status"),
+    ("run", {"ok": True, "input_fingerprint": 7}, "input_fingerprint: Input should be a valid string"),
+    ("run", {"ok": True, "input_fingerprint": "f", "mutated_inputs": "all"}, "mutated_inputs: Input should be"),
+    ("run", {"ok": True, "input_fingerprint": "f", "verdict": "PASSED"}, "verdict: Extra inputs are not permitted"),
+    ("time", {"ok": True, "trials": [{**TRIAL, "median_ms": "fast"}]},
+     "trials.0.median_ms: Input should be a valid number"),
+    ("time", {"ok": True, "trials": []}, "trials: List should have at least 1 item"),
+    ("judge", {"ok": True, "check": {"status": "FINE"}}, "check.status: Input should be"),
+    ("sass", {"ok": True, "kernels": [{"name": "k", "opcodes": {"FFMA": "many"}}], "tool": "nvdisasm",
+              "files": []}, "kernels.0.opcodes.FFMA: Input should be a valid integer"),
+    ("hello", {"ok": True, "memory": {"peak_bytes": -1}}, "memory.peak_bytes: Input should be greater than"),
+])
+def test_a_malformed_reply_is_named(op, header, words):
+    with pytest.raises(MalformedReply) as err:
+        parse_reply(op, header)
+    assert str(err.value).startswith(f"malformed {op} reply: ") and words in str(err.value)
+
+
+def test_a_reply_keeps_the_keys_the_worker_sent():
+    header = {"ok": True, "input_fingerprint": "f", "mutated_inputs": [], "aliased_outputs": [], "elapsed_s": 0.1,
+              "note": "", "memory": {"peak_bytes": 5, "resident_bytes": 1}}
+    reply = parse_reply("run", header)
+    assert isinstance(reply, RunReply) and reply.memory.peak_bytes == 5 and reply.wire() == header
+    assert parse_reply("reference", {"ok": True, "input_fingerprint": "f"}).wire() == {"ok": True,
+                                                                                    "input_fingerprint": "f"}
+
+
+_FAKE = r"""
+import json, os, struct, sys
+def read(n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(0, n - len(data))
+        if not chunk:
+            sys.exit(0)
+        data += chunk
+    return data
+for reply in json.loads(sys.argv[1]):
+    read(struct.unpack(">Q", read(8))[0])
+    read(struct.unpack(">Q", read(8))[0])
+    head = json.dumps(reply).encode()
+    os.write(1, struct.pack(">Q", len(head)) + head + struct.pack(">Q", 0))
+read(1)
+"""
+
+
+@contextlib.contextmanager
+def fake_worker(*replies):
+    """A WorkerProcess whose process answers each request with the next of ``replies``, as they are."""
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", _FAKE, json.dumps(replies)], stdin=req_r, stdout=rep_w,
+                            start_new_session=True)  # its own process group: kill() ends it alone
+    os.close(req_r)
+    os.close(rep_w)
+    worker = WorkerProcess(WorkerOptions(cpu_only=True))
+    worker.proc, worker._w, worker._r = proc, req_w, rep_r
+    try:
+        yield worker
+    finally:
+        worker.stop(graceful=False)
+
+
+def test_the_runner_kills_a_worker_that_breaks_the_protocol():
+    with fake_worker({"ok": True, "input_fingerprint": "f"}, {"ok": True, "input_fingerprint": ["f"]}) as worker:
+        reply, _ = worker.request(RunRequest(workload=WORKLOAD, seed=1, dataset_root=ROOT), timeout_s=30)
+        assert isinstance(reply, RunReply) and reply.input_fingerprint == "f"
+        with pytest.raises(WorkerCrashed, match="the worker broke the protocol: malformed run reply: "
+                                                "input_fingerprint: Input should be a valid string"):
+            worker.request(RunRequest(workload=WORKLOAD, seed=2, dataset_root=ROOT), timeout_s=30)
+        assert not worker.alive
+
+
+class _Session(WorkloadEvaluation, SessionAudits):
+    """What the per-workload evaluation and the recheck read of a Session, and nothing more."""
+
+    def __init__(self):
+        self.dataset = DATASET
+        self._secret = b"s" * 16
+        self._rng = random.Random(1)
+        self.has_gpu = True
+        self.options = SimpleNamespace(timing=True)
+        self.audit_config = AuditConfig()
+
+    def _phase(self, name):
+        return contextlib.nullcontext()
+
+    def reference_outputs(self, definition, workload, seed):
+        return "f", {}
+
+
+PRESET = DATASET.preset(KV8_PS1)
+
+
+def _evaluated(*replies) -> WorkloadResult:
+    with fake_worker(*replies) as worker:
+        return _Session()._evaluate_workload(worker, DEFINITION, WORKLOAD, "w", PRESET, TOL, 60)
+
+
+@pytest.mark.parametrize("replies, words", [
+    ([{"status": "RUNTIME_ERROR", "error": "x"}], "malformed run reply: ok: Field required"),
+    ([{"ok": True, "input_fingerprint": "f", "elapsed_s": "fast"}],
+     "malformed run reply: elapsed_s: Input should be a valid number"),
+])
+def test_a_malformed_run_reply_is_a_runtime_error(replies, words):
+    wr = _evaluated(*replies)
+    assert wr.status == EvaluationStatus.RUNTIME_ERROR.value and "the worker broke the protocol" in wr.message
+    assert words in wr.message
+
+
+def test_a_malformed_timing_reply_is_a_runtime_error():
+    wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
+    with fake_worker({"ok": True, "trials": [{**TRIAL, "median_ms": "fast"}]}) as worker:
+        _Session()._time(worker, DEFINITION, WORKLOAD, [1], PRESET, wr, time.monotonic() + 60)
+    assert wr.status == EvaluationStatus.RUNTIME_ERROR.value and wr.latency_ms is None
+    assert wr.message.startswith("timing: the worker broke the protocol: malformed time reply: "
+                                 "trials.0.median_ms: Input should be a valid number")
+
+
+@pytest.mark.parametrize("reply, words", [
+    ({"ok": True, "wall_ms": [1.0], "input_fingerprints": ["f"], "threads_before": 1, "threads_after": "many"},
+     "malformed recheck reply: threads_after: Input should be a valid integer"),
+    ({"ok": True, "wall_ms": [1.0], "input_fingerprints": ["f"], "threads_before": 1, "threads_after": 1},
+     "the worker broke the protocol: its reply covers 1 of "),
+])
+def test_a_malformed_recheck_reply_is_a_runtime_error(reply, words):
+    wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
+    with fake_worker(reply) as worker:
+        _Session()._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
+        assert not worker.alive
+    assert wr.status == EvaluationStatus.RUNTIME_ERROR.value and words in wr.message
+    assert not any(a["name"] == "fresh_input_recheck" for a in wr.audits)
