@@ -10,7 +10,7 @@
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
 # multi-GPU host), CONTROLLER_ARGS,
 # CONTROLLER_RESUME=1 (continue every run of ARCHIVE a timeout cut short), ADV_K (pytest -k of the adversarial suite),
-# AUDIT_ARGS, PARITY_ARGS, ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
+# AUDIT_ARGS, PARITY_ARGS, ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -191,5 +191,9 @@ if has report; then
 fi
 section "archive"
 python3 -m harness.cli list --archive "$ARCHIVE" >> "$LOG" 2>&1
-[ -n "${KEEP_ARCHIVE:-}" ] && tar czf "$OUT/archive.tgz" -C "$ARCHIVE" . 2>/dev/null
+# KEEP_ARCHIVE=1: a travel copy (no cached reference outputs; `harness copy-archive`) comes back to carry to the next host
+if [ -n "${KEEP_ARCHIVE:-}" ]; then
+  rm -rf /tmp/archive_travel && python3 -m harness.cli copy-archive /tmp/archive_travel --archive "$ARCHIVE" >> "$LOG" 2>&1 \
+    && tar czf "$OUT/archive.tgz" -C /tmp/archive_travel .
+fi
 exit 0

@@ -18,6 +18,7 @@ from .archive.database import ArchiveError
 from .audits.model import audits_json
 from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, styled
 from .data.statuses import EvaluationStatus, SubmissionStatus
+from .archive_cli import copy_archive
 from .report_cli import browse, diff, report
 from .data.schema import SchemaError, Solution, load_model
 from .archive.seal import MODIFIED_WARNING
@@ -437,7 +438,7 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
         sys.stdout.write(text)
 
 
-for _command in (report, browse, diff):
+for _command in (report, browse, diff, copy_archive):
     main.add_command(_command)
 
 

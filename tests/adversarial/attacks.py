@@ -17,17 +17,26 @@ SIG = "q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse"
 ATTACKS: dict[str, str] = {
     # PyTorch does the work: the contest wants the candidate's own kernels.
     "torch_fallback": TORCH_CANDIDATE,
-    # A library does the work (FlashInfer when present, the honest kernel otherwise so it still passes).
+    # A library does the work: FlashInfer's decode where it is installed (a GPU host), the honest kernel
+    # otherwise so it still passes. On a GPU run-time attribution sees FlashInfer's kernels; on CPU the static
+    # gate's library finding stays unconfirmed. (Touching the library without computing with it is not a cheat.)
     "library_fallback": f'''
+import torch
 from .honest import run as _honest
 
 def run({SIG}):
     try:
         import flashinfer
-        flashinfer.BatchDecodeWithPagedKVCacheWrapper
     except ImportError:
-        pass
-    _honest({SIG})
+        return _honest({SIG})
+    batch, qo_heads, head_dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.empty(128 << 20, dtype=torch.uint8, device=q.device), "NHD")
+    wrapper.plan(kv_indptr, kv_indices, torch.ones(batch, dtype=torch.int32, device=q.device), qo_heads, kv_heads,
+                 head_dim, page_size, pos_encoding_mode="NONE", sm_scale=float(sm_scale), q_data_type=q.dtype,
+                 kv_data_type=k_cache.dtype)
+    wrapper.run(q, (k_cache, v_cache), out=output, lse=lse, return_lse=True)
 ''',
     # Replays the previous answer when it sees the same input buffer again (the timer reuses inputs).
     "replay_by_pointer": f'''

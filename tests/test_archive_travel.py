@@ -1,0 +1,86 @@
+"""A travel copy of an archive (harness/archive/travel.py, `harness copy-archive`): every record, blob and the seal
+key, without the reference's cached outputs unless asked; seals verify in the copy and it reads like the original."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from harness.archive.database import Archive, ArchiveError
+from harness.archive.travel import travel_copy
+from harness.cli import main
+
+from test_archive_transfer import finished_submission
+
+OUTPUT_BYTES = b"\x01" * 50_000  # stands in for a reference's safetensors outputs
+
+
+def populated(tmp_path):
+    archive = Archive(tmp_path / "source")
+    sub = finished_submission(archive)
+    archive.cache_trusted_outputs("k1", json.dumps({"ok": True}), OUTPUT_BYTES)
+    archive.cache_trusted_outputs("k2", json.dumps({"ok": True}), b"\x02" * 1000)
+    archive.cache_reference_latency("lat1", 0.25)
+    jit = tmp_path / "source" / "cache" / "flashinfer" / "decode.so"
+    jit.parent.mkdir(parents=True)
+    jit.write_bytes(b"\x7fELF" + b"\0" * 100)
+    return archive, sub
+
+
+def _count(db, sql):
+    return sqlite3.connect(db).execute(sql).fetchone()[0]
+
+
+def test_the_copy_keeps_every_record_and_leaves_the_cached_outputs_out(tmp_path):
+    source, sub = populated(tmp_path)
+    report = travel_copy(source, tmp_path / "copy")
+    assert report.outputs_left_out == 2 and report.output_bytes_left_out == len(OUTPUT_BYTES) + 1000
+    assert report.blobs_copied == 4 and report.jit_bytes == 0  # solution, two logs, the build log
+    assert not list((tmp_path / "copy").glob("archive.db-*"))  # one self-contained file to carry
+    copy = Archive.open_existing(tmp_path / "copy")
+    assert copy.verify_seal(sub).state == "sealed"  # seal key copied, sealed rows unchanged
+    assert copy.submission(sub)["evaluations"] == source.submission(sub)["evaluations"]
+    assert copy.get_blob(copy.submission(sub)["evaluations"][0]["log_blob"]) == b"log of w1"
+    assert copy.cached_trusted_outputs("k1") is None and source.cached_trusted_outputs("k1") is not None
+    assert copy.cached_reference_latency("lat1") == 0.25  # figures travel: they are what saves a cold start
+    assert copy.seed_secret() == source.seed_secret()  # the same seeds, so the outputs recomputed there match
+    db = tmp_path / "copy" / "archive.db"
+    assert _count(db, "select count(*) from blobs where kind = 'trusted_outputs'") == 0
+    assert not (tmp_path / "copy" / "cache").exists()
+
+
+def test_outputs_and_jit_modules_travel_when_asked(tmp_path):
+    source, _ = populated(tmp_path)
+    report = travel_copy(source, tmp_path / "copy", with_outputs=True, with_jit=True)
+    assert report.outputs_left_out == 0 and report.jit_bytes == 104
+    copy = Archive.open_existing(tmp_path / "copy")
+    assert copy.cached_trusted_outputs("k1")[1] == OUTPUT_BYTES
+    assert (tmp_path / "copy" / "cache" / "flashinfer" / "decode.so").read_bytes().startswith(b"\x7fELF")
+
+
+@pytest.mark.parametrize("dest", ["nonempty", "same"])
+def test_the_copy_never_overwrites(tmp_path, dest):
+    source, _ = populated(tmp_path)
+    target = tmp_path / "source" if dest == "same" else tmp_path / "busy"
+    if dest == "nonempty":
+        target.mkdir()
+        (target / "x").write_text("keep me")
+    with pytest.raises(ArchiveError):
+        travel_copy(source, target)
+    if dest == "nonempty":
+        assert (target / "x").read_text() == "keep me"
+
+
+def test_cli_copy_archive(tmp_path):
+    populated(tmp_path)
+    runner = CliRunner()
+    r = runner.invoke(main, ["copy-archive", str(tmp_path / "copy"), "--archive", str(tmp_path / "source"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["outputs_left_out"] == 2
+    again = runner.invoke(main, ["copy-archive", str(tmp_path / "copy"), "--archive", str(tmp_path / "source")])
+    assert again.exit_code == 2 and "not an empty folder" in again.output
+    missing = runner.invoke(main, ["copy-archive", str(tmp_path / "c2"), "--archive", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and not (tmp_path / "nowhere").exists() and not (tmp_path / "c2").exists()
