@@ -55,6 +55,9 @@ def workload_row(w: dict[str, Any]) -> dict[str, Any]:
         "status": x.get("status"),
         "latency_ms": x.get("latency_ms"),
         "baseline_ms": min(fi) if fi else None,
+        # GPU time per call (CUPTI activity durations) beside the span: far apart, the span is host work
+        "busy_ms": x.get("gpu_busy_ms"),
+        "baseline_busy_ms": x.get("flashinfer_busy_ms"),
         "speedup_vs_baseline": x.get("speedup_vs_flashinfer_kernel"),
         "reference_ms": x.get("reference_latency_ms"),
         "speedup_vs_reference": x.get("speedup_vs_reference") or x.get("speedup_factor"),
@@ -105,13 +108,14 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{d['wall_s']} | {'; '.join(n[:120] for n in d['notices']) or '-'} |")
     for d in report["definitions"]:
         lines += ["", f"## {d['definition']}", "",
-                  "| workload | status | latency ms | baseline ms | vs baseline | reference ms | vs reference | "
-                  "% of floor | GiB together | own share | failed audits |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| workload | status | latency ms | GPU busy ms | baseline ms | baseline busy ms | vs baseline | "
+                  "reference ms | vs reference | % of floor | GiB together | own share | failed audits |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in d["rows"]:
             lines.append(
                 f"| {r['workload']} | {r['status']} | {_fmt(r['latency_ms'], '.4g')} | "
-                f"{_fmt(r['baseline_ms'], '.4g')} | "
+                f"{_fmt(r.get('busy_ms'), '.4g')} | {_fmt(r['baseline_ms'], '.4g')} | "
+                f"{_fmt(r.get('baseline_busy_ms'), '.4g')} | "
                 f"{_fmt(r['speedup_vs_baseline'], '.2f', suffix='x')} | {_fmt(r['reference_ms'], '.4g')} | "
                 f"{_fmt(r['speedup_vs_reference'], '.1f', suffix='x')} | {_fmt(r['fraction_of_floor'], '.1f', 100)} | "
                 f"{_fmt(r['together_gib'], '.2f')} | {_fmt(r['own_share'], '.0%')} | "

@@ -7,8 +7,9 @@ import pytest
 from harness.pipeline.baselines import best_of
 
 
-def run(name, status="PASSED", official=None, kernel=None, message=None):
-    return {"solution": name, "status": status, "official_ms": official, "kernel_ms": kernel, "message": message}
+def run(name, status="PASSED", official=None, kernel=None, message=None, busy=None):
+    return {"solution": name, "status": status, "official_ms": official, "kernel_ms": kernel, "message": message,
+            "busy_ms": busy}
 
 
 @pytest.mark.parametrize("runs, official, official_from, kernel, kernel_from, failures", [
@@ -29,6 +30,11 @@ def test_best_of(runs, official, official_from, kernel, kernel_from, failures):
     assert got["official_ms"] == official and got["kernel_ms"] == kernel and got["failures"] == failures
     assert got.get("official_solution") == official_from and got.get("kernel_solution") == kernel_from
     assert got["runs"] == runs
+
+
+def test_the_busy_time_comes_from_the_baseline_whose_official_figure_is_used():
+    got = best_of([run("tc", official=0.020, kernel=0.012, busy=0.011), run("cc", official=0.018, busy=0.004)])
+    assert got["official_solution"] == "cc" and got["official_busy_ms"] == 0.004
 
 
 class _Keys:
@@ -66,6 +72,7 @@ def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot
         calls.append(label)
         wr = WorkloadResult(workload.uuid, label, "PASSED")
         wr.latency_ms, wr.kernel_latency_ms = 0.020, 0.012 + 0.001 * (len(calls) - 1)
+        wr.gpu_busy_ms = 0.009
         return wr
 
     def on(uuid):
@@ -75,6 +82,7 @@ def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot
     assert first["official_ms"] == 0.020 and first["kernel_ms"] == 0.012 and calls == ["w0"]
     assert on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)["kernel_ms"] == 0.012
     assert calls == ["w0"]  # the same card: read back from the archive
+    assert on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)["official_busy_ms"] == 0.009
     twin = on("GPU-2").figures(definition, workload, preset, Tolerance(), 60)  # another H200: one spot check
     assert len(calls) == 2 and twin["kernel_ms"] == pytest.approx(0.013)
     assert trust[("baseline", baseline.content_hash)] is True

@@ -42,3 +42,19 @@ def test_failures_fallbacks_and_throttling_are_said(header, status, note):
     assert wr.status == status and note in (wr.timing_note or "")
     if status != "PASSED":
         assert wr.message.startswith("timing: CUDA error") and wr.latency_ms is None
+
+
+@pytest.mark.parametrize("kernel_ns, iterations, busy", [
+    # one kernel of 3 us per call over 50 calls, on a 30 us span: the span is mostly host work
+    ([{"gdn": 150_000.0}], 50, 0.003),
+    # kernels, a copy and a memset all count; two trials are averaged like the official figure
+    ([{"a": 40_000.0, "[memcpy DtoD 64]": 10_000.0}, {"a": 45_000.0, "[memset 8]": 5_000.0}], 10, 0.005),
+    # no activity durations (CPU timing, an older record): no figure, never 0
+    ([{}], 10, None),
+])
+def test_gpu_busy_per_call_beside_the_span(kernel_ns, iterations, busy):
+    wr = result()
+    trials = [{**trial(0.030), "kernel_ns": ns, "iterations": iterations} for ns in kernel_ns]
+    apply_timing_reply(wr, TimeReply.model_validate({"ok": True, "trials": trials}), AuditConfig())
+    assert wr.latency_ms == pytest.approx(0.030)
+    assert wr.gpu_busy_ms == (None if busy is None else pytest.approx(busy))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import sqlite_utils
 
 from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, m004_profiles, m006_seals,
-                         m007_baseline_messages, m008_trusted_outputs, m009_agent_turns, now)
+                         m007_baseline_messages, m008_trusted_outputs, m009_agent_turns, m010_baseline_busy, now)
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from ..sandbox.stale import process_alive
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
@@ -38,7 +38,7 @@ BLOBS = "blobs"
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [m001_core, m002_baselines_and_scores, m003_controller,
                                                               m004_profiles, m005_review_views, m006_seals,
                                                               m007_baseline_messages, m008_trusted_outputs,
-                                                              m009_agent_turns]
+                                                              m009_agent_turns, m010_baseline_busy]
 
 
 def migrate(db: sqlite_utils.Database) -> list[str]:
@@ -237,7 +237,7 @@ class Archive:
                                EvaluationStatus.PASSED.value], order_by="id desc", limit=1))
         if not rows:
             return None
-        return {k: rows[0].get(k) for k in ("status", "official_ms", "kernel_ms", "message", "log_blob")}
+        return {k: rows[0].get(k) for k in ("status", "official_ms", "kernel_ms", "busy_ms", "message", "log_blob")}
 
     def seed_secret(self) -> Optional[bytes]:
         """The archive's secret for input seeds (harness.pipeline.reference_cache), or None where it has no seal key and

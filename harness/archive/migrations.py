@@ -122,3 +122,8 @@ def m009_agent_turns(db: sqlite_utils.Database) -> None:
     db["agent_turns"].create({"id": int, "run_id": str, "request_key": str, "turn": int, "payload": str,
                               "created_at": str}, pk="id", foreign_keys=[("run_id", "runs", "id")])
     db["agent_turns"].create_index(["run_id", "request_key", "turn"], unique=True)
+
+
+def m010_baseline_busy(db: sqlite_utils.Database) -> None:
+    # A baseline's GPU time per call beside its span: where they differ, the span is host work between kernels.
+    db["baseline_runs"].add_column("busy_ms", float)

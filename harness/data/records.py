@@ -49,6 +49,7 @@ def evaluation_row(submission_id: int, definition: Definition, workload: Workloa
         "speedup_factor": wr.speedup_factor, "aligned": None if wr.aligned is None else int(wr.aligned),
         "timing_note": wr.timing_note, "message": wr.message, "log_blob": log_blob, "trace": trace,
         "extra": {"audits": audits_json(wr.audits), "kernel_latency_ms": wr.kernel_latency_ms,
+                  "gpu_busy_ms": wr.gpu_busy_ms, "flashinfer_busy_ms": wr.fi_busy_ms,
                   "flashinfer_official_ms": wr.fi_official_ms, "flashinfer_kernel_ms": wr.fi_kernel_ms,
                   "speedup_vs_flashinfer_official": wr.speedup_vs_fi_official,
                   "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,

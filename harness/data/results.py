@@ -27,6 +27,10 @@ class WorkloadResult:
     reference_latency_ms: Optional[float] = None
     speedup_factor: Optional[float] = None
     kernel_latency_ms: Optional[float] = None  # setup outside the timed call (= latency_ms without setup)
+    # GPU time of the official call's kernels, copies and memsets (harness.measure.timing_records.busy_per_call_ms);
+    # far below latency_ms, the span holds host work between kernels
+    gpu_busy_ms: Optional[float] = None
+    fi_busy_ms: Optional[float] = None  # the same for the baseline whose official figure is used
     fi_official_ms: Optional[float] = None  # the faster FlashInfer baseline, plan() inside the timed call
     fi_kernel_ms: Optional[float] = None  # the faster FlashInfer baseline, plan() in setup
     speedup_vs_fi_official: Optional[float] = None
@@ -83,6 +87,7 @@ class SubmissionResult:
             "workloads": [{"workload": w.workload, "label": w.label, "status": w.status,
                            "max_absolute_error": w.max_absolute_error, "max_relative_error": w.max_relative_error,
                            "latency_ms": w.latency_ms, "kernel_latency_ms": w.kernel_latency_ms,
+                           "gpu_busy_ms": w.gpu_busy_ms, "flashinfer_busy_ms": w.fi_busy_ms,
                            "reference_latency_ms": w.reference_latency_ms, "speedup_vs_reference": w.speedup_factor,
                            "flashinfer_official_ms": w.fi_official_ms, "flashinfer_kernel_ms": w.fi_kernel_ms,
                            "speedup_vs_flashinfer_official": w.speedup_vs_fi_official,

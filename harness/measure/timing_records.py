@@ -298,6 +298,16 @@ def aggregate_trials(trials: Sequence[TrialTiming]) -> Latency:
     )
 
 
+def busy_per_call_ms(trials: Sequence[dict]) -> float | None:
+    """GPU time of one timed call: the CUPTI activities' durations (kernels, copies, memsets) summed per call,
+    averaged over the trials. Where it is far below the call's span (the official latency), the span holds the
+    host's work between the call's kernels (Python, launch overhead): a host-bound call, not a slow kernel.
+    None where the trials carry no activity durations (CPU timing, older records)."""
+    per_call = [sum(t["kernel_ns"].values()) / t["iterations"] / 1e6 for t in trials
+                if t.get("kernel_ns") and t.get("iterations")]
+    return sum(per_call) / len(per_call) if per_call else None
+
+
 def aggregate_timing(trials: Sequence[dict]) -> tuple[float, bool, str]:
     """The official latency of trials as a worker reports them (dicts of TrialTiming): the mean over trials of
     each trial's median, whether it is aligned, and the backend. Never mixes aligned and not."""

@@ -9,7 +9,7 @@ from .gpu_state import throttled
 from ..data.results import WorkloadResult
 from ..data.schema import EvaluationStatus
 from ..sandbox.messages import TimeReply
-from .timing_records import aggregate_timing
+from .timing_records import aggregate_timing, busy_per_call_ms
 
 
 def apply_timing_reply(wr: WorkloadResult, reply: TimeReply, cfg: AuditConfig) -> None:
@@ -19,6 +19,7 @@ def apply_timing_reply(wr: WorkloadResult, reply: TimeReply, cfg: AuditConfig) -
         return
     wr.timing = TimeReply.as_dicts(reply.trials)
     wr.latency_ms, wr.aligned, backend = aggregate_timing(wr.timing)
+    wr.gpu_busy_ms = busy_per_call_ms(wr.timing)
     clock_trials = reply.kernel_trials or reply.trials  # wall times were taken on this callable
     walls = [w for t in clock_trials for w in t.wall_ms or []]
     traced = [w for t in clock_trials for w in t.traced_wall_ms or []]

@@ -49,6 +49,7 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     best_official = min(passed, key=lambda r: r["official_ms"])
     best_kernel = min(passed, key=lambda r: r["kernel_ms"] or r["official_ms"])
     return {"runs": runs, "official_ms": best_official["official_ms"], "official_solution": best_official["solution"],
+            "official_busy_ms": best_official.get("busy_ms"),
             "kernel_ms": best_kernel["kernel_ms"] or best_kernel["official_ms"],
             "kernel_solution": best_kernel["solution"], "failures": failures}
 
@@ -101,6 +102,7 @@ class Baselines:
         else:
             wr = self._evaluate(worker, definition, workload, self.dataset.label(workload), preset, tol, timeout_s)
             run = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms,
+                   "busy_ms": wr.gpu_busy_ms,
                    "message": wr.message[:2000] or None, "log": wr.log}
             if not worker.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
                 worker.stop()  # a fresh process for the next workload

@@ -29,6 +29,7 @@ def place_in_context(wr: WorkloadResult, reference_ms: Optional[float], fi: Opti
         wr.baseline_failures = fi["failures"]
     if fi and fi["official_ms"]:
         wr.fi_official_ms, wr.fi_kernel_ms = fi["official_ms"], fi["kernel_ms"]
+        wr.fi_busy_ms = fi.get("official_busy_ms")
         wr.speedup_vs_fi_official = fi["official_ms"] / wr.latency_ms
         wr.speedup_vs_fi_kernel = fi["kernel_ms"] / (wr.kernel_latency_ms or wr.latency_ms)
     wr.bytes_moved, wr.flops = cost.bytes_moved, cost.flops
