@@ -6,6 +6,7 @@ without starting an evaluation.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any, Optional
 
@@ -50,10 +51,14 @@ class RunView:
         items = []
         for c in self.store.candidates(self.run_id):
             d = decisions.get(c["id"])
+            records = self.records(c)
+            by_regime = {r.regime for r in records if r.regime}
+            regime_ms = {g: mean_latency([r for r in records if r.regime == g]) for g in sorted(by_regime)}
             items.append(HistoryItem(round=c["round"], name=c["solution_name"], status=c["status"],
                                      origin={k: v for k, v in c["origin"].items() if k != "notes"},
-                                     mean_latency_ms=mean_latency(self.records(c)),
-                                     verdict=f"{d['verdict']} ({d['rule']})" if d else ""))
+                                     mean_latency_ms=mean_latency(records),
+                                     verdict=f"{d['verdict']} ({d['rule']})" if d else "",
+                                     regime_latency_ms={g: v for g, v in regime_ms.items() if v is not None}))
         return items
 
     # -- round summaries ------------------------------------------------------------------------------
@@ -90,9 +95,24 @@ class RunView:
             "stopped": [r["stopped"] or r["error"] for r in responses if r["stopped"] or r["error"]],
             "rejected": [c["reason"] for c in cands if c["status"] == REJECTED],
             "decision": decision,
+            "search": self.search_notes(responses),
             # where the run stands after this round: the trajectory (controller/trajectory.py)
             "incumbent": {"name": incumbent["solution_name"], **standing(self.records(incumbent))},
         }
+
+    def search_notes(self, responses: list[dict[str, Any]]) -> str:
+        """What the offline search decided for this round's requests (controller/search.py), from their archived
+        replies: the regime, the population explored, and a design switch on a stall."""
+        notes = []
+        for r in responses:
+            try:
+                search = json.loads(self.store.raw_text(r) or "{}").get("search")
+            except (ValueError, AttributeError):
+                continue  # a model's reply: free text, no search record
+            if isinstance(search, dict) and search.get("population"):
+                notes.append(f"{search.get('regime') or '-'}: population {', '.join(search['population'])}"
+                             + ("; stalled: design switch" if search.get("stalled") else ""))
+        return "; ".join(notes)
 
     # -- the report -------------------------------------------------------------------------------------
 

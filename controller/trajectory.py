@@ -70,7 +70,7 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
     timed = any((r.get("incumbent") or {}).get("latency_ms") is not None for r in rounds)
     timing = report.get("timing") or ("official timer" if timed else "no latencies: timing unavailable where this ran")
     head = ["round", "incumbent", "mean ms", "vs FlashInfer", "% of floor",
-            *[f"{n} ms (% floor)" for n in names], "candidates", "decision"]
+            *[f"{n} ms (% floor)" for n in names], "candidates", "decision", "search"]
     lines = [f"# Trajectory: {report.get('definition', '?')} "
              f"({report.get('provider', '?')}, run {report.get('run_id', '?')})",
              "", f"Timing: {timing}. Stop: {report.get('stop_reason') or '-'}.", "",
@@ -83,7 +83,8 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
         for n in names:
             g = regimes.get(n) or {}
             cells.append(f"{_fmt(g.get('latency_ms'), 'ms')} ({_fmt(g.get('fraction_of_floor'), '%')})")
-        cells += [str(r.get("candidates", 0)), str(r.get("decision", "")).replace("|", "/").replace("\n", " ")]
+        cells += [str(r.get("candidates", 0)), str(r.get("decision", "")).replace("|", "/").replace("\n", " "),
+                  str(r.get("search") or "-").replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

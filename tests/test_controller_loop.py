@@ -314,10 +314,11 @@ def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(
     assert seen[1].incumbent.name == "r1_per-kv-head_bn32_w1_s1_dot0"  # round 2 starts from the promoted one
     assert seen[1].evidence.kind == "latency-only" and "0.8" in seen[1].evidence.markdown
     # Paired measurements only for candidates past the gates and the screen; the decision rests on them.
-    # r2's split-KV candidate (0.8 ms) is slower than the new incumbent (0.64 ms) in its own evaluation.
+    # Round 2 explores the population: a neighbour of the runner-up w2 (bn16_w4: 1.0 ms, screened out) beside
+    # one of the incumbent (bn32_w2: promoted).
     assert [(d["candidate"], d["rule"]) for d in report["decisions"][1:]] == [
         ("r1_per-kv-head_bn32_w1_s1_dot0", "promoted"), ("r1_per-kv-head_bn16_w2_s1_dot0", "noise_floor"),
-        ("r2_per-kv-head_bn32_w2_s1_dot0", "promoted"), ("r2_per-kv-head_bn32_w1_s2_dot0", "screen")]
+        ("r2_per-kv-head_bn16_w4_s1_dot0", "screen"), ("r2_per-kv-head_bn32_w2_s1_dot0", "promoted")]
     assert len(fake.paired) == 3
     # Each promotion rests on an evaluation at the full audit level, made only for the two it promoted.
     assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0", "r2_per-kv-head_bn32_w2_s1_dot0"]

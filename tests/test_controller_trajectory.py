@@ -51,6 +51,7 @@ def test_markdown_has_a_row_per_round_and_a_column_per_regime():
          "incumbent": {"name": "naive", "latency_ms": 1.0, "speedup_vs_fi": 0.5, "fraction_of_floor": 0.25,
                        "regimes": {"small": {"latency_ms": 1.0, "fraction_of_floor": 0.25}}}},
         {"round": 1, "candidates": 3, "decision": "promoted fast | x",
+         "search": "small: population a, b; stalled: design switch",
          "incumbent": {"name": "fast", "latency_ms": 0.5, "speedup_vs_fi": 1.0, "fraction_of_floor": 0.5,
                        "regimes": {"small": {"latency_ms": 0.5, "fraction_of_floor": 0.5},
                                    "large": {"latency_ms": None, "fraction_of_floor": None}}}}]}
@@ -61,12 +62,13 @@ def test_markdown_has_a_row_per_round_and_a_column_per_regime():
     assert "timing unavailable" in trajectory_markdown(untimed).splitlines()[2]
     assert ("| round | incumbent | mean ms | vs FlashInfer | % of floor | small ms (% floor) | large ms (% floor) |"
             in lines[4])
-    assert lines[6] == "| 0 | `naive` | 1 | 0.5x | 25% | 1 (25%) | - (-) | 1 | starting incumbent |"
-    assert lines[7] == "| 1 | `fast` | 0.5 | 1x | 50% | 0.5 (50%) | - (-) | 3 | promoted fast / x |"
+    assert lines[6] == "| 0 | `naive` | 1 | 0.5x | 25% | 1 (25%) | - (-) | 1 | starting incumbent | - |"
+    assert lines[7] == ("| 1 | `fast` | 0.5 | 1x | 50% | 0.5 (50%) | - (-) | 3 | promoted fast / x | "
+                        "small: population a, b; stalled: design switch |")
     # A long decision (the H200 run's "its evaluation averaged ... more than the noise floor") is kept whole.
     reason = "its evaluation averaged 0.651 ms vs the incumbent's 0.6333 ms (+2.8%, more than the noise floor 1%)"
     long = {**report, "rounds": [*report["rounds"], {**report["rounds"][1], "round": 2, "decision": reason}]}
-    assert trajectory_markdown(long).splitlines()[8].endswith(f"| {reason} |")
+    assert f"| {reason} |" in trajectory_markdown(long).splitlines()[8]
 
 
 def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, tmp_path):
@@ -81,6 +83,10 @@ def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, t
     assert latencies == pytest.approx([1.0, 0.8, 0.64])
     assert [r["incumbent"]["fraction_of_floor"] for r in report["rounds"]] == pytest.approx([0.001, 0.00125, 0.0015625])
     assert all(set(r["incumbent"]["regimes"]) == {"latency-bound"} for r in report["rounds"])
+    # the search's decisions are on record per round: round 2 explores the incumbent and the runner-up
+    assert report["rounds"][0]["search"] == ""
+    assert report["rounds"][2]["search"].startswith("latency-bound: population per-kv-head_bn32_s1_w1_dot0, "
+                                                    "per-kv-head_bn16_s1_w2_dot0")
 
     out_dir = tmp_path / "traj"
     result = CliRunner().invoke(main, ["trajectory", "--archive", str(tmp_path / "a"), "--out", str(out_dir)])

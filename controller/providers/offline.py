@@ -26,6 +26,7 @@ from harness.families import FamilyError, family_for
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal
 from harness.data.schema import Definition, Solution, dump_json
 
+from ..search import SearchSettings, design_switches, interleave, population, stalled
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
 
 Origin = dict[str, Any]
@@ -125,6 +126,10 @@ class OfflineGenerator:
         self.starting_points: dict[str, dict[str, Any]] = block.get("starting_points") or {}
         self.tactic_moves: dict[str, dict[str, Any]] = block.get("tactic_moves") or {}
         self.naive_entry = block.get("naive")
+        try:
+            self.search = SearchSettings.from_block(block.get("search"))
+        except (TypeError, ValueError) as err:
+            raise SkillError(f"skill {skill.name!r}: `search:` {err}") from None
         self.templates: dict[str, KernelTemplate] = kernel_templates(skill)
         if definition is not None:
             self.templates = offered_templates(self.templates, self.data(definition), self.where(definition))
@@ -190,6 +195,39 @@ class OfflineGenerator:
             k = rotation % len(moves)
             moves = moves[k:] + moves[:k]
         return moves
+
+    def far_moves(self, base: dict[str, Any]) -> list[dict[str, Any]]:
+        """Two parameters moved at once (each one step): jumps the one-step neighbourhood never makes, for a
+        regime whose search has stalled."""
+        template = self.templates[base["template"]]
+        params = self.complete(base["template"], base.get("params", {}))
+        names = self.free_params(template)
+        out: list[dict[str, Any]] = []
+        for a in range(len(names)):
+            for b in range(a + 1, len(names)):
+                for da in (1, -1):
+                    for db in (1, -1):
+                        moved = dict(params)
+                        for name, d in ((names[a], da), (names[b], db)):
+                            choices = template.placeholders[name]
+                            j = choices.index(params[name]) + d
+                            if not 0 <= j < len(choices):
+                                break
+                            moved[name] = choices[j]
+                        else:
+                            out.append({"template": base["template"], "params": moved})
+        return out
+
+    def escape(self, members: list[dict[str, Any]], regime: str) -> list[dict[str, Any]]:
+        """A stalled regime's next tries: designs (templates) the population does not use, from their starting
+        point for the regime (else their defaults), then two-step jumps from the best member."""
+        start = {}
+        for name in self.templates:
+            point = self.starting_point(regime)
+            start[name] = point if point and point["template"] == name else {"template": name,
+                                                                              "params": self.complete(name, {})}
+        switches = design_switches({m["template"] for m in members}, list(self.templates), start)
+        return switches + (self.far_moves(members[0]) if members else [])
 
     def _moved(self, base: dict[str, Any], moves: dict[str, Any]) -> Optional[dict[str, Any]]:
         """``base`` with ``moves`` applied (see the skill's `tactic_moves`); None if the template is unknown."""
@@ -287,6 +325,14 @@ class OfflineProvider:
         found = request.diagnosis.classification if request.diagnosis else ""
         return found if found in self.generator_for(request.definition).starting_points else request.regime
 
+    def search_state(self, request: GenerationRequest) -> tuple[list[dict[str, Any]], bool]:
+        """(the population whose neighbours are explored, the base first; whether the regime has stalled)."""
+        g = self.generator_for(request.definition)
+        base = self.base(request)
+        members = [base] + [m for m in population(request.history, request.regime, g.search.population)
+                            if m["template"] in g.templates and config_key(m) != config_key(base)]
+        return members[:g.search.population], stalled(request.history, request.regime, g.search)
+
     def directed(self, request: GenerationRequest) -> list[dict[str, Any]]:
         """The moves the request's ncu diagnosis calls for (none without one)."""
         if request.diagnosis is None or request.repair is not None:
@@ -307,9 +353,10 @@ class OfflineProvider:
             start = g.starting_point(request.regime)
             options += [start] if start else []
         else:
-            base = self.base(request)
-            options = self.directed(request) + g.neighbours(base, self.regime_class(request),
-                                                            rotation=request.seed + request.round - 1)
+            members, stall = self.search_state(request)
+            rotation = request.seed + request.round - 1
+            around = interleave(*(g.neighbours(m, self.regime_class(request), rotation) for m in members))
+            options = (g.escape(members, self.regime_class(request)) if stall else []) + self.directed(request) + around
         chosen: list[dict[str, Any]] = []
         for origin in options:
             key = config_key(origin)
@@ -326,14 +373,18 @@ class OfflineProvider:
         origins = self.propose(request)
         directed = self.directed(request)
         generator = self.generator_for(request.definition)
+        members, stall = (self.search_state(request) if request.repair is None else ([], False))
+        search = {"regime": request.regime, "population": [slug(m) for m in members], "stalled": stall}
         proposals = []
         for origin in origins:
             name = f"r{request.round}_{slug(origin)}"
             solution = generator.render(origin, request.definition, name, "controller/offline", request.target_hardware)
             why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if origin in directed else ""
+            if stall and origin in generator.escape(members, self.regime_class(request)):
+                why += f" (design switch: {request.regime} stalled for {generator.search.patience} rounds)"
             proposals.append(Proposal(solution=solution, origin=origin,
                                       notes=f"{request.kind}: {origin['template']} {origin['params']}{why}"))
-        raw = json.dumps({"origins": origins}, sort_keys=True)
+        raw = json.dumps({"origins": origins, "search": search}, sort_keys=True)
         stopped = None if proposals else "offline: every neighbour of the incumbent was already tried"
         return GenerationResponse(provider=self.name, model="offline-templates", proposals=proposals, raw_text=raw,
                                   wall_s=time.monotonic() - started, stopped=stopped)

@@ -100,6 +100,9 @@ class HistoryItem(_Data):
     origin: dict[str, Any] = Field(default_factory=dict)
     mean_latency_ms: Optional[float] = None
     verdict: str = ""
+    # its mean latency per regime where every workload of that regime PASSED with a time: what the search's
+    # population and stall rules read (controller/search.py)
+    regime_latency_ms: dict[str, float] = Field(default_factory=dict)
 
 
 class Repair(_Data):

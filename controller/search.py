@@ -1,0 +1,96 @@
+"""Search that does not stall: a population per regime and a design switch when a regime stops improving.
+
+The offline provider used to look only at one-step neighbours of the single incumbent. Two things stalled it on
+the H200: a round's only idea was the same design with other numbers, and a move that helped one regime but lost
+overall was forgotten with its candidate. Here, from the run's history alone (pure functions, table-driven tests):
+
+- **population**: the best distinct configurations on the regime being worked on (by their mean latency there),
+  the incumbent among them, so neighbours of the runners-up are explored too;
+- **stalled**: the regime's best latency has not improved by ``min_gain`` over the last ``patience`` rounds
+  that evaluated a candidate on it;
+- on a stall, **escape**: the next proposals switch design (another template of the skill, from its starting
+  point) before any neighbour, the "stall escape" of search-based kernel tuning.
+
+Settings are data: the skill's machine block may carry ``search: {population, patience, min_gain}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from harness.data.generation_request import HistoryItem
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    population: int = 3  # configurations whose neighbours are explored per regime
+    patience: int = 2  # rounds without a gain on a regime before the design switches
+    min_gain: float = 0.02  # a relative improvement smaller than this is noise, not progress
+
+    @classmethod
+    def from_block(cls, block: Optional[dict[str, Any]]) -> "SearchSettings":
+        data = block or {}
+        unknown = set(data) - {"population", "patience", "min_gain"}
+        if unknown:
+            raise ValueError(f"search settings: unknown keys {sorted(unknown)}")
+        return cls(**data)
+
+
+def _key(origin: dict[str, Any]) -> str:
+    return json.dumps({"template": origin.get("template"), "params": origin.get("params", {})}, sort_keys=True)
+
+
+def regime_latency(item: HistoryItem, regime: str) -> Optional[float]:
+    """A candidate's mean latency on ``regime`` (None where it was not timed there or failed)."""
+    return (item.regime_latency_ms or {}).get(regime)
+
+
+def population(history: Iterable[HistoryItem], regime: str, size: int) -> list[dict[str, Any]]:
+    """The ``size`` fastest distinct configurations (template + params) on ``regime``, fastest first."""
+    best: dict[str, tuple[float, dict[str, Any]]] = {}
+    for item in history:
+        latency = regime_latency(item, regime)
+        if latency is None or not item.origin.get("template"):
+            continue
+        key = _key(item.origin)
+        if key not in best or latency < best[key][0]:
+            best[key] = (latency, {"template": item.origin["template"], "params": dict(item.origin.get("params", {}))})
+    return [origin for _, origin in sorted(best.values(), key=lambda t: t[0])[:size]]
+
+
+def best_by_round(history: Iterable[HistoryItem], regime: str) -> dict[int, float]:
+    """Round -> the fastest latency on ``regime`` among that round's candidates (rounds that timed none left out)."""
+    out: dict[int, float] = {}
+    for item in history:
+        latency = regime_latency(item, regime)
+        if latency is not None:
+            out[item.round] = min(latency, out.get(item.round, latency))
+    return out
+
+
+def stalled(history: Iterable[HistoryItem], regime: str, settings: SearchSettings) -> bool:
+    """Whether the last ``patience`` rounds that timed a candidate on ``regime`` all failed to beat, by
+    ``min_gain``, the best that came before them."""
+    rounds = sorted(best_by_round(history, regime).items())
+    if len(rounds) <= settings.patience:
+        return False  # not enough tries since the start to call it a stall
+    before = min(latency for _, latency in rounds[:-settings.patience])
+    recent = min(latency for _, latency in rounds[-settings.patience:])
+    return recent > before * (1.0 - settings.min_gain)
+
+
+def interleave(*lists: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """First of each list, then second of each...: every population member gets its best moves in early."""
+    out: list[dict[str, Any]] = []
+    for i in range(max((len(x) for x in lists), default=0)):
+        out += [x[i] for x in lists if i < len(x)]
+    return out
+
+
+def design_switches(population_templates: set[str], templates: list[str], start: dict[str, dict[str, Any]]
+                    ) -> list[dict[str, Any]]:
+    """One origin per template the population does not use yet, from ``start`` (template -> its origin for this
+    regime); templates in the skill's order."""
+    return [start[t] for t in templates if t not in population_templates and t in start]
