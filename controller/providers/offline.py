@@ -18,6 +18,7 @@ incumbent. Any family whose skill ships a template is served the same way.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any, Optional, Union
@@ -26,6 +27,7 @@ from harness.families import FamilyError, family_for
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal
 from harness.data.schema import Definition, Solution, dump_json
 
+from ..dispatch import DISPATCH, dispatch_origin, dispatcher_source, worth_dispatching
 from ..search import SearchSettings, design_switches, interleave, population, stalled
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
 
@@ -37,6 +39,8 @@ def config_key(origin: dict[str, Any]) -> str:
 
 
 def slug(origin: dict[str, Any]) -> str:
+    if origin.get("template") == DISPATCH:  # its variants are in its description; a short stable name here
+        return "dispatch_" + hashlib.sha256(config_key(origin).encode()).hexdigest()[:8]
     short = {"BLOCK_N": "bn", "NUM_WARPS": "w", "NUM_STAGES": "s", "USE_DOT": "dot", "SPLIT_KV": "split"}
     params = origin.get("params", {})
     name = str(origin.get("template", "kernel")).replace("triton-", "")
@@ -126,6 +130,8 @@ class OfflineGenerator:
         self.starting_points: dict[str, dict[str, Any]] = block.get("starting_points") or {}
         self.tactic_moves: dict[str, dict[str, Any]] = block.get("tactic_moves") or {}
         self.naive_entry = block.get("naive")
+        # dispatch: {regime_module: FILE, regimes: [...], default: REGIME}: per-regime winners in one solution
+        self.dispatch: Optional[dict[str, Any]] = block.get("dispatch")
         try:
             self.search = SearchSettings.from_block(block.get("search"))
         except (TypeError, ValueError) as err:
@@ -264,8 +270,49 @@ class OfflineGenerator:
                 out.append(o)
         return out
 
+    def dispatch_option(self, history: list[Any]) -> Optional[dict[str, Any]]:
+        """A solution made of each regime's best configuration so far, where regimes disagree (else None)."""
+        if not self.dispatch:
+            return None
+        winners = {}
+        for regime in self.dispatch.get("regimes") or []:
+            best = [o for o in population(history, regime, 3) if o["template"] in self.templates]
+            if best:
+                winners[regime] = best[0]
+        if not worth_dispatching(winners):
+            return None
+        return dispatch_origin(winners, self.dispatch.get("default") or next(iter(winners)))
+
+    def render_dispatch(self, origin: dict[str, Any], definition: str, name: str, author: str,
+                        target_hardware: str) -> dict[str, Any]:
+        """One module per distinct variant, the skill's regime function, and the dispatcher (controller/dispatch)."""
+        variants: dict[str, dict[str, Any]] = origin["params"]["variants"]
+        distinct = sorted({config_key(v) for v in variants.values()})
+        module = {key: f"kernel_{i}" for i, key in enumerate(distinct)}
+        sources = []
+        for key in distinct:
+            variant = json.loads(key)
+            template = self.templates[variant["template"]]
+            params = {**self.complete(variant["template"], variant["params"]), **self.fixed(template, definition)}
+            text = render_skill_template(self.skill, template, params)
+            sources.append({"path": f"{module[key]}.py", "content": text})
+        regime_file = self.skill.folder / self.dispatch["regime_module"]
+        sources.append({"path": "regime.py", "content": regime_file.read_text()})
+        table = {regime: module[config_key(v)] for regime, v in variants.items()}
+        sources.append({"path": "dispatch.py", "content": dispatcher_source(table, origin["params"]["default"])})
+        language = self.templates[json.loads(distinct[0])["template"]].language
+        solution = Solution.model_validate({
+            "name": name, "definition": definition, "author": author,
+            "spec": {"language": language, "target_hardware": [target_hardware], "entry_point": "dispatch.py::run",
+                     "setup": "dispatch.py::plan", "dependencies": [], "destination_passing_style": True},
+            "sources": sources,
+            "description": "dispatch by regime: " + json.dumps({r: slug(v) for r, v in variants.items()})})
+        return dump_json(solution)
+
     def render(self, origin: dict[str, Any], definition: str, name: str, author: str,
                target_hardware: str) -> dict[str, Any]:
+        if origin["template"] == DISPATCH:
+            return self.render_dispatch(origin, definition, name, author, target_hardware)
         template = self.templates[origin["template"]]
         params = {**origin["params"], **self.fixed(template, definition)}
         source = render_skill_template(self.skill, template, params)
@@ -356,7 +403,9 @@ class OfflineProvider:
             members, stall = self.search_state(request)
             rotation = request.seed + request.round - 1
             around = interleave(*(g.neighbours(m, self.regime_class(request), rotation) for m in members))
-            options = (g.escape(members, self.regime_class(request)) if stall else []) + self.directed(request) + around
+            dispatch = g.dispatch_option(request.history)
+            escape = g.escape(members, self.regime_class(request)) if stall else []
+            options = ([dispatch] if dispatch else []) + escape + self.directed(request) + around
         chosen: list[dict[str, Any]] = []
         for origin in options:
             key = config_key(origin)

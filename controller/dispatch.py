@@ -1,0 +1,58 @@
+"""Dispatch by shape: one solution made of a run's per-regime winners, choosing its kernel per call.
+
+FlashInfer plans per batch; so may a solution. When the search's best configuration differs between regimes
+(a split-KV kernel for batch 1, one program per KV head for large batches), the offline provider proposes a
+solution holding each winner as its own module, the skill's regime function (``dispatch: regime_module:``) and a
+small dispatcher: its ``setup`` classifies the batch once (outside the kernel figure, as FlashInfer's plan() is)
+and returns the winner's ``run``; its ``run`` calls it. The result is judged like any candidate, on every
+workload, so a dispatcher that picks badly loses on the workloads it picks badly for. Pure: builds source text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+DISPATCH = "dispatch"  # the origin's template name for a dispatching solution
+
+
+def per_regime_winners(best: dict[str, Optional[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Regime -> its best configuration, for regimes that have one."""
+    return {regime: origin for regime, origin in best.items() if origin}
+
+
+def worth_dispatching(winners: dict[str, dict[str, Any]]) -> bool:
+    """Only when at least two regimes want different configurations."""
+    keys = {json.dumps(o, sort_keys=True) for o in winners.values()}
+    return len(keys) >= 2
+
+
+def dispatch_origin(winners: dict[str, dict[str, Any]], default_regime: str) -> dict[str, Any]:
+    return {"template": DISPATCH, "params": {"variants": dict(sorted(winners.items())), "default": default_regime}}
+
+
+def dispatcher_source(variants: dict[str, str], default: str) -> str:
+    """dispatch.py: ``variants`` maps a regime to the module (file stem) holding its kernel."""
+    modules = sorted(set(variants.values()))
+    table = ", ".join(f"{regime!r}: {module}.run" for regime, module in sorted(variants.items()))
+    fallback = variants.get(default, modules[0])
+    return f'''"""Dispatch by regime: each regime's best kernel of a controller run, chosen once per batch in setup.
+
+setup (outside the kernel figure, as FlashInfer's plan() is) classifies the batch with the skill's regime
+function and returns that regime's kernel; run calls it. Variants: {json.dumps(variants, sort_keys=True)}.
+"""
+
+from . import {", ".join(modules)}
+from .regime import regime
+
+KERNELS = {{{table}}}
+
+
+def plan(*inputs):
+    return KERNELS.get(regime(*inputs), {fallback}.run)
+
+
+def run(*args):
+    *call, kernel = args
+    kernel(*call)
+'''

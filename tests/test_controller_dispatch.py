@@ -1,0 +1,132 @@
+"""Dispatch by shape (controller/dispatch.py, the offline provider's dispatching candidates, the gqa-decode skill's
+regime function): one solution of per-regime winners that picks its kernel per batch in setup, judged by the
+harness like any other candidate."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+
+import pytest
+import torch
+
+from controller.dispatch import DISPATCH, dispatcher_source, worth_dispatching
+from controller.providers.offline import OfflineProvider, naive_incumbent
+from controller.skills import load_skills
+from harness.archive.database import Archive
+from harness.audits.static_gate import load_policy, scan_sources
+from harness.data.dataset import Dataset
+from harness.data.generation_request import Budget, GenerationRequest, HistoryItem, Incumbent
+from harness.data.schema import Solution
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.sandbox.build import static_signature_problem
+
+from support import DEFINITIONS, KV8_PS1, KV8_PS64, ROOT
+
+SKILL = ROOT / "skills" / "gqa-decode"
+
+
+def _regime_module():
+    spec = importlib.util.spec_from_file_location("regime_dispatch", SKILL / "references" / "regime_dispatch.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _batch(lengths, page_size=1, kv_heads=8):
+    pages = [-(-n // page_size) for n in lengths]
+    indptr = torch.tensor([0] + list(torch.tensor(pages).cumsum(0).tolist()), dtype=torch.int32)
+    q = torch.zeros(len(lengths), 32, 128)
+    k = torch.zeros(1, page_size, kv_heads, 128)
+    last = torch.tensor([n - (p - 1) * page_size if p else 0 for n, p in zip(lengths, pages)], dtype=torch.int32)
+    rest = (last, 0.088) if page_size > 1 else (0.088,)
+    return (q, k, k, indptr, torch.zeros(int(indptr[-1]), dtype=torch.int32), *rest)
+
+
+@pytest.mark.parametrize("lengths, page_size, expected", [
+    ([8192], 1, "latency-bound"),  # batch 1 x 8 KV heads: 8 programs for 132 SMs
+    ([1024] * 64, 1, "memory-bound"),  # 512 programs
+    ([8192] + [256] * 15, 1, "skewed"),  # the long request is 6.4x the mean
+    ([8192] + [256] * 15, 64, "skewed"),
+    ([100, 130, 64], 64, "latency-bound"),  # partial last pages counted by kv_last_page_len
+    ([4096] * 17, 64, "memory-bound"),  # 136 programs
+])
+def test_the_skills_regime_function(lengths, page_size, expected):
+    assert _regime_module().regime(*_batch(lengths, page_size)) == expected
+
+
+def test_lengths_from_a_paged_table():
+    mod = _regime_module()
+    assert mod.request_lengths(torch.tensor([0, 2, 2, 5]), torch.tensor([10, 0, 64]), 64) == [74, 0, 192]
+
+
+@pytest.mark.parametrize("winners, expected", [
+    ({"a": {"template": "t", "params": {"X": 1}}, "b": {"template": "t", "params": {"X": 1}}}, False),
+    ({"a": {"template": "t", "params": {"X": 1}}, "b": {"template": "t", "params": {"X": 2}}}, True),
+    ({"a": {"template": "t", "params": {"X": 1}}}, False),
+])
+def test_worth_dispatching_only_when_regimes_disagree(winners, expected):
+    assert worth_dispatching(winners) is expected
+
+
+def test_the_dispatcher_maps_every_regime_and_falls_back_to_the_default():
+    text = dispatcher_source({"latency-bound": "kernel_1", "memory-bound": "kernel_0", "skewed": "kernel_1"},
+                             "memory-bound")
+    ast.parse(text)
+    assert "from . import kernel_0, kernel_1" in text and "'skewed': kernel_1.run" in text
+    assert "KERNELS.get(regime(*inputs), kernel_0.run)" in text
+
+
+@pytest.fixture(scope="module")
+def skills():
+    return load_skills(ROOT / "skills")
+
+
+def _request(skills, definition, history):
+    inc = naive_incumbent(skills, definition)
+    return GenerationRequest(run_id="run-d", round=2, key="r2/explore", definition=definition, regime="memory-bound",
+                             budget=Budget(max_candidates=2), history=history,
+                             incumbent=Incumbent(name=inc.solution["name"], solution=inc.solution, origin=inc.origin))
+
+
+def _winners_history(provider, definition):
+    g = provider.generator_for(definition)
+    split = {"template": "triton-split-kv", "params": g.complete("triton-split-kv", {"SPLIT_KV": 2, "BLOCK_N": 16,
+                                                                                      "USE_DOT": 0})}
+    per_head = {"template": "triton-per-kv-head", "params": g.complete("triton-per-kv-head", {"BLOCK_N": 16,
+                                                                                             "USE_DOT": 0})}
+    return [HistoryItem(round=1, name="s", status="PASSED", origin=split,
+                        regime_latency_ms={"latency-bound": 0.02, "memory-bound": 0.9}),
+            HistoryItem(round=1, name="p", status="PASSED", origin=per_head,
+                        regime_latency_ms={"latency-bound": 0.2, "memory-bound": 0.5})]
+
+
+@pytest.mark.parametrize("definition", [KV8_PS1, KV8_PS64])
+def test_regimes_that_disagree_get_a_dispatching_candidate_the_harness_accepts(skills, definition):
+    provider = OfflineProvider(skills)
+    response = provider.generate(_request(skills, definition, _winners_history(provider, definition)))
+    first = response.proposals[0]
+    assert first.origin["template"] == DISPATCH
+    variants = first.origin["params"]["variants"]
+    assert variants["latency-bound"]["template"] == "triton-split-kv"
+    assert variants["memory-bound"]["template"] == "triton-per-kv-head"
+    solution = Solution.model_validate(first.solution)
+    assert [s.path for s in solution.sources] == ["kernel_0.py", "kernel_1.py", "regime.py", "dispatch.py"]
+    assert solution.spec.setup == "dispatch.py::plan" and solution.spec.entry_point == "dispatch.py::run"
+    assert static_signature_problem(solution, Dataset(DEFINITIONS).definition(definition)) is None
+    findings = scan_sources({x.path: x.content for x in solution.sources}, "triton", load_policy(definition=definition))
+    errors = [f for f in findings if f.severity == "error"]
+    assert not errors, errors
+    # proposed once: with it in the history, the next request moves on
+    tried = HistoryItem(round=2, name="d", status="PASSED", origin=first.origin)
+    again = provider.propose(_request(skills, definition, [*_winners_history(provider, definition), tried]))
+    assert all(o["template"] != DISPATCH for o in again)
+
+
+def test_a_dispatching_solution_passes_through_the_harness(skills, tiny_dataset_root, tmp_path):
+    provider = OfflineProvider(skills)
+    proposal = provider.generate(_request(skills, KV8_PS1, _winners_history(provider, KV8_PS1))).proposals[0]
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as session:
+        result = session.submit(Solution.model_validate(proposal.solution))
+    assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
