@@ -31,10 +31,12 @@ def dispatch_origin(winners: dict[str, dict[str, Any]], default_regime: str) -> 
     return {"template": DISPATCH, "params": {"variants": dict(sorted(winners.items())), "default": default_regime}}
 
 
-def dispatcher_source(variants: dict[str, str], default: str) -> str:
-    """dispatch.py: ``variants`` maps a regime to the module (file stem) holding its kernel."""
+def dispatcher_source(variants: dict[str, str], default: str, planned: frozenset[str] = frozenset()) -> str:
+    """dispatch.py: ``variants`` maps a regime to the module (file stem) holding its kernel; ``planned``: the
+    modules whose kernel has a setup of its own (``plan``), run in the dispatcher's setup."""
     modules = sorted(set(variants.values()))
-    table = ", ".join(f"{regime!r}: {module}.run" for regime, module in sorted(variants.items()))
+    table = ", ".join(f"{regime!r}: {module}" for regime, module in sorted(variants.items()))
+    plans = ", ".join(f"{module!r}: {module}.plan" for module in modules if module in planned)
     fallback = variants.get(default, modules[0])
     return f'''"""Dispatch by regime: each regime's best kernel of a controller run, chosen once per batch in setup.
 
@@ -45,14 +47,17 @@ function and returns that regime's kernel; run calls it. Variants: {json.dumps(v
 from . import {", ".join(modules)}
 from .regime import regime
 
-KERNELS = {{{table}}}
+MODULES = {{{table}}}
+PLANS = {{{plans}}}  # variants with a setup of their own, run here (outside the kernel figure too)
 
 
 def plan(*inputs):
-    return KERNELS.get(regime(*inputs), {fallback}.run)
+    module = MODULES.get(regime(*inputs), {fallback})
+    own = PLANS.get(module.__name__.rsplit(".", 1)[-1])
+    return module.run, (own(*inputs),) if own is not None else ()
 
 
 def run(*args):
-    *call, kernel = args
-    kernel(*call)
+    *call, (kernel, state) = args
+    kernel(*call, *state)
 '''

@@ -121,7 +121,7 @@ def main(out_path: str) -> None:
         errors = {"output": ((got.double() - oracle).abs().mean().item(), (ref.double() - oracle).abs().mean().item(),
                              oracle.abs().mean().item())}
         found["precision"][variant] = {"correct": correct.status.value, "errors": errors["output"],
-                                       "verdict": precision_verdict(errors, config)}
+                                       "verdict": precision_verdict(errors, config).to_json()}
     Path(out_path).write_text(json.dumps(found, indent=2))
 
 

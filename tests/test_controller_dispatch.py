@@ -73,8 +73,11 @@ def test_the_dispatcher_maps_every_regime_and_falls_back_to_the_default():
     text = dispatcher_source({"latency-bound": "kernel_1", "memory-bound": "kernel_0", "skewed": "kernel_1"},
                              "memory-bound")
     ast.parse(text)
-    assert "from . import kernel_0, kernel_1" in text and "'skewed': kernel_1.run" in text
-    assert "KERNELS.get(regime(*inputs), kernel_0.run)" in text
+    assert "from . import kernel_0, kernel_1" in text and "'skewed': kernel_1" in text
+    assert "MODULES.get(regime(*inputs), kernel_0)" in text and "PLANS = {}" in text
+    planned = dispatcher_source({"latency-bound": "kernel_1", "memory-bound": "kernel_0"}, "memory-bound",
+                                frozenset({"kernel_1"}))
+    assert "PLANS = {'kernel_1': kernel_1.plan}" in planned
 
 
 @pytest.fixture(scope="module")
@@ -89,10 +92,10 @@ def _request(skills, definition, history):
                              incumbent=Incumbent(name=inc.solution["name"], solution=inc.solution, origin=inc.origin))
 
 
-def _winners_history(provider, definition):
+def _winners_history(provider, definition, small="triton-split-kv"):
     g = provider.generator_for(definition)
-    split = {"template": "triton-split-kv", "params": g.complete("triton-split-kv", {"SPLIT_KV": 2, "BLOCK_N": 16,
-                                                                                      "USE_DOT": 0})}
+    split = {"template": small, "params": g.complete(small, {"SPLIT_KV": 2, "CHUNK_BLOCKS": 2, "BLOCK_N": 16,
+                                                             "USE_DOT": 0})}
     per_head = {"template": "triton-per-kv-head", "params": g.complete("triton-per-kv-head", {"BLOCK_N": 16,
                                                                                              "USE_DOT": 0})}
     return [HistoryItem(round=1, name="s", status="PASSED", origin=split,
@@ -123,9 +126,13 @@ def test_regimes_that_disagree_get_a_dispatching_candidate_the_harness_accepts(s
     assert all(o["template"] != DISPATCH for o in again)
 
 
-def test_a_dispatching_solution_passes_through_the_harness(skills, tiny_dataset_root, tmp_path):
+@pytest.mark.parametrize("small", ["triton-split-kv", "triton-split-kv-fused"])
+def test_a_dispatching_solution_passes_through_the_harness(skills, tiny_dataset_root, tmp_path, small):
+    """On CPU the tiny batch is latency-bound: the dispatcher runs the small-batch winner (with its own plan, for
+    the fused template) and must match the reference."""
     provider = OfflineProvider(skills)
-    proposal = provider.generate(_request(skills, KV8_PS1, _winners_history(provider, KV8_PS1))).proposals[0]
+    proposal = provider.generate(_request(skills, KV8_PS1, _winners_history(provider, KV8_PS1, small))).proposals[0]
+    assert proposal.origin["params"]["variants"]["latency-bound"]["template"] == small
     with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
                  SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as session:
         result = session.submit(Solution.model_validate(proposal.solution))

@@ -112,8 +112,10 @@ def test_two_step_jumps_when_every_design_is_already_in_the_population(skills):
     base = naive_incumbent(skills, KV8_PS1).origin
     jumps = g.far_moves(base)
     assert jumps and all(sum(j["params"][k] != v for k, v in base["params"].items()) == 2 for j in jumps)
-    members = [base, {"template": SPLIT, "params": g.complete(SPLIT, {})}]
+    members = [base, *({"template": t, "params": g.complete(t, {})} for t in g.templates if t != base["template"])]
     assert g.escape(members, R)[0] == jumps[0]  # no template left to switch to: the jumps lead
+    # with a template the population lacks, the switch comes first, from its defaults or starting point
+    assert g.escape(members[:2], R)[0]["template"] not in {m["template"] for m in members[:2]}
 
 
 def test_a_skill_with_bad_search_settings_is_refused_on_one_line(skills):

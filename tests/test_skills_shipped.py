@@ -172,7 +172,7 @@ def _selected_run_signatures(tree: ast.Module) -> list[list[str]]:
 
 def test_templates_listed_match_their_files(gqa):
     templates = kernel_templates(gqa)
-    assert set(templates) == {"triton-per-kv-head", "triton-split-kv"}
+    assert set(templates) == {"triton-per-kv-head", "triton-split-kv", "triton-split-kv-fused"}
     for template in templates.values():
         text = (gqa.folder / template.path).read_text(encoding="utf-8")
         assert set(template_placeholders(text)) == set(template.placeholders), template.name
@@ -203,9 +203,11 @@ def test_every_allowed_combination_renders_to_a_dps_run(gqa):
             source = render_skill_template(gqa, template, params)
             tree = ast.parse(source)
             expected = PS1_SIGNATURE if params["PAGE_SIZE"] == 1 else PS64_SIGNATURE
+            if template.setup:  # what the setup returned comes last (the harness passes it)
+                expected = [*expected, "state"]
             assert _selected_run_signatures(tree) == [expected], (template.name, params)
             rendered += 1
-    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7)
+    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6)
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -217,8 +219,8 @@ def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
         return text[start:end]
 
     templates = kernel_templates(gqa)
-    first, second = (helpers(gqa.folder / t.path) for t in templates.values())
-    assert first == second
+    first, *others = (helpers(gqa.folder / t.path) for t in templates.values())
+    assert len(others) == 2 and all(other == first for other in others)
 
 
 # ------------------------------------------------- the templates on Triton's CPU interpreter
@@ -280,7 +282,11 @@ output = torch.full((len(lengths), 32, 128), float("nan")).to(torch.bfloat16)  #
 lse = torch.full((len(lengths), 32), float("nan"))
 inputs = [q, k_cache, v_cache, kv_indptr, kv_indices] + ([last_page_len] if page_size > 1 else []) + [sm_scale]
 snapshot = [x.clone() if torch.is_tensor(x) else x for x in inputs]
-result = module.run(*inputs, output, lse)
+state = module.plan(*inputs) if case.get("setup") else None  # the solution's setup, once per batch
+calls = 2 if state is not None else 1  # a planned kernel's state is reused: the second call must be right too
+for _ in range(calls):
+    output.fill_(float("nan")); lse.fill_(float("nan"))
+    result = module.run(*inputs, output, lse, *([state] if state is not None else []))
 expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
                                           last_page_len if page_size > 1 else None, sm_scale)
 print(json.dumps({
@@ -300,6 +306,11 @@ INTERPRETER_CASES = [
      {"kv_heads": 8, "lengths": [5, 0]}),
     ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 4},
      {"kv_heads": 4, "lengths": [70, 3]}),
+    # chunks sized per request (300 tokens: 10 chunks of 32; 5 tokens: 1), an empty request, the fused merge
+    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
+                               "CHUNK_BLOCKS": 2}, {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
+    ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1,
+                               "CHUNK_BLOCKS": 1}, {"kv_heads": 4, "lengths": [130, 0, 64], "setup": True}),
 ]
 
 
@@ -308,7 +319,8 @@ def _triton_available() -> bool:
 
 
 @pytest.mark.skipif(not _triton_available(), reason="triton and torch are needed for the interpreter check")
-@pytest.mark.parametrize("name, params, case", INTERPRETER_CASES, ids=[c[0] for c in INTERPRETER_CASES])
+@pytest.mark.parametrize("name, params, case", INTERPRETER_CASES,
+                         ids=[f"{c[0]}-ps{c[1]['PAGE_SIZE']}" for c in INTERPRETER_CASES])
 def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):
     (block,) = machine_blocks(gqa)
     template: KernelTemplate = kernel_templates(gqa)[name]

@@ -299,7 +299,9 @@ class OfflineGenerator:
         regime_file = self.skill.folder / self.dispatch["regime_module"]
         sources.append({"path": "regime.py", "content": regime_file.read_text()})
         table = {regime: module[config_key(v)] for regime, v in variants.items()}
-        sources.append({"path": "dispatch.py", "content": dispatcher_source(table, origin["params"]["default"])})
+        planned = frozenset(module[key] for key in distinct if self.templates[json.loads(key)["template"]].setup)
+        sources.append({"path": "dispatch.py",
+                        "content": dispatcher_source(table, origin["params"]["default"], planned)})
         language = self.templates[json.loads(distinct[0])["template"]].language
         solution = Solution.model_validate({
             "name": name, "definition": definition, "author": author,
@@ -320,6 +322,7 @@ class OfflineGenerator:
             "name": name, "definition": definition, "author": author,
             "spec": {"language": template.language, "target_hardware": [target_hardware],
                      "entry_point": f"kernel.py::{template.entry_point}", "dependencies": [],
+                     "setup": f"kernel.py::{template.setup}" if template.setup else None,
                      "destination_passing_style": True},
             "sources": [{"path": "kernel.py", "content": source}],
             "description": f"{template.name} {json.dumps(origin['params'], sort_keys=True)}"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -57,6 +57,9 @@ class KernelTemplate(BaseModel):
     path: str  # relative to the skill folder
     language: str
     entry_point: str = "run"
+    # a setup function (e.g. "plan"): run once per batch outside the kernel figure, its result passed to the
+    # entry point as its last argument (as FlashInfer's plan() is)
+    setup: Optional[str] = None
     description: str = ""
     placeholders: dict[str, list[int | float | str]]
     defaults: dict[str, int | float | str] = Field(default_factory=dict)

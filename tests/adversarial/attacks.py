@@ -197,6 +197,7 @@ def honest_solutions() -> dict[str, dict]:
         out[f"skill_{template.name}"] = {
             "name": f"honest_{template.name}", "definition": PS1, "author": "tests",
             "spec": {"language": "triton", "target_hardware": ["H200"], "entry_point": "kernel.py::run",
+                     "setup": f"kernel.py::{template.setup}" if template.setup else None,
                      "destination_passing_style": True},
             "sources": [{"path": "kernel.py", "content": source}]}
     return out
