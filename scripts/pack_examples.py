@@ -23,6 +23,13 @@ GDN_BASELINES = [
      "run", "flashinfer_gdn_decode_pretranspose", ["H200", "B200"],
      "FlashInfer gated_delta_rule_decode_pretranspose (use_qk_l2norm=False), value-returning: the contest's "
      "baseline kind (flashinfer_wrapper_9b7f1e); SM90+, state updated in place and returned."),
+    ("gdn_decode_qk4_v8_d128_k_last", "flashinfer_gdn_decode_pretranspose_preallocated.json",
+     "flashinfer_gdn_decode.py", "run_preallocated", "flashinfer_gdn_decode_pretranspose_preallocated",
+     ["H200", "B200"],
+     "FlashInfer gated_delta_rule_decode_pretranspose (use_qk_l2norm=False) with its output allocated by "
+     "torch.empty and passed in: the same kernel without the API's zero-fill of its own output, whose kernel "
+     "and the host work after it would otherwise fall inside the timed span. Not the contest's wrapper, which "
+     "lets the API allocate; reports take the faster of the two per workload."),
     ("gdn_prefill_qk4_v8_d128_k_last", "flashinfer_chunk_gdn_sm90_hopper_standin.json",
      "flashinfer_gdn_prefill_sm90.py", "run", "flashinfer_chunk_gdn_sm90_hopper_standin", ["H200"],
      "Hopper stand-in, NOT the contest's baseline: FlashInfer chunk_gated_delta_rule (SM90 path), gates "

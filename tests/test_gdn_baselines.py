@@ -29,6 +29,7 @@ from support import DEFINITIONS, ROOT
 SRC = DEFINITIONS / "baselines_src"
 DECODE, PREFILL = "gdn_decode_qk4_v8_d128_k_last", "gdn_prefill_qk4_v8_d128_k_last"
 DECODE_JSON = DEFINITIONS / "solutions" / "baseline" / "gdn" / DECODE / "flashinfer_gdn_decode_pretranspose.json"
+DECODE_PREALLOCATED_JSON = DECODE_JSON.with_name("flashinfer_gdn_decode_pretranspose_preallocated.json")
 PREFILL_JSON = (DEFINITIONS / "solutions" / "baseline" / "gdn" / PREFILL
                 / "flashinfer_chunk_gdn_sm90_hopper_standin.json")
 H, HV, D = 4, 8, 128
@@ -57,14 +58,16 @@ def load_source(filename: str) -> dict:
 # The packed solutions
 
 
-@pytest.mark.parametrize("path,source", [(DECODE_JSON, "flashinfer_gdn_decode.py"),
-                                         (PREFILL_JSON, "flashinfer_gdn_prefill_sm90.py")])
-def test_packed_solution_is_valid_and_embeds_the_source(path, source):
+@pytest.mark.parametrize("path,source,entry", [
+    (DECODE_JSON, "flashinfer_gdn_decode.py", "run"),
+    (DECODE_PREALLOCATED_JSON, "flashinfer_gdn_decode.py", "run_preallocated"),
+    (PREFILL_JSON, "flashinfer_gdn_prefill_sm90.py", "run")])
+def test_packed_solution_is_valid_and_embeds_the_source(path, source, entry):
     solution = load_model(Solution, path)
     assert solution.author == "baseline" and solution.spec.dependencies == ["flashinfer"]
     assert not solution.spec.destination_passing_style  # value-returning, as the contest's baselines
     assert [(s.path, s.content) for s in solution.sources] == [(source, (SRC / source).read_text())]
-    assert solution.spec.entry_point == f"{source}::run"
+    assert solution.spec.entry_point == f"{source}::{entry}"
     assert static_signature_problem(solution, definition(solution.definition)) is None
 
 
@@ -75,7 +78,7 @@ def test_packing_script_is_up_to_date():
     finally:
         sys.path.pop(0)
     outputs = dict(pack_examples.all_outputs())
-    for path in (DECODE_JSON, PREFILL_JSON):
+    for path in (DECODE_JSON, DECODE_PREALLOCATED_JSON, PREFILL_JSON):
         assert outputs[path] == path.read_text(), f"run scripts/pack_examples.py ({path.name} is stale)"
 
 
@@ -83,6 +86,8 @@ def test_labels():
     decode, prefill = load_model(Solution, DECODE_JSON), load_model(Solution, PREFILL_JSON)
     assert decode.definition == DECODE and "flashinfer_wrapper_9b7f1e" in decode.description
     assert "standin" not in decode.name and "H200" in decode.spec.target_hardware
+    preallocated = load_model(Solution, DECODE_PREALLOCATED_JSON)
+    assert "Not the contest's wrapper" in preallocated.description and preallocated.name != decode.name
     # the prefill one is a stand-in everywhere it is shown: name, description, source docstring, hardware
     assert prefill.definition == PREFILL and "hopper_standin" in prefill.name
     assert prefill.description.startswith("Hopper stand-in, NOT the contest's baseline")
@@ -112,14 +117,15 @@ def fake_decode_pretranspose(calls):
     def gated_delta_rule_decode_pretranspose(q, k, v, state, A_log, a, dt_bias, b, scale=None, output=None,
                                              use_qk_l2norm=True, initial_state=None,
                                              initial_state_indices=None, output_state_indices=None):
-        calls.append({"scale": scale, "use_qk_l2norm": use_qk_l2norm})
+        calls.append({"scale": scale, "use_qk_l2norm": use_qk_l2norm, "output_given": output is not None})
         batch, _, heads, dim = q.shape
         hv = v.shape[2]
         scale = dim ** -0.5 if scale is None else scale
         qf, kf = q.float(), k.float()
         if use_qk_l2norm:
             qf, kf = F.normalize(qf, dim=-1), F.normalize(kf, dim=-1)
-        out = torch.zeros(batch, 1, hv, v.shape[3], dtype=torch.bfloat16)
+        # the fp32-state path zero-fills an output only when none is given, and writes into it
+        out = torch.zeros(batch, 1, hv, v.shape[3], dtype=torch.bfloat16) if output is None else output
         for n in range(batch):
             for h in range(hv):
                 x = float(a[n, 0, h]) + float(dt_bias[h])
@@ -198,15 +204,16 @@ def assert_matches(got, want):
 # Decode: no conversion, use_qk_l2norm off, state updated in place and returned
 
 
-def test_decode_wrapper_reproduces_the_reference(monkeypatch):
+@pytest.mark.parametrize("entry, output_given", [("run", False), ("run_preallocated", True)])
+def test_decode_wrapper_reproduces_the_reference(monkeypatch, entry, output_given):
     calls: list = []
     install(monkeypatch, "gdn_decode", gated_delta_rule_decode_pretranspose=fake_decode_pretranspose(calls))
-    run = load_source("flashinfer_gdn_decode.py")["run"]
+    run = load_source("flashinfer_gdn_decode.py")[entry]
     inputs = gdn_inputs((3, 1), 3, seed=1)
     want = reference(DECODE)(**{k: v.clone() for k, v in inputs.items()}, scale=1 / math.sqrt(D))
     args = {k: v.clone() for k, v in inputs.items()}
     out, new_state = run(**args, scale=1 / math.sqrt(D))
-    assert calls == [{"scale": 1 / math.sqrt(D), "use_qk_l2norm": False}]
+    assert calls == [{"scale": 1 / math.sqrt(D), "use_qk_l2norm": False, "output_given": output_given}]
     assert new_state is args["state"]  # FlashInfer's in-place update, returned as is (see the wrapper)
     assert_matches((out, new_state), want)
 
