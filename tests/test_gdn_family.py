@@ -273,6 +273,13 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
     return output, state  # new_state is the input's own memory
 '''
 
+STATE_IN_BF16 = DECODE_STEP + '''
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    output, new_state = step(q, k, v, state, A_log, a, dt_bias, b, scale)
+    return output, new_state.to(torch.bfloat16).float()  # the state kept in bf16 between steps, handed back as fp32
+'''
+
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
@@ -307,6 +314,17 @@ def test_a_state_updated_in_place_or_returned_is_caught(session, source, caught)
     assert "state" in failed["input_mutation"]
     if "output_aliasing" in caught:
         assert "new_state" in failed["output_aliasing"] and "input state" in failed["output_aliasing"]
+    assert result.to_json()["promotable"] is False
+
+
+def test_a_state_kept_in_bf16_between_steps_is_caught(session):
+    """Its error (0.2-0.4% of the state's magnitude) is under the family's 1% precision floor; its values are not."""
+    result = session.submit(Solution.model_validate(solution_dict(STATE_IN_BF16, definition=DECODE, name="narrow",
+                                                                  dps=False)))
+    [w] = result.workloads
+    assert w.status == "PASSED", w.message  # within the correctness tolerance
+    failed = _failed_audits(w)
+    assert "new_state" in failed.get("precision", "") and "kept in bfloat16" in failed["precision"], w.audits
     assert result.to_json()["promotable"] is False
 
 

@@ -156,6 +156,12 @@ class SessionAudits:
 
     def _precision_audit(self, definition: Definition, workload: Workload, seed: int,
                          got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> Audit:
+        from .storage import narrow_storage
+
+        narrowed = [why for name in definition.outputs if name in got and name in ref
+                    for why in [narrow_storage(name, got[name], ref[name])] if why]
+        if narrowed:
+            return Audit(name="precision", passed=False, detail="; ".join(narrowed))
         try:
             oracle = self.oracle_outputs(definition, workload, seed)
         except RuntimeError as err:  # the reference cannot run in float64 (a view of raw bytes): ours, not theirs
