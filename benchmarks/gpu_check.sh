@@ -4,7 +4,7 @@
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
-# fixtures proof controller report judge_set judge_scale slow_timing families family_records.
+# fixtures proof controller report judge_set judge_families judge_scale slow_timing families family_records.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -83,6 +83,11 @@ fi
 if has judge_set; then  # honest solutions promotable, dishonest ones not (attribution, not only the gate)
   section "judge set"
   timeout ${JUDGE_TIMEOUT:-560} python3 benchmarks/judge_set.py --out "$OUT" --archive "$ARCHIVE" ${JUDGE_ARGS:-} 2>&1 | tee -a "$LOG"
+fi
+if has judge_families; then  # the same for the contest's other definitions (MoE, DSA, GDN)
+  section "judge set: families"
+  timeout ${JUDGE_TIMEOUT:-560} python3 benchmarks/judge_set.py --set families --out "$OUT/families" \
+    --archive "$ARCHIVE" ${JUDGE_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
 if has judge_scale; then  # GPU memory per process on every workload, cold and warm wall (JUDGE_SCALE_ARGS)
   section "judge scale"

@@ -9,6 +9,10 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
              torch binding; both FlashInfer baselines submitted unchanged (the dataset's own);
   dishonest: a token Triton kernel beside PyTorch attention; PyTorch reached through computed getattr names;
              attention on the host; a FlashInfer baseline with one byte changed (no longer the dataset's own).
+`--set families`: the contest's other definitions (MoE, DSA, GDN), each on its first two workloads:
+  honest:    each family's example;
+  dishonest: each definition's own PyTorch reference submitted as a solution (PyTorch does all the work); the GDN
+             decode example with its state kept in bf16 between steps (under the precision floor).
 Writes judge_set_<date>.json and .md: per solution, promotable, the first blockers, and per workload the
 attribution share and detail.
 """
@@ -68,6 +72,38 @@ def the_set(folder: Path) -> list[tuple[str, Path, bool]]:
     return out
 
 
+FAMILY_WORKLOADS = "0,1"  # the first two of each definition: small enough for a judge set, real shapes
+
+
+def family_set(folder: Path) -> list[tuple[str, Path, bool, str]]:
+    """(name, solution file, honest?, workloads) for the contest families."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.family_records import EXAMPLES
+    from harness.data.dataset import Dataset
+
+    ds = Dataset(None)
+    out: list[tuple[str, Path, bool, str]] = []
+    for definition, example in EXAMPLES.items():
+        short = definition.split("_")[0] + "_" + definition.split("_")[1]
+        out.append((f"example_{short}", ROOT / example, True, FAMILY_WORKLOADS))
+        reference = {"name": f"torch_reference_{short}", "definition": definition, "author": "judge-set",
+                     "description": "the definition's PyTorch reference as a solution: PyTorch does all the work",
+                     "spec": {"language": "python", "target_hardware": ["H200"], "entry_point": "reference.py::run",
+                              "dependencies": [], "destination_passing_style": False},
+                     "sources": [{"path": "reference.py", "content": ds.definition(definition).reference}]}
+        path = folder / f"torch_reference_{short}.json"
+        path.write_text(json.dumps(reference, indent=1))
+        out.append((reference["name"], path, False, FAMILY_WORKLOADS))
+    gdn = json.loads((ROOT / EXAMPLES["gdn_decode_qk4_v8_d128_k_last"]).read_text())
+    gdn.update(name="gdn_state_bf16", author="judge-set", description="GDN decode with its state kept in bf16")
+    gdn["spec"]["entry_point"] = "gdn_state_bf16.py::run"
+    gdn["sources"].append({"path": "gdn_state_bf16.py", "content": (JUDGE / "gdn_state_bf16.py").read_text()})
+    path = folder / "gdn_state_bf16.json"
+    path.write_text(json.dumps(gdn, indent=1))
+    out.append(("gdn_state_bf16", path, False, FAMILY_WORKLOADS))
+    return out
+
+
 def submit(path: Path, archive: Path, workloads: str, extra: list[str], timeout_s: float) -> tuple[dict, float]:
     cmd = [sys.executable, "-m", "harness.cli", "submit", str(path), "--archive", str(archive), "--json", *extra]
     if workloads:
@@ -89,6 +125,7 @@ def submit(path: Path, archive: Path, workloads: str, extra: list[str], timeout_
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
+    parser.add_argument("--set", dest="which", choices=["gqa", "families"], default="gqa")
     parser.add_argument("--archive", default=None)
     parser.add_argument("--only", default="")
     parser.add_argument("--workloads", default="", help="for honest solutions (default: all)")
@@ -101,10 +138,11 @@ def main() -> None:
     archive.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="judge-solutions-"))
     rows = []
-    for name, path, honest in the_set(folder):
+    chosen = ([(n, p, h, "") for n, p, h in the_set(folder)] if args.which == "gqa" else family_set(folder))
+    for name, path, honest, workloads in chosen:
         if args.only and name not in args.only.split(","):
             continue
-        result, wall = submit(path, archive, args.workloads if honest else args.dishonest_workloads,
+        result, wall = submit(path, archive, workloads or (args.workloads if honest else args.dishonest_workloads),
                               [] if honest else args.dishonest_args.split(), args.timeout)
         promotable = bool(result) and "error" not in result and not result.get("promotion_blockers")
         workloads = [{"label": w["label"], "status": w["status"], "latency_ms": w.get("latency_ms"),
