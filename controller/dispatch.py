@@ -11,14 +11,9 @@ workload, so a dispatcher that picks badly loses on the workloads it picks badly
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 DISPATCH = "dispatch"  # the origin's template name for a dispatching solution
-
-
-def per_regime_winners(best: dict[str, Optional[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Regime -> its best configuration, for regimes that have one."""
-    return {regime: origin for regime, origin in best.items() if origin}
 
 
 def worth_dispatching(winners: dict[str, dict[str, Any]]) -> bool:
@@ -36,7 +31,7 @@ def dispatcher_source(variants: dict[str, str], default: str, planned: frozenset
     modules whose kernel has a setup of its own (``plan``), run in the dispatcher's setup."""
     modules = sorted(set(variants.values()))
     table = ", ".join(f"{regime!r}: {module}" for regime, module in sorted(variants.items()))
-    plans = ", ".join(f"{module!r}: {module}.plan" for module in modules if module in planned)
+    plans = ", ".join(f"{module}: {module}.plan" for module in modules if module in planned)
     fallback = variants.get(default, modules[0])
     return f'''"""Dispatch by regime: each regime's best kernel of a controller run, chosen once per batch in setup.
 
@@ -53,7 +48,7 @@ PLANS = {{{plans}}}  # variants with a setup of their own, run here (outside the
 
 def plan(*inputs):
     module = MODULES.get(regime(*inputs), {fallback})
-    own = PLANS.get(module.__name__.rsplit(".", 1)[-1])
+    own = PLANS.get(module)
     return module.run, (own(*inputs),) if own is not None else ()
 
 

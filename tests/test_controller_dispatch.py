@@ -77,7 +77,7 @@ def test_the_dispatcher_maps_every_regime_and_falls_back_to_the_default():
     assert "MODULES.get(regime(*inputs), kernel_0)" in text and "PLANS = {}" in text
     planned = dispatcher_source({"latency-bound": "kernel_1", "memory-bound": "kernel_0"}, "memory-bound",
                                 frozenset({"kernel_1"}))
-    assert "PLANS = {'kernel_1': kernel_1.plan}" in planned
+    assert "PLANS = {kernel_1: kernel_1.plan}" in planned
 
 
 @pytest.fixture(scope="module")

@@ -227,11 +227,10 @@ class OfflineGenerator:
     def escape(self, members: list[dict[str, Any]], regime: str) -> list[dict[str, Any]]:
         """A stalled regime's next tries: designs (templates) the population does not use, from their starting
         point for the regime (else their defaults), then two-step jumps from the best member."""
-        start = {}
-        for name in self.templates:
-            point = self.starting_point(regime)
-            start[name] = point if point and point["template"] == name else {"template": name,
-                                                                              "params": self.complete(name, {})}
+        point = self.starting_point(regime)
+        start = {name: point if point and point["template"] == name else {"template": name,
+                                                                          "params": self.complete(name, {})}
+                 for name in self.templates}
         switches = design_switches({m["template"] for m in members}, list(self.templates), start)
         return switches + (self.far_moves(members[0]) if members else [])
 
@@ -427,12 +426,13 @@ class OfflineProvider:
         generator = self.generator_for(request.definition)
         members, stall = (self.search_state(request) if request.repair is None else ([], False))
         search = {"regime": request.regime, "population": [slug(m) for m in members], "stalled": stall}
+        escaped = generator.escape(members, self.regime_class(request)) if stall else []
         proposals = []
         for origin in origins:
             name = f"r{request.round}_{slug(origin)}"
             solution = generator.render(origin, request.definition, name, "controller/offline", request.target_hardware)
             why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if origin in directed else ""
-            if stall and origin in generator.escape(members, self.regime_class(request)):
+            if origin in escaped:
                 why += f" (design switch: {request.regime} stalled for {generator.search.patience} rounds)"
             proposals.append(Proposal(solution=solution, origin=origin,
                                       notes=f"{request.kind}: {origin['template']} {origin['params']}{why}"))

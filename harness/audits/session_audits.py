@@ -16,6 +16,7 @@ import torch
 
 from .attribution import own_kernels
 from .model import Audit
+from .storage import narrow_storage
 from .verdicts import (AuditConfig, attribution_verdict, plan_recheck, precision_verdict, recheck_verdict,
                      replay_verdict, thread_verdict)
 from ..measure.correctness import CheckResult, Tolerance
@@ -156,8 +157,6 @@ class SessionAudits:
 
     def _precision_audit(self, definition: Definition, workload: Workload, seed: int,
                          got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> Audit:
-        from .storage import narrow_storage
-
         narrowed = [why for name in definition.outputs if name in got and name in ref
                     for why in [narrow_storage(name, got[name], ref[name])] if why]
         if narrowed:
