@@ -130,12 +130,19 @@ class Stop(BaseException):
     """Stands for SIGTERM's SystemExit in the thread that waits for the lanes."""
 
 
-def test_a_signal_while_lanes_run_stops_every_lane_promptly_and_runs_their_cleanup():
-    """`timeout` ending `controller loop -d gqa_decode` on a multi-GPU host: the signal reaches the main thread
-    only; every lane must stop too (one of them blocked reading a worker's reply) and run its finally blocks,
-    or the process would live on until each lane's whole run was done."""
+@pytest.mark.parametrize("to", ["main", "other"])
+def test_a_signal_while_lanes_run_stops_every_lane_promptly_and_runs_their_cleanup(to):
+    """`timeout` ending `controller loop -d gqa_decode` on a multi-GPU host: the signal's handler runs in the main
+    thread only; every lane must stop too (one of them blocked reading a worker's reply) and run its finally
+    blocks, or the process would live on until each lane's whole run was done.
+
+    The kernel hands a process-directed signal to any thread that does not block it: sent to another thread
+    ("other"), it cannot cut short the main thread's wait for the lanes, so only a wait in slices lets the
+    handler run (a wait with no timeout held it until the reader's deadline). Sent to the main thread ("main"),
+    it could land just before that wait began, with the same effect, now and then."""
     import os
     import signal
+    import sys
     import threading
     import time
 
@@ -151,28 +158,44 @@ def test_a_signal_while_lanes_run_stops_every_lane_promptly_and_runs_their_clean
         try:
             started.wait()
             if lane == 0:
-                protocol.read_message(read_fd, time.monotonic() + 120)
+                protocol.read_message(read_fd, time.monotonic() + 30)
             while True:
                 time.sleep(0.01)
         finally:
             cleaned.append(lane)
 
+    def main_waits_for_the_lanes():
+        frame, names = sys._current_frames().get(threading.main_thread().ident), []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        return "run_lanes" in names and "start" not in names and names[:2] == ["wait", "wait"]  # Event's, Condition's
+
     def send_signal():
         started.wait()
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        if to == "main":  # at once: the main thread may still be starting the lanes
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            return
+        deadline = time.monotonic() + 10
+        while not main_waits_for_the_lanes() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.1)  # well inside its lock wait, not between bytecodes on the way there
+        signal.pthread_kill(threading.current_thread().ident, signal.SIGUSR1)
 
     def stop(signum, frame):
         raise Stop()
 
     previous = signal.signal(signal.SIGUSR1, stop)
-    threading.Thread(target=send_signal).start()
+    sender = threading.Thread(target=send_signal)
+    sender.start()
     t0 = time.monotonic()
     try:
         with pytest.raises(Stop):
             run_lanes(list(range(5)), 2, serve)
     finally:
+        sender.join()
         signal.signal(signal.SIGUSR1, previous)
         os.close(read_fd)
         os.close(write_fd)
     assert sorted(cleaned) == [0, 1]
-    assert time.monotonic() - t0 < 10  # not the reader's 120 s deadline
+    assert time.monotonic() - t0 < 10  # not the reader's 30 s deadline

@@ -25,12 +25,24 @@ from ..data.schema import Solution
 LOCK_DIR = Path(os.environ.get("CRUCIBLE_LOCK_DIR", tempfile.gettempdir()))
 
 
+# Longest wait in one blocking call of this module. The main thread runs a Python signal handler only between
+# bytecodes: a wait with no timeout that a signal does not cut short (one that landed just before the wait
+# began, or one the kernel delivered to another thread) would hold the handler back until the wait ends.
+# A lane blocked in C (flock) cannot take the exception run_lanes raises in it either, until the call returns.
+_SLICE_S = 0.2
+
+
 @contextlib.contextmanager
 def gpu_lock(key: str):
     """Hold the host-wide lock of one GPU (keyed by its UUID, or its index when the UUID is unknown)."""
     path = LOCK_DIR / f"crucible-gpu-{key.replace('/', '_')}.lock"
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        while True:  # polled, not a blocking flock: a lane told to stop (run_lanes) stops within a slice
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(_SLICE_S)
         try:
             yield
         finally:
@@ -66,9 +78,16 @@ def run_lanes(items: Sequence[T], lanes: int, serve: Callable[[int, "Take[T]"], 
             return None
 
     finished = [threading.Event() for _ in range(max(lanes, 1))]
+    guard = threading.Lock()
+    stopping = threading.Event()
+    entered: list[int] = []  # lanes that began serving: each gets the stop, and is waited for
 
     def lane(index: int) -> None:
         try:
+            with guard:  # a lane that starts after the stop was broadcast serves nothing: it would miss the stop
+                if stopping.is_set():
+                    return
+                entered.append(index)
             serve(index, take)
         except BaseException as err:  # surfaced in the caller's thread
             errors.append(err)
@@ -85,15 +104,17 @@ def run_lanes(items: Sequence[T], lanes: int, serve: Callable[[int, "Take[T]"], 
             for t in threads:
                 t.start()
             for done in finished:
-                done.wait()
+                _wait(done)
         except BaseException as err:  # SIGTERM or Ctrl-C reached this thread: end every lane the same way
             errors.append(err)  # take() hands out nothing more
-            started = [(t, done) for t, done in zip(threads, finished) if t.ident is not None]
-            for t, done in started:
+            with guard:
+                stopping.set()
+                stopped = [(threads[i], finished[i]) for i in entered]
+            for t, done in stopped:
                 if not done.is_set():
                     _raise_in(t, type(err))
-            for _, done in started:
-                done.wait()  # their finally blocks run: workers stop, cut-short records are closed
+            for t, done in stopped:  # their finally blocks run: workers stop, cut-short records are closed
+                _wait(done, t)
             raise
         for t in threads:
             t.join()
@@ -101,10 +122,19 @@ def run_lanes(items: Sequence[T], lanes: int, serve: Callable[[int, "Take[T]"], 
         raise errors[0]
 
 
+def _wait(done: threading.Event, thread: Optional[threading.Thread] = None) -> None:
+    """Wait for ``done`` in slices (see _SLICE_S), so a signal's handler runs within one slice; with ``thread``,
+    also stop waiting once it has ended: the stop raised in a lane can land in lane()'s own finally, before
+    ``done`` is set."""
+    while not done.wait(_SLICE_S):
+        if thread is not None and not thread.is_alive():
+            return
+
+
 def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> None:
     """Raise ``exc_type`` in another thread at its next Python instruction. Without it, an interrupted process
     would wait for every lane to finish its work (a whole controller run) before it could exit; the lanes'
-    waits return to Python often (protocol reads poll), so it lands within a fraction of a second."""
+    waits return to Python often (protocol reads and gpu_lock poll), so it lands within a fraction of a second."""
     import ctypes
 
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))

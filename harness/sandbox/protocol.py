@@ -52,7 +52,7 @@ def write_message(fd: int, header: dict[str, Any], tensors: Optional[dict[str, t
 
 # Longest single wait for the peer: a thread blocked in C cannot be interrupted, so a lane told to stop
 # (harness.pipeline.parallel.run_lanes) would otherwise wait out a whole evaluation's deadline first.
-_POLL_S = 0.5
+_POLL_S = 0.2
 
 
 def _read_exact(fd: int, n: int, deadline: Optional[float]) -> bytes:
