@@ -99,8 +99,12 @@ def live_printer(as_json: bool):
                       f"{'stopped: ' + data['stopped'] if data['stopped'] else 'error: ' + str(data['error'])}",
                       highlight=False)
         elif kind == "candidate":
-            err.print(f"{lane}  {data['name']}: {data['status']}" + (" (adopted)" if data.get("adopted") else ""),
-                      highlight=False)
+            err.print(f"{lane}  {data['name']}: {data['status']}" + (" (adopted)" if data.get("adopted") else "")
+                      + (f" ({data['screened_out']})" if data.get("screened_out") else ""),
+                      highlight=False, markup=False)
+        elif kind == "screen":  # a rung of successive halving (controller/screening.py)
+            err.print(f"{lane}  screening rung {data['rung']} ({data['iterations']} iterations): {data['entered']} -> "
+                      f"{len(data['kept'])} kept", highlight=False)
         elif kind == "round":
             tables.print(round_table([data], title=f"{lane}round {data['round']}"))
     return on_event

@@ -17,6 +17,9 @@ class Evaluator(Protocol):
 
     def evaluate_full(self, solution: Solution) -> int: ...
 
+    # Optional: ``screen(solution, workloads, iterations, trials) -> submission id``, a short run for successive
+    # halving (controller/screening.py). An evaluator without it evaluates every candidate in full.
+
     def why_no_timing(self) -> Optional[str]: ...
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
@@ -59,6 +62,18 @@ class HarnessEvaluator:
             session.options.workloads = list(workloads)
         try:
             return session.submit(solution).submission_id
+        finally:
+            session.options.workloads = saved
+
+    def screen(self, solution: Solution, workloads: Optional[list[str]], iterations: int, trials: int) -> int:
+        """A screening run of successive halving: correctness on ``trials`` seeds and a timing run of ``iterations``
+        per trial, audits off (never promotable by itself), on ``workloads`` (None: the run's)."""
+        session = self.session
+        saved = session.options.workloads
+        if workloads:
+            session.options.workloads = list(workloads)
+        try:
+            return session.submit(solution, audit_level="off", iterations=iterations, trials=trials).submission_id
         finally:
             session.options.workloads = saved
 

@@ -16,14 +16,15 @@ are evaluated at the fast audit level; one about to be promoted (past the screen
 says promote) is evaluated once more at the full audit level, and promoted only if that evaluation is
 promotable too.
 
-Beside it: controller/evaluator.py (the harness behind the ``Evaluator`` port) and controller/rounds.py (the run
-read back from the archive: incumbent, history, round summaries, the report).
+Beside it: controller/evaluator.py (the harness behind the ``Evaluator`` port), controller/screening.py (a round's
+candidate evaluation: successive halving on short runs when the skill turns it on, the evaluations, the promotion
+decisions) and controller/rounds.py (the run read back from the archive: incumbent, history, round summaries, the
+report).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import secrets
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any, Callable, Optional, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.archive.database import Archive
-from harness.data.statuses import EvaluationStatus, NO_VERDICT, RunStatus, SubmissionStatus
+from harness.data.statuses import EvaluationStatus, RunStatus
 from harness.sandbox.build import expected_params
 from harness.data.dataset import Dataset
 from harness.families import family_for
@@ -48,14 +49,12 @@ from .evidence.profiles import workload_facts
 from .evaluator import Evaluator, HarnessEvaluator
 from .plan import (REPAIRABLE, RoundPlan, build_request, log_excerpt, plan_round, request_budget,
                    stop_reason)
-from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, decide, gate_failure,
-                      screen_failure)
 from .providers.base import Provider, ProviderError
 from .providers.registry import make_provider
 from .providers.offline import naive_incumbent, offline_generator
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
-from .rounds import RunView
-from .store import DUPLICATE, EVALUATING, REJECTED, UNFINISHED, Store
+from .screening import RoundEvaluation, halving_settings
+from .store import Store
 from .tactics import tactic_book
 
 DEFAULT_FORBIDDEN = ["torch or flashinfer compute calls", "caching outputs across calls", "side streams or threads",
@@ -103,16 +102,7 @@ def new_run_id() -> str:
     return "run-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def export_solution(folder: Path, solution: Solution) -> Path:
-    path = folder / "promoted" / solution.definition / f"{solution.name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(dump_json(solution), indent=2) + "\n")
-    tmp.replace(path)
-    return path
-
-
-class Loop(RunView):
+class Loop(RoundEvaluation):
     def __init__(self, config: LoopConfig, run_id: str, store: Store, provider: Provider, evaluator: Evaluator,
                  skills: dict[str, Skill], dataset: Dataset, on_event: Optional[Event] = None,
                  profiler: Optional[IncumbentProfiler] = None):
@@ -129,6 +119,7 @@ class Loop(RunView):
                                           op_type=self.definition.op_type)
                         for w in self.workloads}
         self.signature = expected_params(self.definition, True)
+        self.halving = halving_settings(skills, self.definition)  # successive halving (controller/screening.py)
         self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)
         self._no_profiler: Optional[str] = None  # set once the profiler said it cannot work here
         # A tool-using provider gets the skills, the archive's journal of its turns and draft evaluation.
@@ -230,77 +221,6 @@ class Loop(RunView):
             response.stopped = f"{response.stopped}; {note}" if response.stopped else note
         return response
 
-    def evaluate_pending(self, round_number: int) -> None:
-        for c in self.store.candidates(self.run_id, round_number):
-            if c["status"] not in UNFINISHED:
-                continue
-            if c["status"] == EVALUATING and c["submission_id"] is not None:
-                status = self.store.submission_status(c["submission_id"])
-                if status is not None and status not in NO_VERDICT:  # the harness finished before the kill
-                    self.store.set_candidate(c["id"], status, reason="adopted the finished harness evaluation")
-                    self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status,
-                                            "adopted": True})
-                    continue
-            abandoned = c["submission_id"] if c["status"] == EVALUATING else None  # cut short by the kill
-            solution = self.store.solution(c)
-            self.emit("evaluate", {"round": round_number, "name": c["solution_name"]})
-            submission_id = self.evaluator.evaluate(
-                solution,
-                on_start=lambda sid, cid=c["id"]: self.store.set_candidate(cid, EVALUATING, submission_id=sid))
-            status = self.store.submission_status(submission_id) or "UNKNOWN"
-            self.store.set_candidate(c["id"], status, submission_id=submission_id)
-            if abandoned is not None and abandoned != submission_id:
-                # Reviewers see why it never finished, and where its evaluation went.
-                self.store.archive.finish_submission(
-                    abandoned, SubmissionStatus.INTERRUPTED,
-                    f"stopped before it finished; run {self.run_id} evaluated the candidate again as submission "
-                    f"{submission_id}")
-            self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status})
-
-    def decide_round(self, round_number: int) -> None:
-        for c in self.store.candidates(self.run_id, round_number):
-            if c["status"] in (*UNFINISHED, REJECTED, DUPLICATE) or self.store.decision(self.run_id, c["id"]):
-                continue
-            incumbent = self.incumbent()
-            records = self.records(c)
-            measurement = None
-            screened = None
-            if gate_failure(records, self.thresholds) is None:
-                screened = screen_failure(records, self.records(incumbent), self.thresholds)
-                if screened is None:
-                    measurement = self.evaluator.measure_paired(self.store.solution(incumbent),
-                                                                self.store.solution(c), self.thresholds.min_repeats,
-                                                                self.thresholds.paired_order)
-            decision = screened or decide(records, measurement, self.thresholds, self.regimes)
-            if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
-                decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
-                                   self.thresholds)
-            self.record_decision(round_number, c, incumbent, decision, measurement)
-
-    def full_evaluation(self, round_number: int, candidate: dict[str, Any]) -> FullEvaluation:
-        """Evaluate ``candidate`` again at the full audit level; what the harness archived of it."""
-        self.emit("evaluate_full", {"round": round_number, "name": candidate["solution_name"]})
-        submission_id = self.evaluator.evaluate_full(self.store.solution(candidate))
-        submission = self.store.archive.submission(submission_id)
-        scores = submission.get("scores") or {}
-        full = FullEvaluation(submission_id, (submission.get("options") or {}).get("audit_level"),
-                              tuple(self.store.eval_records(submission_id, self.regimes)),
-                              tuple(scores.get("promotion_blockers") or ()))
-        self.emit("full_audit", {"round": round_number, "name": candidate["solution_name"],
-                                 "submission_id": submission_id, "status": submission.get("status")})
-        return full
-
-    def record_decision(self, round_number: int, candidate: dict[str, Any], incumbent: dict[str, Any],
-                        decision: Decision, measurement: Optional[PairedMeasurement]) -> None:
-        exported = None
-        if decision.promoted:
-            exported = str(export_solution(self.store.archive.folder, self.store.solution(candidate)))
-        details = {**decision.details, "measurement": measurement.to_json() if measurement else None}
-        self.store.add_decision(self.run_id, round_number, candidate["id"], incumbent["id"], decision.verdict,
-                                decision.rule, list(decision.reasons), details, exported)
-        self.emit("decision", {"round": round_number, "name": candidate["solution_name"],
-                               "verdict": decision.verdict, "reasons": list(decision.reasons)})
-
     def request_for(self, round_number: int, key: str, kind: RequestKind, repair: Optional[Repair] = None
                     ) -> GenerationRequest:
         cfg = self.config
@@ -311,7 +231,9 @@ class Loop(RunView):
                               origin={k: v for k, v in inc_row["origin"].items() if k != "notes"},
                               status=inc_row["status"], mean_latency_ms=mean_latency(inc_records))
         spent = self.store.spend(self.run_id)
-        budget = request_budget(cfg.max_output_tokens, 1 if repair else cfg.candidates, cfg.request_wall_s, spent,
+        halving = self.halving_active()  # a round that halves proposes more than it evaluates in full
+        wanted = 1 if repair else halving.proposals(cfg.candidates) if halving else cfg.candidates
+        budget = request_budget(cfg.max_output_tokens, wanted, cfg.request_wall_s, spent,
                                 cfg.budget_tokens, cfg.budget_cost_usd, cfg.budget_wall_s)
         summary = (self.definition.description or "")[:800]
         evidence = self.incumbent_evidence()

@@ -22,6 +22,10 @@ from .store import Store
 
 
 class RayEvaluator(HarnessEvaluator):
+    # A lane's submit takes an audit level only, not the shorter run of a screening: on Ray every candidate is
+    # evaluated in full (successive halving is off; controller/screening.py reads this).
+    screen = None  # type: ignore[assignment]
+
     def __init__(self, dataset: Dataset, archive: Archive, options: SubmitOptions, settings: Any):
         super().__init__(dataset, archive, options)
         self.settings = settings

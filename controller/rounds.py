@@ -16,6 +16,7 @@ from harness.data.statuses import RunStatus
 
 from .evaluator import Evaluator
 from .evidence.latency import mean_latency, mean_speedup_vs_fi
+from .halving import HALVING_RULE, SCREENED_OUT, Rung, rungs_of, screening_line
 from .promote import PROMOTED, EvalRecord
 from .store import REJECTED, Store
 from .trajectory import standing
@@ -56,7 +57,8 @@ class RunView:
             regime_ms = {g: mean_latency([r for r in records if r.regime == g]) for g in sorted(by_regime)}
             items.append(HistoryItem(round=c["round"], name=c["solution_name"], status=c["status"],
                                      origin={k: v for k, v in c["origin"].items() if k != "notes"},
-                                     mean_latency_ms=mean_latency(records),
+                                     # a screened-out candidate's run covered the planned regime only
+                                     mean_latency_ms=None if c["status"] == SCREENED_OUT else mean_latency(records),
                                      verdict=f"{d['verdict']} ({d['rule']})" if d else "",
                                      regime_latency_ms={g: v for g, v in regime_ms.items() if v is not None}))
         return items
@@ -69,11 +71,15 @@ class RunView:
         decisions = [d for d in self.store.decisions(self.run_id) if d["round"] == round_number]
         best = None
         for c in cands:
+            if c["status"] == SCREENED_OUT:
+                continue  # a screening run: short, on the planned regime only, not comparable with full runs
             records = self.records(c)
             latency = mean_latency(records)
             if latency is not None and (best is None or latency < best[0]):
                 best = (latency, mean_speedup_vs_fi(records), c["solution_name"])
         promoted = [d for d in decisions if d["verdict"] == PROMOTED]
+        rungs = self.round_rungs(decisions)
+        decisions = [d for d in decisions if d["rule"] != HALVING_RULE] or decisions  # finalists' decide the text
         incumbent = self.incumbent()
         if kind == "baseline":
             decision = "starting incumbent"
@@ -95,10 +101,17 @@ class RunView:
             "stopped": [r["stopped"] or r["error"] for r in responses if r["stopped"] or r["error"]],
             "rejected": [c["reason"] for c in cands if c["status"] == REJECTED],
             "decision": decision,
-            "search": self.search_notes(responses),
+            "search": "; ".join(n for n in (self.search_notes(responses), screening_line(rungs)) if n),
+            "screening": [r.to_json() for r in rungs],  # successive halving's rungs (controller/screening.py)
             # where the run stands after this round: the trajectory (controller/trajectory.py)
             "incumbent": {"name": incumbent["solution_name"], **standing(self.records(incumbent))},
         }
+
+    @staticmethod
+    def round_rungs(decisions: list[dict[str, Any]]) -> list[Rung]:
+        """The rungs of successive halving archived with a round's screened-out decisions (by depth, then rung)."""
+        return rungs_of([d["details"]["halving"] for d in decisions
+                         if d["rule"] == HALVING_RULE and (d.get("details") or {}).get("halving")])
 
     def search_notes(self, responses: list[dict[str, Any]]) -> str:
         """What the offline search decided for this round's requests (controller/search.py), from their archived

@@ -11,7 +11,9 @@ overall was forgotten with its candidate. Here, from the run's history alone (pu
 - on a stall, **escape**: the next proposals switch design (another template of the skill, from its starting
   point) before any neighbour, the "stall escape" of search-based kernel tuning.
 
-Settings are data: the skill's machine block may carry ``search: {population, patience, min_gain}``.
+Settings are data: the skill's machine block may carry ``search: {population, patience, min_gain, halving}``;
+``halving: {eta, finalists, rungs, max_proposals, screen_iterations, screen_trials}`` turns on successive halving
+of a round's candidates on short timing runs (controller/halving.py decides, controller/screening.py runs it).
 """
 
 from __future__ import annotations
@@ -23,18 +25,67 @@ from typing import Any, Iterable, Optional
 from harness.data.generation_request import HistoryItem
 
 
+def _checked(cls: Any, data: Any, what: str) -> dict[str, Any]:
+    """``data`` as keyword arguments of the dataclass ``cls``: a mapping of its fields only (ValueError otherwise)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}: expected a mapping, got {data!r}")
+    unknown = set(data) - set(cls.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{what}: unknown keys {sorted(unknown)}")
+    return data
+
+
+@dataclass(frozen=True)
+class HalvingSettings:
+    """Successive halving of a round's candidates (controller/halving.py): every candidate is screened with a short
+    run, the best ``ceil(n / eta)`` are timed again with a run ``eta`` times longer, and so on until ``finalists``
+    remain; only those are evaluated in full. With halving on, a round proposes ``candidates * eta ** rungs``
+    candidates (at most ``max_proposals``)."""
+
+    eta: int = 2  # each rung keeps ceil(n / eta)
+    finalists: int = 1  # candidates per round (per repair depth) that get the full evaluation
+    rungs: int = 2  # how many halvings a round's widened proposal pays for
+    max_proposals: int = 8  # the widened proposal's bound
+    screen_iterations: int = 10  # timed iterations of rung 0's run; rung r runs screen_iterations * eta ** r
+    screen_trials: int = 1  # correctness trials (seeds) of a screening run
+
+    def __post_init__(self) -> None:
+        for name, low in (("eta", 2), ("finalists", 1), ("rungs", 0), ("max_proposals", 1),
+                          ("screen_iterations", 1), ("screen_trials", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"halving settings: {name} must be an integer >= {low}, got {value!r}")
+
+    @classmethod
+    def from_block(cls, block: Any) -> Optional["HalvingSettings"]:
+        """None (off) for an absent or false block; the defaults for ``true``; else the mapping's values."""
+        if block is None or block is False:
+            return None
+        if block is True:
+            return cls()
+        return cls(**_checked(cls, block, "halving settings"))
+
+    def proposals(self, candidates: int) -> int:
+        """How many candidates a round proposes when it halves: ``candidates * eta ** rungs``, bounded."""
+        return max(candidates, min(self.max_proposals, candidates * self.eta ** self.rungs))
+
+    def iterations(self, rung: int) -> int:
+        """Timed iterations of rung ``rung``'s run: each rung's survivors get a run ``eta`` times longer."""
+        return self.screen_iterations * self.eta ** rung
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     population: int = 3  # configurations whose neighbours are explored per regime
     patience: int = 2  # rounds without a gain on a regime before the design switches
     min_gain: float = 0.02  # a relative improvement smaller than this is noise, not progress
+    halving: Optional[HalvingSettings] = None  # successive halving of a round's candidates; None: off
 
     @classmethod
     def from_block(cls, block: Optional[dict[str, Any]]) -> "SearchSettings":
-        data = block or {}
-        unknown = set(data) - {"population", "patience", "min_gain"}
-        if unknown:
-            raise ValueError(f"search settings: unknown keys {sorted(unknown)}")
+        data = dict(_checked(cls, block or {}, "search settings"))
+        if "halving" in data:
+            data["halving"] = HalvingSettings.from_block(data["halving"])
         return cls(**data)
 
 

@@ -122,8 +122,8 @@ def test_a_skill_with_bad_search_settings_is_refused_on_one_line(skills):
     from controller.providers.offline import OfflineGenerator
 
     skill = skills["gqa-decode"]
-    line = "search: {population: 3, patience: 2, min_gain: 0.02}"
+    line = "search: {population: 3, patience: 2, min_gain: 0.02,"
     assert line in skill.body  # the shipped settings are data in the skill
-    broken = skill.model_copy(update={"body": skill.body.replace(line, "search: {patients: 2}")})
+    broken = skill.model_copy(update={"body": skill.body.replace(line, "search: {patients: 2,")})
     with pytest.raises(SkillError, match="search"):
         OfflineGenerator(broken)

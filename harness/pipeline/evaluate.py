@@ -67,6 +67,13 @@ def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[flo
     return scores.definition_scores(workloads)[0]
 
 
+def short_run(iterations: Optional[int], trials: Optional[int]) -> dict[str, int]:
+    """One submission's shorter run (the controller's screening runs of successive halving): timed iterations per
+    trial and correctness trials (seeds) instead of the preset's, as overrides of the candidate's preset; archived
+    in the submission's options as ``short_run``. Baselines and the reference are still measured with the preset."""
+    return {k: n for k, n in (("iterations", iterations), ("num_trials", trials)) if n}
+
+
 class Session(WorkloadEvaluation, SessionAudits):
     """Trusted state shared by submissions: the reference worker, its outputs, the environment."""
 
@@ -204,10 +211,11 @@ class Session(WorkloadEvaluation, SessionAudits):
 
     # -- one solution -------------------------------------------------------------------------------
 
-    def submit(self, solution: Solution, *, audit_level: Optional[str] = None) -> SubmissionResult:
+    def submit(self, solution: Solution, *, audit_level: Optional[str] = None, iterations: Optional[int] = None,
+               trials: Optional[int] = None) -> SubmissionResult:
         """Evaluate ``solution`` on the session's workloads. ``audit_level`` overrides the session's for this
-        submission only (the controller's paired timing runs use "off": the candidate's audits were run on
-        its own evaluation, and the candidate cannot tell the levels apart while it is being timed)."""
+        submission only (the controller's paired timing runs use "off": the candidate's audits were run on its own
+        evaluation, and it cannot tell the levels apart while timed); ``iterations``/``trials``: ``short_run``."""
         started, phases_before = time.perf_counter(), dict(self.phase_s)
         session_config = self.audit_config
         try:
@@ -219,7 +227,7 @@ class Session(WorkloadEvaluation, SessionAudits):
         self.audit_config = AuditConfig.for_level(audit_level or session_config.level, **overrides)
         self._open_submission: Optional[int] = None
         try:
-            result = self._submit(solution)
+            result = self._submit(solution, short_run(iterations, trials))
         except BaseException as err:
             self._close_cut_short(err)
             raise
@@ -242,9 +250,10 @@ class Session(WorkloadEvaluation, SessionAudits):
             pass
         self._open_submission = None
 
-    def _submit(self, solution: Solution) -> SubmissionResult:
+    def _submit(self, solution: Solution, short_run: Optional[dict[str, int]] = None) -> SubmissionResult:
         definition = self.dataset.definition(solution.definition)
         preset = self.dataset.preset(definition.name)
+        run_preset = preset.model_copy(update=short_run) if short_run else preset  # the candidate's own runs
         timeout_s = self.options.timeout_s or preset.timeout_s
         workloads = self.dataset.workloads_for(definition.name, self.options.workloads)
         if not workloads:
@@ -261,7 +270,7 @@ class Session(WorkloadEvaluation, SessionAudits):
             {"workloads": [w.uuid for w in workloads], "timeout_s": timeout_s, "preset": preset.model_dump(),
              "gpu": self.has_gpu, "audit_level": self.audit_config.level, "sandbox": self.sandbox_level,
              "static_gate": {"passed": not any(f["severity"] == "error" for f in static_findings),
-                             "findings": static_findings}}, env_id)
+                             "findings": static_findings}, **({"short_run": short_run} if short_run else {})}, env_id)
         self._open_submission = submission_id
         result = opened_result(submission_id, solution.name, definition.name, static_findings, self.sandbox_level,
                                self.has_gpu, self.options.timing)
@@ -299,8 +308,8 @@ class Session(WorkloadEvaluation, SessionAudits):
                             getattr(candidate, "compile_only_note", "") or "compiled with nvcc for "
                             + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")) + "; no GPU on this host to run it")
                     else:
-                        wr = self._evaluate_workload(candidate, definition, workload, label, preset, tol, timeout_s,
-                                                     run_audits=self.audit_config.level != "off")
+                        wr = self._evaluate_workload(candidate, definition, workload, label, run_preset, tol,
+                                                     timeout_s, run_audits=self.audit_config.level != "off")
                         if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
                             self._compare(definition, workload, preset, tol, timeout_s, wr)
                             suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound

@@ -1,0 +1,219 @@
+"""A round's candidate evaluation: successive halving on short runs (when on), each remaining candidate's
+evaluation through the harness, then the promotion decisions. Mixed into the Loop (controller/loop.py).
+
+Successive halving (controller/halving.py decides, settings in the skill's ``search: halving:``): when it is on,
+the evaluator can screen (``screen``) and time (a GPU), the pending candidates of one depth of a round (the
+explore request's, or one repair depth's) are screened on the round's planned regime with a short run (one
+correctness trial, a short timing run, audits off); the fastest ``ceil(n / eta)`` are timed again with a run
+``eta`` times longer, and so on until ``finalists`` remain. Each cut candidate gets an archived decision (verdict
+``SCREENED_OUT``, rule ``halving``, the rung's record in its details) and its screening submission: one that failed
+its screen keeps the harness's failing status, so it can be repaired like any failed candidate. Finalists go on to
+the evaluation and promotion below, unchanged. With halving off every candidate is evaluated as before.
+
+Resumable like the rest: a rung's decisions are archived as it finishes, so a resumed run continues with the
+candidates still pending at the next rung; an evaluation cut off by a kill is redone, one the harness finished
+is adopted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from harness.data.schema import Solution, dump_json
+from harness.data.statuses import EvaluationStatus, NO_VERDICT, SubmissionStatus
+
+from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, needs_screening
+from .promote import Decision, FullEvaluation, PairedMeasurement, confirm, decide, gate_failure, screen_failure
+from .rounds import RunView
+from .search import HalvingSettings
+from .providers.offline import offline_generator
+from .skills import PromotionThresholds, Skill, SkillError
+from .store import DUPLICATE, EVALUATING, PENDING, REJECTED, UNFINISHED
+
+
+def export_solution(folder: Path, solution: Solution) -> Path:
+    path = folder / "promoted" / solution.definition / f"{solution.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(dump_json(solution), indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def halving_settings(skills: dict[str, Skill], definition: Any) -> Optional[HalvingSettings]:
+    """The ``search: halving:`` settings of the skill whose templates serve ``definition`` (None: off, also for a
+    definition no skill template serves, e.g. a run from a given incumbent with a model provider)."""
+    try:
+        return offline_generator(skills, definition).search.halving
+    except SkillError:
+        return None
+
+
+class RoundEvaluation(RunView):
+    """The evaluation steps of a round; the Loop sets what they use (see RunView, and ``halving``)."""
+
+    emit: Callable[[str, dict[str, Any]], None]
+    thresholds: PromotionThresholds
+    workloads: list[Any]
+    halving: Optional[HalvingSettings]  # the skill's settings; None: off
+
+    # -- successive halving ------------------------------------------------------------------------------
+
+    def halving_active(self) -> Optional[HalvingSettings]:
+        """The halving settings where they apply here: on in the skill, an evaluator that screens, and timing (a
+        screen ranks by latency). None otherwise: every candidate is then evaluated in full."""
+        if self.halving is None or not callable(getattr(self.evaluator, "screen", None)):
+            return None
+        return self.halving if self.evaluator.why_no_timing() is None else None
+
+    def screen_workloads(self, round_number: int) -> Optional[list[str]]:
+        """The round's planned regime's workloads (as archived with the round); None (the run's) for a plan on
+        every regime or a regime none of the run's workloads is in."""
+        row = self.store.round(self.run_id, round_number) or {}
+        plan = row.get("plan") or {}
+        regime = (json.loads(plan) if isinstance(plan, str) else plan).get("regime")
+        chosen = [w.uuid for w in self.workloads if regime and self.regimes.get(w.uuid) == regime]
+        return chosen or None
+
+    def screening_rungs(self, round_number: int, depth: int) -> list[Rung]:
+        """The archived rungs of one depth of a round, from its screened-out decisions."""
+        decisions = [d for d in self.store.decisions(self.run_id) if d["round"] == round_number]
+        return [r for r in self.round_rungs(decisions) if r.depth == depth]
+
+    def screen_batch(self, round_number: int, depth: int, batch: list[dict[str, Any]],
+                     halving: HalvingSettings) -> None:
+        """Rungs of halving on ``batch`` (pending candidates of one depth) until ``finalists`` remain."""
+        rung = max((r.rung for r in self.screening_rungs(round_number, depth)), default=-1) + 1
+        workloads = self.screen_workloads(round_number)
+        while needs_screening(len(batch), halving.finalists):
+            iterations = halving.iterations(rung)
+            labels = _labels(batch)
+            results = [self.screen_one(round_number, c, labels[c["id"]], workloads, iterations,
+                                       halving.screen_trials) for c in batch]
+            decided = decide_rung(results, halving.eta, halving.finalists, rung, iterations, depth)
+            for c, result in zip(batch, results):
+                if result.name in decided.cut:
+                    self.screen_out(round_number, c, result, decided)
+            self.emit("screen", {"round": round_number, "rung": rung, "iterations": iterations,
+                                 "entered": len(batch), "kept": list(decided.kept)})
+            batch = [c for c in batch if labels[c["id"]] in decided.kept]
+            rung += 1
+
+    def screen_one(self, round_number: int, candidate: dict[str, Any], label: str, workloads: Optional[list[str]],
+                   iterations: int, trials: int) -> Screened:
+        self.emit("screen_run", {"round": round_number, "name": candidate["solution_name"], "iterations": iterations})
+        submission_id = self.evaluator.screen(self.store.solution(candidate), workloads,  # type: ignore[attr-defined]
+                                              iterations, trials)
+        records = self.store.eval_records(submission_id, self.regimes)
+        failing = next((r for r in records if r.status != EvaluationStatus.PASSED), None)
+        if failing is not None:
+            status, message = failing.status, failing.message
+        elif not records:  # nothing ran (refused before the first workload)
+            status, message = self.store.submission_status(submission_id) or "UNKNOWN", "no workload evaluated"
+        else:
+            status, message = EvaluationStatus.PASSED.value, ""
+        return Screened(label, str(status), {r.workload: r.latency_ms for r in records}, message, submission_id)
+
+    def screen_out(self, round_number: int, candidate: dict[str, Any], result: Screened,
+                   rung: Rung) -> None:
+        """Archive why ``candidate`` was cut: its status (the failing one, else SCREENED_OUT), its screening
+        submission, and a decision with the rung's record."""
+        why = f"rung {rung.rung} ({rung.iterations} iterations): {rung.cut[result.name]}"
+        status = SCREENED_OUT if result.status == EvaluationStatus.PASSED.value else result.status
+        self.store.set_candidate(candidate["id"], status, submission_id=result.submission_id, reason=why)
+        details = {"halving": rung.to_json(), "screening_submission": result.submission_id,
+                   "status": result.status}
+        self.store.add_decision(self.run_id, round_number, candidate["id"], self.incumbent()["id"], SCREENED_OUT,
+                                HALVING_RULE, [why], details)
+        self.emit("candidate", {"round": round_number, "name": candidate["solution_name"], "status": status,
+                                "screened_out": why})
+
+    # -- evaluation ----------------------------------------------------------------------------------------
+
+    def evaluate_pending(self, round_number: int) -> None:
+        halving = self.halving_active()
+        if halving is not None:
+            pending = [c for c in self.store.candidates(self.run_id, round_number) if c["status"] == PENDING]
+            for depth in sorted({c["depth"] for c in pending}):
+                self.screen_batch(round_number, depth, [c for c in pending if c["depth"] == depth], halving)
+        for c in self.store.candidates(self.run_id, round_number):
+            if c["status"] in UNFINISHED:
+                self.evaluate_candidate(round_number, c)
+
+    def evaluate_candidate(self, round_number: int, c: dict[str, Any]) -> None:
+        if c["status"] == EVALUATING and c["submission_id"] is not None:
+            status = self.store.submission_status(c["submission_id"])
+            if status is not None and status not in NO_VERDICT:  # the harness finished before the kill
+                self.store.set_candidate(c["id"], status, reason="adopted the finished harness evaluation")
+                self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status,
+                                        "adopted": True})
+                return
+        abandoned = c["submission_id"] if c["status"] == EVALUATING else None  # cut short by the kill
+        solution = self.store.solution(c)
+        self.emit("evaluate", {"round": round_number, "name": c["solution_name"]})
+        submission_id = self.evaluator.evaluate(
+            solution, on_start=lambda sid, cid=c["id"]: self.store.set_candidate(cid, EVALUATING, submission_id=sid))
+        status = self.store.submission_status(submission_id) or "UNKNOWN"
+        self.store.set_candidate(c["id"], status, submission_id=submission_id)
+        if abandoned is not None and abandoned != submission_id:
+            # Reviewers see why it never finished, and where its evaluation went.
+            self.store.archive.finish_submission(
+                abandoned, SubmissionStatus.INTERRUPTED,
+                f"stopped before it finished; run {self.run_id} evaluated the candidate again as submission "
+                f"{submission_id}")
+        self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": status})
+
+    # -- promotion -----------------------------------------------------------------------------------------
+
+    def decide_round(self, round_number: int) -> None:
+        for c in self.store.candidates(self.run_id, round_number):
+            if c["status"] in (*UNFINISHED, REJECTED, DUPLICATE) or self.store.decision(self.run_id, c["id"]):
+                continue
+            incumbent = self.incumbent()
+            records = self.records(c)
+            measurement = None
+            screened = None
+            if gate_failure(records, self.thresholds) is None:
+                screened = screen_failure(records, self.records(incumbent), self.thresholds)
+                if screened is None:
+                    measurement = self.evaluator.measure_paired(self.store.solution(incumbent),
+                                                                self.store.solution(c), self.thresholds.min_repeats,
+                                                                self.thresholds.paired_order)
+            decision = screened or decide(records, measurement, self.thresholds, self.regimes)
+            if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
+                decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
+                                   self.thresholds)
+            self.record_decision(round_number, c, incumbent, decision, measurement)
+
+    def full_evaluation(self, round_number: int, candidate: dict[str, Any]) -> FullEvaluation:
+        """Evaluate ``candidate`` again at the full audit level; what the harness archived of it."""
+        self.emit("evaluate_full", {"round": round_number, "name": candidate["solution_name"]})
+        submission_id = self.evaluator.evaluate_full(self.store.solution(candidate))
+        submission = self.store.archive.submission(submission_id)
+        scores = submission.get("scores") or {}
+        full = FullEvaluation(submission_id, (submission.get("options") or {}).get("audit_level"),
+                              tuple(self.store.eval_records(submission_id, self.regimes)),
+                              tuple(scores.get("promotion_blockers") or ()))
+        self.emit("full_audit", {"round": round_number, "name": candidate["solution_name"],
+                                 "submission_id": submission_id, "status": submission.get("status")})
+        return full
+
+    def record_decision(self, round_number: int, candidate: dict[str, Any], incumbent: dict[str, Any],
+                        decision: Decision, measurement: Optional[PairedMeasurement]) -> None:
+        exported = None
+        if decision.promoted:
+            exported = str(export_solution(self.store.archive.folder, self.store.solution(candidate)))
+        details = {**decision.details, "measurement": measurement.to_json() if measurement else None}
+        self.store.add_decision(self.run_id, round_number, candidate["id"], incumbent["id"], decision.verdict,
+                                decision.rule, list(decision.reasons), details, exported)
+        self.emit("decision", {"round": round_number, "name": candidate["solution_name"],
+                               "verdict": decision.verdict, "reasons": list(decision.reasons)})
+
+
+def _labels(batch: list[dict[str, Any]]) -> dict[int, str]:
+    """Candidate id -> the name a rung's record gives it: its solution's name, with its id where names repeat."""
+    names = [c["solution_name"] for c in batch]
+    return {c["id"]: c["solution_name"] if names.count(c["solution_name"]) == 1 else f"{c['solution_name']}#{c['id']}"
+            for c in batch}
