@@ -70,6 +70,29 @@ def workload_row(w: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def harness_seconds(submissions: Any) -> Optional[float]:
+    """The submissions' own wall time (created to their last finished evaluation, as archived), summed: what the
+    record cost on the GPU host, also when it is rebuilt elsewhere with --from-archive. A cut submission is
+    closed later by the next harness on its archive, so its own finish time would overstate it."""
+    total = 0.0
+    for s in submissions:
+        ends = [e["finished_at"] for e in s.get("evaluations") or [] if e.get("finished_at")]
+        if not (s.get("created_at") and ends):
+            return None
+        last = max(map(dt.datetime.fromisoformat, ends))
+        total += (last - dt.datetime.fromisoformat(s["created_at"])).total_seconds()
+    return round(total, 1)
+
+
+def workloads_clean(rows: list[dict[str, Any]], total_workloads: int) -> bool:
+    """Every workload of the definition evaluated, PASSED, with no failed audit and (where attribution ran) at
+    least 95% of GPU time in the example's own kernels: what promotion asks of each workload, read across
+    submissions (a record continued after a time limit joins two; the harness judges each on its own)."""
+    return len(rows) == total_workloads and all(
+        r["status"] == "PASSED" and not r["failed_audits"] and (r["own_share"] is None or r["own_share"] >= 0.95)
+        for r in rows)
+
+
 def definition_record(definition: str, submissions: list[dict[str, Any]], total_workloads: int,
                       wall_s: float) -> dict:
     """A definition's record from its archived submissions (``harness show --json``, oldest first): the newest
@@ -85,11 +108,14 @@ def definition_record(definition: str, submissions: list[dict[str, Any]], total_
     verdicts = [(s.get("scores") or {}).get("promotable") for s in used.values()]
     return {"definition": definition, "submissions": sorted(used),
             "statuses": sorted({s.get("status") for s in used.values()}),
+            # the harness's verdict per submission: one cut by a time limit is never promotable as a whole
             "promotable": all(v is True for v in verdicts) if verdicts else None,
+            # across the submissions the record joins: every workload PASSED, no audit failed, own compute
+            "clean": workloads_clean(rows, total_workloads),
             "workloads": total_workloads, "finished": len(rows),
             "passed": sum(r["status"] == "PASSED" for r in rows), "timed": sum(bool(r["latency_ms"]) for r in rows),
             "notices": sorted({n for s in used.values() for n in (s.get("message") or "").split("; ") if n}),
-            "wall_s": round(wall_s, 1), "rows": rows}
+            "wall_s": round(wall_s, 1), "harness_s": harness_seconds(used.values()), "rows": rows}
 
 
 def _fmt(v: Optional[float], spec: str, scale: float = 1.0, suffix: str = "") -> str:
@@ -100,12 +126,15 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Contest families on {report['gpu']} ({report['date']})", "",
              "Each example through `harness submit` on every workload of its definition (official timing; "
              "baselines where one runs on this GPU, else the timed reference).", "",
-             "| definition | finished | PASSED | promotable | submissions | wall s | notices |",
-             "|---|---|---|---|---|---|---|"]
+             "`promotable` is the harness's verdict on every submission the record joins (one cut by a time limit is "
+             "not promotable as a whole); `clean`: every workload PASSED, no audit failed, own compute >= 95%.", "",
+             "| definition | finished | PASSED | promotable | clean | submissions | harness s | notices |",
+             "|---|---|---|---|---|---|---|---|"]
     for d in report["definitions"]:
         lines.append(f"| {d['definition']} | {d['finished']}/{d['workloads']} | {d['passed']} | {d['promotable']} | "
+                     f"{d.get('clean')} | "
                      f"{', '.join(map(str, d['submissions']))} ({', '.join(map(str, d['statuses']))}) | "
-                     f"{d['wall_s']} | {'; '.join(n[:120] for n in d['notices']) or '-'} |")
+                     f"{d.get('harness_s')} | {'; '.join(n[:120] for n in d['notices']) or '-'} |")
     for d in report["definitions"]:
         lines += ["", f"## {d['definition']}", "",
                   "| workload | status | latency ms | GPU busy ms | baseline ms | baseline busy ms | vs baseline | "

@@ -45,3 +45,21 @@ def test_the_markdown_has_one_line_per_workload():
     text = fr.markdown(report)
     assert "| gdn_decode_qk4_v8_d128_k_last | 46/54 | 46 |" in text
     assert text.count("\n| b") == 46 and "| b64_0 |" not in text  # the cut-off workloads are absent, not invented
+
+
+def test_clean_reads_every_workload_across_the_submissions_a_record_joins():
+    """A record continued after a time limit joins a cut submission (never promotable as a whole) and the one that
+    finished it: `clean` says whether each workload would pass promotion; a missing workload, a failed audit or
+    library compute make it False."""
+    sub = json.loads(SHOWN.read_text())
+    rows = fr.definition_record(sub["definition"], [sub], 54, 1.0)["rows"]
+    assert fr.workloads_clean(rows, 46) is True
+    assert fr.workloads_clean(rows, 54) is False  # 8 workloads never evaluated
+    audited = [dict(rows[0], failed_audits=["precision"])] + rows[1:]
+    assert fr.workloads_clean(audited, 46) is False
+    borrowed = [dict(rows[0], own_share=0.5)] + rows[1:]
+    assert fr.workloads_clean(borrowed, 46) is False
+    unattributed = [dict(rows[0], own_share=None)] + rows[1:]
+    assert fr.workloads_clean(unattributed, 46) is True
+    failed = [dict(rows[0], status="INCORRECT_NUMERICAL")] + rows[1:]
+    assert fr.workloads_clean(failed, 46) is False
