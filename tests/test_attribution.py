@@ -102,6 +102,32 @@ def test_attribution_verdict(kernel_ns, calls, passed, words):
     assert words in verdict.detail
 
 
+ATEN_EXP = ("_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_15exp_kernel_cuda"
+            "ERNS_18TensorIteratorBaseEEvS4_T0_T1_")
+ATEN_MUL = ("_ZN2at6native27unrolled_elementwise_kernelINS0_13BinaryFunctorIfffNS0_15binary_internal"
+            "10MulFunctorIfEEEEvT_")
+ATEN_REDUCE = "_ZN2at6native13reduce_kernelILi512ELi1ENS0_8ReduceOpIfNS0_14func_wrapper_tIfNS0_6SumOpsEEEEEEvT1_"
+ATEN_INDEX = "_ZN2at6native24index_elementwise_kernelILi128ELi4EZNS0_16gpu_index_kernelEEvlT1_"
+
+
+@pytest.mark.parametrize("kernel_ns, passed, words", [
+    # GDN decode at batch 1: a 3 us kernel, gates in PyTorch (exp, softplus, mul...: 7 launches, 14 us a call)
+    ({"_decode_kernel": 50 * 3e3, ATEN_EXP: 50 * 8e3, ATEN_MUL: 50 * 6e3}, True, "pointwise glue 14.0 us"),
+    # the same kernels but 40 us of pointwise work a call: over the glue budget, library compute
+    ({"_decode_kernel": 50 * 3e3, ATEN_EXP: 50 * 20e3, ATEN_MUL: 50 * 20e3}, False, "fallback: 7.0%"),
+    # glue never covers a reduction or a gather, however small their share of time may look
+    ({"_decode_kernel": 50 * 3e3, ATEN_EXP: 50 * 8e3, ATEN_REDUCE: 50 * 10e3}, False, "fallback"),
+    ({"_decode_kernel": 50 * 3e3, ATEN_INDEX: 50 * 10e3}, False, "fallback"),
+    # pointwise glue alone, no kernel of the candidate's: nothing of its own ran
+    ({ATEN_EXP: 50 * 8e3}, False, "fallback: none of the candidate's kernels ran"),
+])
+def test_pytorch_pointwise_glue_is_left_out_up_to_its_budget(kernel_ns, passed, words):
+    verdict = attribution_verdict(kernel_ns, OWN, 0.95, 50, allowance_us=5.0, pointwise_us=25.0)
+    assert verdict.passed is passed, verdict
+    assert words in verdict.detail
+    assert not attribution_verdict(kernel_ns, OWN, 0.95, 50, allowance_us=5.0).passed  # no glue budget: caught
+
+
 def test_the_datasets_baselines_own_their_library_kernels():
     none = OwnKernels(frozenset(), frozenset())
     assert not attribution_verdict({FLASHINFER: 1e6}, none, 0.95, 50).passed

@@ -13,6 +13,10 @@ Everything else is the library's (PyTorch's aten, cuBLAS/cuBLASLt, cuDNN, CUTLAS
 FlashInfer, NCCL). Moving data is not computing: memsets, memcpys and PyTorch's fill/copy/cast kernels
 (``torch.zeros`` for a split-K accumulator, ``.to(torch.bfloat16)``, ``.contiguous()``) are housekeeping,
 reported but left out of the share, so an honest wrapper's allocations are never read as a fallback.
+PyTorch's pointwise kernels (TensorIterator's ``elementwise_kernel`` family: gate math, masks, a scale) cannot
+do an operator's contractions, reductions or selections; up to a small budget per call they are an honest
+wrapper's glue (a GDN solution's gates in PyTorch: about 7 launch-bound kernels, 10-15 us a call, beside a
+3 us decode kernel) and are reported but left out of the share; above it they count as library compute.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ LIBRARY_PREFIXES = ("nvjet", "sm90_xmma", "sm80_xmma", "sm100_xmma", "xmma_", "c
 HOUSEKEEPING = re.compile(r"^\[mem(set|cpy)|(?<![A-Za-z_])(FillFunctor|fill_kernel|direct_copy_kernel|copy_kernel|"
                           r"CatArrayBatchedCopy|cast_kernel|_to_copy|copy_device_to_device)|"
                           r"(?<![A-Za-z_])(unrolled_elementwise_kernel|elementwise_kernel)<.*(copy|Copy|fill|Fill)")
+
+# TensorIterator's pointwise kernels (at::native::...); index_elementwise_kernel (gathers) and reductions are not.
+POINTWISE = frozenset({"vectorized_elementwise_kernel", "unrolled_elementwise_kernel", "elementwise_kernel"})
 
 _PY_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)\s*\(", re.M)
 _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+|inline\s+)*"
@@ -114,6 +121,12 @@ def is_housekeeping(name: str) -> bool:
     return bool(HOUSEKEEPING.search(name))
 
 
+def is_pointwise(name: str) -> bool:
+    """One of PyTorch's own pointwise kernels (a kernel the candidate wrote is never counted as PyTorch's)."""
+    parts = qualified_name(name)
+    return parts[:2] == ["at", "native"] and parts[-1] in POINTWISE
+
+
 def is_own(name: str, own: OwnKernels) -> bool:
     if name.startswith("["):  # memcpy/memset
         return False
@@ -127,12 +140,14 @@ def is_own(name: str, own: OwnKernels) -> bool:
 
 
 def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_share: float, calls: int = 1,
-                        allowance_us: float = 0.0, library_is_own: bool = False) -> Audit:
+                        allowance_us: float = 0.0, library_is_own: bool = False,
+                        pointwise_us: float = 0.0) -> Audit:
     """At least ``min_share`` of the compute time (housekeeping left out) in the candidate's own kernels, or
     at most ``allowance_us`` of library compute per call (index arithmetic such as ``indptr[1:] - indptr[:-1]``
     costs an honest wrapper a few microseconds; any attention done by a library costs far more). ``calls``: how
     many timed calls ``kernel_ns`` sums over. At least one of the candidate's kernels must have run.
 
+    ``pointwise_us``: PyTorch pointwise kernels up to this much per call are glue, left out like housekeeping.
     ``library_is_own``: the dataset's own baselines declare a library call, so every kernel they launch is theirs.
     A failing verdict's detail starts with ``fallback:`` (harness.audits.verdicts.is_fallback reads it)."""
     total = sum(kernel_ns.values())
@@ -143,6 +158,12 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
     chores = {n: t for n, t in kernel_ns.items()
               if is_housekeeping(n) and not (library_is_own or is_own(n, own))}
     compute = {n: t for n, t in kernel_ns.items() if n not in chores}
+    glue = {n: t for n, t in compute.items() if is_pointwise(n) and not (library_is_own or is_own(n, own))}
+    glue_us = sum(glue.values()) / max(calls, 1) / 1e3
+    if glue and glue_us <= pointwise_us:
+        compute = {n: t for n, t in compute.items() if n not in glue}
+    else:
+        glue = {}
     mine = {n: t for n, t in compute.items() if library_is_own or is_own(n, own)}
     compute_total = sum(compute.values())
     library_us = (compute_total - sum(mine.values())) / max(calls, 1) / 1e3
@@ -156,6 +177,8 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
         detail += f" ({library_us:.1f} us of library compute per call)"
     if others:
         detail += "; elsewhere: " + ", ".join(f"{n[:80]} {100 * t / total:.1f}%" for t, n in others)
+    if glue:
+        detail += f"; PyTorch pointwise glue {glue_us:.1f} us per call (not counted)"
     if chores:
         detail += f"; data movement {100 * sum(chores.values()) / total:.1f}% (not counted)"
     return Audit(name="attribution", passed=passed, detail=detail,

@@ -52,6 +52,8 @@ class AuditConfig:
     attribution_min_share: float = 0.95  # share of compute time in kernels the candidate wrote
     # ...or at most this much library compute per call (an honest wrapper's index arithmetic: a few us)
     attribution_allowance_us: float = 5.0
+    # ...and PyTorch pointwise kernels up to this much per call are glue (gate math, masks: ~1.5-3 us a launch)
+    attribution_pointwise_us: float = 25.0
     speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
 
     @classmethod
@@ -203,7 +205,8 @@ def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: Audit
                         library_is_own: bool = False) -> Audit:
     """Who did the work, with this level's thresholds (harness.audits.attribution)."""
     return attribution.attribution_verdict(kernel_ns, own, cfg.attribution_min_share, calls,
-                                           cfg.attribution_allowance_us, library_is_own)
+                                           cfg.attribution_allowance_us, library_is_own,
+                                           cfg.attribution_pointwise_us)
 
 
 def is_fallback(audits: Iterable[Audit]) -> bool:
