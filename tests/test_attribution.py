@@ -112,7 +112,7 @@ ATEN_INDEX = "_ZN2at6native24index_elementwise_kernelILi128ELi4EZNS0_16gpu_index
 
 @pytest.mark.parametrize("kernel_ns, passed, words", [
     # GDN decode at batch 1: a 3 us kernel, gates in PyTorch (exp, softplus, mul...: 7 launches, 14 us a call)
-    ({"_decode_kernel": 50 * 3e3, ATEN_EXP: 50 * 8e3, ATEN_MUL: 50 * 6e3}, True, "pointwise glue 14.0 us"),
+    ({"_decode_kernel": 50 * 3e3, ATEN_EXP: 50 * 8e3, ATEN_MUL: 50 * 6e3}, True, "PyTorch glue 14.0 us"),
     # the same kernels but 40 us of pointwise work a call: over the glue budget, library compute
     ({"_decode_kernel": 50 * 3e3, ATEN_EXP: 50 * 20e3, ATEN_MUL: 50 * 20e3}, False, "fallback: 7.0%"),
     # glue never covers a reduction or a gather, however small their share of time may look
@@ -175,3 +175,33 @@ def test_timing_without_cupti_records_cannot_be_cleared(tiny_dataset_root, tmp_p
     assert not audit.passed and "without CUPTI" in audit.detail and not is_fallback(events.audits)
     assert not untimed.audits and "attribution unavailable: no timing" in untimed.timing_note
     assert timed.audits[0].passed, timed.audits
+
+
+ATEN_TOPK = "_ZN2at6native6sbtopk10gatherTopKIfjLi2ELb0EEEvNS_4cuda6detail10TensorInfoIT_T0_EES8_"
+
+
+@pytest.mark.parametrize("kernel_ns, aten_us, passed", [
+    # MoE with its routing in PyTorch (top-k, sums, pointwise: 60 us a call) beside 250 us of its own GEMMs
+    ({"_decode_kernel": 50 * 250e3, ATEN_TOPK: 50 * 30e3, ATEN_REDUCE: 50 * 10e3, ATEN_EXP: 50 * 20e3}, 150.0, True),
+    # the same without the family's ATen budget: the top-k and sums are library compute
+    ({"_decode_kernel": 50 * 250e3, ATEN_TOPK: 50 * 30e3, ATEN_REDUCE: 50 * 10e3, ATEN_EXP: 50 * 20e3}, 0.0, False),
+    # over the budget, every ATen kernel counts again, pointwise ones too
+    ({"_decode_kernel": 50 * 250e3, ATEN_TOPK: 50 * 100e3, ATEN_EXP: 50 * 100e3}, 150.0, False),
+    # cuBLAS is never glue, whatever the budget
+    ({"_decode_kernel": 50 * 250e3, NVJET: 50 * 100e3}, 150.0, False),
+])
+def test_a_family_may_count_its_aten_bookkeeping_as_glue(kernel_ns, aten_us, passed):
+    verdict = attribution_verdict(kernel_ns, OWN, 0.95, 50, allowance_us=5.0, pointwise_us=25.0, aten_us=aten_us)
+    assert verdict.passed is passed, verdict
+
+
+def test_the_moe_policy_gives_its_routing_a_glue_budget_and_the_others_none():
+    import yaml
+
+    from harness.audits.static_gate.policy import DEFAULT_POLICY_PATH
+    from harness.audits.thresholds import policy_thresholds
+
+    doc = yaml.safe_load(open(DEFAULT_POLICY_PATH))
+    moe = policy_thresholds(doc, "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", "moe")
+    gqa = policy_thresholds(doc, "gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged")
+    assert moe["attribution_aten_glue_us"] == 150.0 and "attribution_aten_glue_us" not in gqa

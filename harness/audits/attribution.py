@@ -127,6 +127,30 @@ def is_pointwise(name: str) -> bool:
     return parts[:2] == ["at", "native"] and parts[-1] in POINTWISE
 
 
+def is_aten(name: str) -> bool:
+    """One of PyTorch's own ATen kernels (pointwise, reductions, top-k, sort, index, scatter); cuBLAS, cuDNN and
+    PyTorch's attention kernels live elsewhere."""
+    return qualified_name(name)[:2] == ["at", "native"]
+
+
+def pytorch_glue(others: Mapping[str, float], calls: int, pointwise_us: float, aten_us: float) -> dict[str, float]:
+    """The kernels, among those not the candidate's (``others``: name -> ns over ``calls``), that are a wrapper's
+    PyTorch glue: every ATen kernel where they take at most ``aten_us`` per call together (a family whose
+    definition includes cheap bookkeeping, e.g. MoE's routing: top-k, sums, scatters on [T, 256]); else the
+    pointwise ones where those take at most ``pointwise_us`` (the default: pointwise maps cannot contract,
+    reduce or select, so no budget can hide an operator's work in them). Nothing where a budget is exceeded."""
+    per_call = max(calls, 1) * 1e3
+
+    def within(kernels: dict[str, float], budget_us: float) -> bool:
+        return bool(kernels) and sum(kernels.values()) / per_call <= budget_us
+
+    aten = {n: t for n, t in others.items() if is_aten(n)}
+    if within(aten, aten_us):
+        return aten
+    pointwise = {n: t for n, t in aten.items() if is_pointwise(n)}
+    return pointwise if within(pointwise, pointwise_us) else {}
+
+
 def is_own(name: str, own: OwnKernels) -> bool:
     if name.startswith("["):  # memcpy/memset
         return False
@@ -141,13 +165,13 @@ def is_own(name: str, own: OwnKernels) -> bool:
 
 def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_share: float, calls: int = 1,
                         allowance_us: float = 0.0, library_is_own: bool = False,
-                        pointwise_us: float = 0.0) -> Audit:
+                        pointwise_us: float = 0.0, aten_us: float = 0.0) -> Audit:
     """At least ``min_share`` of the compute time (housekeeping left out) in the candidate's own kernels, or
     at most ``allowance_us`` of library compute per call (index arithmetic such as ``indptr[1:] - indptr[:-1]``
     costs an honest wrapper a few microseconds; any attention done by a library costs far more). ``calls``: how
     many timed calls ``kernel_ns`` sums over. At least one of the candidate's kernels must have run.
 
-    ``pointwise_us``: PyTorch pointwise kernels up to this much per call are glue, left out like housekeeping.
+    ``pointwise_us``, ``aten_us``: PyTorch glue budgets per call (``pytorch_glue``), left out like housekeeping.
     ``library_is_own``: the dataset's own baselines declare a library call, so every kernel they launch is theirs.
     A failing verdict's detail starts with ``fallback:`` (harness.audits.verdicts.is_fallback reads it)."""
     total = sum(kernel_ns.values())
@@ -158,12 +182,10 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
     chores = {n: t for n, t in kernel_ns.items()
               if is_housekeeping(n) and not (library_is_own or is_own(n, own))}
     compute = {n: t for n, t in kernel_ns.items() if n not in chores}
-    glue = {n: t for n, t in compute.items() if is_pointwise(n) and not (library_is_own or is_own(n, own))}
+    glue = pytorch_glue({n: t for n, t in compute.items() if not (library_is_own or is_own(n, own))},
+                        calls, pointwise_us, aten_us)
     glue_us = sum(glue.values()) / max(calls, 1) / 1e3
-    if glue and glue_us <= pointwise_us:
-        compute = {n: t for n, t in compute.items() if n not in glue}
-    else:
-        glue = {}
+    compute = {n: t for n, t in compute.items() if n not in glue}
     mine = {n: t for n, t in compute.items() if library_is_own or is_own(n, own)}
     compute_total = sum(compute.values())
     library_us = (compute_total - sum(mine.values())) / max(calls, 1) / 1e3
@@ -178,7 +200,7 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
     if others:
         detail += "; elsewhere: " + ", ".join(f"{n[:80]} {100 * t / total:.1f}%" for t, n in others)
     if glue:
-        detail += f"; PyTorch pointwise glue {glue_us:.1f} us per call (not counted)"
+        detail += f"; PyTorch glue {glue_us:.1f} us per call (not counted)"
     if chores:
         detail += f"; data movement {100 * sum(chores.values()) / total:.1f}% (not counted)"
     return Audit(name="attribution", passed=passed, detail=detail,

@@ -11,7 +11,8 @@ from typing import Any, Optional
 # Thresholds a policy may set (audit_policy.yaml `thresholds:`, per layer); the level's set sizes stay the level's.
 POLICY_THRESHOLDS = ("precision_error_multiple", "precision_error_floor", "precision_relative_floor", "clock_ratio",
                      "clock_slack_ms", "clock_floor_ratio", "replay_ratio", "replay_slack_ms", "attribution_min_share",
-                     "attribution_allowance_us", "attribution_pointwise_us", "speedup_bound")
+                     "attribution_allowance_us", "attribution_pointwise_us",
+                     "attribution_aten_glue_us", "speedup_bound")
 
 
 def policy_thresholds(data: Optional[dict[str, Any]], definition: Optional[str],

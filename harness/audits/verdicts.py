@@ -54,6 +54,9 @@ class AuditConfig:
     attribution_allowance_us: float = 5.0
     # ...and PyTorch pointwise kernels up to this much per call are glue (gate math, masks: ~1.5-3 us a launch)
     attribution_pointwise_us: float = 25.0
+    # ...or every ATen kernel (reductions, top-k, scatters too) up to this much: off unless a family's routing or
+    # bookkeeping is part of its definition (MoE sets it in audit_policy.yaml)
+    attribution_aten_glue_us: float = 0.0
     speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
 
     @classmethod
@@ -206,7 +209,7 @@ def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: Audit
     """Who did the work, with this level's thresholds (harness.audits.attribution)."""
     return attribution.attribution_verdict(kernel_ns, own, cfg.attribution_min_share, calls,
                                            cfg.attribution_allowance_us, library_is_own,
-                                           cfg.attribution_pointwise_us)
+                                           cfg.attribution_pointwise_us, cfg.attribution_aten_glue_us)
 
 
 def is_fallback(audits: Iterable[Audit]) -> bool:
