@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-PASSED = "PASSED"
+from harness.data.statuses import EvaluationStatus
+
+PASSED = EvaluationStatus.PASSED.value
 HALVING_RULE = "halving"  # the rule of a screened-out candidate's archived decision
 SCREENED_OUT = "SCREENED_OUT"  # its verdict (and its status where it passed but was slower)
 
