@@ -1,0 +1,57 @@
+"""Build FlashInfer's CUTLASS fused-MoE module (the MoE family's Hopper stand-in baseline) before a session.
+
+    python scripts/prebuild_flashinfer_moe.py [--cache DIR] [--jobs N] [--budget-s S]
+
+The module is one JIT build of some 40 CUTLASS translation units (every dtype pair FlashInfer instantiates, not
+only the FP8 block-scale one the baseline calls): far longer than a workload's time limit, so a baseline worker
+that starts it cold runs out of time and the MoE records have no baseline. Built here once per host into the
+folder the harness's baseline workers use (``CRUCIBLE_FLASHINFER_CACHE``, else ``--cache``), the workers load it.
+The build is ninja's: a build cut by ``--budget-s`` (or the caller's limit) keeps its finished objects, and the
+next run on the same host continues from there. Prints the elapsed time and whether the module loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BUILD = ("from flashinfer.fused_moe.core import get_cutlass_fused_moe_module\n"
+         "get_cutlass_fused_moe_module('90')\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="FlashInfer workspace (default: $CRUCIBLE_FLASHINFER_CACHE)")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: $MAX_JOBS, else CPUs)")
+    parser.add_argument("--budget-s", type=float, default=3600)
+    args = parser.parse_args()
+    cache = args.cache or (Path(os.environ["CRUCIBLE_FLASHINFER_CACHE"]) if os.environ.get("CRUCIBLE_FLASHINFER_CACHE")
+                           else None)
+    if cache is None:
+        print("error: no cache folder: pass --cache or set CRUCIBLE_FLASHINFER_CACHE (the baselines' workers read it)",
+              file=sys.stderr)
+        return 2
+    cache.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "FLASHINFER_WORKSPACE_BASE": str(cache.resolve()),
+           "MAX_JOBS": str(args.jobs or os.environ.get("MAX_JOBS") or os.cpu_count() or 1)}
+    started = time.monotonic()
+    build = subprocess.Popen([sys.executable, "-c", BUILD], env=env, start_new_session=True)
+    try:
+        rc = build.wait(timeout=args.budget_s)
+        status = "built and loaded" if rc == 0 else f"failed (exit {rc})"
+    except subprocess.TimeoutExpired:  # ninja and its nvcc jobs too, not only the Python that started them
+        os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+        status = "cut by the budget: run again on this host to continue"
+    print(f"fused_moe_90: {status} in {time.monotonic() - started:.0f} s ({env['MAX_JOBS']} jobs, cache {cache})")
+    return 0 if status == "built and loaded" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
