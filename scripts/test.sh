@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 . .venv/bin/activate
 python scripts/pack_examples.py --check
-python -m pytest -q "$@"
+python -m pytest -q --durations=30 "$@"
