@@ -13,6 +13,11 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
   honest:    each family's example;
   dishonest: each definition's own PyTorch reference submitted as a solution (PyTorch does all the work); the GDN
              decode example with its state kept in bf16 between steps (under the precision floor).
+  independently written (benchmarks/solutions/judge/families/, not derived from the examples):
+    honest:    GDN decode with its gates in PyTorch beside one Triton kernel; GDN prefill as a sequential Triton
+               scan per (sequence, v-head); the DSA indexer scored in Triton with its top-k by `torch.topk`;
+    dishonest: GDN decode writing the new state over the input `state` and returning it as `new_state`; GDN
+               decode entirely in PyTorch reached through computed getattr names.
 Writes judge_set_<date>.json and .md: per solution, promotable, the first blockers, and per workload the
 attribution share and detail.
 """
@@ -27,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGE = ROOT / "benchmarks" / "solutions" / "judge"
@@ -101,7 +107,41 @@ def family_set(folder: Path) -> list[tuple[str, Path, bool, str]]:
     path = folder / "gdn_state_bf16.json"
     path.write_text(json.dumps(gdn, indent=1))
     out.append(("gdn_state_bf16", path, False, FAMILY_WORKLOADS))
+    for name, (_, _, honest, _, _, _) in INDEPENDENT.items():
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps(independent_solution(name), indent=1))
+        out.append((name, path, honest, FAMILY_WORKLOADS))
     return out
+
+
+FAMILIES = JUDGE / "families"
+# name -> (file, definition, honest?, language, destination-passing?, description)
+INDEPENDENT = {
+    "gdn_decode_torch_gates_triton": (
+        "gdn_decode_torch_gates_triton.py", "gdn_decode_qk4_v8_d128_k_last", True, "triton", True,
+        "GDN decode: gates in PyTorch, the delta-rule step in one Triton kernel"),
+    "gdn_prefill_triton_seq": (
+        "gdn_prefill_triton_seq.py", "gdn_prefill_qk4_v8_d128_k_last", True, "triton", True,
+        "GDN prefill: a sequential Triton scan per (sequence, v-head), gates in the kernel"),
+    "dsa_indexer_torch_topk": (
+        "dsa_indexer_torch_topk.py", "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64", True, "triton", True,
+        "DSA indexer: scores in Triton, the selection by torch.topk"),
+    "gdn_decode_inplace_state": (
+        "gdn_decode_inplace_state.py", "gdn_decode_qk4_v8_d128_k_last", False, "triton", False,
+        "GDN decode writing over the input state and returning it as new_state"),
+    "gdn_decode_torch_only_getattr": (
+        "gdn_decode_torch_only_getattr.py", "gdn_decode_qk4_v8_d128_k_last", False, "python", True,
+        "GDN decode entirely in PyTorch through computed getattr names"),
+}
+
+
+def independent_solution(name: str, definition: Optional[str] = None) -> dict:
+    """One of INDEPENDENT as solution JSON (``definition`` replaces its own: the CPU tests' tiny DSA one)."""
+    file, own, _, language, dps, description = INDEPENDENT[name]
+    return {"name": name, "definition": definition or own, "author": "judge-set", "description": description,
+            "spec": {"language": language, "target_hardware": ["H200"], "entry_point": f"{file}::run",
+                     "dependencies": [], "destination_passing_style": dps},
+            "sources": [{"path": file, "content": (FAMILIES / file).read_text()}]}
 
 
 def submit(path: Path, archive: Path, workloads: str, extra: list[str], timeout_s: float) -> tuple[dict, float]:

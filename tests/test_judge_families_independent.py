@@ -1,0 +1,118 @@
+"""The families' independently written judge solutions (benchmarks/solutions/judge/families/, in
+`judge_set.py --set families`) through the harness on CPU (Triton interpreter): the honest ones pass every workload
+with no static-gate error and no failed audit (their PyTorch use stays "unconfirmed" until a GPU's attribution
+settles it); the dishonest ones are not promotable, for their own reason."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.data.schema import Solution
+from harness.pipeline.evaluate import Session, SubmitOptions
+from harness.sandbox.build import static_signature_problem
+
+from support import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import judge_set  # noqa: E402
+
+from dsa_support import TINY_INDEXER, make_tiny_dsa_dataset  # noqa: E402
+from gdn_support import DECODE, PREFILL, make_gdn_dataset  # noqa: E402
+
+pytest.importorskip("triton")
+
+GDN_WORKLOADS = {DECODE: ["b1_0", "b4_0"], PREFILL: ["t6_n1", "t28_n2"]}
+UNCONFIRMED = "unconfirmed: run-time attribution"
+
+
+@pytest.fixture(scope="module")
+def gdn_session(tmp_path_factory):
+    root = make_gdn_dataset(tmp_path_factory.mktemp("gdn_dataset"), GDN_WORKLOADS)
+    with Session(Dataset(root), Archive(tmp_path_factory.mktemp("gdn_archive")),
+                 SubmitOptions(timeout_s=300, baselines=False)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def dsa_session(tmp_path_factory):
+    root = make_tiny_dsa_dataset(tmp_path_factory.mktemp("dsa_dataset"))
+    with Session(Dataset(root), Archive(tmp_path_factory.mktemp("dsa_archive")),
+                 SubmitOptions(timeout_s=300, baselines=False)) as s:
+        yield s
+
+
+def solution(name: str, definition: str | None = None) -> Solution:
+    return Solution.model_validate(judge_set.independent_solution(name, definition))
+
+
+def verdict(result) -> str:
+    return "; ".join([f"{w.label}: {w.status} {w.message[:300]}" for w in result.workloads]
+                     + result.promotion_blockers[:6])
+
+
+def test_every_independent_solution_is_in_the_family_set_and_fits_its_definition(tmp_path):
+    ds = Dataset(None)
+    listed = {name: honest for name, _, honest, _ in judge_set.family_set(tmp_path)}
+    for name, (file, definition, honest, *_rest) in judge_set.INDEPENDENT.items():
+        assert listed[name] is honest
+        assert (judge_set.FAMILIES / file).is_file()
+        assert static_signature_problem(solution(name), ds.definition(definition)) is None, name
+
+
+@pytest.mark.parametrize("name, session_name, definition", [
+    ("gdn_decode_torch_gates_triton", "gdn_session", None),
+    ("gdn_prefill_triton_seq", "gdn_session", None),
+    ("dsa_indexer_torch_topk", "dsa_session", TINY_INDEXER),  # topk 96 instead of 2048: the interpreter's size
+])
+def test_the_honest_ones_pass_everywhere_and_only_wait_for_attribution(request, name, session_name, definition):
+    result = request.getfixturevalue(session_name).submit(solution(name, definition))
+    assert len(result.workloads) == 2 and all(w.status == "PASSED" for w in result.workloads), verdict(result)
+    errors = [f for f in result.static_findings if f["severity"] == "error"]
+    assert not errors, errors
+    failed = [(w.label, a.name, a.detail) for w in result.workloads for a in w.audits if not a.passed]
+    assert not failed, failed
+    # what only a GPU settles: the static gate's PyTorch findings, left "unconfirmed" without CUPTI records
+    assert all(UNCONFIRMED in b for b in result.promotion_blockers), result.promotion_blockers
+    uses_torch = any(f["severity"] == "warning" for f in result.static_findings)
+    assert bool(result.promotion_blockers) == uses_torch, (result.static_findings, result.promotion_blockers)
+
+
+def test_writing_over_the_input_state_and_returning_it_is_caught(gdn_session):
+    """Value-returning: the kernel writes the new state over `state` and returns that tensor as `new_state`."""
+    result = gdn_session.submit(solution("gdn_decode_inplace_state"))
+    failed = {a.name for w in result.workloads for a in w.audits if not a.passed}
+    assert result.promotion_blockers, verdict(result)
+    assert {"input_mutation", "output_aliasing"} <= failed, (failed, verdict(result))
+
+
+def test_pytorch_through_computed_names_is_not_promotable(gdn_session):
+    """Correct, and caught before run time: a computed getattr on the torch module is a static-gate error
+    (dynamic_code), not only a warning waiting for attribution."""
+    result = gdn_session.submit(solution("gdn_decode_torch_only_getattr"))
+    assert all(w.status == "PASSED" for w in result.workloads), verdict(result)
+    errors = [f["rule"] for f in result.static_findings if f["severity"] == "error"]
+    assert "dynamic_code" in errors, result.static_findings
+    assert any("static gate" in b and "dynamic_code" in b for b in result.promotion_blockers), result.promotion_blockers
+
+
+@pytest.mark.parametrize("uuid", ["30cecff1-7ea4-474b-90fc-7f4a87206d8e",  # B=1, one page: fewer positions than k
+                                  "d8a73470-cfa1-49ad-aba6-d9b99c0c5b2d"])  # B=4, 34 pages: a real selection
+def test_the_topk_indexer_passes_official_workloads_at_full_size(uuid):
+    """The session's tiny definition has k=96; the official k=2048 runs the kernel directly under the interpreter
+    (as tests/test_dsa_examples.py does for the example), judged by the family's rule."""
+    import json
+    import os
+    import subprocess
+
+    from test_dsa_examples import FULL_SIZE_SCRIPT
+
+    file = judge_set.FAMILIES / judge_set.INDEPENDENT["dsa_indexer_torch_topk"][0]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", FULL_SIZE_SCRIPT, judge_set.INDEPENDENT["dsa_indexer_torch_topk"][1],
+                           str(file), uuid], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "PASSED", "message": ""}
