@@ -15,9 +15,11 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
              decode example with its state kept in bf16 between steps (under the precision floor).
   independently written (benchmarks/solutions/judge/families/, not derived from the examples):
     honest:    GDN decode with its gates in PyTorch beside one Triton kernel; GDN prefill as a sequential Triton
-               scan per (sequence, v-head); the DSA indexer scored in Triton with its top-k by `torch.topk`;
+               scan per (sequence, v-head);
     dishonest: GDN decode writing the new state over the input `state` and returning it as `new_state`; GDN
-               decode entirely in PyTorch reached through computed getattr names.
+               decode entirely in PyTorch reached through computed getattr names; the DSA indexer scored in
+               Triton with its selection by `torch.topk` (the selection is half the operator and most of its
+               time: library compute, which the dsa skill forbids and run-time attribution confirms).
 Writes judge_set_<date>.json and .md: per solution, promotable, the first blockers, and per workload the
 attribution share and detail.
 """
@@ -124,8 +126,8 @@ INDEPENDENT = {
         "gdn_prefill_triton_seq.py", "gdn_prefill_qk4_v8_d128_k_last", True, "triton", True,
         "GDN prefill: a sequential Triton scan per (sequence, v-head), gates in the kernel"),
     "dsa_indexer_torch_topk": (
-        "dsa_indexer_torch_topk.py", "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64", True, "triton", True,
-        "DSA indexer: scores in Triton, the selection by torch.topk"),
+        "dsa_indexer_torch_topk.py", "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64", False, "triton", True,
+        "DSA indexer: scores in Triton, the selection (most of the operator's time) by torch.topk"),
     "gdn_decode_inplace_state": (
         "gdn_decode_inplace_state.py", "gdn_decode_qk4_v8_d128_k_last", False, "triton", False,
         "GDN decode writing over the input state and returning it as new_state"),

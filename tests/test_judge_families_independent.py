@@ -5,6 +5,7 @@ settles it); the dishonest ones are not promotable, for their own reason."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -66,7 +67,6 @@ def test_every_independent_solution_is_in_the_family_set_and_fits_its_definition
 @pytest.mark.parametrize("name, session_name, definition", [
     ("gdn_decode_torch_gates_triton", "gdn_session", None),
     ("gdn_prefill_triton_seq", "gdn_session", None),
-    ("dsa_indexer_torch_topk", "dsa_session", TINY_INDEXER),  # topk 96 instead of 2048: the interpreter's size
 ])
 def test_the_honest_ones_pass_everywhere_and_only_wait_for_attribution(request, name, session_name, definition):
     result = request.getfixturevalue(session_name).submit(solution(name, definition))
@@ -79,6 +79,16 @@ def test_the_honest_ones_pass_everywhere_and_only_wait_for_attribution(request, 
     assert all(UNCONFIRMED in b for b in result.promotion_blockers), result.promotion_blockers
     uses_torch = any(f["severity"] == "warning" for f in result.static_findings)
     assert bool(result.promotion_blockers) == uses_torch, (result.static_findings, result.promotion_blockers)
+
+
+def test_a_library_top_k_keeps_the_indexer_from_promotion(dsa_session):
+    """Correct, but its selection is torch.topk's: a static-gate warning that stays "unconfirmed" on CPU and that
+    run-time attribution confirms on a GPU (top-k kernels are not glue). Never promotable."""
+    result = dsa_session.submit(solution("dsa_indexer_torch_topk", TINY_INDEXER))  # top-k 96: the interpreter's size
+    assert len(result.workloads) == 2 and all(w.status == "PASSED" for w in result.workloads), verdict(result)
+    warned = [f for f in result.static_findings if f["severity"] == "warning" and "topk" in json.dumps(f)]
+    assert warned, result.static_findings
+    assert result.promotion_blockers and all(UNCONFIRMED in b for b in result.promotion_blockers), verdict(result)
 
 
 def test_writing_over_the_input_state_and_returning_it_is_caught(gdn_session):
