@@ -308,6 +308,32 @@ def test_measured_ceilings_are_sane(dataset, tmp_path):
     assert 1e11 <= ceilings.copy_bytes_per_s <= 1e13
     assert 1e11 <= ceilings.read_bytes_per_s <= 1e13
     assert 1e13 <= ceilings.bf16_flops_per_s <= 5e15
+    major = __import__("torch").cuda.get_device_capability()[0]
+    if major >= 9:  # FP8 tensor cores: measured, and faster than bf16 (about 2x on an H200)
+        assert ceilings.fp8_flops_per_s and 1.2 * ceilings.bf16_flops_per_s <= ceilings.fp8_flops_per_s <= 1e16
     assert cache.get_or_measure() == ceilings  # second call is a lookup
     d, w = shipped(dataset, KV8_PS1, "uniform_b64_kv8192")
     assert floor_ms(workload_cost(d, w), ceilings) > 0
+
+
+@pytest.mark.parametrize("fp8_rate, flops, fp8_flops, compute_ms, words", [
+    # bf16 work only: the bf16 rate (1e14 flop/s)
+    (None, 10**11, 0, 1.0, "1e+11 flop"),
+    # FP8 work at a measured FP8 rate
+    (4e14, 10**11, 10**11, 0.25, "of them FP8 at 400 TFLOP/s, measured"),
+    # FP8 work without a measured rate: twice the bf16 one, said so
+    (None, 10**11, 10**11, 0.5, "assumed 2x bf16"),
+    # half and half
+    (4e14, 2 * 10**11, 10**11, 1.25, "1e+11 of them FP8"),
+])
+def test_fp8_work_is_floored_at_the_fp8_rate(fp8_rate, flops, fp8_flops, compute_ms, words):
+    ceilings = CEILINGS.model_copy(update={"fp8_flops_per_s": fp8_rate})
+    cost = WorkloadCost(bytes_moved=1, flops=flops, formula="t", fp8_flops=fp8_flops)
+    result = roofline(cost, ceilings, latency_ms=10.0)
+    assert result.bound == "compute" and result.floor_ms == pytest.approx(compute_ms)
+    assert words.replace("1e+11", str(10**11)) in result.detail
+
+
+def test_ceilings_cached_before_fp8_was_measured_still_load():
+    entry = {k: v for k, v in CEILINGS.model_dump(mode="json").items() if k != "fp8_flops_per_s"}
+    assert Ceilings.model_validate(entry).fp8_rate == 2 * CEILINGS.bf16_flops_per_s

@@ -222,8 +222,8 @@ def attention_cost(definition: Definition, workload: Workload, rows: Optional[in
 def indexer_cost(definition: Definition, workload: Workload, keys: Optional[int],
                  pages: Optional[int]) -> WorkloadCost:
     """Gathered keys: each reachable token's FP8 key and fp32 scale read once, its page-table entry, q, weights,
-    lengths and the output. flops = 2 x heads x head_dim per key (the MMA), counted at half weight: the
-    roofline's compute ceiling is the bf16 tensor rate and FP8 MMA runs at twice it on sm_90 and sm_100.
+    lengths and the output. flops = 2 x heads x head_dim per key (the MMA), all FP8: the floor takes them at the
+    GPU's FP8 tensor rate (measured; twice the bf16 rate on sm_90 and sm_100 where it is not).
     ``keys``/``pages``: from the captured lengths; without them every row is taken as max_num_pages full
     pages, an upper bound, so ``exact=False``.
     """
@@ -239,8 +239,9 @@ def indexer_cost(definition: Definition, workload: Workload, keys: Optional[int]
     note = "" if exact else " (upper bound: lengths unknown, every row taken as full; blob absent)"
     formula = (f"dsa top-k indexer: {keys} keys x ({dim} + {SCALE_BYTES}) B + {pages} page-table entries x 4 B"
                f"{note}; q + weights + seq_lens + output = {io_bytes} B; flops = {keys} keys x 2 x {heads} x {dim} "
-               f"= {fp8_flops} FP8, counted as {fp8_flops // 2} at the bf16 rate")
-    return WorkloadCost(bytes_moved=key_bytes + io_bytes, flops=fp8_flops // 2, formula=formula, exact=exact)
+               f"= {fp8_flops} FP8 (at the FP8 tensor rate)")
+    return WorkloadCost(bytes_moved=key_bytes + io_bytes, flops=fp8_flops, formula=formula, exact=exact,
+                        fp8_flops=fp8_flops)
 
 
 def _blob(workload: Workload, root: Optional[Path], name: str) -> Optional[torch.Tensor]:

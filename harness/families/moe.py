@@ -145,9 +145,10 @@ def moe_cost(definition: Definition, workload: Workload, routing: tuple[torch.Te
     formula = (f"moe: {source}: {active} of {g.num_local_experts} local experts routed to, {pairs} (token, expert) "
                f"pairs, {routed_tokens} of {axes['seq_len']} tokens; weights {active} x "
                f"{g.expert_weight_bytes + g.expert_scale_bytes} B; hidden rows {routed_tokens} x {hidden_row} B; "
-               f"logits, bias and output {io} B; flops = pairs x 6 x {g.hidden_size} x {g.intermediate_size}")
+               f"logits, bias and output {io} B; flops = pairs x 6 x {g.hidden_size} x {g.intermediate_size}, FP8 "
+               f"(at the FP8 tensor rate)")
     return WorkloadCost(bytes_moved=weights + routed_tokens * hidden_row + io, flops=flops, formula=formula,
-                        exact=exact)
+                        exact=exact, fp8_flops=flops)
 
 
 FAMILY = MoeFamily()

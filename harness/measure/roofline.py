@@ -49,6 +49,9 @@ class WorkloadCost(NamedTuple):
     # False when a count had to be taken from above (it may exceed the true minimum), so a floor
     # built on it is not a lower bound and must not be used to call a time impossible.
     exact: bool = True
+    # The part of ``flops`` whose operands the definition gives in FP8 (MoE's GEMMs, the DSA indexer's scores):
+    # a kernel may run it on FP8 tensor cores, so the floor takes it at the FP8 rate, not the bf16 one.
+    fp8_flops: int = 0
 
 
 def tensor_bytes(definition: Definition, spec: TensorSpec, axes: dict[str, int]) -> int:
@@ -82,8 +85,16 @@ class Ceilings(BaseModel):
     copy_bytes_per_s: float = Field(gt=0)  # device-to-device copy, read + write bytes counted
     read_bytes_per_s: float = Field(gt=0)  # read-only stream (a reduction)
     bf16_flops_per_s: float = Field(gt=0)  # dense bf16 matmul
+    # dense FP8 (e4m3) matmul, torch._scaled_mm; None where not measured (older caches, a GPU without FP8 MMA)
+    fp8_flops_per_s: Optional[float] = Field(default=None, gt=0)
     measured_at: str
     method: str
+
+    @property
+    def fp8_rate(self) -> float:
+        """The FP8 tensor rate: as measured, else twice the bf16 rate (sm_89/90/100 double it; an assumption,
+        said in the floor's detail)."""
+        return self.fp8_flops_per_s or 2 * self.bf16_flops_per_s
 
     @property
     def memory_bytes_per_s(self) -> float:
@@ -101,7 +112,8 @@ def _memory_ms(cost: WorkloadCost, ceilings: Ceilings) -> float:
 
 
 def _compute_ms(cost: WorkloadCost, ceilings: Ceilings) -> float:
-    return cost.flops / ceilings.bf16_flops_per_s * 1e3
+    fp8 = min(cost.fp8_flops, cost.flops)
+    return ((cost.flops - fp8) / ceilings.bf16_flops_per_s + fp8 / ceilings.fp8_rate) * 1e3
 
 
 def floor_ms(cost: WorkloadCost, ceilings: Ceilings) -> float:
@@ -117,6 +129,13 @@ class RooflineResult(BaseModel):
     bound: Literal["memory", "compute"]
     impossible: bool
     detail: str
+
+
+def _fp8_note(cost: WorkloadCost, ceilings: Ceilings) -> str:
+    if not cost.fp8_flops:
+        return ""
+    how = "measured" if ceilings.fp8_flops_per_s else "assumed 2x bf16"
+    return f" ({min(cost.fp8_flops, cost.flops)} of them FP8 at {ceilings.fp8_rate / 1e12:.0f} TFLOP/s, {how})"
 
 
 def roofline(cost: WorkloadCost, ceilings: Ceilings, latency_ms: float, margin: float = 0.05) -> RooflineResult:
@@ -138,8 +157,8 @@ def roofline(cost: WorkloadCost, ceilings: Ceilings, latency_ms: float, margin: 
     impossible = below_floor and cost.exact
     detail = (f"floor {floor:.6g} ms ({bound} bound; memory {cost.bytes_moved} B at "
               f"{ceilings.memory_bytes_per_s / 1e9:.0f} GB/s = {memory_ms:.6g} ms, compute {cost.flops} flop at "
-              f"{ceilings.bf16_flops_per_s / 1e12:.0f} TFLOP/s = {compute_ms:.6g} ms); latency {latency_ms:.6g} ms "
-              f"= {fraction:.1%} of roofline")
+              f"{ceilings.bf16_flops_per_s / 1e12:.0f} TFLOP/s{_fp8_note(cost, ceilings)} = {compute_ms:.6g} ms); "
+              f"latency {latency_ms:.6g} ms = {fraction:.1%} of roofline")
     if impossible:
         detail += f"; below the floor by more than the {margin:.0%} margin: impossible"
     elif below_floor:
@@ -171,7 +190,7 @@ def _median_ms(torch: Any, fn: Callable[[], Any], warmup: int, repetitions: int)
 
 
 def measure_ceilings(device: Union[None, int, str, Any] = None, *, repetitions: int = 20, warmup: int = 3) -> Ceilings:
-    """Achievable copy bandwidth, read bandwidth and bf16 matmul rate of one GPU, as medians.
+    """Achievable copy bandwidth, read bandwidth, bf16 and FP8 matmul rates of one GPU, as medians.
 
     Every buffer is far larger than L2 (60 MiB on an H200), so the bandwidths are DRAM figures.
     Reads the clocks as they are: nothing about the GPU's settings is changed.
@@ -208,14 +227,34 @@ def measure_ceilings(device: Union[None, int, str, Any] = None, *, repetitions: 
         matmul_ms = _median_ms(torch, lambda: torch.matmul(a, b, out=c), warmup, repetitions)  # noqa: F821
         matmul_rate = 2 * n**3 / (matmul_ms * 1e-3)
         del a, b, c
+        fp8_rate = _fp8_matmul_rate(torch, dev, n, warmup, repetitions)
         torch.cuda.empty_cache()
 
     method = (f"CUDA events, median of {repetitions} after {warmup} warm-up calls: copy_ of a {COPY_BYTES >> 30} GiB "
               f"bf16 tensor (read + write counted); torch.sum of a {READ_BYTES >> 30} GiB bf16 tensor; "
-              f"bf16 matmul {n}x{n}x{n}; torch {torch.__version__}")
+              f"bf16 matmul {n}x{n}x{n}; "
+              + (f"e4m3 torch._scaled_mm {n}x{n}x{n} (bf16 out); " if fp8_rate else "no FP8 matmul here; ")
+              + f"torch {torch.__version__}")
     return Ceilings(gpu_name=torch.cuda.get_device_name(dev), copy_bytes_per_s=copy_rate, read_bytes_per_s=read_rate,
-                    bf16_flops_per_s=matmul_rate, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    bf16_flops_per_s=matmul_rate, fp8_flops_per_s=fp8_rate,
+                    measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     method=method)
+
+
+def _fp8_matmul_rate(torch: Any, dev: Any, n: int, warmup: int, repetitions: int) -> Optional[float]:
+    """Dense e4m3 x e4m3 -> bf16 matmul rate (``torch._scaled_mm``, per-tensor scales), or None where this GPU or
+    torch has none (before sm_89)."""
+    try:
+        a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants
+        one = torch.ones((), device=dev)
+
+        def matmul() -> Any:
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        return 2 * n**3 / (_median_ms(torch, matmul, warmup, repetitions) * 1e-3)
+    except (RuntimeError, AttributeError, TypeError):
+        return None
 
 
 def torch_gpu_uuid(device: Union[None, int, str, Any] = None) -> str:
