@@ -33,7 +33,8 @@ GQA_PS64 = "gqa_paged_decode_h32_kv8_d128_ps64"
 
 # definition -> (skill, templates offered, values fixed by the definition, the naive kernel's origin)
 CASES = {
-    GQA_PS64: ("gqa-decode", ["triton-per-kv-head", "triton-split-kv", "triton-split-kv-fused"], {"PAGE_SIZE": 64},
+    GQA_PS64: ("gqa-decode", ["triton-per-kv-head", "triton-split-kv", "triton-split-kv-fused",
+                              "cuda-mma-split-kv-fused"], {"PAGE_SIZE": 64},
                {"template": "triton-per-kv-head",
                 "params": {"BLOCK_N": 16, "NUM_WARPS": 1, "NUM_STAGES": 1, "USE_DOT": 0}}),
     MOE: ("moe-fp8", ["triton-moe-fp8"], {},

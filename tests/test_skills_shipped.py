@@ -172,7 +172,8 @@ def _selected_run_signatures(tree: ast.Module) -> list[list[str]]:
 
 def test_templates_listed_match_their_files(gqa):
     templates = kernel_templates(gqa)
-    assert set(templates) == {"triton-per-kv-head", "triton-split-kv", "triton-split-kv-fused"}
+    assert set(templates) == {"triton-per-kv-head", "triton-split-kv", "triton-split-kv-fused",
+                              "cuda-mma-split-kv-fused"}
     for template in templates.values():
         text = (gqa.folder / template.path).read_text(encoding="utf-8")
         assert set(template_placeholders(text)) == set(template.placeholders), template.name
@@ -207,7 +208,7 @@ def test_every_allowed_combination_renders_to_a_dps_run(gqa):
                 expected = [*expected, "state"]
             assert _selected_run_signatures(tree) == [expected], (template.name, params)
             rendered += 1
-    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6)
+    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6) + 2 * 3 * 6 * 3 * 3  # Triton, then the CUDA template
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -218,8 +219,8 @@ def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
         end = text.index("\n\n\n", end)
         return text[start:end]
 
-    templates = kernel_templates(gqa)
-    first, *others = (helpers(gqa.folder / t.path) for t in templates.values())
+    templates = [t for t in kernel_templates(gqa).values() if t.language == "triton"]  # CUDA shares no Triton
+    first, *others = (helpers(gqa.folder / t.path) for t in templates)
     assert len(others) == 2 and all(other == first for other in others)
 
 

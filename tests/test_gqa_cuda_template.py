@@ -1,0 +1,356 @@
+"""The gqa-decode skill's CUDA template (cuda-mma-split-kv-fused): it renders for every definition and for the
+default and edge parameters into a solution the harness's static gate and signature check accept; its kernel
+compiles for sm_90a and the SASS holds tensor-core HMMA; and the template's own Python (`plan`, `run`, the
+arguments the launcher gets) driven by a pure-PyTorch model of the kernel's tiling (tokens on M, the group on N,
+warps over 16-token row tiles, chunks, the fused last-CTA merge in base 2) matches a plain softmax reference.
+
+Nothing here runs the CUDA kernel: correctness and speed on a GPU are not checked by these tests."""
+
+from __future__ import annotations
+
+import ast
+import math
+import random
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from controller.providers.offline import offline_generator
+from controller.skills import kernel_templates, load_skills, machine_blocks, render_skill_template
+from harness.audits.sass import disassemble, find_disassembler
+from harness.audits.static_gate import load_policy, scan_sources
+from harness.data.dataset import Dataset
+from harness.data.schema import Solution
+from harness.sandbox.build import static_signature_problem
+
+from support import DEFINITIONS, ROOT
+
+NAME = "cuda-mma-split-kv-fused"
+GQA_DEFINITIONS = [f"gqa_paged_decode_h32_kv{kv}_d128_ps{ps}" for kv in (8, 4) for ps in (1, 64)]
+NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+
+
+@pytest.fixture(scope="module")
+def skills():
+    return load_skills(ROOT / "skills")
+
+
+@pytest.fixture(scope="module")
+def gqa(skills):
+    return skills["gqa-decode"]
+
+
+@pytest.fixture(scope="module")
+def template(gqa):
+    return kernel_templates(gqa)[NAME]
+
+
+def edge_params(template) -> list[dict]:
+    """The defaults, then every free placeholder at its smallest and largest value (the others at defaults)."""
+    out = [dict(template.defaults)]
+    for name, choices in template.placeholders.items():
+        if name in template.fixed_by_definition:
+            continue
+        for value in (choices[0], choices[-1]):
+            if value != template.defaults[name]:
+                out.append({**template.defaults, name: value})
+    out.append({"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4})  # largest tile, deepest ring
+    out.append({"BLOCK_N": 32, "CHUNK_TOKENS": 4096, "NUM_WARPS": 2, "STAGES": 2})
+    return out
+
+
+def string_constant(source: str, name: str) -> str:
+    """A module-level string constant of the rendered file, read from its AST (the file is never imported here:
+    importing it builds the extension)."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"no {name} in the rendered file")
+
+
+# ------------------------------------------------------------------------------------------ registration
+
+
+def test_registered_with_placeholders_matching_its_file_and_never_the_naive_start(gqa, template):
+    (block,) = machine_blocks(gqa)
+    assert template.language == "python" and template.setup == "plan" and template.entry_point == "run"
+    assert template.fixed_by_definition == ["PAGE_SIZE"]
+    from controller.skills import template_placeholders
+
+    text = (gqa.folder / template.path).read_text(encoding="utf-8")
+    assert set(template_placeholders(text)) == set(template.placeholders)
+    assert block["naive"]["template"] != NAME
+    assert all(point["template"] != NAME for point in block["starting_points"].values())
+    for chunk in template.placeholders["CHUNK_TOKENS"]:  # a chunk is whole tiles for every BLOCK_N
+        assert all(chunk % block_n == 0 for block_n in template.placeholders["BLOCK_N"])
+    assert "cuda-mma-split-kv-fused" in gqa.body and "sm__inst_executed_pipe_tensor_op_hmma" in gqa.body
+
+
+# ------------------------------------------------------------- rendering, static gate, signature check
+
+
+@pytest.mark.parametrize("definition", GQA_DEFINITIONS)
+def test_renders_for_every_definition_into_a_solution_the_gate_accepts(skills, template, definition):
+    generator = offline_generator(skills, definition)
+    assert NAME in generator.templates
+    naive = generator.naive()
+    assert naive["template"] != NAME
+    page_size = int(definition.rsplit("ps", 1)[1])
+    policy = load_policy(op_type="gqa_paged", definition=definition)
+    dataset_definition = Dataset(DEFINITIONS).definition(definition)
+    for params in edge_params(template):
+        origin = {"template": NAME, "params": generator.complete(NAME, params)}
+        assert origin["params"] == params
+        solution = Solution.model_validate(generator.render(origin, definition, "cuda_mma", "test", "H200"))
+        assert solution.spec.language.value == "python"
+        assert solution.spec.entry_point == "kernel.py::run" and solution.spec.setup == "kernel.py::plan"
+        (source,) = solution.sources
+        assert f"PAGE_SIZE = {page_size}\n" in source.content
+        assert "{" + "PAGE_SIZE}" not in source.content
+        assert static_signature_problem(solution, dataset_definition) is None
+        findings = scan_sources({s.path: s.content for s in solution.sources}, "python", policy)
+        assert findings == [], (params, findings)
+        kernel = string_constant(source.content, "KERNEL_SRC")
+        constants = {"PAGE_SIZE": "kPageSize", "BLOCK_N": "kBlockN", "CHUNK_TOKENS": "kChunkTokens",
+                     "NUM_WARPS": "kNumWarps", "STAGES": "kStages"}
+        for name, value in {**params, "PAGE_SIZE": page_size}.items():
+            assert f"constexpr int {constants[name]} = {value}" in kernel, name
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in kernel
+        assert "cp.async.cg.shared.global" in kernel and "__threadfence()" in kernel
+
+
+def test_the_gate_reads_the_embedded_cuda(gqa, template):
+    """A positive control: the same file with an environment probe in its kernel text is an error."""
+    source = render_skill_template(gqa, template, {**template.defaults, "PAGE_SIZE": 1})
+    probed = source.replace("cp_async_commit();\n    }", 'cp_async_commit(); getenv("HOME");\n    }', 1)
+    assert probed != source
+    findings = scan_sources({"kernel.py": probed}, "python", load_policy(op_type="gqa_paged"))
+    assert any(f.rule == "env_probe" and f.severity == "error" for f in findings)
+
+
+# -------------------------------------------------------------------------------- nvcc sm_90a + SASS
+
+COMPILE_CASES = [
+    (1, {}),  # defaults
+    (64, {}),
+    (64, {"BLOCK_N": 128, "CHUNK_TOKENS": 4096, "NUM_WARPS": 8, "STAGES": 4}),  # STAGES clamped to 3 by smem
+    (1, {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 2}),
+]
+
+
+@pytest.mark.skipif(not Path(NVCC).exists(), reason="nvcc is not installed")
+@pytest.mark.parametrize("page_size, params", COMPILE_CASES,
+                         ids=[f"ps{p}-" + "-".join(f"{k}{v}" for k, v in c.items()) for p, c in COMPILE_CASES])
+def test_kernel_compiles_for_sm90a_with_hmma_and_no_spills(gqa, template, tmp_path, page_size, params):
+    params = {**template.defaults, **params, "PAGE_SIZE": page_size}
+    kernel = string_constant(render_skill_template(gqa, template, params), "KERNEL_SRC")
+    (tmp_path / "kernel.cu").write_text(kernel)
+    cubin = tmp_path / "kernel.cubin"
+    completed = subprocess.run([NVCC, "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-Xptxas", "-v",
+                                "-o", str(cubin), str(tmp_path / "kernel.cu")],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in completed.stderr, completed.stderr
+    tool = find_disassembler()
+    if tool is None:
+        pytest.skip("no cuobjdump or nvdisasm to read the SASS")
+    kernels, notes = disassemble([cubin], tool)
+    (sass,) = [k for k in kernels if k.name == "gqa_mma_split_kv_fused"]
+    assert sass.arch.startswith("sm_90")
+    ops = sass.bases()
+    # QK^T: 8 k-steps of 16 dims; PV: 8 row tiles of 16 dims; one HMMA.16816 each per 16-token row tile
+    hmma = {op: n for op, n in sass.opcodes.items() if op.startswith("HMMA")}
+    assert sum(hmma.values()) == 16 and all(".16816.F32.BF16" in op for op in hmma), hmma
+    assert ops["LDSM"] == 16  # 8 ldmatrix.x4 (K) and 8 ldmatrix.x4.trans (V) per row tile
+    assert ops["LDGSTS"] > 0  # cp.async
+    assert ops["ATOMG"] >= 2  # the counter's add and reset
+    assert ops["HGMMA"] == 0  # mma.sync, not wgmma
+
+
+# ------------------------------------------------- the template's Python with a model of its kernel
+
+
+def kernel_model(module: SimpleNamespace, log: list):
+    """A stand-in for the extension's `launch`: the kernel's algorithm in PyTorch, CTA by CTA in a random order,
+    on exactly the arguments the template passes (plan's work list, counters and scratch)."""
+
+    def launch(q, k_cache, v_cache, kv_indices, work_request, work_chunk, page_begin, length, chunks, first_slot,
+               counters, partial_m, partial_l, partial_acc, output, lse, qk_scale_log2, works):
+        block_n, chunk_tokens, warps, page = module.BLOCK_N, module.CHUNK_TOKENS, module.NUM_WARPS, module.PAGE_SIZE
+        num_qo_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
+        group = num_qo_heads // num_kv_heads
+        ctas = [(w, h) for w in range(works) for h in range(num_kv_heads)]
+        random.Random(len(log)).shuffle(ctas)  # any completion order
+        log.append(len(ctas))
+        for work, kv_head in ctas:
+            request, chunk = int(work_request[work]), int(work_chunk[work])
+            n_chunks, slot0 = int(chunks[request]), int(first_slot[request])
+            token_begin = chunk * chunk_tokens
+            token_end = min(token_begin + chunk_tokens, int(length[request]))
+            # Q^T as the MMA's B operand: [128 dims, 8 columns], the group padded with zero columns
+            q_t = torch.zeros(128, 8)
+            q_t[:, :group] = q[request, kv_head * group:(kv_head + 1) * group].float().T
+            m = torch.full((warps, 8), -math.inf)
+            l = torch.zeros(warps, 8)
+            acc = torch.zeros(warps, 128, 8)  # O^T per warp
+            tiles = max(0, -(-(token_end - token_begin) // block_n))
+            for tile in range(tiles):
+                tile_begin = token_begin + tile * block_n
+                tokens = torch.arange(tile_begin, tile_begin + block_n)
+                valid = tokens < token_end
+                pages = kv_indices[int(page_begin[request]) + torch.where(valid, tokens, 0) // page].long()
+                slots = tokens % page
+                k_tile = torch.where(valid[:, None], k_cache[pages, slots, kv_head].float(), 0.0)  # zero-filled
+                v_tile = torch.where(valid[:, None], v_cache[pages, slots, kv_head].float(), 0.0)
+                for warp in range(warps):
+                    for row0 in range(warp * 16, block_n, warps * 16):
+                        if tile_begin + row0 >= token_end:
+                            break
+                        rows = slice(row0, row0 + 16)
+                        s_t = k_tile[rows] @ q_t  # S^T: 16 tokens (M) x 8 columns (N)
+                        s_t = torch.where(valid[rows, None], s_t * qk_scale_log2, -math.inf)
+                        m_new = torch.maximum(m[warp], s_t.max(0).values)
+                        assert torch.isfinite(m_new).all()
+                        alpha = torch.exp2(m[warp] - m_new)
+                        p = torch.exp2(s_t - m_new)
+                        l[warp] = l[warp] * alpha + p.sum(0)
+                        p_bf16 = p.to(torch.bfloat16).float()  # P rounded once, for the MMA
+                        acc[warp] = acc[warp] * alpha + v_tile[rows].T @ p_bf16  # O^T += V^T P^T
+                        m[warp] = m_new
+            # warps merged, per column
+            big_m = m.max(0).values
+            ref = torch.where(big_m == -math.inf, 0.0, big_m)
+            weight = torch.exp2(m - ref)
+            part_l = (weight * l).sum(0)
+            part_acc = (weight[:, None, :] * acc).sum(0)  # [128, 8]
+            heads = slice(kv_head * group, (kv_head + 1) * group)
+            if n_chunks == 1:
+                store_final(output, lse, request, heads, big_m[:group], part_l[:group], part_acc[:, :group])
+                continue
+            partial_m[slot0 + chunk, heads] = big_m[:group]
+            partial_l[slot0 + chunk, heads] = part_l[:group]
+            partial_acc[slot0 + chunk, heads] = part_acc[:, :group].T
+            done_before = int(counters[request, kv_head])
+            counters[request, kv_head] += 1
+            if done_before != n_chunks - 1:
+                continue
+            run_m = torch.full((group,), -math.inf)
+            run_l = torch.zeros(group)
+            run_acc = torch.zeros(group, 128)
+            for c in range(n_chunks):  # the last CTA merges every chunk's partial, in chunk order
+                m_c = partial_m[slot0 + c, heads]
+                new = torch.maximum(run_m, m_c)
+                ref = torch.where(new == -math.inf, 0.0, new)
+                a_run, a_c = torch.exp2(run_m - ref), torch.exp2(m_c - ref)
+                run_l = run_l * a_run + partial_l[slot0 + c, heads] * a_c
+                run_acc = run_acc * a_run[:, None] + partial_acc[slot0 + c, heads] * a_c[:, None]
+                run_m = new
+            store_final(output, lse, request, heads, run_m, run_l, run_acc.T)
+            counters[request, kv_head] = 0
+
+    return launch
+
+
+def store_final(output, lse, request, heads, m, l, acc_t):
+    has = l > 0
+    output[request, heads] = torch.where(has[:, None], acc_t.T / torch.where(has, l, 1.0)[:, None], 0.0).to(
+        output.dtype)
+    lse[request, heads] = torch.where(has, torch.where(m == -math.inf, 0.0, m) + torch.log2(torch.where(has, l, 1.0)),
+                                      -math.inf)
+
+
+def load_template_python(source: str, log: list) -> SimpleNamespace:
+    """The rendered module's Python without the load_inline build: its `_EXT` is the kernel model."""
+    tree = ast.parse(source)
+    tree.body = [n for n in tree.body
+                 if not (isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "_EXT" for t in n.targets))
+                 and not (isinstance(n, ast.ImportFrom) and n.module == "torch.utils.cpp_extension")]
+    namespace: dict = {}
+    exec(compile(tree, "<cuda template python>", "exec"), namespace)
+    module = SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
+    namespace["_EXT"] = SimpleNamespace(launch=kernel_model(module, log))
+    return SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
+
+
+def reference(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
+    """Straightforward fp32 softmax per request and query head (natural log, converted to base 2 for lse)."""
+    batch, heads, dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    group = heads // kv_heads
+    output = torch.zeros(batch, heads, dim)
+    lse = torch.full((batch, heads), -math.inf)
+    for b in range(batch):
+        pages = kv_indices[kv_indptr[b]:kv_indptr[b + 1]].long()
+        if len(pages) == 0:
+            continue
+        last = page_size if kv_last_page_len is None else int(kv_last_page_len[b])
+        length = (len(pages) - 1) * page_size + last
+        keys = k_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
+        values = v_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
+        for h in range(heads):
+            logits = keys[:, h // group] @ q[b, h].float() * sm_scale
+            lse[b, h] = torch.logsumexp(logits, 0) / math.log(2.0)
+            output[b, h] = torch.softmax(logits, 0) @ values[:, h // group]
+    return output, lse
+
+
+def failures(candidate, expected, atol=1e-2, rtol=1e-2):
+    candidate = candidate.float()
+    matched_inf = torch.isneginf(candidate) & torch.isneginf(expected)
+    error = (candidate - expected).abs()
+    bad = (error > atol) & (error / (expected.abs() + 1e-8) > rtol)
+    return int(((bad | ~torch.isfinite(candidate)) & ~matched_inf).sum())
+
+
+MODEL_CASES = [
+    # (kv_heads, page_size, lengths, params)
+    (8, 1, [300, 0, 5, 17], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 2}),  # idle warps
+    (4, 1, [129, 0, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 3}),
+    (8, 64, [130, 0, 64, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 3}),  # partial pages
+    (4, 64, [200, 63, 0, 385], {"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4}),
+    (4, 64, [600, 7], {"BLOCK_N": 32, "CHUNK_TOKENS": 256, "NUM_WARPS": 2, "STAGES": 2}),
+    (8, 1, [0, 0], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3}),  # only empty requests
+]
+
+
+@pytest.mark.parametrize("kv_heads, page_size, lengths, params", MODEL_CASES,
+                         ids=[f"kv{c[0]}-ps{c[1]}-{'_'.join(map(str, c[2]))}" for c in MODEL_CASES])
+def test_template_python_with_kernel_model_matches_softmax_reference(gqa, template, kv_heads, page_size, lengths,
+                                                                       params):
+    source = render_skill_template(gqa, template, {**params, "PAGE_SIZE": page_size})
+    log: list = []
+    module = load_template_python(source, log)
+    torch.manual_seed(sum(lengths) + kv_heads)
+    pages_per_request = [-(-n // page_size) for n in lengths]
+    pool = sum(pages_per_request) + 7
+    kv_indices = torch.randperm(pool)[: sum(pages_per_request)].to(torch.int32)  # scattered pages
+    kv_indptr = torch.tensor([0] + torch.tensor(pages_per_request).cumsum(0).tolist(), dtype=torch.int32)
+    last_page_len = torch.tensor([n - (p - 1) * page_size if p else 0 for n, p in zip(lengths, pages_per_request)],
+                                 dtype=torch.int32)
+    q = (torch.randn(len(lengths), 32, 128) * 2).to(torch.bfloat16)  # sharper softmax than unit scale
+    k_cache = torch.randn(pool, page_size, kv_heads, 128).to(torch.bfloat16)
+    v_cache = torch.randn(pool, page_size, kv_heads, 128).to(torch.bfloat16)
+    sm_scale = 1.0 / math.sqrt(128)
+    inputs = [q, k_cache, v_cache, kv_indptr, kv_indices] + ([last_page_len] if page_size > 1 else []) + [sm_scale]
+    state = module.plan(*inputs)
+    expected_works = sum(max(1, -(-n // params["CHUNK_TOKENS"])) for n in lengths)
+    assert state["works"] == expected_works
+    expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
+                                              last_page_len if page_size > 1 else None, sm_scale)
+    for call in range(2):  # the plan's state is reused: counters must come back to 0
+        output = torch.full((len(lengths), 32, 128), float("nan")).to(torch.bfloat16)
+        lse = torch.full((len(lengths), 32), float("nan"))
+        assert module.run(*inputs, output, lse, state) is None
+        assert failures(output, expected_output) == 0, call
+        assert failures(lse, expected_lse) == 0, call
+        finite = torch.isfinite(expected_lse)
+        assert torch.allclose(lse[finite], expected_lse[finite], atol=1e-4, rtol=1e-5)  # fp32 throughout
+        for b, n in enumerate(lengths):
+            if n == 0:
+                assert (output[b] == 0).all() and torch.isneginf(lse[b]).all()
+        assert int(state["counter"].abs().sum()) == 0
+    assert log == [expected_works * kv_heads] * 2  # one launch per call, a CTA per (chunk, KV head)
