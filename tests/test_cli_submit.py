@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -85,11 +86,24 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def archive_with_one_submission(tmp_path_factory):
+    """An archive holding one finished submission, made once: each case gets a copy to lose nothing from."""
+    folder = tmp_path_factory.mktemp("with_one") / "archive"
+    folder.mkdir()
+    good = write(folder.parent, solution_dict(TORCH_CANDIDATE), "good.json")
+    proc = harness("submit", str(good), "--archive", str(folder), "--workloads", "uniform_b1_kv512")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return folder
+
+
 @pytest.mark.parametrize("case, data, message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
-def test_bad_solution_files_give_one_clear_line_and_lose_nothing(tmp_path, archive_dir, case, data, message):
-    good = write(tmp_path, solution_dict(TORCH_CANDIDATE), "good.json")
-    harness("submit", str(good), "--archive", str(archive_dir), "--workloads", "uniform_b1_kv512")
+def test_bad_solution_files_give_one_clear_line_and_lose_nothing(tmp_path, archive_with_one_submission, case, data,
+                                                                 message):
+    archive_dir = tmp_path / "archive"
+    shutil.copytree(archive_with_one_submission, archive_dir)
     before = json.loads(harness("list", "--archive", str(archive_dir), "--json").stdout)
+    assert len(before) == 1
     bad = write(tmp_path, data, "bad.json")
     proc = harness("submit", str(bad), "--archive", str(archive_dir))
     assert proc.returncode == 2
