@@ -92,3 +92,30 @@ def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
 '''
 
 
+
+
+def paged_decode_reference(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
+    """Straightforward fp32 softmax per request and query head (natural log, converted to base 2 for lse); the
+    template checks' yardstick. Self-contained: its source is also written into subprocess check scripts."""
+    import math
+
+    import torch
+
+    batch, heads, dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    group = heads // kv_heads
+    output = torch.zeros(batch, heads, dim)
+    lse = torch.full((batch, heads), -math.inf)
+    for b in range(batch):
+        pages = kv_indices[kv_indptr[b]:kv_indptr[b + 1]].long()
+        if len(pages) == 0:
+            continue
+        last = page_size if kv_last_page_len is None else int(kv_last_page_len[b])
+        length = (len(pages) - 1) * page_size + last
+        keys = k_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
+        values = v_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
+        for h in range(heads):
+            logits = keys[:, h // group] @ q[b, h].float() * sm_scale
+            lse[b, h] = torch.logsumexp(logits, 0) / math.log(2.0)
+            output[b, h] = torch.softmax(logits, 0) @ values[:, h // group]
+    return output, lse

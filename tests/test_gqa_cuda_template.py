@@ -27,7 +27,7 @@ from harness.data.dataset import Dataset
 from harness.data.schema import Solution
 from harness.sandbox.build import static_signature_problem
 
-from support import DEFINITIONS, ROOT
+from support import DEFINITIONS, ROOT, paged_decode_reference
 
 NAME = "cuda-mma-split-kv-fused"
 GQA_DEFINITIONS = [f"gqa_paged_decode_h32_kv{kv}_d128_ps{ps}" for kv in (8, 4) for ps in (1, 64)]
@@ -276,26 +276,7 @@ def load_template_python(source: str, log: list) -> SimpleNamespace:
     return SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
 
 
-def reference(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
-    """Straightforward fp32 softmax per request and query head (natural log, converted to base 2 for lse)."""
-    batch, heads, dim = q.shape
-    _, page_size, kv_heads, _ = k_cache.shape
-    group = heads // kv_heads
-    output = torch.zeros(batch, heads, dim)
-    lse = torch.full((batch, heads), -math.inf)
-    for b in range(batch):
-        pages = kv_indices[kv_indptr[b]:kv_indptr[b + 1]].long()
-        if len(pages) == 0:
-            continue
-        last = page_size if kv_last_page_len is None else int(kv_last_page_len[b])
-        length = (len(pages) - 1) * page_size + last
-        keys = k_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
-        values = v_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
-        for h in range(heads):
-            logits = keys[:, h // group] @ q[b, h].float() * sm_scale
-            lse[b, h] = torch.logsumexp(logits, 0) / math.log(2.0)
-            output[b, h] = torch.softmax(logits, 0) @ values[:, h // group]
-    return output, lse
+reference = paged_decode_reference
 
 
 def failures(candidate, expected, atol=1e-2, rtol=1e-2):

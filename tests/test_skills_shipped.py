@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -27,6 +28,8 @@ from controller.skills import (
     template_placeholders,
     validate_skills,
 )
+
+from support import paged_decode_reference
 
 REPO = Path(__file__).resolve().parents[1]
 SKILLS = REPO / "skills"
@@ -232,26 +235,8 @@ assert os.environ.get("TRITON_INTERPRET") == "1"  # must be set before triton is
 import importlib.util
 import torch
 
-def reference(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
-    """Straightforward fp32 loop over requests and query heads."""
-    batch, heads, dim = q.shape
-    _, page_size, kv_heads, _ = k_cache.shape
-    group = heads // kv_heads
-    output = torch.zeros(batch, heads, dim)
-    lse = torch.full((batch, heads), -math.inf)
-    for b in range(batch):
-        pages = kv_indices[kv_indptr[b]:kv_indptr[b + 1]].long()
-        if len(pages) == 0:
-            continue
-        last = page_size if kv_last_page_len is None else int(kv_last_page_len[b])
-        length = (len(pages) - 1) * page_size + last
-        keys = k_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
-        values = v_cache[pages].float().reshape(-1, kv_heads, dim)[:length]
-        for h in range(heads):
-            logits = keys[:, h // group] @ q[b, h].float() * sm_scale
-            lse[b, h] = torch.logsumexp(logits, 0) / math.log(2.0)
-            output[b, h] = torch.softmax(logits, 0) @ values[:, h // group]
-    return output, lse
+''' + inspect.getsource(paged_decode_reference) + r'''
+reference = paged_decode_reference
 
 def failures(candidate, expected, atol, rtol):
     """Elements failing the official rule; -inf must match -inf exactly."""
