@@ -113,12 +113,14 @@ def test_turn_budget_stops_the_conversation():
 
 
 def test_a_turn_over_the_token_budget_is_discarded_with_its_tool_calls():
+    # the budget leaves room for the next prompt (the whole gqa-decode skill, ~10k tokens, is in it), so the call
+    # is made; its reply then overruns the budget and is discarded
     response, chat, journal, req = run([
         turn(("read_skill", {"name": "gqa-decode"}), tokens=(2000, 100)),
-        turn(("submit_kernel", SUBMIT), tokens=(9000, 3000)),
-    ], req=request(max_total_tokens=12000, max_output_tokens=2000))
+        turn(("submit_kernel", SUBMIT), tokens=(36000, 3000)),
+    ], req=request(max_total_tokens=40000, max_output_tokens=2000))
     assert not response.proposals
-    assert response.stopped == "token budget: 14100 tokens > 12000; turn 1 discarded"
+    assert response.stopped == "token budget: 41100 tokens > 40000; turn 1 discarded"
     assert journal.turns(req)[1].results[0].content.startswith("not run: token budget")
 
 
