@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from harness.data.dataset import Dataset, EvalPreset
+from harness.data.dtypes import torch_dtype
 from harness.data.schema import SchemaError
 
 from support import DEFINITIONS, KV8_PS1, KV8_PS64, TINY_WORKLOADS
@@ -158,10 +160,31 @@ def test_uuid_prefix_selects_a_shipped_workload(shipped):
     assert chosen[0].axes == {"batch_size": 1, "num_pages": 512, "len_indptr": 2, "num_kv_indices": 512}
 
 
+@pytest.mark.parametrize("definition, largest, smallest", [
+    (KV8_PS1, "uniform_b256_kv8192", "uniform_b1_kv512"),
+    ("moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", None, None),
+    ("gdn_prefill_qk4_v8_d128_k_last", None, None),
+])
+def test_largest_and_smallest_select_by_input_and_output_bytes(shipped, definition, largest, smallest):
+    d = shipped.definition(definition)
+    wls = shipped.workloads_for(definition)
+
+    def size(w):
+        return sum(math.prod(d.shape_of(s, w.axes)) * torch_dtype(s.dtype).itemsize
+                   for s in [*d.inputs.values(), *d.outputs.values()] if s.shape is not None)
+
+    (big,), (small,) = shipped.workloads_for(definition, ["largest"]), shipped.workloads_for(definition, ["smallest"])
+    assert size(big) == max(map(size, wls)) > size(small) == min(map(size, wls))
+    if largest:
+        assert (shipped.label(big), shipped.label(small)) == (largest, smallest)
+    # with other selectors, once each
+    assert shipped.workloads_for(definition, ["largest", "0", "largest"]) == [big, *[w for w in wls[:1] if w != big]]
+
+
 @pytest.mark.parametrize("key", ["nope", "2", "00000", "tiny_ps64_b2_p3"])
 def test_unknown_selector_is_an_error(tiny_dataset, key):
     # "00000" is a prefix of both uuids but too short to count as one; tiny_ps64_b2_p3 is another definition's
-    with pytest.raises(SchemaError, match=rf"no workload '{key}' for {KV8_PS1}; use a uuid, a label or an index"):
+    with pytest.raises(SchemaError, match=rf"no workload '{key}' for {KV8_PS1}; use a uuid, a label, an index, largest or smallest"):
         tiny_dataset.workloads_for(KV8_PS1, [key])
 
 

@@ -18,7 +18,11 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from .dtypes import tensor_nbytes
 from .schema import Definition, SchemaError, Solution, Trace, Workload, load_jsonl, load_model
+
+# Workload selectors that mean the same in every definition: by the workload's input and output bytes.
+SIZE_SELECTORS = {"largest": max, "smallest": min}
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "definitions"
 
@@ -124,20 +128,32 @@ class Dataset:
         return self.definitions[name]
 
     def workloads_for(self, definition: str, selection: Optional[list[str]] = None) -> list[Workload]:
-        """All workloads of a definition, or those whose uuid, uuid prefix, label or index is selected."""
+        """All workloads of a definition, or those whose uuid, uuid prefix, label or index is selected.
+
+        ``largest`` and ``smallest`` select by the workload's input and output bytes, in any definition: one
+        selection that means the same thing for every definition of a multi-definition submission."""
         wls = self.workloads.get(definition, [])
         if not selection:
             return list(wls)
         chosen: list[Workload] = []
         for key in selection:
-            hits = [
-                w for i, w in enumerate(wls)
-                if key in (w.uuid, self.labels.get(w.uuid), str(i)) or (len(key) >= 6 and w.uuid.startswith(key))
-            ]
+            if key in SIZE_SELECTORS and wls:
+                hits = [SIZE_SELECTORS[key](wls, key=lambda w: self._io_bytes(definition, w))]
+            else:
+                hits = [
+                    w for i, w in enumerate(wls)
+                    if key in (w.uuid, self.labels.get(w.uuid), str(i))
+                    or (len(key) >= 6 and w.uuid.startswith(key))
+                ]
             if not hits:
-                raise SchemaError(f"no workload {key!r} for {definition}; use a uuid, a label or an index")
+                raise SchemaError(f"no workload {key!r} for {definition}; use a uuid, a label, an index, largest or smallest")
             chosen.extend(h for h in hits if h not in chosen)
         return chosen
+
+    def _io_bytes(self, definition: str, workload: Workload) -> int:
+        d = self.definition(definition)
+        specs = [*d.inputs.values(), *d.outputs.values()]
+        return sum(tensor_nbytes(d, spec, workload.axes) for spec in specs)
 
     def baselines(self, definition: str) -> list[Solution]:
         """Solutions by author ``baseline`` (solutions/baseline/<op_type>/<definition>/*.json)."""

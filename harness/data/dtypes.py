@@ -6,9 +6,11 @@ it below all of them lets ``harness.data.inputs`` consult the families without a
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .schema import DType, SchemaError
+from .schema import Definition, DType, SchemaError, TensorSpec
 
 TORCH_DTYPES = {
     DType.float32: torch.float32,
@@ -30,3 +32,10 @@ def torch_dtype(dtype: DType) -> torch.dtype:
     if t is None:
         raise SchemaError(f"dtype {dtype.value} is not supported by this torch ({torch.__version__})")
     return t
+
+
+def tensor_nbytes(definition: Definition, spec: TensorSpec, axes: dict[str, int]) -> int:
+    """Bytes of one tensor of the definition for these axis values; a scalar counts 0 (passed by value)."""
+    if spec.shape is None:
+        return 0
+    return math.prod(definition.shape_of(spec, axes)) * torch_dtype(spec.dtype).itemsize

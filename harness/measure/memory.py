@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import torch
 
-from ..data.inputs import torch_dtype
+from ..data.dtypes import tensor_nbytes
 from ..data.schema import Definition, Workload
 
 GIB = 1 << 30
@@ -25,15 +24,7 @@ BUDGET_SLACK_BYTES = 2 * GIB
 
 def tensor_bytes(definition: Definition, specs: Mapping[str, Any], workload: Workload) -> int:
     """Bytes of the tensors ``specs`` (a definition's inputs or outputs) at this workload's axes; scalars are 0."""
-    total = 0
-    for spec in specs.values():
-        if spec.shape is None:
-            continue
-        n = 1
-        for d in definition.shape_of(spec, workload.axes):
-            n *= int(d)
-        total += n * torch.empty((), dtype=torch_dtype(spec.dtype)).element_size()
-    return total
+    return sum(tensor_nbytes(definition, spec, workload.axes) for spec in specs.values())
 
 
 def io_bytes(definition: Definition, workload: Workload) -> int:

@@ -35,8 +35,8 @@ from typing import Any, Literal, NamedTuple, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..data.dtypes import torch_dtype
-from ..data.schema import Definition, SchemaError, TensorSpec, Workload
+from ..data.dtypes import tensor_nbytes
+from ..data.schema import Definition, SchemaError, Workload
 
 # ---------------------------------------------------------------------------------------------
 # Cost of one workload
@@ -54,11 +54,7 @@ class WorkloadCost(NamedTuple):
     fp8_flops: int = 0
 
 
-def tensor_bytes(definition: Definition, spec: TensorSpec, axes: dict[str, int]) -> int:
-    """Bytes of one tensor of the definition for these axis values; a scalar counts 0 (passed by value)."""
-    if spec.shape is None:
-        return 0
-    return math.prod(definition.shape_of(spec, axes)) * torch_dtype(spec.dtype).itemsize
+tensor_bytes = tensor_nbytes  # the families' name for it
 
 
 def generic_cost(definition: Definition, workload: Workload) -> WorkloadCost:
