@@ -184,7 +184,8 @@ def test_largest_and_smallest_select_by_input_and_output_bytes(shipped, definiti
 @pytest.mark.parametrize("key", ["nope", "2", "00000", "tiny_ps64_b2_p3"])
 def test_unknown_selector_is_an_error(tiny_dataset, key):
     # "00000" is a prefix of both uuids but too short to count as one; tiny_ps64_b2_p3 is another definition's
-    with pytest.raises(SchemaError, match=rf"no workload '{key}' for {KV8_PS1}; use a uuid, a label, an index, largest or smallest"):
+    expected = rf"no workload '{key}' for {KV8_PS1}; use a uuid, a label, an index, largest or smallest"
+    with pytest.raises(SchemaError, match=expected):
         tiny_dataset.workloads_for(KV8_PS1, [key])
 
 

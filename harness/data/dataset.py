@@ -146,7 +146,8 @@ class Dataset:
                     or (len(key) >= 6 and w.uuid.startswith(key))
                 ]
             if not hits:
-                raise SchemaError(f"no workload {key!r} for {definition}; use a uuid, a label, an index, largest or smallest")
+                raise SchemaError(f"no workload {key!r} for {definition}; "
+                                  "use a uuid, a label, an index, largest or smallest")
             chosen.extend(h for h in hits if h not in chosen)
         return chosen
 
