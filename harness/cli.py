@@ -40,7 +40,8 @@ def main() -> None:
 @main.command()
 @click.argument("solutions", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--workloads", "-w", multiple=True,
-              help="Workload uuid, uuid prefix, label, index, or largest/smallest (by input+output bytes, per definition); repeatable, or comma-separated.")
+              help="Workload uuid, uuid prefix, label, index, or largest/smallest (by input+output bytes, per "
+                   "definition); repeatable, or comma-separated.")
 @click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per solution.")
