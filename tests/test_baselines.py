@@ -99,3 +99,51 @@ def test_flashinfer_cache_is_the_archives_unless_the_host_names_one(tmp_path, mo
     assert flashinfer_cache(tmp_path / "a") == flashinfer_cache(tmp_path / "b") == tmp_path / "host"
     monkeypatch.setenv(FLASHINFER_CACHE_ENV, "  ")
     assert flashinfer_cache(tmp_path / "b") == tmp_path / "b" / "cache" / "flashinfer"
+
+
+def test_a_baseline_that_runs_out_of_time_is_not_started_again_in_the_session(tmp_path):
+    """A library's JIT build on a fresh host can outlast the workload's limit: one timeout, then the later
+    workloads list the baseline as not run (with the reason), unarchived, instead of each paying the limit again."""
+    from harness.archive.database import Archive
+    from harness.pipeline.baselines import Baselines
+    from harness.measure.correctness import Tolerance
+    from harness.data.dataset import Dataset
+    from harness.data.results import WorkloadResult
+    from harness.data.schema import Solution
+
+    from support import KV8_PS1, solution_dict
+
+    shipped = Dataset()
+    definition, preset = shipped.definition(KV8_PS1), shipped.preset(KV8_PS1)
+    first, second, third = shipped.workloads_for(KV8_PS1)[:3]
+    slow = Solution.model_validate(solution_dict("def run(*a):\n    pass\n", name="jit_on_first_call"))
+    fine = Solution.model_validate(solution_dict("def run(*a):\n    return None\n", name="prebuilt"))
+    dataset = type("D", (), {"baselines": lambda self, name: [slow, fine],
+                             "label": lambda self, w: shipped.label(w)})()
+    archive, calls, starts = Archive(tmp_path / "a"), [], []
+
+    def start(sol, definition, timeout_s):
+        starts.append(sol.name)
+        return _Worker(), None
+
+    def evaluate(worker, definition, workload, label, preset, tol, timeout_s):
+        calls.append(label)
+        if calls == [shipped.label(first)]:  # the first baseline's first call: its JIT build outlasts the limit
+            return WorkloadResult(workload.uuid, label, "TIMEOUT", message="workload timed out")
+        wr = WorkloadResult(workload.uuid, label, "PASSED")
+        wr.latency_ms = wr.kernel_latency_ms = 0.02
+        return wr
+
+    baselines = Baselines(dataset, archive, _Keys("GPU-1"), {}, start, evaluate)
+    one = baselines.figures(definition, first, preset, Tolerance(), 60)
+    assert one["failures"] == ["jit_on_first_call: TIMEOUT workload timed out"] and one["official_ms"] == 0.02
+    for workload in (second, third):
+        later = baselines.figures(definition, workload, preset, Tolerance(), 60)
+        assert later["official_ms"] == 0.02  # the other baseline still covers it
+        assert later["failures"] == [f"jit_on_first_call: SKIPPED not run: timed out on {shipped.label(first)} "
+                                     "in this session (60 s limit)"]
+    assert starts == ["jit_on_first_call", "prebuilt"]  # never restarted
+    assert len(calls) == 4  # first workload: both; later ones: only the prebuilt baseline
+    rows = list(archive.db["baseline_runs"].rows)
+    assert [(r["solution_name"], r["status"]) for r in rows] == [
+        ("jit_on_first_call", "TIMEOUT"), ("prebuilt", "PASSED"), ("prebuilt", "PASSED"), ("prebuilt", "PASSED")]

@@ -4,7 +4,9 @@ Each baseline solution (the dataset's ``solutions/baseline/``) runs in a worker 
 through the same pipeline as a candidate (correctness, official timing) but without audits. A figure is measured
 once per card, toolchain and workload and kept in the archive; a card of the same model reuses another card's
 figures once a spot check on this card agrees (``scores.spot_check_holds``). A failure is archived with its message
-and log and never reused as a figure.
+and log and never reused as a figure. A baseline that runs past the workload's time limit (a library's JIT build
+on a fresh host can take longer than any workload) is not started again in this session: each later workload lists
+it as not run, with the reason, instead of paying the whole limit again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..data.dataset import Dataset, EvalPreset
 from ..data.results import WorkloadResult
 from ..sandbox.runner import WorkerProcess
 from ..data.schema import Definition, EvaluationStatus, Solution, Workload
+from ..data.statuses import SubmissionStatus
 from .trusted import TrustedReference
 
 # (solution, definition, timeout) -> (worker, None) or (None, the failed start as a WorkloadResult)
@@ -62,6 +65,7 @@ class Baselines:
         self._start, self._evaluate = start, evaluate
         self.workers: dict[str, Optional[WorkerProcess]] = {}  # solution hash -> its worker (None: failed start)
         self._start_failure: dict[str, Optional[WorkloadResult]] = {}
+        self.given_up: dict[str, str] = {}  # solution hash -> why it is not run again in this session
 
     def figures(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                 timeout_s: float) -> Optional[dict[str, Any]]:
@@ -88,6 +92,9 @@ class Baselines:
 
     def _measure(self, sol: Solution, definition: Definition, workload: Workload, preset: EvalPreset,
                  tol: Tolerance, timeout_s: float) -> dict[str, Any]:
+        if sol.content_hash in self.given_up:  # not archived: a later session (a warm JIT cache) tries again
+            return {"status": SubmissionStatus.SKIPPED.value, "official_ms": None, "kernel_ms": None,
+                    "message": f"not run: {self.given_up[sol.content_hash]}", "log_blob": None}
         worker = self.workers.get(sol.content_hash)
         if sol.content_hash not in self.workers or (worker is not None and not worker.alive):
             worker, failure = self._start(sol, definition, timeout_s)
@@ -107,6 +114,9 @@ class Baselines:
             if not worker.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
                 worker.stop()  # a fresh process for the next workload
                 self.workers.pop(sol.content_hash, None)
+            if wr.status == EvaluationStatus.TIMEOUT.value:
+                self.given_up[sol.content_hash] = (f"timed out on {self.dataset.label(workload)} in this session "
+                                                   f"({timeout_s:.0f} s limit)")
         log = run.pop("log", "")
         failed = log and run["status"] != EvaluationStatus.PASSED.value
         run["log_blob"] = self.archive.put_blob(log, "log") if failed else None
