@@ -49,6 +49,8 @@ def main() -> int:
     parser.add_argument("--two-gpus", action="store_true",
                         help="run the per-workload processes on GPU 1 while the sessions run on GPU 0 (same wall "
                              "times, half the waiting)")
+    parser.add_argument("--workloads", default="",
+                        help="comma-separated labels or uuids (default: every workload of the definition)")
     args = parser.parse_args()
     solution = args.solution or REPO / "examples" / "triton_gqa_decode" / "solutions" / f"{args.definition}.json"
 
@@ -58,12 +60,19 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="crucible-throughput-"))
     labels = [_json.loads(line)["workload"]["uuid"] for line in
               (REPO / "definitions" / "workloads" / "gqa_paged" / f"{args.definition}.jsonl").read_text().splitlines()]
+    if args.workloads:
+        wanted = args.workloads.split(",")
+        names = json.loads((REPO / "definitions" / "workloads" / "gqa_paged" / "labels.json").read_text())
+        labels = [u for u in labels if u in wanted or names.get(u) in wanted]
+        if len(labels) != len(wanted):
+            raise SystemExit(f"--workloads: not all of {wanted} are workloads of {args.definition}")
+    chosen = labels if args.workloads else None
     session_gpu, isolated_gpu = ("0", "1") if args.two_gpus else (None, None)
 
     def sessions():
         # Crucible, cold (empty archive: reference latencies measured) then warm (cached in the archive).
-        return harness_submit(solution, work / "session", gpu=session_gpu), \
-            harness_submit(solution, work / "session", gpu=session_gpu)
+        return harness_submit(solution, work / "session", chosen, gpu=session_gpu), \
+            harness_submit(solution, work / "session", chosen, gpu=session_gpu)
 
     def isolated_runs():
         # One fresh process, and a fresh archive (no cache), per workload.

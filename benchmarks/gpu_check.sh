@@ -10,7 +10,7 @@
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
 # multi-GPU host), CONTROLLER_ARGS,
 # CONTROLLER_RESUME=1 (continue every run of ARCHIVE a timeout cut short), ADV_K (pytest -k of the adversarial suite),
-# AUDIT_ARGS, PARITY_ARGS, ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
+# AUDIT_ARGS, PARITY_ARGS, THROUGHPUT_ARGS (e.g. --workloads a,b), ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +35,7 @@ section() { { echo; echo "===== $* ===== $(date -u +%T)"; } >> "$LOG"; }
 
 THROUGHPUT=
 if has throughput && [ "$NGPU" -ge 2 ]; then  # on the second GPU, beside the rest
-  (CUDA_VISIBLE_DEVICES=1 timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log") &
+  (CUDA_VISIBLE_DEVICES=1 timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log") &
   THROUGHPUT=$!
   export CUDA_VISIBLE_DEVICES=0
 fi
@@ -65,7 +65,7 @@ if has throughput; then
     wait $THROUGHPUT
   else
     section "evaluation throughput"
-    timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log"
+    timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log"
   fi
 fi
 unset CUDA_VISIBLE_DEVICES
