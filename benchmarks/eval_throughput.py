@@ -51,6 +51,10 @@ def main() -> int:
                              "times, half the waiting)")
     parser.add_argument("--workloads", default="",
                         help="comma-separated labels or uuids (default: every workload of the definition)")
+    parser.add_argument("--isolated", default="",
+                        help="the workloads of the one-process-per-workload runs, labels or uuids (default: the "
+                             "same as the sessions'); the speedups then compare the sessions with the isolated "
+                             "runs scaled to the sessions' workload count")
     args = parser.parse_args()
     solution = args.solution or REPO / "examples" / "triton_gqa_decode" / "solutions" / f"{args.definition}.json"
 
@@ -60,13 +64,18 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="crucible-throughput-"))
     labels = [_json.loads(line)["workload"]["uuid"] for line in
               (REPO / "definitions" / "workloads" / "gqa_paged" / f"{args.definition}.jsonl").read_text().splitlines()]
-    if args.workloads:
-        wanted = args.workloads.split(",")
-        names = json.loads((REPO / "definitions" / "workloads" / "gqa_paged" / "labels.json").read_text())
-        labels = [u for u in labels if u in wanted or names.get(u) in wanted]
-        if len(labels) != len(wanted):
-            raise SystemExit(f"--workloads: not all of {wanted} are workloads of {args.definition}")
-    chosen = labels if args.workloads else None
+    names = json.loads((REPO / "definitions" / "workloads" / "gqa_paged" / "labels.json").read_text())
+
+    def pick(option: str, text: str) -> list[str]:
+        wanted = text.split(",")
+        found = [u for u in labels if u in wanted or names.get(u) in wanted]
+        if len(found) != len(wanted):
+            raise SystemExit(f"{option}: not all of {wanted} are workloads of {args.definition}")
+        return found
+
+    chosen = pick("--workloads", args.workloads) if args.workloads else None
+    labels = chosen or labels
+    isolated_uuids = pick("--isolated", args.isolated) if args.isolated else labels
     session_gpu, isolated_gpu = ("0", "1") if args.two_gpus else (None, None)
 
     def sessions():
@@ -77,7 +86,7 @@ def main() -> int:
     def isolated_runs():
         # One fresh process, and a fresh archive (no cache), per workload.
         return [harness_submit(solution, work / f"isolated{i}", [uuid], gpu=isolated_gpu)
-                for i, uuid in enumerate(labels)]
+                for i, uuid in enumerate(isolated_uuids)]
 
     if args.two_gpus:
         with ThreadPoolExecutor(2) as pool:
@@ -86,13 +95,15 @@ def main() -> int:
     else:
         (cold, cold_wall), (warm, warm_wall) = sessions()
         runs = isolated_runs()
-    isolated = [r["workloads"][0] for r, _ in runs]
+    isolated = {r["workloads"][0]["label"]: r["workloads"][0] for r, _ in runs}
     isolated_walls = [w for _, w in runs]
-    isolated_wall = sum(isolated_walls)
+    # one process per workload for every workload of the sessions: the measured mean per workload times their count
+    isolated_wall = statistics.fmean(isolated_walls) * len(cold["workloads"])
     labels = [w["label"] for w in cold["workloads"]]
 
     rows = []
-    for c, w, iso in zip(cold["workloads"], warm["workloads"], isolated):
+    for c, w in zip(cold["workloads"], warm["workloads"]):
+        iso = isolated.get(c["label"], {"latency_ms": None})
         ratio = (c["latency_ms"] / iso["latency_ms"]) if c["latency_ms"] and iso["latency_ms"] else None
         rows.append({"workload": c["label"], "status": c["status"], "session_ms": c["latency_ms"],
                      "warm_session_ms": w["latency_ms"], "isolated_ms": iso["latency_ms"],
@@ -116,7 +127,8 @@ def main() -> int:
     lines = [f"# Evaluation throughput: {args.definition}, {len(labels)} workloads", "",
              f"- date {report['date']}; solution {solution.name}",
              f"- wall: session cold {cold_wall:.1f} s, warm {warm_wall:.1f} s; one process per workload "
-             f"{isolated_wall:.1f} s (mean {report['isolated_mean_wall_per_workload_s']} s each)",
+             f"{isolated_wall:.1f} s (mean {report['isolated_mean_wall_per_workload_s']} s each, measured on "
+             f"{len(runs)} of the {len(labels)} workloads)",
              f"- speedup: cold {report['speedup']['cold']}x, warm {report['speedup']['warm']}x",
              f"- phases cold: {cold['phases_s']}", f"- phases warm: {warm['phases_s']}",
              f"- official latency, session / isolated: median {report['latency_ratio_median']}, "
