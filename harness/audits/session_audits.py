@@ -192,7 +192,9 @@ class SessionAudits:
         (harness.audits.verdicts)."""
         cfg = cfg or self.audit_config
         fresh = [trial_seed(self._secret, workload, seed_base + i) for i in range(cfg.fresh_input_sets)]
-        steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng)
+        # the reuse calls' content, seen nowhere else: they are also the replay audit's timed calls (on a GPU)
+        reuse = [trial_seed(self._secret, workload, seed_base + 500 + j) for j in range(cfg.reused_buffer_calls)]
+        steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng, reuse if self.has_gpu else None)
         request = RecheckRequest(workload=workload, steps=steps, dataset_root=str(self.dataset.root))
         answered = self._within_deadline(worker, request, deadline, wr, "recheck", "audits")
         if answered is None:
@@ -220,11 +222,17 @@ class SessionAudits:
             checks.append((step, result.passed, result.message))
         wr.audits.append(recheck_verdict(checks))
         wr.audits.append(thread_verdict(reply.threads_before, reply.threads_after))
-        fresh_ms = [ms for ms, s in zip(reply.wall_ms, steps) if s["kind"] == "fresh"]
-        repeat_ms = [ms for ms, s in zip(reply.repeat_wall_ms, steps) if s["kind"] == "fresh"]
-        replay = replay_verdict(repeat_ms, fresh_ms, cfg) if self.has_gpu else None
-        if replay is not None:
-            wr.audits.append(replay)
+        # a call on never-seen content in warm buffers against its repeat (verdicts.replay_verdict)
+        timed = [i for i, s in enumerate(steps) if s["kind"] == "reuse"]
+        if not self.has_gpu or not timed:
+            return
+        content, repeat = reply.wall_ms, reply.repeat_wall_ms
+        if len(repeat) != len(steps):
+            wr.audits.append(Audit(name="fresh_input_timing", passed=False,
+                                   detail=f"the recheck's reply times {len(repeat)} repeats of {len(steps)} calls "
+                                          "(the worker's reply was changed)"))
+            return
+        wr.audits.append(replay_verdict([repeat[i] for i in timed], [content[i] for i in timed], cfg))
 
     def _escalate(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
                   tol: Tolerance, timeout_s: float, wr: WorkloadResult, library_is_own: bool = False) -> None:
