@@ -334,3 +334,26 @@ def test_stack_dumps_of_a_slow_worker_reach_its_log(tiny_dataset_root, tmp_path,
         result = submit(s, slow)
     assert statuses(result) == ["PASSED"]
     assert "most recent call first" in result.workloads[0].log and "in run" in result.workloads[0].log
+
+
+def test_the_datasets_own_baseline_submitted_as_a_candidate_runs_as_a_baseline_worker(tmp_path):
+    """Byte for byte the dataset's baseline: its worker gets the baseline role (the session's FlashInfer JIT cache),
+    so submitting it does not compile FlashInfer's modules again in a private folder; any change makes it a
+    candidate like any other."""
+    from harness.data.results import WorkloadResult
+
+    shipped = Dataset()
+    baseline = shipped.baselines(KV8_PS1)[0]
+    edited = baseline.model_copy(update={"name": "edited", "sources": [
+        src.model_copy(update={"content": src.content + "\n# one line more\n"}) for src in baseline.sources]})
+    roles = []
+    with Session(shipped, Archive(tmp_path / "a"), SubmitOptions(workloads=["uniform_b1_kv512"], timing=False,
+                                                                 baselines=False)) as s:
+        def start(solution, definition, timeout_s, role="candidate"):
+            roles.append((solution.name, role))
+            return None, WorkloadResult("", "", "COMPILE_ERROR", message="not built in this test")
+
+        s._start_candidate = start
+        for solution in (baseline, edited):
+            assert s.submit(solution).workloads[0].status == "COMPILE_ERROR"
+    assert roles == [(baseline.name, "baseline"), ("edited", "candidate")]

@@ -291,7 +291,10 @@ class Session(WorkloadEvaluation, SessionAudits):
                 if wr is None:
                     if candidate is None or not candidate.alive:
                         first_build = candidate is None and build_failure is None and not result.workloads
-                        candidate, failure = self._start_candidate(solution, definition, timeout_s)
+                        # The dataset's own baseline, byte for byte, runs as its baseline workers do: with the
+                        # session's FlashInfer JIT cache, not compiling FlashInfer again in a private folder.
+                        candidate, failure = self._start_candidate(
+                            solution, definition, timeout_s, role="baseline" if library_is_own else "candidate")
                         if candidate is not None and first_build and candidate.build_log.strip():
                             from ..archive.views import add_artifact
 
