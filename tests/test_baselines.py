@@ -147,3 +147,44 @@ def test_a_baseline_that_runs_out_of_time_is_not_started_again_in_the_session(tm
     rows = list(archive.db["baseline_runs"].rows)
     assert [(r["solution_name"], r["status"]) for r in rows] == [
         ("jit_on_first_call", "TIMEOUT"), ("prebuilt", "PASSED"), ("prebuilt", "PASSED"), ("prebuilt", "PASSED")]
+
+
+@pytest.mark.parametrize("messages, evaluated", [
+    # FlashInfer's GDN kernels without CuTe-DSL: the same error on every call; two in a row, then not run again
+    (["trial 0: RuntimeError: CuTe-DSL is not available"] * 4, 2),
+    # failures that differ (the largest workloads out of memory, one by one) are each still tried
+    (["trial 0: OutOfMemoryError: 40 GiB", "trial 0: OutOfMemoryError: 80 GiB", "trial 0: x", "trial 0: y"], 4),
+])
+def test_a_baseline_failing_the_same_way_twice_in_a_row_is_not_run_again(tmp_path, messages, evaluated):
+    from harness.archive.database import Archive
+    from harness.pipeline.baselines import Baselines
+    from harness.measure.correctness import Tolerance
+    from harness.data.dataset import Dataset
+    from harness.data.results import WorkloadResult
+    from harness.data.schema import Solution
+
+    from support import KV8_PS1, solution_dict
+
+    shipped = Dataset()
+    definition, preset = shipped.definition(KV8_PS1), shipped.preset(KV8_PS1)
+    workloads = shipped.workloads_for(KV8_PS1)[:4]
+    broken = Solution.model_validate(solution_dict("def run(*a):\n    pass\n", name="needs_cute_dsl"))
+    dataset = type("D", (), {"baselines": lambda self, name: [broken], "label": lambda self, w: shipped.label(w)})()
+    calls, starts = [], []
+
+    def start(sol, definition, timeout_s):
+        starts.append(sol.name)
+        return _Worker(), None
+
+    def evaluate(worker, definition, workload, label, preset, tol, timeout_s):
+        calls.append(label)
+        return WorkloadResult(workload.uuid, label, "RUNTIME_ERROR", message=messages[len(calls) - 1])
+
+    baselines = Baselines(dataset, Archive(tmp_path / "a"), _Keys("GPU-1"), {}, start, evaluate)
+    runs = [baselines.figures(definition, w, preset, Tolerance(), 60) for w in workloads]
+    assert len(calls) == len(starts) == evaluated
+    if evaluated == 2:
+        assert runs[2]["failures"] == runs[3]["failures"] == [
+            "needs_cute_dsl: SKIPPED not run: failed the same way on two workloads in a row, the last "
+            f"{shipped.label(workloads[1])}: RUNTIME_ERROR trial 0: RuntimeError: CuTe-DSL is not available"]
+    assert all(r["official_ms"] is None for r in runs)

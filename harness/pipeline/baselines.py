@@ -5,8 +5,10 @@ through the same pipeline as a candidate (correctness, official timing) but with
 once per card, toolchain and workload and kept in the archive; a card of the same model reuses another card's
 figures once a spot check on this card agrees (``scores.spot_check_holds``). A failure is archived with its message
 and log and never reused as a figure. A baseline that runs past the workload's time limit (a library's JIT build
-on a fresh host can take longer than any workload) is not started again in this session: each later workload lists
-it as not run, with the reason, instead of paying the whole limit again.
+on a fresh host can take longer than any workload), or fails the same way on two workloads in a row (a library
+that cannot run on this host: FlashInfer's GDN kernels without CuTe-DSL fail on every call), is not started again
+in this session: each later workload lists it as not run, with the reason, instead of paying the limit, or a
+worker's start, again on every workload.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Baselines:
         self.workers: dict[str, Optional[WorkerProcess]] = {}  # solution hash -> its worker (None: failed start)
         self._start_failure: dict[str, Optional[WorkloadResult]] = {}
         self.given_up: dict[str, str] = {}  # solution hash -> why it is not run again in this session
+        self._last_failure: dict[str, tuple[str, str]] = {}  # solution hash -> its last (status, message)
 
     def figures(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                 timeout_s: float) -> Optional[dict[str, Any]]:
@@ -89,6 +92,21 @@ class Baselines:
                         carried["kernel_ms"] or carried["official_ms"], cached["kernel_ms"] or cached["official_ms"])
             runs.append({"solution": sol.name, **cached})
         return best_of(runs)
+
+    def _give_up_if_hopeless(self, sol: Solution, workload: Workload, wr: WorkloadResult, timeout_s: float) -> None:
+        key = sol.content_hash
+        if wr.status == EvaluationStatus.PASSED.value:
+            self._last_failure.pop(key, None)
+            return
+        label = self.dataset.label(workload)
+        if wr.status == EvaluationStatus.TIMEOUT.value:
+            self.given_up[key] = f"timed out on {label} in this session ({timeout_s:.0f} s limit)"
+            return
+        failure = (wr.status, wr.message)
+        if self._last_failure.get(key) == failure:
+            self.given_up[key] = (f"failed the same way on two workloads in a row, the last {label}: "
+                                  f"{wr.status} {wr.message[:300]}")
+        self._last_failure[key] = failure
 
     def _measure(self, sol: Solution, definition: Definition, workload: Workload, preset: EvalPreset,
                  tol: Tolerance, timeout_s: float) -> dict[str, Any]:
@@ -114,9 +132,7 @@ class Baselines:
             if not worker.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
                 worker.stop()  # a fresh process for the next workload
                 self.workers.pop(sol.content_hash, None)
-            if wr.status == EvaluationStatus.TIMEOUT.value:
-                self.given_up[sol.content_hash] = (f"timed out on {self.dataset.label(workload)} in this session "
-                                                   f"({timeout_s:.0f} s limit)")
+            self._give_up_if_hopeless(sol, workload, wr, timeout_s)
         log = run.pop("log", "")
         failed = log and run["status"] != EvaluationStatus.PASSED.value
         run["log_blob"] = self.archive.put_blob(log, "log") if failed else None
