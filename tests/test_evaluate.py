@@ -357,3 +357,17 @@ def test_the_datasets_own_baseline_submitted_as_a_candidate_runs_as_a_baseline_w
         for solution in (baseline, edited):
             assert s.submit(solution).workloads[0].status == "COMPILE_ERROR"
     assert roles == [(baseline.name, "baseline"), ("edited", "candidate")]
+
+
+def test_a_solution_that_runs_out_of_time_twice_in_a_row_is_not_run_on_the_rest(tmp_path):
+    """Each timeout costs the whole limit in a fresh process: after two in a row the remaining workloads are
+    SKIPPED with the reason (a hanging solution on GDN prefill's 100 workloads would otherwise take hours)."""
+    hang = "import time\ndef run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n" \
+           "    while True:\n        time.sleep(0.05)\n"
+    workloads = ["uniform_b1_kv512", "uniform_b1_kv2048", "uniform_b64_kv512"]
+    with Session(Dataset(), Archive(tmp_path / "a"), SubmitOptions(workloads=workloads, timeout_s=4)) as s:
+        result = s.submit(Solution.model_validate(solution_dict(hang)))
+    assert [w.status for w in result.workloads] == ["TIMEOUT", "TIMEOUT", "SKIPPED"]
+    assert result.workloads[2].message == ("not run: the solution ran out of time on uniform_b1_kv512 and "
+                                           "uniform_b1_kv2048 in a row (each in a fresh process, 4 s limit)")
+    assert result.status == "TIMEOUT" and result.promotion_blockers

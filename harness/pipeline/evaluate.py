@@ -57,6 +57,10 @@ from .workload_evaluation import WorkloadEvaluation
 
 Progress = Callable[[str, dict[str, Any]], None]
 
+# A solution that runs out of time on this many workloads in a row (each in a fresh process) is not run on the
+# rest: they are SKIPPED with the reason, and the submission is a TIMEOUT, instead of costing the limit each.
+TIMEOUTS_IN_A_ROW = 2
+
 
 def input_bytes(definition: Definition, workload: Workload) -> int:
     return tensor_bytes(definition, definition.inputs, workload)
@@ -280,14 +284,18 @@ class Session(WorkloadEvaluation, SessionAudits):
         static_problem = static_signature_problem(solution, definition)
         candidate: Optional[WorkerProcess] = None
         build_failure: Optional[WorkloadResult] = None
+        timed_out: list[str] = []  # the labels of the workloads that ran out of time, in a row
         try:
             for workload in workloads:
                 label = self.dataset.label(workload)
                 self.progress("workload", {"label": label, "uuid": workload.uuid})
                 size = input_bytes(definition, workload)
                 on_cpu = not self.has_gpu and not self.options.all_workloads_on_cpu
-                cpu_skip = cpu_skip_message(size, self.options.cpu_max_input_mib) if on_cpu else None
-                wr = unrun_result(workload, label, cpu_skip, static_problem, build_failure)
+                skip = cpu_skip_message(size, self.options.cpu_max_input_mib) if on_cpu else None
+                if len(timed_out) >= TIMEOUTS_IN_A_ROW:  # each more would cost the whole limit again
+                    skip = (f"not run: the solution ran out of time on {' and '.join(timed_out)} in a row "
+                            f"(each in a fresh process, {timeout_s:.0f} s limit)")
+                wr = unrun_result(workload, label, skip, static_problem, build_failure)
                 if wr is None:
                     if candidate is None or not candidate.alive:
                         first_build = candidate is None and build_failure is None and not result.workloads
@@ -327,6 +335,10 @@ class Session(WorkloadEvaluation, SessionAudits):
                             # A fresh process (and CUDA context) for the next workload.
                             candidate.stop()
                             candidate = None
+                if wr.status == EvaluationStatus.TIMEOUT.value:
+                    timed_out.append(label)
+                elif wr.evaluated:
+                    timed_out.clear()
                 self._record(result, definition, solution, workload, wr, env_id)
             if build_failure is None and not static_problem:
                 self._instruction_proof(candidate, solution, definition, result)

@@ -43,13 +43,14 @@ def opened_result(submission_id: int, solution: str, definition: str, static_fin
     return result
 
 
-def unrun_result(workload: Workload, label: str, cpu_skip: Optional[str], static_problem: Optional[str],
+def unrun_result(workload: Workload, label: str, skip: Optional[str], static_problem: Optional[str],
                  build_failure: Optional[WorkloadResult]) -> Optional[WorkloadResult]:
-    """The result of a workload that needs no candidate worker, or None when it is to be run. A static
+    """The result of a workload that needs no candidate worker, or None when it is to be run. ``skip``: why it is
+    not run (too large for the CPU's interpreter; the solution ran out of time on the workloads before). A static
     signature problem or a failed build fails every workload the same way, so each is recorded without a
     fresh build attempt per workload."""
-    if cpu_skip:
-        return WorkloadResult(workload.uuid, label, SubmissionStatus.SKIPPED, message=cpu_skip)
+    if skip:
+        return WorkloadResult(workload.uuid, label, SubmissionStatus.SKIPPED, message=skip)
     if static_problem:
         return WorkloadResult(workload.uuid, label, EvaluationStatus.COMPILE_ERROR.value, message=static_problem,
                               log=static_problem)
