@@ -337,3 +337,25 @@ def test_fp8_work_is_floored_at_the_fp8_rate(fp8_rate, flops, fp8_flops, compute
 def test_ceilings_cached_before_fp8_was_measured_still_load():
     entry = {k: v for k, v in CEILINGS.model_dump(mode="json").items() if k != "fp8_flops_per_s"}
     assert Ceilings.model_validate(entry).fp8_rate == 2 * CEILINGS.bf16_flops_per_s
+
+
+@pytest.mark.parametrize("fraction_of_floor, impossible", [
+    (1.03, False),  # the GQA example on kv8 ps64 b256_kv8192, H200 (its floor on the achieved torch.sum rate)
+    (1.12, False),  # the data sheet's 4.8 TB/s against an achieved 4.27 TB/s: an honest kernel may get this close
+    (1.24, False),
+    (1.30, True),  # past what any memory system gives
+    (10.0, True),  # replay
+])
+def test_an_honest_kernel_near_or_past_the_achieved_bandwidth_is_no_verdict(fraction_of_floor, impossible):
+    from harness.audits.verdicts import AuditConfig
+    from harness.data.results import WorkloadResult
+    from harness.pipeline.comparison import place_in_context
+
+    cost = WorkloadCost(1_000_000_000, 0, "test")
+    floor = roofline(cost, CEILINGS, 1.0).floor_ms
+    wr = WorkloadResult("w", "w", "PASSED")
+    wr.latency_ms = floor / fraction_of_floor
+    place_in_context(wr, None, None, cost, CEILINGS, AuditConfig().roofline_margin)
+    [audit] = [a for a in wr.audits if a.name == "roofline_plausibility"]
+    assert audit.passed is not impossible, audit.detail
+    assert wr.fraction_of_floor == pytest.approx(fraction_of_floor)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 POLICY_THRESHOLDS = ("precision_error_multiple", "precision_error_floor", "precision_relative_floor", "clock_ratio",
                      "clock_slack_ms", "clock_floor_ratio", "replay_ratio", "replay_slack_ms", "attribution_min_share",
                      "attribution_allowance_us", "attribution_pointwise_us",
-                     "attribution_aten_glue_us", "speedup_bound")
+                     "attribution_aten_glue_us", "speedup_bound", "roofline_margin")
 
 
 def policy_thresholds(data: Optional[dict[str, Any]], definition: Optional[str],

@@ -58,6 +58,11 @@ class AuditConfig:
     # bookkeeping is part of its definition (MoE sets it in audit_policy.yaml)
     attribution_aten_glue_us: float = 0.0
     speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
+    # a latency below the roofline floor by more than this share is impossible (roofline_plausibility). The floor
+    # stands on the bandwidth this GPU achieved for torch.sum (H200: 4274 GB/s, 89% of the data sheet's 4.8 TB/s), and
+    # honest kernels come close to it or past it (the GQA example 103%, FlashInfer up to 105% on the H200): only a
+    # latency no memory system gives (past 125% of the achieved rate) is a verdict; replay is far below that.
+    roofline_margin: float = 0.2
 
     @classmethod
     def for_level(cls, level: str, **overrides: Any) -> "AuditConfig":

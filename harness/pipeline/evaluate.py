@@ -193,7 +193,7 @@ class Session(WorkloadEvaluation, SessionAudits):
         cost = family_for(definition.op_type).workload_cost(definition, workload, root=self.dataset.root)
         with self._phase("ceilings"):
             ceilings = self.ceilings()
-        place_in_context(wr, reference_ms, fi, cost, ceilings)
+        place_in_context(wr, reference_ms, fi, cost, ceilings, self.audit_config.roofline_margin)
 
     def close(self) -> None:
         """Stop every worker of the session, side by side: each tears down a CUDA context (seconds on a GPU)."""
