@@ -10,6 +10,7 @@
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
 # multi-GPU host), CONTROLLER_ARGS,
 # CONTROLLER_RESUME=1 (continue every run of ARCHIVE a timeout cut short), ADV_K (pytest -k of the adversarial suite),
+# BUDGET_S and DONE_DIR (a time budget, and continuing on the same host: see `stage` below),
 # AUDIT_ARGS, PARITY_ARGS, THROUGHPUT_ARGS (e.g. --workloads a,b), ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
@@ -28,6 +29,25 @@ NGPU=$(nvidia-smi -L | wc -l)
 STAGES=" ${STAGES:-core} "
 case "$STAGES" in *" core "*) STAGES="$STAGES gputests examples parity throughput ";; esac
 has() { case "$STAGES" in *" $1 "*) return 0;; esac; return 1; }
+# BUDGET_S: the seconds this call may use (a device lease, a CI slot). A stage whose estimate (EST_<stage> to
+# override) does not fit in what is left is deferred, not started; later stages that fit still run. DONE_DIR: a
+# marker per finished stage, so the same command on the same host continues with what is left (a stage cut by
+# the caller's limit has no marker and runs again). Both off by default.
+T0=$(date +%s); DONE_DIR=${DONE_DIR:-}; [ -n "$DONE_DIR" ] && mkdir -p "$DONE_DIR"
+declare -A EST=([gputests]=420 [examples]=150 [parity]=150 [throughput]=300 [adversarial]=220 [judge_set]=360
+  [judge_families]=560 [judge_scale]=560 [slow_timing]=280 [families]=600 [family_records]=560 [audit_cost]=300
+  [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60)
+CURRENT=
+mark_done() { [ -n "$CURRENT" ] && [ -n "$DONE_DIR" ] && touch "$DONE_DIR/$CURRENT"; CURRENT=; }
+stage() {  # stage NAME: is it asked for, not done yet, and does it fit? (the previous stage has finished)
+  mark_done; has "$1" || return 1
+  if [ -n "$DONE_DIR" ] && [ -f "$DONE_DIR/$1" ]; then echo "(stage $1: done in an earlier call)" >> "$LOG"; return 1; fi
+  if [ -n "${BUDGET_S:-}" ]; then
+    local var="EST_$1" left=$(( BUDGET_S - ($(date +%s) - T0) ))
+    local est=${!var:-${EST[$1]:-300}}
+    if [ "$est" -gt "$left" ]; then echo "DEFERRED $1 (estimate $est s, $left s left)" | tee -a "$OUT/deferred.txt" >> "$LOG"; return 1; fi
+  fi
+  CURRENT=$1; return 0; }
 LOG="$OUT/run.log"
 section() { { echo; echo "===== $* ===== $(date -u +%T)"; } >> "$LOG"; }
 { date -u; nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
@@ -39,14 +59,14 @@ if has throughput && [ "$NGPU" -ge 2 ]; then  # on the second GPU, beside the re
   THROUGHPUT=$!
   export CUDA_VISIBLE_DEVICES=0
 fi
-if has gputests; then
+if stage gputests; then
   section "GPU tests"
   # -v and the whole output kept: a run cut short by its timeout still says which tests passed and how long each took
   timeout ${GPUTESTS_TIMEOUT:-420} python3 -m pytest -v -rA --durations=0 -m gpu tests/ -p no:cacheprovider \
     -k "${GPUTESTS_K:-not spread}" > "$OUT/gputests.log" 2>&1
   grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^E |s call " "$OUT/gputests.log" | tee -a "$LOG"
 fi
-if has examples; then
+if stage examples; then
   section "example submission"
   timeout 200 python3 -m harness.cli submit examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json --archive "$ARCHIVE" \
     ${EXAMPLE_WORKLOADS:+-w "$EXAMPLE_WORKLOADS"} --json > "$OUT/submit_example.json" 2>> "$LOG"
@@ -56,11 +76,11 @@ if has examples; then
   timeout 60 python3 -m harness.cli submit examples/illegal_address/solution.json -w uniform_b1_kv512 -w uniform_b16_kv512 --archive "$ARCHIVE" \
     --no-baselines 2>&1 | tee -a "$LOG"
 fi
-if has parity; then
+if stage parity; then
   section "timer parity"
   timeout 150 python3 benchmarks/timing_parity.py ${PARITY_ARGS:-} --out "$OUT" 2>&1 | tee -a "$LOG"
 fi
-if has throughput; then
+if stage throughput; then
   if [ -n "$THROUGHPUT" ]; then
     wait $THROUGHPUT
   else
@@ -76,24 +96,24 @@ if has core && [ "$NGPU" -ge 2 ]; then
     2>&1 | tee -a "$LOG"
 fi
 
-if has adversarial; then  # the attack suite where CUPTI, streams and timing replay are real
+if stage adversarial; then  # the attack suite where CUPTI, streams and timing replay are real
   section "adversarial suite"
   timeout ${ADV_TIMEOUT:-500} python3 -m pytest -q -rA tests/adversarial -p no:cacheprovider -k "${ADV_K:-not nothing}" 2>&1 | tail -60 | tee -a "$LOG"
 fi
-if has judge_set; then  # honest solutions promotable, dishonest ones not (attribution, not only the gate)
+if stage judge_set; then  # honest solutions promotable, dishonest ones not (attribution, not only the gate)
   section "judge set"
   timeout ${JUDGE_TIMEOUT:-560} python3 benchmarks/judge_set.py --out "$OUT" --archive "$ARCHIVE" ${JUDGE_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
-if has judge_families; then  # the same for the contest's other definitions (MoE, DSA, GDN)
+if stage judge_families; then  # the same for the contest's other definitions (MoE, DSA, GDN)
   section "judge set: families"
   timeout ${JUDGE_TIMEOUT:-560} python3 benchmarks/judge_set.py --set families --out "$OUT/families" \
     --archive "$ARCHIVE" ${JUDGE_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
-if has judge_scale; then  # GPU memory per process on every workload, cold and warm wall (JUDGE_SCALE_ARGS)
+if stage judge_scale; then  # GPU memory per process on every workload, cold and warm wall (JUDGE_SCALE_ARGS)
   section "judge scale"
   timeout ${JUDGE_SCALE_TIMEOUT:-560} python3 benchmarks/judge_scale.py --out "$OUT" ${JUDGE_SCALE_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
-if has slow_timing; then  # where a many-kernel PyTorch solution spends its time on skewed_b64: the workers' stacks
+if stage slow_timing; then  # where a many-kernel PyTorch solution spends its time on skewed_b64: the workers' stacks
   section "slow timing"
   python3 - <<'PY'
 import json
@@ -109,7 +129,7 @@ PY
   [ -n "$SID" ] && python3 -m harness.cli show "$SID" --archive "$ARCHIVE" --log skewed_b64 > "$OUT/slow_timing_log.txt" 2>&1
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["status"], d.get("phases_s")); [print(w["label"], w["status"], w["message"][:300]) for w in d["workloads"]]' "$OUT/slow_timing.json" >> "$LOG" 2>&1
 fi
-if has families; then  # the contest's other definitions: each example on every workload (FAMILY_ARGS: more submit args)
+if stage families; then  # the contest's other definitions: each example on every workload (FAMILY_ARGS: more submit args)
   section "families"
   # GDN's FlashInfer baselines are CuTe-DSL kernels: say whether this host can run them at all
   python3 -c "import cutlass, flashinfer.gdn_decode as d; print('cutlass-dsl', getattr(cutlass, '__version__', '?'), 'pretranspose', d._PRETRANSPOSE_AVAILABLE)" >> "$LOG" 2>&1 \
@@ -121,16 +141,16 @@ if has families; then  # the contest's other definitions: each example on every 
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], d["status"], d.get("scores"), d.get("phases_s")); [print(" ", w["label"], w["status"], w.get("latency_ms"), w.get("fraction_of_floor"), (w.get("memory") or {}).get("together_bytes"), w["message"][:200]) for w in d["workloads"]]' "$OUT/family_$name.json" >> "$LOG" 2>&1
   done
 fi
-if has family_records; then  # every workload of the contest families, resumable: carry ARCHIVE to continue
+if stage family_records; then  # every workload of the contest families, resumable: carry ARCHIVE to continue
   section "family records"
   timeout ${FAMILY_RECORDS_TIMEOUT:-560} python3 benchmarks/family_records.py --out "$OUT" --archive "$ARCHIVE" \
     --budget-s $(( ${FAMILY_RECORDS_TIMEOUT:-560} - 20 )) ${FAMILY_RECORDS_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
-if has audit_cost; then
+if stage audit_cost; then
   section "audit cost"
   timeout ${AUDIT_TIMEOUT:-500} python3 benchmarks/audit_cost.py --out "$OUT" ${AUDIT_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
-if has fixtures; then  # real ncu recordings for tests/fixtures/ncu (its README has the same commands)
+if stage fixtures; then  # real ncu recordings for tests/fixtures/ncu (its README has the same commands)
   section "ncu fixtures"
   NCU=$(python3 -c 'from harness.profiling import find_ncu; print(find_ncu() or "")')
   METRICS=$(python3 -c 'from controller.evidence import requested_metrics; print(",".join(requested_metrics("sm_90")))')
@@ -156,7 +176,7 @@ if has fixtures; then  # real ncu recordings for tests/fixtures/ncu (its README 
   grep -hE '==(ERROR|WARNING)==' $FIX/*.log >> "$LOG"; cat $FIX/*.status.json >> "$LOG"
   rm -f $FIX/*.ncu-rep; tar czf "$OUT/ncu_fixtures.tgz" -C /tmp ncu_fixtures
 fi
-if has profile; then  # the same through `harness profile`: sandboxed, archived, digested
+if stage profile; then  # the same through `harness profile`: sandboxed, archived, digested
   section "harness profile"
   for sol in examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json \
              definitions/solutions/baseline/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1/*.json; do
@@ -164,7 +184,7 @@ if has profile; then  # the same through `harness profile`: sandboxed, archived,
       --archive "$ARCHIVE" --json >> "$OUT/profile.jsonl" 2>> "$LOG"
   done
 fi
-if has proof; then  # instruction proof on real SASS and ncu counters: an honest claim and a false one
+if stage proof; then  # instruction proof on real SASS and ncu counters: an honest claim and a false one
   section "instruction proof"
   for claim in hmma wgmma; do
     python3 - "$claim" <<'PY'
@@ -179,7 +199,7 @@ PY
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], "promotable", d["promotable"]); [print(" ", a["name"], a["passed"], a["detail"][:400]) for a in d.get("audits", []) + [a for w in d["workloads"] for a in w["audits"]]]' "/tmp/proof_$claim.json" >> "$LOG" 2>&1
   done
 fi
-if has controller; then
+if stage controller; then
   section "controller loop"
   if [ -n "${CONTROLLER_RESUME:-}" ]; then  # continue every run a timeout cut short, one GPU each
     timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --resume unfinished --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
@@ -190,10 +210,11 @@ if has controller; then
   python3 -m controller.cli trajectory --all --archive "$ARCHIVE" --out /tmp/trajectory >> "$LOG" 2>&1
   tar czf "$OUT/trajectory.tgz" -C /tmp trajectory
 fi
-if has report; then
+if stage report; then
   python3 -m harness.cli report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \
     && tar czf "$OUT/report.tgz" -C /tmp report
 fi
+mark_done
 section "archive"
 python3 -m harness.cli list --archive "$ARCHIVE" >> "$LOG" 2>&1
 # KEEP_ARCHIVE=1: a travel copy (no cached reference outputs; `harness copy-archive`) comes back to carry to the next host

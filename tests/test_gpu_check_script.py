@@ -1,0 +1,31 @@
+"""benchmarks/gpu_check.sh's time budget and its continuation on the same host (BUDGET_S, DONE_DIR): a device lease
+runs what fits, leaves the rest to the next call, and the next call skips what is done. Runs on CPU: the stages
+named here need no GPU to be planned."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _check(out: Path, done: Path, stages: str, budget: int, **estimates: int) -> str:
+    env = {**os.environ, "STAGES": stages, "BUDGET_S": str(budget), "DONE_DIR": str(done),
+           "ARCHIVE": str(out.parent / "archive"), **{f"EST_{k}": str(v) for k, v in estimates.items()}}
+    subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(out)], env=env, cwd=ROOT,
+                   capture_output=True, timeout=120)
+    return (out / "run.log").read_text()
+
+
+def test_stages_past_the_budget_are_deferred_and_done_ones_are_not_run_again(tmp_path):
+    done = tmp_path / "done"
+    first = _check(tmp_path / "first", done, "report", 60, report=100)
+    assert "DEFERRED report (estimate 100 s, " in first  # does not fit: not started
+    assert (tmp_path / "first" / "deferred.txt").read_text().startswith("DEFERRED report")
+    assert not done.exists() or not any(done.iterdir())
+    _check(tmp_path / "second", done, "report", 60, report=5)  # fits now: runs, and finishes
+    assert sorted(p.name for p in done.iterdir()) == ["report"]
+    third = _check(tmp_path / "third", done, "report", 60, report=5)
+    assert "(stage report: done in an earlier call)" in third and "DEFERRED" not in third
