@@ -84,7 +84,8 @@ def submit(solution: Path, archive: Path, extra: list[str]) -> dict:
         workloads.append({"label": w["label"], "status": w["status"], "latency_ms": w.get("latency_ms"),
                           # `harness submit --json` names them flashinfer_*_ms
                           "fi_kernel_ms": w.get("flashinfer_kernel_ms"),
-                          "fi_official_ms": w.get("flashinfer_official_ms"), "memory": memory,
+                          "fi_official_ms": w.get("flashinfer_official_ms"), "phases_s": w.get("phases_s"),
+                          "memory": memory,
                           "within_budget": None if together is None or budget is None else together <= budget,
                           "fallback": w.get("fallback"), "attribution": next(
                               (a["detail"] for a in w.get("audits", []) if a["name"] == "attribution"), None),

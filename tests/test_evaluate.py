@@ -44,6 +44,11 @@ def test_honest_python_candidate_passes_and_is_archived(session):
     row = session.archive.submission(result.submission_id)
     assert row["status"] == "PASSED" and len(row["evaluations"]) == 2
     assert row["environment"]["torch"] and row["environment"]["hardware"]
+    # where each workload's time went, within the submission's own accounting
+    for phase in ("correctness", "audits"):
+        per_workload = [w.phases_s[phase] for w in result.workloads]
+        assert all(t > 0 for t in per_workload) and sum(per_workload) <= result.phases_s[phase] + 0.01
+    assert result.to_json()["workloads"][1]["phases_s"] == result.workloads[1].phases_s
 
 
 def test_example_triton_solution_passes_in_the_interpreter(session):

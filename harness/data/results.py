@@ -50,6 +50,9 @@ class WorkloadResult:
     gpu_state: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)  # harness.measure.memory.memory_record
     baseline_failures: list[str] = field(default_factory=list)  # "name: STATUS message" of failed baselines
+    # where this workload's wall time went (harness.pipeline.phases: worker start, build, reference, correctness,
+    # timing, audits, baselines...), seconds; a submission's phases_s is their sum plus what lies between workloads
+    phases_s: dict[str, float] = field(default_factory=dict)
     evaluation_id: Optional[int] = None
 
     @property
@@ -96,7 +99,7 @@ class SubmissionResult:
                            "throttled": w.throttled, "fallback": is_fallback(w.audits),
                            "audits": audits_json(w.audits),
                            "memory": w.memory or None, "baseline_failures": w.baseline_failures or None,
-                           "message": w.message or None}
+                           "phases_s": w.phases_s or None, "message": w.message or None}
                           for w in self.workloads],
             "scores": self.scores, "scores_partial": self.scores_partial or None, "audits": audits_json(self.audits),
             "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,

@@ -238,8 +238,7 @@ class Session(WorkloadEvaluation, SessionAudits):
         finally:
             self.audit_config = session_config
         result.wall_s = time.perf_counter() - started
-        result.phases_s = {k: round(v - phases_before.get(k, 0.0), 3) for k, v in self.phase_s.items()
-                           if v - phases_before.get(k, 0.0) > 0}
+        result.phases_s = self.clock.since(phases_before)
         return result
 
     def _close_cut_short(self, err: BaseException) -> None:
@@ -287,6 +286,7 @@ class Session(WorkloadEvaluation, SessionAudits):
         timed_out: list[str] = []  # the labels of the workloads that ran out of time, in a row
         try:
             for workload in workloads:
+                phases_before = dict(self.phase_s)
                 label = self.dataset.label(workload)
                 self.progress("workload", {"label": label, "uuid": workload.uuid})
                 size = input_bytes(definition, workload)
@@ -335,6 +335,7 @@ class Session(WorkloadEvaluation, SessionAudits):
                             # A fresh process (and CUDA context) for the next workload.
                             candidate.stop()
                             candidate = None
+                wr.phases_s = self.clock.since(phases_before)
                 if wr.status == EvaluationStatus.TIMEOUT.value:
                     timed_out.append(label)
                 elif wr.evaluated:

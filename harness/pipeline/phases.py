@@ -28,3 +28,8 @@ class PhaseClock:
             self.totals[name] = self.totals.get(name, 0.0) + end - since
             if self._stack:  # ...and counts again from here
                 self._stack[-1] = (self._stack[-1][0], end)
+
+    def since(self, before: dict[str, float]) -> dict[str, float]:
+        """Seconds per phase spent since ``before`` (a copy of ``totals`` taken then), phases that took any."""
+        spent = {k: round(v - before.get(k, 0.0), 3) for k, v in self.totals.items()}
+        return {k: v for k, v in spent.items() if v > 0}
