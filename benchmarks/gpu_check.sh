@@ -4,7 +4,7 @@
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
-# fixtures proof controller report judge_set judge_families judge_scale slow_timing families family_records.
+# fixtures proof controller report judge_set judge_families judge_scale slow_timing families moe_prebuild family_records.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -36,7 +36,7 @@ has() { case "$STAGES" in *" $1 "*) return 0;; esac; return 1; }
 T0=$(date +%s); DONE_DIR=${DONE_DIR:-}; [ -n "$DONE_DIR" ] && mkdir -p "$DONE_DIR"
 declare -A EST=([gputests]=420 [examples]=150 [parity]=150 [throughput]=300 [adversarial]=220 [judge_set]=360
   [judge_families]=560 [judge_scale]=560 [slow_timing]=280 [families]=600 [family_records]=560 [audit_cost]=300
-  [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60)
+  [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60 [moe_prebuild]=10)
 CURRENT=
 mark_done() { [ -n "$CURRENT" ] && [ -n "$DONE_DIR" ] && touch "$DONE_DIR/$CURRENT"; CURRENT=; }
 stage() {  # stage NAME: is it asked for, not done yet, and does it fit? (the previous stage has finished)
@@ -58,6 +58,18 @@ if has throughput && [ "$NGPU" -ge 2 ]; then  # on the second GPU, beside the re
   (CUDA_VISIBLE_DEVICES=1 timeout 520 python3 benchmarks/eval_throughput.py --out "$OUT" ${THROUGHPUT_ARGS:-} > "$OUT/throughput.log" 2>&1; cat "$OUT/throughput.log" >> "$LOG"; rm -f "$OUT/throughput.log") &
   THROUGHPUT=$!
   export CUDA_VISIBLE_DEVICES=0
+fi
+if stage moe_prebuild; then  # FlashInfer's CUTLASS fused-MoE module (the MoE stand-in baseline): minutes of nvcc
+  # PREBUILD_BACKGROUND=1: beside the stages that follow (PREBUILD_JOBS compile jobs, default 8, leave the GPU work
+  # its cores); family_records of MoE waits for it. The cache is CRUCIBLE_FLASHINFER_CACHE (set here if unset).
+  export CRUCIBLE_FLASHINFER_CACHE=${CRUCIBLE_FLASHINFER_CACHE:-/tmp/crucible-flashinfer}
+  section "MoE prebuild"
+  prebuild() {  # done (DONE_DIR) only once the module is built: a build cut short continues in the next call
+    if python3 scripts/prebuild_flashinfer_moe.py --jobs ${PREBUILD_JOBS:-8} --budget-s ${PREBUILD_BUDGET_S:-540} \
+        > "$OUT/moe_prebuild.log" 2>&1; then [ -n "$DONE_DIR" ] && touch "$DONE_DIR/moe_prebuild"; fi
+    cat "$OUT/moe_prebuild.log" >> "$LOG"; }
+  CURRENT=  # marked by prebuild itself
+  if [ -n "${PREBUILD_BACKGROUND:-}" ]; then prebuild & PREBUILD=$!; else prebuild; fi
 fi
 if stage gputests; then
   section "GPU tests"
@@ -142,6 +154,11 @@ if stage families; then  # the contest's other definitions: each example on ever
   done
 fi
 if stage family_records; then  # every workload of the contest families, resumable: carry ARCHIVE to continue
+  case " ${FAMILY_RECORDS_ARGS:-} " in  # the MoE baseline needs its module; other definitions need not wait
+    *--definitions*moe*|*--definitions=*moe*) [ -n "${PREBUILD:-}" ] && wait "$PREBUILD";;
+    *--definitions*) ;;
+    *) [ -n "${PREBUILD:-}" ] && wait "$PREBUILD";;
+  esac
   section "family records"
   timeout ${FAMILY_RECORDS_TIMEOUT:-560} python3 benchmarks/family_records.py --out "$OUT" --archive "$ARCHIVE" \
     --budget-s $(( ${FAMILY_RECORDS_TIMEOUT:-560} - 20 )) ${FAMILY_RECORDS_ARGS:-} 2>&1 | tee -a "$LOG"
@@ -214,6 +231,7 @@ if stage report; then
   python3 -m harness.cli report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \
     && tar czf "$OUT/report.tgz" -C /tmp report
 fi
+[ -n "${PREBUILD:-}" ] && wait "$PREBUILD"
 mark_done
 section "archive"
 python3 -m harness.cli list --archive "$ARCHIVE" >> "$LOG" 2>&1

@@ -11,9 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _check(out: Path, done: Path, stages: str, budget: int, **estimates: int) -> str:
+def _check(out: Path, done: Path, stages: str, budget: int, **settings) -> str:
+    """One run of the script; ``settings``: EST_<stage> estimates (ints) and other environment (strings)."""
     env = {**os.environ, "STAGES": stages, "BUDGET_S": str(budget), "DONE_DIR": str(done),
-           "ARCHIVE": str(out.parent / "archive"), **{f"EST_{k}": str(v) for k, v in estimates.items()}}
+           "ARCHIVE": str(out.parent / "archive"),
+           **{(f"EST_{k}" if isinstance(v, int) else k): str(v) for k, v in settings.items()}}
     subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(out)], env=env, cwd=ROOT,
                    capture_output=True, timeout=120)
     return (out / "run.log").read_text()
@@ -29,3 +31,13 @@ def test_stages_past_the_budget_are_deferred_and_done_ones_are_not_run_again(tmp
     assert sorted(p.name for p in done.iterdir()) == ["report"]
     third = _check(tmp_path / "third", done, "report", 60, report=5)
     assert "(stage report: done in an earlier call)" in third and "DEFERRED" not in third
+
+
+def test_a_moe_prebuild_that_did_not_build_is_not_marked_done(tmp_path):
+    """The prebuild marks itself done only when FlashInfer's module built (here there is no FlashInfer): the next
+    call on the host continues the build instead of skipping it."""
+    done = tmp_path / "done"
+    log = _check(tmp_path / "out", done, "moe_prebuild", 60, CRUCIBLE_FLASHINFER_CACHE=str(tmp_path / "fi"))
+    assert "===== MoE prebuild =====" in log
+    assert not any(done.iterdir())
+    assert (tmp_path / "out" / "moe_prebuild.log").exists()
