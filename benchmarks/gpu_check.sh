@@ -74,8 +74,10 @@ fi
 if stage gputests; then
   section "GPU tests"
   # -v and the whole output kept: a run cut short by its timeout still says which tests passed and how long each took
+  # one slow test must not hide the others: each has GPUTEST_EACH_S (where pytest-timeout is installed)
+  EACH=(); python3 -c "import pytest_timeout" 2>/dev/null && EACH=(--timeout "${GPUTEST_EACH_S:-150}")
   timeout ${GPUTESTS_TIMEOUT:-420} python3 -m pytest -v -rA --durations=0 -m gpu tests/ -p no:cacheprovider \
-    -k "${GPUTESTS_K:-not spread}" > "$OUT/gputests.log" 2>&1
+    "${EACH[@]}" -k "${GPUTESTS_K:-not spread}" > "$OUT/gputests.log" 2>&1
   grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^E |s call " "$OUT/gputests.log" | tee -a "$LOG"
 fi
 if stage examples; then
