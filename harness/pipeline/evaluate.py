@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-import os
 import random
 import secrets
 from typing import Any, Callable, Optional
@@ -23,8 +22,6 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..archive.database import Archive
-from ..data import records
-from ..data.statuses import SubmissionStatus
 from ..measure import scores
 from ..audits.thresholds import policy_thresholds
 from .baselines import Baselines, flashinfer_cache
@@ -35,7 +32,7 @@ from .comparison import place_in_context
 from ..measure.correctness import Tolerance
 from ..data.dataset import Dataset, EvalPreset
 from ..families import family_for
-from ..measure.memory import evaluation_processes, memory_record, tensor_bytes
+from ..measure.memory import tensor_bytes
 from ..data.options import SubmitOptions
 from .phases import PhaseClock
 from ..sandbox.runner import WorkerOptions, WorkerProcess
@@ -53,6 +50,7 @@ from .submission_summary import (
     settle,
     unrun_result,
 )
+from .candidate_run import CandidateRun
 from .workload_evaluation import WorkloadEvaluation
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -78,7 +76,7 @@ def short_run(iterations: Optional[int], trials: Optional[int]) -> dict[str, int
     return {k: n for k, n in (("iterations", iterations), ("num_trials", trials)) if n}
 
 
-class Session(WorkloadEvaluation, SessionAudits):
+class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
     """Trusted state shared by submissions: the reference worker, its outputs, the environment."""
 
     def __init__(self, dataset: Dataset, archive: Archive, options: Optional[SubmitOptions] = None,
@@ -313,28 +311,8 @@ class Session(WorkloadEvaluation, SessionAudits):
                                                 log=failure.log)
                             self._record(result, definition, solution, workload, wr, env_id)
                             continue
-                    self._mark_memory(candidate)
-                    if candidate.compile_only:
-                        wr = WorkloadResult(workload.uuid, label, SubmissionStatus.SKIPPED, message=(
-                            getattr(candidate, "compile_only_note", "") or "compiled with nvcc for "
-                            + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")) + "; no GPU on this host to run it")
-                    else:
-                        wr = self._evaluate_workload(candidate, definition, workload, label, run_preset, tol,
-                                                     timeout_s, run_audits=self.audit_config.level != "off")
-                        if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
-                            self._compare(definition, workload, preset, tol, timeout_s, wr)
-                            suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound
-                            if self.audit_config.level != "off":
-                                self._attribution(solution, wr, library_is_own)
-                            if suspicious and self.audit_config.level == "fast":
-                                self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr,
-                                               library_is_own)
-                        wr.memory = self._memory_record(definition, workload, candidate)
-                        if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value,
-                                                                EvaluationStatus.TIMEOUT.value):
-                            # A fresh process (and CUDA context) for the next workload.
-                            candidate.stop()
-                            candidate = None
+                    wr, candidate = self._on_candidate(candidate, solution, definition, workload, label, run_preset,
+                                                       preset, tol, timeout_s, library_is_own)
                 wr.phases_s = self.clock.since(phases_before)
                 if wr.status == EvaluationStatus.TIMEOUT.value:
                     timed_out.append(label)
@@ -365,28 +343,3 @@ class Session(WorkloadEvaluation, SessionAudits):
     def _spare(self) -> Optional[WorkerProcess]:
         """The launched, unused candidate process (harness.pipeline.candidate_workers)."""
         return self.candidates.spare
-
-    def _mark_memory(self, candidate: WorkerProcess) -> None:
-        for worker in (candidate, self.trusted.process, *self.baselines.workers.values()):
-            if worker is not None:
-                worker.mark_memory()
-
-    def _memory_record(self, definition: Definition, workload: Workload, candidate: WorkerProcess) -> dict[str, Any]:
-        """The GPU memory of this workload's evaluation, per process and together (harness.measure.memory)."""
-        names = {s.content_hash: s.name for s in self.dataset.baselines(definition.name)}
-        processes = evaluation_processes(candidate, self.trusted.process, self.baselines.workers, names)
-        working = family_for(definition.op_type).reference_working_bytes(definition, workload)
-        return memory_record(definition, workload, processes, working)
-
-    # -- archive --------------------------------------------------------------------------------------
-
-    def _record(self, result: SubmissionResult, definition: Definition, solution: Solution, workload: Workload,
-                wr: WorkloadResult, env_id: str) -> None:
-        wr.workload = workload.uuid
-        log_blob = self.archive.put_blob(wr.log, "log") if wr.log else None
-        trace = records.official_trace(definition, solution, workload, wr, self.environment)
-        wr.evaluation_id = self.archive.add_evaluation(
-            records.evaluation_row(result.submission_id, definition, workload, wr, trace, log_blob, env_id),
-            records.timing_rows(wr))
-        result.workloads.append(wr)
-        self.progress("result", {"label": wr.label, "status": wr.status, "message": wr.message})

@@ -1,0 +1,76 @@
+"""One workload on a solution's built worker, inside a submission: the evaluation, its place against the
+reference, FlashInfer and the floor, the audits that read the timed result, the GPU memory it took, and the
+archive row.
+
+Mixed into ``harness.pipeline.evaluate.Session`` (as ``WorkloadEvaluation`` and ``SessionAudits`` are); what it reads
+of the session: ``audit_config``, ``dataset``, ``archive``, ``environment``, ``progress``, ``trusted`` and
+``baselines`` (their workers' memory), and the steps ``_evaluate_workload``, ``_compare``, ``_attribution`` and
+``_escalate``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from ..data import records
+from ..data.dataset import EvalPreset
+from ..data.results import SubmissionResult, WorkloadResult
+from ..data.schema import Definition, EvaluationStatus, Solution, Workload
+from ..data.statuses import SubmissionStatus
+from ..families import family_for
+from ..measure.correctness import Tolerance
+from ..measure.memory import evaluation_processes, memory_record
+from ..sandbox.runner import WorkerProcess
+
+
+class CandidateRun:
+    """The per-workload steps of ``Session._submit`` (see the module docstring); not used on its own."""
+
+    def _on_candidate(self, candidate: WorkerProcess, solution: Solution, definition: Definition, workload: Workload,
+                      label: str, run_preset: EvalPreset, preset: EvalPreset, tol: Tolerance, timeout_s: float,
+                      library_is_own: bool) -> tuple[WorkloadResult, Optional[WorkerProcess]]:
+        """The workload's result, and the worker for the next workload (None: it broke, start a fresh one)."""
+        self._mark_memory(candidate)
+        if candidate.compile_only:
+            return WorkloadResult(workload.uuid, label, SubmissionStatus.SKIPPED, message=(
+                getattr(candidate, "compile_only_note", "") or "compiled with nvcc for "
+                + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")) + "; no GPU on this host to run it"), candidate
+        wr = self._evaluate_workload(candidate, definition, workload, label, run_preset, tol, timeout_s,
+                                     run_audits=self.audit_config.level != "off")
+        if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
+            self._compare(definition, workload, preset, tol, timeout_s, wr)
+            suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound
+            if self.audit_config.level != "off":
+                self._attribution(solution, wr, library_is_own)
+            if suspicious and self.audit_config.level == "fast":
+                self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr, library_is_own)
+        wr.memory = self._memory_record(definition, workload, candidate)
+        if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
+            candidate.stop()  # a fresh process (and CUDA context) for the next workload
+            return wr, None
+        return wr, candidate
+
+    def _mark_memory(self, candidate: WorkerProcess) -> None:
+        for worker in (candidate, self.trusted.process, *self.baselines.workers.values()):
+            if worker is not None:
+                worker.mark_memory()
+
+    def _memory_record(self, definition: Definition, workload: Workload, candidate: WorkerProcess) -> dict[str, Any]:
+        """The GPU memory of this workload's evaluation, per process and together (harness.measure.memory)."""
+        names = {s.content_hash: s.name for s in self.dataset.baselines(definition.name)}
+        processes = evaluation_processes(candidate, self.trusted.process, self.baselines.workers, names)
+        working = family_for(definition.op_type).reference_working_bytes(definition, workload)
+        return memory_record(definition, workload, processes, working)
+
+    def _record(self, result: SubmissionResult, definition: Definition, solution: Solution, workload: Workload,
+                wr: WorkloadResult, env_id: str) -> None:
+        """The workload's evaluation into the archive (its log as a blob, its official trace) and the result."""
+        wr.workload = workload.uuid
+        log_blob = self.archive.put_blob(wr.log, "log") if wr.log else None
+        trace = records.official_trace(definition, solution, workload, wr, self.environment)
+        wr.evaluation_id = self.archive.add_evaluation(
+            records.evaluation_row(result.submission_id, definition, workload, wr, trace, log_blob, env_id),
+            records.timing_rows(wr))
+        result.workloads.append(wr)
+        self.progress("result", {"label": wr.label, "status": wr.status, "message": wr.message})
