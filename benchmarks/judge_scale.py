@@ -132,7 +132,11 @@ def main() -> None:
                    **submit(solution, archive, args.submit_args)}
             report["runs"].append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "workloads"}), flush=True)
-    out = Path(args.out)
+    write_report(report, Path(args.out))
+
+
+def write_report(report: dict, out: Path) -> None:
+    """judge_scale_<date>.json and .md in ``out`` (the Markdown also printed)."""
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"judge_scale_{report['date']}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
@@ -147,16 +151,18 @@ def main() -> None:
                      f"{r.get('promotable')} | {r.get('nvidia_smi_peak_total_gib', 0):.1f} | "
                      f"{r.get('nvidia_smi_peak_process_gib', 0):.1f} | {sum(within)}/{len(within)} | "
                      + ", ".join(f"{k} {v:.0f}" for k, v in top) + " |")
-    lines += ["", "Per workload (cold run): label, status, together/budget GiB, attribution", ""]
+    lines += ["", "Per workload: label, status, together/budget GiB, attribution, seconds (the three largest phases)",
+              ""]
     for r in report["runs"]:
-        if r["kind"] != "cold":
-            continue
-        lines.append(f"## {r['definition']}")
+        lines.append(f"## {r['definition']} ({r['kind']})")
         for w in r.get("workloads", []):
             m = w["memory"]
             t, b = m.get("together_bytes"), m.get("budget_bytes")
             mem = f"{t / GIB:.1f}/{b / GIB:.1f}" if t is not None and b is not None else "n/a"
+            phases = w.get("phases_s") or {}
+            top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])[:3])
             lines.append(f"- {w['label']}: {w['status']}, memory {mem} GiB, {w['attribution']}"
+                         + (f", {sum(phases.values()):.1f} s ({top})" if phases else "")
                          + (f", FAILED {w['failed_audits']}" if w["failed_audits"] else ""))
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
