@@ -2,6 +2,8 @@
 baseline
 per figure, and the failures named, never hidden."""
 
+import contextlib
+
 import pytest
 
 from harness.pipeline.baselines import best_of
@@ -188,3 +190,76 @@ def test_a_baseline_failing_the_same_way_twice_in_a_row_is_not_run_again(tmp_pat
             "needs_cute_dsl: SKIPPED not run: failed the same way on two workloads in a row, the last "
             f"{shipped.label(workloads[1])}: RUNTIME_ERROR trial 0: RuntimeError: CuTe-DSL is not available"]
     assert all(r["official_ms"] is None for r in runs)
+
+
+def test_only_baselines_without_a_figure_on_this_card_are_to_run(tmp_path):
+    from harness.archive.database import Archive
+    from harness.pipeline.baselines import Baselines
+    from harness.data.dataset import Dataset
+    from harness.data.schema import Solution
+
+    from support import KV8_PS1, solution_dict
+
+    shipped = Dataset()
+    definition = shipped.definition(KV8_PS1)
+    first, second = shipped.workloads_for(KV8_PS1)[:2]
+    measured, new = (Solution.model_validate(solution_dict(f"def run(*a):\n    pass  # {n}\n", name=n))
+                     for n in ("measured", "new"))
+    dataset = type("D", (), {"baselines": lambda self, name: [measured, new], "label": lambda self, w: "w"})()
+    archive, keys = Archive(tmp_path / "a"), _Keys("GPU-1")
+    for w in (first, second):
+        archive.add_baseline_run({
+            "gpu_key": keys.gpu_key, "gpu_model": keys.gpu_model, "toolchain": keys.toolchain_key,
+            "definition": KV8_PS1, "workload_uuid": w.uuid, "solution_hash": measured.content_hash,
+            "solution_name": "measured", "status": "PASSED", "official_ms": 0.02, "kernel_ms": 0.01, "busy_ms": None,
+            "message": None, "log_blob": None})
+    baselines = Baselines(dataset, archive, keys, {}, lambda *a: (None, None), lambda *a: None)
+    assert [s.name for s in baselines.to_run(definition, [first, second])] == ["new"]
+    assert [s.name for s in Baselines(dataset, archive, _Keys("GPU-2"), {}, lambda *a: (None, None),
+                                      lambda *a: None).to_run(definition, [first])] == ["measured", "new"]
+    baselines.given_up[new.content_hash] = "timed out"
+    assert baselines.to_run(definition, [first, second]) == []
+
+
+def test_a_baseline_process_launched_ahead_is_the_one_its_start_uses(monkeypatch):
+    """Its imports overlap the candidate's first workload; one never used is stopped with the session."""
+    from harness.pipeline import candidate_workers
+    from harness.data.options import SubmitOptions
+    from harness.data.schema import Solution
+    from support import solution_dict
+
+    class FakeProcess:
+        launched: list = []
+
+        def __init__(self, options):
+            self.options, self.alive, self.stopped = options, True, False
+            FakeProcess.launched.append(self)
+
+        def launch(self):
+            pass
+
+        def wait_ready(self):
+            return {}
+
+        def request(self, message, timeout_s):
+            return type("R", (), {"ok": True, "compile_only": False, "note": "", "log": ""})(), {}
+
+        def stop(self, graceful=True):
+            self.alive, self.stopped = False, True
+
+    monkeypatch.setattr(candidate_workers, "WorkerProcess", FakeProcess)
+    workers = candidate_workers.CandidateWorkers(SubmitOptions(), lambda role, cpu_only=None: ("options", role),
+                                                 contextlib.nullcontext)
+    used, unused = (Solution.model_validate(solution_dict(f"def run(*a):\n    pass  # {n}\n", name=n))
+                    for n in ("used", "unused"))
+    for sol in (used, unused):
+        workers.launch_ahead(sol.content_hash, "baseline")
+    workers.launch_ahead(used.content_hash, "baseline")  # once per solution
+    assert len(FakeProcess.launched) == 2
+    from harness.data.dataset import Dataset
+    from support import KV8_PS1
+
+    worker, failure = workers.start(used, Dataset().definition(KV8_PS1), 60, role="baseline")
+    assert failure is None and worker is FakeProcess.launched[0] and len(FakeProcess.launched) == 2
+    workers.close()
+    assert FakeProcess.launched[1].stopped and not worker.stopped

@@ -70,6 +70,15 @@ class Baselines:
         self.given_up: dict[str, str] = {}  # solution hash -> why it is not run again in this session
         self._last_failure: dict[str, tuple[str, str]] = {}  # solution hash -> its last (status, message)
 
+    def to_run(self, definition: Definition, workloads: list[Workload]) -> list[Solution]:
+        """The baselines that will run in this submission: no figure of theirs on this card for some workload, not
+        started in this session yet (their processes may then be launched ahead)."""
+        t = self.trusted
+        return [sol for sol in self.dataset.baselines(definition.name)
+                if sol.content_hash not in self.workers and sol.content_hash not in self.given_up
+                and any(self.archive.baseline_run(t.gpu_key, t.toolchain_key, definition.name, w.uuid,
+                                                  sol.content_hash) is None for w in workloads)]
+
     def figures(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                 timeout_s: float) -> Optional[dict[str, Any]]:
         """The baselines on this workload (``best_of``), or None where the definition has none."""

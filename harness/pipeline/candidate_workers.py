@@ -3,7 +3,8 @@
 Every candidate gets its own process (isolation); starting one costs seconds (importing torch, Triton, CUPTI), so a
 ``Session`` keeps one spare launched in the background: the first while the reference worker imports, and (with
 ``SubmitOptions.spare_worker``) the next candidate's while the current one is evaluated. Baseline workers are
-launched and built the same way, without a spare.
+launched and built the same way, without a spare; a submission whose baselines will have to run launches their
+processes ahead (``launch_ahead``), so their imports overlap the candidate's first workload.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class CandidateWorkers:
         self.options = options
         self._worker_options, self._phase = worker_options, phase
         self.spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
+        self.ahead: dict[str, WorkerProcess] = {}  # key (a baseline's content hash) -> its launched, unused process
 
     def launch_first_spare(self) -> None:
         """While the reference imports, the first candidate's process starts (imports torch, Triton) too."""
@@ -69,14 +71,29 @@ class CandidateWorkers:
             except OSError:
                 self.spare = None
 
+    def launch_ahead(self, key: str, role: str) -> None:
+        """Start the process a later ``start`` of this solution (``key``: its content hash) in ``role`` will use."""
+        if key in self.ahead:
+            return
+        worker = WorkerProcess(self._worker_options(role))
+        try:
+            worker.launch()
+        except OSError:
+            return
+        self.ahead[key] = worker
+
     def start(self, solution: Solution, definition: Definition, timeout_s: float,
               role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
         """A built worker for ``solution``, or None and the failed start as a WorkloadResult."""
         if role == "candidate":
             worker = self.fresh()
         else:
-            worker = WorkerProcess(self._worker_options(role))
-            worker.launch()
+            worker = self.ahead.pop(solution.content_hash, None)
+            if worker is None or not worker.alive or worker.options != self._worker_options(role):
+                if worker is not None:
+                    worker.stop(graceful=False)
+                worker = WorkerProcess(self._worker_options(role))
+                worker.launch()
         try:
             with self._phase("worker_start"):
                 worker.wait_ready()
@@ -103,7 +120,8 @@ class CandidateWorkers:
         return worker, None
 
     def close(self) -> None:
-        """Stop the unused spare (it never ran anything: nothing to wind down)."""
-        if self.spare is not None:
-            self.spare.stop(graceful=False)
-            self.spare = None
+        """Stop the unused processes (they never ran anything: nothing to wind down)."""
+        for worker in (self.spare, *self.ahead.values()):
+            if worker is not None:
+                worker.stop(graceful=False)
+        self.spare, self.ahead = None, {}

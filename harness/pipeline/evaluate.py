@@ -279,6 +279,9 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                                 "definition": definition.name, "workloads": len(workloads)})
 
         static_problem = static_signature_problem(solution, definition)
+        if self.options.baselines and self.has_gpu and not static_problem:
+            for baseline in self.baselines.to_run(definition, workloads):  # their imports beside the first workload
+                self.candidates.launch_ahead(baseline.content_hash, "baseline")
         candidate: Optional[WorkerProcess] = None
         build_failure: Optional[WorkloadResult] = None
         timed_out: list[str] = []  # the labels of the workloads that ran out of time, in a row
