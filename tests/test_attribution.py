@@ -195,6 +195,22 @@ def test_a_family_may_count_its_aten_bookkeeping_as_glue(kernel_ns, aten_us, pas
     assert verdict.passed is passed, verdict
 
 
+@pytest.mark.parametrize("kernel_ns, share, passed", [
+    # vLLM-style MoE at T=14107: 7 ms of its own GEMMs, routing 100 us and the sum over the top-k 500 us in PyTorch
+    ({"_decode_kernel": 50 * 7000e3, ATEN_TOPK: 50 * 100e3, ATEN_REDUCE: 50 * 500e3}, 0.15, True),
+    # the same without the share: past the 150 us budget, 92% own, a fallback
+    ({"_decode_kernel": 50 * 7000e3, ATEN_TOPK: 50 * 100e3, ATEN_REDUCE: 50 * 500e3}, 0.0, False),
+    # the GEMMs done by ATen reductions and pointwise kernels beside a token kernel: far past 15%
+    ({"_decode_kernel": 50 * 100e3, ATEN_REDUCE: 50 * 3000e3, ATEN_EXP: 50 * 1000e3}, 0.15, False),
+    # cuBLAS is never glue, whatever the share
+    ({"_decode_kernel": 50 * 7000e3, NVJET: 50 * 600e3}, 0.15, False),
+])
+def test_a_family_may_count_aten_bookkeeping_up_to_a_share_of_the_call_as_glue(kernel_ns, share, passed):
+    verdict = attribution_verdict(kernel_ns, OWN, 0.95, 50, allowance_us=5.0, pointwise_us=25.0, aten_us=150.0,
+                                  aten_share=share)
+    assert verdict.passed is passed, verdict
+
+
 def test_the_moe_policy_gives_its_routing_a_glue_budget_and_the_others_none():
     import yaml
 
@@ -205,3 +221,4 @@ def test_the_moe_policy_gives_its_routing_a_glue_budget_and_the_others_none():
     moe = policy_thresholds(doc, "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", "moe")
     gqa = policy_thresholds(doc, "gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged")
     assert moe["attribution_aten_glue_us"] == 150.0 and "attribution_aten_glue_us" not in gqa
+    assert moe["attribution_aten_glue_share"] == 0.15 and "attribution_aten_glue_share" not in gqa

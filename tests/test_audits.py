@@ -169,6 +169,8 @@ def test_policy_thresholds_layering(data, expected):
     ({"speedup_bound": "5"}, "positive number"),
     ({"clock_ratio": True}, "positive number"),
     ({"attribution_min_share": 95}, "at most 1"),
+    ({"attribution_aten_glue_share": 1.5}, "at most 1"),
+    ({"roofline_margin": 1}, "at most 0.99"),
 ])
 def test_policy_thresholds_say_what_is_wrong(thresholds, words):
     with pytest.raises(ValueError, match="definition.d1.thresholds") as err:

@@ -133,19 +133,21 @@ def is_aten(name: str) -> bool:
     return qualified_name(name)[:2] == ["at", "native"]
 
 
-def pytorch_glue(others: Mapping[str, float], calls: int, pointwise_us: float, aten_us: float) -> dict[str, float]:
+def pytorch_glue(others: Mapping[str, float], calls: int, pointwise_us: float, aten_us: float,
+                 aten_share: float = 0.0, compute_ns: float = 0.0) -> dict[str, float]:
     """The kernels, among those not the candidate's (``others``: name -> ns over ``calls``), that are a wrapper's
-    PyTorch glue: every ATen kernel where they take at most ``aten_us`` per call together (a family whose
-    definition includes cheap bookkeeping, e.g. MoE's routing: top-k, sums, scatters on [T, 256]); else the
-    pointwise ones where those take at most ``pointwise_us`` (the default: pointwise maps cannot contract,
-    reduce or select, so no budget can hide an operator's work in them). Nothing where a budget is exceeded."""
+    PyTorch glue: every ATen kernel where they take at most ``aten_us`` per call together, or at most
+    ``aten_share`` of the call's compute (``compute_ns``, the candidate's kernels included) (a family whose
+    definition includes bookkeeping, e.g. MoE's routing and its sum over the top-k); else the pointwise ones
+    where those take at most ``pointwise_us`` (the default: pointwise maps cannot contract, reduce or select, so
+    no budget can hide an operator's work in them). Nothing where a budget is exceeded."""
     per_call = max(calls, 1) * 1e3
 
     def within(kernels: dict[str, float], budget_us: float) -> bool:
         return bool(kernels) and sum(kernels.values()) / per_call <= budget_us
 
     aten = {n: t for n, t in others.items() if is_aten(n)}
-    if within(aten, aten_us):
+    if within(aten, aten_us) or (aten and aten_share > 0 and sum(aten.values()) <= aten_share * compute_ns):
         return aten
     pointwise = {n: t for n, t in aten.items() if is_pointwise(n)}
     return pointwise if within(pointwise, pointwise_us) else {}
@@ -165,13 +167,13 @@ def is_own(name: str, own: OwnKernels) -> bool:
 
 def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_share: float, calls: int = 1,
                         allowance_us: float = 0.0, library_is_own: bool = False,
-                        pointwise_us: float = 0.0, aten_us: float = 0.0) -> Audit:
+                        pointwise_us: float = 0.0, aten_us: float = 0.0, aten_share: float = 0.0) -> Audit:
     """At least ``min_share`` of the compute time (housekeeping left out) in the candidate's own kernels, or
     at most ``allowance_us`` of library compute per call (index arithmetic such as ``indptr[1:] - indptr[:-1]``
     costs an honest wrapper a few microseconds; any attention done by a library costs far more). ``calls``: how
     many timed calls ``kernel_ns`` sums over. At least one of the candidate's kernels must have run.
 
-    ``pointwise_us``, ``aten_us``: PyTorch glue budgets per call (``pytorch_glue``), left out like housekeeping.
+    ``pointwise_us``, ``aten_us``, ``aten_share``: PyTorch glue budgets (``pytorch_glue``), left out like housekeeping.
     ``library_is_own``: the dataset's own baselines declare a library call, so every kernel they launch is theirs.
     A failing verdict's detail starts with ``fallback:`` (harness.audits.verdicts.is_fallback reads it)."""
     total = sum(kernel_ns.values())
@@ -183,7 +185,7 @@ def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_sha
               if is_housekeeping(n) and not (library_is_own or is_own(n, own))}
     compute = {n: t for n, t in kernel_ns.items() if n not in chores}
     glue = pytorch_glue({n: t for n, t in compute.items() if not (library_is_own or is_own(n, own))},
-                        calls, pointwise_us, aten_us)
+                        calls, pointwise_us, aten_us, aten_share, sum(compute.values()))
     glue_us = sum(glue.values()) / max(calls, 1) / 1e3
     compute = {n: t for n, t in compute.items() if n not in glue}
     mine = {n: t for n, t in compute.items() if library_is_own or is_own(n, own)}

@@ -12,7 +12,10 @@ from typing import Any, Optional
 POLICY_THRESHOLDS = ("precision_error_multiple", "precision_error_floor", "precision_relative_floor", "clock_ratio",
                      "clock_slack_ms", "clock_floor_ratio", "replay_ratio", "replay_slack_ms", "attribution_min_share",
                      "attribution_allowance_us", "attribution_pointwise_us",
-                     "attribution_aten_glue_us", "speedup_bound", "roofline_margin")
+                     "attribution_aten_glue_us", "attribution_aten_glue_share", "speedup_bound", "roofline_margin")
+
+# Thresholds that are shares, with their largest value (a roofline margin of 1 would leave no floor).
+SHARES = {"attribution_min_share": 1.0, "attribution_aten_glue_share": 1.0, "roofline_margin": 0.99}
 
 
 def policy_thresholds(data: Optional[dict[str, Any]], definition: Optional[str],
@@ -34,7 +37,7 @@ def policy_thresholds(data: Optional[dict[str, Any]], definition: Optional[str],
                 raise ValueError(f"{where}.thresholds: unknown threshold {name!r}; known: {list(POLICY_THRESHOLDS)}")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{where}.thresholds.{name}: expected a positive number, got {value!r}")
-            if name == "attribution_min_share" and value > 1:
-                raise ValueError(f"{where}.thresholds.{name}: a share, at most 1, got {value!r}")
+            if name in SHARES and value > SHARES[name]:
+                raise ValueError(f"{where}.thresholds.{name}: a share, at most {SHARES[name]:g}, got {value!r}")
             out[name] = float(value)
     return out

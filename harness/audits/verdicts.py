@@ -57,6 +57,9 @@ class AuditConfig:
     # ...or every ATen kernel (reductions, top-k, scatters too) up to this much: off unless a family's routing or
     # bookkeeping is part of its definition (MoE sets it in audit_policy.yaml)
     attribution_aten_glue_us: float = 0.0
+    # ...or up to this share of the call's compute (MoE: a vLLM-style wrapper's sum over the top-k in PyTorch grows
+    # with the tokens, past any fixed budget, while staying a small part of the call)
+    attribution_aten_glue_share: float = 0.0
     speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
     # a latency below the roofline floor by more than this share is impossible (roofline_plausibility). The floor
     # stands on the bandwidth this GPU achieved for torch.sum (H200: 4274 GB/s, 89% of the data sheet's 4.8 TB/s), and
@@ -225,7 +228,8 @@ def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: Audit
     """Who did the work, with this level's thresholds (harness.audits.attribution)."""
     return attribution.attribution_verdict(kernel_ns, own, cfg.attribution_min_share, calls,
                                            cfg.attribution_allowance_us, library_is_own,
-                                           cfg.attribution_pointwise_us, cfg.attribution_aten_glue_us)
+                                           cfg.attribution_pointwise_us, cfg.attribution_aten_glue_us,
+                                           cfg.attribution_aten_glue_share)
 
 
 def is_fallback(audits: Iterable[Audit]) -> bool:
