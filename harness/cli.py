@@ -205,11 +205,16 @@ def times(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.3g}x"
 
 
+def seconds(phases: Optional[dict[str, float]]) -> str:
+    """A workload's wall seconds in the harness (the sum of its phases), "-" where not recorded."""
+    return f"{sum(phases.values()):.1f}" if phases else "-"
+
+
 def print_result(result: Any) -> None:
     table = Table(title=f"submission {result.submission_id}: {result.solution} on {result.definition}",
                   title_justify="left")
     for col in ("workload", "status", "latency ms", "kernel ms", "vs ref", "vs FI official", "vs FI kernel",
-                "% of floor", "max abs err"):
+                "% of floor", "max abs err", "s"):
         table.add_column(col, justify="left" if col in ("workload", "status") else "right", no_wrap=True)
     table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=60)
     for w in result.workloads:
@@ -217,7 +222,7 @@ def print_result(result: Any) -> None:
         kernel = fmt(w.kernel_latency_ms, 4) if w.kernel_latency_ms != w.latency_ms else ""
         table.add_row(w.label, styled(w.status), fmt(w.latency_ms, 4), kernel, times(w.speedup_factor),
                       times(w.speedup_vs_fi_official), times(w.speedup_vs_fi_kernel), pct(w.fraction_of_floor),
-                      fmt(w.max_absolute_error), escape(note))
+                      fmt(w.max_absolute_error), seconds(w.phases_s), escape(note))
     out.print(table)
     out.print(f"status: {styled(result.status)}", highlight=False)
     if result.sandbox and result.sandbox != "full":
@@ -336,7 +341,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
     print_submission_audits(row["scores"].get("audits") or [])
     table = Table()
     for col in ("workload", "status", "max abs err", "max rel err", "latency ms", "vs FlashInfer", "own kernels",
-                "GPU memory", "audits"):
+                "GPU memory", "audits", "s"):
         table.add_column(col, no_wrap=True)
     table.add_column("message", no_wrap=True, overflow="ellipsis", max_width=60)
     for e in row["evaluations"]:
@@ -355,7 +360,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
                       times(extra.get("speedup_vs_flashinfer_kernel")),
                       "-" if share is None else f"{100 * share:.0f}%", mem,
                       ("[red]" + ", ".join(failed) + "[/]") if failed else ("clean" if audits else "-"),
-                      escape(note.split("\n")[0]))
+                      seconds(extra.get("phases_s")), escape(note.split("\n")[0]))
     out.print(table)
     processes = [(e["workload_label"], e["extra"].get("memory")) for e in row["evaluations"]
                  if e["extra"].get("memory")]

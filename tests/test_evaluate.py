@@ -49,6 +49,7 @@ def test_honest_python_candidate_passes_and_is_archived(session):
         per_workload = [w.phases_s[phase] for w in result.workloads]
         assert all(t > 0 for t in per_workload) and sum(per_workload) <= result.phases_s[phase] + 0.01
     assert result.to_json()["workloads"][1]["phases_s"] == result.workloads[1].phases_s
+    assert [e["extra"]["phases_s"] for e in row["evaluations"]] == [w.phases_s for w in result.workloads]  # `show`
 
 
 def test_example_triton_solution_passes_in_the_interpreter(session):

@@ -55,7 +55,8 @@ def evaluation_row(submission_id: int, definition: Definition, workload: Workloa
                   "speedup_vs_flashinfer_kernel": wr.speedup_vs_fi_kernel, "floor_ms": wr.floor_ms,
                   "fraction_of_floor": wr.fraction_of_floor, "bytes_moved": wr.bytes_moved, "flops": wr.flops,
                   "throttled": wr.throttled, "fallback": is_fallback(wr.audits), "gpu_state": wr.gpu_state,
-                  "memory": wr.memory or None, "baseline_failures": wr.baseline_failures or None},
+                  "memory": wr.memory or None, "baseline_failures": wr.baseline_failures or None,
+                  "phases_s": wr.phases_s or None},
         "environment_id": environment_id,
         "started_at": None, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat()}
 
