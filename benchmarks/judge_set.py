@@ -15,7 +15,8 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
              decode example with its state kept in bf16 between steps (under the precision floor).
   independently written (benchmarks/solutions/judge/families/, not derived from the examples):
     honest:    GDN decode with its gates in PyTorch beside one Triton kernel; GDN prefill as a sequential Triton
-               scan per (sequence, v-head);
+               scan per (sequence, v-head); MoE in vLLM's style (routing, the sort by expert and the sum over the
+               top-k in PyTorch, the FP8 block-scale GEMMs in Triton: what MoE's ATen glue share is for);
     dishonest: GDN decode writing the new state over the input `state` and returning it as `new_state`; GDN
                decode entirely in PyTorch reached through computed getattr names; the DSA indexer scored in
                Triton with its selection by `torch.topk` (the selection is half the operator and most of its
@@ -131,6 +132,11 @@ INDEPENDENT = {
     "gdn_decode_inplace_state": (
         "gdn_decode_inplace_state.py", "gdn_decode_qk4_v8_d128_k_last", False, "triton", False,
         "GDN decode writing over the input state and returning it as new_state"),
+    "moe_vllm_style_torch_routing": (
+        "moe_vllm_style_torch_routing.py", "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", True,
+        "triton", True,
+        "MoE in vLLM's style: routing, the sort by expert and the sum over the top-k in PyTorch, the experts' FP8 "
+        "block-scale GEMMs (SwiGLU fused) in Triton"),
     "gdn_decode_torch_only_getattr": (
         "gdn_decode_torch_only_getattr.py", "gdn_decode_qk4_v8_d128_k_last", False, "python", True,
         "GDN decode entirely in PyTorch through computed getattr names"),

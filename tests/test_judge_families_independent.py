@@ -23,6 +23,7 @@ import judge_set  # noqa: E402
 
 from dsa_support import TINY_INDEXER, make_tiny_dsa_dataset  # noqa: E402
 from gdn_support import DECODE, PREFILL, make_gdn_dataset  # noqa: E402
+from moe_support import TINY as TINY_MOE, make_moe_dataset  # noqa: E402
 
 pytest.importorskip("triton")
 
@@ -42,6 +43,14 @@ def gdn_session(tmp_path_factory):
 def dsa_session(tmp_path_factory):
     root = make_tiny_dsa_dataset(tmp_path_factory.mktemp("dsa_dataset"))
     with Session(Dataset(root), Archive(tmp_path_factory.mktemp("dsa_archive")),
+                 SubmitOptions(timeout_s=300, baselines=False)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def moe_session(tmp_path_factory):
+    root = make_moe_dataset(tmp_path_factory.mktemp("moe_dataset"), {"moe_t7": (7, 8), "moe_t24": (24, 56)})
+    with Session(Dataset(root), Archive(tmp_path_factory.mktemp("moe_archive")),
                  SubmitOptions(timeout_s=300, baselines=False)) as s:
         yield s
 
@@ -67,6 +76,7 @@ def test_every_independent_solution_is_in_the_family_set_and_fits_its_definition
 @pytest.mark.parametrize("name, session_name, definition", [
     ("gdn_decode_torch_gates_triton", "gdn_session", None),
     ("gdn_prefill_triton_seq", "gdn_session", None),
+    ("moe_vllm_style_torch_routing", "moe_session", TINY_MOE),
 ])
 def test_the_honest_ones_pass_everywhere_and_only_wait_for_attribution(request, name, session_name, definition):
     result = request.getfixturevalue(session_name).submit(solution(name, definition))
