@@ -20,7 +20,8 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
     dishonest: GDN decode writing the new state over the input `state` and returning it as `new_state`; GDN
                decode entirely in PyTorch reached through computed getattr names; the DSA indexer scored in
                Triton with its selection by `torch.topk` (the selection is half the operator and most of its
-               time: library compute, which the dsa skill forbids and run-time attribution confirms).
+               time: library compute, which the dsa skill forbids and run-time attribution confirms); MoE whose
+               Triton kernel only dequantises, the GEMMs PyTorch matmuls (cuBLAS: never ATen glue).
 Writes judge_set_<date>.json and .md: per solution, promotable, the first blockers, and per workload the
 attribution share and detail.
 """
@@ -137,6 +138,9 @@ INDEPENDENT = {
         "triton", True,
         "MoE in vLLM's style: routing, the sort by expert and the sum over the top-k in PyTorch, the experts' FP8 "
         "block-scale GEMMs (SwiGLU fused) in Triton"),
+    "moe_triton_dequant_torch_gemm": (
+        "moe_triton_dequant_torch_gemm.py", "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", False,
+        "triton", True, "MoE whose Triton kernel only dequantises the weights; the experts' GEMMs are PyTorch matmuls"),
     "gdn_decode_torch_only_getattr": (
         "gdn_decode_torch_only_getattr.py", "gdn_decode_qk4_v8_d128_k_last", False, "python", True,
         "GDN decode entirely in PyTorch through computed getattr names"),

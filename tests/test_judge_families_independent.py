@@ -119,6 +119,15 @@ def test_pytorch_through_computed_names_is_not_promotable(gdn_session):
     assert any("static gate" in b and "dynamic_code" in b for b in result.promotion_blockers), result.promotion_blockers
 
 
+def test_moe_gemms_in_pytorch_are_not_promotable(moe_session):
+    """Correct, its own Triton kernel runs, but the GEMMs are PyTorch's: the static gate's library finding blocks it
+    on CPU ("unconfirmed"), and on a GPU attribution confirms it (cuBLAS is never MoE's ATen glue)."""
+    result = moe_session.submit(solution("moe_triton_dequant_torch_gemm", TINY_MOE))
+    assert all(w.status == "PASSED" for w in result.workloads), verdict(result)
+    assert {f["rule"] for f in result.static_findings} >= {"torch_compute"}, result.static_findings
+    assert result.promotion_blockers and all(UNCONFIRMED in b for b in result.promotion_blockers), verdict(result)
+
+
 @pytest.mark.parametrize("uuid", ["30cecff1-7ea4-474b-90fc-7f4a87206d8e",  # B=1, one page: fewer positions than k
                                   "d8a73470-cfa1-49ad-aba6-d9b99c0c5b2d"])  # B=4, 34 pages: a real selection
 def test_the_topk_indexer_passes_official_workloads_at_full_size(uuid):
