@@ -127,17 +127,15 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
     same buffers are timed the same way (cold L2, synchronised wall clock, same clocks), so host launch overhead
     (tens of microseconds for a Triton launch, more than a small kernel's span) is on both sides. An honest kernel
     costs about the same twice; a result replayed by content (a cache keyed by a hash of the inputs) makes the
-    repeat much cheaper. The new content is written into buffers the candidate has already run on
-    (``timing_seed`` of ``plan_recheck``), so the one-off costs of new memory are on neither side: the caching
-    allocator growing for the call's scratch (``torch.empty`` inside the call) and the GPU's TLB missing on
-    pages never touched by a kernel. Both are honest, and on the H200 they made the first call on new buffers
+    repeat much cheaper. The new content is written into buffers the candidate has already run on (the reuse
+    calls of ``plan_recheck`` with ``reuse_seeds``), so the one-off costs of new memory are on neither side:
+    the caching allocator growing for the call's scratch (``torch.empty`` inside the call) and the GPU's TLB
+    missing on pages never touched by a kernel. Both are honest, and on the H200 they made the first call on new buffers
     2.6x its repeat (DSA sparse attention, a 0.1 ms gather over a 624 MB cache). A cache keyed by pointer
     returns stale results on new content, which the recheck's correctness catches.
 
-    The i-th repeat is paired with the i-th fresh call. With two or more pairs the slowest is left out: a
-    one-off cost of a call on new buffers cannot fail it (H200: an honest split-KV kernel, first evaluation in
-    a new worker, fresh calls' median 4.62 ms against 0.78 ms for the repeats, one slow call of two; its
-    other 164 workload checks passed), while replay makes every repeat cheap.
+    The i-th repeat is paired with the i-th new-content call. With two or more pairs (the full level) the
+    slowest is left out, so one stray slow call cannot fail it, while replay makes every repeat cheap.
     """
     pairs = list(zip(same_input_wall_ms, fresh_wall_ms))
     if not pairs:

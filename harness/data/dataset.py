@@ -18,7 +18,7 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from .dtypes import tensor_nbytes
+from .dtypes import io_nbytes
 from .schema import Definition, SchemaError, Solution, Trace, Workload, load_jsonl, load_model
 
 # Workload selectors that mean the same in every definition: by the workload's input and output bytes.
@@ -138,7 +138,8 @@ class Dataset:
         chosen: list[Workload] = []
         for key in selection:
             if key in SIZE_SELECTORS and wls:
-                hits = [SIZE_SELECTORS[key](wls, key=lambda w: self._io_bytes(definition, w))]
+                d = self.definition(definition)
+                hits = [SIZE_SELECTORS[key](wls, key=lambda w: io_nbytes(d, w.axes))]
             else:
                 hits = [
                     w for i, w in enumerate(wls)
@@ -150,11 +151,6 @@ class Dataset:
                                   "use a uuid, a label, an index, largest or smallest")
             chosen.extend(h for h in hits if h not in chosen)
         return chosen
-
-    def _io_bytes(self, definition: str, workload: Workload) -> int:
-        d = self.definition(definition)
-        specs = [*d.inputs.values(), *d.outputs.values()]
-        return sum(tensor_nbytes(d, spec, workload.axes) for spec in specs)
 
     def baselines(self, definition: str) -> list[Solution]:
         """Solutions by author ``baseline`` (solutions/baseline/<op_type>/<definition>/*.json)."""

@@ -39,3 +39,9 @@ def tensor_nbytes(definition: Definition, spec: TensorSpec, axes: dict[str, int]
     if spec.shape is None:
         return 0
     return math.prod(definition.shape_of(spec, axes)) * torch_dtype(spec.dtype).itemsize
+
+
+def io_nbytes(definition: Definition, axes: dict[str, int]) -> int:
+    """A workload's own size: every input and output tensor of the definition once, at these axis values."""
+    return sum(tensor_nbytes(definition, spec, axes) for spec in [*definition.inputs.values(),
+                                                                   *definition.outputs.values()])

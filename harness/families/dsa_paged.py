@@ -28,7 +28,8 @@ import torch
 from ..data.blobs import blob_inputs, blob_tensor
 from ..data.hardware import sm_count
 from ..measure.correctness import REL_EPS, CheckResult, Tolerance, check_output, check_outputs
-from ..measure.roofline import WorkloadCost, generic_cost, tensor_bytes
+from ..data.dtypes import tensor_nbytes
+from ..measure.roofline import WorkloadCost, generic_cost
 from ..data.schema import Definition, EvaluationStatus, SafetensorsInput, Workload
 from .base import OperatorFamily
 from .dsa_inputs import (SCALE_BYTES, dequantize_key_cache, draw_block_table, draw_packed_key_cache,
@@ -191,7 +192,7 @@ def check_sparse_attention(outputs: Mapping[str, Any], reference: Mapping[str, t
 
 def _bytes(definition: Definition, workload: Workload, names: Sequence[str]) -> int:
     specs = {**definition.inputs, **definition.outputs}
-    return sum(tensor_bytes(definition, specs[n], workload.axes) for n in names if n in specs)
+    return sum(tensor_nbytes(definition, specs[n], workload.axes) for n in names if n in specs)
 
 
 def attention_cost(definition: Definition, workload: Workload, rows: Optional[int],

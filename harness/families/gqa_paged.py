@@ -19,7 +19,8 @@ from typing import Any, Mapping, Optional, Sequence
 from ..data.blobs import blob_inputs, blob_tensor
 from ..data.dtypes import torch_dtype
 from ..data.hardware import sm_count
-from ..measure.roofline import WorkloadCost, generic_cost, tensor_bytes
+from ..data.dtypes import tensor_nbytes
+from ..measure.roofline import WorkloadCost, generic_cost
 from ..data.schema import Definition, Workload
 from .base import OperatorFamily
 from .regimes import RegimeFacts, assign_regime
@@ -109,7 +110,7 @@ def gqa_paged_cost(definition: Definition, workload: Workload, tokens: Optional[
     kv_bytes = tokens * num_kv_heads * head_dim * 2 * kv_element
     io_names = ["q", "output", "lse", "kv_indptr", "kv_indices", "kv_last_page_len"]
     specs = {**definition.inputs, **definition.outputs}
-    io_bytes = sum(tensor_bytes(definition, specs[n], workload.axes) for n in io_names if n in specs)
+    io_bytes = sum(tensor_nbytes(definition, specs[n], workload.axes) for n in io_names if n in specs)
     flops = 4 * tokens * num_qo_heads * head_dim
     formula = (f"gqa_paged decode: {token_note}; KV = tokens x {num_kv_heads} kv heads x {head_dim} x 2 (K,V) x "
                f"{kv_element} B = {kv_bytes} B; q + output + lse + index tensors = {io_bytes} B; "

@@ -23,7 +23,8 @@ import torch
 
 from ..data.blobs import blob_inputs, blob_tensor
 from ..measure.correctness import CheckResult, Tolerance, check_outputs
-from ..measure.roofline import WorkloadCost, tensor_bytes
+from ..data.dtypes import tensor_nbytes
+from ..measure.roofline import WorkloadCost
 from ..data.schema import Definition, EvaluationStatus, ScalarInput, Workload
 from .base import OperatorFamily
 from .moe_inputs import ROUTING, MoeGeometry, draw_routing, geometry, moe_special_inputs, route
@@ -137,7 +138,7 @@ def moe_cost(definition: Definition, workload: Workload, routing: tuple[torch.Te
             best = (pairs, active, routed_tokens)
     pairs, active, routed_tokens = best or (0, 0, 0)
     specs = {**definition.inputs, **definition.outputs}
-    io = sum(tensor_bytes(definition, specs[n], axes) for n in ("routing_logits", "routing_bias", "output"))
+    io = sum(tensor_nbytes(definition, specs[n], axes) for n in ("routing_logits", "routing_bias", "output"))
     hidden_row = g.hidden_size * 1 + (g.hidden_size // g.block) * 4
     weights = active * (g.expert_weight_bytes + g.expert_scale_bytes)
     flops = pairs * g.flops_per_pair

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 
-from ..data.dtypes import tensor_nbytes
+from ..data.dtypes import io_nbytes, tensor_nbytes
 from ..data.schema import Definition, Workload
 
 GIB = 1 << 30
@@ -29,8 +29,7 @@ def tensor_bytes(definition: Definition, specs: Mapping[str, Any], workload: Wor
 
 def io_bytes(definition: Definition, workload: Workload) -> int:
     """The workload's own size: every input and output tensor once."""
-    return tensor_bytes(definition, definition.inputs, workload) + tensor_bytes(definition, definition.outputs,
-                                                                                 workload)
+    return io_nbytes(definition, workload.axes)
 
 
 def budget_bytes(io: int) -> int:

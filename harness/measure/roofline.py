@@ -54,9 +54,6 @@ class WorkloadCost(NamedTuple):
     fp8_flops: int = 0
 
 
-tensor_bytes = tensor_nbytes  # the families' name for it
-
-
 def generic_cost(definition: Definition, workload: Workload) -> WorkloadCost:
     """Every input read once and every output written once; no arithmetic counted.
 
@@ -65,7 +62,7 @@ def generic_cost(definition: Definition, workload: Workload) -> WorkloadCost:
     """
     names = [*definition.inputs, *definition.outputs]
     specs = {**definition.inputs, **definition.outputs}
-    total = sum(tensor_bytes(definition, specs[n], workload.axes) for n in names)
+    total = sum(tensor_nbytes(definition, specs[n], workload.axes) for n in names)
     return WorkloadCost(bytes_moved=total, flops=0,
                         formula="generic: sum of input and output tensor bytes; flops not modelled")
 
