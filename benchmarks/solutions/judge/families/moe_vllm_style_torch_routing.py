@@ -18,18 +18,23 @@ BM, BN = 16, 64
 
 
 @triton.jit
+def _expert_rows(seg_ptr, e, mt, BM: tl.constexpr):
+    """The rows (pairs sorted by expert) of tile ``mt`` of expert ``e``, which of them exist, and whether any does."""
+    start = tl.load(seg_ptr + e)
+    end = tl.load(seg_ptr + e + 1)
+    rows = start + mt * BM + tl.arange(0, BM)
+    return rows, rows < end, start + mt * BM < end
+
+
+@triton.jit
 def _gate_up_swiglu(x_ptr, x_scale_ptr, w_ptr, w_scale_ptr, row_token_ptr, seg_ptr, c_ptr,
                     T, H, I, n_kb,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     e = tl.program_id(0)
-    mt = tl.program_id(1)
     nt = tl.program_id(2)
-    start = tl.load(seg_ptr + e)
-    count = tl.load(seg_ptr + e + 1) - start
-    if mt * BM >= count:
+    rows, row_ok, any_row = _expert_rows(seg_ptr, e, tl.program_id(1), BM)
+    if not any_row:
         return
-    rows = start + mt * BM + tl.arange(0, BM)
-    row_ok = rows < start + count
     tokens = tl.load(row_token_ptr + rows, mask=row_ok, other=0)
     cols = nt * BN + tl.arange(0, BN)
     col_ok = cols < I
@@ -60,14 +65,10 @@ def _down(c_ptr, w_ptr, w_scale_ptr, row_weight_ptr, seg_ptr, out_ptr,
           H, I, n_kb,
           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     e = tl.program_id(0)
-    mt = tl.program_id(1)
     nt = tl.program_id(2)
-    start = tl.load(seg_ptr + e)
-    count = tl.load(seg_ptr + e + 1) - start
-    if mt * BM >= count:
+    rows, row_ok, any_row = _expert_rows(seg_ptr, e, tl.program_id(1), BM)
+    if not any_row:
         return
-    rows = start + mt * BM + tl.arange(0, BM)
-    row_ok = rows < start + count
     cols = nt * BN + tl.arange(0, BN)
     col_ok = cols < H
     kk = tl.arange(0, BK)
