@@ -162,8 +162,10 @@ if stage family_records; then  # every workload of the contest families, resumab
     *) [ -n "${PREBUILD:-}" ] && wait "$PREBUILD";;
   esac
   section "family records"
-  timeout ${FAMILY_RECORDS_TIMEOUT:-560} python3 benchmarks/family_records.py --out "$OUT" --archive "$ARCHIVE" \
-    --budget-s $(( ${FAMILY_RECORDS_TIMEOUT:-560} - 20 )) ${FAMILY_RECORDS_ARGS:-} 2>&1 | tee -a "$LOG"
+  FR_T=${FAMILY_RECORDS_TIMEOUT:-560}  # resumable, so under BUDGET_S it takes what is left (the next call continues)
+  [ -n "${BUDGET_S:-}" ] && FR_T=$(( FR_T < BUDGET_S - ($(date +%s) - T0) - 10 ? FR_T : BUDGET_S - ($(date +%s) - T0) - 10 ))
+  timeout $FR_T python3 benchmarks/family_records.py --out "$OUT" --archive "$ARCHIVE" \
+    --budget-s $(( FR_T - 20 )) ${FAMILY_RECORDS_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
 if stage audit_cost; then
   section "audit cost"

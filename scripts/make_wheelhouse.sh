@@ -18,6 +18,7 @@ PACKAGES=(
   "sqlite-utils>=4" "sqlite-fts4" "click-default-group" "tabulate" "python-dateutil"
   "flashinfer-python==0.6.18.post1" "apache-tvm-ffi==0.1.15.post2" "cupti-python==13.0.1"
   "flashinfer-bench==0.1.2" "docstring-parser" "nvidia-ml-py"  # NVML: GPU state without a nvidia-smi process per reading
+  "pytest-timeout"  # gpu_check.sh gives each GPU test its own limit (GPUTEST_EACH_S)
 )
 python3 -m pip download --no-deps --only-binary=:all: --python-version "$PY" --implementation cp "${PLATFORMS[@]}" \
   -d "$DIR" "${PACKAGES[@]}"

@@ -109,16 +109,18 @@ def test_submissions_spread_over_all_gpus(tmp_path):
     assert len(gpus) == min(2, torch.cuda.device_count())
 
 
-# Computes honestly on the first call per buffer pair, then launches nothing: the timer reuses buffers.
+# Computes honestly on the first call per buffer pair, then launches nothing: the timer reuses buffers. It keeps
+# every pair it has seen alive, so the allocator never hands a correctness trial an address it knows (a cache
+# keyed by addresses alone is caught earlier, as INCORRECT_NUMERICAL, when trial 2 reuses trial 1's memory).
 LAUNCHES_NOTHING_WHEN_WARM = TORCH_CANDIDATE.replace("def run(", "def _compute(") + '''
 
-_seen = set()
+_seen = {}
 
 
 def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):
     key = (q.data_ptr(), output.data_ptr())
     if key not in _seen:
-        _seen.add(key)
+        _seen[key] = (q, output)
         _compute(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse)
 '''
 

@@ -361,3 +361,20 @@ def test_compile_jobs_fit_the_workers_memory_limit(memory_gib, requested, cpus, 
     from harness.sandbox.runner import compile_jobs
 
     assert compile_jobs(memory_gib << 30, requested, cpus) == jobs
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root")
+def test_a_shared_cache_the_host_filled_first_is_handed_over_whole_but_never_through_links(tmp_path):
+    """A FlashInfer cache prebuilt by the host (root's files, folders nested deep) must become the baseline
+    workers' user's, or FlashInfer cannot write its JIT log there; a link inside must not hand over its target."""
+    cache, outside = tmp_path / "cache", tmp_path / "outside.txt"
+    (cache / "a" / "b").mkdir(parents=True)
+    (cache / "a" / "b" / "flashinfer_jit.log").write_text("built by the host")
+    outside.write_text("not the workers'")
+    (cache / "a" / "link").symlink_to(outside)
+    (cache / "a" / "dirlink").symlink_to(tmp_path, target_is_directory=True)
+    uid = UID_BASE - 1
+    sandbox_mod.hand_over(cache, uid)
+    owned = [p for p in [cache, *cache.rglob("*")]]
+    assert all(os.lstat(p).st_uid == uid for p in owned), [(p, os.lstat(p).st_uid) for p in owned]
+    assert outside.stat().st_uid == 0 and tmp_path.stat().st_uid == 0

@@ -403,7 +403,7 @@ def make_sandbox(policy: SandboxPolicy, role: str, extra_readonly: list[str], hi
         # the next can extend; no candidate is ever given a writable host folder.
         uid = UID_BASE - 1
         for path in writable:
-            os.chown(path, uid, uid)
+            hand_over(Path(path), uid)
     cgroup, cgroup_note = None, ""
     if mode == "root":
         parent, cgroup_note = Cgroup.parent()
@@ -419,6 +419,21 @@ def make_sandbox(policy: SandboxPolicy, role: str, extra_readonly: list[str], hi
     if cgroup_note:
         notes.append(f"limits by rlimit: {cgroup_note}")
     return Sandbox(policy, role, folder, FULL, mode, uid, cgroup, init_script(plan), notes, network)
+
+
+def hand_over(folder: Path, uid: int) -> None:
+    """Make ``folder`` and everything in it ``uid``'s: a shared writable folder may hold what the host put there
+    first (a JIT cache prebuilt by ``scripts/prebuild_flashinfer_moe.py``), where FlashInfer's log and lock files
+    would be unwritable to the worker. Links are changed themselves, never followed."""
+    entries = [str(folder)]
+    for root, dirs, files in os.walk(folder):  # does not descend into linked folders
+        entries += [os.path.join(root, name) for name in dirs + files]
+    for entry in entries:
+        try:
+            if os.lstat(entry).st_uid != uid:
+                os.chown(entry, uid, uid, follow_symlinks=False)
+        except FileNotFoundError:  # removed meanwhile (a lock file)
+            continue
 
 
 def plan_mounts(folder: Path, extra_readonly: list[str], hidden: list[str], pythonpath: str, gpu: bool,
