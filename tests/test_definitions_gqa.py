@@ -171,12 +171,16 @@ def test_aliases_and_eval_config_are_data():
         "warmup": 10,
         "iterations": 50,
         "timeout_s": 300,
+        "reference_warmup": 3,
+        "reference_iterations": 10,
+        "reference_trials": 1,
     }
     assert config["op_type"]["moe"] == {"atol": 1, "rtol": 0.3, "required_matched_ratio": 0.9}
     assert config["definition"]["gdn_prefill_qk4_v8_d128_k_last"] == {
         "warmup": 1,
         "iterations": 5,
         "num_trials": 3,
+        "reference_trials": 3,
     }
     # every overriding layer may only use keys the default layer defines
     for layer in list(config["op_type"].values()) + list(config["definition"].values()):

@@ -3,6 +3,7 @@ harness.measure.scores),
 the recheck's buffer retention, and baseline runs in the archive."""
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional
 
 import pytest
@@ -124,7 +125,7 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
     [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
     timed: list[str] = []
 
-    def fake_time(self, definition, workload, seeds, preset):
+    def fake_time(self, definition, workload, seeds, warmup, iterations):
         timed.append(self.gpu_key)
         return 1.04
 
@@ -240,3 +241,42 @@ def test_a_familys_reference_working_set_widens_the_budget():
     assert not memory_record(definition, workload, {"reference": (18 * GIB, GIB)})["within_budget"]
     gqa = ds.definition(KV8_PS1)
     assert family_for("gqa_paged").reference_working_bytes(gqa, ds.workloads_for(KV8_PS1)[0]) == 0
+
+
+@pytest.mark.parametrize("definition, expected", [
+    ("gqa_paged_decode_h32_kv8_d128_ps1", (3, 10, 1)),  # the yardstick's caps under the solutions' 10 / 50 / 3
+    ("dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64", (3, 10, 1)),
+    ("gdn_prefill_qk4_v8_d128_k_last", (1, 5, 3)),  # the contest's own speedup baseline: its 1 / 5 / 3, whole
+])
+def test_the_reference_is_timed_with_capped_settings_and_the_contest_s_where_it_was_the_baseline(definition, expected):
+    from harness.pipeline.trusted import reference_timing_settings
+
+    preset = Dataset().preset(definition)
+    assert (preset.warmup, preset.iterations) >= expected[:2]
+    assert reference_timing_settings(preset) == expected
+
+
+def test_the_reference_timing_request_carries_the_capped_settings_and_its_figure_their_key(tiny_dataset_root, tmp_path,
+                                                                                          monkeypatch):
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.pipeline.trusted import TrustedReference
+
+    ds = Dataset(tiny_dataset_root)
+    definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
+    [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
+    sent = []
+
+    class Worker:
+        def request(self, message, timeout_s):
+            sent.append(message)
+            return SimpleNamespace(ok=True, trials=[], as_dicts=lambda trials: trials), {}
+
+    monkeypatch.setattr(TrustedReference, "worker", lambda self: Worker())
+    monkeypatch.setattr("harness.pipeline.trusted.aggregate_timing", lambda trials: (0.75, None))
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions(reference_timing=True)) as s:
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        assert s.reference_latency(definition, workload, [11, 12, 13], preset) == 0.75
+    [request] = sent
+    assert (request.warmup, request.iterations, request.seeds) == (3, 10, [11])
+    keys = [row["key"] for row in Archive(tmp_path / "a").db["reference_latency"].rows]
+    assert keys and all(k.endswith(f"{workload.uuid}|3/10/1") for k in keys), keys

@@ -48,6 +48,13 @@ class TrustedSettings:
     reuse_outputs: bool = False  # seeds from the archive's secret: outputs may be read back and kept
 
 
+def reference_timing_settings(preset: EvalPreset) -> tuple[int, int, int]:
+    """(warm-up calls, timed calls, draws) for timing the reference: the solutions' settings, capped by the
+    preset's reference_* fields (a yardstick needs fewer calls of a slow reference than a candidate's figure)."""
+    return (min(preset.warmup, preset.reference_warmup), min(preset.iterations, preset.reference_iterations),
+            min(preset.num_trials, preset.reference_trials))
+
+
 class TrustedReference:
     """The reference worker and its results (see the module docstring).
 
@@ -182,8 +189,10 @@ class TrustedReference:
         """The reference's official latency on this workload: from the archive (this card's, or another card's
         of the same model and toolchain once a spot check agrees), measured only with ``reference_timing`` or
         ``measure`` (the caller needs the figure: no other yardstick)."""
+        warmup, iterations, trials = reference_timing_settings(preset)
+        seeds = seeds[:trials]
         tail = (f"{self.toolchain_key}|{definition.content_hash[:16]}|{workload.uuid}|"
-                f"{preset.warmup}/{preset.iterations}/{preset.num_trials}")
+                f"{warmup}/{iterations}/{len(seeds)}")
         key, model_key = f"{self.gpu_key}|{tail}", f"model:{self.gpu_model}|{tail}"
         if key not in self._latency:
             cached = self.archive.cached_reference_latency(key)
@@ -193,7 +202,7 @@ class TrustedReference:
                 if carried is not None and trusted:
                     cached = carried
                 elif self.settings.reference_timing or measure or (carried is not None and trusted is None):
-                    cached = self._time(definition, workload, seeds, preset)
+                    cached = self._time(definition, workload, seeds, warmup, iterations)
                     if cached is not None:
                         if carried is not None:  # this measurement is the spot check of carried figures
                             holds = scores.spot_check_holds(carried, cached)
@@ -203,13 +212,13 @@ class TrustedReference:
             self._latency[key] = cached
         return self._latency[key]
 
-    def _time(self, definition: Definition, workload: Workload, seeds: list[int],
-              preset: EvalPreset) -> Optional[float]:
+    def _time(self, definition: Definition, workload: Workload, seeds: list[int], warmup: int,
+              iterations: int) -> Optional[float]:
         worker = self.worker()
         with self._phase("reference_timing"):
             reply, _ = worker.request(
-                TimeRequest(definition=definition, workload=workload, seeds=seeds, warmup=preset.warmup,
-                            iterations=preset.iterations, dataset_root=str(self.dataset.root)), timeout_s=3600)
+                TimeRequest(definition=definition, workload=workload, seeds=seeds, warmup=warmup,
+                            iterations=iterations, dataset_root=str(self.dataset.root)), timeout_s=3600)
         return aggregate_timing(reply.as_dicts(reply.trials))[0] if reply.ok else None
 
     def ceilings(self):
