@@ -22,6 +22,20 @@ from pathlib import Path
 
 BUILD = ("from flashinfer.fused_moe.core import get_cutlass_fused_moe_module\n"
          "get_cutlass_fused_moe_module('90')\n")
+# How far a build got: its objects on disk against its sources (ninja keeps them for the next run on this host).
+PROGRESS = ("from flashinfer.jit.fused_moe import gen_cutlass_fused_moe_sm90_module\n"
+            "objects = gen_cutlass_fused_moe_sm90_module(False).get_object_paths()\n"
+            "print(sum(o.exists() for o in objects), len(objects))\n")
+
+
+def progress(env: dict[str, str]) -> str:
+    """'N of M objects built', or why that is not known."""
+    try:
+        out = subprocess.run([sys.executable, "-c", PROGRESS], env=env, capture_output=True, text=True, timeout=120)
+        done, total = out.stdout.split()[-2:]
+        return f"{done} of {total} objects built"
+    except (subprocess.SubprocessError, ValueError) as err:
+        return f"objects built: unknown ({err})"
 
 
 def main() -> int:
@@ -49,7 +63,8 @@ def main() -> int:
         os.killpg(build.pid, signal.SIGKILL)
         build.wait()
         status = "cut by the budget: run again on this host to continue"
-    print(f"fused_moe_90: {status} in {time.monotonic() - started:.0f} s ({env['MAX_JOBS']} jobs, cache {cache})")
+    print(f"fused_moe_90: {status} in {time.monotonic() - started:.0f} s ({env['MAX_JOBS']} jobs, cache {cache}; "
+          f"{progress(env)})")
     return 0 if status == "built and loaded" else 1
 
 

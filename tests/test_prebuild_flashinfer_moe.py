@@ -26,6 +26,19 @@ def fake_flashinfer(root, body: str) -> str:
     (root / "flashinfer" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "core.py").write_text(f"def get_cutlass_fused_moe_module(backend):\n{body}")
+    # the module's objects: two of three on disk (how far a cut build got)
+    objects = [root / "objs" / f"unit{i}.cuda.o" for i in range(3)]
+    (root / "objs").mkdir()
+    objects[0].write_text("")
+    objects[2].write_text("")
+    jit = root / "flashinfer" / "jit"
+    jit.mkdir()
+    (jit / "__init__.py").write_text("")
+    (jit / "fused_moe.py").write_text(
+        "from pathlib import Path\n"
+        "class _Spec:\n"
+        f"    def get_object_paths(self):\n        return [Path(p) for p in {[str(o) for o in objects]!r}]\n"
+        "def gen_cutlass_fused_moe_sm90_module(use_fast_build):\n    return _Spec()\n")
     return str(root)
 
 
@@ -56,6 +69,7 @@ def test_the_budget_stops_the_build_and_its_compile_jobs(tmp_path):
     started = time.monotonic()
     done = run("--budget-s", "3", "--cache", str(tmp_path / "cache"), env_extra={"PYTHONPATH": path})
     assert done.returncode == 1 and "cut by the budget" in done.stdout, done.stdout + done.stderr
+    assert "2 of 3 objects built" in done.stdout, done.stdout  # what the next run on this host starts from
     assert time.monotonic() - started < 30
     job = int(marker.read_text())
     deadline = time.monotonic() + 10
