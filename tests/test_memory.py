@@ -14,7 +14,7 @@ from harness.data.dataset import Dataset
 from harness.measure.memory import GIB, budget_bytes, describe, io_bytes, memory_record, together_bytes
 from harness.measure.scores import definition_scores, partial_notice, spot_check_holds
 from harness.sandbox.messages import RecheckStep
-from harness.sandbox.worker import last_reuse
+from harness.sandbox.worker_calls import last_reuse
 
 KV8_PS1 = "gqa_paged_decode_h32_kv8_d128_ps1"
 

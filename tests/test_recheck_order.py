@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch
 
 import harness.measure.device_measure as device_measure
-import harness.sandbox.worker as worker_mod
+import harness.sandbox.worker_calls as worker_mod
 from harness.data.dataset import Dataset
 from harness.data.schema import Solution
 from harness.sandbox.messages import BuildRequest, RecheckRequest

@@ -27,10 +27,11 @@ import torch
 from . import protocol
 from .build import Built, BuildError, build
 from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
-                       RecheckRequest, RecheckStep, Request, RequestError, RunRequest, SassRequest, TimeRequest,
+                       RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
+from .worker_calls import as_output_dict, recheck_calls
 from .worker_environment import environment, nvml_index
-from ..measure.device_measure import (l2_flush, memory_mark, memory_release, raise_clocks, sync,
+from ..measure.device_measure import (l2_flush, memory_mark, memory_release, sync,
                              wall_call)
 from ..data.inputs import allocate_outputs, content_digest, fingerprint, generate_inputs
 from ..measure.oracle import run_in_float64
@@ -53,35 +54,6 @@ def _context_broken(device: torch.device) -> bool:
         return True
 
 
-_REQUIRED_OUTPUTS: dict[tuple[str, str, tuple[str, ...]], int] = {}
-
-
-def _required_count(definition: Definition) -> int:
-    """How many leading outputs a value-returning solution must return: asked of the family once per definition,
-    then a dictionary lookup (this runs inside wall-timed calls)."""
-    key = (definition.op_type, definition.name, tuple(definition.outputs))
-    if key not in _REQUIRED_OUTPUTS:
-        from ..families import family_for
-
-        _REQUIRED_OUTPUTS[key] = len(family_for(definition.op_type).required_outputs(definition))
-    return _REQUIRED_OUTPUTS[key]
-
-
-def _as_output_dict(definition: Definition, returned: Any) -> dict[str, Any]:
-    """What a value-returning call gave, by output name. A family may let trailing outputs be left out (the
-    sparse attention's lse: the official evaluator takes ``output`` alone or ``(output, lse)``)."""
-    names = list(definition.outputs)
-    least = _required_count(definition)
-    if isinstance(returned, torch.Tensor) and least <= 1:
-        return {names[0]: returned}
-    if isinstance(returned, (tuple, list)) and least <= len(returned) <= len(names):
-        return dict(zip(names, returned))
-    wanted = f"{len(names)}" if least == len(names) else f"{least} to {len(names)}"
-    raise TypeError(f"a value-returning solution must return {wanted} tensor(s) "
-                    f"({', '.join(names)}), got {type(returned).__name__}"
-                    + (f" of length {len(returned)}" if isinstance(returned, (tuple, list)) else ""))
-
-
 def _aliasing(inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
     """Outputs that share memory with an input or with another output."""
     seen: dict[int, str] = {}
@@ -97,20 +69,6 @@ def _aliasing(inputs: dict[str, Any], outputs: dict[str, Any]) -> list[str]:
             problems.append(f"output {name} shares memory with {seen[ptr]}")
         seen[ptr] = f"output {name}"
     return problems
-
-
-def _thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        import threading
-
-        return threading.active_count()
-
-
-def _poisoned(t: torch.Tensor) -> torch.Tensor:
-    """NaN where a float can hold it, an unlikely sentinel elsewhere: nothing a skipped call could pass with."""
-    return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
 
 
 _CLONE_LIMIT_BYTES = 256 << 20  # inputs above this are checked for mutation by content digest, not a clone
@@ -168,7 +126,7 @@ class Worker:
             returned = self.built.fn(*args.values(), *outputs.values(), *state)
             note = "" if returned is None else "the DPS entry point returned a value; it was ignored"
         else:
-            outputs = _as_output_dict(definition, self.built.fn(*args.values(), *state))
+            outputs = as_output_dict(definition, self.built.fn(*args.values(), *state))
             note = ""
         sync(self.device)
         elapsed = time.perf_counter() - started
@@ -182,87 +140,16 @@ class Worker:
                  "elapsed_s": elapsed, "note": note}, {k: v for k, v in outputs.items()})
 
     def recheck(self, req: RecheckRequest) -> tuple[dict, dict]:
-        """The fresh-input recheck (harness.audits.verdicts.plan_recheck): outputs of every step go back to be judged.
-
-        On a GPU every step's call is followed by a repeat of the same call on the same buffers, both timed
-        the same way (L2 flushed, synchronised wall clock): the repeat is what the official timer sees on
-        its reused inputs, so a repeat much cheaper than the fresh call is the mark of replay or skip-if-
-        written. The GPU is kept busy first, and a call on new content in reused buffers comes right after a call
-        on the content they held, so neither timed call meets idle clocks or a cold host path.
-        """
+        """The fresh-input recheck (harness.audits.verdicts.plan_recheck): ``worker_calls.recheck_calls``."""
         assert self.built is not None and self.built.fn is not None, "build first"
-        definition, workload = self.definition, req.workload
-        root = Path(req.dataset_root)
-        threads_before = _thread_count()
-        # Only the buffers a later step reuses are kept: at full scale one input set is gigabytes.
-        steps = req.steps
-        reused = last_reuse(steps)
-        buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-        out_tensors: dict[str, torch.Tensor] = {}
-        wall_ms, repeat_ms, fingerprints = [], [], []
-        flush = l2_flush(self.device)
-        raise_clocks(self.device, flush)
-
-        def call() -> tuple[float, dict[str, Any]]:
-            """One call on the buffers as they are: when the call proper started (setup, a plan, stays outside
-            the wall time, as in the kernel figure) and its outputs."""
-            state = (self.built.setup(*inputs.values()),) if self.built.setup is not None else ()
-            sync(self.device)
-            started = time.perf_counter()
-            if self.solution.spec.destination_passing_style:
-                self.built.fn(*inputs.values(), *outputs.values(), *state)
-                return started, outputs
-            return started, _as_output_dict(definition, self.built.fn(*inputs.values(), *state))
-
-        def timed_call() -> tuple[float, dict[str, Any]]:
-            """One call on a cold L2, timed by the host between two synchronisations."""
-            flush()
-            started, result = call()
-            sync(self.device)
-            return (time.perf_counter() - started) * 1e3, result
-
-        for i, step in enumerate(steps):
-            fresh = generate_inputs(definition, workload, step.seed, self.device, root)
-            fingerprints.append(fingerprint(fresh))
-            if step.kind == "fresh":
-                inputs = fresh
-                outputs = {n: _poisoned(t) for n, t in allocate_outputs(definition, workload, self.device).items()}
-            else:  # the same tensors as an earlier call, refilled in place with other data
-                inputs, outputs = buffers[step.buffers_of]
-                if reused[step.buffers_of] == i:  # its last use
-                    del buffers[step.buffers_of]
-                if self.device.type == "cuda":
-                    # A call on content it has already seen, just before the new content goes in: the timed call
-                    # then follows a call of the candidate, as its repeat does, not the harness's seconds of input
-                    # generation and hashing (after which the H200's first small call ran 2-2.5x its repeat on
-                    # honest code: idle clocks, a cold host path). It cannot prime a cache for content not yet there.
-                    call()
-                for name, value in fresh.items():
-                    if isinstance(value, torch.Tensor):
-                        inputs[name].copy_(value)
-                    else:
-                        inputs[name] = value
-                del fresh
-
-            ms, outputs = timed_call()
-            wall_ms.append(ms)
-            for name, t in outputs.items():
-                # A copy now: a later "reuse" step writes into these very buffers.
-                out_tensors[f"{i}/{name}"] = t.detach().to("cpu", copy=True)
-            if self.device.type == "cuda":
-                repeat_ms.append(timed_call()[0])
-            if step.kind == "fresh" and i in reused:
-                buffers[i] = (inputs, outputs)
-            # this step's tensors go now, not when the next ones exist
-            fresh = inputs = outputs = None
-        return ({"ok": True, "wall_ms": wall_ms, "repeat_wall_ms": repeat_ms, "input_fingerprints": fingerprints,
-                 "threads_before": threads_before, "threads_after": _thread_count()}, out_tensors)
+        return recheck_calls(self.built, self.solution.spec.destination_passing_style, self.definition, req,
+                             self.device)
 
     def oracle(self, req: OracleRequest) -> tuple[dict, dict]:
         """The reference evaluated in float64 throughout: the yardstick of the precision audit."""
         assert self.role == "reference", "only the reference worker runs references"
         definition, workload, inputs = self._workload_inputs(req)
-        outputs = _as_output_dict(definition, run_in_float64(definition, inputs))
+        outputs = as_output_dict(definition, run_in_float64(definition, inputs))
         return {"ok": True, "input_fingerprint": fingerprint(inputs)}, {k: v for k, v in outputs.items()}
 
     def judge(self, req: JudgeRequest) -> tuple[dict, dict]:
@@ -291,7 +178,7 @@ class Worker:
         definition, workload, inputs = self._workload_inputs(req)
         started = time.perf_counter()
         with torch.no_grad():
-            outputs = _as_output_dict(definition, self._reference_fn(definition)(*inputs.values()))
+            outputs = as_output_dict(definition, self._reference_fn(definition)(*inputs.values()))
         sync(self.device)
         return ({"ok": True, "input_fingerprint": fingerprint(inputs), "elapsed_s": time.perf_counter() - started},
                 {k: v for k, v in outputs.items()})
@@ -431,15 +318,6 @@ class Worker:
         if memory:
             header["memory"] = memory
         return header, tensors
-
-
-def last_reuse(steps: list[RecheckStep]) -> dict[int, int]:
-    """Recheck steps whose buffers a later step reuses -> the index of their last reuse (after it, they go)."""
-    last: dict[int, int] = {}
-    for j, step in enumerate(steps):
-        if step.kind != "fresh":
-            last[step.buffers_of] = j
-    return last
 
 
 def _die_with_parent(parent_pid: int) -> None:
