@@ -163,7 +163,7 @@ if stage family_records; then  # every workload of the contest families, resumab
   esac
   section "family records"
   FR_T=${FAMILY_RECORDS_TIMEOUT:-560}  # resumable, so under BUDGET_S it takes what is left (the next call continues)
-  [ -n "${BUDGET_S:-}" ] && FR_T=$(( FR_T < BUDGET_S - ($(date +%s) - T0) - 10 ? FR_T : BUDGET_S - ($(date +%s) - T0) - 10 ))
+  if [ -n "${BUDGET_S:-}" ]; then LEFT=$(( BUDGET_S - ($(date +%s) - T0) - 10 )); [ "$LEFT" -lt "$FR_T" ] && FR_T=$LEFT; fi
   timeout $FR_T python3 benchmarks/family_records.py --out "$OUT" --archive "$ARCHIVE" \
     --budget-s $(( FR_T - 20 )) ${FAMILY_RECORDS_ARGS:-} 2>&1 | tee -a "$LOG"
 fi
