@@ -2,8 +2,9 @@
 
     python scripts/prebuild_flashinfer_moe.py [--cache DIR] [--jobs N] [--budget-s S]
 
-The module is one JIT build of some 40 CUTLASS translation units (every dtype pair FlashInfer instantiates, not
-only the FP8 block-scale one the baseline calls): far longer than a workload's time limit, so a baseline worker
+The module is one JIT build of 247 compile units, 219 of them generated CUTLASS kernels (every dtype pair and tile
+FlashInfer instantiates, not only the FP8 block-scale path the baseline calls): about 68 minutes of a 16-core host
+(H200 host, 2026-12-02: 37 units in 555 s, 263 s each on average), far longer than a workload's time limit, so a baseline worker
 that starts it cold runs out of time and the MoE records have no baseline. Built here once per host into the
 folder the harness's baseline workers use (``CRUCIBLE_FLASHINFER_CACHE``, else ``--cache``), the workers load it.
 The build is ninja's: a build cut by ``--budget-s`` (or the caller's limit) keeps its finished objects, and the
@@ -22,10 +23,12 @@ from pathlib import Path
 
 BUILD = ("from flashinfer.fused_moe.core import get_cutlass_fused_moe_module\n"
          "get_cutlass_fused_moe_module('90')\n")
-# How far a build got: its objects on disk against its sources (ninja keeps them for the next run on this host).
+# How far a build got: the objects in its build folder against its sources (ninja keeps them for the next run on
+# this host). Counted in the folder, not by the spec's get_object_paths(): in FlashInfer 0.6.18 that names objects
+# without the folder prefix its ninja file gives them, so it read "0 built" with 37 on disk (H200, 2026-12-02).
 PROGRESS = ("from flashinfer.jit.fused_moe import gen_cutlass_fused_moe_sm90_module\n"
-            "objects = gen_cutlass_fused_moe_sm90_module(False).get_object_paths()\n"
-            "print(sum(o.exists() for o in objects), len(objects))\n")
+            "spec = gen_cutlass_fused_moe_sm90_module(False)\n"
+            "print(sum(1 for _ in spec.build_dir.glob('*.o')), len(spec.sources))\n")
 
 
 def progress(env: dict[str, str]) -> str:

@@ -174,6 +174,43 @@ def test_without_a_library_baseline_the_reference_is_timed_as_the_yardstick(tiny
         assert s.reference_latency(definition, workload, [1], preset) == 2.5 and timed == [workload.uuid]
 
 
+@pytest.mark.parametrize("baseline_ms, timed_expected", [(None, True), (0.5, False)])
+def test_a_baseline_that_gave_no_figure_leaves_the_reference_as_the_yardstick(tiny_dataset_root, tmp_path, monkeypatch,
+                                                                              baseline_ms, timed_expected):
+    """MoE's Hopper stand-in fails at import where its module is not built on the host: the workload then has no
+    baseline figure, so the reference is timed there (a score against something, and said so); where a baseline
+    gave its figure the reference is not timed."""
+    from harness.data.results import SubmissionResult, WorkloadResult
+    from harness.measure.correctness import Tolerance
+    from harness.measure.roofline import Ceilings
+    from harness.pipeline.evaluate import Session, SubmitOptions
+    from harness.pipeline.submission_summary import closing_notices
+    from harness.pipeline.trusted import TrustedReference
+
+    ds = Dataset(tiny_dataset_root)
+    definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
+    [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
+    timed: list[str] = []
+    monkeypatch.setattr(TrustedReference, "_time", lambda self, *a: timed.append(a[1].uuid) or 2.5)
+    monkeypatch.setattr(TrustedReference, "worker", lambda self: None)
+    monkeypatch.setattr(Dataset, "baselines", lambda self, name: ["a library baseline"])
+    failure = [] if baseline_ms else ["standin: COMPILE_ERROR build: module not built on this host"]
+    figures = {"runs": [], "official_ms": baseline_ms, "kernel_ms": baseline_ms, "failures": failure}
+    monkeypatch.setattr(Session, "baseline", lambda self, *a: figures)
+    ceilings = Ceilings(gpu_name="H200", copy_bytes_per_s=4e12, read_bytes_per_s=4.5e12, bf16_flops_per_s=9e14,
+                        measured_at="now", method="test")
+    monkeypatch.setattr(Session, "ceilings", lambda self: ceilings)
+    wr = WorkloadResult(workload.uuid, "tiny", "PASSED", latency_ms=0.25)
+    with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:
+        s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
+        s._compare(definition, workload, preset, Tolerance(preset.atol, preset.rtol), 60.0, wr)
+    assert bool(timed) is timed_expected
+    assert wr.speedup_factor == (10.0 if timed_expected else None)
+    notices = closing_notices(SubmissionResult(1, "sol", KV8_PS1, "PASSED", [wr]), reference_is_the_yardstick=False)
+    stood_in = [n for n in notices if n.startswith("no baseline figure on 1 workload(s) (tiny)")]
+    assert len(stood_in) == int(timed_expected)
+
+
 # -- inputs without copies: content digests instead of clones, draws in their own dtype -------------------
 
 

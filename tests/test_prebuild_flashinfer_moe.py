@@ -26,18 +26,22 @@ def fake_flashinfer(root, body: str) -> str:
     (root / "flashinfer" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "core.py").write_text(f"def get_cutlass_fused_moe_module(backend):\n{body}")
-    # the module's objects: two of three on disk (how far a cut build got)
-    objects = [root / "objs" / f"unit{i}.cuda.o" for i in range(3)]
-    (root / "objs").mkdir()
-    objects[0].write_text("")
-    objects[2].write_text("")
+    # the module's build folder: two objects of three sources on disk (how far a cut build got), named as
+    # FlashInfer's ninja file names them (folder prefix), not as its get_object_paths() does
+    objs = root / "objs"
+    objs.mkdir()
+    (objs / "moe_gemm_unit0.cuda.o").write_text("")
+    (objs / "moe_gemm_unit2.cuda.o").write_text("")
+    (objs / "build.ninja").write_text("")
     jit = root / "flashinfer" / "jit"
     jit.mkdir()
     (jit / "__init__.py").write_text("")
     (jit / "fused_moe.py").write_text(
         "from pathlib import Path\n"
         "class _Spec:\n"
-        f"    def get_object_paths(self):\n        return [Path(p) for p in {[str(o) for o in objects]!r}]\n"
+        f"    build_dir = Path({str(objs)!r})\n"
+        "    sources = [Path(f'/src/moe_gemm/unit{i}.cu') for i in range(3)]\n"
+        "    def get_object_paths(self):\n        return [Path('/nowhere') / s.name for s in self.sources]\n"
         "def gen_cutlass_fused_moe_sm90_module(use_fast_build):\n    return _Spec()\n")
     return str(root)
 

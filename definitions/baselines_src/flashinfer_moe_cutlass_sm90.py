@@ -15,8 +15,8 @@ W2 block scales] in the definition's layouts; W13 is [first half multiplied, sec
 definition's order; expert-parallel rank r owns experts [r x E_local, (r + 1) x E_local). The harness checks
 this baseline against the reference like any solution before using its time.
 
-FlashInfer builds this module on first use: one JIT build of some 40 CUTLASS translation units, longer than any
-workload's time limit. So this baseline does not start that build inside an evaluation: where the module is not
+FlashInfer builds this module on first use: one JIT build of 247 compile units (219 generated CUTLASS kernels),
+about 68 minutes of a 16-core host, longer than any workload's time limit. So this baseline does not start that build inside an evaluation: where the module is not
 built, importing this file fails at once with what to run (``scripts/prebuild_flashinfer_moe.py``, once per host),
 and the harness archives that as the baseline's failure for the session instead of timing out on every workload.
 """

@@ -167,10 +167,14 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         return self.trusted.oracle(definition, workload, seed)
 
     def reference_latency(self, definition: Definition, workload: Workload, seeds: list[int],
-                          preset: EvalPreset) -> Optional[float]:
-        # Without a library baseline for the definition (DSA on sm_90) the reference is the only yardstick a
-        # score can have: it is timed whenever baselines are asked for, not only with --time-reference.
-        measure = self.options.baselines and not self.dataset.baselines(definition.name)
+                          preset: EvalPreset, baseline_figure: Optional[bool] = None) -> Optional[float]:
+        # Without a library baseline figure on this workload (DSA on sm_90 has none; MoE's stand-in where its
+        # module is not built on this host) the reference is the only yardstick a score can have: it is timed
+        # whenever baselines are asked for, not only with --time-reference.
+        # ``baseline_figure`` None: whether the definition has a library baseline at all.
+        if baseline_figure is None:
+            baseline_figure = bool(self.dataset.baselines(definition.name))
+        measure = self.options.baselines and not baseline_figure
         return self.trusted.latency(definition, workload, seeds, preset, measure=measure)
 
     def ceilings(self):
@@ -185,9 +189,10 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                  timeout_s: float, wr: WorkloadResult) -> None:
         """Put a timed result in context: the reference, FlashInfer and the hardware floor
         (harness.pipeline.comparison); the figures come from the session's workers."""
-        reference_ms = self.reference_latency(definition, workload, self._seeds(workload, preset), preset)
         with self._phase("baselines"):
             fi = self.baseline(definition, workload, preset, tol, timeout_s) if self.options.baselines else None
+        reference_ms = self.reference_latency(definition, workload, self._seeds(workload, preset), preset,
+                                              baseline_figure=bool(fi and fi.get("official_ms")))
         cost = family_for(definition.op_type).workload_cost(definition, workload, root=self.dataset.root)
         with self._phase("ceilings"):
             ceilings = self.ceilings()
@@ -328,7 +333,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
             if candidate is not None:
                 candidate.stop()
 
-        # Without a library baseline for the definition the reference is the yardstick (reference_latency).
+        # Without a library baseline figure the reference is the yardstick (reference_latency): for the whole
+        # definition where it has no baseline on this GPU, else on the workloads its baselines failed.
         reference_is_the_yardstick = bool(self.options.baselines and self.has_gpu
                                           and not self.dataset.baselines(result.definition))
         settle(result, self.audit_config.level, reference_is_the_yardstick)

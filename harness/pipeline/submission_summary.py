@@ -84,6 +84,12 @@ def closing_notices(result: SubmissionResult, reference_is_the_yardstick: bool) 
         notices.append(f"FlashInfer baseline(s) {', '.join(failed_baselines)} failed on "
                        f"{sum(bool(w.baseline_failures) for w in workloads)} workload(s): "
                        + next(f for w in workloads for f in w.baseline_failures)[:300])
+        stood_in = [w.label for w in workloads
+                    if w.baseline_failures and w.fi_official_ms is None and w.reference_latency_ms is not None]
+        if stood_in and not reference_is_the_yardstick:
+            notices.append(f"no baseline figure on {len(stood_in)} workload(s) ({', '.join(stood_in[:5])}"
+                           f"{', ...' if len(stood_in) > 5 else ''}): scored against the reference (vs_reference) "
+                           "there, which is timed for it")
     if reference_is_the_yardstick:
         notices.append(f"no library baseline for {result.definition} on this GPU: scored against the "
                        "reference (vs_reference), which is timed for it")
