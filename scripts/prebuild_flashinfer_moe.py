@@ -4,9 +4,10 @@
 
 The module is one JIT build of 247 compile units, 219 of them generated CUTLASS kernels (every dtype pair and tile
 FlashInfer instantiates, not only the FP8 block-scale path the baseline calls): about 68 minutes of a 16-core host
-(H200 host, 2026-12-02: 37 units in 555 s, 263 s each on average), far longer than a workload's time limit, so a baseline worker
-that starts it cold runs out of time and the MoE records have no baseline. Built here once per host into the
-folder the harness's baseline workers use (``CRUCIBLE_FLASHINFER_CACHE``, else ``--cache``), the workers load it.
+(H200 host, 2026-12-02: 37 units in 555 s, 263 s each on average), far longer than a workload's time limit, so a
+baseline worker that starts it cold runs out of time and the MoE records have no baseline. Built here once per host
+into the folder the harness's baseline workers use (``CRUCIBLE_FLASHINFER_CACHE``, else ``--cache``), the workers
+load it.
 The build is ninja's: a build cut by ``--budget-s`` (or the caller's limit) keeps its finished objects, and the
 next run on the same host continues from there. Prints the elapsed time and whether the module loaded.
 """

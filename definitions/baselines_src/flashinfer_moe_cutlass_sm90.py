@@ -16,9 +16,10 @@ definition's order; expert-parallel rank r owns experts [r x E_local, (r + 1) x 
 this baseline against the reference like any solution before using its time.
 
 FlashInfer builds this module on first use: one JIT build of 247 compile units (219 generated CUTLASS kernels),
-about 68 minutes of a 16-core host, longer than any workload's time limit. So this baseline does not start that build inside an evaluation: where the module is not
-built, importing this file fails at once with what to run (``scripts/prebuild_flashinfer_moe.py``, once per host),
-and the harness archives that as the baseline's failure for the session instead of timing out on every workload.
+about 68 minutes of a 16-core host, longer than any workload's time limit. So this baseline does not start that
+build inside an evaluation: where the module is not built, importing this file fails at once with what to run
+(``scripts/prebuild_flashinfer_moe.py``, once per host), and the harness archives that as the baseline's failure
+for the session instead of timing out on every workload.
 """
 
 import torch
