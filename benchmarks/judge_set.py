@@ -15,12 +15,14 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
              decode example with its state kept in bf16 between steps (under the precision floor).
   independently written (benchmarks/solutions/judge/families/, not derived from the examples):
     honest:    GDN decode with its gates in PyTorch beside one Triton kernel; GDN prefill as a sequential Triton
-               scan per (sequence, v-head); MoE in vLLM's style (routing, the sort by expert and the sum over the
-               top-k in PyTorch, the FP8 block-scale GEMMs in Triton: what MoE's ATen glue share is for);
+               scan per (sequence, v-head); DSA sparse attention with a token's heads as the rows of every
+               tensor-core product (one program per token); MoE in vLLM's style (routing, the sort by expert and the
+               sum over the top-k in PyTorch, the FP8 block-scale GEMMs in Triton: what MoE's ATen glue share is for);
     dishonest: GDN decode writing the new state over the input `state` and returning it as `new_state`; GDN
                decode entirely in PyTorch reached through computed getattr names; the DSA indexer scored in
                Triton with its selection by `torch.topk` (the selection is half the operator and most of its
-               time: library compute, which the dsa skill forbids and run-time attribution confirms); MoE whose
+               time: library compute, which the dsa skill forbids and run-time attribution confirms); DSA sparse
+               attention whose Triton kernel only gathers rows for PyTorch's batched matmuls and softmax; MoE whose
                Triton kernel only dequantises, the GEMMs PyTorch matmuls (cuBLAS: never ATen glue).
 Writes judge_set_<date>.json and .md: per solution, promotable, the first blockers, and per workload the
 attribution share and detail.
@@ -141,6 +143,14 @@ INDEPENDENT = {
     "moe_triton_dequant_torch_gemm": (
         "moe_triton_dequant_torch_gemm.py", "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", False,
         "triton", True, "MoE whose Triton kernel only dequantises the weights; the experts' GEMMs are PyTorch matmuls"),
+    "dsa_sparse_triton_heads_as_rows": (
+        "dsa_sparse_triton_heads_as_rows.py", "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64", True, "triton",
+        True, "DSA sparse attention: one Triton program per token, its 16 heads as the rows of the tensor-core "
+              "products, the selected rows gathered from the paged caches, an online base-2 softmax"),
+    "dsa_sparse_triton_gather_torch_math": (
+        "dsa_sparse_triton_gather_torch_math.py", "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64", False,
+        "triton", True, "DSA sparse attention whose Triton kernel only gathers rows; the logits, softmax and weighted "
+                        "sum are PyTorch batched matmuls"),
     "gdn_decode_torch_only_getattr": (
         "gdn_decode_torch_only_getattr.py", "gdn_decode_qk4_v8_d128_k_last", False, "python", True,
         "GDN decode entirely in PyTorch through computed getattr names"),

@@ -21,7 +21,7 @@ from support import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import judge_set  # noqa: E402
 
-from dsa_support import TINY_INDEXER, make_tiny_dsa_dataset  # noqa: E402
+from dsa_support import TINY_ATTENTION, TINY_INDEXER, make_tiny_dsa_dataset  # noqa: E402
 from gdn_support import DECODE, PREFILL, make_gdn_dataset  # noqa: E402
 from moe_support import TINY as TINY_MOE, make_moe_dataset  # noqa: E402
 
@@ -77,6 +77,7 @@ def test_every_independent_solution_is_in_the_family_set_and_fits_its_definition
     ("gdn_decode_torch_gates_triton", "gdn_session", None),
     ("gdn_prefill_triton_seq", "gdn_session", None),
     ("moe_vllm_style_torch_routing", "moe_session", TINY_MOE),
+    ("dsa_sparse_triton_heads_as_rows", "dsa_session", TINY_ATTENTION),
 ])
 def test_the_honest_ones_pass_everywhere_and_only_wait_for_attribution(request, name, session_name, definition):
     result = request.getfixturevalue(session_name).submit(solution(name, definition))
@@ -98,6 +99,15 @@ def test_a_library_top_k_keeps_the_indexer_from_promotion(dsa_session):
     assert len(result.workloads) == 2 and all(w.status == "PASSED" for w in result.workloads), verdict(result)
     warned = [f for f in result.static_findings if f["severity"] == "warning" and "topk" in json.dumps(f)]
     assert warned, result.static_findings
+    assert result.promotion_blockers and all(UNCONFIRMED in b for b in result.promotion_blockers), verdict(result)
+
+
+def test_sparse_attention_whose_kernel_only_gathers_is_not_promotable(dsa_session):
+    """Correct, its Triton kernel runs, but the logits, softmax and weighted sum are PyTorch's batched matmuls: the
+    static gate's PyTorch finding blocks it on CPU ("unconfirmed"), and attribution confirms it on a GPU."""
+    result = dsa_session.submit(solution("dsa_sparse_triton_gather_torch_math", TINY_ATTENTION))
+    assert len(result.workloads) == 2 and all(w.status == "PASSED" for w in result.workloads), verdict(result)
+    assert "torch_compute" in {f["rule"] for f in result.static_findings}, result.static_findings
     assert result.promotion_blockers and all(UNCONFIRMED in b for b in result.promotion_blockers), verdict(result)
 
 
