@@ -49,6 +49,8 @@ class EvalRecord:
     speedup_vs_fi: Optional[float] = None
     fraction_of_floor: Optional[float] = None
     message: str = ""
+    # against the timed reference: the only yardstick where the definition has no library baseline on this GPU
+    speedup_vs_reference: Optional[float] = None
     log_blob: Optional[str] = None
 
 

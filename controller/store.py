@@ -273,7 +273,7 @@ class Store:
                 latency_ms=e.get("latency_ms"), audits=tuple(extra.get("audits") or ()) + whole,
                 regime=regimes.get(e["workload_uuid"], ""), speedup_vs_fi=extra.get("speedup_vs_flashinfer_kernel"),
                 fraction_of_floor=extra.get("fraction_of_floor"), message=e.get("message") or "",
-                log_blob=e.get("log_blob")))
+                log_blob=e.get("log_blob"), speedup_vs_reference=e.get("speedup_factor")))
         return records
 
     def log_text(self, record: EvalRecord) -> str:

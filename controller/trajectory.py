@@ -24,7 +24,8 @@ def _mean(values: Iterable[Optional[float]]) -> Optional[float]:
 
 
 def standing(records: list[EvalRecord]) -> dict[str, Any]:
-    """Mean latency, speedup vs FlashInfer and fraction of floor, over all workloads and per regime.
+    """Mean latency, speedup vs FlashInfer (and vs the reference) and fraction of floor, over all workloads and per
+    regime.
 
     A figure is None when any workload lacks it (failed, untimed, no baseline): never a partial mean.
     """
@@ -32,9 +33,11 @@ def standing(records: list[EvalRecord]) -> dict[str, Any]:
 
     def figures(group: list[EvalRecord]) -> dict[str, Optional[float]]:
         if not passed:
-            return {"latency_ms": None, "speedup_vs_fi": None, "fraction_of_floor": None}
+            return {"latency_ms": None, "speedup_vs_fi": None, "speedup_vs_reference": None,
+                    "fraction_of_floor": None}
         return {"latency_ms": _mean(r.latency_ms for r in group),
                 "speedup_vs_fi": _mean(r.speedup_vs_fi for r in group),
+                "speedup_vs_reference": _mean(r.speedup_vs_reference for r in group),
                 "fraction_of_floor": _mean(r.fraction_of_floor for r in group)}
 
     regimes: dict[str, list[EvalRecord]] = {}
@@ -69,7 +72,12 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
     names = regime_names(rounds)
     timed = any((r.get("incumbent") or {}).get("latency_ms") is not None for r in rounds)
     timing = report.get("timing") or ("official timer" if timed else "no latencies: timing unavailable where this ran")
-    head = ["round", "incumbent", "mean ms", "vs FlashInfer", "% of floor",
+    # Where no round has a FlashInfer figure (no library baseline on this GPU) the reference is the yardstick.
+    speedup = ("speedup_vs_fi", "vs FlashInfer")
+    if (not any((r.get("incumbent") or {}).get("speedup_vs_fi") for r in rounds)
+            and any((r.get("incumbent") or {}).get("speedup_vs_reference") for r in rounds)):
+        speedup = ("speedup_vs_reference", "vs reference (no library baseline)")
+    head = ["round", "incumbent", "mean ms", speedup[1], "% of floor",
             *[f"{n} ms (% floor)" for n in names], "candidates", "decision", "search"]
     lines = [f"# Trajectory: {report.get('definition', '?')} "
              f"({report.get('provider', '?')}, run {report.get('run_id', '?')})",
@@ -79,7 +87,7 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
         inc = r.get("incumbent") or {}
         regimes = inc.get("regimes") or {}
         cells = [str(r.get("round")), f"`{inc.get('name', '-')}`", _fmt(inc.get("latency_ms"), "ms"),
-                 _fmt(inc.get("speedup_vs_fi"), "x"), _fmt(inc.get("fraction_of_floor"), "%")]
+                 _fmt(inc.get(speedup[0]), "x"), _fmt(inc.get("fraction_of_floor"), "%")]
         for n in names:
             g = regimes.get(n) or {}
             cells.append(f"{_fmt(g.get('latency_ms'), 'ms')} ({_fmt(g.get('fraction_of_floor'), '%')})")

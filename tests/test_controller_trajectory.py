@@ -42,7 +42,9 @@ def rec(w, regime, latency, fi=None, floor=None, status="PASSED"):
 ])
 def test_standing(records, overall, regimes):
     s = standing(records)
-    assert {k: s[k] for k in overall} == overall and s["regimes"] == regimes and s["workloads"] == len(records)
+    assert {k: s[k] for k in overall} == overall and s["workloads"] == len(records)
+    assert {name: {k: g[k] for k in regimes.get(name, {})} for name, g in s["regimes"].items()} == regimes
+    assert all(g["speedup_vs_reference"] is None for g in s["regimes"].values())  # none given: none made up
 
 
 def test_markdown_has_a_row_per_round_and_a_column_per_regime():
@@ -69,6 +71,21 @@ def test_markdown_has_a_row_per_round_and_a_column_per_regime():
     reason = "its evaluation averaged 0.651 ms vs the incumbent's 0.6333 ms (+2.8%, more than the noise floor 1%)"
     long = {**report, "rounds": [*report["rounds"], {**report["rounds"][1], "round": 2, "decision": reason}]}
     assert f"| {reason} |" in trajectory_markdown(long).splitlines()[8]
+
+
+def test_without_a_library_baseline_the_speedup_column_is_against_the_reference():
+    """DSA on sm_90 has no FlashInfer figure: the column says what the speedup is against, never a row of dashes;
+    one round with a FlashInfer figure keeps the FlashInfer column (the two are never mixed in one column)."""
+    records = [EvalRecord(workload=w, status="PASSED", latency_ms=ms, label=w, speedup_vs_reference=x)
+               for w, ms, x in (("a", 0.1, 30.0), ("b", 0.3, 10.0))]
+    inc = {"name": "k", **standing(records)}
+    assert inc["speedup_vs_reference"] == 20.0 and inc["speedup_vs_fi"] is None
+    report = {"definition": "d", "rounds": [{"round": 0, "candidates": 1, "decision": "start", "incumbent": inc}]}
+    lines = trajectory_markdown(report).splitlines()
+    assert "| vs reference (no library baseline) |" in lines[4] and lines[6].startswith("| 0 | `k` | 0.2 | 20x |")
+    with_fi = {"rounds": [*report["rounds"], {"round": 1, "incumbent": {**inc, "speedup_vs_fi": 0.9}}]}
+    lines = trajectory_markdown(with_fi).splitlines()
+    assert "| vs FlashInfer |" in lines[4] and lines[6].startswith("| 0 | `k` | 0.2 | - |")
 
 
 def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, tmp_path):
