@@ -317,3 +317,33 @@ def test_the_reference_timing_request_carries_the_capped_settings_and_its_figure
     assert (request.warmup, request.iterations, request.seeds) == (3, 10, [11])
     keys = [row["key"] for row in Archive(tmp_path / "a").db["reference_latency"].rows]
     assert keys and all(k.endswith(f"{workload.uuid}|3/10/1") for k in keys), keys
+
+
+@pytest.mark.parametrize("reserved_after_free, collections", [
+    ((8 << 30, 0), 0),  # the request's tensors died with it: the cache alone goes back, no collection
+    ((8 << 30, 6 << 30, 0), 1),  # a cycle still held some: collected, then given back
+    ((100 << 20,), 0),  # a small cache stays: nothing done
+])
+def test_a_request_gives_its_cache_back_and_collects_only_when_that_was_not_enough(monkeypatch, reserved_after_free,
+                                                                                     collections):
+    import gc
+
+    import torch
+
+    from harness.measure import device_measure
+
+    reserved = list(reserved_after_free)
+    calls = {"gc": 0, "empty": 0}
+
+    def empty_cache():
+        calls["empty"] += 1
+        reserved.pop(0)
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: 9 << 30)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: reserved[0])
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
+    monkeypatch.setattr(gc, "collect", lambda: calls.__setitem__("gc", calls["gc"] + 1))
+    out = device_measure.memory_release(torch.device("cuda", 0), {})
+    assert calls["gc"] == collections and out == {"peak_bytes": 9 << 30, "resident_bytes": reserved[0]}
+    assert calls["empty"] == len(reserved_after_free) - 1
