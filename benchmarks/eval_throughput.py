@@ -116,6 +116,7 @@ def main() -> int:
                    "isolated_per_workload": round(isolated_wall, 1)},
         "speedup": {"cold": round(isolated_wall / cold_wall, 2), "warm": round(isolated_wall / warm_wall, 2)},
         "phases_s": {"session_cold": cold["phases_s"], "session_warm": warm["phases_s"]},
+        "worker_steps_s": {"session_cold": cold.get("worker_steps_s"), "session_warm": warm.get("worker_steps_s")},
         "isolated_mean_wall_per_workload_s": round(statistics.fmean(isolated_walls), 1),
         "latency_ratio_median": statistics.median(ratios) if ratios else None,
         "latency_ratio_range": [min(ratios), max(ratios)] if ratios else None,
@@ -131,6 +132,8 @@ def main() -> int:
              f"{len(runs)} of the {len(labels)} workloads)",
              f"- speedup: cold {report['speedup']['cold']}x, warm {report['speedup']['warm']}x",
              f"- phases cold: {cold['phases_s']}", f"- phases warm: {warm['phases_s']}",
+             "- inside the workers, warm (largest first): "
+             f"{dict(list((warm.get('worker_steps_s') or {}).items())[:10])}",
              f"- official latency, session / isolated: median {report['latency_ratio_median']}, "
              f"range {report['latency_ratio_range']}", "",
              "| workload | status | session ms | warm ms | isolated ms | ratio |", "|---|---|---:|---:|---:|---:|"]

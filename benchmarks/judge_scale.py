@@ -99,6 +99,7 @@ def submit(solution: Path, archive: Path, extra: list[str]) -> dict:
             "promotable": not result.get("promotion_blockers"), "blockers": result.get("promotion_blockers", [])[:5],
             "scores": result.get("scores"), "scores_partial": result.get("scores_partial"),
             "notices": result.get("notices"), "phases_s": result.get("phases_s"),
+            "worker_steps_s": result.get("worker_steps_s"),
             "nvidia_smi_peak_total_gib": mem.peak_total_mib / 1024, "nvidia_smi_peak_process_gib":
                 mem.peak_process_mib / 1024, "workloads": workloads}
 
@@ -151,6 +152,10 @@ def write_report(report: dict, out: Path) -> None:
                      f"{r.get('promotable')} | {r.get('nvidia_smi_peak_total_gib', 0):.1f} | "
                      f"{r.get('nvidia_smi_peak_process_gib', 0):.1f} | {sum(within)}/{len(within)} | "
                      + ", ".join(f"{k} {v:.0f}" for k, v in top) + " |")
+    lines += ["", "Inside the workers (the eight largest steps, seconds: role.request.step)", ""]
+    for r in report["runs"]:
+        steps = list((r.get("worker_steps_s") or {}).items())[:8]
+        lines.append(f"- {r['definition']} ({r['kind']}): " + (", ".join(f"{k} {v:.1f}" for k, v in steps) or "-"))
     lines += ["", "Per workload: label, status, together/budget GiB, attribution, seconds (the three largest phases)",
               ""]
     for r in report["runs"]:

@@ -50,6 +50,15 @@ def test_honest_python_candidate_passes_and_is_archived(session):
         assert all(t > 0 for t in per_workload) and sum(per_workload) <= result.phases_s[phase] + 0.01
     assert result.to_json()["workloads"][1]["phases_s"] == result.workloads[1].phases_s
     assert [e["extra"]["phases_s"] for e in row["evaluations"]] == [w.phases_s for w in result.workloads]  # `show`
+    # ...and inside the workers: the candidate's 3 trials x 2 workloads of input drawing and calls, each step
+    # within the harness phase that waited for it
+    steps = result.worker_steps_s
+    assert {"candidate.run.inputs", "candidate.run.call", "candidate.run.fingerprint",
+            "candidate.run.transfer"} <= set(steps), steps
+    run_steps = sum(v for k, v in steps.items() if k.startswith("candidate.run."))
+    assert 0 < run_steps <= result.phases_s["correctness"] + 0.01
+    assert list(steps.values()) == sorted(steps.values(), reverse=True)
+    assert result.to_json()["worker_steps_s"] == steps
 
 
 def test_example_triton_solution_passes_in_the_interpreter(session):

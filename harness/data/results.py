@@ -76,6 +76,9 @@ class SubmissionResult:
     audits: list[Audit] = field(default_factory=list)  # of the submission as a whole (instruction proof)
     sandbox: str = ""  # "full" or "reduced (why)": the wall the candidate ran behind
     phases_s: dict[str, float] = field(default_factory=dict)
+    # inside the workers (candidate, reference, baselines): "role.op.step" -> seconds in this submission, largest
+    # first (inputs, fingerprint, digest, call, timer, clock_truth, release, transfer...): the harness's own costs
+    worker_steps_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
 
     @property
@@ -105,6 +108,7 @@ class SubmissionResult:
             "promotable": not self.promotion_blockers, "promotion_blockers": self.promotion_blockers,
             "static_findings": self.static_findings,
             "timing_unavailable_reason": self.timing_unavailable_reason,
-            "wall_s": self.wall_s, "phases_s": self.phases_s, "sandbox": self.sandbox,
+            "wall_s": self.wall_s, "phases_s": self.phases_s, "worker_steps_s": self.worker_steps_s or None,
+            "sandbox": self.sandbox,
             "notices": self.notices,
         }

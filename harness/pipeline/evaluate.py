@@ -97,6 +97,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         # (kind, definition) -> do figures carried from another card of this model hold here? None: not checked
         self._carried_trust: dict[tuple[str, str], Optional[bool]] = {}
         self.clock = PhaseClock()  # where the time goes: worker start, build, reference, ...
+        self.worker_spent: dict[str, float] = {}  # ...and inside the workers: "role.op.step" -> s (WorkerOptions)
         self.phase_s = self.clock.totals
         self._phase = self.clock.phase
         self.candidates = CandidateWorkers(self.options, self._worker_options, self._phase)
@@ -124,7 +125,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                              isolate_network=self.options.isolate_network, sandbox=self.options.sandbox,
                              policy=self.sandbox_policy, dataset_root=str(self.dataset.root),
                              hidden=(str(self.archive.folder.resolve()),), writable=writable,
-                             environment=environment)
+                             environment=environment, spent=self.worker_spent)
 
     @property
     def has_gpu(self) -> bool:
@@ -223,7 +224,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         """Evaluate ``solution`` on the session's workloads. ``audit_level`` overrides the session's for this
         submission only (the controller's paired timing runs use "off": the candidate's audits were run on its own
         evaluation, and it cannot tell the levels apart while timed); ``iterations``/``trials``: ``short_run``."""
-        started, phases_before = time.perf_counter(), dict(self.phase_s)
+        started, phases_before, steps_before = time.perf_counter(), dict(self.phase_s), dict(self.worker_spent)
         session_config = self.audit_config
         try:
             # the level (the session's, or this submission's) with the definition's thresholds from its policy
@@ -242,6 +243,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
             self.audit_config = session_config
         result.wall_s = time.perf_counter() - started
         result.phases_s = self.clock.since(phases_before)
+        steps = {k: round(v - steps_before.get(k, 0.0), 3) for k, v in self.worker_spent.items()}
+        result.worker_steps_s = dict(sorted(((k, v) for k, v in steps.items() if v > 0), key=lambda kv: -kv[1]))
         return result
 
     def _close_cut_short(self, err: BaseException) -> None:

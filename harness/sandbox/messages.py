@@ -227,6 +227,9 @@ class Reply(_Message):
     traceback: Optional[str] = Field(None, description="the failed request's Python traceback")
     context_broken: bool = Field(False, description="after a failure: the worker's CUDA context is unusable")
     memory: Optional[MemoryReport] = Field(None, description="GPU memory of the request (on a GPU only)")
+    spent_s: Optional[dict[str, float]] = Field(
+        None, description="where the worker's time went in this request: seconds per step (inputs, call, digest, "
+                          "timer...); a measure of the harness's own cost, never of the candidate's speed")
     # fields an ok reply of this op must carry (the harness reads them without a default)
     when_ok: ClassVar[tuple[str, ...]] = ()
 

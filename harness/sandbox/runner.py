@@ -212,6 +212,11 @@ class WorkerOptions:
     # host folders the worker may write (the dataset's baselines: FlashInfer's JIT cache, kept between sessions)
     writable: tuple[str, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()  # variables set for the worker on top of the scrubbed ones
+    # where the session's workers spend their time: "role.op.step" -> seconds, summed over requests (each reply's
+    # spent_s, and "role.op.transfer": the round trip's rest: the channel, (de)serialisation; "role.hello.start":
+    # the process coming up); shared by the
+    # session's workers, read by the session per submission (harness.pipeline.evaluate)
+    spent: Optional[dict[str, float]] = field(default=None, compare=False, repr=False)
 
 
 class WorkerProcess:
@@ -368,6 +373,7 @@ class WorkerProcess:
         if not self.alive:
             raise WorkerCrashed("the worker is not running", self.log_text())
         deadline = time.monotonic() + timeout_s
+        sent = time.perf_counter()
         try:
             protocol.write_message(self._w, message.wire(), tensors)
             header, tensors = protocol.read_message(self._r, deadline)
@@ -388,12 +394,21 @@ class WorkerProcess:
         except MalformedReply as err:
             self.kill()  # it speaks garbage: whatever it is doing, it is done
             raise WorkerBrokeProtocol(f"the worker broke the protocol: {err}", self.log_text()) from None
+        if self.options.spent is not None and reply.spent_s:
+            self._account(message.op, reply.spent_s, time.perf_counter() - sent)
         if reply.memory is not None:  # reported by the worker itself: a measure, not a proof
             self.peak_bytes = max(self.peak_bytes, reply.memory.peak_bytes)
             self.resident_bytes = reply.memory.resident_bytes
         if not reply.ok and reply.error is not None and self.sandbox is not None:
             reply.error = self.sandbox.annotate(reply.error)
         return reply, tensors
+
+    def _account(self, op: str, steps: dict[str, float], round_trip_s: float) -> None:
+        spent, prefix = self.options.spent, f"{self.options.role}.{op}."
+        assert spent is not None
+        rest = "start" if op == "hello" else "transfer"  # the hello waits for the process to come up
+        for step, seconds in {**steps, rest: max(round_trip_s - sum(steps.values()), 0.0)}.items():
+            spent[prefix + step] = spent.get(prefix + step, 0.0) + seconds
 
     def __enter__(self) -> "WorkerProcess":
         self.start()

@@ -13,6 +13,7 @@ Two roles:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import functools
 import os
@@ -20,7 +21,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -84,6 +85,15 @@ class Worker:
         self._references: dict[str, Callable[..., Any]] = {}
         self._request_tensors: dict[str, torch.Tensor] = {}  # what the current request brought (judge)
         self.workdir = Path.cwd()
+        self._spent: dict[str, float] = {}  # the current request's steps, seconds (the reply's spent_s)
+
+    @contextlib.contextmanager
+    def _step(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._spent[name] = self._spent.get(name, 0.0) + time.perf_counter() - started
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -104,21 +114,27 @@ class Worker:
     def _workload_inputs(self, req: Any, seed: Optional[int] = None) -> tuple[Definition, Workload, dict[str, Any]]:
         """The inputs of a request on a workload: its seed's (or ``seed``'s), for its definition (else the build's)."""
         definition = getattr(req, "definition", None) or self.definition
-        inputs = generate_inputs(definition, req.workload, req.seed if seed is None else seed, self.device,
-                                 Path(req.dataset_root))
+        with self._step("inputs"):
+            inputs = generate_inputs(definition, req.workload, req.seed if seed is None else seed, self.device,
+                                     Path(req.dataset_root))
         return definition, req.workload, inputs
+
+    def _fingerprint(self, inputs: dict[str, Any]) -> str:
+        with self._step("fingerprint"):
+            return fingerprint(inputs)
 
     def run(self, req: RunRequest) -> tuple[dict, dict]:
         """One call of the candidate on fresh inputs; outputs go back for the harness to judge."""
         assert self.built is not None and self.built.fn is not None, "build first"
         definition, workload, inputs = self._workload_inputs(req)
-        input_fp = fingerprint(inputs)
+        input_fp = self._fingerprint(inputs)
         # The candidate gets clones of small inputs, the originals staying here to prove the call left them
         # alone; a large input (a KV cache of gigabytes) is handed over itself and proven unchanged by its
         # content digest before and after: a clone would double the process's memory at full scale.
-        digests = {k: content_digest(v) for k, v in inputs.items()
-                   if isinstance(v, torch.Tensor) and v.numel() * v.element_size() > _CLONE_LIMIT_BYTES}
-        args = {k: v.clone() if isinstance(v, torch.Tensor) and k not in digests else v for k, v in inputs.items()}
+        with self._step("digest"):
+            digests = {k: content_digest(v) for k, v in inputs.items()
+                       if isinstance(v, torch.Tensor) and v.numel() * v.element_size() > _CLONE_LIMIT_BYTES}
+            args = {k: v.clone() if isinstance(v, torch.Tensor) and k not in digests else v for k, v in inputs.items()}
         started = time.perf_counter()
         state = (self.built.setup(*args.values()),) if self.built.setup is not None else ()
         if self.solution.spec.destination_passing_style:
@@ -130,8 +146,10 @@ class Worker:
             note = ""
         sync(self.device)
         elapsed = time.perf_counter() - started
-        mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)
-                   and (content_digest(v) != digests[k] if k in digests else not torch.equal(v, args[k]))]
+        self._spent["call"] = elapsed
+        with self._step("digest"):
+            mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)
+                       and (content_digest(v) != digests[k] if k in digests else not torch.equal(v, args[k]))]
         aliased = _aliasing(args, outputs)
         bad = {k: type(v).__name__ for k, v in outputs.items() if not isinstance(v, torch.Tensor)}
         if bad:
@@ -149,8 +167,9 @@ class Worker:
         """The reference evaluated in float64 throughout: the yardstick of the precision audit."""
         assert self.role == "reference", "only the reference worker runs references"
         definition, workload, inputs = self._workload_inputs(req)
-        outputs = as_output_dict(definition, run_in_float64(definition, inputs))
-        return {"ok": True, "input_fingerprint": fingerprint(inputs)}, {k: v for k, v in outputs.items()}
+        with self._step("call"):
+            outputs = as_output_dict(definition, run_in_float64(definition, inputs))
+        return {"ok": True, "input_fingerprint": self._fingerprint(inputs)}, {k: v for k, v in outputs.items()}
 
     def judge(self, req: JudgeRequest) -> tuple[dict, dict]:
         """The family's check with the call's inputs (``compare_needs_inputs``): the candidate's outputs and the
@@ -161,8 +180,8 @@ class Worker:
         definition, workload, inputs = self._workload_inputs(req)
         got = {k[len("got/"):]: v.to(self.device) for k, v in self._request_tensors.items() if k.startswith("got/")}
         want = {n: self._request_tensors[f"want/{n}"].to(self.device) for n in definition.outputs}
-        result = family_for(definition.op_type).compare(definition, got, want, req.tolerance,
-                                                        inputs=inputs)
+        with self._step("compare"):
+            result = family_for(definition.op_type).compare(definition, got, want, req.tolerance, inputs=inputs)
         return {"ok": True, "check": result.to_json()}, {}
 
     def _reference_fn(self, definition: Definition) -> Callable[..., Any]:
@@ -180,7 +199,8 @@ class Worker:
         with torch.no_grad():
             outputs = as_output_dict(definition, self._reference_fn(definition)(*inputs.values()))
         sync(self.device)
-        return ({"ok": True, "input_fingerprint": fingerprint(inputs), "elapsed_s": time.perf_counter() - started},
+        elapsed = self._spent["call"] = time.perf_counter() - started
+        return ({"ok": True, "input_fingerprint": self._fingerprint(inputs), "elapsed_s": elapsed},
                 {k: v for k, v in outputs.items()})
 
     def time(self, req: TimeRequest) -> tuple[dict, dict]:
@@ -196,7 +216,8 @@ class Worker:
         if self.device.type != "cuda":
             return failure("no GPU: timing unavailable", UNAVAILABLE), {}
         index = nvml_index()
-        state_before = gpu_state(index)
+        with self._step("gpu_state"):
+            state_before = gpu_state(index)
         official, kernel = [], []
         for seed in req.seeds:
             definition, workload, inputs = self._workload_inputs(req, seed)
@@ -218,12 +239,14 @@ class Worker:
                 return t.model_dump() if hasattr(t, "model_dump") else dict(t.__dict__)
 
             kw = dict(warmup=req.warmup, iterations=req.iterations, device=self.device, backend=req.backend)
-            official.append(dump(time_trial(timed(), args, **kw)))
-            kernel_args = args
-            if setup is not None:
-                kernel_args = [*args, setup(*args[:n_inputs])]
-                kernel.append(dump(time_trial(fn, kernel_args, **kw)))
+            with self._step("timer"):
+                official.append(dump(time_trial(timed(), args, **kw)))
+                kernel_args = args
+                if setup is not None:
+                    kernel_args = [*args, setup(*args[:n_inputs])]
+                    kernel.append(dump(time_trial(fn, kernel_args, **kw)))
             if req.clock_truth_calls:
+                clock_truth_started = time.perf_counter()
                 # Synchronised wall time per call next to the CUPTI span of the same callable (the kernel
                 # figure where there is a setup): host work the timer cannot see shows up here.
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
@@ -238,9 +261,12 @@ class Worker:
                     traced_walls = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
                 (kernel or official)[-1]["traced_wall_ms"] = traced_walls
                 del flush
+                self._spent["clock_truth"] = self._spent.get("clock_truth", 0.0) + (time.perf_counter()
+                                                                                   - clock_truth_started)
             del kernel_args
             del inputs, args
-        state_after = gpu_state(index)
+        with self._step("gpu_state"):
+            state_after = gpu_state(index)
         return {"ok": True, "trials": official, "kernel_trials": kernel or None,
                 "gpu_state_before": state_before, "gpu_state_after": state_after}, {}
 
@@ -307,6 +333,7 @@ class Worker:
     def answer(self, handler: Callable[[Any], tuple[dict, dict]], req: Request) -> tuple[dict, dict]:
         """A handler's reply, or what it raised (candidate code may raise anything, SystemExit included)."""
         memory_mark(self.device)
+        self._spent, started = {}, time.perf_counter()
         try:
             header, tensors = handler(req)
         except BaseException as err:
@@ -314,9 +341,12 @@ class Worker:
             print(tb, file=sys.stderr, flush=True)
             header, tensors = failure(f"{type(err).__name__}: {err}", traceback=tb,
                                       context_broken=_context_broken(self.device)), {}
-        memory = memory_release(self.device, tensors)
+        with self._step("release"):  # the reply's tensors to the host, the allocator's cache given back
+            memory = memory_release(self.device, tensors)
         if memory:
             header["memory"] = memory
+        other = time.perf_counter() - started - sum(self._spent.values())
+        header["spent_s"] = {k: round(v, 5) for k, v in {**self._spent, "other": max(other, 0.0)}.items()}
         return header, tensors
 
 
