@@ -36,6 +36,10 @@ def test_example_solution_is_timed_officially(session):
         # GPU memory per process, within what the workload needs
         assert w.memory["processes"]["candidate"]["peak_bytes"] > 0 and w.memory["within_budget"], w.memory
     assert result.promotion_blockers == [], result.promotion_blockers
+    # where the workers' time went: the timer's own steps, and the clock-truth calls beside it
+    steps = result.worker_steps_s
+    assert {"candidate.time.timer.timed_calls", "candidate.time.timer.tracer_stop", "candidate.time.inputs",
+            "candidate.run.call", "candidate.time.clock_truth"} <= set(steps), steps
     rows = list(session.archive.db["timing_samples"].rows)
     assert len(rows) >= 9
     # A batch of 64 x 2048 tokens moves 64 MiB of KV: it cannot take less than ~15 us on any GPU.

@@ -115,6 +115,20 @@ def test_collector_converts_records_and_tears_down():
     assert names == ["[memcpy kind=8 bytes=64]", "[memset bytes=16 value=0]", "gemm_kernel"]
 
 
+def test_the_timed_loop_reports_its_host_steps_in_order(monkeypatch):
+    """Where a trial's host time goes (TrialTiming.host_s): CUPTI on, the timed calls, its records delivered and
+    CUPTI off, the analysis; each step once, in that order, the fake's records still measured as before."""
+    from harness.measure.timing import _timed_cupti
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    fake = _FakeCupti([_rec(_FakeKind.RUNTIME, 123, 123, 1, cbid=211),
+                       _rec(_FakeKind.CONCURRENT_KERNEL, 200, 300, 1, name="k")])
+    laps: list[str] = []
+    spans, names, per_kernel = _timed_cupti(fake, lambda: None, (), 1, lambda: None, laps.append)
+    assert laps == ["tracer_start", "timed_calls", "tracer_stop", "analysis"]
+    assert spans == pytest.approx([100 * NS]) and names == ["k"] and set(per_kernel) == {"k"}
+
+
 class _RuntimeCbid(enum.IntEnum):
     cudaGetDevice_v3020 = 17
     cudaLaunchKernel_v7000 = 211
@@ -280,6 +294,9 @@ def test_time_trial_gpu(backend, make_case):
     assert all(sample > 0 for sample in trial.samples_ms)
     assert trial.median_ms == median(trial.samples_ms)
     assert trial.flush_bytes >= 2 * torch.cuda.get_device_properties(0).L2_cache_size - (1 << 20)
+    expected_steps = {"setup", "untimed", "tracer_start", "timed_calls", "tracer_stop", "analysis"}
+    assert set(trial.host_s) == (expected_steps if backend == "cupti" else {"setup", "untimed", "timed_calls"})
+    assert all(v >= 0 for v in trial.host_s.values())
     if backend == "cupti":
         assert trial.aligned is True and trial.note is None
         assert len(trial.kernel_names) >= min_kernels

@@ -37,6 +37,7 @@ are tested on CPU; only ``time_trial`` needs a GPU.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
@@ -143,6 +144,15 @@ def time_trial(
         raise TimingError("time_trial needs a CUDA GPU; torch.cuda.is_available() is False")
 
     dev = _resolve_device(device, args)
+    host_s: dict[str, float] = {}
+    mark = time.perf_counter()
+
+    def lap(step: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        host_s[step] = host_s.get(step, 0.0) + now - mark
+        mark = now
+
     with torch.cuda.device(dev):
         l2_bytes = int(torch.cuda.get_device_properties(dev).L2_cache_size)
         flush_bytes = flush_buffer_bytes(l2_bytes)
@@ -155,6 +165,7 @@ def time_trial(
         torch.cuda.synchronize()
         fn(*args)
         torch.cuda.synchronize()
+        lap("setup")
 
         # Estimation: five flushed calls under one event pair, as the official timer does.
         est_start = torch.cuda.Event(enable_timing=True)
@@ -172,15 +183,17 @@ def time_trial(
             flush_l2()
             fn(*args)
         torch.cuda.synchronize()
+        lap("untimed")
 
         kernel_ns: dict[str, float] = {}
         if cupti_api is not None:
-            samples, kernel_names, kernel_ns = _timed_cupti(cupti_api, fn, args, iterations, flush_l2)
+            samples, kernel_names, kernel_ns = _timed_cupti(cupti_api, fn, args, iterations, flush_l2, lap)
             used: Backend = "cupti"
         else:
             samples = _timed_events(fn, args, iterations, flush_l2)
             kernel_names = []
             used = "cuda_events"
+            lap("timed_calls")
 
     return TrialTiming(
         samples_ms=samples,
@@ -195,6 +208,7 @@ def time_trial(
         flush_bytes=flush_bytes,
         device=f"{dev} ({torch.cuda.get_device_name(dev)})",
         note=note,
+        host_s={k: round(v, 5) for k, v in host_s.items()},
     )
 
 
@@ -204,12 +218,14 @@ def _timed_cupti(
     args: tuple,
     iterations: int,
     flush_l2: Callable[[], None],
+    lap: Callable[[str], None] = lambda step: None,
 ) -> tuple[list[float], list[str], dict[str, float]]:
     import torch
 
     collector = _CuptiCollector(cupti_api)
     windows: list[tuple[int, int]] = []
     collector.start()
+    lap("tracer_start")
     try:
         for _ in range(iterations):
             # The flush is launched (and finished) before the window opens, so its
@@ -224,9 +240,13 @@ def _timed_cupti(
     except BaseException:
         collector.stop(flush=False)
         raise
+    lap("timed_calls")
     collector.stop()
+    lap("tracer_stop")
     spans, kernel_names = analyse_activities(windows, collector.activities, collector.launches)
-    return spans, kernel_names, time_per_activity(windows, collector.activities, collector.launches)
+    per_activity = time_per_activity(windows, collector.activities, collector.launches)
+    lap("analysis")
+    return spans, kernel_names, per_activity
 
 
 def _timed_events(

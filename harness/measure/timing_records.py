@@ -51,6 +51,10 @@ class TrialTiming(BaseModel):
     flush_bytes: int = 0
     device: str = ""
     note: str | None = None
+    # the trial's host wall by step (seconds): setup (flush buffer, the untimed first call), untimed (estimation and
+    # warm-up calls), tracer_start / timed_calls / tracer_stop (CUPTI on, the timed iterations, its records
+    # delivered and CUPTI off), analysis (spans from the records): the timer's own cost, never a figure of fn's
+    host_s: dict[str, float] = Field(default_factory=dict)
 
 
 class Latency(BaseModel):

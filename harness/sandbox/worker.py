@@ -235,16 +235,15 @@ class Worker:
                     return fn
                 return lambda *a: fn(*a, setup(*a[:n_inputs]))
 
-            def dump(t):
-                return t.model_dump() if hasattr(t, "model_dump") else dict(t.__dict__)
-
             kw = dict(warmup=req.warmup, iterations=req.iterations, device=self.device, backend=req.backend)
-            with self._step("timer"):
-                official.append(dump(time_trial(timed(), args, **kw)))
-                kernel_args = args
-                if setup is not None:
-                    kernel_args = [*args, setup(*args[:n_inputs])]
-                    kernel.append(dump(time_trial(fn, kernel_args, **kw)))
+            timer_started, host_before = time.perf_counter(), sum(self._spent.values())
+            official.append(self._timer_steps(time_trial(timed(), args, **kw)))
+            kernel_args = args
+            if setup is not None:
+                kernel_args = [*args, setup(*args[:n_inputs])]
+                kernel.append(self._timer_steps(time_trial(fn, kernel_args, **kw)))
+            rest = time.perf_counter() - timer_started - (sum(self._spent.values()) - host_before)
+            self._spent["timer.rest"] = self._spent.get("timer.rest", 0.0) + rest
             if req.clock_truth_calls:
                 clock_truth_started = time.perf_counter()
                 # Synchronised wall time per call next to the CUPTI span of the same callable (the kernel
@@ -269,6 +268,12 @@ class Worker:
             state_after = gpu_state(index)
         return {"ok": True, "trials": official, "kernel_trials": kernel or None,
                 "gpu_state_before": state_before, "gpu_state_after": state_after}, {}
+
+    def _timer_steps(self, trial: Any) -> dict:
+        """A trial as the reply carries it; its host steps (TrialTiming.host_s) counted as the request's."""
+        for step, seconds in (getattr(trial, "host_s", None) or {}).items():
+            self._spent[f"timer.{step}"] = self._spent.get(f"timer.{step}", 0.0) + seconds
+        return trial.model_dump() if hasattr(trial, "model_dump") else dict(trial.__dict__)
 
     def sass(self, req: SassRequest) -> tuple[dict, dict]:
         """Per-kernel opcode histograms of what this worker built (harness.audits.sass); runs no candidate code.
