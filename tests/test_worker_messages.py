@@ -341,3 +341,25 @@ def test_reuse_calls_take_never_seen_content_where_they_are_timed():
             assert s["seed"] in {11, 12, 13} - {steps[s["buffers_of"]]["seed"]}
     with pytest.raises(ValueError, match="one reuse seed per reused call"):
         plan_recheck([11, 12], 1, random.Random(3), reuse_seeds=[21, 22])
+
+
+@pytest.mark.parametrize("baseline", [True, False])
+def test_a_dataset_baseline_is_checked_on_one_input_set_and_timed_on_all_without_clock_truth(baseline):
+    """Trusted library code: one correctness call proves its figure is of a correct call (a candidate gets every
+    trial); its official timing draws every trial's inputs, and it gets no clock-truth calls (no audit reads them)."""
+    run = {"ok": True, "input_fingerprint": "f", "elapsed_s": 0.001}
+    timed = {"ok": True, "trials": [TRIAL] * 3}
+    replies = [run, timed] if baseline else [run] * PRESET.num_trials + [timed]
+    sent = []
+    with fake_worker(*replies) as worker:
+        request = worker.request
+        worker.request = lambda message, **kw: (sent.append(message), request(message, **kw))[1]
+        session = _JudgedSession()
+        session.options = SimpleNamespace(timing=True)
+        wr = session._evaluate_workload(worker, DEFINITION, WORKLOAD, "w", PRESET, TOL, 60, run_audits=False,
+                                        baseline=baseline)
+    assert wr.status == EvaluationStatus.PASSED.value and wr.latency_ms == 0.5, wr.message
+    runs = [m for m in sent if m.op == "run"]
+    [time_request] = [m for m in sent if m.op == "time"]
+    assert len(runs) == (1 if baseline else PRESET.num_trials) and len(time_request.seeds) == PRESET.num_trials
+    assert time_request.clock_truth_calls == (0 if baseline else 9)

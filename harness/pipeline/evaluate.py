@@ -110,7 +110,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         self.baselines = Baselines(
             dataset, archive, self.trusted, self._carried_trust,
             lambda sol, definition, timeout_s: self._start_candidate(sol, definition, timeout_s, role="baseline"),
-            lambda *args: self._evaluate_workload(*args, run_audits=False))
+            lambda *args: self._evaluate_workload(*args, run_audits=False, baseline=True))
 
     # -- the trusted reference worker ---------------------------------------------------------------
 
