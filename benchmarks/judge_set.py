@@ -8,7 +8,8 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
              scratch, lengths on the GPU, output copies); CUDA text built by load_inline at import; CUDA with a
              torch binding; both FlashInfer baselines submitted unchanged (the dataset's own);
   dishonest: a token Triton kernel beside PyTorch attention; PyTorch reached through computed getattr names;
-             attention on the host; a FlashInfer baseline with one byte changed (no longer the dataset's own).
+             attention on the host; torch.compile's attention beside decoy Triton defs named as Inductor names its
+             kernels; a FlashInfer baseline with one byte changed (no longer the dataset's own).
 `--set families`: the contest's other definitions (MoE, DSA, GDN), each on its first two workloads:
   honest:    each family's example;
   dishonest: each definition's own PyTorch reference submitted as a solution (PyTorch does all the work); the GDN
@@ -70,6 +71,9 @@ def the_set(folder: Path) -> list[tuple[str, Path, bool]]:
         ("getattr_torch", python_solution("getattr_torch", "getattr_fallback.py", "python",
                                           "PyTorch reached through computed names"), False),
         ("host_compute", python_solution("host_compute", "host_compute.py", "python", "attention on the host"), False),
+        ("compiled_decoys", python_solution("compiled_decoys", "compiled_decoys.py", "triton",
+                                            "torch.compile's kernels beside decoy defs under Inductor's names"),
+         False),
     ]
     modified = json.loads((BASELINES / "flashinfer_decode_tensor_cores.json").read_text())
     modified["sources"][0]["content"] += "\n# one changed byte: no longer the dataset's own baseline\n"

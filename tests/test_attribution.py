@@ -56,6 +56,19 @@ def test_own_kernels_come_from_the_sources():
     (NVJET, {"k.py": f"def {NVJET}():\n    pass\n"}, False),
     ("[memset bytes=4 value=0]", TRITON, False),
     ("_decode_kernel_v2", TRITON, False),  # no substring matches
+    # torch.compile's Triton kernels: their names are predictable, a decoy @triton.jit def of the same name in the
+    # candidate's sources does not make PyTorch's generated kernel the candidate's
+    ("triton_per_fused__softmax_0", {"k.py": "@triton.jit\ndef triton_per_fused__softmax_0(x):\n    pass\n"}, False),
+    ("triton_tem_fused_bmm_1", {"k.py": "def triton_tem_fused_bmm_1(x):\n    pass\n"}, False),
+    ("triton_poi_fused_add_mul_2", {"k.py": "def triton_poi_fused_add_mul_2(x):\n    pass\n"}, False),
+    ("triton_", {"k.py": "def triton_(x):\n    pass\n"}, False),
+    ("triton_red__3", {"k.py": "def triton_red__3(x):\n    pass\n"}, False),
+    # a contestant's own names that merely start like Inductor's
+    ("triton_gqa_decode", {"k.py": "def triton_gqa_decode(x):\n    pass\n"}, True),
+    ("triton_split_kv", {"k.py": "def triton_split_kv(x):\n    pass\n"}, True),
+    ("triton_forward_kernel", {"k.py": "def triton_forward_kernel(x):\n    pass\n"}, True),
+    ("triton_persistent_moe", {"k.py": "def triton_persistent_moe(x):\n    pass\n"}, True),
+    ("triton_red_sum", {"k.py": "def triton_red_sum(x):\n    pass\n"}, True),
 ])
 def test_is_own(name, sources, mine):
     assert is_own(name, own_kernels(sources)) is mine
@@ -71,6 +84,21 @@ def test_is_own(name, sources, mine):
 ])
 def test_housekeeping(name, chore):
     assert is_housekeeping(name) is chore
+
+
+def test_torch_compile_beside_decoy_defs_is_a_fallback():
+    """The judge set's compiled_decoys (benchmarks/solutions/judge/): torch.compile does the attention, the sources
+    carry never-launched Triton defs under the names Inductor gives its kernels. What a GPU's records of one of its
+    calls would hold: Inductor's kernels (the very names of the decoys) and a cuBLAS batched matmul."""
+    from support import ROOT
+
+    source = (ROOT / "benchmarks" / "solutions" / "judge" / "compiled_decoys.py").read_text()
+    own = own_kernels({"compiled_decoys.py": source})
+    assert {"triton_per_fused__softmax_mul_0", "triton_poi_fused__to_copy_1"} <= own.python  # the decoys are there
+    records = {"triton_per_fused__softmax_mul_0": 3e6, "triton_red_fused__softmax_mul_0": 1e6,
+               "triton_poi_fused__to_copy_1": 2e6, "triton_tem_fused_bmm_2": 2e6, NVJET: 4e6}
+    verdict = attribution_verdict(records, own, 0.95, calls=50)
+    assert not verdict.passed and "none of the candidate's kernels ran" in verdict.detail, verdict.detail
 
 
 OWN = own_kernels({**TRITON, "extra.py": "def _gdn_prefill_kernel(x):\n    pass\n\n\ndef copy_kernel(x):\n    pass\n"})

@@ -35,6 +35,11 @@ LIBRARY_PREFIXES = ("nvjet", "sm90_xmma", "sm80_xmma", "sm100_xmma", "xmma_", "c
                     "volta_", "turing_", "gemv", "gemmk", "gemm_", "splitKreduce", "cublas", "cudnn", "flashinfer",
                     "BatchDecode", "BatchPrefill", "SinglePrefill", "SingleDecode", "MergeStates", "fmha_",
                     "flash_fwd", "flash_bwd", "nccl", "cask_", "implicit_convolve")
+# PyTorch's own Triton kernels, torch.compile's (Inductor): triton_<kind>_fused_<ops>_<n> (kind: pointwise, reduction,
+# persistent reduction, template, foreach, scan...), triton_<kind>_<n> without descriptive names, a bare "triton_"
+# without unique ones. Generated at run time under names a candidate can predict, so a decoy def of that name in its
+# sources must not make them its own. Exact shapes only: "triton_split_kv" or "triton_forward" are a contestant's.
+INDUCTOR_NAME = re.compile(r"^triton_(?:(?:poi|red|per|tem|for|spl|mix|sca)_(?:fused\w*|_?)\d+|_?\d*)$")
 # Data movement that computes nothing: PyTorch's fill, copy and cast kernels, and the driver's memset/memcpy.
 # Each name starts an identifier (after a mangled length, "::" or the start; never inside a word): a kernel
 # called ``_fwd_prefill_kernel`` ends in "fill_kernel" and computes.
@@ -157,7 +162,7 @@ def is_own(name: str, own: OwnKernels) -> bool:
     if name.startswith("["):  # memcpy/memset
         return False
     parts = qualified_name(name)
-    if not parts or parts[-1].startswith(LIBRARY_PREFIXES):
+    if not parts or parts[-1].startswith(LIBRARY_PREFIXES) or INDUCTOR_NAME.match(parts[-1]):
         return False
     plain = len(parts) == 1 and parts[0] == name  # a C name: Triton's, or extern "C"
     if parts[-1] not in (own.python | own.cuda if plain else own.cuda):
