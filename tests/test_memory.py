@@ -149,18 +149,26 @@ def test_the_reference_is_timed_only_when_asked_or_to_spot_check_carried_figures
         assert timed[-1] == "NVIDIA H200|GPU-2" and s._carried_trust[("reference", KV8_PS1)] is True
 
 
-def test_without_a_library_baseline_the_reference_is_timed_as_the_yardstick(tiny_dataset_root, tmp_path, monkeypatch):
-    """DSA on sm_90 has no library baseline: its score is against the reference, so the reference is timed without
-    --time-reference; with --no-baselines (no score asked for) it is not."""
-    from harness.pipeline.evaluate import Session, SubmitOptions
+def _reference_timed_on_a_card(root, monkeypatch):
+    """The tiny dataset's kv8 ps1 definition, its preset and one workload; the reference's timing faked (2.5 ms),
+    each timed workload's uuid appended to the returned list."""
     from harness.pipeline.trusted import TrustedReference
 
-    ds = Dataset(tiny_dataset_root)
+    ds = Dataset(root)
     definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
     [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
     timed: list[str] = []
     monkeypatch.setattr(TrustedReference, "_time", lambda self, *a: timed.append(a[1].uuid) or 2.5)
     monkeypatch.setattr(TrustedReference, "worker", lambda self: None)
+    return ds, definition, preset, workload, timed
+
+
+def test_without_a_library_baseline_the_reference_is_timed_as_the_yardstick(tiny_dataset_root, tmp_path, monkeypatch):
+    """DSA on sm_90 has no library baseline: its score is against the reference, so the reference is timed without
+    --time-reference; with --no-baselines (no score asked for) it is not."""
+    from harness.pipeline.evaluate import Session, SubmitOptions
+
+    ds, definition, preset, workload, timed = _reference_timed_on_a_card(tiny_dataset_root, monkeypatch)
     monkeypatch.setattr(Dataset, "baselines", lambda self, name: ["a library baseline"])  # timing waits for the flag
     with Session(ds, Archive(tmp_path / "a"), SubmitOptions()) as s:
         s.environment = {"device_name": "NVIDIA H200", "uuid": "GPU-1"}
@@ -185,14 +193,8 @@ def test_a_baseline_that_gave_no_figure_leaves_the_reference_as_the_yardstick(ti
     from harness.measure.roofline import Ceilings
     from harness.pipeline.evaluate import Session, SubmitOptions
     from harness.pipeline.submission_summary import closing_notices
-    from harness.pipeline.trusted import TrustedReference
 
-    ds = Dataset(tiny_dataset_root)
-    definition, preset = ds.definition(KV8_PS1), ds.preset(KV8_PS1)
-    [workload] = ds.workloads_for(KV8_PS1, ["tiny_b2_t40"])
-    timed: list[str] = []
-    monkeypatch.setattr(TrustedReference, "_time", lambda self, *a: timed.append(a[1].uuid) or 2.5)
-    monkeypatch.setattr(TrustedReference, "worker", lambda self: None)
+    ds, definition, preset, workload, timed = _reference_timed_on_a_card(tiny_dataset_root, monkeypatch)
     monkeypatch.setattr(Dataset, "baselines", lambda self, name: ["a library baseline"])
     failure = [] if baseline_ms else ["standin: COMPILE_ERROR build: module not built on this host"]
     figures = {"runs": [], "official_ms": baseline_ms, "kernel_ms": baseline_ms, "failures": failure}
