@@ -239,8 +239,19 @@ def print_result(result: Any) -> None:
                               for k, v in result.scores.items()), highlight=False)
     if result.timing_unavailable_reason:
         out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
+    if result.phases_s:
+        out.print(time_line(result.wall_s, result.phases_s, result.worker_steps_s), style="dim", highlight=False)
     for n in result.notices:
         out.print(f"[yellow]notice:[/] {escape(n)}", highlight=False)
+
+
+def time_line(wall_s: float, phases: dict[str, float], steps: dict[str, float]) -> str:
+    """Where the submission's time went: the harness's largest phases, and the largest steps inside the workers."""
+    top = sorted(phases.items(), key=lambda kv: -kv[1])[:4]
+    line = f"time: {wall_s:.1f} s in the harness ({', '.join(f'{k} {v:.1f}' for k, v in top)})"
+    if steps:
+        line += "; in the workers: " + ", ".join(f"{k} {v:.1f}" for k, v in list(steps.items())[:3])
+    return line
 
 
 def print_submission_audits(audits: list[dict[str, Any]]) -> None:

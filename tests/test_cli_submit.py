@@ -63,6 +63,7 @@ def test_submit_fails_with_exit_1_when_a_workload_fails(tmp_path, archive_dir, t
                    "--workloads", "tiny_b2_t40")
     assert proc.returncode == 1
     assert "INCORRECT_NUMERICAL" in proc.stdout
+    assert "time: " in proc.stdout and "s in the harness (" in proc.stdout and "in the workers: " in proc.stdout
     assert len(json.loads(harness("show", "1", "--archive", str(archive_dir), "--json").stdout)["evaluations"]) == 1
 
 
@@ -272,3 +273,14 @@ def test_pack_builds_a_solution_from_a_folder(tmp_path):
     bad = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "main.py::run", "--language", "python",
                   "--name", "packed", "--author", "me")
     assert bad.returncode == 2 and "entry file 'main.py'" in bad.stderr
+
+
+def test_the_time_line_names_the_largest_phases_and_worker_steps():
+    from harness.cli import time_line
+
+    line = time_line(12.34, {"build": 1.0, "timing": 6.0, "correctness": 3.0, "audits": 2.0, "compare": 0.1},
+                     {"candidate.time.timer.timed_calls": 4.0, "candidate.run.call": 1.5, "reference.hello.start": 1.2,
+                      "candidate.run.inputs": 0.2})
+    assert line == ("time: 12.3 s in the harness (timing 6.0, correctness 3.0, audits 2.0, build 1.0); in the workers: "
+                    "candidate.time.timer.timed_calls 4.0, candidate.run.call 1.5, reference.hello.start 1.2")
+    assert time_line(1.0, {"build": 1.0}, {}) == "time: 1.0 s in the harness (build 1.0)"
