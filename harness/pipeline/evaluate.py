@@ -336,8 +336,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
             if candidate is not None:
                 candidate.stop()
 
-        # Without a library baseline figure the reference is the yardstick (reference_latency): for the whole
-        # definition where it has no baseline on this GPU, else on the workloads its baselines failed.
+        # A definition without a library baseline on this GPU is scored against the reference throughout (the
+        # workloads where its baselines gave no figure get their own notice: submission_summary.closing_notices).
         reference_is_the_yardstick = bool(self.options.baselines and self.has_gpu
                                           and not self.dataset.baselines(result.definition))
         settle(result, self.audit_config.level, reference_is_the_yardstick)

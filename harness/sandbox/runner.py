@@ -212,10 +212,10 @@ class WorkerOptions:
     # host folders the worker may write (the dataset's baselines: FlashInfer's JIT cache, kept between sessions)
     writable: tuple[str, ...] = ()
     environment: tuple[tuple[str, str], ...] = ()  # variables set for the worker on top of the scrubbed ones
-    # where the session's workers spend their time: "role.op.step" -> seconds, summed over requests (each reply's
-    # spent_s, and "role.op.transfer": the round trip's rest: the channel, (de)serialisation; "role.hello.start":
-    # the process coming up); shared by the
-    # session's workers, read by the session per submission (harness.pipeline.evaluate)
+    # where the session's workers spend their time: "role.op.step" -> seconds summed over requests: each reply's
+    # spent_s, plus the round trip's rest ("role.op.transfer": the channel and (de)serialisation; for the hello,
+    # "role.hello.start": the process coming up). One dict shared by the session's workers, read by the session
+    # per submission (harness.pipeline.evaluate).
     spent: Optional[dict[str, float]] = field(default=None, compare=False, repr=False)
 
 
@@ -394,7 +394,7 @@ class WorkerProcess:
         except MalformedReply as err:
             self.kill()  # it speaks garbage: whatever it is doing, it is done
             raise WorkerBrokeProtocol(f"the worker broke the protocol: {err}", self.log_text()) from None
-        if self.options.spent is not None and reply.spent_s:
+        if reply.spent_s:
             self._account(message.op, reply.spent_s, time.perf_counter() - sent)
         if reply.memory is not None:  # reported by the worker itself: a measure, not a proof
             self.peak_bytes = max(self.peak_bytes, reply.memory.peak_bytes)
@@ -405,7 +405,8 @@ class WorkerProcess:
 
     def _account(self, op: str, steps: dict[str, float], round_trip_s: float) -> None:
         spent, prefix = self.options.spent, f"{self.options.role}.{op}."
-        assert spent is not None
+        if spent is None:  # nobody reads it (a worker outside a session)
+            return
         rest = "start" if op == "hello" else "transfer"  # the hello waits for the process to come up
         for step, seconds in {**steps, rest: max(round_trip_s - sum(steps.values()), 0.0)}.items():
             spent[prefix + step] = spent.get(prefix + step, 0.0) + seconds

@@ -87,13 +87,16 @@ class Worker:
         self.workdir = Path.cwd()
         self._spent: dict[str, float] = {}  # the current request's steps, seconds (the reply's spent_s)
 
+    def _add(self, step: str, seconds: float) -> None:
+        self._spent[step] = self._spent.get(step, 0.0) + seconds
+
     @contextlib.contextmanager
     def _step(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
         try:
             yield
         finally:
-            self._spent[name] = self._spent.get(name, 0.0) + time.perf_counter() - started
+            self._add(name, time.perf_counter() - started)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -146,7 +149,7 @@ class Worker:
             note = ""
         sync(self.device)
         elapsed = time.perf_counter() - started
-        self._spent["call"] = elapsed
+        self._add("call", elapsed)
         with self._step("digest"):
             mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)
                        and (content_digest(v) != digests[k] if k in digests else not torch.equal(v, args[k]))]
@@ -199,7 +202,8 @@ class Worker:
         with torch.no_grad():
             outputs = as_output_dict(definition, self._reference_fn(definition)(*inputs.values()))
         sync(self.device)
-        elapsed = self._spent["call"] = time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self._add("call", elapsed)
         return ({"ok": True, "input_fingerprint": self._fingerprint(inputs), "elapsed_s": elapsed},
                 {k: v for k, v in outputs.items()})
 
@@ -236,32 +240,28 @@ class Worker:
                 return lambda *a: fn(*a, setup(*a[:n_inputs]))
 
             kw = dict(warmup=req.warmup, iterations=req.iterations, device=self.device, backend=req.backend)
-            timer_started, host_before = time.perf_counter(), sum(self._spent.values())
             official.append(self._timer_steps(time_trial(timed(), args, **kw)))
             kernel_args = args
             if setup is not None:
                 kernel_args = [*args, setup(*args[:n_inputs])]
                 kernel.append(self._timer_steps(time_trial(fn, kernel_args, **kw)))
-            rest = time.perf_counter() - timer_started - (sum(self._spent.values()) - host_before)
-            self._spent["timer.rest"] = self._spent.get("timer.rest", 0.0) + rest
             if req.clock_truth_calls:
-                clock_truth_started = time.perf_counter()
                 # Synchronised wall time per call next to the CUPTI span of the same callable (the kernel
                 # figure where there is a setup): host work the timer cannot see shows up here.
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
                 # in it (K/V of b1_kv8192 is 34 MB; the H200's L2 50 MB) run below their CUPTI span.
                 # Both plain and under CUPTI tracing, as the span was taken
                 # (harness.audits.verdicts.clock_truth_verdict).
-                flush = l2_flush(self.device)
-                call = functools.partial(fn, *kernel_args)
-                calls = req.clock_truth_calls
-                (kernel or official)[-1]["wall_ms"] = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
-                with traced():
-                    traced_walls = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
-                (kernel or official)[-1]["traced_wall_ms"] = traced_walls
-                del flush
-                self._spent["clock_truth"] = self._spent.get("clock_truth", 0.0) + (time.perf_counter()
-                                                                                   - clock_truth_started)
+                with self._step("clock_truth"):
+                    flush = l2_flush(self.device)
+                    call = functools.partial(fn, *kernel_args)
+                    calls = req.clock_truth_calls
+                    (kernel or official)[-1]["wall_ms"] = [wall_call(self.device, flush, call)[0]
+                                                           for _ in range(calls)]
+                    with traced():
+                        traced_walls = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
+                    (kernel or official)[-1]["traced_wall_ms"] = traced_walls
+                    del flush
             del kernel_args
             del inputs, args
         with self._step("gpu_state"):
@@ -272,7 +272,7 @@ class Worker:
     def _timer_steps(self, trial: Any) -> dict:
         """A trial as the reply carries it; its host steps (TrialTiming.host_s) counted as the request's."""
         for step, seconds in (getattr(trial, "host_s", None) or {}).items():
-            self._spent[f"timer.{step}"] = self._spent.get(f"timer.{step}", 0.0) + seconds
+            self._add(f"timer.{step}", seconds)
         return trial.model_dump() if hasattr(trial, "model_dump") else dict(trial.__dict__)
 
     def sass(self, req: SassRequest) -> tuple[dict, dict]:
