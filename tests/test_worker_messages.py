@@ -246,6 +246,7 @@ class _Session(WorkloadEvaluation, SessionAudits):
         self.has_gpu = True
         self.options = SimpleNamespace(timing=True)
         self.audit_config = AuditConfig()
+        self.baselines = SimpleNamespace(ahead=SimpleNamespace(pending=False))  # no baseline started ahead
 
     def _phase(self, name):
         return contextlib.nullcontext()

@@ -25,6 +25,7 @@ from ..data.results import WorkloadResult
 from ..sandbox.runner import WorkerProcess
 from ..data.schema import Definition, EvaluationStatus, Solution, Workload
 from ..data.statuses import SubmissionStatus
+from .baselines_ahead import BaselinesAhead
 from .trusted import TrustedReference
 
 # (solution, definition, timeout) -> (worker, None) or (None, the failed start as a WorkloadResult)
@@ -62,9 +63,10 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 class Baselines:
     def __init__(self, dataset: Dataset, archive: Archive, trusted: TrustedReference,
                  carried_trust: dict[tuple[str, str], Optional[bool]], start: StartWorker,
-                 evaluate: EvaluateWorkload):
+                 evaluate: EvaluateWorkload, ahead: Optional[BaselinesAhead] = None):
         self.dataset, self.archive, self.trusted, self._carried_trust = dataset, archive, trusted, carried_trust
         self._start, self._evaluate = start, evaluate
+        self.ahead = ahead  # baselines started beside the candidate's first workload (harness.pipeline.baselines_ahead)
         self.workers: dict[str, Optional[WorkerProcess]] = {}  # solution hash -> its worker (None: failed start)
         self._start_failure: dict[str, Optional[WorkloadResult]] = {}
         self.given_up: dict[str, str] = {}  # solution hash -> why it is not run again in this session
@@ -124,7 +126,11 @@ class Baselines:
                     "message": f"not run: {self.given_up[sol.content_hash]}", "log_blob": None}
         worker = self.workers.get(sol.content_hash)
         if sol.content_hash not in self.workers or (worker is not None and not worker.alive):
-            worker, failure = self._start(sol, definition, timeout_s)
+            taken = self.ahead.take(sol.content_hash) if self.ahead is not None else None
+            if taken is not None and (taken[1] is not None or (taken[0] is not None and taken[0].alive)):
+                worker, failure = taken
+            else:
+                worker, failure = self._start(sol, definition, timeout_s)
             self.workers[sol.content_hash] = worker
             self._start_failure[sol.content_hash] = failure
         if worker is None:
@@ -133,6 +139,8 @@ class Baselines:
                    "official_ms": None, "kernel_ms": None,
                    "message": f"build: {failure.message if failure else 'failed'}"[:2000],
                    "log": failure.log if failure else ""}
+            if failure is not None and failure.status == EvaluationStatus.TIMEOUT.value:
+                self.given_up[sol.content_hash] = f"its start ran out of time in this session ({timeout_s:.0f} s limit)"
         else:
             wr = self._evaluate(worker, definition, workload, self.dataset.label(workload), preset, tol, timeout_s)
             run = {"status": wr.status, "official_ms": wr.latency_ms, "kernel_ms": wr.kernel_latency_ms,

@@ -82,24 +82,33 @@ class CandidateWorkers:
             return
         self.ahead[key] = worker
 
-    def start(self, solution: Solution, definition: Definition, timeout_s: float,
-              role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
-        """A built worker for ``solution``, or None and the failed start as a WorkloadResult."""
+    def process_for(self, solution: Solution, role: str = "candidate") -> WorkerProcess:
+        """A launched process for ``solution`` in ``role``: the spare (a candidate), the one launched ahead for it (a
+        baseline), or a new one."""
         if role == "candidate":
-            worker = self.fresh()
-        else:
-            worker = self.ahead.pop(solution.content_hash, None)
-            if worker is None or not worker.alive or worker.options != self._worker_options(role):
-                if worker is not None:
-                    worker.stop(graceful=False)
-                worker = WorkerProcess(self._worker_options(role))
-                worker.launch()
+            return self.fresh()
+        worker = self.ahead.pop(solution.content_hash, None)
+        if worker is None or not worker.alive or worker.options != self._worker_options(role):
+            if worker is not None:
+                worker.stop(graceful=False)
+            worker = WorkerProcess(self._worker_options(role))
+            worker.launch()
+        return worker
+
+    def start(self, solution: Solution, definition: Definition, timeout_s: float, role: str = "candidate",
+              worker: Optional[WorkerProcess] = None, phase: Optional[Callable[[str], ContextManager[Any]]] = None,
+              ) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+        """A built worker for ``solution``, or None and the failed start as a WorkloadResult. ``worker``: a process
+        from ``process_for`` (default: taken now); ``phase``: where the waits are counted (default: the session's
+        clock; a thread beside the session's work passes its own)."""
+        worker = worker or self.process_for(solution, role)
+        phase = phase or self._phase
         try:
-            with self._phase("worker_start"):
+            with phase("worker_start"):
                 worker.wait_ready()
-            if self.options.spare_worker:
+            if self.options.spare_worker and role == "candidate":
                 self.launch_spare()  # the next candidate's process starts while this one is evaluated
-            with self._phase("build"):
+            with phase("build"):
                 reply, _ = worker.request(BuildRequest(solution=solution, definition=definition), timeout_s=timeout_s)
         except WorkerTimeout as err:
             log = worker.log_text()

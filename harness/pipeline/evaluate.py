@@ -25,6 +25,7 @@ from ..archive.database import Archive
 from ..measure import scores
 from ..audits.thresholds import policy_thresholds
 from .baselines import Baselines, flashinfer_cache
+from .baselines_ahead import BaselinesAhead
 from ..audits.verdicts import AuditConfig
 from ..sandbox.build import static_signature_problem
 from .candidate_workers import CandidateWorkers
@@ -110,7 +111,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         self.baselines = Baselines(
             dataset, archive, self.trusted, self._carried_trust,
             lambda sol, definition, timeout_s: self._start_candidate(sol, definition, timeout_s, role="baseline"),
-            lambda *args: self._evaluate_workload(*args, run_audits=False, baseline=True))
+            lambda *args: self._evaluate_workload(*args, run_audits=False, baseline=True),
+            BaselinesAhead(self.candidates, dataset))
 
     # -- the trusted reference worker ---------------------------------------------------------------
 
@@ -190,6 +192,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                  timeout_s: float, wr: WorkloadResult) -> None:
         """Put a timed result in context: the reference, FlashInfer and the hardware floor
         (harness.pipeline.comparison); the figures come from the session's workers."""
+        self._quiet_host()
         with self._phase("baselines"):
             fi = self.baseline(definition, workload, preset, tol, timeout_s) if self.options.baselines else None
         reference_ms = self.reference_latency(definition, workload, self._seeds(workload, preset), preset,
@@ -201,6 +204,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
 
     def close(self) -> None:
         """Stop every worker of the session, side by side: each tears down a CUDA context (seconds on a GPU)."""
+        self.baselines.ahead.close()
         self.candidates.close()
         workers = [w for w in (*self.baselines.workers.values(), self.trusted.process) if w is not None]
         self.baselines.workers.clear()
@@ -288,8 +292,13 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
 
         static_problem = static_signature_problem(solution, definition)
         if self.options.baselines and self.has_gpu and not static_problem:
-            for baseline in self.baselines.to_run(definition, workloads):  # their imports beside the first workload
-                self.candidates.launch_ahead(baseline.content_hash, "baseline")
+            # Their starts, builds and first calls (a library's JIT compile) beside the candidate's first workload;
+            # the dataset's own baseline as the candidate only launched ahead, for the candidate to take.
+            to_run = self.baselines.to_run(definition, workloads)
+            if library_is_own and any(b.content_hash == solution.content_hash for b in to_run):
+                self.candidates.launch_ahead(solution.content_hash, "baseline")
+            self.baselines.ahead.begin([b for b in to_run if b.content_hash != solution.content_hash],
+                                       definition, timeout_s)
         candidate: Optional[WorkerProcess] = None
         build_failure: Optional[WorkloadResult] = None
         timed_out: list[str] = []  # the labels of the workloads that ran out of time, in a row

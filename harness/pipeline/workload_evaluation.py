@@ -28,7 +28,8 @@ class WorkloadEvaluation:
     """The per-workload evaluation of ``Session`` (see the module docstring); not used on its own.
 
     What it reads of the session, all set by ``Session.__init__``: ``dataset``, ``options`` (``timing``),
-    ``audit_config``, ``_secret`` (input seeds), ``_phase`` (time accounting), ``has_gpu``, ``reference_outputs``,
+    ``audit_config``, ``_secret`` (input seeds), ``_phase`` (time accounting), ``baselines`` (``ahead``),
+    ``has_gpu``, ``reference_outputs``,
     and the audits of ``SessionAudits`` (``_judge``, ``_precision_audit``, ``_recheck``).
     ``_within_deadline`` serves those audits' requests too (the recheck's).
     """
@@ -104,6 +105,14 @@ class WorkloadEvaluation:
         wr.log = worker.log_since(log_offset) if worker.workdir else ""
         return wr
 
+    def _quiet_host(self) -> None:
+        """Before anything is timed: the baselines' starts and compiles begun beside the first workload have ended
+        (harness.pipeline.baselines_ahead), so no compile shares the host with a measurement."""
+        ahead = self.baselines.ahead
+        if ahead.pending:
+            with self._phase("baselines"):
+                ahead.wait()
+
     def _within_deadline(self, worker: WorkerProcess, message: Request, deadline: float, wr: WorkloadResult,
                          what: str, phase: str) -> Optional[tuple[Reply, dict[str, torch.Tensor]]]:
         """One request inside the workload's deadline; a hang or a crash becomes the workload's status."""
@@ -124,6 +133,7 @@ class WorkloadEvaluation:
         if not self.options.timing:
             wr.timing_note = "timing switched off"
             return
+        self._quiet_host()
         request = TimeRequest(workload=workload, seeds=seeds, warmup=preset.warmup, iterations=preset.iterations,
                               dataset_root=str(self.dataset.root),
                               clock_truth_calls=9 if clock_truth and self.audit_config.level != "off" else 0)

@@ -36,6 +36,9 @@ _PASS_PREFIXES = ("CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "NCCL_", "NVSHMEM_", 
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 
 
+_SPENT_LOCK = threading.Lock()
+
+
 class WorkerCrashed(RuntimeError):
     def __init__(self, message: str, log: str):
         super().__init__(message)
@@ -408,8 +411,9 @@ class WorkerProcess:
         if spent is None:  # nobody reads it (a worker outside a session)
             return
         rest = "start" if op == "hello" else "transfer"  # the hello waits for the process to come up
-        for step, seconds in {**steps, rest: max(round_trip_s - sum(steps.values()), 0.0)}.items():
-            spent[prefix + step] = spent.get(prefix + step, 0.0) + seconds
+        with _SPENT_LOCK:  # baselines started in threads beside the session's work share the dict
+            for step, seconds in {**steps, rest: max(round_trip_s - sum(steps.values()), 0.0)}.items():
+                spent[prefix + step] = spent.get(prefix + step, 0.0) + seconds
 
     def __enter__(self) -> "WorkerProcess":
         self.start()
