@@ -18,6 +18,7 @@ import threading
 from typing import Any, Optional
 
 from ..data.dataset import Dataset
+from ..measure.memory import tensor_bytes
 from ..data.results import WorkloadResult
 from ..data.schema import Definition, EvaluationStatus, Solution
 from ..sandbox.messages import RunRequest
@@ -53,9 +54,7 @@ class BaselinesAhead:
         workloads = self.dataset.workloads_for(definition.name, None)
         if not workloads or not solutions:
             return
-        from .evaluate import input_bytes
-
-        smallest = min(workloads, key=lambda w: input_bytes(definition, w))
+        smallest = min(workloads, key=lambda w: tensor_bytes(definition, definition.inputs, w))
         for sol in solutions:
             key = sol.content_hash
             if key in self._threads or key in self._done:
