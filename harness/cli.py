@@ -77,8 +77,11 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
     """
-    from .pipeline.evaluate import SandboxUnavailable, SubmitOptions
-    from .pipeline.parallel import submit_all
+    # Nothing here imports torch before the first workers are launched (harness.pipeline.early_workers): they
+    # import it while this process does.
+    from .data.options import SubmitOptions
+    from .pipeline import early_workers
+    from .pipeline.worker_options import gpus_guessed
     from .sandbox.isolation import human_bytes, load_sandbox_policy, probe
 
     if require_sandbox and (no_sandbox or not probe()[0]):
@@ -121,6 +124,22 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
                 ds.workloads_for(sol.definition, selection)
             except SchemaError as e:
                 fail(str(e))
+    # The arguments hold: the reference worker and the first candidate's start now, on this host's one lane (a Ray
+    # cluster's lanes, or several GPUs with one lane each, start their own).
+    if executor == "local" and (len(loaded) == 1 or gpus_guessed() <= 1):
+        early_workers.launch_for_submit(opts, ds.root, archive.folder)
+    try:
+        _run_submit(loaded, ds, archive, opts, selection, audit_level, as_json, executor, address, lanes, resume)
+    finally:
+        early_workers.stop_all()  # those no session took
+
+
+def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, selection: Optional[list[str]],
+                  audit_level: str, as_json: bool, executor: str, address: Optional[str], lanes: Optional[int],
+                  resume: bool) -> None:
+    """``submit`` once its arguments are checked: evaluate, print, exit."""
+    from .pipeline.evaluate import SandboxUnavailable
+    from .pipeline.parallel import submit_all
 
     if resume:
         loaded = _unfinished(loaded, ds, archive, selection, audit_level)
