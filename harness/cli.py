@@ -124,28 +124,27 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
                 ds.workloads_for(sol.definition, selection)
             except SchemaError as e:
                 fail(str(e))
-    # The arguments hold: the reference worker and the first candidate's start now, on this host's one lane (a Ray
-    # cluster's lanes, or several GPUs with one lane each, start their own).
-    if executor == "local" and (len(loaded) == 1 or gpus_guessed() <= 1):
-        early_workers.launch_for_submit(opts, ds.root, archive.folder)
-    try:
-        _run_submit(loaded, ds, archive, opts, selection, audit_level, as_json, executor, address, lanes, resume)
-    finally:
-        early_workers.stop_all()  # those no session took
-
-
-def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, selection: Optional[list[str]],
-                  audit_level: str, as_json: bool, executor: str, address: Optional[str], lanes: Optional[int],
-                  resume: bool) -> None:
-    """``submit`` once its arguments are checked: evaluate, print, exit."""
-    from .pipeline.evaluate import SandboxUnavailable
-    from .pipeline.parallel import submit_all
-
     if resume:
         loaded = _unfinished(loaded, ds, archive, selection, audit_level)
         if not loaded:
             err.print("resume: every solution already has a verdict in the archive; nothing to do", highlight=False)
             sys.exit(0)
+    # The arguments hold and there is work: launch the reference worker and the first candidate now, for this host's
+    # one lane (a Ray cluster's lanes, or several GPUs with a lane each, launch their own).
+    if executor == "local" and (len(loaded) == 1 or gpus_guessed() <= 1):
+        early_workers.launch_for_submit(opts, ds.root, archive.folder)
+    try:
+        _run_submit(loaded, ds, archive, opts, as_json, executor, address, lanes)
+    finally:
+        early_workers.stop_all()  # those no session took
+
+
+def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_json: bool, executor: str,
+                address: Optional[str], lanes: Optional[int]) -> None:
+    """``submit`` once its arguments are checked: evaluate, print, exit."""
+    from .pipeline.evaluate import SandboxUnavailable
+    from .pipeline.parallel import submit_all
+
     exit_code = 0
 
     def on_result(result: Any) -> None:
