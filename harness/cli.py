@@ -77,8 +77,11 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
     """
-    from .pipeline.evaluate import SandboxUnavailable, SubmitOptions
-    from .pipeline.parallel import submit_all
+    # Nothing here imports torch before the first workers are launched (harness.pipeline.early_workers): they
+    # import it while this process does.
+    from .data.options import SubmitOptions
+    from .pipeline import early_workers
+    from .pipeline.worker_options import gpus_guessed
     from .sandbox.isolation import human_bytes, load_sandbox_policy, probe
 
     if require_sandbox and (no_sandbox or not probe()[0]):
@@ -121,12 +124,27 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
                 ds.workloads_for(sol.definition, selection)
             except SchemaError as e:
                 fail(str(e))
-
     if resume:
         loaded = _unfinished(loaded, ds, archive, selection, audit_level)
         if not loaded:
             err.print("resume: every solution already has a verdict in the archive; nothing to do", highlight=False)
             sys.exit(0)
+    # The arguments hold and there is work: launch the reference worker and the first candidate now, for this host's
+    # one lane (a Ray cluster's lanes, or several GPUs with a lane each, launch their own).
+    if executor == "local" and (len(loaded) == 1 or gpus_guessed() <= 1):
+        early_workers.launch_for_submit(opts, ds.root, archive.folder)
+    try:
+        _run_submit(loaded, ds, archive, opts, as_json, executor, address, lanes)
+    finally:
+        early_workers.stop_all()  # those no session took
+
+
+def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_json: bool, executor: str,
+                address: Optional[str], lanes: Optional[int]) -> None:
+    """``submit`` once its arguments are checked: evaluate, print, exit."""
+    from .pipeline.evaluate import SandboxUnavailable
+    from .pipeline.parallel import submit_all
+
     exit_code = 0
 
     def on_result(result: Any) -> None:

@@ -14,16 +14,9 @@ from typing import Optional
 import torch
 
 from ..data.schema import EvaluationStatus
+from .tolerance import Tolerance  # noqa: F401  (callers import it from here)
 
 REL_EPS = 1e-8
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float = 1e-2
-    rtol: float = 1e-2
-    required_matched_ratio: float = 1.0
-    allow_matching_nonfinite: bool = False
 
 
 @dataclass

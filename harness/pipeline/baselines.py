@@ -13,8 +13,6 @@ worker's start, again on every workload.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..measure import scores
@@ -27,22 +25,12 @@ from ..data.schema import Definition, EvaluationStatus, Solution, Workload
 from ..data.statuses import SubmissionStatus
 from .baselines_ahead import BaselinesAhead
 from .trusted import TrustedReference
+from .worker_options import FLASHINFER_CACHE_ENV, flashinfer_cache  # noqa: F401  (callers import them from here)
 
 # (solution, definition, timeout) -> (worker, None) or (None, the failed start as a WorkloadResult)
 StartWorker = Callable[[Solution, Definition, float], tuple[Optional[WorkerProcess], Optional[WorkloadResult]]]
 # (worker, definition, workload, label, preset, tolerance, timeout) -> the workload's result, without audits
 EvaluateWorkload = Callable[[WorkerProcess, Definition, Workload, str, EvalPreset, Tolerance, float], WorkloadResult]
-
-
-# One folder for the FlashInfer JIT modules of every archive on a host (FlashInfer compiles the two decode modules in
-# about 34 s on an H200); unset, each archive keeps its own, which travels with the archive to another host.
-FLASHINFER_CACHE_ENV = "CRUCIBLE_FLASHINFER_CACHE"
-
-
-def flashinfer_cache(archive_folder: Path) -> Path:
-    """Where the baselines' workers keep FlashInfer's JIT modules (the one folder they may write)."""
-    chosen = os.environ.get(FLASHINFER_CACHE_ENV, "").strip()
-    return Path(chosen).expanduser() if chosen else Path(archive_folder) / "cache" / "flashinfer"
 
 
 def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:

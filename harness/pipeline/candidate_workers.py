@@ -9,8 +9,6 @@ processes ahead (``launch_ahead``), so their imports overlap the candidate's fir
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
 from ..data.options import SubmitOptions
@@ -18,15 +16,8 @@ from ..data.results import WorkloadResult
 from ..sandbox.messages import BuildRequest
 from ..sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from ..data.schema import Definition, EvaluationStatus, Solution
-
-
-def gpu_visible() -> bool:
-    """Will the workers see a GPU? Asked without touching CUDA here (the harness process never does): device
-    nodes and CUDA_VISIBLE_DEVICES. Only a guess for starting a process early; the reference worker decides."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return False
-    return any(Path("/dev").glob("nvidia[0-9]*"))
+from . import early_workers
+from .worker_options import gpu_visible
 
 
 class CandidateWorkers:
@@ -46,7 +37,11 @@ class CandidateWorkers:
     def launch_first_spare(self) -> None:
         """While the reference imports, the first candidate's process starts (imports torch, Triton) too."""
         if self.spare is None:
-            self.spare = WorkerProcess(self._worker_options("candidate", cpu_only=not gpu_visible()))
+            options = self._worker_options("candidate", cpu_only=not gpu_visible())
+            self.spare = early_workers.take(options)  # launched before the harness imported torch (harness submit)
+            if self.spare is not None:
+                return
+            self.spare = WorkerProcess(options)
             try:
                 self.spare.launch()
             except OSError:

@@ -24,7 +24,7 @@ import torch
 from ..archive.database import Archive
 from ..measure import scores
 from ..audits.thresholds import policy_thresholds
-from .baselines import Baselines, flashinfer_cache
+from .baselines import Baselines
 from .baselines_ahead import BaselinesAhead
 from ..audits.verdicts import AuditConfig
 from ..sandbox.build import static_signature_problem
@@ -53,6 +53,7 @@ from .submission_summary import (
 )
 from .candidate_run import CandidateRun
 from .workload_evaluation import WorkloadEvaluation
+from .worker_options import worker_options_for
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -85,7 +86,9 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         self.dataset = dataset
         self.archive = archive
         self.archive.close_abandoned()  # submissions a killed harness left RUNNING
-        remove_stale()  # and the private folders and cgroups of its workers
+        # and the private folders and cgroups of its workers: of processes that no longer run (never those of this
+        # process, such as the workers harness submit launched early: harness.pipeline.early_workers)
+        remove_stale()
         self.options = options or SubmitOptions()
         self.sandbox_policy = self.options.sandbox_policy or load_sandbox_policy(dataset.root)
         self.progress = progress or (lambda kind, data: None)
@@ -117,17 +120,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
     # -- the trusted reference worker ---------------------------------------------------------------
 
     def _worker_options(self, role: str, cpu_only: Optional[bool] = None) -> WorkerOptions:
-        writable, environment = (), ()
-        if role == "baseline":  # FlashInfer's JIT modules, compiled once per archive (or host) rather than per session
-            cache = flashinfer_cache(self.archive.folder)
-            cache.mkdir(parents=True, exist_ok=True)
-            writable, environment = (str(cache.resolve()),), (("FLASHINFER_WORKSPACE_BASE", str(cache.resolve())),)
-        return WorkerOptions(role=role, device_index=self.options.device_index,
-                             cpu_only=not self.has_gpu if cpu_only is None else cpu_only,
-                             isolate_network=self.options.isolate_network, sandbox=self.options.sandbox,
-                             policy=self.sandbox_policy, dataset_root=str(self.dataset.root),
-                             hidden=(str(self.archive.folder.resolve()),), writable=writable,
-                             environment=environment, spent=self.worker_spent)
+        return worker_options_for(role, self.options, self.sandbox_policy, self.dataset.root, self.archive.folder,
+                                  not self.has_gpu if cpu_only is None else cpu_only, spent=self.worker_spent)
 
     @property
     def has_gpu(self) -> bool:

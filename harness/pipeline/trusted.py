@@ -19,7 +19,7 @@ from typing import Any, Callable, ContextManager, Optional
 
 import torch
 
-from . import reference_cache
+from . import early_workers, reference_cache
 
 from ..measure import scores
 from ..archive.database import Archive
@@ -83,11 +83,15 @@ class TrustedReference:
     def worker(self) -> WorkerProcess:
         if self.process is None or not self.process.alive:
             # The reference is trusted code and needs no Triton interpreter: the same options on any host.
-            self.process = WorkerProcess(self._worker_options("reference", False))
+            options = self._worker_options("reference", False)
             if self.settings.require_sandbox and not self._sandbox_full():
                 raise SandboxUnavailable("--require-sandbox: this host gives only sandbox: "
-                                         f"{self.process.sandbox_level}")
-            self.process.launch()
+                                         f"{WorkerProcess(options).sandbox_level}")
+            # one launched before the harness imported torch (harness submit), else a new one
+            self.process = early_workers.take(options)
+            if self.process is None:
+                self.process = WorkerProcess(options)
+                self.process.launch()
             self._launch_beside()
             with self._phase("worker_start"):
                 env = self.process.wait_ready()

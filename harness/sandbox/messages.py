@@ -20,7 +20,7 @@ from pydantic import (BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
                       model_validator)
 
 from ..data.schema import Definition, EvaluationStatus, Solution, Workload, dump_json
-from ..measure.correctness import Tolerance
+from ..measure.tolerance import Tolerance
 from ..measure.roofline import Ceilings
 from ..measure.timing_records import TrialTiming
 

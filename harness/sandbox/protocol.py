@@ -11,9 +11,10 @@ import os
 import select
 import struct
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import torch
+if TYPE_CHECKING:  # annotations only: safetensors imports torch where tensors are (de)serialised
+    import torch
 
 _LEN = struct.Struct(">Q")
 MAX_HEADER = 64 << 20
