@@ -99,19 +99,24 @@ class WorkloadEvaluation:
         wr.audits = audits
 
         if wr.status == EvaluationStatus.PASSED.value:
+            deadline += self._quiet_host()  # waiting for the baselines' compiles is not this workload's time
             self._time(worker, definition, workload, seeds, preset, wr, deadline, clock_truth=not baseline)
         if wr.status == EvaluationStatus.PASSED.value and run_audits:
             self._recheck(worker, definition, workload, preset, tol, wr, deadline)
         wr.log = worker.log_since(log_offset) if worker.workdir else ""
         return wr
 
-    def _quiet_host(self) -> None:
+    def _quiet_host(self) -> float:
         """Before anything is timed: the baselines' starts and compiles begun beside the first workload have ended
-        (harness.pipeline.baselines_ahead), so no compile shares the host with a measurement."""
+        (harness.pipeline.baselines_ahead), so no compile shares the host with a measurement. The seconds waited
+        (a workload's deadline moves by them: a library's JIT build is not the candidate's time)."""
         ahead = self.baselines.ahead
-        if ahead.pending:
-            with self._phase("baselines"):
-                ahead.wait()
+        if not ahead.pending:
+            return 0.0
+        started = time.monotonic()
+        with self._phase("baselines"):
+            ahead.wait()
+        return time.monotonic() - started
 
     def _within_deadline(self, worker: WorkerProcess, message: Request, deadline: float, wr: WorkloadResult,
                          what: str, phase: str) -> Optional[tuple[Reply, dict[str, torch.Tensor]]]:
@@ -133,7 +138,7 @@ class WorkloadEvaluation:
         if not self.options.timing:
             wr.timing_note = "timing switched off"
             return
-        self._quiet_host()
+        deadline += self._quiet_host()
         request = TimeRequest(workload=workload, seeds=seeds, warmup=preset.warmup, iterations=preset.iterations,
                               dataset_root=str(self.dataset.root),
                               clock_truth_calls=9 if clock_truth and self.audit_config.level != "off" else 0)
