@@ -104,6 +104,22 @@ def submit(solution: Path, archive: Path, extra: list[str]) -> dict:
                 mem.peak_process_mib / 1024, "workloads": workloads}
 
 
+def host_speed() -> dict:
+    """What makes two hosts' walls comparable: the CPU, a fresh ``import torch`` (the harness and every worker pay
+    it) and a pure-Python loop. H200 hosts of one pool differed 1.4x on every host-side step (run 7)."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), None) if Path("/proc/cpuinfo").exists() else None
+    imports = []
+    for _ in range(2):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], check=False, capture_output=True)
+        imports.append(time.perf_counter() - started)
+    started = time.perf_counter()
+    sum(i * i for i in range(10_000_000))
+    return {"cpu": model, "cpus": os.cpu_count(), "torch_import_s": round(min(imports), 3),
+            "python_loop_s": round(time.perf_counter() - started, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -117,7 +133,7 @@ def main() -> None:
                              "check, FlashInfer's JIT modules from its cache)")
     parser.add_argument("submit_args", nargs="*")
     args = parser.parse_args()
-    report: dict = {"date": dt.date.today().isoformat(), "runs": []}
+    report: dict = {"date": dt.date.today().isoformat(), "host": host_speed(), "runs": []}
     archive = Path(args.archive or tempfile.mkdtemp(prefix="judge-scale-"))
     archive.mkdir(parents=True, exist_ok=True)  # a new archive where --archive names a folder not yet made
     for name in [d for d in args.definitions.split(",") if d]:
@@ -141,7 +157,10 @@ def write_report(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"judge_scale_{report['date']}"
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    host = report.get("host") or {}
     lines = [f"# Judging at full scale ({report['date']}, {os.environ.get('GPU_NAME', 'GPU')})", "",
+             f"Host: {host.get('cpu')} x {host.get('cpus')}; `import torch` {host.get('torch_import_s')} s, "
+             f"a 10M-step Python loop {host.get('python_loop_s')} s (walls compare across hosts only with these).", "",
              "| definition | run | wall s | outside the harness s | status | promotable | peak total GiB | "
              "peak process GiB | workloads within memory goal | phases (s) |", "|---" * 10 + "|"]
     for r in report["runs"]:
