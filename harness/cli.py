@@ -16,7 +16,7 @@ from rich.table import Table
 
 from .archive.database import ArchiveError
 from .audits.model import audits_json
-from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, styled
+from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, run_as_program, styled
 from .data.statuses import EvaluationStatus, SubmissionStatus
 from .archive_cli import copy_archive
 from .report_cli import browse, diff, report
@@ -489,5 +489,11 @@ def _add_installed_commands() -> None:
 
 _add_installed_commands()
 
+
+def program() -> None:
+    """The `harness` program (console script and ``python -m harness.cli``): ``main``, then a quick exit."""
+    run_as_program(main)
+
+
 if __name__ == "__main__":
-    main()
+    program()

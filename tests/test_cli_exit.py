@@ -1,0 +1,53 @@
+"""`harness` as a program leaves without Python's finalisation (harness.cli_common.run_as_program): the exit status
+and everything printed are kept, whatever way the command ends."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PROGRAM = textwrap.dedent("""
+    import atexit, sys
+    import click
+    from harness.cli_common import run_as_program
+
+    atexit.register(lambda: print("finalised", file=sys.stderr))  # skipped by the quick exit
+
+    @click.command()
+    @click.argument("how")
+    def main(how):
+        print("printed before the end", end="")  # no newline: still flushed
+        if how == "code":
+            sys.exit(3)
+        if how == "message":
+            sys.exit("a message")
+        if how == "raise":
+            raise RuntimeError("boom")
+
+    run_as_program(main)
+""")
+
+
+@pytest.mark.parametrize("how, status, stderr_has, quick", [
+    ("ok", 0, "", True),
+    ("code", 3, "", True),
+    ("message", 1, "a message", True),
+    ("", 2, "Missing argument", True),  # click's usage error
+    ("raise", 1, "RuntimeError: boom", False),  # a harness fault: its traceback, and Python's own exit
+])
+def test_the_status_and_the_output_survive_the_quick_exit(how, status, stderr_has, quick):
+    args = [sys.executable, "-c", PROGRAM] + ([how] if how else [])
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == status
+    assert stderr_has in done.stderr and ("finalised" not in done.stderr) == quick
+    if how != "":
+        assert done.stdout == "printed before the end"
+
+
+def test_the_console_script_is_the_program():
+    import tomllib
+    from pathlib import Path
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["harness"] == "harness.cli:program"
