@@ -11,6 +11,7 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from support import ROOT, TORCH_CANDIDATE, solution_dict
@@ -135,3 +136,17 @@ def test_take_compares_options_but_not_spent_and_stale_removal_spares_them(tmp_p
             worker.stop(graceful=False)
     assert not any(w.alive for w in workers)
     assert all(_gone(w.proc.pid) for w in workers)
+
+
+@pytest.mark.parametrize("guessed, probed", [(0, False), (1, False), (2, True)])
+def test_several_solutions_probe_the_gpus_only_where_the_host_may_have_several(monkeypatch, guessed, probed):
+    """The probe is a whole worker's start: skipped where one lane is certain (it would take the early workers)."""
+    from harness.data.options import SubmitOptions
+    from harness.pipeline import parallel
+
+    calls = []
+    monkeypatch.setattr(parallel, "gpus_guessed", lambda: guessed)
+    monkeypatch.setattr(parallel, "visible_gpu_count", lambda *a: calls.append(a) or 1)
+    monkeypatch.setattr(parallel, "run_lanes", lambda items, lanes, serve: calls.append(("lanes", lanes)))
+    parallel.submit_all(["a", "b"], None, Path("/nonexistent"), SubmitOptions())
+    assert (len(calls) == 2) == probed and calls[-1] == ("lanes", 1)
