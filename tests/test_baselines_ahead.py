@@ -168,3 +168,4 @@ def test_nothing_is_timed_while_a_baseline_still_compiles(monkeypatch):
     assert what == "timed" and quiet and timeout_s > 0.1 and wr.status == "RUNTIME_ERROR"
     ahead.close()
 
+

@@ -150,3 +150,24 @@ def test_several_solutions_probe_the_gpus_only_where_the_host_may_have_several(m
     monkeypatch.setattr(parallel, "run_lanes", lambda items, lanes, serve: calls.append(("lanes", lanes)))
     parallel.submit_all(["a", "b"], None, Path("/nonexistent"), SubmitOptions())
     assert (len(calls) == 2) == probed and calls[-1] == ("lanes", 1)
+
+
+def test_a_session_that_requires_the_sandbox_says_why_the_host_cannot_give_it(monkeypatch, tmp_path):
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.pipeline.evaluate import SandboxUnavailable, Session
+    from harness.sandbox import isolation
+
+    monkeypatch.setattr(isolation, "probe", lambda: (False, "user namespaces are off"))
+    for sandbox, why in ((True, "this host cannot give the full sandbox: user namespaces are off"),
+                         (False, "the sandbox is switched off (--no-sandbox)")):
+        session = Session(Dataset(), Archive(tmp_path / f"a{sandbox}"),
+                          SubmitOptions(require_sandbox=True, sandbox=sandbox))
+        try:
+            session.reference_worker()
+            raise AssertionError("no error")
+        except SandboxUnavailable as err:
+            assert str(err) == f"--require-sandbox: {why}"
+        finally:
+            session.close()

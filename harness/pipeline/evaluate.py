@@ -185,8 +185,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
     def _compare(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                  timeout_s: float, wr: WorkloadResult) -> None:
         """Put a timed result in context: the reference, FlashInfer and the hardware floor
-        (harness.pipeline.comparison); the figures come from the session's workers."""
-        self._quiet_host()
+        (harness.pipeline.comparison); the figures come from the session's workers. Called after the workload's
+        official timing, so the baselines started ahead have ended (``_quiet_host``)."""
         with self._phase("baselines"):
             fi = self.baseline(definition, workload, preset, tol, timeout_s) if self.options.baselines else None
         reference_ms = self.reference_latency(definition, workload, self._seeds(workload, preset), preset,

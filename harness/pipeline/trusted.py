@@ -85,8 +85,7 @@ class TrustedReference:
             # The reference is trusted code and needs no Triton interpreter: the same options on any host.
             options = self._worker_options("reference", False)
             if self.settings.require_sandbox and not self._sandbox_full():
-                raise SandboxUnavailable("--require-sandbox: this host gives only sandbox: "
-                                         f"{WorkerProcess(options).sandbox_level}")
+                raise SandboxUnavailable(f"--require-sandbox: {self._why_not_full()}")
             # one launched before the harness imported torch (harness submit), else a new one
             self.process = early_workers.take(options)
             if self.process is None:
@@ -107,6 +106,13 @@ class TrustedReference:
         from ..sandbox.isolation import probe
 
         return self.settings.sandbox and bool(probe()[0])
+
+    def _why_not_full(self) -> str:
+        from ..sandbox.isolation import probe
+
+        if not self.settings.sandbox:
+            return "the sandbox is switched off (--no-sandbox)"
+        return f"this host cannot give the full sandbox: {probe()[1]}"
 
     @property
     def has_gpu(self) -> bool:
