@@ -81,7 +81,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     # import it while this process does.
     from .data.options import SubmitOptions
     from .pipeline import early_workers
-    from .pipeline.worker_options import gpus_guessed
+    from .pipeline.worker_options import one_lane_certain
     from .sandbox.isolation import human_bytes, load_sandbox_policy, probe
 
     if require_sandbox and (no_sandbox or not probe()[0]):
@@ -131,7 +131,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
             sys.exit(0)
     # The arguments hold and there is work: launch the reference worker and the first candidate now, for this host's
     # one lane (a Ray cluster's lanes, or several GPUs with a lane each, launch their own).
-    if executor == "local" and (len(loaded) == 1 or gpus_guessed() <= 1):
+    if executor == "local" and one_lane_certain(len(loaded)):
         early_workers.launch_for_submit(opts, ds.root, archive.folder)
     try:
         _run_submit(loaded, ds, archive, opts, as_json, executor, address, lanes)

@@ -145,7 +145,9 @@ def test_several_solutions_probe_the_gpus_only_where_the_host_may_have_several(m
     from harness.pipeline import parallel
 
     calls = []
-    monkeypatch.setattr(parallel, "gpus_guessed", lambda: guessed)
+    from harness.pipeline import worker_options
+
+    monkeypatch.setattr(worker_options, "gpus_guessed", lambda: guessed)
     monkeypatch.setattr(parallel, "visible_gpu_count", lambda *a: calls.append(a) or 1)
     monkeypatch.setattr(parallel, "run_lanes", lambda items, lanes, serve: calls.append(("lanes", lanes)))
     parallel.submit_all(["a", "b"], None, Path("/nonexistent"), SubmitOptions())

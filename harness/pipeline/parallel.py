@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 from ..archive.database import Archive
 from ..data.dataset import Dataset
 from .evaluate import Progress, Session, SubmissionResult, SubmitOptions
-from .worker_options import gpus_guessed
+from .worker_options import one_lane_certain
 from ..data.schema import Solution
 
 LOCK_DIR = Path(os.environ.get("CRUCIBLE_LOCK_DIR", tempfile.gettempdir()))
@@ -145,11 +145,8 @@ def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, 
                progress: Optional[Progress] = None, gpus: Optional[int] = None,
                on_result: Optional[Callable[[SubmissionResult], None]] = None) -> list[SubmissionResult]:
     """Evaluate ``solutions`` on all visible GPUs (or sequentially on CPU / one GPU); results in input order."""
-    if gpus is None:
-        # No probe (a worker's start, seconds) where one lane is certain: one solution, or a host whose device nodes
-        # and CUDA_VISIBLE_DEVICES show at most one GPU (the probe could only find fewer).
-        several = len(solutions) > 1 and gpus_guessed() > 1
-        gpus = visible_gpu_count(dataset, Archive(archive_path), options) if several else 1
+    if gpus is None:  # no probe (a worker's start, seconds) where one lane is certain
+        gpus = 1 if one_lane_certain(len(solutions)) else visible_gpu_count(dataset, Archive(archive_path), options)
     lanes = max(1, min(gpus, len(solutions)))
     results: list[Optional[SubmissionResult]] = [None] * len(solutions)
 

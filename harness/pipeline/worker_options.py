@@ -43,6 +43,12 @@ def gpus_guessed() -> int:
     return len(list(Path("/dev").glob("nvidia[0-9]*")))
 
 
+def one_lane_certain(solutions: int) -> bool:
+    """Will these solutions run in one lane on this host, whatever a probe of the GPUs says? One solution, or a host
+    whose device nodes and CUDA_VISIBLE_DEVICES show at most one GPU (a probe could only find fewer)."""
+    return solutions <= 1 or gpus_guessed() <= 1
+
+
 def worker_options_for(role: str, options: SubmitOptions, policy: SandboxPolicy, dataset_root: Path | str,
                        archive_folder: Path | str, cpu_only: bool,
                        spent: Optional[dict[str, float]] = None) -> WorkerOptions:
