@@ -21,11 +21,11 @@ def result():
 def test_official_and_kernel_figures_and_the_clock_audit_on_the_kernel_calls():
     wr = result()
     header = {"ok": True, "trials": [trial(0.30), trial(0.34)],
-              "kernel_trials": [trial(0.10, walls=[0.12, 0.13], traced=[0.14]), trial(0.12)]}
+              "kernel_trials": [trial(0.12), trial(0.10, walls=[0.12, 0.13], traced=[0.14])]}
     apply_timing_reply(wr, TimeReply.model_validate(header), AuditConfig())
     assert wr.latency_ms == pytest.approx(0.32) and wr.kernel_latency_ms == pytest.approx(0.11) and wr.aligned
     [clock] = [a for a in wr.audits if a.name == "clock_truth"]
-    assert clock.passed and "0.11 ms" in clock.detail  # the kernel trials' span, not the official one
+    assert clock.passed and "span 0.1 ms" in clock.detail  # the kernel trial's span, not the official one
     assert wr.timing_note == "" and not wr.throttled
 
 
@@ -58,3 +58,14 @@ def test_gpu_busy_per_call_beside_the_span(kernel_ns, iterations, busy):
     apply_timing_reply(wr, TimeReply.model_validate({"ok": True, "trials": trials}), AuditConfig())
     assert wr.latency_ms == pytest.approx(0.030)
     assert wr.gpu_busy_ms == (None if busy is None else pytest.approx(busy))
+
+
+def test_the_clock_audit_compares_the_walls_with_the_span_of_their_own_trial():
+    # Clock-truth calls run in the last trial only; an earlier trial on other inputs (MoE routing drawn from
+    # its seed) took five times as long. The median over every trial's span would read as a tampered clock.
+    wr = result()
+    header = {"ok": True, "trials": [trial(1.0), trial(1.1), trial(0.20, walls=[0.21, 0.25], traced=[0.22, 0.23])]}
+    apply_timing_reply(wr, TimeReply.model_validate(header), AuditConfig())
+    [clock] = [a for a in wr.audits if a.name == "clock_truth"]
+    assert clock.passed, clock.detail
+    assert "span 0.2 ms" in clock.detail

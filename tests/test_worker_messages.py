@@ -28,6 +28,7 @@ from harness.data.results import WorkloadResult
 from harness.data.schema import EvaluationStatus, Solution, dump_json
 from harness.measure.correctness import Tolerance
 from harness.measure.timing_records import TrialTiming
+from harness.pipeline.workload_evaluation import CLOCK_TRUTH_CALLS
 from harness.pipeline.workload_evaluation import WorkloadEvaluation
 from harness.sandbox import messages
 from harness.sandbox.messages import (OPS, REPLIES, BuildRequest, CeilingsRequest, ExitRequest, HelloRequest,
@@ -363,4 +364,4 @@ def test_a_dataset_baseline_is_checked_on_one_input_set_and_timed_on_all_without
     runs = [m for m in sent if m.op == "run"]
     [time_request] = [m for m in sent if m.op == "time"]
     assert len(runs) == (1 if baseline else PRESET.num_trials) and len(time_request.seeds) == PRESET.num_trials
-    assert time_request.clock_truth_calls == (0 if baseline else 9)
+    assert time_request.clock_truth_calls == (0 if baseline else CLOCK_TRUTH_CALLS)

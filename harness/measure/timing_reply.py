@@ -20,7 +20,9 @@ def apply_timing_reply(wr: WorkloadResult, reply: TimeReply, cfg: AuditConfig) -
     wr.timing = TimeReply.as_dicts(reply.trials)
     wr.latency_ms, wr.aligned, backend = aggregate_timing(wr.timing)
     wr.gpu_busy_ms = busy_per_call_ms(wr.timing)
-    clock_trials = reply.kernel_trials or reply.trials  # wall times were taken on this callable
+    # wall times were taken on this callable, in the trials that carry them: their spans are the ones compared
+    # (another trial's inputs may ask for other work: MoE routing, a top-k's lengths)
+    clock_trials = [t for t in reply.kernel_trials or reply.trials if t.wall_ms]
     walls = [w for t in clock_trials for w in t.wall_ms or []]
     traced = [w for t in clock_trials for w in t.traced_wall_ms or []]
     launches = max((len(set(t.kernel_names)) for t in clock_trials), default=1)

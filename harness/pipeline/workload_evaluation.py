@@ -24,6 +24,11 @@ from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_reply import apply_timing_reply
 
 
+# Wall-clock calls of the clock-truth audit, plain and as many under tracing, in a workload's last trial (its
+# fastest plain call and median traced call are compared with that trial's span: harness.audits.verdicts).
+CLOCK_TRUTH_CALLS = 12
+
+
 class WorkloadEvaluation:
     """The per-workload evaluation of ``Session`` (see the module docstring); not used on its own.
 
@@ -139,9 +144,9 @@ class WorkloadEvaluation:
             wr.timing_note = "timing switched off"
             return
         deadline += self._quiet_host()
+        clock_calls = CLOCK_TRUTH_CALLS if clock_truth and self.audit_config.level != "off" else 0
         request = TimeRequest(workload=workload, seeds=seeds, warmup=preset.warmup, iterations=preset.iterations,
-                              dataset_root=str(self.dataset.root),
-                              clock_truth_calls=9 if clock_truth and self.audit_config.level != "off" else 0)
+                              dataset_root=str(self.dataset.root), clock_truth_calls=clock_calls)
         reply = self._within_deadline(worker, request, deadline, wr, "timing", "timing")
         if reply is None:
             return

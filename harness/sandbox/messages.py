@@ -146,7 +146,8 @@ class TimeRequest(_OnWorkload):
     warmup: int = Field(ge=0, description="untimed calls before each trial")
     iterations: int = Field(ge=1, description="timed calls per trial")
     clock_truth_calls: int = Field(
-        0, ge=0, description="wall-clock calls per trial next to the CUPTI span (the clock-truth audit); 0: none")
+        0, ge=0, description="wall-clock calls (plain, then as many under CUPTI tracing) in the last trial, next to "
+                             "that trial's CUPTI span (the clock-truth audit); 0: none")
     backend: str = Field("auto", description="the timer's backend: auto, cupti or cuda_events")
 
 
