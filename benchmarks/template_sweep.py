@@ -1,0 +1,183 @@
+"""The skill's kernel templates against FlashInfer on every workload: where each design stands before a search.
+
+    python benchmarks/template_sweep.py --out DIR [--definitions gqa_decode] [--configs FILE.json]
+                                        [--archive A] [-- extra harness submit args]
+
+Each configuration ({"template": NAME, PARAM: VALUE...}; missing parameters take the template's defaults, the
+definition fixes its own) is rendered by the offline generator exactly as the loop would, and all of one
+definition's are judged by one `harness submit --json` (one session: FlashInfer's baselines timed once). The record
+per configuration and workload: status, the kernel figure (setup outside the timed call, as FlashInfer's is
+measured), the faster FlashInfer mode's kernel figure, the speedup over it and the % of the roofline floor; per
+configuration: the score (mean speedup), the worst workload and how many reach 1.0x. Writes
+template_sweep_<date>.json and .md in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller.providers.offline import offline_generator, slug  # noqa: E402
+from controller.skills.loading import load_skills  # noqa: E402
+from harness.data.dataset import Dataset  # noqa: E402
+
+# Every template of the gqa-decode skill at its defaults: the designs side by side.
+DEFAULT_CONFIGS = [
+    {"template": "triton-per-kv-head"},
+    {"template": "triton-split-kv"},
+    {"template": "triton-split-kv-fused"},
+    {"template": "cuda-mma-split-kv-fused"},
+]
+
+
+def definitions_for(names: str, dataset: Dataset) -> list[str]:
+    """Names or aliases (gqa_decode: the four GQA paged decode definitions)."""
+    out: list[str] = []
+    for name in [n for n in names.split(",") if n]:
+        if name == "gqa_decode":
+            out += sorted(d for d in dataset.definitions if d.startswith("gqa_paged_decode"))
+        else:
+            out.append(name)
+    return out
+
+
+def render_all(configs: list[dict[str, Any]], definition: str, folder: Path) -> list[dict[str, Any]]:
+    """One solution JSON per configuration, as the offline provider renders it; returns what was rendered."""
+    generator = offline_generator(load_skills(ROOT / "skills"), definition)
+    rendered = []
+    for i, config in enumerate(configs):
+        name = config["template"]
+        if name not in generator.templates:
+            print(f"{definition}: no template {name!r} for it; skipped", file=sys.stderr)
+            continue
+        origin = {"template": name, "params": generator.complete(name, {k: v for k, v in config.items()
+                                                                       if k != "template"})}
+        solution_name = f"sweep{i}_{slug(origin)}"
+        text = generator.render(origin, definition, solution_name, "benchmarks/template_sweep", "H200")
+        (folder / f"{solution_name}.json").write_text(json.dumps(text))
+        rendered.append({"solution": solution_name, **origin})
+    return rendered
+
+
+def parse_results(stdout: str) -> list[dict[str, Any]]:
+    """`harness submit --json` prints one JSON object per solution, one after the other."""
+    decoder, out, i = json.JSONDecoder(), [], 0
+    while True:
+        while i < len(stdout) and stdout[i].isspace():
+            i += 1
+        if i >= len(stdout):
+            return out
+        obj, i = decoder.raw_decode(stdout, i)
+        out.append(obj)
+
+
+def summarise(result: dict[str, Any]) -> dict[str, Any]:
+    """Per workload: the figures #19 asks for; per configuration: the score against the faster FlashInfer mode."""
+    rows = []
+    for w in result.get("workloads", []):
+        mine = w.get("kernel_latency_ms") or w.get("latency_ms")
+        rows.append({"label": w["label"], "status": w["status"], "kernel_us": _us(mine),
+                     "flashinfer_kernel_us": _us(w.get("flashinfer_kernel_ms")),
+                     "speedup": w.get("speedup_vs_flashinfer_kernel"),
+                     "floor_us": _us(w.get("floor_ms")), "fraction_of_floor": w.get("fraction_of_floor"),
+                     "failed_audits": [a["name"] for a in w.get("audits", []) if not a["passed"]],
+                     "message": (w.get("message") or "")[:200]})
+    speedups = [r["speedup"] for r in rows if r["speedup"] and r["status"] == "PASSED"]
+    return {"status": result.get("status"), "promotable": result.get("promotable"),
+            "blockers": (result.get("promotion_blockers") or [])[:3], "workloads": rows,
+            "score": statistics.fmean(speedups) if speedups else None,
+            "worst": min(speedups) if speedups else None,
+            "at_least_1x": sum(s >= 1.0 for s in speedups), "timed": len(speedups)}
+
+
+def _us(ms: Optional[float]) -> Optional[float]:
+    return None if ms is None else ms * 1e3
+
+
+def sweep(definition: str, configs: list[dict[str, Any]], archive: Path, extra: list[str]) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="template-sweep-") as tmp:
+        rendered = render_all(configs, definition, Path(tmp))
+        if not rendered:
+            return []
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "submit", tmp, "--archive", str(archive),
+                               "--json", *extra], capture_output=True, text=True, cwd=ROOT)
+        wall = time.perf_counter() - started
+    by_name = {r.get("solution"): r for r in parse_results(proc.stdout)}
+    out = []
+    for config in rendered:
+        result = by_name.get(config["solution"])
+        entry = {"definition": definition, **config, "wall_s": round(wall, 1)}
+        if result is None:
+            entry["error"] = f"no result (exit {proc.returncode}): {proc.stderr.strip()[-400:]}"
+        else:
+            entry.update(summarise(result))
+        out.append(entry)
+        print(json.dumps({k: v for k, v in entry.items() if k != "workloads"}), flush=True)
+    return out
+
+
+def markdown(entries: list[dict[str, Any]]) -> str:
+    lines = [f"# Template sweep ({dt.date.today().isoformat()})", "",
+             "Kernel figures (setup outside the timed call) on the official timer, against the faster of "
+             "FlashInfer's two modes per workload (its kernel figure, `plan()` outside the timed call).", ""]
+    for e in entries:
+        params = {k: v for k, v in e["params"].items()}
+        head = f"## {e['definition']}: {e['template']} {json.dumps(params, sort_keys=True)}"
+        if "error" in e:
+            lines += [head, "", e["error"], ""]
+            continue
+        score = "n/a" if e["score"] is None else f"{e['score']:.3f}x"
+        worst = "n/a" if e["worst"] is None else f"{e['worst']:.3f}x"
+        lines += [head, "", f"status {e['status']}, promotable {e['promotable']}; score {score}, worst {worst}, "
+                            f"{e['at_least_1x']}/{e['timed']} workloads at >= 1.0x", "",
+                  "| workload | status | µs | FlashInfer µs | speedup | floor µs | % of floor | failed audits |",
+                  "|---|---|---:|---:|---:|---:|---:|---|"]
+        for r in e["workloads"]:
+            lines.append(f"| {r['label']} | {r['status']} | {_fmt(r['kernel_us'])} | {_fmt(r['flashinfer_kernel_us'])} "
+                         f"| {_fmt(r['speedup'], 'x')} | {_fmt(r['floor_us'])} | "
+                         f"{_fmt(None if r['fraction_of_floor'] is None else 100 * r['fraction_of_floor'], '%')} | "
+                         f"{', '.join(r['failed_audits']) or r['message'][:80]} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _fmt(value: Optional[float], unit: str = "") -> str:
+    return "" if value is None else f"{value:.3g}{unit}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--definitions", default="gqa_decode")
+    parser.add_argument("--configs", type=Path, default=None, help="a JSON list of configurations")
+    parser.add_argument("--archive", type=Path, default=None)
+    parser.add_argument("extra", nargs="*", help="more `harness submit` arguments (after --)")
+    args = parser.parse_args()
+    configs = json.loads(args.configs.read_text()) if args.configs else DEFAULT_CONFIGS
+    archive = args.archive or Path(tempfile.mkdtemp(prefix="template-sweep-archive-"))
+    archive.mkdir(parents=True, exist_ok=True)
+    dataset = Dataset(None)  # the project's dataset, as `harness submit` opens it
+    entries: list[dict[str, Any]] = []
+    for definition in definitions_for(args.definitions, dataset):
+        entries += sweep(definition, configs, archive, args.extra)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"template_sweep_{dt.date.today().isoformat()}"
+    stem.with_suffix(".json").write_text(json.dumps(entries, indent=2, default=str))
+    stem.with_suffix(".md").write_text(markdown(entries))
+    print(markdown(entries))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""benchmarks/template_sweep.py: templates rendered as the loop renders them, results read and scored (pure part)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import template_sweep as ts  # noqa: E402
+from harness.data.schema import Solution  # noqa: E402
+
+KV4 = "gqa_paged_decode_h32_kv4_d128_ps64"
+
+
+def test_every_template_renders_a_valid_solution_with_the_definitions_own_page_size(tmp_path):
+    configs = [*ts.DEFAULT_CONFIGS, {"template": "triton-split-kv", "SPLIT_KV": 8, "BLOCK_N": 999},
+               {"template": "no-such-template"}]
+    rendered = ts.render_all(configs, KV4, tmp_path)
+    assert [r["template"] for r in rendered] == [c["template"] for c in configs[:5]]
+    assert rendered[4]["params"]["SPLIT_KV"] == 8 and rendered[4]["params"]["BLOCK_N"] == 64  # not allowed: default
+    for r in rendered:
+        sol = Solution.model_validate_json((tmp_path / f"{r['solution']}.json").read_text())
+        assert sol.definition == KV4 and "PAGE_SIZE" not in r["params"]
+        assert "64" in sol.sources[0].content  # the definition fixed the page size
+
+
+def workload(label, status="PASSED", mine=0.010, kernel=None, fi=0.012, floor=0.004, audits=()):
+    speed = None if fi is None else fi / (kernel or mine)
+    return {"label": label, "status": status, "latency_ms": mine, "kernel_latency_ms": kernel,
+            "flashinfer_kernel_ms": fi, "speedup_vs_flashinfer_kernel": speed, "floor_ms": floor,
+            "fraction_of_floor": floor / (kernel or mine), "message": None,
+            "audits": [{"name": a, "passed": False, "detail": ""} for a in audits]}
+
+
+def test_results_are_read_one_object_after_another_and_scored_against_flashinfer():
+    a = {"solution": "a", "status": "PASSED", "promotable": True,
+         "workloads": [workload("b1", mine=0.020, kernel=0.008), workload("b64", mine=0.030, fi=0.024)]}
+    b = {"solution": "b", "status": "FAILED", "promotable": False, "promotion_blockers": ["x"],
+         "workloads": [workload("b1", status="INCORRECT_NUMERICAL", fi=0.5), workload("b64", fi=None)]}
+    parsed = ts.parse_results(json.dumps(a, indent=2) + "\n" + json.dumps(b) + "\n")
+    assert [p["solution"] for p in parsed] == ["a", "b"]
+    first = ts.summarise(parsed[0])
+    # the kernel figure where there is one (setup outside the timed call), as FlashInfer's is measured
+    assert first["workloads"][0]["kernel_us"] == pytest.approx(8.0)
+    assert first["score"] == pytest.approx((1.5 + 0.8) / 2) and first["worst"] == pytest.approx(0.8)
+    assert (first["at_least_1x"], first["timed"]) == (1, 2)
+    second = ts.summarise(parsed[1])  # a wrong result never counts, nor a workload without FlashInfer's figure
+    assert second["score"] is None and second["timed"] == 0 and second["blockers"] == ["x"]
+    assert "| b1 | PASSED | 8 | 12 | 1.5x |" in ts.markdown([{"definition": KV4, "template": "t", "params": {},
+                                                              **first}])
