@@ -105,26 +105,30 @@ def _us(ms: Optional[float]) -> Optional[float]:
     return None if ms is None else ms * 1e3
 
 
-def sweep(definition: str, configs: list[dict[str, Any]], archive: Path, extra: list[str]) -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix="template-sweep-") as tmp:
-        rendered = render_all(configs, definition, Path(tmp))
-        if not rendered:
-            return []
-        started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", "submit", tmp, "--archive", str(archive),
-                               "--json", *extra], capture_output=True, text=True, cwd=ROOT)
-        wall = time.perf_counter() - started
-    by_name = {r.get("solution"): r for r in parse_results(proc.stdout)}
+def sweep(definition: str, configs: list[dict[str, Any]], archive: Path, extra: list[str],
+          on_entry: Any = None) -> list[dict[str, Any]]:
+    """One `harness submit` per configuration, into one archive (FlashInfer's figures are timed by the first and
+    reused by the rest), so that a sweep cut short keeps what finished."""
     out = []
-    for config in rendered:
-        result = by_name.get(config["solution"])
-        entry = {"definition": definition, **config, "wall_s": round(wall, 1)}
-        if result is None:
-            entry["error"] = f"no result (exit {proc.returncode}): {proc.stderr.strip()[-400:]}"
-        else:
-            entry.update(summarise(result))
-        out.append(entry)
-        print(json.dumps({k: v for k, v in entry.items() if k != "workloads"}), flush=True)
+    with tempfile.TemporaryDirectory(prefix="template-sweep-") as tmp:
+        for config in render_all(configs, definition, Path(tmp)):
+            started = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "harness.cli", "submit",
+                                   str(Path(tmp) / f"{config['solution']}.json"), "--archive", str(archive),
+                                   "--json", *extra], capture_output=True, text=True, cwd=ROOT)
+            entry = {"definition": definition, **config, "wall_s": round(time.perf_counter() - started, 1)}
+            try:
+                result = next(iter(parse_results(proc.stdout)), None)
+            except ValueError:
+                result = None
+            if result is None:
+                entry["error"] = f"no result (exit {proc.returncode}): {proc.stderr.strip()[-400:]}"
+            else:
+                entry.update(summarise(result))
+            out.append(entry)
+            print(json.dumps({k: v for k, v in entry.items() if k != "workloads"}), flush=True)
+            if on_entry is not None:
+                on_entry(entry)
     return out
 
 
@@ -170,12 +174,16 @@ def main() -> None:
     archive.mkdir(parents=True, exist_ok=True)
     dataset = Dataset(None)  # the project's dataset, as `harness submit` opens it
     entries: list[dict[str, Any]] = []
-    for definition in definitions_for(args.definitions, dataset):
-        entries += sweep(definition, configs, archive, args.extra)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"template_sweep_{dt.date.today().isoformat()}"
-    stem.with_suffix(".json").write_text(json.dumps(entries, indent=2, default=str))
-    stem.with_suffix(".md").write_text(markdown(entries))
+
+    def write(entry: dict[str, Any]) -> None:  # after every configuration: a sweep cut short keeps its record
+        entries.append(entry)
+        stem.with_suffix(".json").write_text(json.dumps(entries, indent=2, default=str))
+        stem.with_suffix(".md").write_text(markdown(entries))
+
+    for definition in definitions_for(args.definitions, dataset):
+        sweep(definition, configs, archive, args.extra, on_entry=write)
     print(markdown(entries))
 
 
