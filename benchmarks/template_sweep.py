@@ -4,8 +4,9 @@
                                         [--archive A] [-- extra harness submit args]
 
 Each configuration ({"template": NAME, PARAM: VALUE...}; missing parameters take the template's defaults, the
-definition fixes its own) is rendered by the offline generator exactly as the loop would, and all of one
-definition's are judged by one `harness submit --json` (one session: FlashInfer's baselines timed once). The record
+definition fixes its own) is rendered by the offline generator exactly as the loop would and judged by its own
+`harness submit --json`, all into one archive (FlashInfer's baselines are timed by the first and reused by the rest;
+the record is rewritten after each configuration, so a sweep cut short keeps what finished). The record
 per configuration and workload: status, the kernel figure (setup outside the timed call, as FlashInfer's is
 measured), the faster FlashInfer mode's kernel figure, the speedup over it and the % of the roofline floor; per
 configuration: the score (mean speedup), the worst workload and how many reach 1.0x. Writes
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from controller.providers.offline import offline_generator, slug  # noqa: E402
 from controller.skills.loading import load_skills  # noqa: E402
 from harness.data.dataset import Dataset  # noqa: E402
+from harness.data.schema import SchemaError  # noqa: E402
 
 # Every template of the gqa-decode skill at its defaults: the designs side by side.
 DEFAULT_CONFIGS = [
@@ -42,14 +44,8 @@ DEFAULT_CONFIGS = [
 
 
 def definitions_for(names: str, dataset: Dataset) -> list[str]:
-    """Names or aliases (gqa_decode: the four GQA paged decode definitions)."""
-    out: list[str] = []
-    for name in [n for n in names.split(",") if n]:
-        if name == "gqa_decode":
-            out += sorted(d for d in dataset.definitions if d.startswith("gqa_paged_decode"))
-        else:
-            out.append(name)
-    return out
+    """Names or aliases (definitions/aliases.yaml: gqa_decode is the four GQA paged decode definitions)."""
+    return [d for name in names.split(",") if name for d in dataset.resolve(name)]
 
 
 def render_all(configs: list[dict[str, Any]], definition: str, folder: Path) -> list[dict[str, Any]]:
@@ -137,8 +133,7 @@ def markdown(entries: list[dict[str, Any]]) -> str:
              "Kernel figures (setup outside the timed call) on the official timer, against the faster of "
              "FlashInfer's two modes per workload (its kernel figure, `plan()` outside the timed call).", ""]
     for e in entries:
-        params = {k: v for k, v in e["params"].items()}
-        head = f"## {e['definition']}: {e['template']} {json.dumps(params, sort_keys=True)}"
+        head = f"## {e['definition']}: {e['template']} {json.dumps(e['params'], sort_keys=True)}"
         if "error" in e:
             lines += [head, "", e["error"], ""]
             continue
@@ -182,7 +177,11 @@ def main() -> None:
         stem.with_suffix(".json").write_text(json.dumps(entries, indent=2, default=str))
         stem.with_suffix(".md").write_text(markdown(entries))
 
-    for definition in definitions_for(args.definitions, dataset):
+    try:
+        definitions = definitions_for(args.definitions, dataset)
+    except SchemaError as err:
+        parser.error(str(err))  # one line, exit 2
+    for definition in definitions:
         sweep(definition, configs, archive, args.extra, on_entry=write)
     print(markdown(entries))
 

@@ -53,3 +53,14 @@ def test_results_are_read_one_object_after_another_and_scored_against_flashinfer
     assert second["score"] is None and second["timed"] == 0 and second["blockers"] == ["x"]
     assert "| b1 | PASSED | 8 | 12 | 1.5x |" in ts.markdown([{"definition": KV4, "template": "t", "params": {},
                                                               **first}])
+
+
+def test_definitions_are_names_or_the_datasets_aliases():
+    from harness.data.dataset import Dataset
+    from harness.data.schema import SchemaError
+
+    dataset = Dataset(None)
+    assert ts.definitions_for("gqa_decode", dataset) == dataset.aliases["gqa_decode"]
+    assert ts.definitions_for(f"{KV4},,moe", dataset) == [KV4, *dataset.aliases["moe"]]
+    with pytest.raises(SchemaError, match="unknown definition 'nope'"):
+        ts.definitions_for("nope", dataset)

@@ -28,8 +28,7 @@ from harness.data.results import WorkloadResult
 from harness.data.schema import EvaluationStatus, Solution, dump_json
 from harness.measure.correctness import Tolerance
 from harness.measure.timing_records import TrialTiming
-from harness.pipeline.workload_evaluation import CLOCK_TRUTH_CALLS
-from harness.pipeline.workload_evaluation import WorkloadEvaluation
+from harness.pipeline.workload_evaluation import CLOCK_TRUTH_CALLS, WorkloadEvaluation
 from harness.sandbox import messages
 from harness.sandbox.messages import (OPS, REPLIES, BuildRequest, CeilingsRequest, ExitRequest, HelloRequest,
                                       JudgeRequest, MalformedReply, OracleRequest, RecheckRequest, ReferenceRequest,
