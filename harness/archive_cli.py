@@ -19,7 +19,8 @@ def _mb(n: int) -> str:
 @click.option("--with-outputs", is_flag=True, help="Also copy the reference's cached outputs (large; recomputed "
                                                    "on the next host when left out).")
 @click.option("--with-jit", is_flag=True, help="Also copy FlashInfer's JIT modules kept in the archive "
-                                              "(cache/flashinfer; saves their compile on the next host).")
+                                              "(cache/flashinfer), their .so files alone: the next host loads "
+                                              "them instead of compiling.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was copied as JSON.")
 def copy_archive(dest: str, archive_path: Optional[str], with_outputs: bool, with_jit: bool, as_json: bool) -> None:
     """Copy the archive into DEST (a new or empty folder) to carry to another host: every submission, evaluation,

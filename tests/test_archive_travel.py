@@ -10,11 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from harness.archive.database import Archive, ArchiveError
-from harness.archive.travel import travel_copy
+from harness.archive.travel import JIT_CACHE, travel_copy
 from harness.cli import main
 
 from test_archive_transfer import finished_submission
 
+JIT_MODULE = ".cache/flashinfer/0.6.18/90a/cached_ops/batch_decode"
 OUTPUT_BYTES = b"\x01" * 50_000  # stands in for a reference's safetensors outputs
 
 
@@ -24,9 +25,16 @@ def populated(tmp_path):
     archive.cache_trusted_outputs("k1", json.dumps({"ok": True}), OUTPUT_BYTES)
     archive.cache_trusted_outputs("k2", json.dumps({"ok": True}), b"\x02" * 1000)
     archive.cache_reference_latency("lat1", 0.25)
-    jit = tmp_path / "source" / "cache" / "flashinfer" / "decode.so"
-    jit.parent.mkdir(parents=True)
-    jit.write_bytes(b"\x7fELF" + b"\0" * 100)
+    # FlashInfer's JIT folder as its workers leave it: a module's .so beside its objects and build files
+    module = tmp_path / "source" / JIT_CACHE / JIT_MODULE
+    module.mkdir(parents=True)
+    (module / "batch_decode.so").write_bytes(b"\x7fELF" + b"\0" * 100)
+    (module / "batch_decode.cuda.o").write_bytes(b"\0" * 5000)
+    (module / "build.ninja").write_text("rule link\n")
+    (module / "helper.so").write_bytes(b"\0" * 7)  # not <name>/<name>.so: FlashInfer never loads it
+    generated = tmp_path / "source" / JIT_CACHE / ".cache/flashinfer/0.6.18/90a/generated/batch_decode"
+    generated.mkdir(parents=True)
+    (generated / "kernel.cu").write_text("// generated source")
     return archive, sub
 
 
@@ -58,7 +66,11 @@ def test_outputs_and_jit_modules_travel_when_asked(tmp_path):
     assert report.outputs_left_out == 0 and report.jit_bytes == 104
     copy = Archive.open_existing(tmp_path / "copy")
     assert copy.cached_trusted_outputs("k1")[1] == OUTPUT_BYTES
-    assert (tmp_path / "copy" / "cache" / "flashinfer" / "decode.so").read_bytes().startswith(b"\x7fELF")
+    # the module's .so alone, where FlashInfer's prebuilt lookup finds it; objects, build files and sources stay
+    carried = sorted(p.relative_to(tmp_path / "copy" / JIT_CACHE).as_posix()
+                     for p in (tmp_path / "copy" / JIT_CACHE).rglob("*") if p.is_file())
+    assert carried == [f"{JIT_MODULE}/batch_decode.so"]
+    assert (tmp_path / "copy" / JIT_CACHE / JIT_MODULE / "batch_decode.so").read_bytes().startswith(b"\x7fELF")
 
 
 @pytest.mark.parametrize("dest", ["nonempty", "same"])

@@ -5,7 +5,9 @@ model, the seal key) are a few MB; what makes an archive large is the trusted re
 (harness.pipeline.reference_cache, up to 16 MB per workload and seed), which a new host recomputes in seconds,
 and FlashInfer's JIT modules (``cache/flashinfer``), which it would recompile in about half a minute. A travel
 copy leaves both out unless asked, so a GPU host that can carry only tens of MB can continue a record another
-host started, and reuse its baseline figures after a spot check.
+host started, and reuse its baseline figures after a spot check. Asked for, the JIT modules travel as their
+``.so`` files alone (a fifth of the folder; FlashInfer loads them as prebuilt modules there:
+harness/sandbox/flashinfer_prebuilt), without the objects and build files, which only a rebuild would read.
 
 The copy is made with SQLite's online backup (consistent while another process writes the source), then the
 cached outputs' rows are deleted from the copy and the file vacuumed. Seals cover submissions, evaluations
@@ -36,11 +38,21 @@ class TravelCopy(BaseModel):
     blob_bytes: int = Field(description="their total size")
     outputs_left_out: int = Field(description="cached reference outputs not copied (recomputed on the next host)")
     output_bytes_left_out: int = Field(description="their total size")
-    jit_bytes: int = Field(0, description="FlashInfer JIT modules copied (0 unless asked)")
+    jit_bytes: int = Field(0, description="FlashInfer JIT modules (their .so files) copied (0 unless asked)")
 
 
-def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+def _copy_jit_modules(source: Path, dest: Path) -> int:
+    """Copy each compiled module of FlashInfer's JIT folder, ``<version>/<archs>/cached_ops/<name>/<name>.so``, to
+    the same place under ``dest``; the bytes copied."""
+    copied = 0
+    for module in sorted(source.glob("**/cached_ops/*/*.so")) if source.is_dir() else []:
+        if module.stem != module.parent.name or not module.is_file():
+            continue  # FlashInfer loads <name>/<name>.so only
+        target = dest / module.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(module, target)
+        copied += target.stat().st_size
+    return copied
 
 
 def travel_copy(source: Archive, dest: Path | str, with_outputs: bool = False, with_jit: bool = False) -> TravelCopy:
@@ -83,10 +95,7 @@ def travel_copy(source: Archive, dest: Path | str, with_outputs: bool = False, w
     key = source.folder / SEAL_KEY
     if key.is_file():
         shutil.copy2(key, dest / SEAL_KEY)  # the seals verify on the next host, and the seed secret is the same
-    jit = 0
-    if with_jit and (source.folder / JIT_CACHE).is_dir():
-        shutil.copytree(source.folder / JIT_CACHE, dest / JIT_CACHE, symlinks=True)
-        jit = _size(dest / JIT_CACHE)
+    jit = _copy_jit_modules(source.folder / JIT_CACHE, dest / JIT_CACHE) if with_jit else 0
     return TravelCopy(folder=str(dest), database_bytes=db_path.stat().st_size, blobs_copied=copied,
                       blob_bytes=copied_bytes, outputs_left_out=len(left_out), output_bytes_left_out=skipped_bytes,
                       jit_bytes=jit)

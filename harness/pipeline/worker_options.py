@@ -15,6 +15,9 @@ from ..sandbox.runner import WorkerOptions
 # One folder for the FlashInfer JIT modules of every archive on a host (FlashInfer compiles the two decode modules in
 # about 34 s on an H200); unset, each archive keeps its own, which travels with the archive to another host.
 FLASHINFER_CACHE_ENV = "CRUCIBLE_FLASHINFER_CACHE"
+# The folder holding the stand-in flashinfer_jit_cache package (its docstring says why), put on the baselines' path
+FLASHINFER_PREBUILT_ENV = "CRUCIBLE_FLASHINFER_PREBUILT"
+FLASHINFER_PREBUILT = Path(__file__).resolve().parents[1] / "sandbox" / "flashinfer_prebuilt"
 
 
 def flashinfer_cache(archive_folder: Path) -> Path:
@@ -60,7 +63,9 @@ def worker_options_for(role: str, options: SubmitOptions, policy: SandboxPolicy,
     if role == "baseline":  # FlashInfer's JIT modules, compiled once per archive (or host) rather than per session
         cache = flashinfer_cache(Path(archive_folder))
         cache.mkdir(parents=True, exist_ok=True)
-        writable, environment = (str(cache.resolve()),), (("FLASHINFER_WORKSPACE_BASE", str(cache.resolve())),)
+        writable = (str(cache.resolve()),)
+        environment = (("FLASHINFER_WORKSPACE_BASE", str(cache.resolve())),
+                       (FLASHINFER_PREBUILT_ENV, str(FLASHINFER_PREBUILT)))
     return WorkerOptions(role=role, device_index=options.device_index, cpu_only=cpu_only,
                          isolate_network=options.isolate_network, sandbox=options.sandbox, policy=policy,
                          dataset_root=str(dataset_root), hidden=(str(Path(archive_folder).resolve()),),
