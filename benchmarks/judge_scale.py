@@ -129,8 +129,8 @@ def main() -> None:
     parser.add_argument("--archive", default=None)
     parser.add_argument("--carried", default=None,
                         help="an archive folder made on another host (same GPU model and toolchain): each definition "
-                             "is first submitted into a copy of it (kind 'carried': cached figures after a spot "
-                             "check, FlashInfer's JIT modules from its cache)")
+                             "is submitted into a copy of it instead of --archive (kind 'carried', then 'warm': "
+                             "cached figures after a spot check, FlashInfer's modules loaded from its cache)")
     parser.add_argument("submit_args", nargs="*")
     args = parser.parse_args()
     report: dict = {"date": dt.date.today().isoformat(), "host": host_speed(), "runs": []}
@@ -138,15 +138,13 @@ def main() -> None:
     archive.mkdir(parents=True, exist_ok=True)  # a new archive where --archive names a folder not yet made
     for name in [d for d in args.definitions.split(",") if d]:
         solution = Path(args.solution_dir) / f"{name}.json"
-        if args.carried:
-            carried = Path(tempfile.mkdtemp(prefix="judge-scale-carried-")) / "archive"
-            shutil.copytree(args.carried, carried)
-            run = {"definition": name, "kind": "carried", **submit(solution, carried, args.submit_args)}
-            report["runs"].append(run)
-            print(json.dumps({k: v for k, v in run.items() if k != "workloads"}), flush=True)
+        target, first = archive, "cold"
+        if args.carried:  # this host's first submission goes into a copy of the carried archive, the warm ones too
+            target, first = Path(tempfile.mkdtemp(prefix="judge-scale-carried-")) / "archive", "carried"
+            shutil.copytree(args.carried, target)
         for i in range(1 + args.warm):
-            run = {"definition": name, "kind": "cold" if i == 0 else "warm",
-                   **submit(solution, archive, args.submit_args)}
+            run = {"definition": name, "kind": first if i == 0 else "warm",
+                   **submit(solution, target, args.submit_args)}
             report["runs"].append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "workloads"}), flush=True)
     write_report(report, Path(args.out))
