@@ -58,8 +58,8 @@ def edge_params(template) -> list[dict]:
         for value in (choices[0], choices[-1]):
             if value != template.defaults[name]:
                 out.append({**template.defaults, name: value})
-    out.append({"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4})  # largest tile, deepest ring
-    out.append({"BLOCK_N": 32, "CHUNK_TOKENS": 4096, "NUM_WARPS": 2, "STAGES": 2})
+    out.append({"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4, "PROGRAMS_PER_SM": 8})  # deepest
+    out.append({"BLOCK_N": 32, "CHUNK_TOKENS": 4096, "NUM_WARPS": 2, "STAGES": 2, "PROGRAMS_PER_SM": 1})
     return out
 
 
@@ -115,10 +115,11 @@ def test_renders_for_every_definition_into_a_solution_the_gate_accepts(skills, t
         findings = scan_sources({s.path: s.content for s in solution.sources}, "python", policy)
         assert findings == [], (params, findings)
         kernel = string_constant(source.content, "KERNEL_SRC")
-        constants = {"PAGE_SIZE": "kPageSize", "BLOCK_N": "kBlockN", "CHUNK_TOKENS": "kChunkTokens",
-                     "NUM_WARPS": "kNumWarps", "STAGES": "kStages"}
+        constants = {"PAGE_SIZE": "kPageSize", "BLOCK_N": "kBlockN", "NUM_WARPS": "kNumWarps", "STAGES": "kStages"}
         for name, value in {**params, "PAGE_SIZE": page_size}.items():
-            assert f"constexpr int {constants[name]} = {value}" in kernel, name
+            assert f"\n{name} = {value}" in source.content, name  # every placeholder, as the module's constant
+            if name in constants:  # compiled in; the chunk size is the plan's, per batch
+                assert f"constexpr int {constants[name]} = {value}" in kernel, name
         assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in kernel
         assert "cp.async.cg.shared.global" in kernel and "__threadfence()" in kernel
 
@@ -179,8 +180,9 @@ def kernel_model(module: SimpleNamespace, log: list):
     on exactly the arguments the template passes (plan's work list, counters and scratch)."""
 
     def launch(q, k_cache, v_cache, kv_indices, work_request, work_chunk, page_begin, length, chunks, first_slot,
-               counters, partial_m, partial_l, partial_acc, output, lse, qk_scale_log2, works):
-        block_n, chunk_tokens, warps, page = module.BLOCK_N, module.CHUNK_TOKENS, module.NUM_WARPS, module.PAGE_SIZE
+               counters, partial_m, partial_l, partial_acc, output, lse, qk_scale_log2, chunk_tokens, works):
+        block_n, warps, page = module.BLOCK_N, module.NUM_WARPS, module.PAGE_SIZE
+        assert chunk_tokens % block_n == 0 and chunk_tokens <= module.CHUNK_TOKENS
         num_qo_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
         group = num_qo_heads // num_kv_heads
         ctas = [(w, h) for w in range(works) for h in range(num_kv_heads)]
@@ -263,8 +265,9 @@ def store_final(output, lse, request, heads, m, l, acc_t):
                                       -math.inf)
 
 
-def load_template_python(source: str, log: list) -> SimpleNamespace:
-    """The rendered module's Python without the load_inline build: its `_EXT` is the kernel model."""
+def load_template_python(source: str, log: list, sms: int = 132) -> SimpleNamespace:
+    """The rendered module's Python without the load_inline build: its `_EXT` is the kernel model, on a GPU of
+    ``sms`` SMs."""
     tree = ast.parse(source)
     tree.body = [n for n in tree.body
                  if not (isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "_EXT" for t in n.targets))
@@ -273,6 +276,7 @@ def load_template_python(source: str, log: list) -> SimpleNamespace:
     exec(compile(tree, "<cuda template python>", "exec"), namespace)
     module = SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
     namespace["_EXT"] = SimpleNamespace(launch=kernel_model(module, log))
+    namespace["_sm_count"] = lambda device: sms
     return SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
 
 
@@ -288,23 +292,30 @@ def failures(candidate, expected, atol=1e-2, rtol=1e-2):
 
 
 MODEL_CASES = [
-    # (kv_heads, page_size, lengths, params)
-    (8, 1, [300, 0, 5, 17], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 2}),  # idle warps
-    (4, 1, [129, 0, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 3}),
-    (8, 64, [130, 0, 64, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 3}),  # partial pages
-    (4, 64, [200, 63, 0, 385], {"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4}),
-    (4, 64, [600, 7], {"BLOCK_N": 32, "CHUNK_TOKENS": 256, "NUM_WARPS": 2, "STAGES": 2}),
-    (8, 1, [0, 0], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3}),  # only empty requests
+    # (kv_heads, page_size, lengths, params, SMs, the plan's chunk): the chunk is whole tiles, enough for
+    # PROGRAMS_PER_SM CTAs per SM over the batch's tiles x KV heads, at most CHUNK_TOKENS
+    (8, 1, [300, 0, 5, 17], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 2, "PROGRAMS_PER_SM": 2},
+     1, 128),  # 96 tiles for 2 CTAs: the largest chunk; idle warps
+    (4, 1, [129, 0, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 3, "PROGRAMS_PER_SM": 1},
+     132, 64),  # 16 tiles for 132 CTAs: one tile each
+    (8, 64, [130, 0, 64, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2},
+     1, 128),  # partial pages
+    (4, 64, [200, 63, 0, 385], {"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4,
+                                "PROGRAMS_PER_SM": 8}, 132, 128),
+    (4, 64, [600, 7], {"BLOCK_N": 32, "CHUNK_TOKENS": 256, "NUM_WARPS": 2, "STAGES": 2, "PROGRAMS_PER_SM": 1},
+     16, 160),  # 80 tiles for 16 CTAs: 5-tile chunks, a size no placeholder names
+    (8, 1, [0, 0], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2},
+     132, 64),  # only empty requests
 ]
 
 
-@pytest.mark.parametrize("kv_heads, page_size, lengths, params", MODEL_CASES,
-                         ids=[f"kv{c[0]}-ps{c[1]}-{'_'.join(map(str, c[2]))}" for c in MODEL_CASES])
+@pytest.mark.parametrize("kv_heads, page_size, lengths, params, sms, chunk_tokens", MODEL_CASES,
+                         ids=[f"kv{c[0]}-ps{c[1]}-{'_'.join(map(str, c[2]))}-sm{c[4]}" for c in MODEL_CASES])
 def test_template_python_with_kernel_model_matches_softmax_reference(gqa, template, kv_heads, page_size, lengths,
-                                                                       params):
+                                                                       params, sms, chunk_tokens):
     source = render_skill_template(gqa, template, {**params, "PAGE_SIZE": page_size})
     log: list = []
-    module = load_template_python(source, log)
+    module = load_template_python(source, log, sms)
     torch.manual_seed(sum(lengths) + kv_heads)
     pages_per_request = [-(-n // page_size) for n in lengths]
     pool = sum(pages_per_request) + 7
@@ -318,7 +329,8 @@ def test_template_python_with_kernel_model_matches_softmax_reference(gqa, templa
     sm_scale = 1.0 / math.sqrt(128)
     inputs = [q, k_cache, v_cache, kv_indptr, kv_indices] + ([last_page_len] if page_size > 1 else []) + [sm_scale]
     state = module.plan(*inputs)
-    expected_works = sum(max(1, -(-n // params["CHUNK_TOKENS"])) for n in lengths)
+    assert state["chunk_tokens"] == chunk_tokens
+    expected_works = sum(max(1, -(-n // chunk_tokens)) for n in lengths)
     assert state["works"] == expected_works
     expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
                                               last_page_len if page_size > 1 else None, sm_scale)

@@ -211,7 +211,7 @@ def test_every_allowed_combination_renders_to_a_dps_run(gqa):
                 expected = [*expected, "state"]
             assert _selected_run_signatures(tree) == [expected], (template.name, params)
             rendered += 1
-    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6 * 4) + 2 * 3 * 6 * 3 * 3  # Triton, then the CUDA template
+    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6 * 4) + 2 * 3 * 6 * 3 * 3 * 4  # Triton, then the CUDA template
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
