@@ -211,7 +211,7 @@ def test_every_allowed_combination_renders_to_a_dps_run(gqa):
                 expected = [*expected, "state"]
             assert _selected_run_signatures(tree) == [expected], (template.name, params)
             rendered += 1
-    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6 * 4 * 3) + 2 * 3 * 6 * 3 * 3 * 4  # Triton, then the CUDA template
+    assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6 * 4 * 2) + 2 * 3 * 6 * 3 * 3 * 4  # Triton, then the CUDA template
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -293,13 +293,13 @@ INTERPRETER_CASES = [
     ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 4},
      {"kv_heads": 4, "lengths": [70, 3]}),
     # chunks of one size for the batch: 160 tiles over 132 programs (the interpreter counts 132 SMs) make 2-tile
-    # chunks (300 tokens: 10 chunks of 32; 5 tokens: 1), an empty request, the fused merge one partial per load
+    # chunks (300 tokens: 10 chunks of 32; 5 tokens: 1), an empty request, the fused merge
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
-                               "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "MERGE_BLOCK": 1},
+                               "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
-    # one-tile chunks: 19 partials for the long request, merged in two loads of 16
+    # one-tile chunks: 19 partials for the long request; the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1,
-                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "MERGE_BLOCK": 16},
+                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
 ]
 
