@@ -73,7 +73,7 @@ def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot
     def evaluate(worker, definition, workload, label, preset, tol, timeout_s):
         calls.append(label)
         wr = WorkloadResult(workload.uuid, label, "PASSED")
-        wr.latency_ms, wr.kernel_latency_ms = 0.020, 0.012 + 0.001 * (len(calls) - 1)
+        wr.latency_ms, wr.kernel_latency_ms = 0.220, 0.200 + 0.01 * (len(calls) - 1)  # device time: may travel
         wr.gpu_busy_ms = 0.009
         return wr
 
@@ -81,15 +81,67 @@ def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot
         return Baselines(dataset, archive, _Keys(uuid), trust, lambda *a: (_Worker(), None), evaluate)
 
     first = on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)
-    assert first["official_ms"] == 0.020 and first["kernel_ms"] == 0.012 and calls == ["w0"]
-    assert on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)["kernel_ms"] == 0.012
+    assert first["official_ms"] == 0.220 and first["kernel_ms"] == 0.200 and calls == ["w0"]
+    assert on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)["kernel_ms"] == 0.200
     assert calls == ["w0"]  # the same card: read back from the archive
     assert on("GPU-1").figures(definition, workload, preset, Tolerance(), 60)["official_busy_ms"] == 0.009
     twin = on("GPU-2").figures(definition, workload, preset, Tolerance(), 60)  # another H200: one spot check
-    assert len(calls) == 2 and twin["kernel_ms"] == pytest.approx(0.013)
+    assert len(calls) == 2 and twin["kernel_ms"] == pytest.approx(0.210)
     assert trust[("baseline", baseline.content_hash)] is True
     rows = list(archive.db["baseline_runs"].rows)
     assert [r["gpu_key"] for r in rows] == ["NVIDIA H200|GPU-1", "NVIDIA H200|GPU-2"]
+
+
+def test_a_twin_reuses_device_bound_figures_after_a_spot_check_and_measures_launch_bound_ones(tmp_path):
+    """Carried to another card of the model: the first device-bound workload is the spot check, later
+    device-bound ones are reused; a launch-bound one (a kernel figure of microseconds, launch gaps and the Python
+    call as much as device time) is measured on every host and never decides the spot check."""
+    from harness.archive.database import Archive
+    from harness.pipeline.baselines import Baselines
+    from harness.measure.correctness import Tolerance
+    from harness.data.dataset import Dataset
+    from harness.data.results import WorkloadResult
+    from harness.data.schema import Solution
+
+    from support import KV8_PS1, solution_dict
+
+    shipped = Dataset()
+    definition, preset = shipped.definition(KV8_PS1), shipped.preset(KV8_PS1)
+    small, large, larger = shipped.workloads_for(KV8_PS1)[:3]
+    names = {small.uuid: "small", large.uuid: "large", larger.uuid: "larger"}
+    baseline = Solution.model_validate(solution_dict("def run(*a):\n    pass\n", name="fi_like"))
+    dataset = type("D", (), {"baselines": lambda self, name: [baseline],
+                             "label": lambda self, w: names[w.uuid]})()
+    archive, trust, calls = Archive(tmp_path / "a"), {}, []
+    figures = {"small": (0.17, 0.011), "large": (2.2, 2.0), "larger": (8.3, 8.0)}  # (official, kernel) ms
+    slower_host = {"small": 1.2, "large": 1.02, "larger": 1.01}  # launch gaps grow, device time does not
+
+    def evaluate_on(factor):
+        def evaluate(worker, definition, workload, label, preset, tol, timeout_s):
+            calls.append(label)
+            wr = WorkloadResult(workload.uuid, label, "PASSED")
+            official, kernel = figures[label]
+            wr.latency_ms, wr.kernel_latency_ms = official * factor(label), kernel * factor(label)
+            return wr
+        return evaluate
+
+    def figures_on(uuid, factor, workload):
+        return Baselines(dataset, archive, _Keys(uuid), trust, lambda *a: (_Worker(), None),
+                         evaluate_on(factor)).figures(definition, workload, preset, Tolerance(), 60)
+
+    for w in (small, large, larger):
+        figures_on("GPU-1", lambda label: 1.0, w)
+    calls.clear()
+    twin = [figures_on("GPU-2", slower_host.get, w) for w in (small, large, larger)]
+    assert calls == ["small", "large"]  # small: this host's to measure; large: the spot check; larger: reused
+    assert trust[("baseline", baseline.content_hash)] is True
+    assert twin[0]["kernel_ms"] == pytest.approx(0.0132)  # this host's own figure, not the carried 0.011
+    assert twin[1]["kernel_ms"] == pytest.approx(2.04) and twin[2]["kernel_ms"] == 8.0
+    # a card whose device-bound figures differ: the spot check fails and everything is measured there
+    calls.clear()
+    trust.clear()
+    [figures_on("GPU-3", lambda label: 1.3, w) for w in (small, large, larger)]
+    assert calls == ["small", "large", "larger"] and trust[("baseline", baseline.content_hash)] is False
 
 
 def test_flashinfer_cache_is_the_archives_unless_the_host_names_one(tmp_path, monkeypatch):

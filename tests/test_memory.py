@@ -12,7 +12,8 @@ from harness.archive.database import Archive
 from harness.audits.verdicts import plan_recheck
 from harness.data.dataset import Dataset
 from harness.measure.memory import GIB, budget_bytes, describe, io_bytes, memory_record, together_bytes
-from harness.measure.scores import definition_scores, partial_notice, spot_check_holds
+from harness.measure.scores import (baseline_spot_check_holds, carried_baseline_reusable, definition_scores,
+                                   partial_notice, spot_check_holds)
 from harness.sandbox.messages import RecheckStep
 from harness.sandbox.worker_calls import last_reuse
 
@@ -96,6 +97,29 @@ def test_partial_notice_names_the_workloads_and_why():
 @pytest.mark.parametrize("carried, measured, holds", [(1.0, 1.05, True), (1.0, 1.2, False), (0.0, 1.0, False)])
 def test_spot_check(carried, measured, holds):
     assert spot_check_holds(carried, measured) is holds
+
+
+@pytest.mark.parametrize("status, official, kernel, reusable", [
+    ("PASSED", 2.2, 2.0, True),  # device time
+    ("PASSED", 0.7, 0.5, True),
+    ("PASSED", 0.17, 0.011, False),  # batch 1: launch gaps and the Python call
+    ("PASSED", 0.45, 0.14, False),  # over 0.1 ms of kernel time, but under half the official figure
+    ("PASSED", 0.09, 0.09, False),  # under 0.1 ms
+    ("PASSED", 2.2, None, False),  # no kernel figure: nothing says what is device time
+    ("RUNTIME_ERROR", 2.2, 2.0, False),
+])
+def test_which_carried_baseline_figures_may_travel(status, official, kernel, reusable):
+    assert carried_baseline_reusable({"status": status, "official_ms": official, "kernel_ms": kernel}) is reusable
+
+
+@pytest.mark.parametrize("measured, holds", [
+    ({"official_ms": 2.25, "kernel_ms": 2.05}, True),
+    ({"official_ms": 2.6, "kernel_ms": 2.05}, False),  # the official figure moved (the host's part of it)
+    ({"official_ms": 2.25, "kernel_ms": 2.4}, False),
+    ({"official_ms": 2.25, "kernel_ms": None}, False),
+])
+def test_a_baseline_spot_check_needs_both_figures(measured, holds):
+    assert baseline_spot_check_holds({"official_ms": 2.2, "kernel_ms": 2.0}, measured) is holds
 
 
 def test_baseline_runs_keep_failures_with_their_message_but_reuse_only_passes(tmp_path):

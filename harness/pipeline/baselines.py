@@ -3,7 +3,8 @@
 Each baseline solution (the dataset's ``solutions/baseline/``) runs in a worker of its own, kept for the session,
 through the same pipeline as a candidate (correctness, official timing) but without audits. A figure is measured
 once per card, toolchain and workload and kept in the archive; a card of the same model reuses another card's
-figures once a spot check on this card agrees (``scores.spot_check_holds``). A failure is archived with its message
+device-bound figures once a spot check on this card agrees (``scores.carried_baseline_reusable``,
+``scores.baseline_spot_check_holds``). A failure is archived with its message
 and log and never reused as a figure. A baseline that runs past the workload's time limit (a library's JIT build
 on a fresh host can take longer than any workload), or fails the same way on two workloads in a row (a library
 that cannot run on this host: FlashInfer's GDN kernels without CuTe-DSL fail on every call), is not started again
@@ -81,14 +82,17 @@ class Baselines:
             keys = (t.toolchain_key, definition.name, workload.uuid, sol.content_hash)
             cached = self.archive.baseline_run(t.gpu_key, *keys)
             carried = None if cached else self.archive.baseline_run(t.gpu_key, *keys, gpu_model=t.gpu_model)
+            # another card's figure stands for this one's only where it is device time, and once a spot check on
+            # such a workload agrees; launch-bound figures are this host's to measure
+            reusable = carried is not None and scores.carried_baseline_reusable(carried)
             trust = self._carried_trust.get(("baseline", sol.content_hash))
-            if cached is None and carried is not None and trust:
+            if cached is None and reusable and trust:
                 cached = carried
             if cached is None:
                 cached = self._measure(sol, definition, workload, preset, tol, timeout_s)
-                if carried is not None and trust is None and cached["status"] == EvaluationStatus.PASSED.value:
-                    self._carried_trust[("baseline", sol.content_hash)] = scores.spot_check_holds(
-                        carried["kernel_ms"] or carried["official_ms"], cached["kernel_ms"] or cached["official_ms"])
+                if reusable and trust is None and cached["status"] == EvaluationStatus.PASSED.value:
+                    self._carried_trust[("baseline", sol.content_hash)] = scores.baseline_spot_check_holds(
+                        carried, cached)
             runs.append({"solution": sol.name, **cached})
         return best_of(runs)
 
