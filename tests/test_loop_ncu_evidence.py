@@ -85,9 +85,10 @@ def test_ncu_evidence_reaches_the_request_and_steers_the_offline_provider(tiny_d
     assert "split-KV" in req.hypothesis and "hopper-tactics: split-kv" in req.hypothesis
     plan = store.round(report["run_id"], 1)["plan"]
     assert json.loads(plan)["diagnosis"]["limiter"] == "grid-too-small"
-    # the offline provider's first candidate is the tactic: switch to split-KV
+    # the offline provider's first candidate is the tactic: switch to split-KV (the fused plan)
     first = store.candidates(report["run_id"], 1)[0]
-    assert first["origin"]["template"] == "triton-split-kv" and "ncu limiter grid-too-small" in first["origin"]["notes"]
+    assert first["origin"]["template"] == "triton-split-kv-fused"  # split-KV, chunks sized to fill the SMs
+    assert "ncu limiter grid-too-small" in first["origin"]["notes"]
     # profiled once (one workload, one regime) and archived as `harness profile` archives it
     uuid = Dataset(tiny_dataset_root).workloads_for(KV8_PS1, [WORKLOAD])[0].uuid
     assert profiler.calls == [(req.incumbent.name, [uuid])]
