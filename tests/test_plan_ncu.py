@@ -134,6 +134,10 @@ def test_request_evidence_kinds():
 PER_HEAD = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1}}
 SPLIT = {"template": "triton-split-kv",
          "params": {"BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 16}}
+FUSED = {"template": "triton-split-kv-fused",
+         "params": {"BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "CHUNK_BLOCKS": 8,
+                    "PROGRAMS_PER_SM": 2, "HEADS_FASTEST": 0}}
+FUSED_DEFAULTS = {"CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "HEADS_FASTEST": 0}
 
 
 def request_with(origin: dict, diagnosis, candidates: int = 3) -> GenerationRequest:
@@ -147,8 +151,12 @@ def moved(origin: dict, template: str = "", **params) -> dict:
 
 
 @pytest.mark.parametrize("origin, limiter, first", [
-    (PER_HEAD, "grid-too-small", [moved(PER_HEAD, "triton-split-kv", SPLIT_KV=32)]),  # the skill's default
-    (SPLIT, "grid-too-small", [moved(SPLIT, SPLIT_KV=32)]),  # one step up
+    # to the fused plan, with the skill's defaults for what the old template lacked (SPLIT_KV has no place there)
+    (PER_HEAD, "grid-too-small", [moved(PER_HEAD, "triton-split-kv-fused", **FUSED_DEFAULTS)]),
+    (SPLIT, "grid-too-small", [{"template": "triton-split-kv-fused",
+                                "params": {**{k: v for k, v in SPLIT["params"].items() if k != "SPLIT_KV"},
+                                           **FUSED_DEFAULTS}}]),
+    (FUSED, "grid-too-small", [moved(FUSED, PROGRAMS_PER_SM=4)]),  # one step up
     (PER_HEAD, "register-occupancy", [moved(PER_HEAD, NUM_WARPS=2), moved(PER_HEAD, BLOCK_N=16),
                                       moved(PER_HEAD, NUM_WARPS=2, BLOCK_N=16)]),  # alone, then together
     (PER_HEAD, "dependent-loads", [moved(PER_HEAD, NUM_STAGES=3), moved(PER_HEAD, BLOCK_N=64)]),
@@ -172,8 +180,8 @@ def test_offline_without_a_diagnosis_or_with_an_unmapped_limiter_is_unchanged():
 def test_offline_starting_point_follows_the_ncu_class():
     provider = OfflineProvider(SKILLS)
     no_template: dict = {"file": "mine.json"}
-    assert provider.base(request_with(no_template, None))["template"] == "triton-split-kv"  # regime latency-bound
+    assert provider.base(request_with(no_template, None))["template"] == "triton-split-kv-fused"  # latency-bound
     ncu_says = Diagnosis(classification="memory-bound", limiter="dependent-loads")
     assert provider.base(request_with(no_template, ncu_says))["template"] == "triton-per-kv-head"
     unknown = Diagnosis(classification="unknown")
-    assert provider.base(request_with(no_template, unknown))["template"] == "triton-split-kv"
+    assert provider.base(request_with(no_template, unknown))["template"] == "triton-split-kv-fused"
