@@ -201,16 +201,26 @@ def test_starting_points_are_allowed_configurations(gqa, skills):
 
 
 def test_every_allowed_combination_renders_to_a_dps_run(gqa):
-    rendered = 0
+    rendered = parsed = 0
     for template in kernel_templates(gqa).values():
+        covered: set = set()
         for params in template.grid():
             source = render_skill_template(gqa, template, params)
+            assert not any("{" + name + "}" in source for name in template.placeholders), (template.name, params)
+            rendered += 1
+            # Each value is substituted on its own, so a value that breaks the module breaks every combination
+            # holding it: parse the first combination that brings a (page size, placeholder, value) not parsed yet.
+            pairs = {(params["PAGE_SIZE"], name, value) for name, value in params.items()}
+            if pairs <= covered:
+                continue
+            covered |= pairs
+            parsed += 1
             tree = ast.parse(source)
             expected = PS1_SIGNATURE if params["PAGE_SIZE"] == 1 else PS64_SIGNATURE
             if template.setup:  # what the setup returned comes last (the harness passes it)
                 expected = [*expected, "state"]
             assert _selected_run_signatures(tree) == [expected], (template.name, params)
-            rendered += 1
+    assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     assert rendered == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6 * 4 * 2) + 2 * 3 * 6 * 3 * 3 * 4  # Triton, then the CUDA template
 
 
