@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from harness.data.options import SubmitOptions
-from harness.pipeline.worker_options import FLASHINFER_PREBUILT, FLASHINFER_PREBUILT_ENV, worker_options_for
+from harness.pipeline.worker_options import FLASHINFER_PREBUILT, worker_options_for
 from harness.sandbox.isolation import SandboxPolicy
+from harness.sandbox.runner import scrubbed_environment
 
 
 def fake_flashinfer(site: Path, version: str, archs: str) -> None:
@@ -52,9 +53,13 @@ def test_the_stand_in_answers_flashinfers_own_jit_folder(tmp_path, archs, folder
 
 def test_only_the_baselines_workers_get_it(tmp_path):
     assert (FLASHINFER_PREBUILT / "flashinfer_jit_cache" / "__init__.py").is_file()
-    for role, expected in (("baseline", str(FLASHINFER_PREBUILT)), ("reference", None), ("candidate", None)):
+    package_root = str(Path(__file__).resolve().parents[1])
+    for role, first in (("baseline", str(FLASHINFER_PREBUILT)), ("reference", package_root),
+                        ("candidate", package_root)):
         options = worker_options_for(role, SubmitOptions(), SandboxPolicy(), tmp_path, tmp_path / "archive", True)
-        assert dict(options.environment).get(FLASHINFER_PREBUILT_ENV) == expected, role
+        path = scrubbed_environment(dict(options.environment))["PYTHONPATH"].split(os.pathsep)
+        assert path[0] == first, role  # the stand-in first, then the harness package, never in its place
+        assert package_root in path and (str(FLASHINFER_PREBUILT) in path) == (role == "baseline"), role
 
 
 @pytest.mark.gpu

@@ -15,8 +15,8 @@ from ..sandbox.runner import WorkerOptions
 # One folder for the FlashInfer JIT modules of every archive on a host (FlashInfer compiles the two decode modules in
 # about 34 s on an H200); unset, each archive keeps its own, which travels with the archive to another host.
 FLASHINFER_CACHE_ENV = "CRUCIBLE_FLASHINFER_CACHE"
-# The folder holding the stand-in flashinfer_jit_cache package (its docstring says why), put on the baselines' path
-FLASHINFER_PREBUILT_ENV = "CRUCIBLE_FLASHINFER_PREBUILT"
+# The folder holding the stand-in flashinfer_jit_cache package (its docstring says why): first on the baselines'
+# workers' PYTHONPATH, so FlashInfer loads the modules compiled before instead of building them again
 FLASHINFER_PREBUILT = Path(__file__).resolve().parents[1] / "sandbox" / "flashinfer_prebuilt"
 
 
@@ -65,7 +65,7 @@ def worker_options_for(role: str, options: SubmitOptions, policy: SandboxPolicy,
         cache.mkdir(parents=True, exist_ok=True)
         writable = (str(cache.resolve()),)
         environment = (("FLASHINFER_WORKSPACE_BASE", str(cache.resolve())),
-                       (FLASHINFER_PREBUILT_ENV, str(FLASHINFER_PREBUILT)))
+                       ("PYTHONPATH", str(FLASHINFER_PREBUILT)))
     return WorkerOptions(role=role, device_index=options.device_index, cpu_only=cpu_only,
                          isolate_network=options.isolate_network, sandbox=options.sandbox, policy=policy,
                          dataset_root=str(dataset_root), hidden=(str(Path(archive_folder).resolve()),),

@@ -74,16 +74,20 @@ def compile_jobs(memory_bytes: int, requested: Optional[str], cpus: int) -> str:
 
 
 def scrubbed_environment(extra: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> dict[str, str]:
+    """The worker's environment: the host's variables that pass the filter, never a secret, the harness package
+    first on the path; ``extra`` on top, its ``PYTHONPATH`` put before the others rather than replacing them."""
     env = {k: v for k, v in os.environ.items()
            if k.startswith(_PASS_PREFIXES) and not _SECRET.search(k)}
+    extra = dict(extra or {})
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding the harness package
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [package_root, env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [extra.pop("PYTHONPATH", ""), package_root,
+                                                    env.get("PYTHONPATH", "")] if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if home is not None:
         env.update(HOME=str(home), TMPDIR=str(home), TRITON_CACHE_DIR=str(home / ".triton"),
                    TORCH_EXTENSIONS_DIR=str(home / ".torch_extensions"), XDG_CACHE_HOME=str(home / ".cache"))
-    env.update(extra or {})
+    env.update(extra)
     return env
 
 

@@ -391,9 +391,6 @@ def main(argv: Optional[list[str]] = None) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except Exception:
         pass
-    prebuilt = os.environ.get("CRUCIBLE_FLASHINFER_PREBUILT")
-    if prebuilt:  # a baselines' worker: FlashInfer loads the modules compiled before (flashinfer_prebuilt/)
-        sys.path.insert(0, prebuilt)
     if os.environ.get("TRITON_INTERPRET") == "1":
         from . import triton_interp
 

@@ -4,8 +4,8 @@ FlashInfer loads a module without building it when ``<aot dir>/<name>/<name>.so`
 from an installed ``flashinfer_jit_cache`` package (``get_jit_cache_dir``, a ``__version__`` that must start with
 FlashInfer's). Otherwise every module goes through ninja, which rebuilds it on any host where FlashInfer's headers
 are newer than its objects: every fresh install, so a JIT cache carried to a new host was compiled again (about
-half a minute on an H200). This stand-in, put on the path of the baselines' workers only (``CRUCIBLE_FLASHINFER_
-PREBUILT``, harness.pipeline.worker_options), answers with FlashInfer's own JIT folder for this version and
+half a minute on an H200). This stand-in, put on the path of the baselines' workers only (their ``PYTHONPATH``,
+harness.pipeline.worker_options), answers with FlashInfer's own JIT folder for this version and
 these architectures, ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<archs>/cached_ops``: a module
 compiled once (on this host or another with the same versions) is loaded as it is, its objects need not travel
 (``harness copy-archive --with-jit`` carries the ``.so`` alone), and a module not there is compiled as before.
