@@ -256,6 +256,22 @@ def test_content_digest_sees_one_changed_word_and_swapped_words():
     assert content_digest(torch.empty(0)) == (0, 0)
 
 
+@pytest.mark.parametrize("numel", [1, 7, 64, 64 * 5, 64 * 5 + 3, 64 * 8 * 3 + 63])
+def test_content_digest_is_the_positional_sum_over_blocks_and_tail(monkeypatch, numel):
+    """The grid's row and column sums give exactly sum(w) and sum(w * (i + 1)) mod 2**64, whatever the number of
+    blocks and the tail (small grid here: 64 columns, 8 rows per block)."""
+    import torch
+
+    from harness.data import inputs
+
+    monkeypatch.setattr(inputs, "_DIGEST_COLUMNS", 64)
+    monkeypatch.setattr(inputs, "_DIGEST_ROWS", 8)
+    t = torch.randint(-2**31, 2**31 - 1, (numel,), dtype=torch.int32, generator=torch.Generator().manual_seed(3))
+    words = [int(x) for x in t]
+    mask = 2**64 - 1
+    assert inputs.content_digest(t) == (sum(words) & mask, sum(w * (i + 1) for i, w in enumerate(words)) & mask)
+
+
 @pytest.mark.parametrize("mutate, expected", [("", []), ("    k_cache.view(-1)[7] += 1.0\n", ["k_cache"])])
 def test_large_inputs_are_checked_by_digest_not_clone(tiny_dataset, tmp_path, monkeypatch, mutate, expected):
     """Above the clone limit the candidate gets the input itself; a write into it is still found."""
