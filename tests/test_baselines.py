@@ -125,15 +125,26 @@ def test_a_twin_reuses_device_bound_figures_after_a_spot_check_and_measures_laun
             return wr
         return evaluate
 
+    made = []
+
     def figures_on(uuid, factor, workload):
-        return Baselines(dataset, archive, _Keys(uuid), trust, lambda *a: (_Worker(), None),
-                         evaluate_on(factor)).figures(definition, workload, preset, Tolerance(), 60)
+        made.append(Baselines(dataset, archive, _Keys(uuid), trust, lambda *a: (_Worker(), None),
+                              evaluate_on(factor)))
+        return made[-1].figures(definition, workload, preset, Tolerance(), 60)
+
+    def notices():
+        found = [n for b in made for n in b.spot_checks]
+        made.clear()
+        return found
 
     for w in (small, large, larger):
         figures_on("GPU-1", lambda label: 1.0, w)
     calls.clear()
     twin = [figures_on("GPU-2", slower_host.get, w) for w in (small, large, larger)]
     assert calls == ["small", "large"]  # small: this host's to measure; large: the spot check; larger: reused
+    (notice,) = notices()  # the user is told what the check found
+    assert "fi_like: spot check on large" in notice and "official 2.244 ms here vs 2.2 carried" in notice
+    assert "held" in notice and "did not hold" not in notice
     assert trust[("baseline", baseline.content_hash)] is True
     assert twin[0]["kernel_ms"] == pytest.approx(0.0132)  # this host's own figure, not the carried 0.011
     assert twin[1]["kernel_ms"] == pytest.approx(2.04) and twin[2]["kernel_ms"] == 8.0
@@ -142,6 +153,8 @@ def test_a_twin_reuses_device_bound_figures_after_a_spot_check_and_measures_laun
     trust.clear()
     [figures_on("GPU-3", lambda label: 1.3, w) for w in (small, large, larger)]
     assert calls == ["small", "large", "larger"] and trust[("baseline", baseline.content_hash)] is False
+    (notice,) = notices()
+    assert "spot check on large" in notice and "did not hold (tolerance 10%)" in notice
 
 
 def test_flashinfer_cache_is_the_archives_unless_the_host_names_one(tmp_path, monkeypatch):

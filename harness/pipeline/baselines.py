@@ -49,6 +49,17 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "kernel_solution": best_kernel["solution"], "failures": failures}
 
 
+def spot_check_notice(solution: str, label: str, carried: dict[str, Any], measured: dict[str, Any],
+                      holds: bool) -> str:
+    """One line for the submission's notices: a spot check of another card's baseline figures, both figures."""
+    figures = ", ".join(f"{k.removesuffix('_ms')} {measured.get(k) or 0:.4g} ms here vs {carried.get(k) or 0:.4g} "
+                        "carried" for k in ("official_ms", "kernel_ms"))
+    verdict = ("held: its device-bound figures from the other card are used" if holds else
+               f"did not hold (tolerance {scores.SPOT_CHECK_TOLERANCE:.0%}): every figure of it is measured "
+               "on this card")
+    return f"carried baseline {solution}: spot check on {label} ({figures}) {verdict}"
+
+
 class Baselines:
     def __init__(self, dataset: Dataset, archive: Archive, trusted: TrustedReference,
                  carried_trust: dict[tuple[str, str], Optional[bool]], start: StartWorker,
@@ -60,6 +71,7 @@ class Baselines:
         self._start_failure: dict[str, Optional[WorkloadResult]] = {}
         self.given_up: dict[str, str] = {}  # solution hash -> why it is not run again in this session
         self._last_failure: dict[str, tuple[str, str]] = {}  # solution hash -> its last (status, message)
+        self.spot_checks: list[str] = []  # what each spot check of carried figures found, for the notices
 
     def to_run(self, definition: Definition, workloads: list[Workload]) -> list[Solution]:
         """The baselines that will run in this submission: no figure of theirs on this card for some workload, not
@@ -91,8 +103,10 @@ class Baselines:
             if cached is None:
                 cached = self._measure(sol, definition, workload, preset, tol, timeout_s)
                 if reusable and trust is None and cached["status"] == EvaluationStatus.PASSED.value:
-                    self._carried_trust[("baseline", sol.content_hash)] = scores.baseline_spot_check_holds(
-                        carried, cached)
+                    holds = scores.baseline_spot_check_holds(carried, cached)
+                    self._carried_trust[("baseline", sol.content_hash)] = holds
+                    self.spot_checks.append(spot_check_notice(sol.name, self.dataset.label(workload), carried,
+                                                              cached, holds))
             runs.append({"solution": sol.name, **cached})
         return best_of(runs)
 

@@ -344,6 +344,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         reference_is_the_yardstick = bool(self.options.baselines and self.has_gpu
                                           and not self.dataset.baselines(result.definition))
         settle(result, self.audit_config.level, reference_is_the_yardstick)
+        result.notices += self.baselines.spot_checks  # once: the first submission of the session that ran them
+        self.baselines.spot_checks.clear()
         self.archive.finish_submission(submission_id, result.status, "; ".join(result.notices),
                                        archived_scores(result))
         self._open_submission = None
