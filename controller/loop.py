@@ -276,13 +276,16 @@ class Loop(RoundEvaluation):
         self.finish_round(0, "baseline", time.monotonic() - started)
 
     def play_round(self, round_number: int) -> None:
-        started = time.monotonic()
+        started = self.round_started = time.monotonic()
+        self.budget_stop = None
         plan = self.plan()
         self.store.start_round(self.run_id, round_number, "explore", plan.to_json())
         self.emit("round_start", {"round": round_number, **plan.to_json()})
         self.ask(self.request_for(round_number, f"r{round_number}/explore", "explore"), 0, None)
         self.evaluate_pending(round_number)
         for depth in range(1, self.config.repairs + 1):
+            if self.budget_stop:
+                break
             failed = [c for c in self.store.candidates(self.run_id, round_number)
                       if c["depth"] == depth - 1 and c["status"] in REPAIRABLE]
             for c in failed:
@@ -322,6 +325,9 @@ class Loop(RoundEvaluation):
                     if stop:
                         break
                 self.play_round(r)
+                if self.budget_stop:  # spent inside the round: it decided on what it measured
+                    stop = self.budget_stop
+                    break
             stop = stop or f"ran all {self.config.rounds} rounds"
             self.store.set_run_status(self.run_id, RunStatus.DONE, stop)
         except BaseException as err:

@@ -10,6 +10,10 @@ correctness trial, a short timing run, audits off); the fastest ``ceil(n / eta)`
 its screen keeps the harness's failing status, so it can be repaired like any failed candidate. Finalists go on to
 the evaluation and promotion below, unchanged. With halving off every candidate is evaluated as before.
 
+A wall-time budget (``--budget-wall-s``) is checked before each screening rung and each evaluation, not only
+between rounds: once it is spent the round's candidates not evaluated yet end ``NOT_EVALUATED`` (with the reason),
+the round decides on what was measured, and the run stops (an evaluation already running finishes).
+
 Resumable like the rest: a rung's decisions are archived as it finishes, so a resumed run continues with the
 candidates still pending at the next rung; an evaluation cut off by a kill is redone, one the harness finished
 is adopted.
@@ -18,6 +22,7 @@ is adopted.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -30,7 +35,7 @@ from .rounds import RunView
 from .search import HalvingSettings
 from .providers.offline import offline_generator
 from .skills import PromotionThresholds, Skill, SkillError
-from .store import DUPLICATE, EVALUATING, PENDING, REJECTED, UNFINISHED
+from .store import DUPLICATE, EVALUATING, NOT_EVALUATED, PENDING, REJECTED, UNFINISHED
 
 
 def export_solution(folder: Path, solution: Solution) -> Path:
@@ -58,6 +63,29 @@ class RoundEvaluation(RunView):
     thresholds: PromotionThresholds
     workloads: list[Any]
     halving: Optional[HalvingSettings]  # the skill's settings; None: off
+    config: Any  # the run's LoopConfig (budget_wall_s)
+    round_started: Optional[float] = None  # time.monotonic() when the explore round being played began
+    budget_stop: Optional[str] = None  # why the round being played stopped evaluating: its wall budget ran out
+
+    # -- the wall budget inside a round ----------------------------------------------------------------------
+
+    def out_of_wall_time(self, round_number: int) -> bool:
+        """Is the run's wall budget spent (finished rounds plus this one so far)? Then every candidate of the round
+        still pending ends NOT_EVALUATED with the reason, and the round stops evaluating."""
+        budget = getattr(self.config, "budget_wall_s", None)
+        if self.budget_stop is not None:
+            return True
+        if budget is None or self.round_started is None:
+            return False
+        spent = self.store.spend(self.run_id)["wall_s"] + time.monotonic() - self.round_started
+        if spent < budget:
+            return False
+        self.budget_stop = f"budget: {spent:.0f} s wall time spent of {budget:.0f} s, in round {round_number}"
+        for c in self.store.candidates(self.run_id, round_number):
+            if c["status"] == PENDING:
+                self.store.set_candidate(c["id"], NOT_EVALUATED, reason=self.budget_stop)
+                self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": NOT_EVALUATED})
+        return True
 
     # -- successive halving ------------------------------------------------------------------------------
 
@@ -88,6 +116,8 @@ class RoundEvaluation(RunView):
         rung = max((r.rung for r in self.screening_rungs(round_number, depth)), default=-1) + 1
         workloads = self.screen_workloads(round_number)
         while needs_screening(len(batch), halving.finalists):
+            if self.out_of_wall_time(round_number):
+                return
             iterations = halving.iterations(rung)
             labels = _labels(batch)
             results = [self.screen_one(round_number, c, labels[c["id"]], workloads, iterations,
@@ -139,6 +169,8 @@ class RoundEvaluation(RunView):
             for depth in sorted({c["depth"] for c in pending}):
                 self.screen_batch(round_number, depth, [c for c in pending if c["depth"] == depth], halving)
         for c in self.store.candidates(self.run_id, round_number):
+            if c["status"] == PENDING and self.out_of_wall_time(round_number):
+                return
             if c["status"] in UNFINISHED:
                 self.evaluate_candidate(round_number, c)
 
@@ -169,7 +201,8 @@ class RoundEvaluation(RunView):
 
     def decide_round(self, round_number: int) -> None:
         for c in self.store.candidates(self.run_id, round_number):
-            if c["status"] in (*UNFINISHED, REJECTED, DUPLICATE) or self.store.decision(self.run_id, c["id"]):
+            if (c["status"] in (*UNFINISHED, REJECTED, DUPLICATE, NOT_EVALUATED)
+                    or self.store.decision(self.run_id, c["id"])):
                 continue
             incumbent = self.incumbent()
             records = self.records(c)

@@ -23,6 +23,7 @@ from .promote import EvalRecord
 
 # Candidate statuses of the controller's own (harness statuses are the final ones).
 PENDING, EVALUATING, REJECTED, DUPLICATE = "PENDING", "EVALUATING", "REJECTED", "DUPLICATE"
+NOT_EVALUATED = "NOT_EVALUATED"  # the run's wall budget ran out in its round before its evaluation
 UNFINISHED = (PENDING, EVALUATING)
 
 

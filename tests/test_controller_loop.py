@@ -262,6 +262,38 @@ def test_the_token_budget_stops_the_run_and_says_why(tiny_dataset_root, tmp_path
     assert provider.seen[1].budget.max_total_tokens == 800  # the second request got only what was left
 
 
+def test_the_wall_budget_is_checked_inside_a_round_and_the_round_decides_on_what_it_measured(tiny_dataset_root,
+                                                                                            tmp_path):
+    """A round's evaluations can take longer than the whole budget (a GPU host: tens of seconds each): once it is
+    spent, the round's candidates not evaluated yet end NOT_EVALUATED with the reason, the round still decides on
+    the ones it measured, and the run stops there instead of playing the round to its end."""
+    import time
+
+    from controller.store import NOT_EVALUATED
+
+    archive = Archive(tmp_path / "a")
+    dataset = Dataset(tiny_dataset_root)
+    replies = [{"files": [{"path": "kernel.py", "content": f"def run(*a):\n    pass  # {i}\n"}],
+                "entry_point": "kernel.py::run", "notes": ""} for i in range(3)]
+
+    def judge(solution):
+        if solution is not None and not solution.name.startswith("naive"):  # not the starting incumbent
+            time.sleep(0.6)  # one evaluation outlasts the budget
+        return "PASSED", 0.5
+
+    fake = FakeEvaluator(archive, dataset, [WORKLOAD], judge)
+    report = run_loop(config(tiny_dataset_root, rounds=3, candidates=3, budget_wall_s=0.5), tmp_path / "a",
+                      provider=ScriptedProvider(replies), evaluator=fake)
+    assert report["status"] == "DONE" and report["stop_reason"].startswith("budget: ")
+    assert report["stop_reason"].endswith("wall time spent of 0 s, in round 1")
+    assert [r["round"] for r in report["rounds"]] == [0, 1]  # rounds 2 and 3 never started
+    assert len(fake.calls) == 2  # the incumbent, then the first candidate of round 1 only
+    statuses = {c["solution_name"]: c["status"] for c in Store(archive).candidates(report["run_id"], 1)}
+    assert sorted(statuses.values()) == [NOT_EVALUATED, NOT_EVALUATED, "PASSED"]
+    decided = [d for d in report["decisions"] if d["round"] == 1]
+    assert len(decided) == 1  # the measured candidate got its decision; the others none
+
+
 def test_candidates_over_the_count_are_dropped_and_forbidden_edits_rejected(tiny_dataset_root, tmp_path):
     archive = Archive(tmp_path / "a")
     dataset = Dataset(tiny_dataset_root)
