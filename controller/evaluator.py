@@ -9,7 +9,7 @@ from harness.data.dataset import Dataset
 from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.data.schema import Solution
 
-from .promote import PairedMeasurement, PairedSample
+from .promote import PairedMeasurement, PairedSample, ranked_latency
 
 
 class Evaluator(Protocol):
@@ -23,7 +23,7 @@ class Evaluator(Protocol):
     def why_no_timing(self) -> Optional[str]: ...
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA") -> Optional[PairedMeasurement]: ...
+                       order: str = "ABBA", figure: str = "official") -> Optional[PairedMeasurement]: ...
 
     def close(self) -> None: ...
 
@@ -89,8 +89,9 @@ class HarnessEvaluator:
         return None
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA") -> Optional[PairedMeasurement]:
-        """Re-submit incumbent (A) and candidate (B) interleaved in one session (one GPU allocation).
+                       order: str = "ABBA", figure: str = "official") -> Optional[PairedMeasurement]:
+        """Re-submit incumbent (A) and candidate (B) interleaved in one session (one GPU allocation); each
+        workload's ``figure`` (controller.promote.ranked_latency) is what the samples hold.
         None where the harness cannot time (no GPU): promotion then says so and promotes nothing."""
         if self.why_no_timing() is not None:
             return None
@@ -102,9 +103,9 @@ class HarnessEvaluator:
                 result = self.session.submit(incumbent if role == "A" else candidate, audit_level="off")
                 if result.timing_unavailable_reason or not result.all_passed:
                     return None
-                samples.append(PairedSample(role, repeat, {w.workload: w.latency_ms for w in result.workloads
-                                                           if w.evaluated and w.latency_ms is not None},
-                                            result.submission_id))
+                latencies = {w.workload: ranked_latency(w.latency_ms, getattr(w, "kernel_latency_ms", None), figure)
+                             for w in result.workloads if w.evaluated and w.latency_ms is not None}
+                samples.append(PairedSample(role, repeat, latencies, result.submission_id))
         return PairedMeasurement(order, tuple(samples))
 
     def close(self) -> None:

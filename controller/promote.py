@@ -30,6 +30,12 @@ from harness.data.statuses import EvaluationStatus
 
 from .skills import PromotionThresholds
 
+
+def ranked_latency(official_ms: Optional[float], kernel_ms: Optional[float], figure: str) -> Optional[float]:
+    """The figure a candidate is ranked on (PromotionThresholds.ranked_figure): the kernel figure where asked for
+    and measured (a solution with a setup), else the official one."""
+    return kernel_ms if figure == "kernel" and kernel_ms is not None else official_ms
+
 NO_TIMING = "no timing: correctness only, nothing promoted"
 PROMOTED, REJECTED = "PROMOTED", "REJECTED"
 FULL_AUDIT_LEVEL = "full"

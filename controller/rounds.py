@@ -18,6 +18,7 @@ from .evaluator import Evaluator
 from .evidence.latency import mean_latency, mean_speedup_vs_fi
 from .halving import HALVING_RULE, SCREENED_OUT, Rung, rungs_of, screening_line
 from .promote import PROMOTED, EvalRecord
+from .skills import PromotionThresholds
 from .store import REJECTED, Store
 from .trajectory import standing
 
@@ -30,11 +31,12 @@ class RunView:
     regimes: dict[str, Any]  # workload uuid -> its regime
     definition: Definition
     evaluator: Evaluator
+    thresholds: PromotionThresholds  # ranked_figure: the latency figure read back
 
     # -- reading state back from the archive ------------------------------------------------------------
 
     def records(self, candidate: dict[str, Any]) -> list[EvalRecord]:
-        return self.store.eval_records(candidate.get("submission_id"), self.regimes)
+        return self.store.eval_records(candidate.get("submission_id"), self.regimes, self.thresholds.ranked_figure)
 
     def incumbent(self) -> dict[str, Any]:
         promoted = [d for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]

@@ -136,7 +136,7 @@ class RoundEvaluation(RunView):
         self.emit("screen_run", {"round": round_number, "name": candidate["solution_name"], "iterations": iterations})
         submission_id = self.evaluator.screen(self.store.solution(candidate), workloads,  # type: ignore[attr-defined]
                                               iterations, trials)
-        records = self.store.eval_records(submission_id, self.regimes)
+        records = self.store.eval_records(submission_id, self.regimes, self.thresholds.ranked_figure)
         failing = next((r for r in records if r.status != EvaluationStatus.PASSED), None)
         if failing is not None:
             status, message = failing.status, failing.message
@@ -213,7 +213,8 @@ class RoundEvaluation(RunView):
                 if screened is None:
                     measurement = self.evaluator.measure_paired(self.store.solution(incumbent),
                                                                 self.store.solution(c), self.thresholds.min_repeats,
-                                                                self.thresholds.paired_order)
+                                                                self.thresholds.paired_order,
+                                                                self.thresholds.ranked_figure)
             decision = screened or decide(records, measurement, self.thresholds, self.regimes)
             if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
                 decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
@@ -227,7 +228,8 @@ class RoundEvaluation(RunView):
         submission = self.store.archive.submission(submission_id)
         scores = submission.get("scores") or {}
         full = FullEvaluation(submission_id, (submission.get("options") or {}).get("audit_level"),
-                              tuple(self.store.eval_records(submission_id, self.regimes)),
+                              tuple(self.store.eval_records(submission_id, self.regimes,
+                                                            self.thresholds.ranked_figure)),
                               tuple(scores.get("promotion_blockers") or ()))
         self.emit("full_audit", {"round": round_number, "name": candidate["solution_name"],
                                  "submission_id": submission_id, "status": submission.get("status")})

@@ -19,7 +19,7 @@ from harness.data.generation_request import GenerationRequest, GenerationRespons
 from harness.data.schema import Solution
 from harness.data.statuses import RunStatus
 
-from .promote import EvalRecord
+from .promote import EvalRecord, ranked_latency
 
 # Candidate statuses of the controller's own (harness statuses are the final ones).
 PENDING, EVALUATING, REJECTED, DUPLICATE = "PENDING", "EVALUATING", "REJECTED", "DUPLICATE"
@@ -259,7 +259,10 @@ class Store:
     def submission_count(self) -> int:
         return tables.submission_count(self.db)
 
-    def eval_records(self, submission_id: Optional[int], regimes: Optional[dict[str, str]] = None) -> list[EvalRecord]:
+    def eval_records(self, submission_id: Optional[int], regimes: Optional[dict[str, str]] = None,
+                     figure: str = "official") -> list[EvalRecord]:
+        """The submission's evaluations as the controller reads them; ``latency_ms`` is the ``figure`` ranked on
+        (controller.promote.ranked_latency)."""
         if submission_id is None:
             return []
         regimes = regimes or {}
@@ -271,7 +274,8 @@ class Store:
             extra = e.get("extra") or {}
             records.append(EvalRecord(
                 workload=e["workload_uuid"], label=e.get("workload_label") or "", status=e["status"],
-                latency_ms=e.get("latency_ms"), audits=tuple(extra.get("audits") or ()) + whole,
+                latency_ms=ranked_latency(e.get("latency_ms"), extra.get("kernel_latency_ms"), figure),
+                audits=tuple(extra.get("audits") or ()) + whole,
                 regime=regimes.get(e["workload_uuid"], ""), speedup_vs_fi=extra.get("speedup_vs_flashinfer_kernel"),
                 fraction_of_floor=extra.get("fraction_of_floor"), message=e.get("message") or "",
                 log_blob=e.get("log_blob"), speedup_vs_reference=e.get("speedup_factor")))

@@ -212,9 +212,11 @@ def test_a_round_proposes_more_screens_them_and_evaluates_only_the_finalist(tiny
 
 def _view(report, store):
     from controller.rounds import RunView
+    from controller.skills import promotion_thresholds
 
     view = RunView()
     view.store, view.run_id, view.regimes = store, report["run_id"], {}
+    view.thresholds = promotion_thresholds(load_skills(SKILLS_DIR))
     return view
 
 

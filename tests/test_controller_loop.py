@@ -83,7 +83,8 @@ class FakeEvaluator:
     def why_no_timing(self) -> Optional[str]:
         return None if self.judge(None)[1] is not None else "fake evaluator: no timing"
 
-    def measure_paired(self, incumbent, candidate, repeats, order="ABBA") -> Optional[PairedMeasurement]:
+    def measure_paired(self, incumbent, candidate, repeats, order="ABBA", figure="official"
+                       ) -> Optional[PairedMeasurement]:
         self.paired.append((incumbent.name, candidate.name))
         a, b = self.judge(incumbent)[1], self.judge(candidate)[1]
         if a is None or b is None:

@@ -262,3 +262,57 @@ def test_regime_of(axes, label, lengths, regime):
     from controller.evidence.latency import regime_of
 
     assert regime_of(axes, {"num_kv_heads": 8}, "H200", label, lengths) == regime
+
+
+@pytest.mark.parametrize("official, kernel, figure, ranked", [
+    (0.70, 0.15, "kernel", 0.15),     # a planned solution: its plan's host work stays out of the ranking
+    (0.70, 0.15, "official", 0.70),   # the contest harness's own figure, when the rules ask for it
+    (0.44, None, "kernel", 0.44),     # no setup: one figure
+    (None, None, "kernel", None),     # not timed
+])
+def test_the_ranked_figure(official, kernel, figure, ranked):
+    from controller.promote import ranked_latency
+
+    assert ranked_latency(official, kernel, figure) == ranked
+
+
+def test_records_and_paired_samples_carry_the_ranked_figure(tmp_path):
+    """The archive keeps both figures; the controller reads back the one its promotion rules rank on."""
+    from types import SimpleNamespace
+
+    from controller.evaluator import HarnessEvaluator
+    from controller.skills import load_skills, promotion_thresholds
+    from controller.store import Store
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import SubmitOptions
+
+    assert promotion_thresholds(load_skills(ROOT / "skills")).ranked_figure == "kernel"  # the shipped rule
+    from harness.data.schema import Solution, dump_json
+
+    from support import solution_dict
+
+    archive = Archive(tmp_path / "a")
+    solution = Solution.model_validate(solution_dict("def run(*a):\n    pass\n", name="planned"))
+    archive.put_solution(dump_json(solution), solution.content_hash)
+    sid = archive.start_submission(solution.content_hash, solution.name, solution.definition, "a", {}, None)
+    archive.add_evaluation({"submission_id": sid, "definition": solution.definition, "workload_uuid": "w1",
+                            "workload_label": "w1",
+                            "status": "PASSED", "latency_ms": 0.70, "message": "", "log_blob": None,
+                            "extra": {"kernel_latency_ms": 0.15}})
+    archive.finish_submission(sid, "PASSED")
+    store = Store(archive)
+    assert [r.latency_ms for r in store.eval_records(sid, figure="kernel")] == [0.15]
+    assert [r.latency_ms for r in store.eval_records(sid)] == [0.70]
+
+    class GpuSession:
+        has_gpu = True
+
+        def submit(self, solution, audit_level=None):
+            w = SimpleNamespace(workload="w1", evaluated=True, latency_ms=0.70, kernel_latency_ms=0.15)
+            return SimpleNamespace(timing_unavailable_reason=None, all_passed=True, workloads=[w], submission_id=1)
+
+    evaluator = HarnessEvaluator(Dataset(), archive, SubmitOptions())
+    evaluator._session = GpuSession()
+    paired = evaluator.measure_paired("inc", "cand", repeats=1, order="AB", figure="kernel")
+    assert [s.latencies for s in paired.samples] == [{"w1": 0.15}, {"w1": 0.15}]

@@ -108,7 +108,7 @@ def draft_profiler(loop: Any) -> Callable[[Solution, int], Optional[str]]:
     def profile(solution: Solution, submission_id: int) -> Optional[str]:
         if loop.config.profile is False or loop.profiler is None or loop._no_profiler is not None:
             return None
-        records = loop.store.eval_records(submission_id)
+        records = loop.store.eval_records(submission_id, figure=loop.thresholds.ranked_figure)
         if not records or any(r.status != EvaluationStatus.PASSED for r in records):
             return None
         ok, _ = loop.profiler.available()
