@@ -124,7 +124,7 @@ class Loop(RoundEvaluation):
         self._no_profiler: Optional[str] = None  # set once the profiler said it cannot work here
         # A tool-using provider gets the skills, the archive's journal of its turns and draft evaluation.
         bind_provider(provider, skills, store, evaluator, [dataset.label(w) for w in self.workloads],
-                      draft_profiler(self))
+                      draft_profiler(self), self.thresholds.ranked_figure)
 
     # -- steps ------------------------------------------------------------------------------------------
 

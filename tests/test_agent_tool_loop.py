@@ -211,7 +211,7 @@ def test_bound_provider_profiles_the_drafts_it_evaluated():
             return 41
 
     class Store:
-        def eval_records(self, submission_id):
+        def eval_records(self, submission_id, figure="official"):
             return []
 
     provider = Provider()

@@ -69,8 +69,10 @@ def draft_report(records: list[Any]) -> str:
 
 def bind_provider(provider: Any, skills: dict[str, Skill], store: Any, evaluator: Any,
                   run_workloads: Optional[list[str]],
-                  profile_draft: Optional[Callable[[Solution, int], Optional[str]]] = None) -> None:
+                  profile_draft: Optional[Callable[[Solution, int], Optional[str]]] = None,
+                  figure: str = "kernel") -> None:
     """Give a tool-using provider (one with ``bind``) its context; other providers are left as they are.
+    ``figure``: the latency figure a draft's report shows, the one the loop ranks on (PromotionThresholds).
 
     ``profile_draft(solution, submission_id)``: the ncu digest of a draft the model evaluated (None where no
     profiler runs here); the model asks for it by the draft's name."""
@@ -90,7 +92,7 @@ def bind_provider(provider: Any, skills: dict[str, Skill], store: Any, evaluator
             draft = Solution.model_validate(solution)
             submission_id = evaluator.evaluate_on(draft, workloads or None)
             drafts[draft.name] = (draft, submission_id)
-            return draft_report(store.eval_records(submission_id))
+            return draft_report(store.eval_records(submission_id, figure=figure))
 
     def profile(target: str) -> Optional[str]:
         if target not in drafts or profile_draft is None:
