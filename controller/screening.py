@@ -63,7 +63,7 @@ class RoundEvaluation(RunView):
     thresholds: PromotionThresholds
     workloads: list[Any]
     halving: Optional[HalvingSettings]  # the skill's settings; None: off
-    config: Any  # the run's LoopConfig (budget_wall_s)
+    config: Any  # the run's LoopConfig (controller.loop; its budget_wall_s here)
     round_started: Optional[float] = None  # time.monotonic() when the explore round being played began
     budget_stop: Optional[str] = None  # why the round being played stopped evaluating: its wall budget ran out
 
@@ -72,7 +72,7 @@ class RoundEvaluation(RunView):
     def out_of_wall_time(self, round_number: int) -> bool:
         """Is the run's wall budget spent (finished rounds plus this one so far)? Then every candidate of the round
         still pending ends NOT_EVALUATED with the reason, and the round stops evaluating."""
-        budget = getattr(self.config, "budget_wall_s", None)
+        budget = self.config.budget_wall_s
         if self.budget_stop is not None:
             return True
         if budget is None or self.round_started is None:
