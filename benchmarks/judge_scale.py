@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TIMELINE_ENV = "CRUCIBLE_TIMELINE"  # harness.pipeline.phases: the CLI's marks on stderr
 SOLUTIONS = ROOT / "examples" / "triton_gqa_decode" / "solutions"
 GIB = 1 << 30
 
@@ -70,8 +71,11 @@ def submit(solution: Path, archive: Path, extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "harness.cli", "submit", str(solution), "--archive", str(archive), "--json", *extra]
     started = time.perf_counter()
     with MemorySampler() as mem:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, TIMELINE_ENV: "1"})
     wall = time.perf_counter() - started
+    # the CLI's own marks (harness.pipeline.phases.timeline): seconds since its process started
+    timeline = {parts[2]: float(parts[1]) for parts in (line.split() for line in proc.stderr.splitlines())
+                if len(parts) == 3 and parts[0] == "timeline"}
     try:
         result = json.loads(proc.stdout)
     except ValueError:
@@ -95,7 +99,7 @@ def submit(solution: Path, archive: Path, extra: list[str]) -> dict:
     outside = wall - (result.get("wall_s") or 0.0) - phases.get("session_start", 0.0)
     return {"cli_wall_s": wall, "harness_wall_s": result.get("wall_s"), "status": result.get("status"),
             # the CLI's own start (imports), its archive work and the workers' teardown (CUDA contexts)
-            "outside_harness_s": round(outside, 3),
+            "outside_harness_s": round(outside, 3), "timeline_s": timeline,
             "promotable": not result.get("promotion_blockers"), "blockers": result.get("promotion_blockers", [])[:5],
             "scores": result.get("scores"), "scores_partial": result.get("scores_partial"),
             "notices": result.get("notices"), "phases_s": result.get("phases_s"),
@@ -173,6 +177,11 @@ def write_report(report: dict, out: Path) -> None:
     for r in report["runs"]:
         steps = list((r.get("worker_steps_s") or {}).items())[:8]
         lines.append(f"- {r['definition']} ({r['kind']}): " + (", ".join(f"{k} {v:.1f}" for k, v in steps) or "-"))
+    lines += ["", "The CLI's timeline (seconds since its process started: `CRUCIBLE_TIMELINE=1`)", ""]
+    for r in report["runs"]:
+        marks = r.get("timeline_s") or {}
+        lines.append(f"- {r['definition']} ({r['kind']}): "
+                     + (", ".join(f"{k} {v:.2f}" for k, v in marks.items()) or "-") + f"; exit {r['cli_wall_s']:.2f}")
     lines += ["", "Per workload: label, status, together/budget GiB, attribution, seconds (the three largest phases)",
               ""]
     for r in report["runs"]:

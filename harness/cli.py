@@ -16,7 +16,8 @@ from rich.table import Table
 
 from .archive.database import ArchiveError
 from .audits.model import audits_json
-from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, run_as_program, styled
+from .cli_common import (ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, run_as_program, styled,
+                         timeline)
 from .data.statuses import EvaluationStatus, SubmissionStatus
 from .archive_cli import copy_archive
 from .report_cli import browse, diff, report
@@ -30,6 +31,7 @@ def main() -> None:
     from .sandbox.runner import exit_on_sigterm
 
     exit_on_sigterm()
+    timeline("cli_imported")
     stacks_after = os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S")
     if stacks_after:  # where a slow or stuck harness waits: every thread's stack to stderr, repeatedly
         import faulthandler
@@ -131,8 +133,10 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
             sys.exit(0)
     # The arguments hold and there is work: launch the reference worker and the first candidate now, for this host's
     # one lane (a Ray cluster's lanes, or several GPUs with a lane each, launch their own).
+    timeline("arguments_checked")
     if executor == "local" and one_lane_certain(len(loaded)):
         early_workers.launch_for_submit(opts, ds.root, archive.folder)
+        timeline("early_workers_launched")
     try:
         _run_submit(loaded, ds, archive, opts, as_json, executor, address, lanes)
     finally:
@@ -145,10 +149,12 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
     from .pipeline.evaluate import SandboxUnavailable
     from .pipeline.parallel import submit_all
 
+    timeline("pipeline_imported")  # torch with it
     exit_code = 0
 
     def on_result(result: Any) -> None:
         nonlocal exit_code
+        timeline("submission_finished")
         if as_json:
             out.print_json(json.dumps(result.to_json(), default=str))
         else:
@@ -180,6 +186,7 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
             submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
         except (SchemaError, SandboxUnavailable) as e:
             fail(str(e))
+        timeline("sessions_closed")
     sys.exit(exit_code)
 
 
@@ -491,7 +498,11 @@ _add_installed_commands()
 
 
 def program() -> None:
-    """The `harness` program (console script and ``python -m harness.cli``): ``main``, then a quick exit."""
+    """The `harness` program (console script and ``python -m harness.cli``): ``main`` with the harness's bytecode
+    folder (harness.sandbox.bytecode: before torch is imported), then a quick exit."""
+    from .sandbox.bytecode import use_bytecode_cache
+
+    use_bytecode_cache()
     run_as_program(main)
 
 

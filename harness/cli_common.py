@@ -14,6 +14,7 @@ from .archive.database import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing
 from .data.dataset import Dataset
 from .data.schema import SchemaError
 from .data.statuses import EvaluationStatus, SubmissionStatus
+from .pipeline.phases import timeline
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
@@ -33,6 +34,7 @@ def run_as_program(command: Any) -> None:
         code: Any = 0
     except SystemExit as done:
         code = done.code
+    timeline("command_returned")
     if "ray" in sys.modules:
         sys.exit(code)
     if code is None:

@@ -141,6 +141,18 @@ def _write_escape():
     return "wrote " + _P["escape"]
 
 
+def _poison_bytecode():
+    # the harness's bytecode folder (harness.sandbox.bytecode): code written there would run in the next harness
+    prefix = _os.environ.get("PYTHONPYCACHEPREFIX")
+    if not prefix:
+        raise RuntimeError("no bytecode folder in this environment")
+    found = _glob.glob(prefix + "/**/*.pyc", recursive=True)
+    target = found[0] if found else prefix + "/poison.pyc"
+    with open(target, "ab") as f:
+        f.write(b"poison")
+    return "wrote " + target
+
+
 def _sleeper(setsid):
     pid = _os.fork()
     if pid == 0:
@@ -184,6 +196,7 @@ def _fork_bomb():
 _STEPS = {"environ_secrets": _environ_secrets, "cmdline_archive": _cmdline_archive, "tamper_archive": _tamper_archive,
           "read_blobs": _read_blobs, "other_candidate": _other_candidate, "kill_parent": _kill_parent,
           "ptrace": _ptrace, "proc_mem": _proc_mem, "write_escape": _write_escape,
+          "poison_bytecode": _poison_bytecode,
           "fork_sleeper": lambda: _sleeper(False), "setsid_sleeper": lambda: _sleeper(True),
           "memory": _memory, "flood": _flood, "fork_bomb": _fork_bomb}
 

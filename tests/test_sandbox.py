@@ -40,7 +40,7 @@ CANARY = CANARY_PREFIX + uuid.uuid4().hex
 # Steps the wall must stop outright, and steps that succeed inside it (a file in its private /tmp, a child
 # process) but must leave nothing once the evaluation ends.
 BLOCKED_STEPS = ["environ_secrets", "cmdline_archive", "tamper_archive", "read_blobs", "other_candidate",
-                 "ptrace", "proc_mem", "kill_parent"]
+                 "ptrace", "proc_mem", "poison_bytecode", "kill_parent"]
 CONTAINED_STEPS = ["write_escape", "fork_sleeper", "setsid_sleeper"]
 READ_ONLY_STEPS = BLOCKED_STEPS[:-1] + CONTAINED_STEPS + ["kill_parent"]
 
@@ -109,10 +109,11 @@ def hostile_run(tiny_dataset_root, tmp_path_factory):
     marker = "crucible-marker-" + uuid.uuid4().hex
     sol = write_solution(tmp, "hostile", READ_ONLY_STEPS, canary=CANARY_PREFIX, archive=str(archive_dir),
                          other_secret=str(other / "secret.txt"), escape=str(escape), marker=marker)
-    proc = cli_submit(sol, archive_dir, tiny_dataset_root)
+    bytecode = tmp / "bytecode"  # the harness's bytecode folder, named so it is used whatever the installation
+    proc = cli_submit(sol, archive_dir, tiny_dataset_root, env={"CRUCIBLE_BYTECODE_CACHE": str(bytecode)})
     time.sleep(0.5)
     yield {"proc": proc, "archive_dir": archive_dir, "earlier": earlier, "escape": escape, "marker": marker,
-           "other": other}
+           "other": other, "bytecode": bytecode}
     for pid in marked_processes(marker):  # only where the wall failed
         os.kill(pid, signal.SIGKILL)
     import shutil
@@ -152,6 +153,19 @@ def test_every_hostile_step_is_blocked(hostile_run, step):
 def test_no_secret_reaches_the_archive_or_the_output(hostile_run):
     assert CANARY not in hostile_run["proc"].stdout + hostile_run["proc"].stderr
     assert CANARY.encode() not in everything_archived(hostile_run["archive_dir"])
+
+
+@needs_sandbox
+def test_the_harness_bytecode_is_read_and_never_written_by_a_candidate(hostile_run):
+    """The harness filled its bytecode folder (torch's modules among them); the candidate saw the folder (its step
+    reached it) and could not write a byte into it."""
+    _result(hostile_run)
+    stored = list(hostile_run["bytecode"].rglob("*.pyc"))
+    assert any("torch" in p.parts for p in stored), len(stored)
+    seen = outcomes(_first_log(hostile_run))["poison_bytecode"]
+    assert seen.startswith("BLOCKED") and str(hostile_run["bytecode"]) in seen, seen  # it got as far as the folder
+    assert "Read-only file system" in seen or "Permission denied" in seen, seen  # (a bind read-only, another owner)
+    assert not any(p.read_bytes().endswith(b"poison") for p in stored)
 
 
 @needs_sandbox

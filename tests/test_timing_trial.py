@@ -124,9 +124,27 @@ def test_the_timed_loop_reports_its_host_steps_in_order(monkeypatch):
     fake = _FakeCupti([_rec(_FakeKind.RUNTIME, 123, 123, 1, cbid=211),
                        _rec(_FakeKind.CONCURRENT_KERNEL, 200, 300, 1, name="k")])
     laps: list[str] = []
-    spans, names, per_kernel = _timed_cupti(fake, lambda: None, (), 1, lambda: None, laps.append)
+    spans, names, per_kernel, walls = _timed_cupti(fake, lambda: None, (), 1, lambda: None, laps.append)
     assert laps == ["tracer_start", "timed_calls", "tracer_stop", "analysis"]
     assert spans == pytest.approx([100 * NS]) and names == ["k"] and set(per_kernel) == {"k"}
+    assert len(walls) == 1
+
+
+def test_the_timed_loop_takes_each_calls_traced_wall_for_the_clock_truth_audit(monkeypatch):
+    """The clock-truth audit's walls under tracing come from the timed calls themselves (no second tracer, no extra
+    calls): one per timed iteration, from before the call to the synchronisation after it, so host work inside the
+    call (here a sleep) and the synchronisation's wait are both in it, while the flush before the window is not."""
+    import time
+
+    from harness.measure.timing import _timed_cupti
+
+    synced: list[float] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: (time.sleep(0.002), synced.append(1)))
+    fake = _FakeCupti([_rec(_FakeKind.RUNTIME, 123, 123, 1, cbid=211),
+                       _rec(_FakeKind.CONCURRENT_KERNEL, 200, 300, 1, name="k")])
+    _, _, _, walls = _timed_cupti(fake, lambda: time.sleep(0.003), (), 1, lambda: time.sleep(0.02))
+    assert len(walls) == 1 and len(synced) == 2
+    assert 5.0 <= walls[0] < 20.0, walls  # the call's 3 ms and the 2 ms wait after it; not the flush
 
 
 class _RuntimeCbid(enum.IntEnum):

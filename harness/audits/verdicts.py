@@ -163,7 +163,7 @@ def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditCo
     """Synchronised wall time per call against the CUPTI span: host work the timer cannot see.
 
     ``launches`` is the number of distinct kernels per call: each brings its own host launch cost.
-    ``traced_wall_ms``: the same calls under CUPTI tracing, as the span was taken (harness.measure.timing.traced). The
+    ``traced_wall_ms``: the timed calls' own walls, under CUPTI tracing as their span was (TrialTiming). The
     tampered-clock bound compares those: tracing slows every API call, so a callable of many small launches
     spreads its GPU work further under the timer than without it, and an untraced wall can honestly be shorter
     than the span. The host-work bound compares the untraced wall: tracing's own cost is not the candidate's.

@@ -6,9 +6,8 @@ runtime/driver API records whose correlation ids tie each activity to the call t
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from .timing_records import ApiLaunch, GpuActivity, TimingError
@@ -212,26 +211,3 @@ class _CuptiCollector:
 
     def timestamp(self) -> int:
         return int(self._api.get_timestamp())
-
-
-
-
-@contextlib.contextmanager
-def traced() -> Iterator[None]:
-    """CUPTI activity tracing on, as during the timed iterations, its records discarded.
-
-    Tracing costs every API call a few microseconds, so a callable that launches many small kernels runs its
-    GPU work further apart under the timer than without it. A wall time to be compared with the CUPTI span
-    (the clock-truth audit) must be taken under the same tracing, or an honest multi-kernel callable reads as
-    faster by wall clock than its own GPU span (1.12 ms against 1.26 ms for a PyTorch attention on the H200).
-    """
-    cupti_api, _ = _load_cupti()
-    if cupti_api is None:
-        yield
-        return
-    collector = _CuptiCollector(cupti_api)
-    collector.start()
-    try:
-        yield
-    finally:
-        collector.stop()

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
-from .cupti_trace import _CuptiCollector, _load_cupti, cupti_status, traced
+from .cupti_trace import _CuptiCollector, _load_cupti, cupti_status
 from .timing_records import (ESTIMATION_CALLS, ApiLaunch, Backend, GpuActivity, Latency, TimingConfig, TimingError,
                              TrialTiming, aggregate_trials, analyse_activities, attribute_activities,
                              check_kernel_sets, flush_buffer_bytes, median, span_per_iteration, time_per_activity)
@@ -64,7 +64,6 @@ __all__ = [
     "time_per_activity",
     "time_trial",
     "time_trials",
-    "traced",
 ]
 
 
@@ -186,8 +185,10 @@ def time_trial(
         lap("untimed")
 
         kernel_ns: dict[str, float] = {}
+        traced_walls: list[float] | None = None
         if cupti_api is not None:
-            samples, kernel_names, kernel_ns = _timed_cupti(cupti_api, fn, args, iterations, flush_l2, lap)
+            samples, kernel_names, kernel_ns, traced_walls = _timed_cupti(cupti_api, fn, args, iterations,
+                                                                          flush_l2, lap)
             used: Backend = "cupti"
         else:
             samples = _timed_events(fn, args, iterations, flush_l2)
@@ -209,6 +210,7 @@ def time_trial(
         device=f"{dev} ({torch.cuda.get_device_name(dev)})",
         note=note,
         host_s={k: round(v, 5) for k, v in host_s.items()},
+        traced_wall_ms=traced_walls,
     )
 
 
@@ -219,11 +221,12 @@ def _timed_cupti(
     iterations: int,
     flush_l2: Callable[[], None],
     lap: Callable[[str], None] = lambda step: None,
-) -> tuple[list[float], list[str], dict[str, float]]:
+) -> tuple[list[float], list[str], dict[str, float], list[float]]:
     import torch
 
     collector = _CuptiCollector(cupti_api)
     windows: list[tuple[int, int]] = []
+    walls: list[float] = []
     collector.start()
     lap("tracer_start")
     try:
@@ -233,9 +236,13 @@ def _timed_cupti(
             flush_l2()
             torch.cuda.synchronize()
             window_start = collector.timestamp()
+            called = time.perf_counter()
             fn(*args)
             window_end = collector.timestamp()
             torch.cuda.synchronize()
+            # the call's synchronised wall under this tracer (clock truth), at no extra call: host clock reads
+            # outside the window, which only bounds the launches the span counts
+            walls.append((time.perf_counter() - called) * 1e3)
             windows.append((window_start, window_end))
     except BaseException:
         collector.stop(flush=False)
@@ -246,7 +253,7 @@ def _timed_cupti(
     spans, kernel_names = analyse_activities(windows, collector.activities, collector.launches)
     per_activity = time_per_activity(windows, collector.activities, collector.launches)
     lap("analysis")
-    return spans, kernel_names, per_activity
+    return spans, kernel_names, per_activity, walls
 
 
 def _timed_events(

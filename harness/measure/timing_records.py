@@ -55,6 +55,9 @@ class TrialTiming(BaseModel):
     # warm-up calls), tracer_start / timed_calls / tracer_stop (CUPTI on, the timed iterations, its records
     # delivered and CUPTI off), analysis (spans from the records): the timer's own cost, never a figure of fn's
     host_s: dict[str, float] = Field(default_factory=dict)
+    # with CUPTI: each timed call's host wall from just before the call to the synchronisation after it, taken in
+    # the timed loop itself (under the tracer, on the cold L2 the flush left): the clock-truth audit's traced walls
+    traced_wall_ms: list[float] | None = None
 
 
 class Latency(BaseModel):

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 from ..archive.database import Archive
 from ..data.dataset import Dataset
 from .evaluate import Progress, Session, SubmissionResult, SubmitOptions
+from .phases import timeline
 from .worker_options import one_lane_certain
 from ..data.schema import Solution
 
@@ -159,13 +160,16 @@ def submit_all(solutions: list[Solution], dataset: Dataset, archive_path: Path, 
                 started = time.perf_counter()
                 session.reference_worker()  # the first time: the session's start (the reference's process)
                 start_s = time.perf_counter() - started
+                timeline(f"lane{lane}_reference_ready")
                 key = session.environment.get("gpu_uuid") or session.environment.get("uuid") or f"index{index}"
                 with gpu_lock(key) if session.has_gpu else contextlib.nullcontext():
                     results[i] = session.submit(solution)
+                timeline(f"lane{lane}_submission_evaluated")
                 if start_s >= 0.001:  # where the time went before the submission began
                     results[i].phases_s = {"session_start": round(start_s, 3), **results[i].phases_s}
                 if on_result is not None:
                     on_result(results[i])
+        timeline(f"lane{lane}_session_closed")
 
     run_lanes(solutions, lanes, serve)
     return [r for r in results if r is not None]

@@ -24,8 +24,9 @@ from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_reply import apply_timing_reply
 
 
-# Wall-clock calls of the clock-truth audit, plain and as many under tracing, in a workload's last trial (its
-# fastest plain call and median traced call are compared with that trial's span: harness.audits.verdicts).
+# Plain wall-clock calls of the clock-truth audit after a workload's last trial; under tracing, that trial's timed
+# calls are the walls (the fastest plain call and the median traced call are compared with its span:
+# harness.audits.verdicts).
 CLOCK_TRUTH_CALLS = 12
 
 

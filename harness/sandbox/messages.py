@@ -301,7 +301,6 @@ class TimedTrial(TrialTiming):
 
     model_config = ConfigDict(extra="forbid")
     wall_ms: Optional[list[float]] = Field(None, description="synchronised wall time per call, cold L2")
-    traced_wall_ms: Optional[list[float]] = Field(None, description="the same, under CUPTI tracing")
 
 
 class TimeReply(Reply):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from . import protocol
 from .messages import ExitRequest, HelloRequest, MalformedReply, Reply, Request, parse_reply
+from .bytecode import worker_bytecode
 from .isolation import Sandbox, SandboxPolicy, human_bytes, make_sandbox
 
 if TYPE_CHECKING:  # annotations only: the harness launches workers before it imports torch
@@ -266,6 +267,10 @@ class WorkerProcess:
         if os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S"):  # the worker's stacks too, into its log
             extra["CRUCIBLE_DUMP_STACKS_AFTER_S"] = os.environ["CRUCIBLE_DUMP_STACKS_AFTER_S"]
         readable = [str(Path(__file__).resolve().parents[1])]  # the whole harness package
+        # the harness's bytecode of torch and friends, to read and never write (harness.sandbox.bytecode)
+        bytecode_env, bytecode_folders = worker_bytecode()
+        extra.update(bytecode_env)
+        readable += bytecode_folders
         if o.dataset_root:
             readable += [str(Path(o.dataset_root) / "blob"), str(Path(o.dataset_root).resolve() / "blob")]
         self.sandbox = make_sandbox(o.policy, o.role, readable, list(o.hidden), os.environ.get("PYTHONPATH", ""),

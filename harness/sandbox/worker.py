@@ -215,7 +215,7 @@ class Worker:
         per trial outside the timed region (what a serving engine pays per step).
         """
         from ..measure.gpu_state import gpu_state
-        from ..measure.timing import time_trial, traced
+        from ..measure.timing import time_trial
 
         if self.device.type != "cuda":
             return failure("no GPU: timing unavailable", UNAVAILABLE), {}
@@ -245,6 +245,9 @@ class Worker:
             if setup is not None:
                 kernel_args = [*args, setup(*args[:n_inputs])]
                 kernel.append(self._timer_steps(time_trial(fn, kernel_args, **kw)))
+            clock_trial = (kernel or official)[-1]
+            if kernel:  # the kernel figure's calls are the audited ones
+                official[-1]["traced_wall_ms"] = None
             if req.clock_truth_calls and trial_index == len(req.seeds) - 1:
                 # Synchronised wall time per call next to the CUPTI span of the same callable (the kernel
                 # figure where there is a setup): host work the timer cannot see shows up here. One trial is
@@ -252,18 +255,16 @@ class Worker:
                 # the other trials drew other inputs, and some definitions' work depends on them (MoE routing).
                 # Cold L2 before each call, as the timer had: a warm L2 made honest kernels whose data fits
                 # in it (K/V of b1_kv8192 is 34 MB; the H200's L2 50 MB) run below their CUPTI span.
-                # Both plain and under CUPTI tracing, as the span was taken
-                # (harness.audits.verdicts.clock_truth_verdict).
+                # Plain here; under CUPTI tracing, as the span was taken, the timed calls' own walls
+                # (TrialTiming.traced_wall_ms; harness.audits.verdicts.clock_truth_verdict).
                 with self._step("clock_truth"):
                     flush = l2_flush(self.device)
                     call = functools.partial(fn, *kernel_args)
-                    calls = req.clock_truth_calls
-                    (kernel or official)[-1]["wall_ms"] = [wall_call(self.device, flush, call)[0]
-                                                           for _ in range(calls)]
-                    with traced():
-                        traced_walls = [wall_call(self.device, flush, call)[0] for _ in range(calls)]
-                    (kernel or official)[-1]["traced_wall_ms"] = traced_walls
+                    clock_trial["wall_ms"] = [wall_call(self.device, flush, call)[0]
+                                              for _ in range(req.clock_truth_calls)]
                     del flush
+            else:  # only the audited trial's walls travel
+                clock_trial["traced_wall_ms"] = None
             del kernel_args
             del inputs, args
         with self._step("gpu_state"):
