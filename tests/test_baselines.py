@@ -67,7 +67,8 @@ def test_figures_are_measured_once_per_card_and_carried_to_its_twin_after_a_spot
     definition, preset = shipped.definition(KV8_PS1), shipped.preset(KV8_PS1)
     workload = shipped.workloads_for(KV8_PS1)[0]
     baseline = Solution.model_validate(solution_dict("def run(*a):\n    pass\n", name="fi_like"))
-    dataset = type("D", (), {"baselines": lambda self, name: [baseline], "label": lambda self, w: "w0"})()
+    dataset = type("D", (), {"baselines": lambda self, name: [baseline], "label": lambda self, w: "w0",
+                             "workloads_for": lambda self, name, selection=None: [workload]})()
     archive, trust, calls = Archive(tmp_path / "a"), {}, []
 
     def evaluate(worker, definition, workload, label, preset, tol, timeout_s):
@@ -111,7 +112,8 @@ def test_a_twin_reuses_device_bound_figures_after_a_spot_check_and_measures_laun
     names = {small.uuid: "small", large.uuid: "large", larger.uuid: "larger"}
     baseline = Solution.model_validate(solution_dict("def run(*a):\n    pass\n", name="fi_like"))
     dataset = type("D", (), {"baselines": lambda self, name: [baseline],
-                             "label": lambda self, w: names[w.uuid]})()
+                             "label": lambda self, w: names[w.uuid],
+                             "workloads_for": lambda self, name, selection=None: [small, large, larger]})()
     archive, trust, calls = Archive(tmp_path / "a"), {}, []
     figures = {"small": (0.17, 0.011), "large": (2.2, 2.0), "larger": (8.3, 8.0)}  # (official, kernel) ms
     slower_host = {"small": 1.2, "large": 1.02, "larger": 1.01}  # launch gaps grow, device time does not
@@ -148,6 +150,15 @@ def test_a_twin_reuses_device_bound_figures_after_a_spot_check_and_measures_laun
     assert trust[("baseline", baseline.content_hash)] is True
     assert twin[0]["kernel_ms"] == pytest.approx(0.0132)  # this host's own figure, not the carried 0.011
     assert twin[1]["kernel_ms"] == pytest.approx(2.04) and twin[2]["kernel_ms"] == 8.0
+    # a later session on that card (a warm `harness submit`): the spot check it made is read from the archive, so
+    # nothing is measured again and no baseline worker needs to start at all
+    calls.clear()
+    trust.clear()
+    later = Baselines(dataset, archive, _Keys("GPU-2"), trust, lambda *a: (_Worker(), None),
+                      evaluate_on(slower_host.get))
+    assert later.to_run(definition, [small, large, larger]) == []
+    assert later.figures(definition, larger, preset, Tolerance(), 60)["kernel_ms"] == 8.0
+    assert calls == [] and later.spot_checks == [] and trust[("baseline", baseline.content_hash)] is True
     # a card whose device-bound figures differ: the spot check fails and everything is measured there
     calls.clear()
     trust.clear()
@@ -155,6 +166,14 @@ def test_a_twin_reuses_device_bound_figures_after_a_spot_check_and_measures_laun
     assert calls == ["small", "large", "larger"] and trust[("baseline", baseline.content_hash)] is False
     (notice,) = notices()
     assert "spot check on large" in notice and "did not hold (tolerance 10%)" in notice
+    # ...and stays failed in its later sessions: read from the archive, never a carried figure there
+    trust.clear()
+    later = Baselines(dataset, archive, _Keys("GPU-3"), trust, lambda *a: (_Worker(), None), evaluate_on(lambda l: 1.3))
+    assert later.trust(baseline, definition) is False
+    # a fourth card with nothing of its own: not checked yet, so its first device-bound workload is measured
+    trust.clear()
+    fresh = Baselines(dataset, archive, _Keys("GPU-4"), trust, lambda *a: (_Worker(), None), evaluate_on(lambda l: 1.0))
+    assert fresh.trust(baseline, definition) is None and fresh.to_run(definition, [larger]) == [baseline]
 
 
 def test_flashinfer_cache_is_the_archives_unless_the_host_names_one(tmp_path, monkeypatch):

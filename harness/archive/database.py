@@ -227,10 +227,14 @@ class Archive:
         return closed
 
     def baseline_run(self, gpu_key: str, toolchain: str, definition: str, workload_uuid: str,
-                     solution_hash: str, gpu_model: Optional[str] = None) -> Optional[dict[str, Any]]:
+                     solution_hash: str, gpu_model: Optional[str] = None,
+                     other_cards: bool = False) -> Optional[dict[str, Any]]:
         """The latest PASSED run of a baseline on this card (``gpu_key``) or, with ``gpu_model``, on any card of
-        that model. Failures are kept as history but never reused: they may be this session's (memory)."""
+        that model (``other_cards``: any but this one). Failures are kept as history but never reused: they may be
+        this session's (memory)."""
         where, args = ("gpu_model = ?", [gpu_model]) if gpu_model else ("gpu_key = ?", [gpu_key])
+        if gpu_model and other_cards:
+            where, args = where + " and gpu_key != ?", [*args, gpu_key]
         rows = list(self.db["baseline_runs"].rows_where(
             f"{where} and toolchain = ? and definition = ? and workload_uuid = ? and solution_hash = ? "
             "and status = ?", [*args, toolchain, definition, workload_uuid, solution_hash,

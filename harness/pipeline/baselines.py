@@ -76,11 +76,39 @@ class Baselines:
     def to_run(self, definition: Definition, workloads: list[Workload]) -> list[Solution]:
         """The baselines that will run in this submission: no figure of theirs on this card for some workload, not
         started in this session yet (their processes may then be launched ahead)."""
-        t = self.trusted
         return [sol for sol in self.dataset.baselines(definition.name)
                 if sol.content_hash not in self.workers and sol.content_hash not in self.given_up
-                and any(self.archive.baseline_run(t.gpu_key, t.toolchain_key, definition.name, w.uuid,
-                                                  sol.content_hash) is None for w in workloads)]
+                and any(self._needs_run(sol, definition, w) for w in workloads)]
+
+    def _needs_run(self, sol: Solution, definition: Definition, workload: Workload) -> bool:
+        """No figure of this card, and none from another card that may stand for it (device-bound, trusted)."""
+        t = self.trusted
+        keys = (t.toolchain_key, definition.name, workload.uuid, sol.content_hash)
+        if self.archive.baseline_run(t.gpu_key, *keys) is not None:
+            return False
+        carried = self.archive.baseline_run(t.gpu_key, *keys, gpu_model=t.gpu_model)
+        return not (carried is not None and scores.carried_baseline_reusable(carried) and self.trust(sol, definition))
+
+    def trust(self, sol: Solution, definition: Definition) -> Optional[bool]:
+        """Do another card's figures of ``sol`` hold on this one? This session's spot check, else the spot checks
+        earlier sessions made on this card (the archive holds both figures of a workload: this card's, and a
+        device-bound one of another card of the model; all must agree), else None: not checked yet. Read from the
+        archive, a spot check is made once per card, not once per session (a worker's start and a workload's
+        timing, on every warm `harness submit`)."""
+        key = ("baseline", sol.content_hash)
+        if self._carried_trust.get(key) is not None:
+            return self._carried_trust[key]
+        t = self.trusted
+        verdicts = []
+        for workload in self.dataset.workloads_for(definition.name):
+            keys = (t.toolchain_key, definition.name, workload.uuid, sol.content_hash)
+            own = self.archive.baseline_run(t.gpu_key, *keys)
+            other = own and self.archive.baseline_run(t.gpu_key, *keys, gpu_model=t.gpu_model, other_cards=True)
+            if other and scores.carried_baseline_reusable(other):
+                verdicts.append(scores.baseline_spot_check_holds(other, own))
+        if verdicts:
+            self._carried_trust[key] = all(verdicts)
+        return self._carried_trust.get(key)
 
     def figures(self, definition: Definition, workload: Workload, preset: EvalPreset, tol: Tolerance,
                 timeout_s: float) -> Optional[dict[str, Any]]:
@@ -97,7 +125,7 @@ class Baselines:
             # another card's figure stands for this one's only where it is device time, and once a spot check on
             # such a workload agrees; launch-bound figures are this host's to measure
             reusable = carried is not None and scores.carried_baseline_reusable(carried)
-            trust = self._carried_trust.get(("baseline", sol.content_hash))
+            trust = self.trust(sol, definition) if reusable else None
             if cached is None and reusable and trust:
                 cached = carried
             if cached is None:
