@@ -68,7 +68,7 @@ class MemorySampler:
 
 
 def submit(solution: Path, archive: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "harness.cli", "submit", str(solution), "--archive", str(archive), "--json", *extra]
+    cmd = [sys.executable, "-m", "harness", "submit", str(solution), "--archive", str(archive), "--json", *extra]
     started = time.perf_counter()
     with MemorySampler() as mem:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, TIMELINE_ENV: "1"})

@@ -413,14 +413,5 @@ def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
 main.add_command(profile)  # also `harness profile` (entry point "harness.commands")
 
 
-def program() -> None:
-    """The `controller` program (console script and ``python -m controller.cli``): ``main`` with the harness's bytecode
-    folder (harness.sandbox.bytecode), set before anything imports torch."""
-    from harness.sandbox.bytecode import use_bytecode_cache
-
-    use_bytecode_cache()
-    main()
-
-
 if __name__ == "__main__":
-    program()
+    main()

@@ -15,9 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .archive.database import ArchiveError
-from .audits.model import audits_json
-from .cli_common import (ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, run_as_program, styled,
-                         timeline)
+from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, run_as_program, styled
+from .pipeline.phases import timeline
+from .result_view import print_promotability, print_result, print_submission_audits, seconds, times
 from .data.statuses import EvaluationStatus, SubmissionStatus
 from .archive_cli import copy_archive
 from .report_cli import browse, diff, report
@@ -154,7 +154,6 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
 
     def on_result(result: Any) -> None:
         nonlocal exit_code
-        timeline("submission_finished")
         if as_json:
             out.print_json(json.dumps(result.to_json(), default=str))
         else:
@@ -186,7 +185,6 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
             submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
         except (SchemaError, SandboxUnavailable) as e:
             fail(str(e))
-        timeline("sessions_closed")
     sys.exit(exit_code)
 
 
@@ -220,82 +218,6 @@ def _submit_on_ray(loaded: list[Solution], ds: Any, archive: Any, opts: Any, add
             submit_on_ray(loaded, ds, archive, opts, settings, on_event=progress, on_result=on_result)
     except KeyboardInterrupt:  # the driver writes only finished submissions: nothing is left half-archived
         fail("interrupted: every finished submission is archived; continue with the same command and --resume", 130)
-
-
-def pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
-
-
-def times(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.3g}x"
-
-
-def seconds(phases: Optional[dict[str, float]]) -> str:
-    """A workload's wall seconds in the harness (the sum of its phases), "-" where not recorded."""
-    return f"{sum(phases.values()):.1f}" if phases else "-"
-
-
-def print_result(result: Any) -> None:
-    table = Table(title=f"submission {result.submission_id}: {result.solution} on {result.definition}",
-                  title_justify="left")
-    for col in ("workload", "status", "latency ms", "kernel ms", "vs ref", "vs FI official", "vs FI kernel",
-                "% of floor", "max abs err", "s"):
-        table.add_column(col, justify="left" if col in ("workload", "status") else "right", no_wrap=True)
-    table.add_column("note", no_wrap=True, overflow="ellipsis", max_width=60)
-    for w in result.workloads:
-        note = (w.message or w.timing_note).split("\n")[0]
-        kernel = fmt(w.kernel_latency_ms, 4) if w.kernel_latency_ms != w.latency_ms else ""
-        table.add_row(w.label, styled(w.status), fmt(w.latency_ms, 4), kernel, times(w.speedup_factor),
-                      times(w.speedup_vs_fi_official), times(w.speedup_vs_fi_kernel), pct(w.fraction_of_floor),
-                      fmt(w.max_absolute_error), seconds(w.phases_s), escape(note))
-    out.print(table)
-    out.print(f"status: {styled(result.status)}", highlight=False)
-    if result.sandbox and result.sandbox != "full":
-        out.print(f"[bold yellow]sandbox: {escape(result.sandbox)}[/]", highlight=False)
-    print_promotability(result.promotion_blockers, result.static_findings)
-    print_submission_audits(audits_json(result.audits))
-    if any(v is not None for v in result.scores.values()):
-        names = {"vs_reference": "vs reference", "vs_flashinfer_official": "vs FlashInfer (official, plan inside)",
-                 "vs_flashinfer_kernel": "vs FlashInfer (kernel, plan in setup)"}
-        partial = result.scores_partial or {}
-        out.print("score (mean speedup, 0 if any workload failed): "
-                  + "; ".join(f"{names[k]} {times(v)}"
-                              + (f" (partial: {len(partial[k])} missing)" if k in partial else "")
-                              for k, v in result.scores.items()), highlight=False)
-    if result.timing_unavailable_reason:
-        out.print(f"[yellow]timing:[/] {result.timing_unavailable_reason}", highlight=False)
-    if result.phases_s:
-        out.print(time_line(result.wall_s, result.phases_s, result.worker_steps_s), style="dim", highlight=False)
-    for n in result.notices:
-        out.print(f"[yellow]notice:[/] {escape(n)}", highlight=False)
-
-
-def time_line(wall_s: float, phases: dict[str, float], steps: dict[str, float]) -> str:
-    """Where the submission's time went: the harness's largest phases, and the largest steps inside the workers."""
-    top = sorted(phases.items(), key=lambda kv: -kv[1])[:4]
-    line = f"time: {wall_s:.1f} s in the harness ({', '.join(f'{k} {v:.1f}' for k, v in top)})"
-    if steps:
-        line += "; in the workers: " + ", ".join(f"{k} {v:.1f}" for k, v in list(steps.items())[:3])
-    return line
-
-
-def print_submission_audits(audits: list[dict[str, Any]]) -> None:
-    """Audits of the whole submission (the instruction proof), as archived (``Audit.to_json``); per-workload audits
-    are in the table."""
-    for a in audits:
-        mark = "[green]passed[/]" if a["passed"] else "[red]failed[/]"
-        out.print(f"audit {a['name']} {mark}: {escape(a['detail'])}", highlight=False)
-
-
-def print_promotability(blockers: list[str], findings: list[dict[str, Any]]) -> None:
-    if not blockers:
-        out.print("promotable: [green]yes[/] (every workload PASSED, every audit clean)", highlight=False)
-    else:
-        out.print(f"promotable: [red]no[/] ({len(blockers)} reason(s)); first: {escape(blockers[0])}", highlight=False)
-    for f in findings[:10]:
-        colour = "red" if f["severity"] == "error" else "yellow"
-        out.print(f"  static [{colour}]{f['severity']}[/] {f['rule']} {f['path']}:{f['line']}: {escape(f['message'])}",
-                  highlight=False)
 
 
 @main.command("list")
@@ -498,11 +420,8 @@ _add_installed_commands()
 
 
 def program() -> None:
-    """The `harness` program (console script and ``python -m harness.cli``): ``main`` with the harness's bytecode
-    folder (harness.sandbox.bytecode: before torch is imported), then a quick exit."""
-    from .sandbox.bytecode import use_bytecode_cache
-
-    use_bytecode_cache()
+    """The `harness` program (``python -m harness.cli``; the console script and ``python -m harness`` come through
+    harness/__main__.py, which sets the bytecode folder first): ``main``, then a quick exit."""
     run_as_program(main)
 
 

@@ -135,3 +135,20 @@ def test_a_prefix_the_user_chose_is_kept(monkeypatch, tmp_path):
     monkeypatch.setenv("CRUCIBLE_BYTECODE_CACHE", "off")
     assert bytecode.use_bytecode_cache() == tmp_path
     assert bytecode.worker_bytecode()[1] == [str(tmp_path)]
+
+
+@pytest.mark.parametrize("package", ["harness", "controller"])
+def test_the_programs_set_the_folder_before_their_imports(package, tmp_path):
+    """`harness` / `controller` (console scripts, `python -m`): the folder is chosen while none of the command's
+    heavy imports is loaded yet, so they too are read from it."""
+    run = _python(f"""
+        import sys
+        import harness.sandbox.bytecode as chosen
+        heavy = ("harness.cli", "controller.cli", "torch", "pydantic", "rich", "click")
+        chosen.use_bytecode_cache = lambda: print("loaded:", [m for m in heavy if m in sys.modules], flush=True)
+        sys.argv = ["{package}", "--help"]
+        import {package}.__main__ as program
+        program.main()
+    """, _clean_env(), tmp_path)
+    assert "loaded: []" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "Usage:" in run.stdout

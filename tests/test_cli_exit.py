@@ -50,4 +50,5 @@ def test_the_console_script_is_the_program():
     from pathlib import Path
 
     scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["harness"] == "harness.cli:program"
+    # through harness/__main__.py (the bytecode folder first, harness.sandbox.bytecode), as `python -m harness` is
+    assert scripts["harness"] == "harness.__main__:main" and scripts["controller"] == "controller.__main__:main"

@@ -276,7 +276,7 @@ def test_pack_builds_a_solution_from_a_folder(tmp_path):
 
 
 def test_the_time_line_names_the_largest_phases_and_worker_steps():
-    from harness.cli import time_line
+    from harness.result_view import time_line
 
     line = time_line(12.34, {"build": 1.0, "timing": 6.0, "correctness": 3.0, "audits": 2.0, "compare": 0.1},
                      {"candidate.time.timer.timed_calls": 4.0, "candidate.run.call": 1.5, "reference.hello.start": 1.2,

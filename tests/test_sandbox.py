@@ -79,7 +79,7 @@ def marked_processes(marker: str) -> list[int]:
 
 def cli_submit(solution: Path, archive: Path, dataset: Path, *extra: str, env: dict | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "submit", str(solution), "--archive", str(archive),
+    return subprocess.run([sys.executable, "-m", "harness", "submit", str(solution), "--archive", str(archive),
                            "--dataset", str(dataset), "-w", "tiny_b2_t40", "--json", *extra],
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "ANTHROPIC_API_KEY": CANARY, "OPENAI_API_KEY": CANARY, **(env or {})})
