@@ -69,8 +69,9 @@ def _python(code: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _clean_env(**extra: str) -> dict:
+    """This environment without a bytecode prefix, writing no bytecode beside the sources (the repository's)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
-    return {**env, **extra}
+    return {**env, "PYTHONDONTWRITEBYTECODE": "1", **extra}
 
 
 def test_the_harness_fills_the_folder_with_what_it_imports_before_and_after(tmp_path):

@@ -72,6 +72,7 @@ class Baselines:
         self.given_up: dict[str, str] = {}  # solution hash -> why it is not run again in this session
         self._last_failure: dict[str, tuple[str, str]] = {}  # solution hash -> its last (status, message)
         self.spot_checks: list[str] = []  # what each spot check of carried figures found, for the notices
+        self._archive_read: set[tuple[str, str]] = set()  # (baseline, definition): earlier spot checks looked up
 
     def to_run(self, definition: Definition, workloads: list[Workload]) -> list[Solution]:
         """The baselines that will run in this submission: no figure of theirs on this card for some workload, not
@@ -96,8 +97,9 @@ class Baselines:
         archive, a spot check is made once per card, not once per session (a worker's start and a workload's
         timing, on every warm `harness submit`)."""
         key = ("baseline", sol.content_hash)
-        if self._carried_trust.get(key) is not None:
-            return self._carried_trust[key]
+        if self._carried_trust.get(key) is not None or (sol.content_hash, definition.name) in self._archive_read:
+            return self._carried_trust.get(key)
+        self._archive_read.add((sol.content_hash, definition.name))  # once per session: two queries per workload
         t = self.trusted
         verdicts = []
         for workload in self.dataset.workloads_for(definition.name):
