@@ -9,7 +9,8 @@ Rules, checked in order; the first that fails is the recorded reason:
   1. every workload PASSED;          2. every audit clean;
   3. timing exists (on a host without a GPU it does not: "no timing: correctness only, nothing promoted");
      screen: a candidate whose own evaluation's mean speedup over the incumbent's own evaluation is below
-     ``1 - screen_slack_rel`` is refused before any paired measurement is spent on it;
+     ``1 - screen_slack_rel`` is refused before any paired measurement is spent on it; one at least
+     ``decisive_speedup`` times faster on every workload, on the same card, needs none (``decisive_speedups``);
   4. at least ``min_repeats`` paired repeats, each in ``paired_order`` (ABBA: incumbent, candidate,
      candidate, incumbent, measured back to back by the harness);
   5. mean per-workload speedup above ``1 + noise_floor_rel``;
@@ -167,6 +168,21 @@ def screen_failure(records: list[EvalRecord], incumbent_records: list[EvalRecord
                    mean_speedup=score, workload_speedups=speedups)
 
 
+def decisive_speedups(records: list[EvalRecord], incumbent_records: list[EvalRecord],
+                      thresholds: PromotionThresholds, same_card: bool) -> Optional[dict[str, float]]:
+    """Per-workload speedups of the candidate's own evaluation over the incumbent's own evaluation where the win is
+    decisive: both on the same card and every workload at least ``decisive_speedup`` times faster (a paired
+    measurement then cannot change the verdict: drift between two evaluations of one card is a few percent). None
+    otherwise, or where the rules ask for a paired measurement every time (``decisive_speedup`` unset)."""
+    if thresholds.decisive_speedup is None or not same_card or gate_failure(records, thresholds) is not None:
+        return None
+    speedups = workload_speedups({r.workload: r.latency_ms for r in incumbent_records},
+                                 {r.workload: r.latency_ms for r in records}, [r.workload for r in records])
+    if not speedups or min(speedups.values()) < thresholds.decisive_speedup - _EPS:
+        return None
+    return speedups
+
+
 def repeats_in_order(measurement: PairedMeasurement, order: str) -> tuple[int, list[str]]:
     """Complete repeats whose roles ran in exactly ``order``, and what was wrong with the others."""
     by_repeat: dict[int, list[str]] = {}
@@ -191,12 +207,21 @@ def mean_latencies(measurement: PairedMeasurement, role: str, workloads: list[st
 
 
 def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
-           thresholds: PromotionThresholds, regimes: Optional[dict[str, str]] = None) -> Decision:
+           thresholds: PromotionThresholds, regimes: Optional[dict[str, str]] = None,
+           decisive: Optional[dict[str, float]] = None) -> Decision:
     """Whether the candidate evaluated in ``records`` beats the incumbent (rules 1-7; ``confirm`` adds rule 8).
-    ``regimes``: workload -> regime."""
+    ``regimes``: workload -> regime; ``decisive``: ``decisive_speedups`` where no paired measurement was made."""
     gate = gate_failure(records, thresholds)
     if gate is not None:
         return gate
+    if decisive and (measurement is None or not measurement.samples):
+        by_workload = {r.workload: r for r in records}
+        score, slowest = mean_speedup(decisive), min(decisive, key=lambda w: decisive[w])
+        return Decision(PROMOTED, "promoted", (
+            f"decisive: every workload at least {thresholds.decisive_speedup:.3g}x faster in its own evaluation than "
+            f"the incumbent's on this card (mean speedup {score:.3f}x over {len(decisive)} workload(s), slowest "
+            f"{_name(by_workload[slowest], slowest)} {decisive[slowest]:.3f}x); no paired measurement needed",),
+            {"mean_speedup": score, "workload_speedups": decisive, "decisive": True, "repeats": 0})
     if measurement is None or not measurement.samples:
         return _reject("timing", NO_TIMING)
     good, problems = repeats_in_order(measurement, thresholds.paired_order)

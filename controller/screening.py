@@ -30,7 +30,8 @@ from harness.data.schema import Solution, dump_json
 from harness.data.statuses import EvaluationStatus, NO_VERDICT, SubmissionStatus
 
 from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, needs_screening
-from .promote import Decision, FullEvaluation, PairedMeasurement, confirm, decide, gate_failure, screen_failure
+from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, decide, decisive_speedups, gate_failure,
+                      screen_failure)
 from .rounds import RunView
 from .search import HalvingSettings
 from .providers.offline import offline_generator
@@ -207,15 +208,20 @@ class RoundEvaluation(RunView):
             incumbent = self.incumbent()
             records = self.records(c)
             measurement = None
-            screened = None
+            screened = decisive = None
             if gate_failure(records, self.thresholds) is None:
-                screened = screen_failure(records, self.records(incumbent), self.thresholds)
-                if screened is None:
+                incumbent_records = self.records(incumbent)
+                screened = screen_failure(records, incumbent_records, self.thresholds)
+                card = self.store.submission_card(c.get("submission_id"))
+                decisive = decisive_speedups(records, incumbent_records, self.thresholds,
+                                             card is not None and card == self.store.submission_card(
+                                                 incumbent.get("submission_id")))
+                if screened is None and decisive is None:
                     measurement = self.evaluator.measure_paired(self.store.solution(incumbent),
                                                                 self.store.solution(c), self.thresholds.min_repeats,
                                                                 self.thresholds.paired_order,
                                                                 self.thresholds.ranked_figure)
-            decision = screened or decide(records, measurement, self.thresholds, self.regimes)
+            decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive)
             if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
                 decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
                                    self.thresholds)

@@ -256,6 +256,10 @@ class Store:
         row = tables.submission_row(self.db, submission_id)
         return _loads(row["options"], {}).get("gpu") if row is not None else None
 
+    def submission_card(self, submission_id: Optional[int]) -> Optional[str]:
+        """The GPU a submission ran on (its UUID), None where unknown or on a CPU."""
+        return tables.submission_card(self.db, submission_id) if submission_id is not None else None
+
     def submission_count(self) -> int:
         return tables.submission_count(self.db)
 

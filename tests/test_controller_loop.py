@@ -44,8 +44,10 @@ class FakeEvaluator:
 
     def __init__(self, archive: Archive, dataset: Dataset, workloads: list[str],
                  judge: Callable[[Solution], tuple[str, Optional[float]]],
-                 full_judge: Optional[Callable[[Solution], tuple[str, list]]] = None):
+                 full_judge: Optional[Callable[[Solution], tuple[str, list]]] = None, card: Optional[str] = None):
         self.archive, self.judge, self.full_judge = archive, judge, full_judge
+        # the GPU every submission names in its environment (None: none, as on a CPU)
+        self.environment = archive.put_environment({"uuid": card, "device_name": "NVIDIA H200"}) if card else None
         self.workloads = dataset.workloads_for(KV8_PS1, workloads)
         self.calls: list[str] = []
         self.full_calls: list[str] = []
@@ -55,7 +57,7 @@ class FakeEvaluator:
                 on_start=None) -> int:
         self.archive.put_solution(dump_json(solution), solution.content_hash)
         sid = self.archive.start_submission(solution.content_hash, solution.name, solution.definition,
-                                            solution.author, {"audit_level": level}, None)
+                                            solution.author, {"audit_level": level}, self.environment)
         if on_start is not None:
             on_start(sid)
         for w in self.workloads:
@@ -362,6 +364,29 @@ def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(
     assert full["options"]["audit_level"] == "full" and full["solution_name"] == "r1_per-kv-head_bn32_w1_s1_dot0"
     assert report["rounds"][1]["best_latency_ms"] == pytest.approx(0.8)
     assert report["rounds"][1]["speedup_vs_flashinfer"] == pytest.approx(0.025)
+
+
+@pytest.mark.parametrize("card, paired", [("GPU-0", False), (None, True)], ids=["same card", "card unknown"])
+def test_a_decisive_win_on_the_same_card_skips_the_paired_measurement(tiny_dataset_root, tmp_path, card, paired):
+    """2.5x on every workload (skills/promotion-rules: decisive_speedup 1.5): promoted on the two evaluations,
+    still through the full audit level; where the cards cannot be told the same, paired as before."""
+    archive = Archive(tmp_path / "a")
+    fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD],
+                         lambda s: ("PASSED", 0.4 if constant(s, "BLOCK_N", 16) >= 32 else 1.0), card=card)
+    report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
+                      provider=OfflineProvider(load_skills(SKILLS_DIR)), evaluator=fake)
+    (promoted,) = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
+    assert promoted["candidate"] == "r1_per-kv-head_bn32_w1_s1_dot0"
+    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0"]
+    (details,) = [d["details"] for d in Store(archive).decisions(report["run_id"]) if d["verdict"] == "PROMOTED"]
+    assert details["mean_speedup"] == pytest.approx(2.5)
+    if paired:
+        assert ("naive_per-kv-head_bn16_w1_s1_dot0", "r1_per-kv-head_bn32_w1_s1_dot0") in fake.paired
+        assert details["measurement"]["order"] == "ABBA"
+    else:
+        assert ("naive_per-kv-head_bn16_w1_s1_dot0", "r1_per-kv-head_bn32_w1_s1_dot0") not in fake.paired
+        assert details["decisive"] is True and details["measurement"] is None
+        assert "no paired measurement needed" in promoted["reasons"][0]
 
 
 KERNEL_ATTRIBUTION_FAILED = [{"name": "input_mutation", "passed": True},

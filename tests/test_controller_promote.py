@@ -9,7 +9,7 @@ import pytest
 
 from controller.plan import plan_round, request_budget, stop_reason
 from controller.promote import (NO_TIMING, PROMOTED, REJECTED, EvalRecord, FullEvaluation, PairedMeasurement,
-                                PairedSample, confirm, decide, gate_failure, screen_failure)
+                                PairedSample, confirm, decide, decisive_speedups, gate_failure, screen_failure)
 from controller.skills import PromotionThresholds, load_skills, promotion_thresholds
 
 from support import ROOT
@@ -72,6 +72,51 @@ def test_decide(records, measurement, verdict, rule, phrase):
     decision = decide(records, measurement, TH, {"w1": "latency-bound", "w2": "memory-bound"})
     assert (decision.verdict, decision.rule) == (verdict, rule), decision
     assert any(phrase in r for r in decision.reasons), decision.reasons
+
+
+def timed(latencies: dict, status: str = "PASSED") -> list[EvalRecord]:
+    return [EvalRecord(workload=w, status=status, audits=CLEAN, label=w, regime=REGIMES.get(w, ""), latency_ms=ms)
+            for w, ms in latencies.items()]
+
+
+DECISIVE = TH.model_copy(update={"decisive_speedup": 1.5})
+INCUMBENT = timed({"w1": 3.0, "w2": 6.0})
+
+
+@pytest.mark.parametrize("thresholds, candidate, same_card, expected", [
+    (DECISIVE, {"w1": 1.0, "w2": 2.0}, True, {"w1": 3.0, "w2": 3.0}),     # 3x on both: no pairing needed
+    (DECISIVE, {"w1": 2.0, "w2": 4.0}, True, {"w1": 1.5, "w2": 1.5}),     # exactly at the margin counts
+    (DECISIVE, {"w1": 0.5, "w2": 4.1}, True, None),                       # 6x and 1.46x: one workload is not decisive
+    (DECISIVE, {"w1": 1.0, "w2": 2.0}, False, None),                      # another card: its numbers are not comparable
+    (TH, {"w1": 1.0, "w2": 2.0}, True, None),                             # the rules pair every promotion
+    (DECISIVE, {"w1": 1.0}, True, {"w1": 3.0}),                           # the candidate's workloads are compared
+])
+def test_a_decisive_win_is_every_workload_by_the_margin_on_the_same_card(thresholds, candidate, same_card, expected):
+    assert decisive_speedups(timed(candidate), INCUMBENT, thresholds, same_card) == expected
+
+
+def test_a_failed_or_untimed_candidate_is_never_decisive():
+    assert decisive_speedups(timed({"w1": 1.0, "w2": 2.0}, "INCORRECT_NUMERICAL"), INCUMBENT, DECISIVE, True) is None
+    assert decisive_speedups(timed({"w1": 1.0, "w2": None}), INCUMBENT, DECISIVE, True) is None
+
+
+def test_a_decisive_win_is_promoted_without_a_paired_measurement_and_says_so():
+    candidate = timed({"w1": 1.0, "w2": 2.0})
+    speedups = decisive_speedups(candidate, INCUMBENT, DECISIVE, True)
+    decision = decide(candidate, None, DECISIVE, REGIMES, speedups)
+    assert (decision.verdict, decision.rule) == (PROMOTED, "promoted")
+    assert "decisive: every workload at least 1.5x" in decision.reasons[0] and "no paired measurement" in \
+        decision.reasons[0]
+    assert decision.details["decisive"] is True and decision.details["mean_speedup"] == pytest.approx(3.0)
+    # the gates still come first, and without a decisive win there is no timing to decide on
+    assert decide(timed({"w1": 1.0, "w2": 2.0}, "RUNTIME_ERROR"), None, DECISIVE, REGIMES, speedups).verdict == REJECTED
+    assert decide(candidate, None, DECISIVE, REGIMES, None).rule == "timing"
+
+
+@pytest.mark.parametrize("value", [1.0, 1.19, 0.5])
+def test_a_decisive_margin_near_the_noise_is_refused(value):
+    with pytest.raises(ValueError, match="at least 1.2"):
+        PromotionThresholds.model_validate({**TH.model_dump(), "decisive_speedup": value})
 
 
 def test_a_win_records_the_numbers_it_rests_on():
@@ -188,7 +233,8 @@ def test_gates_come_before_measurement():
 
 
 def test_thresholds_come_from_the_promotion_skill():
-    assert promotion_thresholds(load_skills(SKILLS_DIR)) == TH.model_copy(update={"screen_slack_rel": 0.01})
+    assert promotion_thresholds(load_skills(SKILLS_DIR)) == TH.model_copy(update={"screen_slack_rel": 0.01,
+                                                                                   "decisive_speedup": 1.5})
 
 
 # -- planning and stopping ----------------------------------------------------------------------------------

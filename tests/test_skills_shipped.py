@@ -77,6 +77,8 @@ def test_promotion_thresholds_load_with_expected_values(skills):
         stop_no_improvement_rounds=3,
         stop_at_fraction_of_floor=0.9,
         screen_slack_rel=0.01,
+        ranked_figure="kernel",
+        decisive_speedup=1.5,
     )
 
 

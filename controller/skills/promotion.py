@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -45,6 +45,10 @@ class PromotionThresholds(BaseModel):
     # the speedup-vs-FlashInfer goals are stated in); "official": setup inside every timed call (what the
     # contest's own harness times). A solution without a setup has one figure: both are the same there.
     ranked_figure: Literal["kernel", "official"] = "kernel"
+    # A candidate whose own evaluation is at least this many times faster than the incumbent's own evaluation on
+    # every workload, both on the same card, is not given a paired measurement (8 full submissions): drift between
+    # two evaluations of one card is a few percent, far inside such a margin. None: every promotion is paired.
+    decisive_speedup: Optional[float] = None
 
     @field_validator("require_all_workloads_passed")
     @classmethod
@@ -89,6 +93,13 @@ class PromotionThresholds(BaseModel):
     def _relative_fraction(cls, value: float) -> float:
         if not 0.0 <= value < 1.0:
             raise ValueError(f"is a relative fraction and must be in [0, 1), got {value}")
+        return value
+
+    @field_validator("decisive_speedup")
+    @classmethod
+    def _decisive_margin(cls, value: Optional[float]) -> Optional[float]:
+        if value is not None and value < 1.2:
+            raise ValueError(f"must be at least 1.2 (a margin far beyond drift between two evaluations), got {value}")
         return value
 
     @field_validator("paired_order")

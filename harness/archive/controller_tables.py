@@ -8,6 +8,8 @@ Rows come back as dicts (column -> value) with JSON columns left as text; insert
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, Optional
 
 from ..data.statuses import RunStatus
@@ -167,6 +169,18 @@ def insert_decision(db: Any, row: dict[str, Any]) -> int:
 
 def submission_row(db: Any, submission_id: int) -> Optional[dict[str, Any]]:
     return _first(db["submissions"].rows_where("id = ?", [submission_id]))
+
+
+def submission_card(db: Any, submission_id: int) -> Optional[str]:
+    """The GPU (its UUID) a submission's environment names; None where it has none (CPU) or is unknown."""
+    row = _first(db.query("select e.data from submissions s join environments e on e.id = s.environment_id "
+                          "where s.id = ?", [submission_id]))
+    if row is None:
+        return None
+    try:
+        return json.loads(row["data"]).get("uuid") or None
+    except (TypeError, ValueError):
+        return None
 
 
 def submission_count(db: Any) -> int:
