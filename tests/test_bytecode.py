@@ -153,3 +153,17 @@ def test_the_programs_set_the_folder_before_their_imports(package, tmp_path):
     """, _clean_env(), tmp_path)
     assert "loaded: []" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
     assert "Usage:" in run.stdout
+
+
+def test_a_folder_that_cannot_be_made_leaves_python_as_it_is(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setenv("CRUCIBLE_BYTECODE_CACHE", str(blocker / "bytecode"))  # under a file: mkdir fails
+    assert bytecode.use_bytecode_cache() is None and sys.pycache_prefix is None
+    os.chmod(tmp_path, 0o755)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # others may write it: never used
+    monkeypatch.setenv("CRUCIBLE_BYTECODE_CACHE", str(shared))
+    assert bytecode.use_bytecode_cache() is None and sys.pycache_prefix is None

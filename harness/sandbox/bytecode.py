@@ -87,12 +87,12 @@ def use_bytecode_cache() -> Optional[Path]:
     workers it starts then read the same folder (harness.sandbox.runner). Returns the folder in use."""
     if sys.pycache_prefix:  # the user chose one (PYTHONPYCACHEPREFIX, -X pycache_prefix): theirs stands
         return Path(sys.pycache_prefix)
-    folder = choose_folder(os.environ.get(BYTECODE_ENV), installation_compiled())
-    if folder is None:
-        return None
-    try:
+    try:  # a home folder that cannot be found, or a folder that cannot be made: Python as it is
+        folder = choose_folder(os.environ.get(BYTECODE_ENV), installation_compiled())
+        if folder is None:
+            return None
         folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-    except OSError:
+    except (OSError, RuntimeError, KeyError):
         return None
     if safe_folder(folder) is not None:
         return None
