@@ -82,12 +82,12 @@ if stage gputests; then
 fi
 if stage examples; then
   section "example submission"
-  timeout 200 python3 -m harness.cli submit examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json --archive "$ARCHIVE" \
+  timeout 200 python3 -m harness submit examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json --archive "$ARCHIVE" \
     ${EXAMPLE_WORKLOADS:+-w "$EXAMPLE_WORKLOADS"} --json > "$OUT/submit_example.json" 2>> "$LOG"
   SID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["submission_id"])' "$OUT/submit_example.json" 2>> "$LOG")
-  [ -n "$SID" ] && python3 -m harness.cli show "$SID" --archive "$ARCHIVE" >> "$LOG" 2>&1
+  [ -n "$SID" ] && python3 -m harness show "$SID" --archive "$ARCHIVE" >> "$LOG" 2>&1
   section "illegal address"
-  timeout 60 python3 -m harness.cli submit examples/illegal_address/solution.json -w uniform_b1_kv512 -w uniform_b16_kv512 --archive "$ARCHIVE" \
+  timeout 60 python3 -m harness submit examples/illegal_address/solution.json -w uniform_b1_kv512 -w uniform_b16_kv512 --archive "$ARCHIVE" \
     --no-baselines 2>&1 | tee -a "$LOG"
 fi
 if stage parity; then
@@ -106,7 +106,7 @@ unset CUDA_VISIBLE_DEVICES
 if has core && [ "$NGPU" -ge 2 ]; then
   section "multi-GPU spread"
   timeout 120 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider -k "spread" 2>&1 | tee -a "$LOG"
-  timeout 120 python3 -m harness.cli submit examples/triton_gqa_decode/solutions/ -w uniform_b64_kv2048 -w skewed_b64 --archive "$ARCHIVE" \
+  timeout 120 python3 -m harness submit examples/triton_gqa_decode/solutions/ -w uniform_b64_kv2048 -w skewed_b64 --archive "$ARCHIVE" \
     2>&1 | tee -a "$LOG"
 fi
 
@@ -137,10 +137,10 @@ sol = {"name": "torch_beside_token_kernel", "definition": "gqa_paged_decode_h32_
                 "destination_passing_style": True}, "sources": [{"path": "kernel.py", "content": src}]}
 json.dump(sol, open("/tmp/slow_timing.json", "w"))
 PY
-  CRUCIBLE_DUMP_STACKS_AFTER_S=${STACKS_AFTER_S:-30} timeout ${SLOW_TIMEOUT:-280} python3 -m harness.cli submit /tmp/slow_timing.json \
+  CRUCIBLE_DUMP_STACKS_AFTER_S=${STACKS_AFTER_S:-30} timeout ${SLOW_TIMEOUT:-280} python3 -m harness submit /tmp/slow_timing.json \
     -w skewed_b64 --no-baselines --timeout 240 --archive "$ARCHIVE" --json > "$OUT/slow_timing.json" 2> "$OUT/slow_timing.stderr"
   SID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["submission_id"])' "$OUT/slow_timing.json" 2>> "$LOG")
-  [ -n "$SID" ] && python3 -m harness.cli show "$SID" --archive "$ARCHIVE" --log skewed_b64 > "$OUT/slow_timing_log.txt" 2>&1
+  [ -n "$SID" ] && python3 -m harness show "$SID" --archive "$ARCHIVE" --log skewed_b64 > "$OUT/slow_timing_log.txt" 2>&1
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["status"], d.get("phases_s")); [print(w["label"], w["status"], w["message"][:300]) for w in d["workloads"]]' "$OUT/slow_timing.json" >> "$LOG" 2>&1
 fi
 if stage families; then  # the contest's other definitions: each example on every workload (FAMILY_ARGS: more submit args)
@@ -150,7 +150,7 @@ if stage families; then  # the contest's other definitions: each example on ever
     || echo "nvidia-cutlass-dsl not importable: the GDN baselines will fail (archived with the reason)" >> "$LOG"
   for sol in examples/moe_fp8/solutions/*.json examples/dsa_sparse/solutions/*.json examples/gdn/solutions/*.json; do
     name=$(basename "$sol" .json)
-    timeout ${FAMILY_TIMEOUT:-280} python3 -m harness.cli submit "$sol" --archive "$ARCHIVE" --json ${FAMILY_ARGS:-} \
+    timeout ${FAMILY_TIMEOUT:-280} python3 -m harness submit "$sol" --archive "$ARCHIVE" --json ${FAMILY_ARGS:-} \
       > "$OUT/family_$name.json" 2>> "$LOG"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], d["status"], d.get("scores"), d.get("phases_s")); [print(" ", w["label"], w["status"], w.get("latency_ms"), w.get("fraction_of_floor"), (w.get("memory") or {}).get("together_bytes"), w["message"][:200]) for w in d["workloads"]]' "$OUT/family_$name.json" >> "$LOG" 2>&1
   done
@@ -201,7 +201,7 @@ if stage profile; then  # the same through `harness profile`: sandboxed, archive
   section "harness profile"
   for sol in examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json \
              definitions/solutions/baseline/gqa_paged/gqa_paged_decode_h32_kv8_d128_ps1/*.json; do
-    timeout 200 python3 -m controller.cli profile "$sol" -w uniform_b1_kv8192 -w uniform_b256_kv2048 \
+    timeout 200 python3 -m controller profile "$sol" -w uniform_b1_kv8192 -w uniform_b256_kv2048 \
       --archive "$ARCHIVE" --json >> "$OUT/profile.jsonl" 2>> "$LOG"
   done
 fi
@@ -215,7 +215,7 @@ d = json.load(open(src)); d["name"] = f"triton_gqa_decode_claims_{sys.argv[1]}"
 d["spec"]["instruction_claims"] = [sys.argv[1]]
 json.dump(d, open(f"/tmp/claims_{sys.argv[1]}.json", "w"))
 PY
-    timeout 240 python3 -m harness.cli submit /tmp/claims_$claim.json -w uniform_b64_kv2048 --audit-level full --archive "$ARCHIVE" \
+    timeout 240 python3 -m harness submit /tmp/claims_$claim.json -w uniform_b64_kv2048 --audit-level full --archive "$ARCHIVE" \
       --json > "/tmp/proof_$claim.json" 2>> "$LOG"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[1], "promotable", d["promotable"]); [print(" ", a["name"], a["passed"], a["detail"][:400]) for a in d.get("audits", []) + [a for w in d["workloads"] for a in w["audits"]]]' "/tmp/proof_$claim.json" >> "$LOG" 2>&1
   done
@@ -223,25 +223,25 @@ fi
 if stage controller; then
   section "controller loop"
   if [ -n "${CONTROLLER_RESUME:-}" ]; then  # continue every run a timeout cut short, one GPU each
-    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --resume unfinished --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
+    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop --resume unfinished --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
   else
-    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller.cli loop --definition ${CONTROLLER_DEFINITION:-gqa_paged_decode_h32_kv8_d128_ps1} --provider offline \
+    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop --definition ${CONTROLLER_DEFINITION:-gqa_paged_decode_h32_kv8_d128_ps1} --provider offline \
       --rounds ${ROUNDS:-4} --candidates ${CANDIDATES:-3} ${CONTROLLER_ARGS:-} --archive "$ARCHIVE" --json > "$OUT/controller_run.json" 2>> "$LOG"
   fi
-  python3 -m controller.cli trajectory --all --archive "$ARCHIVE" --out /tmp/trajectory >> "$LOG" 2>&1
+  python3 -m controller trajectory --all --archive "$ARCHIVE" --out /tmp/trajectory >> "$LOG" 2>&1
   tar czf "$OUT/trajectory.tgz" -C /tmp trajectory
 fi
 if stage report; then
-  python3 -m harness.cli report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \
+  python3 -m harness report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \
     && tar czf "$OUT/report.tgz" -C /tmp report
 fi
 [ -n "${PREBUILD:-}" ] && wait "$PREBUILD"
 mark_done
 section "archive"
-python3 -m harness.cli list --archive "$ARCHIVE" >> "$LOG" 2>&1
+python3 -m harness list --archive "$ARCHIVE" >> "$LOG" 2>&1
 # KEEP_ARCHIVE=1: a travel copy (no cached reference outputs; `harness copy-archive`) comes back to carry to the next host
 if [ -n "${KEEP_ARCHIVE:-}" ]; then
-  rm -rf /tmp/archive_travel && python3 -m harness.cli copy-archive /tmp/archive_travel --archive "$ARCHIVE" >> "$LOG" 2>&1 \
+  rm -rf /tmp/archive_travel && python3 -m harness copy-archive /tmp/archive_travel --archive "$ARCHIVE" >> "$LOG" 2>&1 \
     && tar czf "$OUT/archive.tgz" -C /tmp/archive_travel .
 fi
 exit 0
