@@ -396,7 +396,8 @@ def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
         row = store.run(rid)
         data = {"run_id": rid, "definition": row["definition"], "provider": row["provider"], "status": row["status"],
                 "stop_reason": row["stop_reason"],
-                "rounds": [r["summary"] for r in store.rounds(rid) if r["status"] == RunStatus.DONE]}
+                # finished rounds, and what a round cut short had measured (its progress summary)
+                "rounds": [r["summary"] for r in store.rounds(rid) if r["status"] == RunStatus.DONE or r["summary"]]}
         text = trajectory_markdown(data)
         click.echo(text)
         if out_dir:

@@ -283,6 +283,7 @@ class Loop(RoundEvaluation):
         self.emit("round_start", {"round": round_number, **plan.to_json()})
         self.ask(self.request_for(round_number, f"r{round_number}/explore", "explore"), 0, None)
         self.evaluate_pending(round_number)
+        self.note_progress(round_number, "explore", started)
         for depth in range(1, self.config.repairs + 1):
             if self.budget_stop:
                 break
@@ -295,8 +296,16 @@ class Loop(RoundEvaluation):
                 else:
                     self.ask(self.store.request(self.run_id, key)[1], depth, c["id"])
             self.evaluate_pending(round_number)
+            self.note_progress(round_number, "explore", started)
         self.decide_round(round_number)
         self.finish_round(round_number, "explore", time.monotonic() - started)
+
+    def note_progress(self, round_number: int, kind: str, started: float) -> None:
+        """What the round has measured so far, archived before the decision (whose paired measurement and full-audit
+        evaluation take minutes): a run cut short there still shows its screening and evaluations."""
+        summary = {**self.summarize(round_number, kind, time.monotonic() - started),
+                   "decision": "cut short before its decision"}
+        self.store.note_round_progress(self.run_id, round_number, summary)
 
     def finish_round(self, round_number: int, kind: str, wall_s: float) -> None:
         summary = self.summarize(round_number, kind, wall_s)

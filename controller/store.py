@@ -89,6 +89,14 @@ class Store:
                                               "summary": None, "wall_s": None, "created_at": now(),
                                               "finished_at": None})
 
+    def note_round_progress(self, run_id: str, number: int, summary: dict[str, Any]) -> None:
+        """A round still running: its summary so far (the round stays RUNNING and its wall is not counted yet), so a
+        run cut short still shows what the round measured (``controller trajectory``)."""
+        row = self.round(run_id, number)
+        if row is not None and row["status"] != RunStatus.DONE:
+            with self.db.atomic():
+                tables.update_round(self.db, row["id"], {"summary": json.dumps(summary, default=str)})
+
     def finish_round(self, run_id: str, number: int, summary: dict[str, Any], wall_s: float) -> None:
         row = self.round(run_id, number)
         with self.db.atomic():

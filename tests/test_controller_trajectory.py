@@ -132,3 +132,24 @@ def test_cli_trajectory_all_runs_one_file_set_each(tiny_dataset_root, tmp_path):
     assert sorted(p.name for p in out_dir.glob("*.md")) == sorted(
         f"trajectory-gqa_paged_decode_h32_kv8_d128_ps1-{i}.md" for i in ids)
     assert result.output.count("# Trajectory:") == 2
+
+
+def test_a_round_cut_short_in_its_decision_still_shows_what_it_measured(tiny_dataset_root, tmp_path):
+    """Killed during the promotion step (the paired measurement, minutes on a GPU): the round's screening and
+    evaluations are on record, and the trajectory shows the round as cut short instead of leaving it out."""
+
+    class KilledWhilePairing(FakeEvaluator):
+        def measure_paired(self, *args, **kwargs):
+            raise SystemExit(143)  # SIGTERM from an outer timeout (harness.sandbox.runner.exit_on_sigterm)
+
+    archive = Archive(tmp_path / "a")
+    fake = KilledWhilePairing(archive, Dataset(tiny_dataset_root), [WORKLOAD],
+                              lambda s: ("PASSED", 0.9 if constant(s, "BLOCK_N", 16) >= 32 else 1.0))
+    with pytest.raises(SystemExit):
+        run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
+                 provider=OfflineProvider(load_skills(ROOT / "skills")), evaluator=fake)
+    result = CliRunner().invoke(main, ["trajectory", "--archive", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 1 and "cut short before its decision" in rows[0], result.output
+    assert "| 2 | cut short" in rows[0]  # its two candidates, evaluated before the kill
