@@ -19,7 +19,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 
 from support import KV8_PS1, TORCH_CANDIDATE
-from test_controller_loop import WORKLOAD, FakeEvaluator, config
+from loop_support import WORKLOAD, FakeEvaluator, config
 
 FILES = [{"path": "kernel.py", "content": TORCH_CANDIDATE}]
 

@@ -19,7 +19,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 
 from support import KV8_PS1
-from test_controller_loop import SKILLS_DIR, WORKLOAD, FakeEvaluator, config, constant
+from loop_support import SKILLS_DIR, WORKLOAD, FakeEvaluator, config, constant
 
 
 def ok(name, *ms):

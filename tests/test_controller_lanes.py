@@ -13,7 +13,7 @@ from harness.data.schema import SchemaError
 
 from support import ROOT
 
-from test_controller_loop import config
+from loop_support import config
 
 
 # -- several definitions, several GPUs ------------------------------------------------------------------------

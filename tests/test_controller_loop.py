@@ -6,105 +6,23 @@ are in test_controller_lanes.py."""
 from __future__ import annotations
 
 import json
-from typing import Callable, Optional
 
 import pytest
 from click.testing import CliRunner
 
 from controller.cli import main, out, print_report
-from controller.loop import LoopConfig, run_loop
-from controller.promote import NO_TIMING, PairedMeasurement, PairedSample
+from controller.loop import run_loop
+from controller.promote import NO_TIMING
 from controller.providers.offline import OfflineProvider
 from controller.providers.scripted import ScriptedProvider
 from controller.skills import load_skills
 from controller.store import Store
 from harness.archive.database import Archive
 from harness.data.dataset import Dataset
-from harness.data.schema import Solution, dump_json
+from harness.data.schema import Solution
 
-from support import KV8_PS1, ROOT
-
-WORKLOAD = "tiny_b2_t40"
-SKILLS_DIR = ROOT / "skills"
-
-
-def config(root, **kw) -> LoopConfig:
-    return LoopConfig(**{"definition": KV8_PS1, "dataset": str(root), "workloads": [WORKLOAD], "rounds": 1,
-                         "candidates": 1, "timeout_s": 120, **kw})
-
-
-CLEAN_AUDITS = [{"name": "input_mutation", "passed": True}]
-
-
-class FakeEvaluator:
-    """Writes harness-shaped rows (a submission, one evaluation per workload) without running anything.
-    ``judge(solution) -> (status, latency_ms or None)``; with latencies, paired measurements are made of them.
-    ``full_judge(solution) -> (status, audits)``: what an evaluation at the full audit level finds (default: what
-    ``judge`` says, audits clean)."""
-
-    def __init__(self, archive: Archive, dataset: Dataset, workloads: list[str],
-                 judge: Callable[[Solution], tuple[str, Optional[float]]],
-                 full_judge: Optional[Callable[[Solution], tuple[str, list]]] = None, card: Optional[str] = None):
-        self.archive, self.judge, self.full_judge = archive, judge, full_judge
-        # the GPU every submission names in its environment (None: none, as on a CPU)
-        self.environment = archive.put_environment({"uuid": card, "device_name": "NVIDIA H200"}) if card else None
-        self.workloads = dataset.workloads_for(KV8_PS1, workloads)
-        self.calls: list[str] = []
-        self.full_calls: list[str] = []
-        self.paired: list[tuple[str, str]] = []
-
-    def _submit(self, solution: Solution, level: str, status: str, latency: Optional[float], audits: list,
-                on_start=None) -> int:
-        self.archive.put_solution(dump_json(solution), solution.content_hash)
-        sid = self.archive.start_submission(solution.content_hash, solution.name, solution.definition,
-                                            solution.author, {"audit_level": level}, self.environment)
-        if on_start is not None:
-            on_start(sid)
-        for w in self.workloads:
-            self.archive.add_evaluation({
-                "submission_id": sid, "definition": solution.definition, "workload_uuid": w.uuid,
-                "workload_label": WORKLOAD, "status": status, "latency_ms": latency,
-                "message": "" if status == "PASSED" else "trial 0: wrong", "log_blob": None,
-                "extra": {"audits": audits, "fraction_of_floor":
-                          None if latency is None else 0.001 / latency, "speedup_vs_flashinfer_kernel":
-                          None if latency is None else 0.02 / latency}})
-        self.archive.finish_submission(sid, status)
-        return sid
-
-    def evaluate(self, solution: Solution, on_start) -> int:
-        self.calls.append(solution.name)
-        status, latency = self.judge(solution)
-        return self._submit(solution, "fast", status, latency, CLEAN_AUDITS, on_start)
-
-    def evaluate_full(self, solution: Solution) -> int:
-        self.full_calls.append(solution.name)
-        status, latency = self.judge(solution)
-        status, audits = self.full_judge(solution) if self.full_judge else (status, CLEAN_AUDITS)
-        return self._submit(solution, "full", status, latency, audits)
-
-    def why_no_timing(self) -> Optional[str]:
-        return None if self.judge(None)[1] is not None else "fake evaluator: no timing"
-
-    def measure_paired(self, incumbent, candidate, repeats, order="ABBA", figure="official"
-                       ) -> Optional[PairedMeasurement]:
-        self.paired.append((incumbent.name, candidate.name))
-        a, b = self.judge(incumbent)[1], self.judge(candidate)[1]
-        if a is None or b is None:
-            return None
-        samples = tuple(PairedSample(role, r, {w.uuid: a if role == "A" else b for w in self.workloads})
-                        for r in range(repeats) for role in order)
-        return PairedMeasurement(order, samples)
-
-    def close(self) -> None:
-        pass
-
-
-def constant(solution: Optional[Solution], name: str, default: int) -> int:
-    """A module constant of a rendered template (BLOCK_N = 16), or ``default``."""
-    if solution is None or f"{name} = " not in solution.sources[0].content:
-        return default
-    return int(solution.sources[0].content.split(f"{name} = ")[1].split()[0])
-
+from loop_support import CLEAN_AUDITS, SKILLS_DIR, WORKLOAD, FakeEvaluator, config, constant
+from support import KV8_PS1
 
 # -- offline, the real harness, the CLI ----------------------------------------------------------------------
 

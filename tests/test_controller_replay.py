@@ -16,7 +16,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 
 from support import KV8_PS1, TORCH_CANDIDATE
-from test_controller_loop import WORKLOAD, FakeEvaluator, config
+from loop_support import WORKLOAD, FakeEvaluator, config
 
 
 def candidates(store: Store, run_id: str) -> list[tuple]:

@@ -24,7 +24,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 
 from support import KV8_PS1, ROOT
-from test_controller_loop import WORKLOAD, FakeEvaluator, config
+from loop_support import WORKLOAD, FakeEvaluator, config
 
 SKILLS_DIR = ROOT / "skills"
 

@@ -17,7 +17,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 
 from support import ROOT
-from test_controller_loop import WORKLOAD, FakeEvaluator, config, constant
+from loop_support import WORKLOAD, FakeEvaluator, config, constant
 
 
 def rec(w, regime, latency, fi=None, floor=None, status="PASSED"):

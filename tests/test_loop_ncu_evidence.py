@@ -21,7 +21,7 @@ from harness.profiling import (NO_PERMISSION, OK, TIMEOUT, ProfileSummary, archi
                                parse_ncu_csv)
 
 from support import KV8_PS1, ROOT
-from test_controller_loop import SKILLS_DIR, WORKLOAD, FakeEvaluator, config
+from loop_support import SKILLS_DIR, WORKLOAD, FakeEvaluator, config
 
 FIXTURES = ROOT / "tests" / "fixtures" / "ncu"
 GRID_TOO_SMALL = "synthetic_flashinfer_cuda_cores_sm90.csv"  # latency-bound split-KV + merge, waves 0.19
