@@ -212,10 +212,8 @@ class RoundEvaluation(RunView):
             if gate_failure(records, self.thresholds) is None:
                 incumbent_records = self.records(incumbent)
                 screened = screen_failure(records, incumbent_records, self.thresholds)
-                card = self.store.submission_card(c.get("submission_id"))
-                decisive = decisive_speedups(records, incumbent_records, self.thresholds,
-                                             card is not None and card == self.store.submission_card(
-                                                 incumbent.get("submission_id")))
+                decisive = decisive_speedups(records, incumbent_records, self.thresholds, self.store.same_card(
+                    c.get("submission_id"), incumbent.get("submission_id")))
                 if screened is None and decisive is None:
                     measurement = self.evaluator.measure_paired(self.store.solution(incumbent),
                                                                 self.store.solution(c), self.thresholds.min_repeats,

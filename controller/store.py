@@ -264,9 +264,11 @@ class Store:
         row = tables.submission_row(self.db, submission_id)
         return _loads(row["options"], {}).get("gpu") if row is not None else None
 
-    def submission_card(self, submission_id: Optional[int]) -> Optional[str]:
-        """The GPU a submission ran on (its UUID), None where unknown or on a CPU."""
-        return tables.submission_card(self.db, submission_id) if submission_id is not None else None
+    def same_card(self, submission_a: Optional[int], submission_b: Optional[int]) -> bool:
+        """Did both submissions run on one GPU (their environments name the same UUID)? False where either is
+        unknown or ran on a CPU."""
+        cards = [tables.submission_card(self.db, s) if s is not None else None for s in (submission_a, submission_b)]
+        return cards[0] is not None and cards[0] == cards[1]
 
     def submission_count(self) -> int:
         return tables.submission_count(self.db)
