@@ -228,7 +228,7 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 2 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
+    assert combinations == 4 * 4 * 3 * 3 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -265,6 +265,10 @@ def failures(candidate, expected, atol, rtol):
     return int(bad.sum())
 
 case = json.loads(sys.argv[1])
+if case.get("patch_interpreter"):  # bf16 tl.dot: the harness's interpreter fixes, as its workers apply them
+    sys.path.insert(0, case["root"])
+    from harness.sandbox import triton_interp
+    assert triton_interp.apply()
 spec = importlib.util.spec_from_file_location("candidate", case["path"])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
@@ -321,6 +325,13 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 4},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
+    # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
+    ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
+     {"kv_heads": 8, "lengths": [70, 0], "patch_interpreter": True}),
+    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
+                               "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1},
+     {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
 ]
 
 
@@ -330,7 +341,7 @@ def _triton_available() -> bool:
 
 @pytest.mark.skipif(not _triton_available(), reason="triton and torch are needed for the interpreter check")
 @pytest.mark.parametrize("name, params, case", INTERPRETER_CASES,
-                         ids=[f"{c[0]}-ps{c[1]['PAGE_SIZE']}" for c in INTERPRETER_CASES])
+                         ids=[f"{c[0]}-ps{c[1]['PAGE_SIZE']}-dot{c[1]['USE_DOT']}" for c in INTERPRETER_CASES])
 def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):
     (block,) = machine_blocks(gqa)
     template: KernelTemplate = kernel_templates(gqa)[name]
@@ -340,7 +351,7 @@ def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, p
     script.write_text(INTERPRETER_CHECK, encoding="utf-8")
     argument = json.dumps({
         "path": str(kernel_file), "page_size": params["PAGE_SIZE"], "seed": 0,
-        "atol": block["tolerances"]["atol"], "rtol": block["tolerances"]["rtol"], **case,
+        "atol": block["tolerances"]["atol"], "rtol": block["tolerances"]["rtol"], "root": str(REPO), **case,
     })
     # A fresh process: TRITON_INTERPRET is read when triton is imported.
     environment = dict(os.environ, TRITON_INTERPRET="1")
