@@ -228,7 +228,7 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 3 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
+    assert combinations == 4 * 4 * 3 * 3 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -317,20 +317,20 @@ INTERPRETER_CASES = [
     # chunks (300 tokens: 10 chunks of 32; 5 tokens: 1), an empty request, the fused merge
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
-                               "MERGE_STAGES": 1, "MERGE_UNROLL": 1},
+                               "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
     # one-tile chunks: 19 partials for the long request (a pipelined merge loop unrolled by 4: 19 is no multiple
     # of it); the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 3, "MERGE_UNROLL": 4},
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
      {"kv_heads": 8, "lengths": [70, 0], "patch_interpreter": True}),
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1},
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8},
      {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
 ]
 
