@@ -165,3 +165,12 @@ def promotions_by_round(db: Any, run_id: str) -> dict[Any, int]:
     """round -> how many of a run's decisions in that round PROMOTED a candidate."""
     return dict(db.execute("select round, count(*) from decisions where run_id = ? and verdict = 'PROMOTED' "
                            "group by round", [run_id]).fetchall())
+
+
+
+def latest_baseline_figures(db: Any, definition: str) -> list[dict[str, Any]]:
+    """The latest PASSED figures of every baseline of a definition, one row per (baseline, workload): solution_name,
+    workload_uuid, gpu_key, official_ms and kernel_ms (the newest run, whichever card it was timed on)."""
+    return _rows(db, "select solution_name, workload_uuid, gpu_key, official_ms, kernel_ms from baseline_runs "
+                     "where id in (select max(id) from baseline_runs where definition = ? and status = 'PASSED' "
+                     "group by solution_name, workload_uuid) order by solution_name", [definition])

@@ -1,0 +1,176 @@
+"""The record of a `controller loop` run for #19's goals: what the loop promoted, judged again on every workload.
+
+    python benchmarks/loop_record.py --loop LOOP.json --archive A --out DIR [--profile] [--dataset D]
+
+LOOP.json is what `controller loop --json` printed (one report, or several for an alias). Per definition, DIR/<def>/
+receives: the promoted solution (`promoted_solution.json`), its own `harness submit --json` on every workload
+(`submit.json`), the run's trajectory (`controller trajectory`), with `--profile` its ncu digest per regime
+(`controller profile`), and `record.md`: the promoted kernel's figure per workload next to each FlashInfer mode's
+(kernel figures: setup or plan() outside the timed call), the speedup over the faster mode, the % of the roofline
+floor, the goals of #19 checked one by one, and the loop's wall time on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.archive.database import Archive  # noqa: E402
+from harness.archive.queries import latest_baseline_figures  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from template_sweep import parse_results  # noqa: E402
+
+# #19's goals (kernel figure, against the faster FlashInfer mode per workload)
+MIN_SPEEDUP = 1.0
+MIN_SCORE = 1.15
+BATCH1_MAX_US = 8.0
+FLOOR_GOALS = {"mid-size": 0.80, "skewed": 0.80, "large": 0.95}
+
+
+def goal_class(label: str) -> str:
+    """batch 1, mid-size (batch 16), large (batch 64 and up) or skewed, from a gqa_decode workload's label."""
+    if label.startswith(("skewed", "one_long")):
+        return "skewed"
+    found = re.search(r"_b(\d+)_", label)
+    batch = int(found.group(1)) if found else 0
+    return "batch 1" if batch == 1 else "mid-size" if batch < 64 else "large"
+
+
+def rows_of(result: dict[str, Any], baselines: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """One row per workload: the promoted kernel's figure, each FlashInfer mode's, speedup and floor."""
+    modes = sorted({b["solution_name"] for b in baselines})
+    by = {(b["solution_name"], b["workload_uuid"]): b for b in baselines}
+    rows = []
+    for w in result.get("workloads", []):
+        mine = w.get("kernel_latency_ms") or w.get("latency_ms")
+        fi = {m: (by.get((m, w["workload"])) or {}).get("kernel_ms") for m in modes}
+        known = [v for v in fi.values() if v]
+        best = min(known) if known else None
+        rows.append({"label": w["label"], "status": w["status"], "class": goal_class(w["label"]),
+                     "ms": mine, "flashinfer_ms": fi, "speedup": best / mine if best and mine else None,
+                     "floor_ms": w.get("floor_ms"), "fraction_of_floor": w.get("fraction_of_floor"),
+                     "failed_audits": [a["name"] for a in w.get("audits", []) if not a["passed"]]})
+    return modes, rows
+
+
+def _check(name: str, group: list[dict[str, Any]], value: Any, failing: Any) -> tuple[str, bool, str]:
+    """A goal over ``group``: met when every row has its figure (``value``) and none is ``failing``."""
+    if not group:
+        return name, False, "no such workload"
+    untimed = [r["label"] for r in group if value(r) is None]
+    if untimed:
+        return name, False, "no figure: " + ", ".join(untimed)
+    missed = [f"{r['label']} {failing(r)}" for r in group if failing(r)]
+    return name, not missed, "missed: " + ", ".join(missed) if missed else "all met"
+
+
+def goals(rows: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
+    """(goal, met, the figures) for each of #19's goals; a workload without a figure never meets one."""
+    out = [_check(f">= {MIN_SPEEDUP:g}x FlashInfer on every workload", rows, lambda r: r["speedup"],
+                  lambda r: f"{r['speedup']:.3f}x" if r["speedup"] < MIN_SPEEDUP else None)]
+    speedups = [r["speedup"] for r in rows if r["speedup"]]
+    score = statistics.fmean(speedups) if speedups and len(speedups) == len(rows) else None
+    out.append((f"score >= {MIN_SCORE:g}x", score is not None and score >= MIN_SCORE,
+                "n/a (not every workload timed)" if score is None else f"{score:.3f}x"))
+    out.append(_check(f"batch 1 <= {BATCH1_MAX_US:g} us", [r for r in rows if r["class"] == "batch 1"],
+                      lambda r: r["ms"], lambda r: f"{r['ms'] * 1e3:.1f} us" if r["ms"] * 1e3 > BATCH1_MAX_US
+                      else None))
+    for cls, floor in FLOOR_GOALS.items():
+        out.append(_check(f"{cls} >= {floor:.0%} of the floor", [r for r in rows if r["class"] == cls],
+                          lambda r: r["fraction_of_floor"],
+                          lambda r, f=floor: f"{r['fraction_of_floor']:.1%}" if r["fraction_of_floor"] < f else None))
+    return out
+
+
+def _us(ms: Optional[float]) -> str:
+    return "n/a" if ms is None else f"{ms * 1e3:.3g}"
+
+
+def markdown(report: dict[str, Any], result: Optional[dict[str, Any]], modes: list[str],
+             rows: list[dict[str, Any]]) -> str:
+    inc = report["incumbent"]
+    lines = [f"# {report['definition']}: the loop's promoted solution", "",
+             f"Run `{report['run_id']}` ({report['provider']}, {report['status']}), loop wall "
+             f"{report['totals']['wall_s']:.0f} s on the GPU, {report['totals']['evaluated']} of "
+             f"{report['totals']['candidates']} candidates evaluated. Incumbent: `{inc['name']}` "
+             f"({'promoted' if inc['promoted'] else 'not promoted'}).", ""]
+    if result is None:
+        return "\n".join(lines + ["No promoted solution to judge again.", ""])
+    lines += [f"`harness submit --json` (`submit.json`): status {result['status']}, promotable "
+              f"{result['promotable']}. Kernel figures (setup outside the timed call, as FlashInfer's `plan()` "
+              "is).", "",
+              "| workload | class | status | µs | " + " | ".join(f"{m} µs" for m in modes)
+              + " | speedup vs faster | floor µs | % of floor | failed audits |",
+              "|---|---|---|---:|" + "---:|" * len(modes) + "---:|---:|---:|---|"]
+    for r in rows:
+        fi = " | ".join(_us(r["flashinfer_ms"][m]) for m in modes)
+        speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.3f}x"
+        frac = "n/a" if r["fraction_of_floor"] is None else f"{r['fraction_of_floor']:.1%}"
+        lines.append(f"| {r['label']} | {r['class']} | {r['status']} | {_us(r['ms'])} | {fi} | {speed} | "
+                     f"{_us(r['floor_ms'])} | {frac} | {', '.join(r['failed_audits'])} |")
+    lines += ["", "| goal | met | figures |", "|---|---|---|"]
+    lines += [f"| {g} | {'yes' if ok else 'no'} | {why} |" for g, ok, why in goals(rows)]
+    return "\n".join(lines + [""])
+
+
+def _run(args: list[str], out: Path) -> int:
+    with out.open("w") as handle:
+        return subprocess.run([sys.executable, "-m", *args], stdout=handle, stderr=subprocess.STDOUT,
+                              cwd=ROOT).returncode
+
+
+def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extra: list[str]) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    _run(["controller", "trajectory", report["run_id"], "--archive", str(archive), "--out", str(out / "trajectory")],
+         out / "trajectory.log")
+    exported = report["incumbent"].get("exported")
+    result, modes, rows = None, [], []
+    if report["incumbent"]["promoted"] and exported and Path(exported).is_file():
+        solution = out / "promoted_solution.json"
+        shutil.copyfile(exported, solution)
+        proc = subprocess.run([sys.executable, "-m", "harness", "submit", str(solution), "--archive", str(archive),
+                               "--json", *extra], capture_output=True, text=True, cwd=ROOT)
+        (out / "submit.json").write_text(proc.stdout)
+        result = next(iter(parse_results(proc.stdout)), None) if proc.stdout.strip() else None
+        if result is not None:
+            modes, rows = rows_of(result, latest_baseline_figures(Archive.open_existing(archive).db,
+                                                                  report["definition"]))
+            if profile:
+                _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive), "--json"],
+                     out / "ncu_digest.json")
+        else:
+            (out / "submit.log").write_text(proc.stderr[-4000:])
+    (out / "record.md").write_text(markdown(report, result, modes, rows))
+    return {"definition": report["definition"], "goals": [list(g) for g in goals(rows)] if rows else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loop", required=True, type=Path, help="what `controller loop --json` printed")
+    parser.add_argument("--archive", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--profile", action="store_true", help="also the ncu digest per regime (GPU time)")
+    args, extra = parser.parse_known_args()
+    reports = parse_results(args.loop.read_text())
+    reports = [r for item in reports for r in (item if isinstance(item, list) else [item])]
+    if not reports:
+        print(f"error: no loop report in {args.loop}", file=sys.stderr)
+        return 2
+    for report in reports:
+        print(json.dumps(record(report, args.archive, args.out / report["definition"], args.profile, extra)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
