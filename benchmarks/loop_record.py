@@ -125,15 +125,15 @@ def markdown(report: dict[str, Any], result: Optional[dict[str, Any]], modes: li
 
 
 def _run(args: list[str], out: Path) -> int:
-    with out.open("w") as handle:
-        return subprocess.run([sys.executable, "-m", *args], stdout=handle, stderr=subprocess.STDOUT,
-                              cwd=ROOT).returncode
+    """``python -m ARGS``: its output into ``out``, its progress and errors into ``out`` with ``.log``."""
+    with out.open("w") as handle, out.with_suffix(".log").open("a") as log:
+        return subprocess.run([sys.executable, "-m", *args], stdout=handle, stderr=log, cwd=ROOT).returncode
 
 
 def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extra: list[str]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     _run(["controller", "trajectory", report["run_id"], "--archive", str(archive), "--out", str(out / "trajectory")],
-         out / "trajectory.log")
+         out / "trajectory.txt")
     exported = report["incumbent"].get("exported")
     result, modes, rows = None, [], []
     if report["incumbent"]["promoted"] and exported and Path(exported).is_file():

@@ -1,0 +1,54 @@
+"""The loop's promoted solutions kept as examples (examples/gqa_decode_promoted): what `controller loop --provider
+offline` promoted on the H200 from the skill's naive kernel (benchmarks/results/2026-12-03_h200_run12/). On CPU they
+pass the harness on the interpreter's workloads with every fast audit clean and promotable, and each is the skill's
+template rendered with the configuration it records, so a reader can find the design it came from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support import ROOT
+
+pytest.importorskip("triton")
+
+EXAMPLES = ROOT / "examples" / "gqa_decode_promoted" / "solutions"
+PROMOTED = sorted(EXAMPLES.glob("*.json"))
+
+
+def solution(path):
+    from harness.data.schema import Solution
+
+    return Solution.model_validate(json.loads(path.read_text()))
+
+
+def test_there_is_a_promoted_example():
+    assert [p.stem for p in PROMOTED] == ["gqa_paged_decode_h32_kv8_d128_ps1"]
+
+
+@pytest.mark.parametrize("path", PROMOTED, ids=[p.stem for p in PROMOTED])
+def test_example_is_the_skill_template_it_names(path):
+    from controller.skills import kernel_templates, load_skill, render_skill_template
+
+    example = solution(path)
+    assert example.definition == path.stem and example.author == "controller/offline"
+    template_name, params = example.description.split(" ", 1)
+    skill = load_skill(ROOT / "skills" / "gqa-decode")
+    params = {**json.loads(params), "PAGE_SIZE": 1 if path.stem.endswith("ps1") else 64}
+    rendered = render_skill_template(skill, kernel_templates(skill)[template_name], params)
+    assert [s.content for s in example.sources] == [rendered]
+
+
+@pytest.mark.parametrize("path", PROMOTED, ids=[p.stem for p in PROMOTED])
+def test_example_passes_the_harness_with_every_fast_audit(tmp_path, path):
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
+
+    options = SubmitOptions(workloads=["uniform_b1_kv512"], timeout_s=300, baselines=False)
+    with Session(Dataset(), Archive(tmp_path / "archive"), options) as session:
+        result = session.submit(solution(path), audit_level="fast")
+    assert [w.status for w in result.workloads] == ["PASSED"], [w.message for w in result.workloads]
+    assert all(a.passed for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]
+    assert result.promotion_blockers == []  # promotable
