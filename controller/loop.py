@@ -53,7 +53,8 @@ from .providers.base import Provider, ProviderError
 from .providers.registry import make_provider
 from .providers.offline import naive_incumbent, offline_generator
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
-from .screening import RoundEvaluation, halving_settings
+from .screening import RoundEvaluation, search_settings
+from .search import stalled_regimes
 from .store import Store
 from .tactics import tactic_book
 
@@ -119,7 +120,8 @@ class Loop(RoundEvaluation):
                                           op_type=self.definition.op_type)
                         for w in self.workloads}
         self.signature = expected_params(self.definition, True)
-        self.halving = halving_settings(skills, self.definition)  # successive halving (controller/screening.py)
+        self.search = search_settings(skills, self.definition)  # the skill's search settings (controller/search.py)
+        self.halving = self.search.halving  # successive halving (controller/screening.py)
         self._evidence: dict[int, IncumbentEvidence] = {}  # incumbent candidate id -> its evidence (profiled once)
         self._no_profiler: Optional[str] = None  # set once the profiler said it cannot work here
         # A tool-using provider gets the skills, the archive's journal of its turns and draft evaluation.
@@ -178,7 +180,8 @@ class Loop(RoundEvaluation):
             return IncumbentEvidence(note=f"profiling failed: {type(err).__name__}: {' '.join(str(err).split())[:300]}")
 
     def plan(self) -> RoundPlan:
-        return plan_round(self.records(self.incumbent()), self.incumbent_evidence().diagnoses, self.book)
+        stalled = stalled_regimes(self.history(), sorted(set(self.regimes.values())), self.search)
+        return plan_round(self.records(self.incumbent()), self.incumbent_evidence().diagnoses, self.book, stalled)
 
     def known_hashes(self) -> dict[str, int]:
         known: dict[str, int] = {}

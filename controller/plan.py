@@ -47,12 +47,22 @@ class RoundPlan:
 
 
 def rank_regimes(incumbent: list[EvalRecord]) -> list[tuple[str, str]]:
-    """(regime, reason), most worth attacking first: furthest from its roofline when every workload is timed;
-    else most failures, then most workloads (ties: alphabetical)."""
+    """(regime, reason), most worth attacking first. When every workload has a FlashInfer speedup: the regime
+    furthest behind FlashInfer (lowest mean speedup; the definition's score is the mean of those speedups, and a
+    regime's roofline is no target where even FlashInfer stays far from it, as at batch 1). Else, when every
+    workload is timed: furthest from its roofline. Else most failures, then most workloads (ties: alphabetical)."""
     groups: dict[str, list[EvalRecord]] = {}
     for r in incumbent:
         groups.setdefault(r.regime or "all", []).append(r)
     fractions = {g: [r.fraction_of_floor for r in rs] for g, rs in groups.items()}
+    speedups = {g: [r.speedup_vs_fi for r in rs] for g, rs in groups.items()}
+    if groups and all(v is not None for vs in speedups.values() for v in vs):
+        behind = {g: statistics.fmean(speedups[g]) for g in groups}  # type: ignore[arg-type]
+        floor = {g: statistics.fmean(fractions[g]) if all(v is not None for v in fractions[g]) else None
+                 for g in groups}  # type: ignore[arg-type]
+        return [(g, f"furthest behind FlashInfer ({behind[g]:.3g}x mean speedup"
+                    + (f", {floor[g]:.0%} of the floor)" if floor[g] is not None else ")"))
+                for g in sorted(sorted(groups), key=lambda g: behind[g])]
     if groups and all(v is not None for vs in fractions.values() for v in vs):
         mean = {g: statistics.fmean(fractions[g]) for g in groups}  # type: ignore[arg-type]
         return [(g, f"furthest from the roofline ({mean[g]:.0%} of the floor)")
@@ -64,17 +74,24 @@ def rank_regimes(incumbent: list[EvalRecord]) -> list[tuple[str, str]]:
 
 
 def plan_round(incumbent: list[EvalRecord], diagnoses: Optional[dict[str, Diagnosis]] = None,
-               book: Optional[TacticBook] = None) -> RoundPlan:
+               book: Optional[TacticBook] = None, stalled: frozenset[str] = frozenset()) -> RoundPlan:
     """Which regime to attack, with which hypothesis.
 
     Latency only (no ``diagnoses``): the first regime of ``rank_regimes`` and its regime's hypothesis.
     With ncu diagnoses (loop regime -> Diagnosis of its profiled workload): regimes ncu finds at the roofline
     are skipped (unless all are), and the chosen regime's limiter picks the hypothesis through the skills'
     limiter-to-tactic tables (``book``); a regime without a diagnosis keeps the latency hypothesis.
+    ``stalled`` (controller/search.py ``stalled_regimes``): regimes whose best has stopped improving go after the
+    others (unless all have), so one regime that resists every move does not take every round.
     """
     ranked = rank_regimes(incumbent)
     if not ranked:
         return RoundPlan("all", HYPOTHESES["all"], "no evaluations of the incumbent")
+    moving = [(g, why) for g, why in ranked if g not in stalled]
+    if moving and len(moving) < len(ranked):
+        skipped = sorted(g for g, _ in ranked if g in stalled)
+        ranked = [(g, f"{why}; {', '.join(skipped)} stalled, attacked after the others") for g, why in moving] + \
+                 [(g, why) for g, why in ranked if g in stalled]
     if not diagnoses:
         regime, reason = ranked[0]
         return RoundPlan(regime, HYPOTHESES.get(regime, HYPOTHESES["all"]), reason)

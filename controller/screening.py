@@ -33,7 +33,7 @@ from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, ne
 from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, decide, decisive_speedups, gate_failure,
                       screen_failure)
 from .rounds import RunView
-from .search import HalvingSettings
+from .search import HalvingSettings, SearchSettings
 from .providers.offline import offline_generator
 from .skills import PromotionThresholds, Skill, SkillError
 from .store import DUPLICATE, EVALUATING, NOT_EVALUATED, PENDING, REJECTED, UNFINISHED
@@ -48,13 +48,13 @@ def export_solution(folder: Path, solution: Solution) -> Path:
     return path
 
 
-def halving_settings(skills: dict[str, Skill], definition: Any) -> Optional[HalvingSettings]:
-    """The ``search: halving:`` settings of the skill whose templates serve ``definition`` (None: off, also for a
-    definition no skill template serves, e.g. a run from a given incumbent with a model provider)."""
+def search_settings(skills: dict[str, Skill], definition: Any) -> SearchSettings:
+    """The ``search:`` settings of the skill whose templates serve ``definition`` (the defaults for a definition no
+    skill template serves, e.g. a run from a given incumbent with a model provider: halving then off)."""
     try:
-        return offline_generator(skills, definition).search.halving
+        return offline_generator(skills, definition).search
     except SkillError:
-        return None
+        return SearchSettings()
 
 
 class RoundEvaluation(RunView):

@@ -132,6 +132,13 @@ def stalled(history: Iterable[HistoryItem], regime: str, settings: SearchSetting
     return recent > before * (1.0 - settings.min_gain)
 
 
+def stalled_regimes(history: Iterable[HistoryItem], regimes: Iterable[str], settings: SearchSettings
+                    ) -> frozenset[str]:
+    """The regimes among ``regimes`` whose search has stalled (``stalled``): the planner attacks them last."""
+    items = list(history)
+    return frozenset(g for g in regimes if stalled(items, g, settings))
+
+
 def interleave(*lists: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """First of each list, then second of each...: every population member gets its best moves in early."""
     out: list[dict[str, Any]] = []
