@@ -1,7 +1,9 @@
 """The loop's promoted solutions kept as examples (examples/gqa_decode_promoted): what `controller loop --provider
 offline` promoted on the H200 from the skill's naive kernel (benchmarks/results/2026-12-03_h200_run12/). On CPU they
 pass the harness on the interpreter's workloads with every fast audit clean and promotable, and each is the skill's
-template rendered with the configuration it records, so a reader can find the design it came from."""
+template rendered with the configuration it records, so a reader can find the design it came from (rendered from
+the template as it is now: a placeholder added since takes its default, which keeps the promoted kernel's behaviour;
+the run's own source is its record's `promoted_solution.json`)."""
 
 from __future__ import annotations
 
@@ -35,8 +37,10 @@ def test_example_is_the_skill_template_it_names(path):
     assert example.definition == path.stem and example.author == "controller/offline"
     template_name, params = example.description.split(" ", 1)
     skill = load_skill(ROOT / "skills" / "gqa-decode")
-    params = {**json.loads(params), "PAGE_SIZE": 1 if path.stem.endswith("ps1") else 64}
-    rendered = render_skill_template(skill, kernel_templates(skill)[template_name], params)
+    template = kernel_templates(skill)[template_name]
+    # Placeholders added to the template since the run take their defaults, which keep the promoted behaviour.
+    params = {**template.defaults, **json.loads(params), "PAGE_SIZE": 1 if path.stem.endswith("ps1") else 64}
+    rendered = render_skill_template(skill, template, params)
     assert [s.content for s in example.sources] == [rendered]
 
 

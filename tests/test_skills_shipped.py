@@ -317,21 +317,32 @@ INTERPRETER_CASES = [
     # chunks (300 tokens: 10 chunks of 32; 5 tokens: 1), an empty request, the fused merge
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
-                               "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1},
+                               "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
     # one-tile chunks: 19 partials for the long request (a pipelined merge loop unrolled by 4: 19 is no multiple
     # of it); the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1},
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1, "MERGE_FANIN": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
      {"kv_heads": 8, "lengths": [70, 0], "patch_interpreter": True}),
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8},
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8, "MERGE_FANIN": 0},
      {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
+    # the two-level merge: one-tile chunks, 19 and 17 of them in groups of 4 (5 groups each, the last of 3 and of
+    # 1), a request of 3 chunks merged in one level, an empty request; both calls reuse the counters
+    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
+                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4},
+     {"kv_heads": 8, "lengths": [300, 272, 0, 40], "setup": True}),
+    # page size 64, bf16 tiles, groups of 8 (19 chunks: 3 groups), the other grid order
+    ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
+                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 2, "MERGE_BLOCK": 1, "MERGE_FANIN": 8},
+     {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
 ]
 
 
@@ -341,7 +352,8 @@ def _triton_available() -> bool:
 
 @pytest.mark.skipif(not _triton_available(), reason="triton and torch are needed for the interpreter check")
 @pytest.mark.parametrize("name, params, case", INTERPRETER_CASES,
-                         ids=[f"{c[0]}-ps{c[1]['PAGE_SIZE']}-dot{c[1]['USE_DOT']}" for c in INTERPRETER_CASES])
+                         ids=[f"{c[0]}-ps{c[1]['PAGE_SIZE']}-dot{c[1]['USE_DOT']}-fanin{c[1].get('MERGE_FANIN', 0)}"
+                              for c in INTERPRETER_CASES])
 def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):
     (block,) = machine_blocks(gqa)
     template: KernelTemplate = kernel_templates(gqa)[name]
