@@ -4,7 +4,8 @@
 # Usage: benchmarks/gpu_check.sh OUT_DIR [WHEELHOUSE]   (WHEELHOUSE: wheels for an air-gapped host)
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
-# fixtures proof controller report judge_set judge_families judge_scale slow_timing families moe_prebuild family_records.
+# fixtures proof controller report judge_set judge_families judge_scale slow_timing families moe_prebuild family_records
+# sweep loop_record.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -12,6 +13,12 @@
 # CONTROLLER_RESUME=1 (continue every run of ARCHIVE a timeout cut short), ADV_K (pytest -k of the adversarial suite),
 # BUDGET_S and DONE_DIR (a time budget, and continuing on the same host: see `stage` below),
 # AUDIT_ARGS, PARITY_ARGS, THROUGHPUT_ARGS (e.g. --workloads a,b), ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
+# CARRIED=FILE.tgz: an earlier host's travel copy (KEEP_ARCHIVE=1 KEEP_JIT=1 there) unpacked into ARCHIVE first, so
+# FlashInfer's modules and the baselines are not built and timed again. KEEP_JIT=1: the travel copy keeps FlashInfer's
+# JIT modules (.so only). sweep: SWEEP_CONFIGS (a JSON list, benchmarks/template_sweep.py), SWEEP_DEFINITIONS,
+# SWEEP_ARGS (more `harness submit` arguments, e.g. "-w uniform_b1_kv8192"). loop_record: for each of LOOP_DEFINITIONS
+# (comma-separated) `controller loop --provider offline` from the naive kernel within LOOP_BUDGET_S (default 380),
+# then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/.
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +32,7 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 COLUMNS=200
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0}
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fiws} MAX_JOBS=${MAX_JOBS:-16}
 ARCHIVE=${ARCHIVE:-/tmp/crucible-archive}; mkdir -p "$ARCHIVE"
+if [ -n "${CARRIED:-}" ] && [ -z "$(ls -A "$ARCHIVE")" ]; then tar xzf "$CARRIED" -C "$ARCHIVE" || exit 1; fi
 NGPU=$(nvidia-smi -L | wc -l)
 STAGES=" ${STAGES:-core} "
 case "$STAGES" in *" core "*) STAGES="$STAGES gputests examples parity throughput ";; esac
@@ -36,7 +44,8 @@ has() { case "$STAGES" in *" $1 "*) return 0;; esac; return 1; }
 T0=$(date +%s); DONE_DIR=${DONE_DIR:-}; [ -n "$DONE_DIR" ] && mkdir -p "$DONE_DIR"
 declare -A EST=([gputests]=420 [examples]=150 [parity]=150 [throughput]=300 [adversarial]=220 [judge_set]=360
   [judge_families]=560 [judge_scale]=560 [slow_timing]=280 [families]=600 [family_records]=560 [audit_cost]=300
-  [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60 [moe_prebuild]=10)
+  [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60 [moe_prebuild]=10 [sweep]=300
+  [loop_record]=480)
 CURRENT=
 mark_done() { [ -n "$CURRENT" ] && [ -n "$DONE_DIR" ] && touch "$DONE_DIR/$CURRENT"; CURRENT=; }
 stage() {  # stage NAME: is it asked for, not done yet, and does it fit? (the previous stage has finished)
@@ -231,6 +240,26 @@ if stage controller; then
   python3 -m controller trajectory --all --archive "$ARCHIVE" --out /tmp/trajectory >> "$LOG" 2>&1
   tar czf "$OUT/trajectory.tgz" -C /tmp trajectory
 fi
+if stage sweep; then
+  section "template sweep"
+  timeout ${SWEEP_TIMEOUT:-560} python3 benchmarks/template_sweep.py --out "$OUT" --archive "$ARCHIVE" \
+    --definitions "${SWEEP_DEFINITIONS:-gqa_paged_decode_h32_kv8_d128_ps1}" ${SWEEP_CONFIGS:+--configs "$SWEEP_CONFIGS"} \
+    -- ${SWEEP_ARGS:-} >> "$LOG" 2>&1
+fi
+if stage loop_record; then
+  for def in ${LOOP_DEFINITIONS//,/ }; do
+    section "loop from the naive kernel: $def"
+    mkdir -p "$OUT/loop_$def"
+    /usr/bin/time -f "loop command wall %e s" timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop \
+      --definition "$def" --provider offline --rounds ${ROUNDS:-6} --candidates ${CANDIDATES:-3} \
+      --budget-wall-s ${LOOP_BUDGET_S:-380} --no-profile --archive "$ARCHIVE" --json \
+      > "$OUT/loop_$def/loop.json" 2> "$OUT/loop_$def/loop.log"
+    tail -3 "$OUT/loop_$def/loop.log" >> "$LOG"
+    profile=--profile; [ "${LOOP_PROFILE:-1}" = 0 ] && profile=
+    timeout ${RECORD_TIMEOUT:-300} python3 benchmarks/loop_record.py --loop "$OUT/loop_$def/loop.json" \
+      --archive "$ARCHIVE" --out "$OUT/loop_$def" $profile >> "$LOG" 2>&1
+  done
+fi
 if stage report; then
   python3 -m harness report --archive "$ARCHIVE" --out /tmp/report >> "$LOG" 2>&1 \
     && tar czf "$OUT/report.tgz" -C /tmp report
@@ -241,7 +270,8 @@ section "archive"
 python3 -m harness list --archive "$ARCHIVE" >> "$LOG" 2>&1
 # KEEP_ARCHIVE=1: a travel copy (no cached reference outputs; `harness copy-archive`) comes back to carry to the next host
 if [ -n "${KEEP_ARCHIVE:-}" ]; then
-  rm -rf /tmp/archive_travel && python3 -m harness copy-archive /tmp/archive_travel --archive "$ARCHIVE" >> "$LOG" 2>&1 \
+  rm -rf /tmp/archive_travel && python3 -m harness copy-archive /tmp/archive_travel --archive "$ARCHIVE" \
+    ${KEEP_JIT:+--with-jit} >> "$LOG" 2>&1 \
     && tar czf "$OUT/archive.tgz" -C /tmp/archive_travel .
 fi
 exit 0

@@ -3,10 +3,13 @@ harness-shaped rows without running anything (promotion and halving with timings
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Callable, Optional
 
 from controller.loop import LoopConfig
 from controller.promote import PairedMeasurement, PairedSample
+from controller.skills import load_skills
 from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 from harness.data.schema import Solution, dump_json
@@ -20,6 +23,17 @@ SKILLS_DIR = ROOT / "skills"
 def config(root, **kw) -> LoopConfig:
     return LoopConfig(**{"definition": KV8_PS1, "dataset": str(root), "workloads": [WORKLOAD], "rounds": 1,
                          "candidates": 1, "timeout_s": 120, **kw})
+
+
+def unseeded_skills(folder: Path):
+    """The shipped skills with gqa-decode's `dispatch: seed` off, as a skill author who sets `seed: false` has them:
+    round 1 from the naive kernel is its neighbours only (the tests of promotion build their timings on those)."""
+    shutil.copytree(SKILLS_DIR, folder)
+    skill = folder / "gqa-decode" / "SKILL.md"
+    text = skill.read_text()
+    assert "seed: true}" in text
+    skill.write_text(text.replace("seed: true}", "seed: false}"))
+    return load_skills(folder)
 
 
 CLEAN_AUDITS = [{"name": "input_mutation", "passed": True}]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from controller.dispatch import DISPATCH, dispatcher_source, worth_dispatching
+from controller.loop import run_loop
 from controller.providers.offline import OfflineProvider, naive_incumbent
 from controller.skills import load_skills
 from harness.archive.database import Archive
@@ -21,9 +22,11 @@ from harness.data.schema import Solution
 from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.sandbox.build import static_signature_problem
 
+from loop_support import WORKLOAD, FakeEvaluator, config
 from support import DEFINITIONS, KV8_PS1, KV8_PS64, ROOT
 
 SKILL = ROOT / "skills" / "gqa-decode"
+GQA_DECODE = [KV8_PS1, KV8_PS64, "gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps64"]
 
 
 def _regime_module():
@@ -137,3 +140,74 @@ def test_a_dispatching_solution_passes_through_the_harness(skills, tiny_dataset_
                  SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as session:
         result = session.submit(Solution.model_validate(proposal.solution))
     assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
+
+
+def _naive_history(skills, definition):
+    inc = naive_incumbent(skills, definition)
+    return [HistoryItem(round=0, name=inc.solution["name"], status="PASSED", origin=inc.origin,
+                        regime_latency_ms={"latency-bound": 0.5, "memory-bound": 2.0, "skewed": 1.0})]
+
+
+@pytest.mark.parametrize("definition", GQA_DECODE)
+def test_round_one_proposes_the_skills_starting_points_as_one_dispatching_solution(skills, definition):
+    """Before the search has a winner per regime, the skill's starting points (split-KV plan for small and skewed
+    batches, one program per KV head for large ones) are the first candidate, dispatching by regime."""
+    provider = OfflineProvider(skills)
+    g = provider.generator_for(definition)
+    first = provider.propose(_request(skills, definition, _naive_history(skills, definition)))[0]
+    assert first["template"] == DISPATCH
+    assert first["params"]["variants"] == {r: g.starting_point(r) for r in ("latency-bound", "memory-bound", "skewed")}
+    assert first["params"]["variants"]["memory-bound"]["template"] == "triton-per-kv-head"
+    assert first["params"]["variants"]["latency-bound"]["template"] == "triton-split-kv-fused"
+    solution = Solution.model_validate(provider.generate(
+        _request(skills, definition, _naive_history(skills, definition))).proposals[0].solution)
+    assert static_signature_problem(solution, Dataset(DEFINITIONS).definition(definition)) is None
+    # once any dispatching solution was judged, only per-regime winners that disagree make another
+    tried = HistoryItem(round=1, name="d", status="SCREENED_OUT", origin=first)
+    again = provider.propose(_request(skills, definition, [*_naive_history(skills, definition), tried]))
+    assert all(o["template"] != DISPATCH for o in again)
+
+
+def test_the_skills_dispatching_solution_passes_through_the_harness(skills, tiny_dataset_root, tmp_path):
+    """The starting points as they ship (bf16 tiles to tl.dot, 128-token tiles) behind the dispatcher, on CPU."""
+    provider = OfflineProvider(skills)
+    proposal = provider.generate(_request(skills, KV8_PS1, _naive_history(skills, KV8_PS1))).proposals[0]
+    assert proposal.origin["template"] == DISPATCH
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as session:
+        result = session.submit(Solution.model_validate(proposal.solution))
+    assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
+
+
+def test_a_loop_from_the_naive_kernel_judges_the_skills_dispatch_in_round_one(tiny_dataset_root, tmp_path):
+    """Wired through the loop: round 1 proposes the starting points as one dispatching solution next to the naive
+    kernel's neighbours, and promotes it where it is the fastest; round 2 does not propose it again."""
+    archive = Archive(tmp_path / "a")
+
+    def judge(s):  # the dispatching solution 0.4 ms, every other candidate 0.8, the naive kernel 1.0
+        if s is None or s.name.startswith("naive"):
+            return "PASSED", 1.0
+        return "PASSED", 0.4 if s.spec.entry_point == "dispatch.py::run" else 0.8
+
+    fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], judge)
+    report = run_loop(config(tiny_dataset_root, rounds=2, candidates=2), tmp_path / "a",
+                      provider=OfflineProvider(load_skills(ROOT / "skills")), evaluator=fake)
+    (promoted,) = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
+    assert promoted["round"] == 1 and promoted["candidate"].startswith("r1_dispatch_")
+    assert report["incumbent"]["name"] == promoted["candidate"]
+    round2 = [d["candidate"] for d in report["decisions"] if d["round"] == 2]
+    assert round2 and not any("dispatch" in name for name in round2)
+
+
+def test_the_starting_points_are_not_proposed_alone_next_to_their_dispatch(skills):
+    """On the regime a round screens, a starting point alone runs the same kernel as the dispatching solution that
+    holds it: the two would tie, and the finalist would be chosen by noise."""
+    provider = OfflineProvider(skills)
+    g = provider.generator_for(KV8_PS1)
+    proposed = provider.propose(_request(skills, KV8_PS1, _naive_history(skills, KV8_PS1)).model_copy(
+        update={"budget": Budget(max_candidates=40)}))
+    starts = [g.starting_point(r) for r in ("latency-bound", "memory-bound", "skewed")]
+    assert proposed[0]["template"] == DISPATCH and len(proposed) >= 5
+    assert not [o for o in proposed if o in starts]
+    naive = naive_incumbent(skills, KV8_PS1).origin
+    assert any(o in starts for o in g.neighbours(naive, "latency-bound", 0))  # what it would have had

@@ -21,7 +21,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 from harness.data.schema import Solution
 
-from loop_support import CLEAN_AUDITS, SKILLS_DIR, WORKLOAD, FakeEvaluator, config, constant
+from loop_support import CLEAN_AUDITS, SKILLS_DIR, WORKLOAD, FakeEvaluator, config, constant, unseeded_skills
 from support import KV8_PS1
 
 # -- offline, the real harness, the CLI ----------------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_candidates_over_the_count_are_dropped_and_forbidden_edits_rejected(tiny
 def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(tiny_dataset_root, tmp_path):
     archive = Archive(tmp_path / "a")
     dataset = Dataset(tiny_dataset_root)
-    skills = load_skills(SKILLS_DIR)
+    skills = unseeded_skills(tmp_path / "skills")
     # BLOCK_N >= 32 and 2 warps each take 20% off: naive 1.0 ms, either 0.8 ms, both 0.64 ms.
     def judge(s):
         bn, warps = constant(s, "BLOCK_N", 16), constant(s, "NUM_WARPS", 1)
@@ -292,7 +292,7 @@ def test_a_decisive_win_on_the_same_card_skips_the_paired_measurement(tiny_datas
     fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD],
                          lambda s: ("PASSED", 0.4 if constant(s, "BLOCK_N", 16) >= 32 else 1.0), card=card)
     report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
-                      provider=OfflineProvider(load_skills(SKILLS_DIR)), evaluator=fake)
+                      provider=OfflineProvider(unseeded_skills(tmp_path / "skills")), evaluator=fake)
     (promoted,) = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
     assert promoted["candidate"] == "r1_per-kv-head_bn32_w1_s1_dot0"
     assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0"]
@@ -332,7 +332,7 @@ def test_a_candidate_whose_full_audit_evaluation_fails_is_not_promoted(tiny_data
     fake = FakeEvaluator(archive, dataset, [WORKLOAD], judge,
                          full_judge=lambda s: full_result if s.name == first else ("PASSED", CLEAN_AUDITS))
     report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
-                      provider=OfflineProvider(load_skills(SKILLS_DIR)), evaluator=fake)
+                      provider=OfflineProvider(unseeded_skills(tmp_path / "skills")), evaluator=fake)
     assert [(d["candidate"], d["verdict"], d["rule"]) for d in report["decisions"][1:]] == [
         (first, "REJECTED", "full_audit"), ("r1_per-kv-head_bn16_w2_s1_dot0", "PROMOTED", "promoted")]
     rejected = report["decisions"][1]["reasons"]

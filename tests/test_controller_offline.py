@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from controller.dispatch import DISPATCH
 from controller.providers.offline import OfflineProvider, config_key, naive_incumbent
 from harness.data.generation_request import Budget, GenerationRequest, HistoryItem, Incumbent, Repair
 from controller.skills import kernel_templates, load_skills
@@ -53,7 +54,10 @@ def test_same_request_same_candidates(skills):
 
 
 def test_neighbours_are_one_step_moves_within_the_allowed_values(skills):
-    origins = OfflineProvider(skills).propose(request(skills, candidates=20))
+    proposed = OfflineProvider(skills).propose(request(skills, candidates=20))
+    # a run's first round from the naive kernel leads with the skill's starting points as one dispatching solution
+    assert proposed[0]["template"] == DISPATCH
+    origins = proposed[1:]
     templates = kernel_templates(skills["gqa-decode"])
     base = NAIVE_ORIGIN["params"]
     for origin in origins:
@@ -79,8 +83,12 @@ def test_rounds_rotate_and_history_is_not_repeated(skills):
 def test_page_size_comes_from_the_definition(skills):
     req = request(skills).model_copy(update={"definition": KV8_PS64})
     req.constraints.dps_signature = PS1_SIGNATURE[:5] + ["kv_last_page_len"] + PS1_SIGNATURE[5:]
-    source = OfflineProvider(skills).generate(req).proposals[0].solution["sources"][0]["content"]
-    assert "PAGE_SIZE = 64" in source and "kv_last_page_len, sm_scale, output, lse):" in source
+    proposals = OfflineProvider(skills).generate(req).proposals
+    for proposal in proposals:  # the dispatching one's kernels too
+        kernels = [f["content"] for f in proposal.solution["sources"] if f["path"].startswith(("kernel", "kernel_"))]
+        assert kernels and all("PAGE_SIZE = 64" in k for k in kernels), proposal.origin
+    source = next(p for p in proposals if p.origin["template"] != DISPATCH).solution["sources"][0]["content"]
+    assert "kv_last_page_len, sm_scale, output, lse):" in source
 
 
 def test_repair_falls_back_to_the_templates_known_good_defaults(skills):

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
+from controller.dispatch import DISPATCH
 from controller.providers.offline import (OfflineProvider, fixed_values, naive_entry, naive_incumbent,
                                           offered_templates, skill_for)
 from controller.skills import KernelTemplate, SkillError, load_skills
@@ -23,6 +24,7 @@ from harness.data.dataset import Dataset
 from harness.families import OperatorFamily, register, unregister
 from harness.data.generation_request import Budget, Diagnosis, GenerationRequest, HistoryItem, Incumbent
 from harness.data.schema import Definition, Solution
+from harness.sandbox.build import static_signature_problem
 
 from support import DEFINITIONS, ROOT
 
@@ -95,6 +97,10 @@ def test_each_family_gets_its_skill_templates_fixed_values_and_naive_kernel(name
     expected = [*definition.inputs, *definition.outputs]
     for proposal in [inc, *proposals]:
         solution = Solution.model_validate(proposal.solution)
+        if proposal.origin["template"] == DISPATCH:  # gqa-decode's starting points, dispatched by regime
+            assert solution.definition == name and solution.spec.entry_point == "dispatch.py::run"
+            assert static_signature_problem(solution, definition) is None
+            continue
         assert solution.definition == name and proposal.origin["template"] in templates
         assert entry_parameters(solution, tmp_path) == expected, solution.name
         for placeholder, value in fixed.items():

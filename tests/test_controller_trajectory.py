@@ -17,7 +17,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 
 from support import ROOT
-from loop_support import WORKLOAD, FakeEvaluator, config, constant
+from loop_support import WORKLOAD, FakeEvaluator, config, constant, unseeded_skills
 
 
 def rec(w, regime, latency, fi=None, floor=None, status="PASSED"):
@@ -95,7 +95,7 @@ def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, t
                        * (0.8 if constant(s, "NUM_WARPS", 1) == 2 else 1.0))
     fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], judge)
     report = run_loop(config(tiny_dataset_root, rounds=2, candidates=2), tmp_path / "a",
-                      provider=OfflineProvider(load_skills(ROOT / "skills")), evaluator=fake)
+                      provider=OfflineProvider(unseeded_skills(tmp_path / "skills")), evaluator=fake)
     latencies = [r["incumbent"]["latency_ms"] for r in report["rounds"]]
     assert latencies == pytest.approx([1.0, 0.8, 0.64])
     assert [r["incumbent"]["fraction_of_floor"] for r in report["rounds"]] == pytest.approx([0.001, 0.00125, 0.0015625])

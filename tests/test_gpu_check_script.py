@@ -41,3 +41,23 @@ def test_a_moe_prebuild_that_did_not_build_is_not_marked_done(tmp_path):
     assert "===== MoE prebuild =====" in log
     assert not any(done.iterdir())
     assert (tmp_path / "out" / "moe_prebuild.log").exists()
+
+
+def _carried(tmp_path: Path, name: str, text: str) -> Path:
+    """A travel copy as KEEP_ARCHIVE=1 returns it: a tgz of the archive folder's contents."""
+    folder = tmp_path / f"travel-{name}"
+    folder.mkdir()
+    (folder / "marker.txt").write_text(text)
+    tgz = tmp_path / f"{name}.tgz"
+    subprocess.run(["tar", "czf", str(tgz), "-C", str(folder), "."], check=True)
+    return tgz
+
+
+def test_a_carried_archive_seeds_an_empty_archive_and_never_overwrites_one(tmp_path):
+    """CARRIED: the next host starts from the last host's archive (FlashInfer's modules, baselines); a host that
+    already has an archive (a second call on the same host) keeps its own."""
+    archive = tmp_path / "archive"
+    _check(tmp_path / "first", tmp_path / "done", "nothing", 60, CARRIED=str(_carried(tmp_path, "a", "host A")))
+    assert (archive / "marker.txt").read_text() == "host A"
+    _check(tmp_path / "second", tmp_path / "done", "nothing", 60, CARRIED=str(_carried(tmp_path, "b", "host B")))
+    assert (archive / "marker.txt").read_text() == "host A"

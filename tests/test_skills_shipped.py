@@ -228,7 +228,7 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 3 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
+    assert combinations == 4 * 4 * 3 * 3 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):

@@ -130,7 +130,8 @@ class OfflineGenerator:
         self.starting_points: dict[str, dict[str, Any]] = block.get("starting_points") or {}
         self.tactic_moves: dict[str, dict[str, Any]] = block.get("tactic_moves") or {}
         self.naive_entry = block.get("naive")
-        # dispatch: {regime_module: FILE, regimes: [...], default: REGIME}: per-regime winners in one solution
+        # dispatch: {regime_module: FILE, regimes: [...], default: REGIME, seed: BOOL}: per-regime winners in one
+        # solution; seed (default true): the starting points as one in a run's first round
         self.dispatch: Optional[dict[str, Any]] = block.get("dispatch")
         try:
             self.search = SearchSettings.from_block(block.get("search"))
@@ -282,6 +283,24 @@ class OfflineGenerator:
             return None
         return dispatch_origin(winners, self.dispatch.get("default") or next(iter(winners)))
 
+    def seed_dispatch(self, history: list[Any], incumbent: dict[str, Any]) -> Optional[dict[str, Any]]:
+        """In a run's first round (the incumbent the skill's naive kernel, no candidate judged yet), the skill's
+        starting points as one dispatching solution, where they disagree (else None). They are the skill's reading
+        of which design each regime wants (a split-KV plan for batch 1, one program per KV head for large batches):
+        judged in round 1, they reach a dispatching solution without first waiting for a round per regime."""
+        if not self.dispatch or not self.dispatch.get("seed", True) or any(h.round >= 1 for h in history):
+            return None
+        name = incumbent.get("template")
+        if name not in self.templates:
+            return None
+        if config_key({"template": name, "params": self.complete(name, incumbent.get("params", {}))}) \
+                != config_key(self.naive()):
+            return None
+        winners = {r: point for r in self.dispatch.get("regimes") or [] if (point := self.starting_point(r))}
+        if not worth_dispatching(winners):
+            return None
+        return dispatch_origin(winners, self.dispatch.get("default") or next(iter(winners)))
+
     def render_dispatch(self, origin: dict[str, Any], definition: str, name: str, author: str,
                         target_hardware: str) -> dict[str, Any]:
         """One module per distinct variant, the skill's regime function, and the dispatcher (controller/dispatch)."""
@@ -406,8 +425,13 @@ class OfflineProvider:
             rotation = request.seed + request.round - 1
             around = interleave(*(g.neighbours(m, self.regime_class(request), rotation) for m in members))
             dispatch = g.dispatch_option(request.history)
+            seed = g.seed_dispatch(request.history, request.incumbent.origin)
+            if seed:  # it stands for the starting points: none of them alone, to tie with it on the screened regime
+                inside = {config_key(v) for v in seed["params"]["variants"].values()}
+                around = [o for o in around if config_key(o) not in inside]
             escape = g.escape(members, self.regime_class(request)) if stall else []
-            options = ([dispatch] if dispatch else []) + escape + self.directed(request) + around
+            options = ([dispatch] if dispatch else []) + escape + self.directed(request) + ([seed] if seed else []) \
+                + around
         chosen: list[dict[str, Any]] = []
         for origin in options:
             key = config_key(origin)
