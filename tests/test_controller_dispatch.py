@@ -159,8 +159,9 @@ def test_round_one_proposes_the_skills_starting_points_as_one_dispatching_soluti
     assert first["params"]["variants"] == {r: g.starting_point(r) for r in ("latency-bound", "memory-bound", "skewed")}
     assert first["params"]["variants"]["memory-bound"]["template"] == "triton-per-kv-head"
     assert first["params"]["variants"]["latency-bound"]["template"] == "triton-split-kv-fused"
-    solution = Solution.model_validate(provider.generate(
-        _request(skills, definition, _naive_history(skills, definition))).proposals[0].solution)
+    proposal = provider.generate(_request(skills, definition, _naive_history(skills, definition))).proposals[0]
+    assert "the skill's starting points" in proposal.notes
+    solution = Solution.model_validate(proposal.solution)
     assert static_signature_problem(solution, Dataset(DEFINITIONS).definition(definition)) is None
     # once any dispatching solution was judged, only per-regime winners that disagree make another
     tried = HistoryItem(round=1, name="d", status="SCREENED_OUT", origin=first)
@@ -211,3 +212,30 @@ def test_the_starting_points_are_not_proposed_alone_next_to_their_dispatch(skill
     assert not [o for o in proposed if o in starts]
     naive = naive_incumbent(skills, KV8_PS1).origin
     assert any(o in starts for o in g.neighbours(naive, "latency-bound", 0))  # what it would have had
+
+
+def test_the_skills_dispatch_runs_its_large_batch_kernel_right(tmp_path):
+    """17 requests x 8 KV heads fill the SMs (memory-bound): the dispatcher runs the per-KV-head starting point (bf16
+    tiles, 3 stages, no plan of its own), which must match the reference like the planned kernel does."""
+    import json as _json
+
+    from support import make_tiny_dataset
+
+    root = make_tiny_dataset(tmp_path / "dataset")
+    uuid = "00000000-0000-4000-8000-000000000017"
+    workload = {"uuid": uuid, "axes": {"batch_size": 17, "num_pages": 80, "len_indptr": 18, "num_kv_indices": 68},
+                "inputs": {"sm_scale": {"type": "scalar", "value": 0.08838834764831845}}}
+    lines = root / "workloads" / "gqa_paged" / f"{KV8_PS1}.jsonl"
+    lines.write_text(lines.read_text() + _json.dumps({"definition": KV8_PS1, "solution": None, "workload": workload,
+                                                      "evaluation": None}) + "\n")
+    labels = root / "workloads" / "gqa_paged" / "labels.json"
+    labels.write_text(_json.dumps({**_json.loads(labels.read_text()), uuid: "tiny_b17_t68"}))
+    skills = load_skills(ROOT / "skills")
+    batch = _batch([4] * 17)
+    assert _regime_module().regime(*batch) == "memory-bound"
+    proposal = OfflineProvider(skills).generate(_request(skills, KV8_PS1, _naive_history(skills, KV8_PS1))).proposals[0]
+    assert proposal.origin["template"] == DISPATCH
+    with Session(Dataset(root), Archive(tmp_path / "a"), SubmitOptions(workloads=["tiny_b17_t68"], timeout_s=300)) \
+            as session:
+        result = session.submit(Solution.model_validate(proposal.solution))
+    assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message

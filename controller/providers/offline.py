@@ -451,6 +451,7 @@ class OfflineProvider:
         members, stall = (self.search_state(request) if request.repair is None else ([], False))
         search = {"regime": request.regime, "population": [slug(m) for m in members], "stalled": stall}
         escaped = generator.escape(members, self.regime_class(request)) if stall else []
+        seed = generator.seed_dispatch(request.history, request.incumbent.origin) if request.repair is None else None
         proposals = []
         for origin in origins:
             name = f"r{request.round}_{slug(origin)}"
@@ -458,6 +459,8 @@ class OfflineProvider:
             why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if origin in directed else ""
             if origin in escaped:
                 why += f" (design switch: {request.regime} stalled for {generator.search.patience} rounds)"
+            if origin == seed:
+                why += " (the skill's starting points, one per regime, as one dispatching solution)"
             proposals.append(Proposal(solution=solution, origin=origin,
                                       notes=f"{request.kind}: {origin['template']} {origin['params']}{why}"))
         raw = json.dumps({"origins": origins, "search": search}, sort_keys=True)
