@@ -228,7 +228,7 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 3 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
+    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -338,6 +338,16 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4},
      {"kv_heads": 8, "lengths": [300, 272, 0, 40], "setup": True}),
+    # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
+    # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
+    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3},
+     {"kv_heads": 8, "lengths": [37, 0], "patch_interpreter": True}),
+    ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3, "SPLIT_KV": 4},
+     {"kv_heads": 4, "lengths": [70, 3], "patch_interpreter": True}),
+    ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3,
+                               "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4},
+     {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # page size 64, bf16 tiles, groups of 8 (19 chunks: 3 groups), the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
