@@ -64,3 +64,21 @@ def test_definitions_are_names_or_the_datasets_aliases():
     assert ts.definitions_for(f"{KV4},,moe", dataset) == [KV4, *dataset.aliases["moe"]]
     with pytest.raises(SchemaError, match="unknown definition 'nope'"):
         ts.definitions_for("nope", dataset)
+
+
+GQA_DECODE = ["gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps64",
+              "gqa_paged_decode_h32_kv4_d128_ps1", KV4]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "configs").glob("*.json")), ids=lambda p: p.stem)
+def test_the_shipped_sweep_configurations_render_as_written_for_every_definition(tmp_path, path):
+    """A value the template does not allow would silently become its default (the sweep would measure something
+    else than its name says): every configuration renders with exactly the values it asks for."""
+    configs = json.loads(path.read_text())
+    for definition in GQA_DECODE:
+        (tmp_path / definition).mkdir()
+        rendered = ts.render_all(configs, definition, tmp_path / definition)
+        assert len(rendered) == len(configs)
+        for config, r in zip(configs, rendered):
+            assert {k: r["params"][k] for k in config if k != "template"} == \
+                {k: v for k, v in config.items() if k != "template"}
