@@ -332,12 +332,12 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8, "MERGE_FANIN": 0},
      {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
-    # the two-level merge: one-tile chunks, 19 and 17 of them in groups of 4 (5 groups each, the last of 3 and of
-    # 1), a request of 3 chunks merged in one level, an empty request; both calls reuse the counters
+    # the two-level merge: one-tile chunks, 10 and 5 of them in groups of 4 (3 groups, the last of 2; 2 groups, the
+    # last of 1), a request of 3 chunks merged in one level, an empty request; both calls reuse the counters
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4},
-     {"kv_heads": 8, "lengths": [300, 272, 0, 40], "setup": True}),
+     {"kv_heads": 8, "lengths": [150, 80, 0, 40], "setup": True}),
     # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
     # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
     ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3},
