@@ -158,7 +158,9 @@ def moved(origin: dict, template: str = "", **params) -> dict:
     (SPLIT, "grid-too-small", [{"template": "triton-split-kv-fused",
                                 "params": {**{k: v for k, v in SPLIT["params"].items() if k != "SPLIT_KV"},
                                            **FUSED_DEFAULTS}}]),
-    (FUSED, "grid-too-small", [moved(FUSED, PROGRAMS_PER_SM=4)]),  # one step up
+    # one step up each, alone then together: more programs, and the merge in two levels for their partials
+    (FUSED, "grid-too-small", [moved(FUSED, PROGRAMS_PER_SM=4), moved(FUSED, MERGE_FANIN=4),
+                               moved(FUSED, PROGRAMS_PER_SM=4, MERGE_FANIN=4)]),
     (PER_HEAD, "register-occupancy", [moved(PER_HEAD, NUM_WARPS=2), moved(PER_HEAD, BLOCK_N=16),
                                       moved(PER_HEAD, NUM_WARPS=2, BLOCK_N=16)]),  # alone, then together
     (PER_HEAD, "dependent-loads", [moved(PER_HEAD, NUM_STAGES=3), moved(PER_HEAD, BLOCK_N=64)]),
