@@ -25,7 +25,8 @@ Modules: model (constants, statuses, ``KernelProfile``, ``ProfileSummary``, ``Pr
 CSV layouts, ``finish_summary``), diagnose (status and reason of an ncu run), tools (finding ncu, versions,
 the GPU's architecture, ``choose_backend``), process (command lines, bounded runs), backends (the profilers,
 ``select_backend``, ``profile_workloads``), archive (the profiles table's rows), target (the profiled process,
-``python -m harness.profiling.target``).
+``python -m harness.profiling.target``), static_resources (a Triton kernel's registers, shared memory and
+occupancy for an architecture, compiled on any host from the launches its host code records: no GPU, no ncu).
 """
 
 from __future__ import annotations

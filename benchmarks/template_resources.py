@@ -1,0 +1,141 @@
+"""Registers, spills, shared memory and occupancy of the gqa-decode skill's Triton kernels on an H200, without one.
+
+    python benchmarks/template_resources.py --out DIR [--definitions gqa_decode] [--configs FILE.json] [--arch 90]
+
+Each configuration ({"template": NAME, PARAM: VALUE...}, as `template_sweep.py` takes them; default: every Triton
+template at its defaults and the skill's starting points) is rendered as the loop renders it, its `plan`/`run` is
+called on a small batch of host tensors with every kernel replaced by a recorder
+(`harness.profiling.static_resources`), and each recorded launch is compiled for `sm_<arch>` here, as the GPU's
+JIT would compile it. The figures are what ncu calls `launch__registers_per_thread`, the spill traffic's stack,
+`launch__shared_mem_per_block` and the theoretical occupancy with its limiter: the register-occupancy limiter of
+the skill can be read before any GPU time is spent. Writes template_resources_<date>.json and .md in DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller.providers.offline import offline_generator, slug  # noqa: E402
+from controller.skills import machine_blocks  # noqa: E402
+from controller.skills.loading import load_skills  # noqa: E402
+from harness.data.dataset import Dataset  # noqa: E402
+from harness.profiling.static_resources import compile_launch, record_launches  # noqa: E402
+
+
+def default_configs(generator: Any) -> list[dict[str, Any]]:
+    """Every Triton template at its defaults, then the skill's starting points."""
+    configs = [{"template": name} for name, t in generator.templates.items() if t.language == "triton"]
+    for regime, point in sorted(generator.starting_points.items()):
+        configs.append({**point, "why": f"starting point: {regime}"})
+    return configs
+
+
+def small_batch(data: dict[str, Any]):
+    """Two requests (40 and 3 tokens) on host tensors with the definition's heads, head size and page size."""
+    import torch
+
+    heads, kv_heads, dim, page = data["num_qo_heads"], data["num_kv_heads"], data["head_dim"], data["page_size"]
+    lengths = [40, 3]
+    pages = [-(-n // page) for n in lengths]
+    indptr = torch.tensor([0, pages[0], sum(pages)], dtype=torch.int32)
+    indices = torch.arange(sum(pages), dtype=torch.int32)
+    cache = torch.zeros(sum(pages) + 1, page, kv_heads, dim, dtype=torch.bfloat16)
+    q = torch.zeros(len(lengths), heads, dim, dtype=torch.bfloat16)
+    last = torch.tensor([n - (p - 1) * page for n, p in zip(lengths, pages)], dtype=torch.int32)
+    inputs = [q, cache, cache, indptr, indices] + ([last] if page > 1 else []) + [0.088]
+    outputs = [torch.zeros(len(lengths), heads, dim, dtype=torch.bfloat16), torch.zeros(len(lengths), heads)]
+    return inputs, outputs
+
+
+def resources_of(source: str, setup: bool, data: dict[str, Any], arch: int) -> list[dict[str, Any]]:
+    """Each kernel launch of one rendered kernel module, compiled for ``arch``."""
+    with tempfile.TemporaryDirectory(prefix="template-resources-") as folder:
+        path = Path(folder) / "kernel.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("template_resources_kernel", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        inputs, outputs = small_batch(data)
+
+        def call() -> None:
+            state = module.plan(*inputs) if setup else None
+            module.run(*inputs, *outputs, *([state] if setup else []))
+
+        launches = record_launches(module, call)
+        return [dataclasses.asdict(compile_launch(launch, arch)) for launch in launches]
+
+
+def measure(definition: str, configs: list[dict[str, Any]], arch: int) -> list[dict[str, Any]]:
+    generator = offline_generator(load_skills(ROOT / "skills"), definition)
+    (block,) = [b for b in machine_blocks(generator.skill) if "templates" in b]
+    data = block["definitions"][definition]
+    out = []
+    for config in configs or default_configs(generator):
+        name = config["template"]
+        template = generator.templates.get(name)
+        if template is None or template.language != "triton":
+            continue
+        params = generator.complete(name, {k: v for k, v in config.items() if k not in ("template", "why")})
+        origin = {"template": name, "params": params}
+        solution = generator.render(origin, definition, slug(origin), "benchmarks/template_resources", "H200")
+        entry = {"definition": definition, "template": name, "params": params, "why": config.get("why", "")}
+        try:
+            entry["kernels"] = resources_of(solution["sources"][0]["content"], bool(template.setup), data, arch)
+        except Exception as err:  # a configuration that does not compile is a finding, not the end of the run
+            entry["error"] = f"{type(err).__name__}: {str(err)[:400]}"
+        out.append(entry)
+        print(json.dumps({k: v for k, v in entry.items() if k != "kernels"} | {
+            "registers": [k["registers"] for k in entry.get("kernels", [])]}), flush=True)
+    return out
+
+
+def markdown(entries: list[dict[str, Any]], arch: int) -> str:
+    lines = [f"# Static resources of the gqa-decode Triton kernels for sm_{arch} ({dt.date.today().isoformat()})", "",
+             "Compiled on the host by Triton's NVIDIA backend (`benchmarks/template_resources.py`); occupancy from the "
+             "SM's limits (65,536 registers, 64 warps, 228 KB shared memory, 32 blocks).", "",
+             "| definition | template | parameters | kernel | registers | spill stack B | shared KB | blocks/SM | "
+             "limiter | occupancy % |", "|---|---|---|---|---:|---:|---:|---:|---|---:|"]
+    for e in entries:
+        params = " ".join(f"{k}={v}" for k, v in e["params"].items())
+        if "error" in e:
+            lines.append(f"| {e['definition']} | {e['template']} | {params} | - | error: {e['error'][:80]} |||||")
+            continue
+        for k in e["kernels"]:
+            occ = k["occupancy"]
+            lines.append(f"| {e['definition']} | {e['template']} | {params} | `{k['kernel']}` | {k['registers']} | "
+                         f"{k['spill_stack_bytes']} | {k['shared_bytes'] / 1024:.1f} | {occ['blocks_per_sm']} | "
+                         f"{occ['limiter']} | {occ['theoretical_pct']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--definitions", default="gqa_decode")
+    parser.add_argument("--configs", type=Path, default=None, help="a JSON list of configurations")
+    parser.add_argument("--arch", type=int, default=90)
+    args = parser.parse_args()
+    configs = json.loads(args.configs.read_text()) if args.configs else []
+    dataset = Dataset()
+    definitions = [d for name in args.definitions.split(",") if name for d in dataset.resolve(name)]
+    entries = [e for d in definitions for e in measure(d, configs, args.arch)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"template_resources_{dt.date.today().isoformat()}"
+    stem.with_suffix(".json").write_text(json.dumps(entries, indent=1))
+    stem.with_suffix(".md").write_text(markdown(entries, args.arch))
+    print(f"wrote {stem}.json and .md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""harness/profiling/static_resources.py: a Triton kernel's registers, spills, shared memory and occupancy for sm_90,
+compiled on a host without a GPU, from the launches the solution's own host code makes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.profiling.static_resources import (Launch, _specialise, occupancy, parse_resource_usage,
+                                                record_launches)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("registers, shared, warps, blocks, limiter, pct", [
+    # the fused split-KV kernel as ncu measured it on the H200 (run 12): 162 registers, 72 KB dynamic + 1 KB static
+    (162, 74752, 4, 3, "registers", 18.8),
+    (104, 40192, 4, 4, "registers", 25.0),  # per-KV-head, bf16, 3 stages: 104 -> 128 per thread in warp units
+    (112, 39936, 4, 4, "registers", 25.0),
+    (64, 100000, 4, 2, "shared-memory", 12.5),  # 2 x (100,000 + 1 KB reserved) fit in 228 KB, 3 do not
+    (255, 0, 8, 1, "registers", 12.5),  # 256 x 32 x 8 = the whole register file
+    (8, 0, 4, 16, "warps", 100.0),
+    (16, 0, 1, 32, "blocks", 50.0),  # one-warp blocks: 32 blocks is the SM's cap before its 64 warps
+])
+def test_occupancy_by_the_binding_limit(registers, shared, warps, blocks, limiter, pct):
+    occ = occupancy(registers, shared, warps)
+    assert (occ.blocks_per_sm, occ.limiter, occ.theoretical_pct) == (blocks, limiter, pct)
+
+
+def test_resource_usage_is_read_per_function():
+    text = """
+Resource usage:
+ Common:
+  GLOBAL:11 CONSTANT[4]:8
+ Function _chunk_then_merge_kernel:
+  REG:162 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:720 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _merge_splits_kernel:
+  REG:38 STACK:16 SHARED:0 LOCAL:8 CONSTANT[0]:600 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+    assert parse_resource_usage(text) == {
+        "_chunk_then_merge_kernel": {"registers": 162, "stack": 0, "shared_static": 1024, "local": 0},
+        "_merge_splits_kernel": {"registers": 38, "stack": 16, "shared_static": 0, "local": 8}}
+
+
+triton = pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+
+
+def _module(source: str, tmp_path: Path, name: str = "kernel_under_test"):
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy(x_ptr, y_ptr, n, scale, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs * stride, tl.load(x_ptr + offs, mask=offs < n) * scale, mask=offs < n)
+
+
+def run(x, y):
+    _copy[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), 2.0, 1, BLOCK=128, num_warps=2)
+'''
+
+
+def test_launches_are_recorded_without_running_and_the_kernels_put_back(tmp_path):
+    module = _module(KERNEL, tmp_path)
+    kernel = module._copy
+    x, y = torch.zeros(320), torch.ones(320)
+    launches = record_launches(module, lambda: module.run(x, y))
+    assert module._copy is kernel and bool((y == 1).all())  # put back; nothing ran
+    (launch,) = launches
+    assert launch.kernel is kernel and launch.args[2] == 320 and launch.kwargs == {"BLOCK": 128, "num_warps": 2}
+    signature, constexprs, attrs, options = _specialise(launch)
+    # as Triton's JIT specialises: pointers and 320 divisible by 16, the 1 a constant, the float a scalar
+    assert signature == {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "scale": "fp32", "stride": "constexpr",
+                         "BLOCK": "constexpr"}
+    assert constexprs == {"stride": 1, "BLOCK": 128} and options == {"num_warps": 2}
+    assert set(attrs) == {(0,), (1,), (2,)}
+
+
+def test_an_argument_it_cannot_type_is_said(tmp_path):
+    module = _module(KERNEL, tmp_path)
+    with pytest.raises(TypeError, match="argument scale of type str"):
+        _specialise(Launch(module._copy, (torch.zeros(4), torch.zeros(4), 4, "x", 2), {"BLOCK": 128}))
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="this triton has no NVIDIA backend with ptxas")
+def test_the_shipped_fused_kernel_compiles_to_what_ncu_measured_on_the_h200(tmp_path):
+    """The skill's default fused split-KV kernel (kv8, page size 1): run 12's ncu digest on the H200 reported 162
+    registers per thread, 72 KB of dynamic shared memory, 3 blocks per SM limited by registers, 18.8% theoretical
+    occupancy. The compile here must give the same, or the figures it gives for other configurations mean nothing."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import template_resources as tr
+
+    (entry,) = tr.measure("gqa_paged_decode_h32_kv8_d128_ps1", [{"template": "triton-split-kv-fused"}], 90)
+    (kernel,) = entry["kernels"]
+    assert kernel["kernel"] == "_chunk_then_merge_kernel" and kernel["constexprs"]["GROUP"] == 4
+    assert (kernel["registers"], kernel["spill_stack_bytes"], kernel["shared_bytes"] - 1024) == (162, 0, 73728)
+    assert kernel["occupancy"]["blocks_per_sm"] == 3 and kernel["occupancy"]["theoretical_pct"] == 18.8
+    digest = json.loads((ROOT / "benchmarks/results/2026-12-03_h200_run12/loop_kv8ps1/ncu_digest.json").read_text())
+    measured = digest["profiles"][0]["digests"][0]["values"]
+    assert measured["registers_per_thread"] == kernel["registers"]
+    assert measured["occupancy_theoretical_pct"] == kernel["occupancy"]["theoretical_pct"]
