@@ -247,13 +247,16 @@ if stage sweep; then
     -- ${SWEEP_ARGS:-} >> "$LOG" 2>&1
 fi
 if stage loop_record; then
-  for def in ${LOOP_DEFINITIONS//,/ }; do
+  defs=${LOOP_DEFINITIONS:-gqa_paged_decode_h32_kv8_d128_ps1}
+  for def in ${defs//,/ }; do
     section "loop from the naive kernel: $def"
     mkdir -p "$OUT/loop_$def"
-    /usr/bin/time -f "loop command wall %e s" timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop \
+    started=$SECONDS
+    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop \
       --definition "$def" --provider offline --rounds ${ROUNDS:-6} --candidates ${CANDIDATES:-3} \
       --budget-wall-s ${LOOP_BUDGET_S:-380} --no-profile --archive "$ARCHIVE" --json \
       > "$OUT/loop_$def/loop.json" 2> "$OUT/loop_$def/loop.log"
+    echo "loop command wall $((SECONDS - started)) s" >> "$OUT/loop_$def/loop.log"
     tail -3 "$OUT/loop_$def/loop.log" >> "$LOG"
     profile=--profile; [ "${LOOP_PROFILE:-1}" = 0 ] && profile=
     timeout ${RECORD_TIMEOUT:-300} python3 benchmarks/loop_record.py --loop "$OUT/loop_$def/loop.json" \
