@@ -24,6 +24,8 @@ from typing import Any, Iterable, Optional
 
 from harness.data.generation_request import HistoryItem
 
+from .dispatch import DISPATCH
+
 
 def _checked(cls: Any, data: Any, what: str) -> dict[str, Any]:
     """``data`` as keyword arguments of the dataclass ``cls``: a mapping of its fields only (ValueError otherwise)."""
@@ -98,16 +100,26 @@ def regime_latency(item: HistoryItem, regime: str) -> Optional[float]:
     return (item.regime_latency_ms or {}).get(regime)
 
 
+def configuration_on(origin: dict[str, Any], regime: str) -> Optional[dict[str, Any]]:
+    """The configuration that ran on ``regime``: the origin itself, or, for a solution dispatching by regime
+    (controller/dispatch.py), the variant it runs there (its latency on the regime is that variant's)."""
+    if origin.get("template") == DISPATCH:
+        return ((origin.get("params") or {}).get("variants") or {}).get(regime)
+    return origin if origin.get("template") else None
+
+
 def population(history: Iterable[HistoryItem], regime: str, size: int) -> list[dict[str, Any]]:
-    """The ``size`` fastest distinct configurations (template + params) on ``regime``, fastest first."""
+    """The ``size`` fastest distinct configurations (template + params) on ``regime``, fastest first; a dispatching
+    solution counts as the variant it runs on the regime."""
     best: dict[str, tuple[float, dict[str, Any]]] = {}
     for item in history:
         latency = regime_latency(item, regime)
-        if latency is None or not item.origin.get("template"):
+        origin = configuration_on(item.origin, regime)
+        if latency is None or origin is None:
             continue
-        key = _key(item.origin)
+        key = _key(origin)
         if key not in best or latency < best[key][0]:
-            best[key] = (latency, {"template": item.origin["template"], "params": dict(item.origin.get("params", {}))})
+            best[key] = (latency, {"template": origin["template"], "params": dict(origin.get("params", {}))})
     return [origin for _, origin in sorted(best.values(), key=lambda t: t[0])[:size]]
 
 

@@ -46,6 +46,28 @@ def test_population_is_the_fastest_distinct_configurations_on_the_regime():
     assert best_by_round(history, R) == {0: 10.0, 1: 7.0, 2: 6.5}
 
 
+FUSED = {"template": "triton-split-kv-fused", "params": {"BLOCK_N": 128}}
+HEAD = {"template": PKV, "params": {"BLOCK_N": 64}}
+DISPATCHED = {"template": "dispatch", "params": {"variants": {"latency-bound": FUSED, "memory-bound": HEAD},
+                                                 "default": "memory-bound"}}
+
+
+@pytest.mark.parametrize("regime, history, expected", [
+    # a dispatching solution counts as the variant it runs on the regime, with its latency there
+    ("latency-bound", [(DISPATCHED, {"latency-bound": 0.02, "memory-bound": 0.5})], [FUSED]),
+    ("memory-bound", [(DISPATCHED, {"latency-bound": 0.02, "memory-bound": 0.5}),
+                      ({"template": PKV, "params": {"BLOCK_N": 128}}, {"memory-bound": 0.45})],
+     [{"template": PKV, "params": {"BLOCK_N": 128}}, HEAD]),
+    # a regime it has no variant for gives nothing; the same variant judged alone keeps its faster figure
+    ("skewed", [(DISPATCHED, {"skewed": 0.3})], []),
+    ("latency-bound", [(DISPATCHED, {"latency-bound": 0.02}), (FUSED, {"latency-bound": 0.03})], [FUSED]),
+])
+def test_a_dispatching_solution_stands_for_its_variants(regime, history, expected):
+    items = [HistoryItem(round=i + 1, name=f"c{i}", status="PASSED", origin=o, regime_latency_ms=lat)
+             for i, (o, lat) in enumerate(history)]
+    assert population(items, regime, 3) == expected
+
+
 def test_interleave_gives_each_member_its_first_moves_early():
     assert interleave([1, 2, 3], [4], [5, 6]) == [1, 4, 5, 2, 6, 3]
 
