@@ -1,9 +1,12 @@
 """The loop's promoted solutions kept as examples (examples/gqa_decode_promoted): what `controller loop --provider
-offline` promoted on the H200 from the skill's naive kernel (benchmarks/results/2026-12-03_h200_run12/). On CPU they
-pass the harness on the interpreter's workloads with every fast audit clean and promotable, and each is the skill's
-template rendered with the configuration it records, so a reader can find the design it came from (rendered from
-the template as it is now: a placeholder added since takes its default, which keeps the promoted kernel's behaviour;
-the run's own source is its record's `promoted_solution.json`)."""
+offline` promoted on the H200 from the skill's naive kernel (kv8 page 1: benchmarks/results/2026-12-03_h200_run12/,
+the fused kernel alone; kv4 page 1 and kv8 page 64: 2026-12-03_h200_run13/, the skill's dispatch by regime). On CPU
+they pass the harness on the interpreter's workloads with every fast audit clean and promotable, and each is the
+skill's own code with the configuration it records, so a reader can find the design it came from: a single kernel
+is its template rendered as it is now (a placeholder added since takes its default, which keeps the promoted
+kernel's behaviour); a dispatching solution is the offline provider's round-1 dispatch of the skill's starting
+points as they were then (`MERGE_FANIN` 0; the skill takes 8 since run 13). The run's own source is its record's
+`promoted_solution.json`."""
 
 from __future__ import annotations
 
@@ -25,11 +28,39 @@ def solution(path):
     return Solution.model_validate(json.loads(path.read_text()))
 
 
-def test_there_is_a_promoted_example():
-    assert [p.stem for p in PROMOTED] == ["gqa_paged_decode_h32_kv8_d128_ps1"]
+def is_dispatch(example) -> bool:
+    return example.spec.entry_point == "dispatch.py::run"
 
 
-@pytest.mark.parametrize("path", PROMOTED, ids=[p.stem for p in PROMOTED])
+def test_there_is_a_promoted_example_per_recorded_definition():
+    assert [p.stem for p in PROMOTED] == ["gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps1",
+                                          "gqa_paged_decode_h32_kv8_d128_ps64"]
+    assert [is_dispatch(solution(p)) for p in PROMOTED] == [True, False, True]
+
+
+@pytest.mark.parametrize("path", [p for p in PROMOTED if is_dispatch(solution(p))], ids=lambda p: p.stem)
+def test_dispatching_example_is_the_skills_round_one_dispatch(path):
+    """Rebuilt by the offline provider from the naive incumbent, with the starting points the run had: the same
+    files, byte for byte (kernels, the skill's regime module, the dispatcher) and the same variant per regime."""
+    from controller.providers.offline import OfflineProvider, naive_incumbent, slug
+    from controller.skills import load_skills
+
+    example = solution(path)
+    skills = load_skills(ROOT / "skills")
+    generator = OfflineProvider(skills).generator_for(example.definition)
+    origin = generator.seed_dispatch([], naive_incumbent(skills, example.definition).origin)
+    for variant in origin["params"]["variants"].values():  # the skill's starting points before run 13
+        if variant["template"] == "triton-split-kv-fused":
+            variant["params"]["MERGE_FANIN"] = 0
+    recorded = json.loads(example.description.removeprefix("dispatch by regime: "))
+    assert recorded == {r: slug(v) for r, v in origin["params"]["variants"].items()}
+    assert set(recorded) == {"latency-bound", "memory-bound", "skewed"}
+    rebuilt = generator.render_dispatch(origin, example.definition, example.name, example.author, "H200")
+    assert [(s.path, s.content) for s in example.sources] == \
+        [(s["path"], s["content"]) for s in rebuilt["sources"]]
+
+
+@pytest.mark.parametrize("path", [p for p in PROMOTED if not is_dispatch(solution(p))], ids=lambda p: p.stem)
 def test_example_is_the_skill_template_it_names(path):
     from controller.skills import kernel_templates, load_skill, render_skill_template
 
