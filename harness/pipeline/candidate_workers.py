@@ -13,6 +13,7 @@ from typing import Any, Callable, ContextManager, Optional
 
 from ..data.options import SubmitOptions
 from ..data.results import WorkloadResult
+from ..sandbox.extension_cache import ExtensionCache
 from ..sandbox.messages import BuildRequest
 from ..sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from ..data.schema import Definition, EvaluationStatus, Solution
@@ -24,13 +25,15 @@ class CandidateWorkers:
     """The session's spare candidate process, and the start (launch, ready, build) of a solution's worker.
 
     ``options``: the session's (read for ``spare_worker``); ``worker_options(role, cpu_only=None)``: the session's
-    options for a worker of that role; ``phase(name)``: the session's time accounting.
+    options for a worker of that role; ``phase(name)``: the session's time accounting; ``extensions``: where the
+    torch extensions a solution built are kept for its next worker (harness.sandbox.extension_cache), or None.
     """
 
     def __init__(self, options: SubmitOptions, worker_options: Callable[..., WorkerOptions],
-                 phase: Callable[[str], ContextManager[Any]]):
+                 phase: Callable[[str], ContextManager[Any]], extensions: Optional[ExtensionCache] = None):
         self.options = options
         self._worker_options, self._phase = worker_options, phase
+        self.extensions = extensions
         self.spare: Optional[WorkerProcess] = None  # a launched, unused candidate process
         self.ahead: dict[str, WorkerProcess] = {}  # key (a baseline's content hash) -> its launched, unused process
 
@@ -103,8 +106,10 @@ class CandidateWorkers:
                 worker.wait_ready()
             if self.options.spare_worker and role == "candidate":
                 self.launch_spare()  # the next candidate's process starts while this one is evaluated
+            key, seed = self._extension_seed(solution, worker.environment or {})
             with phase("build"):
-                reply, _ = worker.request(BuildRequest(solution=solution, definition=definition), timeout_s=timeout_s)
+                reply, built = worker.request(BuildRequest(solution=solution, definition=definition),
+                                              timeout_s=timeout_s, tensors=seed)
         except WorkerTimeout as err:
             log = worker.log_text()
             worker.stop()
@@ -118,10 +123,28 @@ class CandidateWorkers:
             worker.stop()
             return None, WorkloadResult("", "", reply.status or EvaluationStatus.COMPILE_ERROR.value,
                                         message=reply.error or "", log=log.strip())
+        if key is not None and "extension_build" in built:
+            self.extensions.put(key, built["extension_build"].numpy().tobytes())
         worker.compile_only = reply.compile_only
         worker.compile_only_note = reply.note
-        worker.build_log = reply.log
+        worker.build_log = reply.log + (f"\n[crucible] torch extensions put back before the import: {reply.extensions}"
+                                        if reply.extensions else "")
         return worker, None
+
+    def _extension_seed(self, solution: Solution, environment: dict[str, Any]) -> tuple[Optional[str], Any]:
+        """The cache key of ``solution``'s torch extensions on this worker's toolchain (from its hello, before it ran
+        any candidate code), and what an earlier worker of it built there, as the build request's tensors."""
+        if self.extensions is None:
+            return None, None
+        toolchain = " ".join(f"{k} {environment.get(k)}" for k in ("python", "torch", "cuda", "capability",
+                                                                    "device_name"))
+        key = ExtensionCache.key(solution.content_hash, toolchain)
+        data = self.extensions.get(key)
+        if data is None:
+            return key, None
+        import torch
+
+        return None, {"extension_seed": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
 
     def close(self) -> None:
         """Stop the unused processes (they never ran anything: nothing to wind down)."""

@@ -17,6 +17,7 @@ import concurrent.futures
 import time
 import random
 import secrets
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -28,6 +29,7 @@ from .baselines import Baselines
 from .baselines_ahead import BaselinesAhead
 from ..audits.verdicts import AuditConfig
 from ..sandbox.build import static_signature_problem
+from ..sandbox.extension_cache import ExtensionCache
 from .candidate_workers import CandidateWorkers
 from .comparison import place_in_context
 from ..measure.correctness import Tolerance
@@ -104,7 +106,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         self.worker_spent: dict[str, float] = {}  # ...and inside the workers: "role.op.step" -> s (WorkerOptions)
         self.phase_s = self.clock.totals
         self._phase = self.clock.phase
-        self.candidates = CandidateWorkers(self.options, self._worker_options, self._phase)
+        self.candidates = CandidateWorkers(self.options, self._worker_options, self._phase,
+                                           ExtensionCache(Path(archive.folder) / "cache" / "extensions"))
         self.trusted = TrustedReference(
             dataset, archive, TrustedSettings(require_sandbox=self.options.require_sandbox,
                                               sandbox=self.options.sandbox,

@@ -260,6 +260,7 @@ class BuildReply(Reply):
     log: str = Field("", description="the build's output (compiler messages)")
     artifacts: dict[str, str] = Field(default_factory=dict, description="kind -> path of what the build made")
     build_s: Optional[float] = Field(None, ge=0, description="seconds the build took")
+    extensions: str = Field("", description="an earlier build's torch extensions put back before the import, if any")
 
 
 class RunReply(Reply):

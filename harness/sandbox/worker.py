@@ -27,6 +27,7 @@ import torch
 
 from . import protocol
 from .build import Built, BuildError, build
+from .extension_cache import pack, unpack
 from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
                        RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
@@ -106,13 +107,25 @@ class Worker:
     def build(self, req: BuildRequest) -> tuple[dict, dict]:
         self.solution, self.definition = req.solution, req.definition
         started = time.perf_counter()
+        extensions = Path(os.environ.get("TORCH_EXTENSIONS_DIR", self.workdir / ".torch_extensions"))
+        seed, reused = self._request_tensors.get("extension_seed"), ""
+        if seed is not None:  # what an earlier worker of this solution built (harness.sandbox.extension_cache)
+            try:
+                reused = f"{unpack(seed.numpy().tobytes(), extensions)} files of an earlier build"
+            except Exception as err:  # a damaged copy: build from scratch
+                reused = f"not reused ({type(err).__name__}: {err})"
         try:
             self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
         except BuildError as err:
             return failure(str(err), EvaluationStatus.COMPILE_ERROR.value, log=err.log), {}
+        tensors = {}
+        if seed is None:  # handed back before any workload ran, so it holds the build and nothing the runs made
+            data, _ = pack(extensions)
+            if data is not None:
+                tensors["extension_build"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
-                "log": self.built.log,
-                "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, {}
+                "log": self.built.log, "extensions": reused,
+                "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, tensors
 
     def _workload_inputs(self, req: Any, seed: Optional[int] = None) -> tuple[Definition, Workload, dict[str, Any]]:
         """The inputs of a request on a workload: its seed's (or ``seed``'s), for its definition (else the build's)."""

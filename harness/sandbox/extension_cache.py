@@ -1,0 +1,123 @@
+"""The torch extensions a solution built, kept for its next evaluation.
+
+A Python solution that calls ``torch.utils.cpp_extension.load_inline`` (or ``load``) at import compiles with nvcc in
+its worker's private ``TORCH_EXTENSIONS_DIR``, and every worker is new: the same source is compiled again for each
+screening rung, the full evaluation, the full-audit evaluation and any later submission. On the H200 that was 52-64 s
+each time for the skill's CUDA template, 178 s of a 267 s loop round spent compiling one unchanged source three
+times (run 13). So the worker hands the folder back right after the build, before it has seen any workload, and the
+harness keeps it under a key of the solution's content hash and the toolchain; the next worker of the same solution
+on the same toolchain gets it back before the import, and ninja finds nothing to do.
+
+What a folder may carry is bounded on both sides: only the build's own file kinds (sources, objects, the library,
+ninja's files), no links, no path outside the folder, at most ``MAX_BYTES``. It is written by a worker that ran the
+candidate's import, so it is the candidate's own data: it is only ever handed to a later evaluation of the same
+solution (the key holds its content hash), never to another solution, and it is taken before any workload ran, so it
+cannot hold the outputs of one. A sandboxed worker builds in the same folder every time (``/tmp/work``), which is what
+lets ninja reuse the build; without the sandbox the folder differs per worker and ninja compiles again (harmless).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Optional
+
+MAX_BYTES = 512 << 20  # a CUDA extension's objects and library are a few MB; FlashInfer-sized ones stay under this
+# What a torch extension build folder holds: ninja's files, the sources load_inline writes, objects, the library.
+KEPT_SUFFIXES = (".ninja", ".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".o", ".so", ".d")
+KEPT_NAMES = (".ninja_log", ".ninja_deps")
+MTIMES = ".crucible-mtimes.json"  # the files' modification times in nanoseconds
+
+
+def _kept(path: Path) -> bool:
+    return path.name in KEPT_NAMES or path.suffix in KEPT_SUFFIXES
+
+
+def pack(folder: Path, max_bytes: int = MAX_BYTES) -> tuple[Optional[bytes], str]:
+    """A tar of ``folder``'s build files (modification times kept: ninja compares them), or None and why not."""
+    if not folder.is_dir():
+        return None, "no extension folder"
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and _kept(p))
+    if not files:
+        return None, "nothing built"
+    total = sum(p.stat().st_size for p in files)
+    if total > max_bytes:
+        return None, f"{total / 2**20:.0f} MiB of build files, over the {max_bytes / 2**20:.0f} MiB kept"
+    buffer = io.BytesIO()
+    # Nanoseconds, not tar's float seconds: ninja's deps log holds each object's time to the nanosecond and calls
+    # an object whose time came back even 1 ns later "out of date", compiling everything again.
+    times = {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in files}
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        manifest = json.dumps(times).encode()
+        info = tarfile.TarInfo(MTIMES)
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+        for path in files:
+            info = tar.gettarinfo(str(path), arcname=path.relative_to(folder).as_posix())
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with path.open("rb") as handle:
+                tar.addfile(info, handle)
+    return buffer.getvalue(), f"{len(files)} files, {total / 2**20:.1f} MiB"
+
+
+def unpack(data: bytes, folder: Path) -> int:
+    """Extract a ``pack`` into ``folder``: regular files of the kept kinds only, inside ``folder`` (tarfile's
+    ``data`` filter refuses absolute paths, ``..``, links and devices). Returns the files written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written, times = [], {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar.getmembers():
+            if member.name == MTIMES and member.isfile():
+                times = json.loads(tar.extractfile(member).read())
+            if not member.isfile() or not _kept(Path(member.name)):
+                continue
+            tar.extract(member, folder, filter="data")
+            written.append(member.name)
+    for name in written:
+        ns = times.get(name) if isinstance(times, dict) else None
+        target = folder / name
+        if isinstance(ns, int) and folder.resolve() in target.resolve().parents:
+            os.utime(target, ns=(ns, ns), follow_symlinks=False)
+    return len(written)
+
+
+class ExtensionCache:
+    """The harness's store of built extension folders (the archive's ``cache/extensions``; never a worker's)."""
+
+    def __init__(self, folder: Path, max_bytes: int = MAX_BYTES):
+        self.folder = Path(folder)
+        self.max_bytes = max_bytes
+
+    @staticmethod
+    def key(solution_hash: str, toolchain: str) -> str:
+        return hashlib.sha256(f"{solution_hash}\n{toolchain}".encode()).hexdigest()[:32]
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.tar"
+
+    def get(self, key: str) -> Optional[bytes]:
+        path = self._path(key)
+        try:
+            return path.read_bytes() if path.is_file() else None
+        except OSError:
+            return None
+
+    def put(self, key: str, data: bytes) -> bool:
+        """Keep ``data`` under ``key`` unless it is there already or too large; written whole or not at all."""
+        path = self._path(key)
+        if path.exists() or not data or len(data) > self.max_bytes:
+            return False
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        try:
+            partial.write_bytes(data)
+            os.replace(partial, path)
+        except OSError:
+            partial.unlink(missing_ok=True)
+            return False
+        return True
