@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -204,31 +205,35 @@ def test_starting_points_are_allowed_configurations(gqa, skills):
 
 def test_every_allowed_value_renders_to_a_dps_run(gqa):
     """Each placeholder's value is substituted on its own, so a value that breaks the module breaks every combination
-    holding it: render and parse the first combination that brings a (page size, placeholder, value) not seen yet
-    (rendering all 150,000 combinations took 34 s of CI and proves nothing more). The grids' sizes are counted."""
+    holding it: per page size, render and parse the grid's first combination, then that combination with one
+    placeholder changed to each of its other values (walking all 38 million combinations took minutes of CI and
+    proves nothing more). The grids' sizes are counted."""
     combinations = parsed = 0
     for template in kernel_templates(gqa).values():
+        combinations += math.prod(len(values) for values in template.placeholders.values())
+        first = next(template.grid())
         covered: set = set()
-        for params in template.grid():
-            combinations += 1
-            pairs = {(params["PAGE_SIZE"], name, value) for name, value in params.items()}
-            if pairs <= covered:
-                continue
-            covered |= pairs
-            source = render_skill_template(gqa, template, params)
-            assert not any("{" + name + "}" in source for name in template.placeholders), (template.name, params)
-            parsed += 1
-            tree = ast.parse(source)
-            expected = PS1_SIGNATURE if params["PAGE_SIZE"] == 1 else PS64_SIGNATURE
-            if template.setup:  # what the setup returned comes last (the harness passes it)
-                expected = [*expected, "state"]
-            assert _selected_run_signatures(tree) == [expected], (template.name, params)
+        for page in template.placeholders["PAGE_SIZE"]:
+            base = {**first, "PAGE_SIZE": page}
+            for name, values in template.placeholders.items():
+                for value in values:
+                    params = {**base, name: value} if name != "PAGE_SIZE" else base
+                    if (page, name, params[name]) in covered:
+                        continue
+                    covered |= {(page, n, v) for n, v in params.items()}
+                    source = render_skill_template(gqa, template, params)
+                    assert not any("{" + n + "}" in source for n in template.placeholders), (template.name, params)
+                    parsed += 1
+                    expected = PS1_SIGNATURE if page == 1 else PS64_SIGNATURE
+                    if template.setup:  # what the setup returned comes last (the harness passes it)
+                        expected = [*expected, "state"]
+                    assert _selected_run_signatures(ast.parse(source)) == [expected], (template.name, params)
         every_value = {(page, name, value) for name, values in template.placeholders.items() if name != "PAGE_SIZE"
                        for value in values for page in template.placeholders["PAGE_SIZE"]}
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4) + 2 * 3 * 6 * 3 * 3 * 4
+    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2) + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -317,26 +322,30 @@ INTERPRETER_CASES = [
     # chunks (300 tokens: 10 chunks of 32; 5 tokens: 1), an empty request, the fused merge
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
-                               "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0},
+                               "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
     # one-tile chunks: 19 partials for the long request (a pipelined merge loop unrolled by 4: 19 is no multiple
     # of it); the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1, "MERGE_FANIN": 0},
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
      {"kv_heads": 8, "lengths": [70, 0], "patch_interpreter": True}),
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8, "MERGE_FANIN": 0},
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8, "MERGE_FANIN": 0,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
      {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
     # the two-level merge: one-tile chunks, 10 and 5 of them in groups of 4 (3 groups, the last of 2; 2 groups, the
     # last of 1), a request of 3 chunks merged in one level, an empty request; both calls reuse the counters
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4},
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
      {"kv_heads": 8, "lengths": [150, 80, 0, 40], "setup": True}),
     # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
     # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
@@ -346,13 +355,29 @@ INTERPRETER_CASES = [
      {"kv_heads": 4, "lengths": [70, 3], "patch_interpreter": True}),
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4},
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # page size 64, bf16 tiles, groups of 8 (19 chunks: 3 groups), the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
-                               "MERGE_STAGES": 3, "MERGE_UNROLL": 2, "MERGE_BLOCK": 1, "MERGE_FANIN": 8},
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 2, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
+    # a one-chunk request writes its output itself: 4-tile chunks at least (MIN_CHUNK_BLOCKS), so 40 tokens (3 tiles)
+    # and 64 are one chunk each, 150 is three (merged), the empty request one empty chunk written directly
+    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
+                               "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
+                               "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1},
+     {"kv_heads": 8, "lengths": [40, 150, 0, 64], "setup": True}),
+    # every request one chunk (the large-batch case), bf16 tiles, page size 64 with a partial last page, groups of 8
+    # never reached
+    ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
+                               "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
+                               "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
+                               "MIN_CHUNK_BLOCKS": 8, "SINGLE_CHUNK_DIRECT": 1},
+     {"kv_heads": 4, "lengths": [100, 0, 64, 7], "setup": True, "patch_interpreter": True}),
 ]
 
 
@@ -363,6 +388,7 @@ def _triton_available() -> bool:
 @pytest.mark.skipif(not _triton_available(), reason="triton and torch are needed for the interpreter check")
 @pytest.mark.parametrize("name, params, case", INTERPRETER_CASES,
                          ids=[f"{c[0]}-ps{c[1]['PAGE_SIZE']}-dot{c[1]['USE_DOT']}-fanin{c[1].get('MERGE_FANIN', 0)}"
+                              f"{'-direct' if c[1].get('SINGLE_CHUNK_DIRECT') else ''}"
                               for c in INTERPRETER_CASES])
 def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):
     (block,) = machine_blocks(gqa)
