@@ -119,7 +119,7 @@ class Worker:
         except BuildError as err:
             return failure(str(err), EvaluationStatus.COMPILE_ERROR.value, log=err.log), {}
         tensors = {}
-        if seed is None:  # handed back before any workload ran, so it holds the build and nothing the runs made
+        if seed is None and not self.built.compile_only:  # before any workload ran: the build and nothing else
             data, _ = pack(extensions)
             if data is not None:
                 tensors["extension_build"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
