@@ -83,7 +83,19 @@ def test_the_cache_keeps_the_first_copy_per_solution_and_toolchain(tmp_path):
     assert cache.get(a) is None
     assert cache.put(a, b"first") and not cache.put(a, b"second") and cache.get(a) == b"first"
     assert not cache.put(b, b"x" * 101) and cache.get(b) is None  # over the limit: not kept
+    assert cache.put(a, b"again", replace=True) and cache.get(a) == b"again"  # a copy that failed to unpack
     assert not list((tmp_path / "cache").glob("*.partial"))
+
+
+def test_the_store_keeps_the_recently_used_copies_within_its_limit(tmp_path):
+    cache = ExtensionCache(tmp_path / "cache", max_bytes=100, max_total_bytes=250)
+    keys = [ExtensionCache.key(f"hash-{i}", "t") for i in range(4)]
+    for i, key in enumerate(keys[:2]):
+        assert cache.put(key, b"x" * 100)
+        os.utime(cache._path(key), (1_000 + i, 1_000 + i))
+    assert cache.get(keys[0]) is not None  # used now: newer than keys[1]
+    assert cache.put(keys[2], b"y" * 100)  # 300 bytes > 250: the least recently used (keys[1]) goes
+    assert [cache.get(k) is not None for k in keys[:3]] == [True, False, True]
 
 
 PROBE = '''import torch.utils.cpp_extension as cpp

@@ -123,8 +123,8 @@ class CandidateWorkers:
             worker.stop()
             return None, WorkloadResult("", "", reply.status or EvaluationStatus.COMPILE_ERROR.value,
                                         message=reply.error or "", log=log.strip())
-        if key is not None and "extension_build" in built:
-            self.extensions.put(key, built["extension_build"].numpy().tobytes())
+        if key is not None and "extension_build" in built:  # a first build, or one whose copy did not unpack
+            self.extensions.put(key, built["extension_build"].numpy().tobytes(), replace=seed is not None)
         worker.compile_only = reply.compile_only
         worker.compile_only_note = reply.note
         worker.build_log = reply.log + (f"\n[crucible] torch extensions put back before the import: {reply.extensions}"
@@ -144,7 +144,7 @@ class CandidateWorkers:
             return key, None
         import torch
 
-        return None, {"extension_seed": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
+        return key, {"extension_seed": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
 
     def close(self) -> None:
         """Stop the unused processes (they never ran anything: nothing to wind down)."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 MAX_BYTES = 512 << 20  # a CUDA extension's objects and library are a few MB; FlashInfer-sized ones stay under this
+MAX_TOTAL_BYTES = 4 << 30  # the whole store: the least recently used copies go first (many candidates, one disk)
 # What a torch extension build folder holds: ninja's files, the sources load_inline writes, objects, the library.
 KEPT_SUFFIXES = (".ninja", ".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".o", ".so", ".d")
 KEPT_NAMES = (".ninja_log", ".ninja_deps")
@@ -89,9 +90,9 @@ def unpack(data: bytes, folder: Path) -> int:
 class ExtensionCache:
     """The harness's store of built extension folders (the archive's ``cache/extensions``; never a worker's)."""
 
-    def __init__(self, folder: Path, max_bytes: int = MAX_BYTES):
+    def __init__(self, folder: Path, max_bytes: int = MAX_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES):
         self.folder = Path(folder)
-        self.max_bytes = max_bytes
+        self.max_bytes, self.max_total_bytes = max_bytes, max_total_bytes
 
     @staticmethod
     def key(solution_hash: str, toolchain: str) -> str:
@@ -103,14 +104,18 @@ class ExtensionCache:
     def get(self, key: str) -> Optional[bytes]:
         path = self._path(key)
         try:
-            return path.read_bytes() if path.is_file() else None
+            data = path.read_bytes() if path.is_file() else None
+            if data is not None:
+                os.utime(path)  # used now: the last to be evicted
+            return data
         except OSError:
             return None
 
-    def put(self, key: str, data: bytes) -> bool:
-        """Keep ``data`` under ``key`` unless it is there already or too large; written whole or not at all."""
+    def put(self, key: str, data: bytes, replace: bool = False) -> bool:
+        """Keep ``data`` under ``key`` unless it is there already (``replace``: a copy that failed to unpack) or
+        too large; written whole or not at all; then the least recently used copies go past the store's limit."""
         path = self._path(key)
-        if path.exists() or not data or len(data) > self.max_bytes:
+        if (path.exists() and not replace) or not data or len(data) > self.max_bytes:
             return False
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
@@ -120,4 +125,21 @@ class ExtensionCache:
         except OSError:
             partial.unlink(missing_ok=True)
             return False
+        self._evict(keep=path)
         return True
+
+    def _evict(self, keep: Path) -> None:
+        entries = []
+        for entry in self.folder.glob("*.tar"):
+            try:
+                stat = entry.stat()
+            except OSError:
+                continue
+            entries.append((stat.st_mtime, stat.st_size, entry))
+        total = sum(size for _, size, _ in entries)
+        for _, size, entry in sorted(entries, key=lambda e: e[0]):
+            if total <= self.max_total_bytes:
+                break
+            if entry != keep:
+                entry.unlink(missing_ok=True)
+                total -= size

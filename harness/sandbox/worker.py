@@ -112,8 +112,8 @@ class Worker:
         if seed is not None:  # what an earlier worker of this solution built (harness.sandbox.extension_cache)
             try:
                 reused = f"{unpack(seed.numpy().tobytes(), extensions)} files of an earlier build"
-            except Exception as err:  # a damaged copy: build from scratch
-                reused = f"not reused ({type(err).__name__}: {err})"
+            except Exception as err:  # a damaged copy: build from scratch, and hand the new build back
+                reused, seed = f"not reused ({type(err).__name__}: {err})", None
         try:
             self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
         except BuildError as err:
