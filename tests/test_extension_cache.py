@@ -137,3 +137,47 @@ def test_a_second_evaluation_reuses_the_extension_its_first_built(tiny_dataset_r
     assert len(list((tmp_path / "archive" / "cache" / "extensions").glob("*.tar"))) == 1
     assert stamps[0][0] == stamps[1][0], f"compiled again: {stamps} ({walls})"
     assert stamps == [(stamps[0][0], False), (stamps[0][0], True)]
+
+
+LEAVE_BEHIND = '''import os
+from pathlib import Path
+
+folder = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+seen = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) if folder.is_dir() else []
+print("found at import:", seen)
+(folder / "probe").mkdir(parents=True, exist_ok=True)
+(folder / "probe" / "state.so").write_text("TAG")
+(folder / "probe" / "notes.txt").write_text("not a build file")
+if not (folder / "probe" / "link.so").is_symlink():
+    (folder / "probe" / "link.so").symlink_to("/etc/hostname")
+'''
+
+
+def test_what_a_solution_leaves_in_its_extension_folder_reaches_only_its_own_next_evaluation(tiny_dataset_root,
+                                                                                            tmp_path):
+    """A candidate that writes into its extension folder at import (a file of a kept kind, one of another kind, a
+    link out of the folder): its own next evaluation finds the kept file and nothing else; another solution, the
+    same code with one byte changed, finds nothing."""
+    from harness.archive.database import Archive
+    from harness.archive.queries import artifact_rows
+    from harness.data.dataset import Dataset
+    from harness.data.schema import Solution
+    from harness.pipeline.evaluate import Session, SubmitOptions
+
+    def solution(tag):
+        base = json.loads((ROOT / "examples" / "triton_gqa_decode" / "solutions" / f"{KV8_PS1}.json").read_text())
+        base["name"] = f"leaves_{tag}"
+        base["sources"][0]["content"] = "from . import probe  # noqa: F401\n" + base["sources"][0]["content"]
+        base["sources"].append({"path": "probe.py", "content": LEAVE_BEHIND.replace("TAG", tag)})
+        return Solution.model_validate(base)
+
+    found = []
+    for candidate in (solution("a"), solution("a"), solution("b")):
+        archive = Archive(tmp_path / "archive")
+        with Session(Dataset(tiny_dataset_root), archive,
+                     SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as session:
+            result = session.submit(candidate)
+        assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
+        (log,) = [r for r in artifact_rows(archive.db, result.submission_id) if r["kind"] == "build_log"]
+        found.append(re.search(r"found at import: (.+)", archive.get_blob(log["blob"]).decode()).group(1))
+    assert found == ["[]", "['probe', 'probe/state.so']", "[]"]
