@@ -63,6 +63,9 @@ def main() -> None:
 @click.option("--fresh-seeds", is_flag=True,
               help="Draw this run's input seeds afresh instead of from the archive's secret (the reference's "
                    "outputs of earlier runs are then not reused).")
+@click.option("--fresh-builds", is_flag=True,
+              help="Compile every torch extension afresh instead of reusing the solution's earlier build (nothing a "
+                   "solution wrote in an earlier evaluation reaches this one).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this host's GPUs; ray: one lane per GPU of a Ray cluster (extra `ray`).")
 @click.option("--address", help="--executor ray: the cluster (HOST:PORT or auto); default: a new one on this host.")
@@ -73,8 +76,8 @@ def main() -> None:
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
            time_reference: bool, audit_level: str, no_net_isolation: bool, require_sandbox: bool,
-           no_sandbox: bool, fresh_seeds: bool, executor: str, address: Optional[str], lanes: Optional[int],
-           resume: bool) -> None:
+           no_sandbox: bool, fresh_seeds: bool, fresh_builds: bool, executor: str, address: Optional[str],
+           lanes: Optional[int], resume: bool) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
@@ -117,7 +120,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     selection = [w for item in workloads for w in item.split(",") if w] or None
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
                          timing=not no_timing, baselines=not no_baselines, reference_timing=time_reference,
-                         audit_level=audit_level, fresh_seeds=fresh_seeds,
+                         audit_level=audit_level, fresh_seeds=fresh_seeds, fresh_builds=fresh_builds,
                          isolate_network=not no_net_isolation, spare_worker=len(loaded) > 1,
                          sandbox=not no_sandbox, require_sandbox=require_sandbox, sandbox_policy=policy)
     if selection:

@@ -157,7 +157,8 @@ def test_what_a_solution_leaves_in_its_extension_folder_reaches_only_its_own_nex
                                                                                             tmp_path):
     """A candidate that writes into its extension folder at import (a file of a kept kind, one of another kind, a
     link out of the folder): its own next evaluation finds the kept file and nothing else; another solution, the
-    same code with one byte changed, finds nothing."""
+    same code with one byte changed, finds nothing; nor does its own full-audit evaluation (what a promotion rests
+    on) or one with ``fresh_builds`` (``harness submit --fresh-builds``)."""
     from harness.archive.database import Archive
     from harness.archive.queries import artifact_rows
     from harness.data.dataset import Dataset
@@ -172,12 +173,14 @@ def test_what_a_solution_leaves_in_its_extension_folder_reaches_only_its_own_nex
         return Solution.model_validate(base)
 
     found = []
-    for candidate in (solution("a"), solution("a"), solution("b")):
+    for candidate, level, fresh in [(solution("a"), "fast", False), (solution("a"), "fast", False),
+                                    (solution("b"), "fast", False), (solution("a"), "full", False),
+                                    (solution("a"), "fast", True)]:
         archive = Archive(tmp_path / "archive")
         with Session(Dataset(tiny_dataset_root), archive,
-                     SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as session:
-            result = session.submit(candidate)
+                     SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300, fresh_builds=fresh)) as session:
+            result = session.submit(candidate, audit_level=level)
         assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
         (log,) = [r for r in artifact_rows(archive.db, result.submission_id) if r["kind"] == "build_log"]
         found.append(re.search(r"found at import: (.+)", archive.get_blob(log["blob"]).decode()).group(1))
-    assert found == ["[]", "['probe', 'probe/state.so']", "[]"]
+    assert found == ["[]", "['probe', 'probe/state.so']", "[]", "[]", "[]"]

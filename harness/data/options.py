@@ -37,3 +37,7 @@ class SubmitOptions:
     # Seeds drawn afresh for this session (--fresh-seeds) instead of from the archive's secret: nothing the
     # reference computed in earlier sessions is reused (harness.pipeline.reference_cache).
     fresh_seeds: bool = False
+    # Build every torch extension afresh (--fresh-builds) instead of giving a solution's worker the extension folder
+    # its earlier worker built (harness.sandbox.extension_cache): a judge's final run, where no file the solution
+    # wrote in an earlier evaluation may reach this one.
+    fresh_builds: bool = False

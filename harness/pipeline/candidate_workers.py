@@ -95,10 +95,11 @@ class CandidateWorkers:
 
     def start(self, solution: Solution, definition: Definition, timeout_s: float, role: str = "candidate",
               worker: Optional[WorkerProcess] = None, phase: Optional[Callable[[str], ContextManager[Any]]] = None,
-              ) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+              reuse_build: bool = True) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
         """A built worker for ``solution``, or None and the failed start as a WorkloadResult. ``worker``: a process
         from ``process_for`` (default: taken now); ``phase``: where the waits are counted (default: the session's
-        clock; a thread beside the session's work passes its own)."""
+        clock; a thread beside the session's work passes its own); ``reuse_build``: False compiles its torch
+        extensions afresh (the new build is still kept for later workers)."""
         worker = worker or self.process_for(solution, role)
         phase = phase or self._phase
         try:
@@ -107,6 +108,8 @@ class CandidateWorkers:
             if self.options.spare_worker and role == "candidate":
                 self.launch_spare()  # the next candidate's process starts while this one is evaluated
             key, seed = self._extension_seed(solution, worker.environment or {})
+            if not reuse_build and seed is not None:
+                seed, key = None, None  # kept copy not given; the store keeps the one it has
             with phase("build"):
                 reply, built = worker.request(BuildRequest(solution=solution, definition=definition),
                                               timeout_s=timeout_s, tensors=seed)

@@ -106,8 +106,9 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         self.worker_spent: dict[str, float] = {}  # ...and inside the workers: "role.op.step" -> s (WorkerOptions)
         self.phase_s = self.clock.totals
         self._phase = self.clock.phase
-        self.candidates = CandidateWorkers(self.options, self._worker_options, self._phase,
-                                           ExtensionCache(Path(archive.folder) / "cache" / "extensions"))
+        extensions = None if self.options.fresh_builds else ExtensionCache(Path(archive.folder) / "cache" /
+                                                                           "extensions")
+        self.candidates = CandidateWorkers(self.options, self._worker_options, self._phase, extensions)
         self.trusted = TrustedReference(
             dataset, archive, TrustedSettings(require_sandbox=self.options.require_sandbox,
                                               sandbox=self.options.sandbox,
@@ -357,7 +358,10 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
 
     def _start_candidate(self, solution: Solution, definition: Definition, timeout_s: float,
                          role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
-        return self.candidates.start(solution, definition, timeout_s, role)
+        # A full-audit evaluation (what a promotion rests on) builds afresh: no file the solution wrote in an
+        # earlier evaluation reaches it (harness.sandbox.extension_cache); screening and fast runs reuse the build.
+        return self.candidates.start(solution, definition, timeout_s, role,
+                                     reuse_build=self.audit_config.level != "full")
 
     @property
     def _spare(self) -> Optional[WorkerProcess]:
