@@ -107,12 +107,12 @@ class CandidateWorkers:
                 worker.wait_ready()
             if self.options.spare_worker and role == "candidate":
                 self.launch_spare()  # the next candidate's process starts while this one is evaluated
-            key, seed = self._extension_seed(solution, worker.environment or {})
+            key, seed = self._extension_seed(solution, worker)
             if not reuse_build and seed is not None:
                 seed, key = None, None  # kept copy not given; the store keeps the one it has
             with phase("build"):
                 reply, built = worker.request(BuildRequest(solution=solution, definition=definition),
-                                              timeout_s=timeout_s, tensors=seed)
+                                              timeout_s=timeout_s, **({"tensors": seed} if seed else {}))
         except WorkerTimeout as err:
             log = worker.log_text()
             worker.stop()
@@ -130,15 +130,17 @@ class CandidateWorkers:
             self.extensions.put(key, built["extension_build"].numpy().tobytes(), replace=seed is not None)
         worker.compile_only = reply.compile_only
         worker.compile_only_note = reply.note
-        worker.build_log = reply.log + (f"\n[crucible] torch extensions put back before the import: {reply.extensions}"
-                                        if reply.extensions else "")
+        reused = getattr(reply, "extensions", "")
+        worker.build_log = reply.log + (f"\n[crucible] torch extensions put back before the import: {reused}"
+                                        if reused else "")
         return worker, None
 
-    def _extension_seed(self, solution: Solution, environment: dict[str, Any]) -> tuple[Optional[str], Any]:
+    def _extension_seed(self, solution: Solution, worker: WorkerProcess) -> tuple[Optional[str], Any]:
         """The cache key of ``solution``'s torch extensions on this worker's toolchain (from its hello, before it ran
         any candidate code), and what an earlier worker of it built there, as the build request's tensors."""
         if self.extensions is None:
             return None, None
+        environment = getattr(worker, "environment", None) or {}
         toolchain = " ".join(f"{k} {environment.get(k)}" for k in ("python", "torch", "cuda", "capability",
                                                                     "device_name"))
         key = ExtensionCache.key(solution.content_hash, toolchain)
