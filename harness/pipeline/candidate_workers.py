@@ -13,7 +13,7 @@ from typing import Any, Callable, ContextManager, Optional
 
 from ..data.options import SubmitOptions
 from ..data.results import WorkloadResult
-from ..sandbox.extension_cache import ExtensionCache
+from ..sandbox.extension_cache import ExtensionCache, as_bytes, as_tensor
 from ..sandbox.messages import BuildRequest
 from ..sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from ..data.schema import Definition, EvaluationStatus, Solution
@@ -99,7 +99,7 @@ class CandidateWorkers:
         """A built worker for ``solution``, or None and the failed start as a WorkloadResult. ``worker``: a process
         from ``process_for`` (default: taken now); ``phase``: where the waits are counted (default: the session's
         clock; a thread beside the session's work passes its own); ``reuse_build``: False compiles its torch
-        extensions afresh (the new build is still kept for later workers)."""
+        extensions afresh (the new build replaces the kept one)."""
         worker = worker or self.process_for(solution, role)
         phase = phase or self._phase
         try:
@@ -107,9 +107,7 @@ class CandidateWorkers:
                 worker.wait_ready()
             if self.options.spare_worker and role == "candidate":
                 self.launch_spare()  # the next candidate's process starts while this one is evaluated
-            key, seed = self._extension_seed(solution, worker)
-            if not reuse_build and seed is not None:
-                seed, key = None, None  # kept copy not given; the store keeps the one it has
+            key, seed = self._extension_seed(solution, worker, reuse_build)
             with phase("build"):
                 reply, built = worker.request(BuildRequest(solution=solution, definition=definition),
                                               timeout_s=timeout_s, **({"tensors": seed} if seed else {}))
@@ -126,8 +124,8 @@ class CandidateWorkers:
             worker.stop()
             return None, WorkloadResult("", "", reply.status or EvaluationStatus.COMPILE_ERROR.value,
                                         message=reply.error or "", log=log.strip())
-        if key is not None and "extension_build" in built:  # a first build, or one whose copy did not unpack
-            self.extensions.put(key, built["extension_build"].numpy().tobytes(), replace=seed is not None)
+        if key is not None and "extension_build" in built:  # built here: no copy given, or one that did not unpack
+            self.extensions.put(key, as_bytes(built["extension_build"]))
         worker.compile_only = reply.compile_only
         worker.compile_only_note = reply.note
         reused = getattr(reply, "extensions", "")
@@ -135,21 +133,19 @@ class CandidateWorkers:
                                         if reused else "")
         return worker, None
 
-    def _extension_seed(self, solution: Solution, worker: WorkerProcess) -> tuple[Optional[str], Any]:
+    def _extension_seed(self, solution: Solution, worker: WorkerProcess,
+                        reuse: bool) -> tuple[Optional[str], Optional[dict[str, Any]]]:
         """The cache key of ``solution``'s torch extensions on this worker's toolchain (from its hello, before it ran
-        any candidate code), and what an earlier worker of it built there, as the build request's tensors."""
+        any candidate code), and (``reuse``) what an earlier worker of it built there, as the build request's
+        tensors."""
         if self.extensions is None:
             return None, None
         environment = getattr(worker, "environment", None) or {}
         toolchain = " ".join(f"{k} {environment.get(k)}" for k in ("python", "torch", "cuda", "capability",
                                                                     "device_name"))
         key = ExtensionCache.key(solution.content_hash, toolchain)
-        data = self.extensions.get(key)
-        if data is None:
-            return key, None
-        import torch
-
-        return key, {"extension_seed": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
+        data = self.extensions.get(key) if reuse else None
+        return key, None if data is None else {"extension_seed": as_tensor(data)}
 
     def close(self) -> None:
         """Stop the unused processes (they never ran anything: nothing to wind down)."""

@@ -24,7 +24,10 @@ import json
 import os
 import tarfile
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # the harness side imports this module before torch
+    import torch
 
 MAX_BYTES = 512 << 20  # a CUDA extension's objects and library are a few MB; FlashInfer-sized ones stay under this
 MAX_TOTAL_BYTES = 4 << 30  # the whole store: the least recently used copies go first (many candidates, one disk)
@@ -87,6 +90,17 @@ def unpack(data: bytes, folder: Path) -> int:
     return len(written)
 
 
+def as_tensor(data: bytes) -> "torch.Tensor":
+    """A packed folder as the protocol carries it (a uint8 tensor in the safetensors payload)."""
+    import torch
+
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def as_bytes(tensor: "torch.Tensor") -> bytes:
+    return tensor.numpy().tobytes()
+
+
 class ExtensionCache:
     """The harness's store of built extension folders (the archive's ``cache/extensions``; never a worker's)."""
 
@@ -111,11 +125,11 @@ class ExtensionCache:
         except OSError:
             return None
 
-    def put(self, key: str, data: bytes, replace: bool = False) -> bool:
-        """Keep ``data`` under ``key`` unless it is there already (``replace``: a copy that failed to unpack) or
-        too large; written whole or not at all; then the least recently used copies go past the store's limit."""
+    def put(self, key: str, data: bytes) -> bool:
+        """Keep ``data`` under ``key`` (a newer build replaces an older one) unless it is too large; written whole
+        or not at all; then the least recently used copies go past the store's limit."""
         path = self._path(key)
-        if (path.exists() and not replace) or not data or len(data) > self.max_bytes:
+        if not data or len(data) > self.max_bytes:
             return False
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")

@@ -27,7 +27,7 @@ import torch
 
 from . import protocol
 from .build import Built, BuildError, build
-from .extension_cache import pack, unpack
+from .extension_cache import as_bytes, as_tensor, pack, unpack
 from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
                        RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
@@ -111,7 +111,7 @@ class Worker:
         seed, reused = self._request_tensors.get("extension_seed"), ""
         if seed is not None:  # what an earlier worker of this solution built (harness.sandbox.extension_cache)
             try:
-                reused = f"{unpack(seed.numpy().tobytes(), extensions)} files of an earlier build"
+                reused = f"{unpack(as_bytes(seed), extensions)} files of an earlier build"
             except Exception as err:  # a damaged copy: build from scratch, and hand the new build back
                 reused, seed = f"not reused ({type(err).__name__}: {err})", None
         try:
@@ -122,7 +122,7 @@ class Worker:
         if seed is None and not self.built.compile_only:  # before any workload ran: the build and nothing else
             data, _ = pack(extensions)
             if data is not None:
-                tensors["extension_build"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                tensors["extension_build"] = as_tensor(data)
         return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
                 "log": self.built.log, "extensions": reused,
                 "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, tensors
