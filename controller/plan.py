@@ -127,6 +127,21 @@ def stop_reason(spent: dict[str, float], budget_tokens: Optional[int], budget_co
     return None
 
 
+def wall_budget_stop(spent_s: float, budget_s: Optional[float], expected_s: float = 0.0) -> Optional[str]:
+    """Why the next evaluation step must not start under a wall budget, or None. ``expected_s``: what a step of its
+    kind took at most so far in the run (0 when none ran yet). A budget is a limit, not a starting deadline: a step
+    that would run past it (a CUDA candidate's build takes a minute) is not started, so the run ends within its
+    budget and says so, instead of running on until an outer timeout kills it without a report."""
+    if budget_s is None:
+        return None
+    if spent_s >= budget_s:
+        return f"budget: {spent_s:.0f} s wall time spent of {budget_s:.0f} s"
+    if spent_s + expected_s > budget_s:
+        return (f"budget: {spent_s:.0f} s wall time spent of {budget_s:.0f} s; the next step would not fit "
+                f"(~{expected_s:.0f} s, the longest of its kind so far)")
+    return None
+
+
 def request_budget(max_output_tokens: int, candidates: int, request_wall_s: float, spent: dict[str, float],
                    budget_tokens: Optional[int], budget_cost_usd: Optional[float],
                    budget_wall_s: Optional[float]) -> Budget:

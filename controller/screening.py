@@ -10,9 +10,11 @@ correctness trial, a short timing run, audits off); the fastest ``ceil(n / eta)`
 its screen keeps the harness's failing status, so it can be repaired like any failed candidate. Finalists go on to
 the evaluation and promotion below, unchanged. With halving off every candidate is evaluated as before.
 
-A wall-time budget (``--budget-wall-s``) is checked before each screening rung and each evaluation, not only
-between rounds: once it is spent the round's candidates not evaluated yet end ``NOT_EVALUATED`` (with the reason),
-the round decides on what was measured, and the run stops (an evaluation already running finishes).
+A wall-time budget (``--budget-wall-s``) is checked before each screen and each evaluation, not only between
+rounds: once it is spent, or the next step would run past it (it is expected to take as long as the longest step of
+its kind so far in the run: a screen or an evaluation, of a CUDA or a Triton candidate), the round's candidates not
+evaluated yet end ``NOT_EVALUATED`` (with the reason), the round decides on what was measured, and the run stops
+with its report (an evaluation already running finishes).
 
 Resumable like the rest: a rung's decisions are archived as it finishes, so a resumed run continues with the
 candidates still pending at the next rung; an evaluation cut off by a kill is redone, one the harness finished
@@ -30,6 +32,7 @@ from harness.data.schema import Solution, dump_json
 from harness.data.statuses import EvaluationStatus, NO_VERDICT, SubmissionStatus
 
 from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, needs_screening
+from .plan import wall_budget_stop
 from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, decide, decisive_speedups, gate_failure,
                       screen_failure)
 from .rounds import RunView
@@ -67,21 +70,27 @@ class RoundEvaluation(RunView):
     config: Any  # the run's LoopConfig (controller.loop; its budget_wall_s here)
     round_started: Optional[float] = None  # time.monotonic() when the explore round being played began
     budget_stop: Optional[str] = None  # why the round being played stopped evaluating: its wall budget ran out
+    # The longest wall time of each kind of step so far in this process's run, (screen|evaluate, language) -> s:
+    # what the next such step is expected to take, for the wall budget.
+    step_walls: Optional[dict[tuple[str, str], float]] = None
 
     # -- the wall budget inside a round ----------------------------------------------------------------------
 
-    def out_of_wall_time(self, round_number: int) -> bool:
-        """Is the run's wall budget spent (finished rounds plus this one so far)? Then every candidate of the round
-        still pending ends NOT_EVALUATED with the reason, and the round stops evaluating."""
+    def out_of_wall_time(self, round_number: int, step: Optional[tuple[str, str]] = None) -> bool:
+        """Is the run's wall budget spent (finished rounds plus this one so far), or would the next ``step`` (its
+        kind: see step_walls) run past it? Then every candidate of the round still pending ends NOT_EVALUATED with
+        the reason, and the round stops evaluating."""
         budget = self.config.budget_wall_s
         if self.budget_stop is not None:
             return True
         if budget is None or self.round_started is None:
             return False
         spent = self.store.spend(self.run_id)["wall_s"] + time.monotonic() - self.round_started
-        if spent < budget:
+        expected = (self.step_walls or {}).get(step, 0.0) if step is not None else 0.0
+        why = wall_budget_stop(spent, budget, expected)
+        if why is None:
             return False
-        self.budget_stop = f"budget: {spent:.0f} s wall time spent of {budget:.0f} s, in round {round_number}"
+        self.budget_stop = f"{why}, in round {round_number}"
         for c in self.store.candidates(self.run_id, round_number):
             if c["status"] == PENDING:
                 self.store.set_candidate(c["id"], NOT_EVALUATED, reason=self.budget_stop)
@@ -121,8 +130,14 @@ class RoundEvaluation(RunView):
                 return
             iterations = halving.iterations(rung)
             labels = _labels(batch)
-            results = [self.screen_one(round_number, c, labels[c["id"]], workloads, iterations,
-                                       halving.screen_trials) for c in batch]
+            results = []
+            for c in batch:  # the budget is asked before each screen: one rung of CUDA builds takes minutes
+                if self.out_of_wall_time(round_number, self.step_kind("screen", c)):
+                    return
+                results.append(self.timed_step(
+                    self.step_kind("screen", c),
+                    lambda c=c: self.screen_one(round_number, c, labels[c["id"]], workloads, iterations,
+                                                halving.screen_trials)))
             decided = decide_rung(results, halving.eta, halving.finalists, rung, iterations, depth)
             for c, result in zip(batch, results):
                 if result.name in decided.cut:
@@ -170,10 +185,28 @@ class RoundEvaluation(RunView):
             for depth in sorted({c["depth"] for c in pending}):
                 self.screen_batch(round_number, depth, [c for c in pending if c["depth"] == depth], halving)
         for c in self.store.candidates(self.run_id, round_number):
-            if c["status"] == PENDING and self.out_of_wall_time(round_number):
+            if c["status"] == PENDING and self.out_of_wall_time(round_number, self.step_kind("evaluate", c)):
                 return
             if c["status"] in UNFINISHED:
-                self.evaluate_candidate(round_number, c)
+                self.timed_step(self.step_kind("evaluate", c), lambda c=c: self.evaluate_candidate(round_number, c))
+
+    def step_kind(self, step: str, candidate: dict[str, Any]) -> tuple[str, str]:
+        """A step's kind for the wall budget's estimate: screen or evaluate, and the candidate's language (a CUDA
+        candidate builds for a minute where a Triton one imports in seconds)."""
+        try:
+            language = str(self.store.solution(candidate).spec.language)
+        except Exception:  # an unreadable solution fails in its step, which says why; the estimate is moot
+            language = ""
+        return step, language
+
+    def timed_step(self, kind: tuple[str, str], step: Callable[[], Any]) -> Any:
+        """Run ``step`` and keep the longest wall time of its kind (step_walls)."""
+        started = time.monotonic()
+        try:
+            return step()
+        finally:
+            walls = self.step_walls = self.step_walls if self.step_walls is not None else {}
+            walls[kind] = max(walls.get(kind, 0.0), time.monotonic() - started)
 
     def evaluate_candidate(self, round_number: int, c: dict[str, Any]) -> None:
         if c["status"] == EVALUATING and c["submission_id"] is not None:

@@ -270,6 +270,41 @@ def test_a_run_killed_mid_screening_resumes_at_the_next_rung(tiny_dataset_root, 
     assert report["status"] == "DONE" and len(fake.calls) == 1  # the finalist alone; the baseline was done
 
 
+def test_the_wall_budget_stops_inside_a_rung_before_a_screen_that_would_not_fit(tiny_dataset_root, tmp_path):
+    """A rung of CUDA builds takes minutes: the budget is asked before each screen, with the longest screen so far
+    as the next one's estimate. The run stops inside rung 0, before the screen that would run past the budget,
+    every candidate left ends NOT_EVALUATED with the reason, and the run ends DONE with its report."""
+    import time
+
+    def slow(solution):
+        time.sleep(0.3)
+        return "PASSED", speed(solution)
+
+    report, fake, store, _ = run(tiny_dataset_root, tmp_path, {"screen_judge": slow}, budget_wall_s=1.0)
+    assert report["status"] == "DONE"
+    assert "the next step would not fit (~0 s, the longest of its kind so far), in round 1" in report["stop_reason"]
+    # the baseline's evaluation plus two or three 0.3 s screens fit in 1 s; the next would not
+    assert 2 <= len(fake.screens) <= 3 and fake.calls == ["naive_per-kv-head_bn16_w1_s1_dot0"]
+    statuses = [c["status"] for c in store.candidates(report["run_id"], 1)]
+    assert statuses.count("NOT_EVALUATED") == len(statuses)  # no rung finished: nothing was decided
+    assert report["rounds"][1]["screening"] == []
+
+
+@pytest.mark.parametrize("spent, budget, expected, stop", [
+    (10.0, None, 500.0, None),  # no budget
+    (10.0, 100.0, 0.0, None),  # nothing of the kind ran yet: no estimate
+    (10.0, 100.0, 60.0, None),
+    (50.0, 100.0, 60.0, "would not fit (~60 s"),  # a CUDA build would run 10 s past it
+    (100.0, 100.0, 0.0, "100 s wall time spent of 100 s"),
+    (120.0, 100.0, 1.0, "120 s wall time spent of 100 s"),
+])
+def test_wall_budget_stop(spent, budget, expected, stop):
+    from controller.plan import wall_budget_stop
+
+    why = wall_budget_stop(spent, budget, expected)
+    assert (why is None) if stop is None else (stop in why and why.startswith("budget: "))
+
+
 # -- the harness's screening run ---------------------------------------------------------------------------
 
 
