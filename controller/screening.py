@@ -13,8 +13,9 @@ the evaluation and promotion below, unchanged. With halving off every candidate 
 A wall-time budget (``--budget-wall-s``) is checked before each screen and each evaluation, not only between
 rounds: once it is spent, or the next step would run past it (it is expected to take as long as the longest step of
 its kind so far in the run: a screen or an evaluation, of a CUDA or a Triton candidate), the round's candidates not
-evaluated yet end ``NOT_EVALUATED`` (with the reason), the round decides on what was measured, and the run stops
-with its report (an evaluation already running finishes).
+evaluated yet end ``NOT_EVALUATED`` (with the reason), the round decides on the evaluations it finished (a rung
+cut short decides nothing: its screens stay in the archive as submissions), and the run stops with its report (an
+evaluation already running finishes).
 
 Resumable like the rest: a rung's decisions are archived as it finishes, so a resumed run continues with the
 candidates still pending at the next rung; an evaluation cut off by a kill is redone, one the harness finished
