@@ -11,7 +11,7 @@ workload, so a dispatcher that picks badly loses on the workloads it picks badly
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 DISPATCH = "dispatch"  # the origin's template name for a dispatching solution
 
@@ -24,6 +24,23 @@ def worth_dispatching(winners: dict[str, dict[str, Any]]) -> bool:
 
 def dispatch_origin(winners: dict[str, dict[str, Any]], default_regime: str) -> dict[str, Any]:
     return {"template": DISPATCH, "params": {"variants": dict(sorted(winners.items())), "default": default_regime}}
+
+
+def splice(incumbent: dict[str, Any], regime: str, variant: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The incumbent dispatching solution with ``regime``'s kernel replaced by ``variant`` (a single kernel's
+    origin); None where the incumbent does not dispatch, has no such regime, or ``variant`` dispatches itself.
+
+    Once a dispatch is the incumbent, a round on one regime must be judged as that change alone: a single kernel
+    tuned for memory-bound batches, judged on all workloads against a dispatch, loses on every other regime and
+    can never be promoted (H200 run 14: two rounds of per-KV-head kernels at 0.56-0.61x of the dispatch)."""
+    if incumbent.get("template") != DISPATCH or variant.get("template") in (None, DISPATCH):
+        return None
+    params = incumbent.get("params") or {}
+    variants = dict(params.get("variants") or {})
+    if regime not in variants:
+        return None
+    variants[regime] = variant
+    return dispatch_origin(variants, params.get("default") or regime)
 
 
 def dispatcher_source(variants: dict[str, str], default: str, planned: frozenset[str] = frozenset()) -> str:

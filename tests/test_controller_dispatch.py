@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 
 import pytest
 import torch
 
-from controller.dispatch import DISPATCH, dispatcher_source, worth_dispatching
+from controller.dispatch import DISPATCH, dispatch_origin, dispatcher_source, splice, worth_dispatching
 from controller.loop import run_loop
 from controller.providers.offline import OfflineProvider, naive_incumbent
 from controller.skills import load_skills
+from controller.store import Store
 from harness.archive.database import Archive
 from harness.audits.static_gate import load_policy, scan_sources
 from harness.data.dataset import Dataset
@@ -196,8 +198,26 @@ def test_a_loop_from_the_naive_kernel_judges_the_skills_dispatch_in_round_one(ti
     (promoted,) = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
     assert promoted["round"] == 1 and promoted["candidate"].startswith("r1_dispatch_")
     assert report["incumbent"]["name"] == promoted["candidate"]
-    round2 = [d["candidate"] for d in report["decisions"] if d["round"] == 2]
-    assert round2 and not any("dispatch" in name for name in round2)
+    # Round 2 plans one regime; each candidate is the promoted dispatch with that regime's kernel replaced (never
+    # the round-1 dispatch again, nor a lone kernel that would be judged against the dispatch on every regime).
+    store = Store(archive)
+    regime = store.round(report["run_id"], 2)["plan"]
+    regime = (json.loads(regime) if isinstance(regime, str) else regime)["regime"]
+    incumbent = _variants(store, report["run_id"], promoted["candidate"])
+    round2 = [c for c in store.candidates(report["run_id"], 2)]
+    assert round2
+    for c in round2:
+        variants = _variants(store, report["run_id"], c["solution_name"])
+        assert c["solution_name"] != promoted["candidate"]
+        assert {r: v for r, v in variants.items() if r != regime} == \
+            {r: v for r, v in incumbent.items() if r != regime}
+        assert variants[regime] != incumbent[regime]
+
+
+def _variants(store, run_id, name):
+    """A dispatching candidate's kernel per regime, from its description (slugs)."""
+    (c,) = [c for r in (1, 2) for c in store.candidates(run_id, r) if c["solution_name"] == name]
+    return json.loads(store.solution(c).description.removeprefix("dispatch by regime: "))
 
 
 def test_the_starting_points_are_not_proposed_alone_next_to_their_dispatch(skills):
@@ -239,3 +259,48 @@ def test_the_skills_dispatch_runs_its_large_batch_kernel_right(tmp_path):
             as session:
         result = session.submit(Solution.model_validate(proposal.solution))
     assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
+
+
+A = {"template": "triton-split-kv-fused", "params": {"BLOCK_N": 128}}
+B = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 64}}
+C = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 128}}
+DISPATCHING = dispatch_origin({"latency-bound": A, "memory-bound": B, "skewed": A}, "memory-bound")
+
+
+@pytest.mark.parametrize("incumbent, regime, variant, expected", [
+    (DISPATCHING, "memory-bound", C, {"latency-bound": A, "memory-bound": C, "skewed": A}),
+    (DISPATCHING, "skewed", B, {"latency-bound": A, "memory-bound": B, "skewed": B}),
+    (DISPATCHING, "batch-1", C, None),  # a regime the dispatch does not have
+    (A, "memory-bound", C, None),  # the incumbent does not dispatch
+    (DISPATCHING, "memory-bound", DISPATCHING, None),  # a dispatch is not put inside a dispatch
+    (DISPATCHING, "memory-bound", {"params": {}}, None),
+])
+def test_splice(incumbent, regime, variant, expected):
+    out = splice(incumbent, regime, variant)
+    if expected is None:
+        assert out is None
+    else:
+        assert out == {"template": DISPATCH, "params": {"variants": expected, "default": "memory-bound"}}
+        assert incumbent["params"]["variants"]["memory-bound"] == B  # the incumbent itself is left as it was
+
+
+def test_with_a_dispatching_incumbent_a_regime_round_proposes_that_dispatch_with_the_regime_changed(skills):
+    """Each kernel proposed for the planned regime goes into the incumbent's dispatch in that regime's place; the
+    incumbent's own kernel for it is never proposed (alone or spliced), and the notes say what changed."""
+    provider = OfflineProvider(skills)
+    g = provider.generator_for(KV8_PS1)
+    seed = provider.propose(_request(skills, KV8_PS1, _naive_history(skills, KV8_PS1)))[0]
+    judged = HistoryItem(round=1, name="r1_dispatch", status="PASSED", origin=seed)
+    request = _request(skills, KV8_PS1, [*_naive_history(skills, KV8_PS1), judged]).model_copy(update={
+        "incumbent": Incumbent(name="r1_dispatch", origin=seed, solution={}), "regime": "memory-bound",
+        "round": 2, "budget": Budget(max_candidates=6)})
+    proposed = provider.propose(request)
+    assert len(proposed) == 6 and all(o["template"] == DISPATCH for o in proposed)
+    own = seed["params"]["variants"]
+    for o in proposed:
+        variants = o["params"]["variants"]
+        assert variants["latency-bound"] == own["latency-bound"] and variants["skewed"] == own["skewed"]
+        assert variants["memory-bound"] != own["memory-bound"]
+        assert variants["memory-bound"]["template"] in g.templates
+    notes = [p.notes for p in provider.generate(request).proposals]
+    assert all("(the incumbent's dispatch with memory-bound on " in n for n in notes)

@@ -6,8 +6,8 @@ they pass the harness on the interpreter's workloads with every fast audit clean
 skill's own code with the configuration it records, so a reader can find the design it came from: a single kernel
 is its template rendered as it is now (a placeholder added since takes its default, which keeps the promoted
 kernel's behaviour); a dispatching solution is the offline provider's round-1 dispatch of the skill's starting
-points as they were then (`MERGE_FANIN` 0 before run 14; the skill takes 8 since run 13). The run's own source is its record's
-`promoted_solution.json`."""
+points as they were then (`MERGE_FANIN` 0 before run 14; the skill takes 8 since run 13). The run's own source is
+its record's `promoted_solution.json`."""
 
 from __future__ import annotations
 

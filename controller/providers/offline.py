@@ -27,8 +27,8 @@ from harness.families import FamilyError, family_for
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal
 from harness.data.schema import Definition, Solution, dump_json
 
-from ..dispatch import DISPATCH, dispatch_origin, dispatcher_source, worth_dispatching
-from ..search import SearchSettings, design_switches, interleave, population, stalled
+from ..dispatch import DISPATCH, dispatch_origin, dispatcher_source, splice, worth_dispatching
+from ..search import SearchSettings, configuration_on, design_switches, interleave, population, stalled
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
 
 Origin = dict[str, Any]
@@ -172,6 +172,21 @@ class OfflineGenerator:
                 value = template.defaults.get(name, template.placeholders[name][0])
             out[name] = value
         return out
+
+    def in_template_order(self, origin: dict[str, Any]) -> dict[str, Any]:
+        """``origin`` with its params (a dispatch: each variant's) in its template's order, values unchanged: an
+        origin read back from the archive has its keys sorted, and names (``slug``) follow the order."""
+        if origin.get("template") == DISPATCH:
+            params = origin.get("params") or {}
+            variants = {r: self.in_template_order(v) for r, v in (params.get("variants") or {}).items()}
+            return {**origin, "params": {**params, "variants": variants}}
+        template = self.templates.get(origin.get("template"))
+        if template is None:
+            return origin
+        params = origin.get("params") or {}
+        order = [k for k in self.free_params(template) if k in params]
+        return {**origin, "params": {**{k: params[k] for k in order}, **{k: v for k, v in params.items()
+                                                                        if k not in order}}}
 
     def starting_point(self, regime: str) -> Optional[dict[str, Any]]:
         point = self.starting_points.get(regime)
@@ -381,10 +396,12 @@ class OfflineProvider:
         return self._generators[definition]
 
     def base(self, request: GenerationRequest) -> dict[str, Any]:
-        """Where an explore request starts: the incumbent's template and params, else the regime's start."""
+        """Where an explore request starts: the incumbent's template and params (a dispatching incumbent's kernel
+        for the planned regime), else the regime's start."""
         g = self.generator_for(request.definition)
-        if request.incumbent.origin.get("template") in g.templates:
-            return request.incumbent.origin
+        own = configuration_on(request.incumbent.origin, request.regime)
+        if own is not None and own.get("template") in g.templates:
+            return own
         return g.starting_point(self.regime_class(request)) or {"template": next(iter(g.templates)), "params": {}}
 
     def regime_class(self, request: GenerationRequest) -> str:
@@ -432,6 +449,10 @@ class OfflineProvider:
             escape = g.escape(members, self.regime_class(request)) if stall else []
             options = ([dispatch] if dispatch else []) + escape + self.directed(request) + ([seed] if seed else []) \
                 + around
+        # A dispatching incumbent: each kernel proposed for the planned regime goes into the incumbent's dispatch in
+        # that regime's place (controller.dispatch.splice), so it is judged as that change alone.
+        incumbent = g.in_template_order(request.incumbent.origin)
+        options = [splice(incumbent, request.regime, o) or o for o in options]
         chosen: list[dict[str, Any]] = []
         for origin in options:
             key = config_key(origin)
@@ -456,11 +477,16 @@ class OfflineProvider:
         for origin in origins:
             name = f"r{request.round}_{slug(origin)}"
             solution = generator.render(origin, request.definition, name, "controller/offline", request.target_hardware)
-            why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if origin in directed else ""
-            if origin in escaped:
+            spliced = origin.get("template") == DISPATCH and origin != seed and \
+                request.incumbent.origin.get("template") == DISPATCH
+            kernel = configuration_on(origin, request.regime) if spliced else origin
+            why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if kernel in directed else ""
+            if kernel in escaped:
                 why += f" (design switch: {request.regime} stalled for {generator.search.patience} rounds)"
             if origin == seed:
                 why += " (the skill's starting points, one per regime, as one dispatching solution)"
+            if spliced and kernel is not None:
+                why += f" (the incumbent's dispatch with {request.regime} on {slug(kernel)})"
             proposals.append(Proposal(solution=solution, origin=origin,
                                       notes=f"{request.kind}: {origin['template']} {origin['params']}{why}"))
         raw = json.dumps({"origins": origins, "search": search}, sort_keys=True)
