@@ -477,15 +477,15 @@ class OfflineProvider:
         for origin in origins:
             name = f"r{request.round}_{slug(origin)}"
             solution = generator.render(origin, request.definition, name, "controller/offline", request.target_hardware)
-            spliced = origin.get("template") == DISPATCH and origin != seed and \
-                request.incumbent.origin.get("template") == DISPATCH
-            kernel = configuration_on(origin, request.regime) if spliced else origin
+            kernel = configuration_on(origin, request.regime) or origin
+            spliced = kernel is not origin and splice(generator.in_template_order(request.incumbent.origin),
+                                                      request.regime, kernel) == origin
             why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if kernel in directed else ""
             if kernel in escaped:
                 why += f" (design switch: {request.regime} stalled for {generator.search.patience} rounds)"
             if origin == seed:
                 why += " (the skill's starting points, one per regime, as one dispatching solution)"
-            if spliced and kernel is not None:
+            if spliced:
                 why += f" (the incumbent's dispatch with {request.regime} on {slug(kernel)})"
             proposals.append(Proposal(solution=solution, origin=origin,
                                       notes=f"{request.kind}: {origin['template']} {origin['params']}{why}"))
