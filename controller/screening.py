@@ -133,12 +133,12 @@ class RoundEvaluation(RunView):
             labels = _labels(batch)
             results = []
             for c in batch:  # the budget is asked before each screen: one rung of CUDA builds takes minutes
-                if self.out_of_wall_time(round_number, self.step_kind("screen", c)):
+                kind = self.step_kind("screen", c)
+                if self.out_of_wall_time(round_number, kind):
                     return
                 results.append(self.timed_step(
-                    self.step_kind("screen", c),
-                    lambda c=c: self.screen_one(round_number, c, labels[c["id"]], workloads, iterations,
-                                                halving.screen_trials)))
+                    kind, lambda c=c: self.screen_one(round_number, c, labels[c["id"]], workloads, iterations,
+                                                      halving.screen_trials)))
             decided = decide_rung(results, halving.eta, halving.finalists, rung, iterations, depth)
             for c, result in zip(batch, results):
                 if result.name in decided.cut:
@@ -186,10 +186,12 @@ class RoundEvaluation(RunView):
             for depth in sorted({c["depth"] for c in pending}):
                 self.screen_batch(round_number, depth, [c for c in pending if c["depth"] == depth], halving)
         for c in self.store.candidates(self.run_id, round_number):
-            if c["status"] == PENDING and self.out_of_wall_time(round_number, self.step_kind("evaluate", c)):
+            if c["status"] not in UNFINISHED:
+                continue
+            kind = self.step_kind("evaluate", c)
+            if c["status"] == PENDING and self.out_of_wall_time(round_number, kind):
                 return
-            if c["status"] in UNFINISHED:
-                self.timed_step(self.step_kind("evaluate", c), lambda c=c: self.evaluate_candidate(round_number, c))
+            self.timed_step(kind, lambda c=c: self.evaluate_candidate(round_number, c))
 
     def step_kind(self, step: str, candidate: dict[str, Any]) -> tuple[str, str]:
         """A step's kind for the wall budget's estimate: screen or evaluate, and the candidate's language (a CUDA

@@ -473,13 +473,13 @@ class OfflineProvider:
         search = {"regime": request.regime, "population": [slug(m) for m in members], "stalled": stall}
         escaped = generator.escape(members, self.regime_class(request)) if stall else []
         seed = generator.seed_dispatch(request.history, request.incumbent.origin) if request.repair is None else None
+        incumbent = generator.in_template_order(request.incumbent.origin)
         proposals = []
         for origin in origins:
             name = f"r{request.round}_{slug(origin)}"
             solution = generator.render(origin, request.definition, name, "controller/offline", request.target_hardware)
             kernel = configuration_on(origin, request.regime) or origin
-            spliced = kernel is not origin and splice(generator.in_template_order(request.incumbent.origin),
-                                                      request.regime, kernel) == origin
+            spliced = kernel is not origin and splice(incumbent, request.regime, kernel) == origin
             why = f" (tactic for ncu limiter {request.diagnosis.limiter})" if kernel in directed else ""
             if kernel in escaped:
                 why += f" (design switch: {request.regime} stalled for {generator.search.patience} rounds)"
