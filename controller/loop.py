@@ -181,7 +181,8 @@ class Loop(RoundEvaluation):
 
     def plan(self) -> RoundPlan:
         stalled = stalled_regimes(self.history(), sorted(set(self.regimes.values())), self.search)
-        return plan_round(self.records(self.incumbent()), self.incumbent_evidence().diagnoses, self.book, stalled)
+        return plan_round(self.records(self.incumbent()), self.incumbent_evidence().diagnoses, self.book, stalled,
+                          self.regimes_tried_since_promotion())
 
     def known_hashes(self) -> dict[str, int]:
         known: dict[str, int] = {}

@@ -47,10 +47,12 @@ class RoundPlan:
 
 
 def rank_regimes(incumbent: list[EvalRecord]) -> list[tuple[str, str]]:
-    """(regime, reason), most worth attacking first. When every workload has a FlashInfer speedup: the regime
-    furthest behind FlashInfer (lowest mean speedup; the definition's score is the mean of those speedups, and a
-    regime's roofline is no target where even FlashInfer stays far from it, as at batch 1). Else, when every
-    workload is timed: furthest from its roofline. Else most failures, then most workloads (ties: alphabetical)."""
+    """(regime, reason), most worth attacking first. When every workload has a FlashInfer speedup: first the regimes
+    where FlashInfer is still ahead on some workload (the goal is at least 1x on every one), the worst such workload
+    first; then the others furthest behind FlashInfer (lowest mean speedup; the definition's score is the mean of
+    those speedups, and a regime's roofline is no target where even FlashInfer stays far from it, as at batch 1).
+    Else, when every workload is timed: furthest from its roofline. Else most failures, then most workloads (ties:
+    alphabetical)."""
     groups: dict[str, list[EvalRecord]] = {}
     for r in incumbent:
         groups.setdefault(r.regime or "all", []).append(r)
@@ -58,11 +60,20 @@ def rank_regimes(incumbent: list[EvalRecord]) -> list[tuple[str, str]]:
     speedups = {g: [r.speedup_vs_fi for r in rs] for g, rs in groups.items()}
     if groups and all(v is not None for vs in speedups.values() for v in vs):
         behind = {g: statistics.fmean(speedups[g]) for g in groups}  # type: ignore[arg-type]
+        worst = {g: min(speedups[g]) for g in groups}  # type: ignore[type-var]
         floor = {g: statistics.fmean(fractions[g]) if all(v is not None for v in fractions[g]) else None
                  for g in groups}  # type: ignore[arg-type]
-        return [(g, f"furthest behind FlashInfer ({behind[g]:.3g}x mean speedup"
-                    + (f", {floor[g]:.0%} of the floor)" if floor[g] is not None else ")"))
-                for g in sorted(sorted(groups), key=lambda g: behind[g])]
+
+        def reason(g: str) -> str:
+            lost = [s for s in speedups[g] if s < 1.0]  # type: ignore[operator]
+            head = (f"FlashInfer ahead on {len(lost)} workload(s) (worst {worst[g]:.3g}x; {behind[g]:.3g}x mean "
+                    "speedup" if lost else f"furthest behind FlashInfer ({behind[g]:.3g}x mean speedup")
+            return head + (f", {floor[g]:.0%} of the floor)" if floor[g] is not None else ")")
+
+        def key(g: str) -> tuple[float, float]:
+            return (worst[g], behind[g]) if worst[g] < 1.0 else (1.0, behind[g])  # type: ignore[return-value]
+
+        return [(g, reason(g)) for g in sorted(sorted(groups), key=key)]
     if groups and all(v is not None for vs in fractions.values() for v in vs):
         mean = {g: statistics.fmean(fractions[g]) for g in groups}  # type: ignore[arg-type]
         return [(g, f"furthest from the roofline ({mean[g]:.0%} of the floor)")
@@ -74,7 +85,8 @@ def rank_regimes(incumbent: list[EvalRecord]) -> list[tuple[str, str]]:
 
 
 def plan_round(incumbent: list[EvalRecord], diagnoses: Optional[dict[str, Diagnosis]] = None,
-               book: Optional[TacticBook] = None, stalled: frozenset[str] = frozenset()) -> RoundPlan:
+               book: Optional[TacticBook] = None, stalled: frozenset[str] = frozenset(),
+               tried: frozenset[str] = frozenset()) -> RoundPlan:
     """Which regime to attack, with which hypothesis.
 
     Latency only (no ``diagnoses``): the first regime of ``rank_regimes`` and its regime's hypothesis.
@@ -83,15 +95,15 @@ def plan_round(incumbent: list[EvalRecord], diagnoses: Optional[dict[str, Diagno
     limiter-to-tactic tables (``book``); a regime without a diagnosis keeps the latency hypothesis.
     ``stalled`` (controller/search.py ``stalled_regimes``): regimes whose best has stopped improving go after the
     others (unless all have), so one regime that resists every move does not take every round.
+    ``tried``: regimes rounds have attacked since the incumbent last changed, without a promotion; they too go after
+    the others, so the rounds a wall budget allows go round the regimes instead of repeating one that just failed
+    (a regime stalls only after ``patience`` such rounds, and a loop of minutes has a handful).
     """
     ranked = rank_regimes(incumbent)
     if not ranked:
         return RoundPlan("all", HYPOTHESES["all"], "no evaluations of the incumbent")
-    moving = [(g, why) for g, why in ranked if g not in stalled]
-    if moving and len(moving) < len(ranked):
-        skipped = sorted(g for g, _ in ranked if g in stalled)
-        ranked = [(g, f"{why}; {', '.join(skipped)} stalled, attacked after the others") for g, why in moving] + \
-                 [(g, why) for g, why in ranked if g in stalled]
+    ranked = _attacked_last(ranked, tried, "tried since the incumbent last changed")
+    ranked = _attacked_last(ranked, stalled, "stalled")
     if not diagnoses:
         regime, reason = ranked[0]
         return RoundPlan(regime, HYPOTHESES.get(regime, HYPOTHESES["all"]), reason)
@@ -107,6 +119,17 @@ def plan_round(incumbent: list[EvalRecord], diagnoses: Optional[dict[str, Diagno
     hypothesis = hypothesis_text(diagnosis, book or TacticBook(), fallback)
     reason += f"; ncu: {diagnosis.classification}" + (f", limiter {diagnosis.limiter}" if diagnosis.limiter else "")
     return RoundPlan(regime, hypothesis, reason, diagnosis)
+
+
+def _attacked_last(ranked: list[tuple[str, str]], pushed: frozenset[str], why_pushed: str
+                   ) -> list[tuple[str, str]]:
+    """``ranked`` with the regimes in ``pushed`` after the others (unless every regime is), the first saying so."""
+    kept = [(g, why) for g, why in ranked if g not in pushed]
+    if not kept or len(kept) == len(ranked):
+        return ranked
+    skipped = ", ".join(sorted(g for g, _ in ranked if g in pushed))
+    return [(g, f"{why}; {skipped} {why_pushed}, attacked after the others") for g, why in kept] + \
+           [(g, why) for g, why in ranked if g in pushed]
 
 
 def stop_reason(spent: dict[str, float], budget_tokens: Optional[int], budget_cost_usd: Optional[float],

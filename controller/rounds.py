@@ -49,6 +49,13 @@ class RunView:
         last = max(promoted_rounds, default=0)
         return sum(1 for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == RunStatus.DONE)
 
+    def regimes_tried_since_promotion(self) -> frozenset[str]:
+        """The regimes finished rounds attacked after the last promotion (controller/plan.py ``plan_round``)."""
+        promoted_rounds = [d["round"] for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
+        last = max(promoted_rounds, default=0)
+        return frozenset(r["plan"]["regime"] for r in self.store.rounds(self.run_id)
+                         if r["round"] > last and r["status"] == RunStatus.DONE and r["plan"].get("regime"))
+
     def history(self) -> list[HistoryItem]:
         decisions = {d["candidate_id"]: d for d in self.store.decisions(self.run_id)}
         items = []
