@@ -34,8 +34,8 @@ from harness.data.statuses import EvaluationStatus, NO_VERDICT, SubmissionStatus
 
 from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, needs_screening
 from .plan import wall_budget_stop
-from .promote import (Decision, FullEvaluation, PairedMeasurement, confirm, decide, decisive_speedups, gate_failure,
-                      screen_failure)
+from .promote import (REJECTED as NOT_PROMOTED, Decision, FullEvaluation, PairedMeasurement, confirm, decide,
+                      decisive_speedups, gate_failure, screen_failure)
 from .rounds import RunView
 from .search import HalvingSettings, SearchSettings
 from .providers.offline import offline_generator
@@ -251,15 +251,53 @@ class RoundEvaluation(RunView):
                 decisive = decisive_speedups(records, incumbent_records, self.thresholds, self.store.same_card(
                     c.get("submission_id"), incumbent.get("submission_id")))
                 if screened is None and decisive is None:
-                    measurement = self.evaluator.measure_paired(self.store.solution(incumbent),
-                                                                self.store.solution(c), self.thresholds.min_repeats,
-                                                                self.thresholds.paired_order,
-                                                                self.thresholds.ranked_figure)
+                    screened = self.paired_measurement_cut(round_number, c, incumbent)
+                if screened is None and decisive is None:
+                    measurement = self.measure_paired(c, incumbent)
             decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive)
             if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
                 decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
                                    self.thresholds)
             self.record_decision(round_number, c, incumbent, decision, measurement)
+
+    def timing_runs(self) -> int:
+        """Harness submissions of one paired measurement: the incumbent's and the candidate's, interleaved."""
+        return self.thresholds.min_repeats * len(self.thresholds.paired_order)
+
+    def measure_paired(self, candidate: dict[str, Any], incumbent: dict[str, Any]) -> Optional[PairedMeasurement]:
+        """The paired measurement, its wall time per timing run kept for the wall budget's next estimate."""
+        started = time.monotonic()
+        try:
+            return self.evaluator.measure_paired(self.store.solution(incumbent), self.store.solution(candidate),
+                                                 self.thresholds.min_repeats, self.thresholds.paired_order,
+                                                 self.thresholds.ranked_figure)
+        finally:
+            kind = ("timing run", self.step_kind("evaluate", candidate)[1])
+            walls = self.step_walls = self.step_walls if self.step_walls is not None else {}
+            walls[kind] = max(walls.get(kind, 0.0), (time.monotonic() - started) / self.timing_runs())
+
+    def paired_measurement_cut(self, round_number: int, candidate: dict[str, Any], incumbent: dict[str, Any]
+                               ) -> Optional[Decision]:
+        """A decision not to promote when the paired measurement and the full-audit evaluation after it would run
+        past the wall budget (run 15: eight timing runs of a dispatching solution took 150 s, past the budget and
+        into the outer timeout, and the run lost its report). A candidate is never promoted unmeasured; the run
+        stops after this round. None when the measurement fits (or no budget is set)."""
+        if self.config.budget_wall_s is None or self.round_started is None:
+            return None
+        language = self.step_kind("evaluate", candidate)[1]
+        walls = self.step_walls or {}
+        evaluation = walls.get(("evaluate", language), 0.0)
+        per_run = walls.get(("timing run", language), evaluation)  # a first measurement: as long as an evaluation
+        expected = self.timing_runs() * per_run + evaluation
+        spent = self.store.spend(self.run_id)["wall_s"] + time.monotonic() - self.round_started
+        spent_why = wall_budget_stop(spent, self.config.budget_wall_s)
+        if spent_why is None and wall_budget_stop(spent, self.config.budget_wall_s, expected) is None:
+            return None
+        why = spent_why or (f"budget: {spent:.0f} s wall time spent of {self.config.budget_wall_s:.0f} s; the paired "
+                            f"measurement ({self.timing_runs()} timing runs) and the full-audit evaluation would not "
+                            f"fit (~{expected:.0f} s)")
+        self.budget_stop = f"{why}, in round {round_number}"
+        return Decision(NOT_PROMOTED, "budget", (f"{why}: not promoted unmeasured",), {"expected_s": round(expected)})
 
     def full_evaluation(self, round_number: int, candidate: dict[str, Any]) -> FullEvaluation:
         """Evaluate ``candidate`` again at the full audit level; what the harness archived of it."""

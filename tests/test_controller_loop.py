@@ -213,6 +213,40 @@ def test_the_wall_budget_is_checked_inside_a_round_and_the_round_decides_on_what
     assert sorted(statuses.values()) == [NOT_EVALUATED, NOT_EVALUATED, "PASSED"]
     decided = [d for d in report["decisions"] if d["round"] == 1]
     assert len(decided) == 1  # the measured candidate got its decision; the others none
+    # ...without its paired measurement: the budget was spent, and a candidate is never promoted unmeasured
+    assert decided[0]["verdict"] == "REJECTED" and decided[0]["rule"] == "budget" and fake.paired == []
+    assert decided[0]["reasons"][0].endswith("wall time spent of 0 s: not promoted unmeasured")
+
+
+def test_a_paired_measurement_that_would_overrun_the_wall_budget_is_not_started(tiny_dataset_root, tmp_path):
+    """Run 15: eight timing runs of a dispatching candidate took 150 s, past the budget into the outer timeout, and the
+    run lost its report. Each step takes 0.3 s here: with 1 s left after the evaluation, the measurement's eight timing
+    runs and the full-audit evaluation (~2.7 s) do not fit, so the candidate is decided without them and the run
+    stops with its report; with room for them, the same candidate is measured and promoted."""
+    import time
+
+    reply = {"files": [{"path": "kernel.py", "content": "def run(*a):\n    pass  # fast\n"}],
+             "entry_point": "kernel.py::run", "notes": ""}
+
+    def judge(solution):
+        if solution is None:  # asked whether it times
+            return "PASSED", 1.0
+        time.sleep(0.3)
+        return "PASSED", (1.0 if solution.name.startswith("naive") else 0.5)
+
+    for budget, promoted in ((1.6, False), (30.0, True)):
+        folder = tmp_path / f"budget{budget}"
+        fake = FakeEvaluator(Archive(folder), Dataset(tiny_dataset_root), [WORKLOAD], judge)
+        report = run_loop(config(tiny_dataset_root, rounds=1, candidates=1, budget_wall_s=budget), folder,
+                          provider=ScriptedProvider([reply]), evaluator=fake)
+        decided = [d for d in report["decisions"] if d["round"] == 1]
+        assert report["status"] == "DONE" and len(decided) == 1
+        if promoted:
+            assert decided[0]["verdict"] == "PROMOTED" and len(fake.paired) == 1
+        else:
+            assert decided[0]["rule"] == "budget" and fake.paired == []
+            assert "the paired measurement (8 timing runs) and the full-audit evaluation would not fit" \
+                in report["stop_reason"]
 
 
 def test_candidates_over_the_count_are_dropped_and_forbidden_edits_rejected(tiny_dataset_root, tmp_path):
