@@ -1,7 +1,7 @@
 """The loop's promoted solutions kept as examples (examples/gqa_decode_promoted): what `controller loop --provider
 offline` promoted on the H200 from the skill's naive kernel (kv8 page 1: benchmarks/results/2026-12-03_h200_run12/,
-the fused kernel alone; kv4 page 1 and kv8 page 64: 2026-12-03_h200_run13/, kv4 page 64: 2026-12-04_h200_run14/,
-the skill's dispatch by regime). On CPU
+the fused kernel alone; kv4 page 1: 2026-12-03_h200_run13/, kv4 page 64: 2026-12-04_h200_run14/, kv8 page 64:
+2026-12-04_h200_run15/, the skill's dispatch by regime). On CPU
 they pass the harness on the interpreter's workloads with every fast audit clean and promotable, and each is the
 skill's own code with the configuration it records, so a reader can find the design it came from: a single kernel
 is its template rendered as it is now (a placeholder added since takes its default, which keeps the promoted
@@ -31,8 +31,7 @@ def solution(path):
 
 ADDED_SINCE_RUN13 = {"MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0}
 # Examples promoted before the skill's fused starting points took MERGE_FANIN 8 and the placeholders above.
-BEFORE_RUN14 = {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps1",
-                "gqa_paged_decode_h32_kv8_d128_ps64"}
+BEFORE_RUN14 = {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps1"}
 
 
 def is_dispatch(example) -> bool:
