@@ -30,6 +30,7 @@ def solution(path):
 
 
 ADDED_SINCE_RUN13 = {"MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0}
+ADDED_SINCE_RUN15 = {"WAVE_SLOTS_PER_SM": 0}  # at its default the plan is the one the runs had
 # Examples promoted before the skill's fused starting points took MERGE_FANIN 8 and the placeholders above.
 BEFORE_RUN14 = {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps1"}
 
@@ -66,6 +67,10 @@ def test_dispatching_example_is_the_skills_round_one_dispatch(path):
         assert {k: fused[k] for k in ADDED_SINCE_RUN13} == ADDED_SINCE_RUN13
         as_run = {r: {**v, "params": {k: x for k, x in v["params"].items() if k not in ADDED_SINCE_RUN13}}
                   for r, v in as_run.items()}
+    fused = generator.templates["triton-split-kv-fused"].defaults
+    assert {k: fused[k] for k in ADDED_SINCE_RUN15} == ADDED_SINCE_RUN15
+    as_run = {r: {**v, "params": {k: x for k, x in v["params"].items() if k not in ADDED_SINCE_RUN15}}
+              for r, v in as_run.items()}
     assert recorded == {r: slug(v) for r, v in as_run.items()}
     assert set(recorded) == {"latency-bound", "memory-bound", "skewed"}
     rebuilt = generator.render_dispatch(origin, example.definition, example.name, example.author, "H200")

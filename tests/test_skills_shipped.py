@@ -233,7 +233,7 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2) + 2 * 3 * 6 * 3 * 3 * 4
+    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 4) + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -295,6 +295,8 @@ lse = torch.full((len(lengths), 32), float("nan"))
 inputs = [q, k_cache, v_cache, kv_indptr, kv_indices] + ([last_page_len] if page_size > 1 else []) + [sm_scale]
 snapshot = [x.clone() if torch.is_tensor(x) else x for x in inputs]
 state = module.plan(*inputs) if case.get("setup") else None  # the solution's setup, once per batch
+if "chunk_tokens" in case:  # the plan's chunk size, where the case is about it
+    assert state["chunk_tokens"] == case["chunk_tokens"], ("chunk_tokens", state["chunk_tokens"])
 calls = 2 if state is not None else 1  # a planned kernel's state is reused: the second call must be right too
 for _ in range(calls):
     output.fill_(float("nan")); lse.fill_(float("nan"))
@@ -323,14 +325,14 @@ INTERPRETER_CASES = [
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
     # one-tile chunks: 19 partials for the long request (a pipelined merge loop unrolled by 4: 19 is no multiple
     # of it); the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
@@ -338,14 +340,14 @@ INTERPRETER_CASES = [
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
     # the two-level merge: one-tile chunks, 10 and 5 of them in groups of 4 (3 groups, the last of 2; 2 groups, the
     # last of 1), a request of 3 chunks merged in one level, an empty request; both calls reuse the counters
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [150, 80, 0, 40], "setup": True}),
     # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
     # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
@@ -356,28 +358,35 @@ INTERPRETER_CASES = [
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # page size 64, bf16 tiles, groups of 8 (19 chunks: 3 groups), the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 2, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # a one-chunk request writes its output itself: 4-tile chunks at least (MIN_CHUNK_BLOCKS), so 40 tokens (3 tiles)
     # and 64 are one chunk each, 150 is three (merged), the empty request one empty chunk written directly
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1},
+                               "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [40, 150, 0, 64], "setup": True}),
     # every request one chunk (the large-batch case), bf16 tiles, page size 64 with a partial last page, groups of 8
     # never reached
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
-                               "MIN_CHUNK_BLOCKS": 8, "SINGLE_CHUNK_DIRECT": 1},
+                               "MIN_CHUNK_BLOCKS": 8, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [100, 0, 64, 7], "setup": True, "patch_interpreter": True}),
+    # chunks sized for whole waves of 2 programs per SM (264 slots): 21 one-tile chunks per KV head fill one wave
+    # where the rule without it makes 2-tile chunks (19 partials for the long request, two-level merge)
+    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
+                               "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 2},
+     {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 16}),
 ]
 
 
@@ -389,6 +398,7 @@ def _triton_available() -> bool:
 @pytest.mark.parametrize("name, params, case", INTERPRETER_CASES,
                          ids=[f"{c[0]}-ps{c[1]['PAGE_SIZE']}-dot{c[1]['USE_DOT']}-fanin{c[1].get('MERGE_FANIN', 0)}"
                               f"{'-direct' if c[1].get('SINGLE_CHUNK_DIRECT') else ''}"
+                              f"{'-wave' if c[1].get('WAVE_SLOTS_PER_SM') else ''}"
                               for c in INTERPRETER_CASES])
 def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):
     (block,) = machine_blocks(gqa)

@@ -1,0 +1,76 @@
+"""The fused split-KV template's chunk size for whole waves (``WAVE_SLOTS_PER_SM``, skills/gqa-decode): the rendered
+module's ``_wave_chunk_tiles``, table-driven, on the H200's shapes (132 SMs, 128-token tiles, 3 resident programs
+per SM as ncu reported for the fused kernel at 168 registers in run 15)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from controller.skills import kernel_templates, load_skills, render_skill_template
+from support import ROOT
+
+pytest.importorskip("triton")
+
+SLOTS = 3 * 132  # resident programs on the H200 at 3 per SM
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory):
+    gqa = load_skills(ROOT / "skills")["gqa-decode"]
+    template = kernel_templates(gqa)["triton-split-kv-fused"]
+    path = tmp_path_factory.mktemp("wave") / "kernel.py"
+    path.write_text(render_skill_template(gqa, template, {**template.defaults, "PAGE_SIZE": 1}), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("wave_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("request_tiles, kv_heads, low, high, expected", [
+    # run 15's miss, batch 16 x 8192 tokens at kv8: the rule without waves gives 8 tiles (1024 chunks, 2.59 waves);
+    # 11 tiles make 6 chunks per request (768, 1.94 waves): 2 waves x 12 against 3 x 9
+    ([64] * 16, 8, 1, 16, 11),
+    # batch 16 x 2048 tokens at kv8: 8 tiles fill 256 of 396 slots; 6 tiles (3 chunks) fill 384 in one wave
+    ([16] * 16, 8, 1, 16, 6),
+    # batch 1 x 8192 at kv8: 2 tiles (256 programs, 1 wave: 3) beat 1 tile (512 programs, 2 waves: 4)
+    ([64], 8, 1, 4, 2),
+    # batch 1 x 512: one-tile chunks, 32 programs
+    ([4], 8, 1, 2, 1),
+    # when every size fits in one wave the cost is c + 1: the smallest the range allows (MIN_CHUNK_BLOCKS the floor)
+    ([4, 4], 1, 1, 4, 1),
+    ([4, 4], 1, 2, 4, 2),
+    # an empty request still costs one (empty) chunk per KV head; a range that is one value is that value
+    ([0, 64], 8, 3, 3, 3),
+    ([0], 8, 1, 0, 1),
+])
+def test_wave_chunk_tiles(fused, request_tiles, kv_heads, low, high, expected):
+    assert fused._wave_chunk_tiles(request_tiles, kv_heads, SLOTS, low, high) == expected
+
+
+def test_ties_prefer_the_larger_chunk(fused):
+    """One request of 3 tiles, one KV head, one slot: 1-tile chunks cost 3 waves x 2, 2-tile chunks 2 waves x 3; equal,
+    so the larger (fewer partials to merge)."""
+    assert fused._wave_chunk_tiles([3], 1, 1, 1, 2) == 2
+    assert fused._wave_chunk_tiles([3], 1, 1, 1, 3) == 3  # one 3-tile chunk: 1 wave x 4
+
+
+def test_the_plan_uses_it_only_when_asked(fused):
+    """WAVE_SLOTS_PER_SM 0 (the default) keeps the rule without waves: the rendered defaults plan b16 x 8192 at kv8 in
+    8-tile chunks (1024 tokens) on the interpreter's 132 SMs."""
+    import torch
+
+    assert fused.WAVE_SLOTS_PER_SM == 0
+    batch, kv_heads, length = 16, 8, 8192
+    q = torch.zeros(batch, 32, 128, dtype=torch.bfloat16)
+    k_cache = torch.zeros(1, 1, kv_heads, 128, dtype=torch.bfloat16)
+    kv_indptr = torch.arange(0, (batch + 1) * length, length, dtype=torch.int32)
+    state = fused.plan(q, k_cache, k_cache, kv_indptr, None, 1.0)
+    assert state["chunk_tokens"] == 8 * 128 and state["works"] == batch * 8
+    fused.WAVE_SLOTS_PER_SM = 3
+    try:
+        state = fused.plan(q, k_cache, k_cache, kv_indptr, None, 1.0)
+    finally:
+        fused.WAVE_SLOTS_PER_SM = 0
+    assert state["chunk_tokens"] == 11 * 128 and state["works"] == batch * 6
