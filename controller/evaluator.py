@@ -9,7 +9,7 @@ from harness.data.dataset import Dataset
 from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.data.schema import Solution
 
-from .promote import PairedMeasurement, PairedSample, ranked_latency
+from .promote import PairedMeasurement, PairedSample, futility_stop, ranked_latency
 
 
 class Evaluator(Protocol):
@@ -23,9 +23,27 @@ class Evaluator(Protocol):
     def why_no_timing(self) -> Optional[str]: ...
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA", figure: str = "official") -> Optional[PairedMeasurement]: ...
+                       order: str = "ABBA", figure: str = "official",
+                       stop_below: Optional[float] = None) -> Optional[PairedMeasurement]: ...
 
     def close(self) -> None: ...
+
+
+def paired_runs(timing_run: Callable[[str], Optional[tuple[dict[str, float], int]]], repeats: int, order: str,
+                stop_below: Optional[float] = None) -> Optional[PairedMeasurement]:
+    """``repeats`` x ``order`` timing runs (``timing_run(role) -> (workload -> latency, submission id)``, None when a
+    run cannot be timed or fails: then the whole measurement is None), stopping early where ``futility_stop`` says."""
+    samples: list[PairedSample] = []
+    for repeat in range(repeats):
+        for role in order:
+            run = timing_run(role)
+            if run is None:
+                return None
+            samples.append(PairedSample(role, repeat, run[0], run[1]))
+        stopped = futility_stop(samples, order, repeats, stop_below)
+        if stopped:
+            return PairedMeasurement(order, tuple(samples), stopped)
+    return PairedMeasurement(order, tuple(samples))
 
 
 class HarnessEvaluator:
@@ -89,24 +107,25 @@ class HarnessEvaluator:
         return None
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA", figure: str = "official") -> Optional[PairedMeasurement]:
+                       order: str = "ABBA", figure: str = "official",
+                       stop_below: Optional[float] = None) -> Optional[PairedMeasurement]:
         """Re-submit incumbent (A) and candidate (B) interleaved in one session (one GPU allocation); each
-        workload's ``figure`` (controller.promote.ranked_latency) is what the samples hold.
+        workload's ``figure`` (controller.promote.ranked_latency) is what the samples hold. ``stop_below``: stop
+        after a repeat whose paired mean speedup so far is below it (controller.promote.futility_stop).
         None where the harness cannot time (no GPU): promotion then says so and promotes nothing."""
         if self.why_no_timing() is not None:
             return None
-        samples = []
-        for repeat in range(repeats):
-            for role in order:
-                # timing runs: both were audited in their own evaluations (an "off" run is never promotable
-                # by itself; promotion reads the candidate's audited evaluation)
-                result = self.session.submit(incumbent if role == "A" else candidate, audit_level="off")
-                if result.timing_unavailable_reason or not result.all_passed:
-                    return None
-                latencies = {w.workload: ranked_latency(w.latency_ms, getattr(w, "kernel_latency_ms", None), figure)
-                             for w in result.workloads if w.evaluated and w.latency_ms is not None}
-                samples.append(PairedSample(role, repeat, latencies, result.submission_id))
-        return PairedMeasurement(order, tuple(samples))
+
+        def timing_run(role: str) -> Optional[tuple[dict[str, float], int]]:
+            # timing runs: both were audited in their own evaluations (an "off" run is never promotable
+            # by itself; promotion reads the candidate's audited evaluation)
+            result = self.session.submit(incumbent if role == "A" else candidate, audit_level="off")
+            if result.timing_unavailable_reason or not result.all_passed:
+                return None
+            return ({w.workload: ranked_latency(w.latency_ms, getattr(w, "kernel_latency_ms", None), figure)
+                     for w in result.workloads if w.evaluated and w.latency_ms is not None}, result.submission_id)
+
+        return paired_runs(timing_run, repeats, order, stop_below)
 
     def close(self) -> None:
         if self._session is not None:

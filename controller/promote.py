@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from harness.data.statuses import EvaluationStatus
 
@@ -73,9 +73,33 @@ class PairedSample:
 class PairedMeasurement:
     order: str
     samples: tuple[PairedSample, ...]
+    stopped: str = ""  # why it stopped before its last repeat (futility_stop), else empty
 
     def to_json(self) -> dict[str, Any]:
-        return {"order": self.order, "samples": [s.__dict__ for s in self.samples]}
+        out: dict[str, Any] = {"order": self.order, "samples": [s.__dict__ for s in self.samples]}
+        return {**out, "stopped": self.stopped} if self.stopped else out
+
+
+def futility_stop(samples: Sequence[PairedSample], order: str, repeats: int, stop_below: Optional[float]
+                  ) -> Optional[str]:
+    """Why a paired measurement should stop now, or None: after a complete repeat that is not the last, the mean over
+    workloads of (mean A latency / mean B latency) so far is below ``stop_below`` (the promotion rules'
+    ``futility_below``). Only ever a refusal: a candidate at that mean would need the remaining repeats to lift the
+    whole measurement above 1 + the noise floor."""
+    done = len(samples) // len(order)
+    if stop_below is None or not samples or len(samples) % len(order) or done >= repeats:
+        return None
+    workloads = sorted(set.intersection(*(set(s.latencies) for s in samples)))
+    measured = PairedMeasurement(order, tuple(samples))
+    speedups = workload_speedups(mean_latencies(measured, "A", workloads), mean_latencies(measured, "B", workloads),
+                                 workloads)
+    if not speedups:
+        return None
+    score = mean_speedup(speedups)
+    if score >= stop_below:
+        return None
+    return (f"paired measurement stopped after {done} of {repeats} repeats: mean speedup {score:.3f}x over "
+            f"{len(speedups)} workload(s), below {stop_below:.3g}x (futility_below)")
 
 
 @dataclass(frozen=True)
@@ -227,6 +251,8 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
     good, problems = repeats_in_order(measurement, thresholds.paired_order)
     if problems:
         return _reject("paired_order", *problems)
+    if measurement.stopped and good < thresholds.min_repeats:
+        return _reject("futility", measurement.stopped, repeats=good)
     if good < thresholds.min_repeats:
         return _reject("repeats", f"{thresholds.min_repeats} paired repeats needed, {good} measured")
     workloads = [r.workload for r in records]

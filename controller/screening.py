@@ -270,7 +270,7 @@ class RoundEvaluation(RunView):
         try:
             return self.evaluator.measure_paired(self.store.solution(incumbent), self.store.solution(candidate),
                                                  self.thresholds.min_repeats, self.thresholds.paired_order,
-                                                 self.thresholds.ranked_figure)
+                                                 self.thresholds.ranked_figure, self.thresholds.futility_below)
         finally:
             kind = ("timing run", self.step_kind("evaluate", candidate)[1])
             walls = self.step_walls = self.step_walls if self.step_walls is not None else {}

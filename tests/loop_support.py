@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from controller.loop import LoopConfig
-from controller.promote import PairedMeasurement, PairedSample
+from controller.promote import PairedMeasurement
 from controller.skills import load_skills
 from harness.archive.database import Archive
 from harness.data.dataset import Dataset
@@ -55,6 +55,7 @@ class FakeEvaluator:
         self.calls: list[str] = []
         self.full_calls: list[str] = []
         self.paired: list[tuple[str, str]] = []
+        self.timing_runs = 0
 
     def _submit(self, solution: Solution, level: str, status: str, latency: Optional[float], audits: list,
                 on_start=None) -> int:
@@ -88,15 +89,22 @@ class FakeEvaluator:
     def why_no_timing(self) -> Optional[str]:
         return None if self.judge(None)[1] is not None else "fake evaluator: no timing"
 
-    def measure_paired(self, incumbent, candidate, repeats, order="ABBA", figure="official"
+    def measure_paired(self, incumbent, candidate, repeats, order="ABBA", figure="official", stop_below=None
                        ) -> Optional[PairedMeasurement]:
+        """The judge's latencies as every timing run's, through the harness evaluator's own repeat loop (its
+        futility stop included); ``timing_runs`` counts them."""
+        from controller.evaluator import paired_runs
+
         self.paired.append((incumbent.name, candidate.name))
         a, b = self.judge(incumbent)[1], self.judge(candidate)[1]
         if a is None or b is None:
             return None
-        samples = tuple(PairedSample(role, r, {w.uuid: a if role == "A" else b for w in self.workloads})
-                        for r in range(repeats) for role in order)
-        return PairedMeasurement(order, samples)
+
+        def timing_run(role):
+            self.timing_runs += 1
+            return {w.uuid: a if role == "A" else b for w in self.workloads}, None
+
+        return paired_runs(timing_run, repeats, order, stop_below)
 
     def close(self) -> None:
         pass

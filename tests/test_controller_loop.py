@@ -460,3 +460,24 @@ def test_harness_full_evaluation_asks_for_the_full_audit_level(tiny_dataset_root
     assert evaluator.evaluate_full("cand") == 41 and levels == [("cand", "full")]
     evaluator.evaluate("cand", on_start=lambda sid: None)
     assert levels[-1] == ("cand", None)  # a candidate's own evaluation: the session's (fast) level
+
+
+def test_a_paired_measurement_stops_once_the_candidate_is_no_faster(tiny_dataset_root, tmp_path):
+    """skills/promotion-rules `futility_below: 1.0`: a candidate within the screen's slack (0.995x of the incumbent in
+    its own evaluation) gets a paired measurement; after its first ABBA repeat it is still 0.995x, so the other four
+    timing runs are not made and the decision says why (run 15's finalist: eight runs, 150 s, to learn 0.99x)."""
+    reply = {"files": [{"path": "kernel.py", "content": "def run(*a):\n    pass  # a hair slower\n"}],
+             "entry_point": "kernel.py::run", "notes": ""}
+
+    def judge(solution):
+        return "PASSED", (1.0 / 0.995 if solution is not None and not solution.name.startswith("naive") else 1.0)
+
+    archive = Archive(tmp_path / "a")
+    fake = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], judge)
+    report = run_loop(config(tiny_dataset_root, rounds=1, candidates=1), tmp_path / "a",
+                      provider=ScriptedProvider([reply]), evaluator=fake)
+    (decision,) = [d for d in Store(archive).decisions(report["run_id"]) if d["round"] == 1]
+    assert (decision["verdict"], decision["rule"]) == ("REJECTED", "futility")
+    assert decision["reasons"][0].startswith("paired measurement stopped after 1 of 2 repeats: mean speedup 0.995x")
+    assert len(fake.paired) == 1 and fake.timing_runs == 4
+    assert decision["details"]["measurement"]["stopped"] == decision["reasons"][0]

@@ -9,7 +9,8 @@ import pytest
 
 from controller.plan import plan_round, request_budget, stop_reason
 from controller.promote import (NO_TIMING, PROMOTED, REJECTED, EvalRecord, FullEvaluation, PairedMeasurement,
-                                PairedSample, confirm, decide, decisive_speedups, gate_failure, screen_failure)
+                                PairedSample, confirm, decide, decisive_speedups, futility_stop, gate_failure,
+                                screen_failure)
 from controller.skills import PromotionThresholds, load_skills, promotion_thresholds
 
 from support import ROOT
@@ -234,7 +235,73 @@ def test_gates_come_before_measurement():
 
 def test_thresholds_come_from_the_promotion_skill():
     assert promotion_thresholds(load_skills(SKILLS_DIR)) == TH.model_copy(update={"screen_slack_rel": 0.01,
-                                                                                   "decisive_speedup": 1.5})
+                                                                                   "decisive_speedup": 1.5,
+                                                                                   "futility_below": 1.0})
+
+
+# -- the futility stop of a paired measurement ----------------------------------------------------------------
+
+def samples(a: dict, b: dict, runs: int, order: str = "ABBA") -> list[PairedSample]:
+    """The first ``runs`` timing runs of repeats of ``order``."""
+    return [PairedSample(role, i // len(order), a if role == "A" else b)
+            for i, role in enumerate((order * 4)[:runs])]
+
+
+@pytest.mark.parametrize("runs, candidate, repeats, stop_below, stops", [
+    # run 15's finalist: no faster after one repeat (0.99x) -> stop, 4 of 8 timing runs spared
+    (4, {"w1": 1.01, "w2": 2.02}, 2, 1.0, "stopped after 1 of 2 repeats: mean speedup 0.990x over 2 workload(s)"),
+    # at exactly the bound: measured on
+    (4, {"w1": 1.0, "w2": 2.0}, 2, 1.0, None),
+    # faster: measured on
+    (4, {"w1": 0.9, "w2": 1.9}, 2, 1.0, None),
+    # mid-repeat: only complete repeats count
+    (3, {"w1": 2.0, "w2": 4.0}, 2, 1.0, None),
+    # the last repeat is done: the decision, not the stop, speaks
+    (8, {"w1": 2.0, "w2": 4.0}, 2, 1.0, None),
+    # off
+    (4, {"w1": 2.0, "w2": 4.0}, 2, None, None),
+    # a lower bound lets a small loss through: 0.98x measured on at 0.97
+    (4, {"w1": 1.0 / 0.98, "w2": 2.0 / 0.98}, 3, 0.97, None),
+    (8, {"w1": 1.0 / 0.96, "w2": 2.0 / 0.96}, 3, 0.97, "stopped after 2 of 3 repeats: mean speedup 0.960x"),
+    (0, {"w1": 2.0, "w2": 4.0}, 2, 1.0, None),
+])
+def test_futility_stop(runs, candidate, repeats, stop_below, stops):
+    reason = futility_stop(samples(A, candidate, runs), "ABBA", repeats, stop_below)
+    assert (reason is None) if stops is None else (stops in reason and "futility_below" in reason), reason
+
+
+def test_a_stopped_measurement_is_a_futility_rejection_never_a_promotion():
+    stopped = PairedMeasurement("ABBA", tuple(samples(A, {"w1": 1.01, "w2": 2.02}, 4)), "paired measurement stopped")
+    decision = decide(PASSING, stopped, TH, REGIMES)
+    assert (decision.verdict, decision.rule) == (REJECTED, "futility")
+    assert decision.reasons == ("paired measurement stopped",)
+    assert stopped.to_json()["stopped"] == "paired measurement stopped"
+    # a complete measurement that happens to carry a note is decided on its numbers (rule 6 onwards)
+    complete = PairedMeasurement("ABBA", tuple(samples(A, {"w1": 0.5, "w2": 1.0}, 8)), "note")
+    assert decide(PASSING, complete, TH, REGIMES).verdict == PROMOTED
+
+
+def test_paired_runs_stop_early_and_say_why():
+    from controller.evaluator import paired_runs
+
+    roles: list[str] = []
+
+    def timing_run(role):
+        roles.append(role)
+        return (A if role == "A" else {"w1": 1.05, "w2": 2.1}), len(roles)
+
+    m = paired_runs(timing_run, 2, "ABBA", stop_below=1.0)
+    assert "".join(roles) == "ABBA" and m.stopped.startswith("paired measurement stopped after 1 of 2 repeats")
+    assert [s.submission_id for s in m.samples] == [1, 2, 3, 4]
+    roles.clear()
+    assert paired_runs(timing_run, 2, "ABBA").stopped == "" and "".join(roles) == "ABBAABBA"
+    assert paired_runs(lambda role: None, 2, "ABBA", 1.0) is None  # a run that cannot be timed: no measurement
+
+
+@pytest.mark.parametrize("value", [1.01, 0.4])
+def test_a_futility_bound_that_could_refuse_a_faster_candidate_is_refused(value):
+    with pytest.raises(ValueError, match=r"\[0.5, 1.0\]"):
+        PromotionThresholds.model_validate({**TH.model_dump(), "futility_below": value})
 
 
 # -- planning and stopping ----------------------------------------------------------------------------------

@@ -80,6 +80,7 @@ def test_promotion_thresholds_load_with_expected_values(skills):
         screen_slack_rel=0.01,
         ranked_figure="kernel",
         decisive_speedup=1.5,
+        futility_below=1.0,
     )
 
 

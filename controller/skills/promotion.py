@@ -49,6 +49,9 @@ class PromotionThresholds(BaseModel):
     # every workload, both on the same card, is not given a paired measurement (8 full submissions): drift between
     # two evaluations of one card is a few percent, far inside such a margin. None: every promotion is paired.
     decisive_speedup: Optional[float] = None
+    # A paired measurement stops after a complete repeat (before the last) whose paired mean speedup so far is below
+    # this, and the candidate is rejected: it can only refuse (a promotion still needs every repeat). None: off.
+    futility_below: Optional[float] = None
 
     @field_validator("require_all_workloads_passed")
     @classmethod
@@ -100,6 +103,14 @@ class PromotionThresholds(BaseModel):
     def _decisive_margin(cls, value: Optional[float]) -> Optional[float]:
         if value is not None and value < 1.2:
             raise ValueError(f"must be at least 1.2 (a margin far beyond drift between two evaluations), got {value}")
+        return value
+
+    @field_validator("futility_below")
+    @classmethod
+    def _futility_bound(cls, value: Optional[float]) -> Optional[float]:
+        if value is not None and not 0.5 <= value <= 1.0:
+            raise ValueError(f"must be in [0.5, 1.0] (a stop above 1x would refuse candidates that are faster), "
+                             f"got {value}")
         return value
 
     @field_validator("paired_order")
