@@ -234,7 +234,7 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 4) + 2 * 3 * 6 * 3 * 3 * 4
+    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5) + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
@@ -298,6 +298,8 @@ snapshot = [x.clone() if torch.is_tensor(x) else x for x in inputs]
 state = module.plan(*inputs) if case.get("setup") else None  # the solution's setup, once per batch
 if "chunk_tokens" in case:  # the plan's chunk size, where the case is about it
     assert state["chunk_tokens"] == case["chunk_tokens"], ("chunk_tokens", state["chunk_tokens"])
+if "wave_from" in case:  # where the programs per SM of the wave plan came from
+    assert state["wave_slots"]["from"].startswith(case["wave_from"]), state["wave_slots"]
 calls = 2 if state is not None else 1  # a planned kernel's state is reused: the second call must be right too
 for _ in range(calls):
     output.fill_(float("nan")); lse.fill_(float("nan"))
@@ -388,6 +390,15 @@ INTERPRETER_CASES = [
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 2},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 16}),
+    # -1: programs per SM from the compiled kernel; the interpreter compiles nothing, so PROGRAMS_PER_SM (1) stands
+    # in, as the state says: 132 slots, one-tile chunks make 168 programs (2 waves x 2 tiles' cost) against 2-tile
+    # chunks' 96 (1 wave x 3): 2 tiles; bf16 tiles, page size 64
+    ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
+                               "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": -1},
+     {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 32, "patch_interpreter": True,
+      "wave_from": "PROGRAMS_PER_SM"}),
 ]
 
 

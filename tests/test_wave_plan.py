@@ -74,3 +74,39 @@ def test_the_plan_uses_it_only_when_asked(fused):
     finally:
         fused.WAVE_SLOTS_PER_SM = 0
     assert state["chunk_tokens"] == 11 * 128 and state["works"] == batch * 6
+
+
+@pytest.mark.parametrize("registers, shared, warps, blocks", [
+    # what ncu reported on the H200 (runs 13-15): the fused kernel at 168 and 209 registers, the per-KV-head one at 125
+    (168, 73.7 * 1024, 4, 3),
+    (209, 40 * 1024, 4, 2),
+    (125, 39.2 * 1024, 4, 4),
+    # shared memory binds: 100 KB per block leaves 2; none at all leaves the 32-block limit to the others
+    (32, 100 * 1024, 4, 2),
+    (16, 0, 1, 32),
+    # warps bind: 16 warps of 32 registers -> 2048 threads / 512 = 4
+    (32, 0, 16, 4),
+])
+def test_occupancy_counts_as_ncu_does(fused, registers, shared, warps, blocks):
+    assert fused._occupancy(registers, int(shared), warps) == blocks
+
+
+def test_the_compiled_kernels_occupancy_falls_back_where_nothing_is_compiled(fused):
+    """-1 on a host without a GPU: the kernel cannot be compiled for a device, so PROGRAMS_PER_SM stands in and the
+    state says so (on the H200 it is read from the kernel compiled for the batch)."""
+    import torch
+
+    batch, kv_heads, length = 16, 8, 8192
+    q = torch.zeros(batch, 32, 128, dtype=torch.bfloat16)
+    k_cache = torch.zeros(1, 1, kv_heads, 128, dtype=torch.bfloat16)
+    kv_indptr = torch.arange(0, (batch + 1) * length, length, dtype=torch.int32)
+    kv_indices = torch.zeros(batch * length, dtype=torch.int32)
+    fused.WAVE_SLOTS_PER_SM = -1
+    try:
+        state = fused.plan(q, k_cache, k_cache, kv_indptr, kv_indices, 1.0)
+    finally:
+        fused.WAVE_SLOTS_PER_SM = 0
+    assert state["wave_slots"]["per_sm"] == fused.PROGRAMS_PER_SM == 2
+    assert state["wave_slots"]["from"].startswith("PROGRAMS_PER_SM (")
+    # 264 slots: 16 tiles per chunk (512 programs, 2 waves x 17) beat 8 (1024, 4 x 9)
+    assert state["chunk_tokens"] == 16 * 128
