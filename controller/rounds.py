@@ -44,17 +44,18 @@ class RunView:
             return self.store.candidate(promoted[-1]["candidate_id"])
         return self.store.candidates(self.run_id, 0)[0]
 
-    def rounds_without_promotion(self) -> int:
+    def rounds_since_promotion(self) -> list[dict[str, Any]]:
+        """The finished rounds after the last one that promoted (after round 0 when none has)."""
         promoted_rounds = [d["round"] for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
         last = max(promoted_rounds, default=0)
-        return sum(1 for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == RunStatus.DONE)
+        return [r for r in self.store.rounds(self.run_id) if r["round"] > last and r["status"] == RunStatus.DONE]
+
+    def rounds_without_promotion(self) -> int:
+        return len(self.rounds_since_promotion())
 
     def regimes_tried_since_promotion(self) -> frozenset[str]:
         """The regimes finished rounds attacked after the last promotion (controller/plan.py ``plan_round``)."""
-        promoted_rounds = [d["round"] for d in self.store.decisions(self.run_id) if d["verdict"] == PROMOTED]
-        last = max(promoted_rounds, default=0)
-        return frozenset(r["plan"]["regime"] for r in self.store.rounds(self.run_id)
-                         if r["round"] > last and r["status"] == RunStatus.DONE and r["plan"].get("regime"))
+        return frozenset(r["plan"]["regime"] for r in self.rounds_since_promotion() if r["plan"].get("regime"))
 
     def history(self) -> list[HistoryItem]:
         decisions = {d["candidate_id"]: d for d in self.store.decisions(self.run_id)}

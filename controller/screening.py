@@ -208,8 +208,12 @@ class RoundEvaluation(RunView):
         try:
             return step()
         finally:
-            walls = self.step_walls = self.step_walls if self.step_walls is not None else {}
-            walls[kind] = max(walls.get(kind, 0.0), time.monotonic() - started)
+            self.note_wall(kind, time.monotonic() - started)
+
+    def note_wall(self, kind: tuple[str, str], seconds: float) -> None:
+        """Keep the longest wall time a step of ``kind`` took (step_walls: the wall budget's estimates)."""
+        walls = self.step_walls = self.step_walls if self.step_walls is not None else {}
+        walls[kind] = max(walls.get(kind, 0.0), seconds)
 
     def evaluate_candidate(self, round_number: int, c: dict[str, Any]) -> None:
         if c["status"] == EVALUATING and c["submission_id"] is not None:
@@ -265,16 +269,15 @@ class RoundEvaluation(RunView):
         return self.thresholds.min_repeats * len(self.thresholds.paired_order)
 
     def measure_paired(self, candidate: dict[str, Any], incumbent: dict[str, Any]) -> Optional[PairedMeasurement]:
-        """The paired measurement, its wall time per timing run kept for the wall budget's next estimate."""
+        """The paired measurement, its wall time per timing run kept for the wall budget's next estimate (per run
+        it made: a futility stop makes half of them)."""
         started = time.monotonic()
-        try:
-            return self.evaluator.measure_paired(self.store.solution(incumbent), self.store.solution(candidate),
-                                                 self.thresholds.min_repeats, self.thresholds.paired_order,
-                                                 self.thresholds.ranked_figure, self.thresholds.futility_below)
-        finally:
-            kind = ("timing run", self.step_kind("evaluate", candidate)[1])
-            walls = self.step_walls = self.step_walls if self.step_walls is not None else {}
-            walls[kind] = max(walls.get(kind, 0.0), (time.monotonic() - started) / self.timing_runs())
+        measurement = self.evaluator.measure_paired(self.store.solution(incumbent), self.store.solution(candidate),
+                                                    self.thresholds.min_repeats, self.thresholds.paired_order,
+                                                    self.thresholds.ranked_figure, self.thresholds.futility_below)
+        runs = len(measurement.samples) if measurement is not None and measurement.samples else self.timing_runs()
+        self.note_wall(("timing run", self.step_kind("evaluate", candidate)[1]), (time.monotonic() - started) / runs)
+        return measurement
 
     def paired_measurement_cut(self, round_number: int, candidate: dict[str, Any], incumbent: dict[str, Any]
                                ) -> Optional[Decision]:
@@ -290,12 +293,11 @@ class RoundEvaluation(RunView):
         per_run = walls.get(("timing run", language), evaluation)  # a first measurement: as long as an evaluation
         expected = self.timing_runs() * per_run + evaluation
         spent = self.store.spend(self.run_id)["wall_s"] + time.monotonic() - self.round_started
-        spent_why = wall_budget_stop(spent, self.config.budget_wall_s)
-        if spent_why is None and wall_budget_stop(spent, self.config.budget_wall_s, expected) is None:
+        if wall_budget_stop(spent, self.config.budget_wall_s, expected) is None:
             return None
-        why = spent_why or (f"budget: {spent:.0f} s wall time spent of {self.config.budget_wall_s:.0f} s; the paired "
-                            f"measurement ({self.timing_runs()} timing runs) and the full-audit evaluation would not "
-                            f"fit (~{expected:.0f} s)")
+        why = wall_budget_stop(spent, self.config.budget_wall_s) or (
+            f"budget: {spent:.0f} s wall time spent of {self.config.budget_wall_s:.0f} s; the paired measurement "
+            f"({self.timing_runs()} timing runs) and the full-audit evaluation would not fit (~{expected:.0f} s)")
         self.budget_stop = f"{why}, in round {round_number}"
         return Decision(NOT_PROMOTED, "budget", (f"{why}: not promoted unmeasured",), {"expected_s": round(expected)})
 

@@ -481,3 +481,44 @@ def test_a_paired_measurement_stops_once_the_candidate_is_no_faster(tiny_dataset
     assert decision["reasons"][0].startswith("paired measurement stopped after 1 of 2 repeats: mean speedup 0.995x")
     assert len(fake.paired) == 1 and fake.timing_runs == 4
     assert decision["details"]["measurement"]["stopped"] == decision["reasons"][0]
+
+
+@pytest.mark.parametrize("stop_below, runs", [(1.0, 4), (None, 8)])
+def test_a_timing_runs_wall_is_the_measurements_wall_over_the_runs_it_made(tiny_dataset_root, tmp_path, stop_below,
+                                                                             runs):
+    """The wall budget's estimate of the next paired measurement: per timing run, over the runs actually made (a
+    futility stop makes 4 of 8; dividing by 8 would halve the estimate)."""
+    import time
+
+    from controller.screening import RoundEvaluation
+    from controller.skills import promotion_thresholds
+
+    fake = FakeEvaluator(Archive(tmp_path / "a"), Dataset(tiny_dataset_root), [WORKLOAD],
+                         lambda s: ("PASSED", 1.0 / 0.9 if s is not None and s.name == "cand" else 1.0))
+    real = fake.measure_paired
+
+    def slow(*args, **kwargs):  # 0.05 s per timing run the measurement makes
+        before = fake.timing_runs
+        measurement = real(*args, **kwargs)
+        time.sleep(0.05 * (fake.timing_runs - before))
+        return measurement
+
+    fake.measure_paired = slow
+    solutions = {name: Solution.model_validate({"name": name, "definition": KV8_PS1, "author": "t",
+                                                "spec": {"language": "python", "target_hardware": ["H200"],
+                                                         "entry_point": "k.py::run"},
+                                                "sources": [{"path": "k.py", "content": "def run(): pass\n"}]})
+                 for name in ("inc", "cand")}
+
+    class Probe(RoundEvaluation):
+        def __init__(self):
+            self.evaluator, self.step_walls = fake, None
+            self.thresholds = promotion_thresholds(load_skills(SKILLS_DIR)).model_copy(
+                update={"futility_below": stop_below})
+            self.store = type("S", (), {"solution": staticmethod(lambda c: solutions[c["name"]])})()
+
+    probe = Probe()
+    measurement = probe.measure_paired({"name": "cand"}, {"name": "inc"})
+    assert len(measurement.samples) == runs == fake.timing_runs
+    ((kind, per_run),) = probe.step_walls.items()
+    assert kind[0] == "timing run" and 0.045 <= per_run <= 0.045 + 0.5 / runs
