@@ -18,7 +18,7 @@ from .tactics import TacticBook, hypothesis_text
 
 # What to try, by regime (data, not code). The offline provider reads the regime, a model reads the text.
 HYPOTHESES: dict[str, str] = {
-    "latency-bound": ("Too few programs to fill the GPU (batch x KV heads < SMs): split each request's KV "
+    "latency-bound": ("Too few programs to fill the GPU (batch x KV heads < 2 x SMs): split each request's KV "
                       "range (split-KV with a merge), fewer dependent loads per step, or a persistent grid."),
     "memory-bound": ("Large batches stream K/V once: keep more bytes in flight (BLOCK_N, stages), use "
                      "tl.dot on 16-row tiles, and avoid register spills; aim at the byte floor."),

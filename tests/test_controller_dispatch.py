@@ -54,10 +54,26 @@ def _batch(lengths, page_size=1, kv_heads=8):
     ([8192] + [256] * 15, 1, "skewed"),  # the long request is 6.4x the mean
     ([8192] + [256] * 15, 64, "skewed"),
     ([100, 130, 64], 64, "latency-bound"),  # partial last pages counted by kv_last_page_len
-    ([4096] * 17, 64, "memory-bound"),  # 136 programs
+    ([4096] * 17, 64, "latency-bound"),  # 136 programs: fewer than two per SM
+    ([4096] * 33, 64, "memory-bound"),  # 264 programs: two per SM
 ])
 def test_the_skills_regime_function(lengths, page_size, expected):
     assert _regime_module().regime(*_batch(lengths, page_size)) == expected
+
+
+@pytest.mark.parametrize("kv_heads", [4, 8])
+def test_the_harness_and_the_skills_dispatch_name_the_same_regime(kv_heads):
+    """The harness groups workloads (evidence, planning, the splice) by the regime a dispatching solution will run
+    them in: both rules must agree at every batch size, the two-programs-per-SM boundary included."""
+    from harness.families import family_for
+
+    family = family_for("gqa_paged")
+    mod = _regime_module()
+    for batch in range(1, 80):
+        axes = {"batch_size": batch, "num_kv_heads": kv_heads}
+        assert mod.regime(*_batch([128] * batch, 1, kv_heads)) == family.regime(axes), batch
+    assert family.regime({"batch_size": 64, "num_kv_heads": 4}) == "latency-bound"  # 256 programs, 132 SMs
+    assert family.regime({"batch_size": 64, "num_kv_heads": 8}) == "memory-bound"
 
 
 def test_lengths_from_a_paged_table():
@@ -235,27 +251,28 @@ def test_the_starting_points_are_not_proposed_alone_next_to_their_dispatch(skill
 
 
 def test_the_skills_dispatch_runs_its_large_batch_kernel_right(tmp_path):
-    """17 requests x 8 KV heads fill the SMs (memory-bound): the dispatcher runs the per-KV-head starting point (bf16
-    tiles, 3 stages, no plan of its own), which must match the reference like the planned kernel does."""
+    """33 requests x 8 KV heads give every SM two programs (memory-bound): the dispatcher runs the per-KV-head
+    starting point (bf16 tiles, 3 stages, no plan of its own), which must match the reference like the planned
+    kernel does."""
     import json as _json
 
     from support import make_tiny_dataset
 
     root = make_tiny_dataset(tmp_path / "dataset")
     uuid = "00000000-0000-4000-8000-000000000017"
-    workload = {"uuid": uuid, "axes": {"batch_size": 17, "num_pages": 80, "len_indptr": 18, "num_kv_indices": 68},
+    workload = {"uuid": uuid, "axes": {"batch_size": 33, "num_pages": 160, "len_indptr": 34, "num_kv_indices": 132},
                 "inputs": {"sm_scale": {"type": "scalar", "value": 0.08838834764831845}}}
     lines = root / "workloads" / "gqa_paged" / f"{KV8_PS1}.jsonl"
     lines.write_text(lines.read_text() + _json.dumps({"definition": KV8_PS1, "solution": None, "workload": workload,
                                                       "evaluation": None}) + "\n")
     labels = root / "workloads" / "gqa_paged" / "labels.json"
-    labels.write_text(_json.dumps({**_json.loads(labels.read_text()), uuid: "tiny_b17_t68"}))
+    labels.write_text(_json.dumps({**_json.loads(labels.read_text()), uuid: "tiny_b33_t132"}))
     skills = load_skills(ROOT / "skills")
-    batch = _batch([4] * 17)
+    batch = _batch([4] * 33)
     assert _regime_module().regime(*batch) == "memory-bound"
     proposal = OfflineProvider(skills).generate(_request(skills, KV8_PS1, _naive_history(skills, KV8_PS1))).proposals[0]
     assert proposal.origin["template"] == DISPATCH
-    with Session(Dataset(root), Archive(tmp_path / "a"), SubmitOptions(workloads=["tiny_b17_t68"], timeout_s=300)) \
+    with Session(Dataset(root), Archive(tmp_path / "a"), SubmitOptions(workloads=["tiny_b33_t132"], timeout_s=300)) \
             as session:
         result = session.submit(Solution.model_validate(proposal.solution))
     assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message

@@ -33,6 +33,11 @@ ADDED_SINCE_RUN13 = {"MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0}
 ADDED_SINCE_RUN15 = {"WAVE_SLOTS_PER_SM": 0}  # at its default the plan is the one the runs had
 # Examples promoted before the skill's fused starting points took MERGE_FANIN 8 and the placeholders above.
 BEFORE_RUN14 = {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps1"}
+# Dispatching examples promoted before run 16, when the skill's regime function split a batch only below one
+# program per (request, KV head) per SM and the latency-bound starting point sized chunks without the wave plan.
+BEFORE_RUN16 = {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps64",
+                "gqa_paged_decode_h32_kv8_d128_ps64"}
+RUN16_RULE = ("UNSPLIT_PROGRAMS_PER_SM = 2\n", "UNSPLIT_PROGRAMS_PER_SM = 1\n")
 
 
 def is_dispatch(example) -> bool:
@@ -45,35 +50,46 @@ def test_there_is_a_promoted_example_per_recorded_definition():
     assert [is_dispatch(solution(p)) for p in PROMOTED] == [True, True, False, True]
 
 
-@pytest.mark.parametrize("path", [p for p in PROMOTED if is_dispatch(solution(p))], ids=lambda p: p.stem)
-def test_dispatching_example_is_the_skills_round_one_dispatch(path):
-    """Rebuilt by the offline provider from the naive incumbent, with the starting points the run had: the same
-    files, byte for byte (kernels, the skill's regime module, the dispatcher) and the same variant per regime."""
+def rebuild_as_run(example):
+    """(the recorded variants, the solution's sources): the offline provider's round-1 dispatch from the naive
+    incumbent, with the skill's starting points and regime rule as the run had them."""
     from controller.providers.offline import OfflineProvider, naive_incumbent, slug
     from controller.skills import load_skills
 
-    example = solution(path)
     skills = load_skills(ROOT / "skills")
     generator = OfflineProvider(skills).generator_for(example.definition)
     origin = generator.seed_dispatch([], naive_incumbent(skills, example.definition).origin)
-    recorded = json.loads(example.description.removeprefix("dispatch by regime: "))
-    as_run = origin["params"]["variants"]
-    if path.stem in BEFORE_RUN14:
+    fused = generator.templates["triton-split-kv-fused"].defaults
+    if example.definition in BEFORE_RUN14:
         for variant in origin["params"]["variants"].values():  # the skill's starting points before run 13
             if variant["template"] == "triton-split-kv-fused":
                 variant["params"]["MERGE_FANIN"] = 0
         # placeholders added to the fused template since the run, at defaults that keep its behaviour
-        fused = generator.templates["triton-split-kv-fused"].defaults
         assert {k: fused[k] for k in ADDED_SINCE_RUN13} == ADDED_SINCE_RUN13
-        as_run = {r: {**v, "params": {k: x for k, x in v["params"].items() if k not in ADDED_SINCE_RUN13}}
-                  for r, v in as_run.items()}
-    fused = generator.templates["triton-split-kv-fused"].defaults
-    assert {k: fused[k] for k in ADDED_SINCE_RUN15} == ADDED_SINCE_RUN15
-    as_run = {r: {**v, "params": {k: x for k, x in v["params"].items() if k not in ADDED_SINCE_RUN15}}
-              for r, v in as_run.items()}
-    assert recorded == {r: slug(v) for r, v in as_run.items()}
-    assert set(recorded) == {"latency-bound", "memory-bound", "skewed"}
+    added = {}  # placeholders the template gained after the run: not in its record
+    if example.definition in BEFORE_RUN16:
+        origin["params"]["variants"]["latency-bound"]["params"]["WAVE_SLOTS_PER_SM"] = 0
+        assert {k: fused[k] for k in ADDED_SINCE_RUN15} == ADDED_SINCE_RUN15
+        added = {**ADDED_SINCE_RUN15, **(ADDED_SINCE_RUN13 if example.definition in BEFORE_RUN14 else {})}
+    recorded = {r: slug({**v, "params": {k: x for k, x in v["params"].items() if k not in added}})
+                for r, v in origin["params"]["variants"].items()}
     rebuilt = generator.render_dispatch(origin, example.definition, example.name, example.author, "H200")
+    if example.definition in BEFORE_RUN16:
+        for source in rebuilt["sources"]:
+            if source["path"] == "regime.py":
+                assert RUN16_RULE[0] in source["content"]
+                source["content"] = source["content"].replace(*RUN16_RULE)
+    return recorded, rebuilt
+
+
+@pytest.mark.parametrize("path", [p for p in PROMOTED if is_dispatch(solution(p))], ids=lambda p: p.stem)
+def test_dispatching_example_is_the_skills_round_one_dispatch(path):
+    """Rebuilt by the offline provider from the naive incumbent, with the starting points the run had: the same
+    files, byte for byte (kernels, the skill's regime module, the dispatcher) and the same variant per regime."""
+    example = solution(path)
+    recorded, rebuilt = rebuild_as_run(example)
+    assert json.loads(example.description.removeprefix("dispatch by regime: ")) == recorded
+    assert set(recorded) == {"latency-bound", "memory-bound", "skewed"}
     assert [(s.path, s.content) for s in example.sources] == \
         [(s["path"], s["content"]) for s in rebuilt["sources"]]
 

@@ -96,13 +96,14 @@ def hardware_file(tmp_path, monkeypatch):
 
 
 def _families():
+    """Each family with the programs per SM its memory-bound regime needs (GQA: two per (request, KV head))."""
     from harness.families.dsa_paged import FAMILY as DSA
     from harness.families.gqa_paged import FAMILY as GQA
-    return GQA, DSA
+    return (GQA, 2), (DSA, 1)
 
 
 def _boundary(family, target: str) -> int:
-    """The least grid the family calls memory-bound on ``target``: its SM count."""
+    """The least grid the family calls memory-bound on ``target``: a multiple of its SM count."""
     def bound(n: int) -> bool:
         gqa = family.__class__.__name__.startswith("Gqa")
         axes = {"batch_size": n, "num_kv_heads": 1} if gqa else {"num_tokens": n}
@@ -114,17 +115,17 @@ def test_both_families_read_the_sm_count_from_the_file():
     shipped = hardware.hardware_table()
     assert hardware.HARDWARE_PATH == ROOT / "definitions" / "hardware.yaml"
     assert shipped["H200"].sm_count == 132
-    for family in _families():
-        assert _boundary(family, "H200") == 132
-        assert _boundary(family, "B200") == shipped["B200"].sm_count
+    for family, per_sm in _families():
+        assert _boundary(family, "H200") == 132 * per_sm
+        assert _boundary(family, "B200") == shipped["B200"].sm_count * per_sm
 
 
 def test_a_target_added_to_the_file_is_seen(hardware_file):
     hardware_file("H200: {sm_count: 132, architecture: hopper}\nX1: {sm_count: 7, architecture: hopper}\n")
     assert hardware.sm_count("X1") == 7
     assert hardware.sm_count("not-listed") == 132  # the default target's
-    for family in _families():
-        assert _boundary(family, "X1") == 7
+    for family, per_sm in _families():
+        assert _boundary(family, "X1") == 7 * per_sm
     from controller.tactics import tactics_skill
 
     assert tactics_skill("X1") == "hopper-tactics" and tactics_skill("not-listed") == ""

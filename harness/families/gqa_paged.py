@@ -4,7 +4,7 @@
   needs the token count, exact when ``kv_last_page_len`` is known (a blob) or pages hold one token;
 - request lengths from the page table (``kv_indptr``, ``kv_last_page_len``), which tell skewed batches apart;
 - regimes: the evidence's rules (skewed, small batch, large batch) and, before anything is measured,
-  whether batch x KV heads programs can fill the GPU's SMs;
+  whether batch x KV heads programs give every SM two (UNSPLIT_PROGRAMS_PER_SM, the skill's dispatch rule);
 - the ``gqa-decode`` skill.
 
 Inputs and the correctness check are the generic ones: the page indices FlashInfer-Bench names
@@ -46,6 +46,10 @@ REGIME_RULES_YAML = """
 """
 
 PAGE_TABLE = ("kv_indptr", "kv_last_page_len")
+# The gqa-decode skill's regime_dispatch.py rule, which solutions run: one program per (request, KV head) streams
+# at full bandwidth only with at least two per SM (H200 run 16: 256 programs on 132 SMs 85-93% of the floor,
+# split chunks 93-98%); a batch below that is latency-bound (split the tokens).
+UNSPLIT_PROGRAMS_PER_SM = 2
 
 
 def paged_token_count(kv_indptr: Sequence[int], kv_last_page_len: Sequence[int], page_size: int) -> int:
@@ -155,8 +159,8 @@ class GqaPagedFamily(OperatorFamily):
     def regime(self, axes: Mapping[str, int], *, label: str = "", lengths: Optional[Sequence[int]] = None,
                target_hardware: str = "H200") -> str:
         """skewed when a few long requests dominate the batch (the evidence's own `skewed` rule: by request
-        lengths where known, else by label); else latency-bound when batch x KV heads programs cannot fill the
-        SMs, else memory-bound (decode); "all" when the batch size is unknown."""
+        lengths where known, else by label); else latency-bound when batch x KV heads programs give the SMs fewer
+        than UNSPLIT_PROGRAMS_PER_SM each, else memory-bound (decode); "all" when the batch size is unknown."""
         skewed = [r for r in self.rules() if r["name"] == "skewed"]
         facts: Any = RegimeFacts(label=label, axes=dict(axes), lengths=lengths)
         if skewed and assign_regime(facts, skewed) == "skewed":
@@ -165,7 +169,8 @@ class GqaPagedFamily(OperatorFamily):
         kv_heads = axes.get("num_kv_heads") or 1
         if batch is None:
             return "all"
-        return "latency-bound" if batch * kv_heads < sm_count(target_hardware) else "memory-bound"
+        return "latency-bound" if batch * kv_heads < UNSPLIT_PROGRAMS_PER_SM * sm_count(target_hardware) \
+            else "memory-bound"
 
 
 FAMILY = GqaPagedFamily()

@@ -4,7 +4,8 @@ A dispatching solution (controller/dispatch.py) calls `regime` in its setup, onc
 kernel figure (as FlashInfer's plan() is), then runs the kernel that won that regime:
 
 - skewed: the longest request is more than 4x the mean length (a few long requests set the time);
-- latency-bound: batch x KV heads programs cannot fill the GPU's SMs (split the tokens);
+- latency-bound: batch x KV heads programs give the GPU's SMs fewer than UNSPLIT_PROGRAMS_PER_SM each (split the
+  tokens);
 - memory-bound: otherwise (one program per request and KV head streams K/V at full bandwidth).
 
 The page table is read once to the host (one small copy); the lengths are computed there.
@@ -13,6 +14,10 @@ The page table is read once to the host (one small copy); the lengths are comput
 import torch
 
 SKEW_RATIO = 4.0
+# One program per (request, KV head) streams at full bandwidth only with at least two per SM: on an H200 (run 16,
+# kv4 page 64) 64 requests x 4 KV heads = 256 programs on 132 SMs reached 85-93% of the floor where split chunks
+# reached 93-98%, while 256 x 4 = 1024 programs reached 98-103%. Below that the batch is split like a small one.
+UNSPLIT_PROGRAMS_PER_SM = 2
 
 
 def request_lengths(kv_indptr, kv_last_page_len, page_size):
@@ -33,4 +38,4 @@ def regime(q, k_cache, v_cache, kv_indptr, kv_indices, *rest):
     if mean > 0 and max(lengths) / mean > SKEW_RATIO:
         return "skewed"
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
-    return "latency-bound" if batch * kv_heads < sms else "memory-bound"
+    return "latency-bound" if batch * kv_heads < UNSPLIT_PROGRAMS_PER_SM * sms else "memory-bound"
