@@ -522,3 +522,20 @@ def test_a_timing_runs_wall_is_the_measurements_wall_over_the_runs_it_made(tiny_
     assert len(measurement.samples) == runs == fake.timing_runs
     ((kind, per_run),) = probe.step_walls.items()
     assert kind[0] == "timing run" and 0.045 <= per_run <= 0.045 + 0.5 / runs
+
+
+@pytest.mark.parametrize("walls, expected", [
+    ({"cand": 25.0, "inc": 30.0}, 30.0),  # both evaluated in this run: the longer of the two
+    ({"cand": 25.0}, 42.0),  # the incumbent was not (a resumed run, round 0's naive kernel): the longest evaluation
+    ({}, 42.0),
+])
+def test_a_first_paired_measurement_is_estimated_from_the_two_solutions_own_evaluations(walls, expected):
+    """Run 16: the first paired measurement's timing runs were estimated at the longest evaluation of the run, the
+    naive kernel's 42 s, where the two dispatches being measured had taken 25-30 s each."""
+    from controller.screening import RoundEvaluation
+
+    class Probe(RoundEvaluation):
+        def __init__(self):
+            self.evaluation_walls = walls
+
+    assert Probe().first_timing_run({"solution_name": "cand"}, {"solution_name": "inc"}, 42.0) == expected
