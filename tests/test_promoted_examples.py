@@ -1,13 +1,12 @@
 """The loop's promoted solutions kept as examples (examples/gqa_decode_promoted): what `controller loop --provider
 offline` promoted on the H200 from the skill's naive kernel (kv8 page 1: benchmarks/results/2026-12-03_h200_run12/,
-the fused kernel alone; kv4 page 1: 2026-12-03_h200_run13/, kv4 page 64: 2026-12-04_h200_run14/, kv8 page 64:
-2026-12-04_h200_run15/, the skill's dispatch by regime). On CPU
-they pass the harness on the interpreter's workloads with every fast audit clean and promotable, and each is the
-skill's own code with the configuration it records, so a reader can find the design it came from: a single kernel
-is its template rendered as it is now (a placeholder added since takes its default, which keeps the promoted
-kernel's behaviour); a dispatching solution is the offline provider's round-1 dispatch of the skill's starting
-points as they were then (`MERGE_FANIN` 0 before run 14; the skill takes 8 since run 13). The run's own source is
-its record's `promoted_solution.json`."""
+the fused kernel alone; kv8 page 64: 2026-12-04_h200_run15/, kv4 pages 1 and 64: 2026-12-04_h200_run16/, the skill's
+dispatch by regime). On CPU they pass the harness on the interpreter's workloads with every fast audit clean and
+promotable, and each is the skill's own code with the configuration it records, so a reader can find the design it
+came from: a single kernel is its template rendered as it is now (a placeholder added since takes its default, which
+keeps the promoted kernel's behaviour); a dispatching solution is the offline provider's round-1 dispatch of the
+skill's starting points and regime rule as they were then (kv8 page 64 before run 16: batches split below one
+program per SM, no wave plan). The run's own source is its record's `promoted_solution.json`."""
 
 from __future__ import annotations
 
@@ -29,14 +28,10 @@ def solution(path):
     return Solution.model_validate(json.loads(path.read_text()))
 
 
-ADDED_SINCE_RUN13 = {"MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0}
 ADDED_SINCE_RUN15 = {"WAVE_SLOTS_PER_SM": 0}  # at its default the plan is the one the runs had
-# Examples promoted before the skill's fused starting points took MERGE_FANIN 8 and the placeholders above.
-BEFORE_RUN14 = {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv8_d128_ps1"}
 # Dispatching examples promoted before run 16, when the skill's regime function split a batch only below one
 # program per (request, KV head) per SM and the latency-bound starting point sized chunks without the wave plan.
-BEFORE_RUN16 = {"gqa_paged_decode_h32_kv4_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps64",
-                "gqa_paged_decode_h32_kv8_d128_ps64"}
+BEFORE_RUN16 = {"gqa_paged_decode_h32_kv8_d128_ps64"}
 RUN16_RULE = ("UNSPLIT_PROGRAMS_PER_SM = 2\n", "UNSPLIT_PROGRAMS_PER_SM = 1\n")
 
 
@@ -60,17 +55,11 @@ def rebuild_as_run(example):
     generator = OfflineProvider(skills).generator_for(example.definition)
     origin = generator.seed_dispatch([], naive_incumbent(skills, example.definition).origin)
     fused = generator.templates["triton-split-kv-fused"].defaults
-    if example.definition in BEFORE_RUN14:
-        for variant in origin["params"]["variants"].values():  # the skill's starting points before run 13
-            if variant["template"] == "triton-split-kv-fused":
-                variant["params"]["MERGE_FANIN"] = 0
-        # placeholders added to the fused template since the run, at defaults that keep its behaviour
-        assert {k: fused[k] for k in ADDED_SINCE_RUN13} == ADDED_SINCE_RUN13
     added = {}  # placeholders the template gained after the run: not in its record
     if example.definition in BEFORE_RUN16:
         origin["params"]["variants"]["latency-bound"]["params"]["WAVE_SLOTS_PER_SM"] = 0
-        assert {k: fused[k] for k in ADDED_SINCE_RUN15} == ADDED_SINCE_RUN15
-        added = {**ADDED_SINCE_RUN15, **(ADDED_SINCE_RUN13 if example.definition in BEFORE_RUN14 else {})}
+        assert {k: fused[k] for k in ADDED_SINCE_RUN15} == ADDED_SINCE_RUN15  # the default keeps its behaviour
+        added = ADDED_SINCE_RUN15
     recorded = {r: slug({**v, "params": {k: x for k, x in v["params"].items() if k not in added}})
                 for r, v in origin["params"]["variants"].items()}
     rebuilt = generator.render_dispatch(origin, example.definition, example.name, example.author, "H200")
