@@ -74,9 +74,6 @@ class RoundEvaluation(RunView):
     # The longest wall time of each kind of step so far in this process's run, (screen|evaluate, language) -> s:
     # what the next such step is expected to take, for the wall budget.
     step_walls: Optional[dict[tuple[str, str], float]] = None
-    # The wall time of each solution's latest evaluation in this process's run, by solution name: a first paired
-    # measurement's timing runs (no audits) take at most this long for the two solutions it times.
-    evaluation_walls: Optional[dict[str, float]] = None
 
     # -- the wall budget inside a round ----------------------------------------------------------------------
 
@@ -229,10 +226,8 @@ class RoundEvaluation(RunView):
         abandoned = c["submission_id"] if c["status"] == EVALUATING else None  # cut short by the kill
         solution = self.store.solution(c)
         self.emit("evaluate", {"round": round_number, "name": c["solution_name"]})
-        started = time.monotonic()
         submission_id = self.evaluator.evaluate(
             solution, on_start=lambda sid, cid=c["id"]: self.store.set_candidate(cid, EVALUATING, submission_id=sid))
-        self.evaluation_walls = {**(self.evaluation_walls or {}), c["solution_name"]: time.monotonic() - started}
         status = self.store.submission_status(submission_id) or "UNKNOWN"
         self.store.set_candidate(c["id"], status, submission_id=submission_id)
         if abandoned is not None and abandoned != submission_id:
@@ -307,11 +302,10 @@ class RoundEvaluation(RunView):
         return Decision(NOT_PROMOTED, "budget", (f"{why}: not promoted unmeasured",), {"expected_s": round(expected)})
 
     def first_timing_run(self, candidate: dict[str, Any], incumbent: dict[str, Any], longest: float) -> float:
-        """A first measurement's wall per timing run: the longer of the two solutions' own evaluations in this run
-        (a timing run is one without the audits), else the longest evaluation so far (run 16: the naive kernel's,
-        42 s, where the dispatches being measured took 25-30 s)."""
-        walls = self.evaluation_walls or {}
-        own = [walls.get(c.get("solution_name", "")) for c in (candidate, incumbent)]
+        """A first measurement's wall per timing run: the longer of the two solutions' own evaluations, as the
+        archive timed them (a timing run is one without the audits; a resumed run knows them too), else the longest
+        evaluation so far (run 16: the naive kernel's, 45 s, where the dispatches being measured took 25-30 s)."""
+        own = [self.store.submission_wall(c.get("submission_id")) for c in (candidate, incumbent)]
         return max(own) if None not in own else longest
 
     def full_evaluation(self, round_number: int, candidate: dict[str, Any]) -> FullEvaluation:

@@ -260,6 +260,14 @@ class Store:
         row = tables.submission_row(self.db, submission_id)
         return row["status"] if row is not None else None
 
+    def submission_wall(self, submission_id: Optional[int]) -> Optional[float]:
+        """Seconds from a submission's start to its end, as archived; None where it is unknown or unfinished."""
+        row = tables.submission_row(self.db, submission_id) if submission_id is not None else None
+        if row is None or not row.get("created_at") or not row.get("finished_at"):
+            return None
+        started, finished = (dt.datetime.fromisoformat(row[k]) for k in ("created_at", "finished_at"))
+        return (finished - started).total_seconds()
+
     def submission_used_gpu(self, submission_id: int) -> Optional[bool]:
         row = tables.submission_row(self.db, submission_id)
         return _loads(row["options"], {}).get("gpu") if row is not None else None

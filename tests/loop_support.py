@@ -57,13 +57,15 @@ class FakeEvaluator:
         self.paired: list[tuple[str, str]] = []
         self.timing_runs = 0
 
-    def _submit(self, solution: Solution, level: str, status: str, latency: Optional[float], audits: list,
-                on_start=None) -> int:
+    def _submit(self, solution: Solution, level: str, verdict, on_start=None) -> int:
+        """Archive a submission around ``verdict() -> (status, latency, audits)``, judged while the submission is
+        open, so its archived wall is the judging's (as a real evaluation's is)."""
         self.archive.put_solution(dump_json(solution), solution.content_hash)
         sid = self.archive.start_submission(solution.content_hash, solution.name, solution.definition,
                                             solution.author, {"audit_level": level}, self.environment)
         if on_start is not None:
             on_start(sid)
+        status, latency, audits = verdict()
         for w in self.workloads:
             self.archive.add_evaluation({
                 "submission_id": sid, "definition": solution.definition, "workload_uuid": w.uuid,
@@ -77,14 +79,16 @@ class FakeEvaluator:
 
     def evaluate(self, solution: Solution, on_start) -> int:
         self.calls.append(solution.name)
-        status, latency = self.judge(solution)
-        return self._submit(solution, "fast", status, latency, CLEAN_AUDITS, on_start)
+        return self._submit(solution, "fast", lambda: (*self.judge(solution), CLEAN_AUDITS), on_start)
 
     def evaluate_full(self, solution: Solution) -> int:
         self.full_calls.append(solution.name)
-        status, latency = self.judge(solution)
-        status, audits = self.full_judge(solution) if self.full_judge else (status, CLEAN_AUDITS)
-        return self._submit(solution, "full", status, latency, audits)
+
+        def verdict():
+            status, latency = self.judge(solution)
+            status, audits = self.full_judge(solution) if self.full_judge else (status, CLEAN_AUDITS)
+            return status, latency, audits
+        return self._submit(solution, "full", verdict)
 
     def why_no_timing(self) -> Optional[str]:
         return None if self.judge(None)[1] is not None else "fake evaluator: no timing"

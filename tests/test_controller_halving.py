@@ -155,8 +155,7 @@ class ScreeningEvaluator(FakeEvaluator):
         if self.stop_after is not None and len(self.screens) >= self.stop_after:
             raise KeyboardInterrupt("killed mid-screening")
         self.screens.append((solution.name, iterations, trials, workloads))
-        status, latency = self.screen_judge(solution)
-        return self._submit(solution, "off", status, latency, [])
+        return self._submit(solution, "off", lambda: (*self.screen_judge(solution), []))
 
 
 def run(root, tmp_path, evaluator_kw=None, **kw):

@@ -525,17 +525,34 @@ def test_a_timing_runs_wall_is_the_measurements_wall_over_the_runs_it_made(tiny_
 
 
 @pytest.mark.parametrize("walls, expected", [
-    ({"cand": 25.0, "inc": 30.0}, 30.0),  # both evaluated in this run: the longer of the two
-    ({"cand": 25.0}, 42.0),  # the incumbent was not (a resumed run, round 0's naive kernel): the longest evaluation
+    ({1: 25.0, 2: 30.0}, 30.0),  # both evaluations archived: the longer of the two
+    ({1: 25.0}, 42.0),  # the incumbent's unknown (still running, or none): the longest evaluation of the run
     ({}, 42.0),
 ])
 def test_a_first_paired_measurement_is_estimated_from_the_two_solutions_own_evaluations(walls, expected):
     """Run 16: the first paired measurement's timing runs were estimated at the longest evaluation of the run, the
-    naive kernel's 42 s, where the two dispatches being measured had taken 25-30 s each."""
+    naive kernel's 45 s, where the two dispatches being measured had taken 25-30 s each."""
     from controller.screening import RoundEvaluation
 
     class Probe(RoundEvaluation):
         def __init__(self):
-            self.evaluation_walls = walls
+            self.store = type("S", (), {"submission_wall": staticmethod(lambda sid: walls.get(sid))})()
 
-    assert Probe().first_timing_run({"solution_name": "cand"}, {"solution_name": "inc"}, 42.0) == expected
+    assert Probe().first_timing_run({"submission_id": 1}, {"submission_id": 2}, 42.0) == expected
+
+
+def test_a_submissions_wall_is_read_from_the_archive(tmp_path):
+    """What the estimate reads, so a resumed run (no walls in memory) estimates from the same evaluations."""
+    import time
+
+    from controller.store import Store
+
+    archive = Archive(tmp_path / "a")
+    archive.put_solution({"name": "s", "definition": KV8_PS1, "author": "t",
+                          "spec": {"language": "python", "entry_point": "k.py::run"}}, "h")
+    sid = archive.start_submission("h", "s", KV8_PS1, "t", {}, None)
+    store = Store(archive)
+    assert store.submission_wall(sid) is None and store.submission_wall(None) is None  # unfinished, none
+    time.sleep(0.05)
+    archive.finish_submission(sid, "PASSED")
+    assert 0.04 <= store.submission_wall(sid) < 5
