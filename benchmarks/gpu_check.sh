@@ -18,7 +18,9 @@
 # JIT modules (.so only). sweep: SWEEP_CONFIGS (a JSON list, benchmarks/template_sweep.py), SWEEP_DEFINITIONS,
 # SWEEP_ARGS (more `harness submit` arguments, e.g. "-w uniform_b1_kv8192"). loop_record: for each of LOOP_DEFINITIONS
 # (comma-separated) `controller loop --provider offline` from the naive kernel within LOOP_BUDGET_S (default 380),
-# then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/.
+# then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/. LOOP_EXTEND_S=S:
+# instead of a new run, the definition's newest run in ARCHIVE (a CARRIED travel copy) continues, given S seconds of
+# wall in all (its total from its start: `controller loop --resume RUN --budget-wall-s S`, controller/extend.py).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -252,10 +254,18 @@ if stage loop_record; then
     section "loop from the naive kernel: $def"
     mkdir -p "$OUT/loop_$def"
     started=$SECONDS
-    timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop \
-      --definition "$def" --provider offline --rounds ${ROUNDS:-6} --candidates ${CANDIDATES:-3} \
-      --budget-wall-s ${LOOP_BUDGET_S:-380} --no-profile --archive "$ARCHIVE" --json \
-      > "$OUT/loop_$def/loop.json" 2> "$OUT/loop_$def/loop.log"
+    if [ -n "${LOOP_EXTEND_S:-}" ]; then  # the newest run of the definition, given more wall time
+      run=$(python3 -m controller runs -d "$def" --archive "$ARCHIVE" --json | python3 -c \
+        'import json, sys; print(json.load(sys.stdin)[0]["run_id"])')
+      timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop --resume "$run" --rounds ${ROUNDS:-6} \
+        --budget-wall-s "$LOOP_EXTEND_S" --archive "$ARCHIVE" --json \
+        > "$OUT/loop_$def/loop.json" 2> "$OUT/loop_$def/loop.log"
+    else
+      timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop \
+        --definition "$def" --provider offline --rounds ${ROUNDS:-6} --candidates ${CANDIDATES:-3} \
+        --budget-wall-s ${LOOP_BUDGET_S:-380} --no-profile --archive "$ARCHIVE" --json \
+        > "$OUT/loop_$def/loop.json" 2> "$OUT/loop_$def/loop.log"
+    fi
     echo "loop command wall $((SECONDS - started)) s" >> "$OUT/loop_$def/loop.log"
     tail -3 "$OUT/loop_$def/loop.log" >> "$LOG"
     profile=--profile; [ "${LOOP_PROFILE:-1}" = 0 ] && profile=

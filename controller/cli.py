@@ -167,6 +167,21 @@ def _open_existing(archive_path: str | None) -> Any:
     raise AssertionError
 
 
+def _extend(run_ids: list[str], archive: Path, rounds: int, budget_wall_s: Optional[float],
+            budget_tokens: Optional[int], budget_cost: Optional[float]) -> None:
+    """--resume with limits: each run given them (controller/extend.py), said on one line per run."""
+    from .extend import describe, extend_run
+
+    given = click.get_current_context().get_parameter_source("rounds") != click.core.ParameterSource.DEFAULT
+    limits = {"rounds": rounds if given else None, "budget_wall_s": budget_wall_s, "budget_tokens": budget_tokens,
+              "budget_cost_usd": budget_cost}
+    if all(v is None for v in limits.values()):
+        return
+    for run_id in run_ids:
+        record = extend_run(archive, run_id, limits)
+        err.print(f"{escape(run_id)}: {escape(describe(record)) if record else 'already has these limits'}")
+
+
 def _preflight_resumed(run_ids: list[str], archive: Path) -> None:
     """The provider check of each resumed run, with its stored settings; an unknown run is left to the loop."""
     from harness.archive.database import Archive
@@ -253,7 +268,9 @@ def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
 @click.option("--resume", "resume", metavar="RUN_ID", multiple=True,
               help="Continue a run from the archive (its stored settings); repeatable, side by side on several GPUs. "
                    "'unfinished': every run cut short (INTERRUPTED or still RUNNING), "
-                   "e.g. all four of a killed gqa_decode loop.")
+                   "e.g. all four of a killed gqa_decode loop. With --rounds or a --budget-* option: the run is "
+                   "given those limits (totals from its start) and continues, a finished one too, its last "
+                   "round's budget deferrals decided first.")
 @click.option("--replay-run", metavar="RUN_ID", help="replay: the run whose responses to replay (default: latest).")
 @click.option("--budget-tokens", type=click.IntRange(1), help="Stop after this many tokens (input + output).")
 @click.option("--budget-cost", type=click.FloatRange(0), help="Stop after this many US dollars.")
@@ -304,6 +321,7 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
         if resume:
             run_ids = _resume_ids(resume, archive)
             _preflight_resumed(run_ids, archive)  # a missing credential or agent is said before any evaluation
+            _extend(run_ids, archive, rounds, budget_wall_s, budget_tokens, budget_cost)
             reports.extend(run_loops(run_ids, archive, lanes_for(len(run_ids)), on_event=on_event, runner=resumer))
         else:
             names = _definitions(definition, dataset)
@@ -355,18 +373,24 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
 @main.command()
 @click.option("--archive", "archive_path", type=click.Path(file_okay=False), help=ARCHIVE_HELP)
 @click.option("--definition", "-d", help="Only runs of this definition.")
-def runs(archive_path, definition) -> None:
+@click.option("--json", "as_json", is_flag=True, help="A JSON list, newest first (for scripts).")
+def runs(archive_path, definition, as_json) -> None:
     """List the loop's runs (newest first), to find a RUN_ID to resume or replay."""
     from .store import Store
 
     store = Store(_open_existing(archive_path))
+    rows = [{"run_id": r["id"], "definition": r["definition"], "provider": r["provider"], "status": r["status"],
+             "rounds_done": sum(1 for x in store.rounds(r["id"]) if x["status"] == RunStatus.DONE and x["round"] > 0),
+             "stop_reason": r["stop_reason"] or "", "created_at": r["created_at"]} for r in store.runs(definition)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
     table = Table(title="runs")
     for column in ("run", "definition", "provider", "status", "rounds done", "stop reason", "created"):
         table.add_column(column, overflow="fold")
-    for r in store.runs(definition):
-        done = sum(1 for x in store.rounds(r["id"]) if x["status"] == RunStatus.DONE and x["round"] > 0)
-        table.add_row(r["id"], r["definition"], r["provider"], r["status"], str(done), r["stop_reason"] or "",
-                      r["created_at"][:19])
+    for r in rows:
+        table.add_row(r["run_id"], r["definition"], r["provider"], r["status"], str(r["rounds_done"]),
+                      r["stop_reason"], r["created_at"][:19])
     out.print(table)
 
 

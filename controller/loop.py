@@ -94,6 +94,9 @@ class LoopConfig(BaseModel):
     hint: str = ""  # a person's hypothesis, put into every request of the run (agent-assisted mode)
     max_turns: int = Field(16, ge=1)  # model calls per request's tool conversation (API providers)
     max_evaluations: int = Field(3, ge=0)  # drafts a model may evaluate per request
+    # Each time a person gave the run more (controller/extend.py): when, the limits changed [before, after], how
+    # the run had stopped, and the deferred decisions of its last round taken back (with what they said).
+    extensions: list[dict[str, Any]] = Field(default_factory=list)
 
 
 # -- the loop ----------------------------------------------------------------------------------------------

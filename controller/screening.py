@@ -61,6 +61,11 @@ def search_settings(skills: dict[str, Skill], definition: Any) -> SearchSettings
         return SearchSettings()
 
 
+# The rule of a decision the wall budget deferred (the paired measurement would not fit): not a verdict on the
+# candidate, so a run given more budget takes it back and decides again (controller/extend.py).
+BUDGET_RULE = "budget"
+
+
 class RoundEvaluation(RunView):
     """The evaluation steps of a round; the Loop sets what they use (see RunView, and ``halving``)."""
 
@@ -299,7 +304,8 @@ class RoundEvaluation(RunView):
             f"budget: {spent:.0f} s wall time spent of {self.config.budget_wall_s:.0f} s; the paired measurement "
             f"({self.timing_runs()} timing runs) and the full-audit evaluation would not fit (~{expected:.0f} s)")
         self.budget_stop = f"{why}, in round {round_number}"
-        return Decision(NOT_PROMOTED, "budget", (f"{why}: not promoted unmeasured",), {"expected_s": round(expected)})
+        return Decision(NOT_PROMOTED, BUDGET_RULE, (f"{why}: not promoted unmeasured",),
+                        {"expected_s": round(expected)})
 
     def first_timing_run(self, candidate: dict[str, Any], incumbent: dict[str, Any], longest: float) -> float:
         """A first measurement's wall per timing run: the longer of the two solutions' own evaluations, as the

@@ -64,6 +64,10 @@ class Store:
         run is left for a person to look at and resume by id."""
         return tables.unfinished_run_ids(self.db)
 
+    def set_run_config(self, run_id: str, config: dict[str, Any]) -> None:
+        with self.db.atomic():
+            tables.update_run(self.db, run_id, {"config": json.dumps(config, sort_keys=True)})
+
     def set_run_status(self, run_id: str, status: str, stop_reason: Optional[str] = None) -> None:
         with self.db.atomic():
             tables.update_run(self.db, run_id, {"status": status, "stop_reason": stop_reason,
@@ -98,11 +102,18 @@ class Store:
                 tables.update_round(self.db, row["id"], {"summary": json.dumps(summary, default=str)})
 
     def finish_round(self, run_id: str, number: int, summary: dict[str, Any], wall_s: float) -> None:
+        """A round reopened after it finished (controller/extend.py) adds its new wall to the one it had."""
         row = self.round(run_id, number)
         with self.db.atomic():
             tables.update_round(self.db, row["id"], {"status": RunStatus.DONE,
-                                                     "summary": json.dumps(summary, default=str), "wall_s": wall_s,
-                                                     "finished_at": now()})
+                                                     "summary": json.dumps(summary, default=str),
+                                                     "wall_s": wall_s + (row["wall_s"] or 0.0), "finished_at": now()})
+
+    def reopen_round(self, run_id: str, number: int) -> None:
+        """A finished round to be played on (its wall so far kept): see controller/extend.py."""
+        row = self.round(run_id, number)
+        with self.db.atomic():
+            tables.update_round(self.db, row["id"], {"status": RunStatus.RUNNING, "finished_at": None})
 
     # -- requests and responses --------------------------------------------------------------------------
 
@@ -215,6 +226,11 @@ class Store:
         row["origin"] = _loads(row["origin"], {})
         return row
 
+    def reopen_candidate(self, candidate_id: int) -> None:
+        """A candidate the wall budget left unevaluated waits again (controller/extend.py)."""
+        with self.db.atomic():
+            tables.update_candidate(self.db, candidate_id, {"status": PENDING, "reason": "", "finished_at": None})
+
     def set_candidate(self, candidate_id: int, status: str, submission_id: Optional[int] = None,
                       reason: Optional[str] = None) -> None:
         update: dict[str, Any] = {"status": status}
@@ -244,6 +260,10 @@ class Store:
         row["reasons"] = _loads(row["reasons"], [])
         row["details"] = _loads(row["details"], {})
         return row
+
+    def take_back_decision(self, decision_id: int) -> None:
+        with self.db.atomic():
+            tables.delete_decision(self.db, decision_id)
 
     def add_decision(self, run_id: str, round_number: int, candidate_id: int, incumbent_id: Optional[int],
                      verdict: str, rule: str, reasons: list[str], details: dict[str, Any],

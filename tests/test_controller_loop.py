@@ -64,6 +64,9 @@ def test_cli_loop_offline_end_to_end_correctness_only(tiny_dataset_root, tmp_pat
         assert phrase in text, text
     listing = CliRunner().invoke(main, ["runs", "--archive", str(archive)])
     assert report["run_id"] in listing.output and "DONE" in listing.output
+    listing = CliRunner().invoke(main, ["runs", "--archive", str(archive), "--json"])
+    (row,) = json.loads(listing.output)
+    assert (row["run_id"], row["status"], row["rounds_done"]) == (report["run_id"], "DONE", 1)
 
 
 class Failing:

@@ -165,6 +165,11 @@ def insert_decision(db: Any, row: dict[str, Any]) -> int:
     return int(db["decisions"].insert(row).last_pk)
 
 
+def delete_decision(db: Any, decision_id: int) -> None:
+    """Only for a deferral taken back when a run is given more (the run's config keeps what it said)."""
+    db["decisions"].delete(decision_id)
+
+
 # -- the harness's rows, read only -------------------------------------------------------------------------------
 
 def submission_row(db: Any, submission_id: int) -> Optional[dict[str, Any]]:
