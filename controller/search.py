@@ -19,7 +19,7 @@ of a round's candidates on short timing runs (controller/halving.py decides, con
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from harness.data.generation_request import HistoryItem
@@ -82,6 +82,20 @@ class SearchSettings:
     patience: int = 2  # rounds without a gain on a regime before the design switches
     min_gain: float = 0.02  # a relative improvement smaller than this is noise, not progress
     halving: Optional[HalvingSettings] = None  # successive halving of a round's candidates; None: off
+    # A configuration more than this many times the regime's best latency is no population member: its neighbours
+    # would not come near (H200 run 16: the naive kernel, 10-25x the incumbent, took half of round 2's proposals).
+    population_within: float = 2.0
+    # regime -> parameters whose one-step moves come first, in this order (what the skill's measurements say moves
+    # that regime); the other moves follow, rotated by round.
+    first_moves: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.population_within, (int, float)) or self.population_within < 1:
+            raise ValueError(f"search settings: population_within must be >= 1, got {self.population_within!r}")
+        if not (isinstance(self.first_moves, dict) and all(
+                isinstance(v, list) and all(isinstance(n, str) for n in v) for v in self.first_moves.values())):
+            raise ValueError(f"search settings: first_moves must map a regime to parameter names, got "
+                             f"{self.first_moves!r}")
 
     @classmethod
     def from_block(cls, block: Optional[dict[str, Any]]) -> "SearchSettings":
@@ -108,9 +122,11 @@ def configuration_on(origin: dict[str, Any], regime: str) -> Optional[dict[str, 
     return origin if origin.get("template") else None
 
 
-def population(history: Iterable[HistoryItem], regime: str, size: int) -> list[dict[str, Any]]:
+def population(history: Iterable[HistoryItem], regime: str, size: int, within: Optional[float] = None
+               ) -> list[dict[str, Any]]:
     """The ``size`` fastest distinct configurations (template + params) on ``regime``, fastest first; a dispatching
-    solution counts as the variant it runs on the regime."""
+    solution counts as the variant it runs on the regime. ``within``: only those at most that many times the
+    fastest's latency."""
     best: dict[str, tuple[float, dict[str, Any]]] = {}
     for item in history:
         latency = regime_latency(item, regime)
@@ -120,7 +136,10 @@ def population(history: Iterable[HistoryItem], regime: str, size: int) -> list[d
         key = _key(origin)
         if key not in best or latency < best[key][0]:
             best[key] = (latency, {"template": origin["template"], "params": dict(origin.get("params", {}))})
-    return [origin for _, origin in sorted(best.values(), key=lambda t: t[0])[:size]]
+    ranked = sorted(best.values(), key=lambda t: t[0])
+    if ranked and within is not None:
+        ranked = [t for t in ranked if t[0] <= ranked[0][0] * within]
+    return [origin for _, origin in ranked[:size]]
 
 
 def best_by_round(history: Iterable[HistoryItem], regime: str) -> dict[int, float]:

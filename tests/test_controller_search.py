@@ -149,3 +149,55 @@ def test_a_skill_with_bad_search_settings_is_refused_on_one_line(skills):
     broken = skill.model_copy(update={"body": skill.body.replace(line, "search: {patients: 2,")})
     with pytest.raises(SkillError, match="search"):
         OfflineGenerator(broken)
+
+
+@pytest.mark.parametrize("within, expected", [
+    (None, [16, 32, 64]),  # every configuration timed on the regime, fastest first
+    (2.0, [16, 32]),  # 64 is 2.5x the best: no member
+    (1.0, [16]),
+])
+def test_a_population_member_is_within_a_factor_of_the_best(within, expected):
+    history = [item(0, 1.0, block_n=16), item(1, 1.9, block_n=32), item(1, 2.5, block_n=64)]
+    assert [m["params"]["BLOCK_N"] for m in population(history, R, 3, within)] == expected
+
+
+@pytest.mark.parametrize("block, problem", [
+    ({"population_within": 0.5}, "population_within"),
+    ({"first_moves": {"latency-bound": "CHUNK_BLOCKS"}}, "first_moves"),
+    ({"first_moves": ["CHUNK_BLOCKS"]}, "first_moves"),
+])
+def test_bad_population_bounds_and_first_moves_are_refused(block, problem):
+    with pytest.raises(ValueError, match=problem):
+        SearchSettings.from_block(block)
+
+
+def test_round_two_of_a_dispatch_leads_with_the_skills_first_moves_and_leaves_the_naive_kernel_out(skills):
+    """Run 16's round 2 (latency-bound, the skill's dispatch the incumbent): half its proposals were neighbours of
+    the naive kernel (10-25x slower on the regime, all screened out) and the rest moved NUM_WARPS and NUM_STAGES,
+    while what moved that regime in the sweeps was CHUNK_BLOCKS and the direct write. Now the population holds only
+    configurations near the best, and the skill's `first_moves` for the regime lead, each spliced into the
+    incumbent's dispatch."""
+    from controller.dispatch import DISPATCH
+
+    provider = OfflineProvider(skills)
+    g = provider.generator_for(KV8_PS1)
+    naive = naive_incumbent(skills, KV8_PS1)
+    dispatch = g.seed_dispatch([], naive.origin)
+    solution = g.render_dispatch(dispatch, KV8_PS1, "r1_dispatch", "controller/offline", "H200")
+    history = [naive_history(skills, 0.6),
+               HistoryItem(round=1, name="r1_dispatch", status="PASSED", origin=dispatch,
+                           regime_latency_ms={R: 0.03, "memory-bound": 0.4, "skewed": 0.1})]
+    req = GenerationRequest(run_id="run-s", round=2, key="r2/explore", definition=KV8_PS1, regime=R,
+                            budget=Budget(max_candidates=8), history=history,
+                            incumbent=Incumbent(name="r1_dispatch", solution=solution, origin=dispatch))
+    origins = provider.propose(req)
+    assert len(origins) == 8 and all(o["template"] == DISPATCH for o in origins)
+    start = dispatch["params"]["variants"][R]["params"]
+    moved = []
+    for o in origins:
+        variant = o["params"]["variants"][R]
+        assert variant["template"] == "triton-split-kv-fused"  # no neighbour of the naive per-KV-head kernel
+        moved.append([(k, v) for k, v in variant["params"].items() if start.get(k) != v])
+    assert moved[:3] == [[("CHUNK_BLOCKS", 16)], [("CHUNK_BLOCKS", 4)], [("SINGLE_CHUNK_DIRECT", 1)]]
+    assert all(o["params"]["variants"]["memory-bound"] == dispatch["params"]["variants"]["memory-bound"]
+               for o in origins)  # the change alone

@@ -38,6 +38,14 @@ def config_key(origin: dict[str, Any]) -> str:
     return json.dumps({"template": origin.get("template"), "params": origin.get("params", {})}, sort_keys=True)
 
 
+def _moved(move: dict[str, Any], template: str, params: dict[str, Any]) -> Optional[str]:
+    """The one parameter a one-step move of ``template``'s ``params`` changed; None for a template switch."""
+    if move["template"] != template:
+        return None
+    changed = [k for k, v in move["params"].items() if params.get(k) != v]
+    return changed[0] if len(changed) == 1 else None
+
+
 def slug(origin: dict[str, Any]) -> str:
     if origin.get("template") == DISPATCH:  # its variants are in its description; a short stable name here
         return "dispatch_" + hashlib.sha256(config_key(origin).encode()).hexdigest()[:8]
@@ -197,7 +205,8 @@ class OfflineGenerator:
 
     def neighbours(self, base: dict[str, Any], regime: str, rotation: int) -> list[dict[str, Any]]:
         """One-step moves of each free parameter, then a template switch and the regime's starting point,
-        rotated by ``rotation`` (the round) so successive rounds lead with different moves."""
+        rotated by ``rotation`` (the round) so successive rounds lead with different moves; the moves of the
+        parameters the skill's search names first for ``regime`` (``first_moves``) lead, in its order."""
         template = self.templates[base["template"]]
         params = self.complete(base["template"], base.get("params", {}))
         moves: list[dict[str, Any]] = []
@@ -216,7 +225,9 @@ class OfflineGenerator:
         if moves:
             k = rotation % len(moves)
             moves = moves[k:] + moves[:k]
-        return moves
+        first = self.search.first_moves.get(regime, [])
+        lead = [m for name in first for m in moves if _moved(m, base["template"], params) == name]
+        return lead + [m for m in moves if m not in lead]
 
     def far_moves(self, base: dict[str, Any]) -> list[dict[str, Any]]:
         """Two parameters moved at once (each one step): jumps the one-step neighbourhood never makes, for a
@@ -414,7 +425,8 @@ class OfflineProvider:
         """(the population whose neighbours are explored, the base first; whether the regime has stalled)."""
         g = self.generator_for(request.definition)
         base = self.base(request)
-        members = [base] + [m for m in population(request.history, request.regime, g.search.population)
+        members = [base] + [m for m in population(request.history, request.regime, g.search.population,
+                                                  g.search.population_within)
                             if m["template"] in g.templates and config_key(m) != config_key(base)]
         return members[:g.search.population], stalled(request.history, request.regime, g.search)
 
