@@ -292,6 +292,8 @@ class RoundEvaluation(RunView):
         stops after this round. None when the measurement fits (or no budget is set)."""
         if self.config.budget_wall_s is None or self.round_started is None:
             return None
+        if self.evaluator.why_no_timing() is not None:  # no measurement will be made (no GPU): nothing to fit
+            return None
         language = self.step_kind("evaluate", candidate)[1]
         walls = self.step_walls or {}
         evaluation = walls.get(("evaluate", language), 0.0)

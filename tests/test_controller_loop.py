@@ -252,6 +252,28 @@ def test_a_paired_measurement_that_would_overrun_the_wall_budget_is_not_started(
                 in report["stop_reason"]
 
 
+def test_where_nothing_can_be_timed_the_budget_does_not_stand_in_for_the_missing_measurement(tiny_dataset_root,
+                                                                                             tmp_path):
+    """On a host without a GPU no paired measurement is ever made: a small budget must not turn the decision into
+    `budget` ("would not fit"), which would hide that the candidate could not be timed at all."""
+    import time
+
+    reply = {"files": [{"path": "kernel.py", "content": "def run(*a):\n    pass  # fast\n"}],
+             "entry_point": "kernel.py::run", "notes": ""}
+
+    def judge(solution):
+        if solution is not None:
+            time.sleep(0.3)
+        return "PASSED", None
+
+    fake = FakeEvaluator(Archive(tmp_path / "a"), Dataset(tiny_dataset_root), [WORKLOAD], judge)
+    report = run_loop(config(tiny_dataset_root, rounds=1, candidates=1, budget_wall_s=1.6), tmp_path / "a",
+                      provider=ScriptedProvider([reply]), evaluator=fake)
+    (decided,) = [d for d in report["decisions"] if d["round"] == 1]
+    assert decided["rule"] != "budget" and NO_TIMING in decided["reasons"][0], decided
+    assert report["status"] == "DONE" and "would not fit" not in report["stop_reason"]
+
+
 def test_candidates_over_the_count_are_dropped_and_forbidden_edits_rejected(tiny_dataset_root, tmp_path):
     archive = Archive(tmp_path / "a")
     dataset = Dataset(tiny_dataset_root)
