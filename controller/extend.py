@@ -42,7 +42,9 @@ def extend_run(archive_path: Path | str, run_id: str, limits: dict[str, Any]) ->
     config = LoopConfig.model_validate(row["config"])
     changed = {k: [getattr(config, k), v] for k, v in updates.items() if getattr(config, k) != v}
     extended = LoopConfig.model_validate({**config.model_dump(mode="json"), **updates})  # the limits' own bounds
-    reopened = reopen_deferred(store, run_id)
+    # Only a finished run's last round is final enough to reopen (a run cut short resumes inside its round anyway),
+    # and only one the new limits will play.
+    reopened = reopen_deferred(store, run_id, extended.rounds) if row["status"] == RunStatus.DONE else None
     if not changed and reopened is None:
         return None
     record = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "changed": changed,
@@ -54,12 +56,15 @@ def extend_run(archive_path: Path | str, run_id: str, limits: dict[str, Any]) ->
     return record
 
 
-def reopen_deferred(store: Store, run_id: str) -> Optional[dict[str, Any]]:
-    """Take back the budget's deferrals in the run's last round and reopen it; what they were, or None."""
+def reopen_deferred(store: Store, run_id: str, rounds_limit: int) -> Optional[dict[str, Any]]:
+    """Take back the budget's deferrals in the run's last round and reopen it, where that round is within
+    ``rounds_limit``; what they were, or None."""
     rounds = store.rounds(run_id)
     if not rounds:
         return None
     last = max(r["round"] for r in rounds)
+    if last > rounds_limit:
+        return None
     deferred = [d for d in store.decisions(run_id) if d["round"] == last and d["rule"] == BUDGET_RULE]
     waiting = [c for c in store.candidates(run_id, last) if c["status"] == NOT_EVALUATED]
     if not deferred and not waiting:

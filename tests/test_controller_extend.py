@@ -97,6 +97,24 @@ def test_candidates_the_budget_never_evaluated_wait_again(tiny_dataset_root, tmp
     assert "budget" not in [d["rule"] for d in decisions]
 
 
+def test_deferrals_are_reopened_only_in_a_finished_run_and_a_round_the_limits_will_play(tiny_dataset_root, tmp_path):
+    """A run still RUNNING (another process may be playing it) or cut short keeps its rounds as they are; fewer
+    rounds than the deferral's round leave it closed: a reopened round nobody plays would stay half-open."""
+    folder = tmp_path / "a"
+    archive, dataset = Archive(folder), Dataset(tiny_dataset_root)
+    report = run_loop(config(tiny_dataset_root, rounds=1, candidates=1, budget_wall_s=1.6), folder,
+                      provider=ScriptedProvider([REPLY]), evaluator=FakeEvaluator(archive, dataset, [WORKLOAD],
+                                                                                   judged(0.3)))
+    store = Store(archive)
+    run_id = report["run_id"]
+    assert extend_run(folder, run_id, {"rounds": 0})["reopened"] is None  # round 1 is past the new limit
+    store.set_run_status(run_id, "RUNNING")
+    record = extend_run(folder, run_id, {"budget_wall_s": 30.0})
+    assert record["reopened"] is None and store.run(run_id)["status"] == "RUNNING"
+    assert [d["rule"] for d in store.decisions(run_id) if d["round"] == 1] == ["budget"]
+    assert store.round(run_id, 1)["status"] == "DONE"
+
+
 def test_an_extension_that_changes_nothing_is_not_recorded_and_bad_limits_are_refused(tiny_dataset_root, tmp_path):
     folder = tmp_path / "a"
     archive = Archive(folder)
