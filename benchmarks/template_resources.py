@@ -105,17 +105,18 @@ def markdown(entries: list[dict[str, Any]], arch: int) -> str:
              "Compiled on the host by Triton's NVIDIA backend (`benchmarks/template_resources.py`); occupancy from the "
              "SM's limits (65,536 registers, 64 warps, 228 KB shared memory, 32 blocks).", "",
              "| definition | template | parameters | kernel | registers | spill stack B | shared KB | blocks/SM | "
-             "limiter | occupancy % |", "|---|---|---|---|---:|---:|---:|---:|---|---:|"]
+             "limiter | occupancy % | shared buffers (stages x tile) |",
+             "|---|---|---|---|---:|---:|---:|---:|---|---:|---|"]
     for e in entries:
         params = " ".join(f"{k}={v}" for k, v in e["params"].items())
         if "error" in e:
-            lines.append(f"| {e['definition']} | {e['template']} | {params} | - | error: {e['error'][:80]} |||||")
+            lines.append(f"| {e['definition']} | {e['template']} | {params} | - | error: {e['error'][:80]} ||||||")
             continue
         for k in e["kernels"]:
             occ = k["occupancy"]
             lines.append(f"| {e['definition']} | {e['template']} | {params} | `{k['kernel']}` | {k['registers']} | "
                          f"{k['spill_stack_bytes']} | {k['shared_bytes'] / 1024:.1f} | {occ['blocks_per_sm']} | "
-                         f"{occ['limiter']} | {occ['theoretical_pct']} |")
+                         f"{occ['limiter']} | {occ['theoretical_pct']} | {', '.join(k.get('shared_buffers', []))} |")
     return "\n".join(lines) + "\n"
 
 

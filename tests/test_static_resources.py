@@ -31,6 +31,16 @@ def test_occupancy_by_the_binding_limit(registers, shared, warps, blocks, limite
     assert (occ.blocks_per_sm, occ.limiter, occ.theoretical_pct) == (blocks, limiter, pct)
 
 
+def test_shared_buffers_are_read_from_the_ttgir():
+    from harness.profiling.static_resources import buffer_shapes
+
+    ir = ('%0 = ttg.local_alloc : () -> !ttg.memdesc<2x64x128xbf16, #shared, #smem, mutable>\n'
+          '%1 = ttg.local_alloc %q : (tensor<16x128xbf16, #blocked>) -> !ttg.memdesc<16x128xbf16, #shared1, #smem>\n'
+          '%2 = ttg.local_load %0 : !ttg.memdesc<2x64x128xbf16> -> tensor<64x128xbf16>\n')
+    assert buffer_shapes(ir) == ["16x128xbf16", "2x64x128xbf16"]
+    assert buffer_shapes("") == []
+
+
 def test_resource_usage_is_read_per_function():
     text = """
 Resource usage:
@@ -115,3 +125,24 @@ def test_the_shipped_fused_kernel_compiles_to_what_ncu_measured_on_the_h200(tmp_
     measured = digest["profiles"][0]["digests"][0]["values"]
     assert measured["registers_per_thread"] == kernel["registers"]
     assert measured["occupancy_theoretical_pct"] == kernel["occupancy"]["theoretical_pct"]
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="this triton has no NVIDIA backend with ptxas")
+@pytest.mark.parametrize("params, kv_tile, blocks", [
+    ({"NUM_STAGES": 2}, "1x128x128xbf16", 2),
+    ({"NUM_STAGES": 3}, "1x128x128xbf16", 2),  # a stage more asked, none given: the page index load took it
+    ({"BLOCK_N": 64, "NUM_STAGES": 3}, "1x64x128xbf16", 3),
+    ({"BLOCK_N": 64, "NUM_STAGES": 5}, "2x64x128xbf16", 3),  # K and V double-buffered at the same occupancy
+])
+def test_how_deep_the_fused_kernels_pipeline_really_is(params, kv_tile, blocks):
+    """The K and V tiles of the fused kernel (kv4, page 64) get the shared buffers Triton's pipeliner allots, not
+    the NUM_STAGES asked: one buffer each up to 4 stages (the paged load's index takes a stage of the latency
+    budget), two at 5. The tool says so before any GPU time is spent."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import template_resources as tr
+
+    config = {"template": "triton-split-kv-fused", "MERGE_FANIN": 8, **params}
+    (entry,) = tr.measure("gqa_paged_decode_h32_kv4_d128_ps64", [config], 90)
+    (kernel,) = entry["kernels"]
+    assert kernel["shared_buffers"].count(kv_tile) == 2, kernel["shared_buffers"]  # K and V
+    assert kernel["occupancy"]["blocks_per_sm"] == blocks

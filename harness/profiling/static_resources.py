@@ -127,6 +127,18 @@ class KernelResources:
     shared_bytes: int  # static + dynamic per block
     occupancy: Occupancy
     constexprs: dict[str, Any] = field(default_factory=dict)
+    # The shared-memory buffers Triton allocated, as "stages x tile" (e.g. "1x128x128xbf16": a K or V tile held once,
+    # loaded one step ahead; "2x...": double-buffered). How deep the software pipeline really is: NUM_STAGES asks,
+    # and the pipeliner may give less (an indirect load's index takes a stage of its latency budget).
+    shared_buffers: list[str] = field(default_factory=list)
+
+
+_ALLOC = re.compile(r"ttg\.local_alloc[^\n]*?-> !ttg\.memdesc<([0-9x]+x[a-z]+[0-9]*)")
+
+
+def buffer_shapes(ttgir: str) -> list[str]:
+    """The shapes of the shared-memory buffers a kernel's TTGIR allocates, sorted."""
+    return sorted(_ALLOC.findall(ttgir))
 
 
 def _specialise(launch: Launch) -> tuple[dict[str, str], dict[str, Any], dict, dict[str, Any]]:
@@ -189,4 +201,5 @@ def compile_launch(launch: Launch, arch: int = 90) -> KernelResources:
                            num_stages=options.get("num_stages"), registers=usage["registers"],
                            spill_stack_bytes=usage["stack"], local_bytes=usage["local"], shared_bytes=shared,
                            occupancy=occupancy(usage["registers"], shared, warps, arch),
-                           constexprs={k: v for k, v in constexprs.items() if isinstance(v, (int, float, bool))})
+                           constexprs={k: v for k, v in constexprs.items() if isinstance(v, (int, float, bool))},
+                           shared_buffers=buffer_shapes(compiled.asm.get("ttgir", "")))
