@@ -170,6 +170,14 @@ def stalled_regimes(history: Iterable[HistoryItem], regimes: Iterable[str], sett
     return frozenset(g for g in regimes if stalled(items, g, settings))
 
 
+def moved_parameter(move: dict[str, Any], template: str, params: dict[str, Any]) -> Optional[str]:
+    """The one parameter a one-step move of ``template``'s ``params`` changed; None for a template switch."""
+    if move["template"] != template:
+        return None
+    changed = [k for k, v in move["params"].items() if params.get(k) != v]
+    return changed[0] if len(changed) == 1 else None
+
+
 def interleave(*lists: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """First of each list, then second of each...: every population member gets its best moves in early."""
     out: list[dict[str, Any]] = []

@@ -28,7 +28,8 @@ from harness.data.generation_request import GenerationRequest, GenerationRespons
 from harness.data.schema import Definition, Solution, dump_json
 
 from ..dispatch import DISPATCH, dispatch_origin, dispatcher_source, splice, worth_dispatching
-from ..search import SearchSettings, configuration_on, design_switches, interleave, population, stalled
+from ..search import (SearchSettings, configuration_on, design_switches, interleave, moved_parameter, population,
+                      stalled)
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
 
 Origin = dict[str, Any]
@@ -36,14 +37,6 @@ Origin = dict[str, Any]
 
 def config_key(origin: dict[str, Any]) -> str:
     return json.dumps({"template": origin.get("template"), "params": origin.get("params", {})}, sort_keys=True)
-
-
-def _moved(move: dict[str, Any], template: str, params: dict[str, Any]) -> Optional[str]:
-    """The one parameter a one-step move of ``template``'s ``params`` changed; None for a template switch."""
-    if move["template"] != template:
-        return None
-    changed = [k for k, v in move["params"].items() if params.get(k) != v]
-    return changed[0] if len(changed) == 1 else None
 
 
 def slug(origin: dict[str, Any]) -> str:
@@ -219,14 +212,12 @@ class OfflineGenerator:
         for other in self.templates:
             if other != base["template"]:
                 moves.append({"template": other, "params": self.complete(other, params)})
-        start = self.starting_point(regime)
-        if start is not None:
-            moves.append(start)
+        moves += [start] if (start := self.starting_point(regime)) is not None else []
         if moves:
             k = rotation % len(moves)
             moves = moves[k:] + moves[:k]
-        first = self.search.first_moves.get(regime, [])
-        lead = [m for name in first for m in moves if _moved(m, base["template"], params) == name]
+        lead = [m for name in self.search.first_moves.get(regime, []) for m in moves
+                if moved_parameter(m, base["template"], params) == name]
         return lead + [m for m in moves if m not in lead]
 
     def far_moves(self, base: dict[str, Any]) -> list[dict[str, Any]]:
