@@ -233,8 +233,10 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
                        for value in values for page in template.placeholders["PAGE_SIZE"]}
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
-    # Triton (per-KV-head, split, fused), then the CUDA template
-    assert combinations == 4 * 4 * 3 * 4 * 2 * (1 + 7 + 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5) + 2 * 3 * 6 * 3 * 3 * 4
+    # Triton (BLOCK_N x NUM_WARPS x USE_DOT x PAGE_SIZE, then NUM_STAGES: 3 for per-KV-head and split, 5 for fused),
+    # then the CUDA template
+    assert combinations == 4 * 4 * 4 * 2 * (3 * (1 + 7) + 5 * 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5) \
+        + 2 * 3 * 6 * 3 * 3 * 4
 
 
 def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
