@@ -20,7 +20,8 @@
 # (comma-separated) `controller loop --provider offline` from the naive kernel within LOOP_BUDGET_S (default 380),
 # then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/. LOOP_EXTEND_S=S:
 # instead of a new run, the definition's newest run in ARCHIVE (a CARRIED travel copy) continues, given S seconds of
-# wall in all (its total from its start: `controller loop --resume RUN --budget-wall-s S`, controller/extend.py).
+# wall in all (its total from its start: `controller loop --resume RUN --budget-wall-s S`, controller/extend.py);
+# CONTROLLER_TIMEOUT then defaults to the run's remaining budget + 120 s (a lower one is warned of in run.log).
 # With two GPUs the throughput benchmark runs on the second GPU while the rest runs on the first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -255,9 +256,14 @@ if stage loop_record; then
     mkdir -p "$OUT/loop_$def"
     started=$SECONDS
     if [ -n "${LOOP_EXTEND_S:-}" ]; then  # the newest run of the definition, given more wall time
-      run=$(python3 -m controller runs -d "$def" --archive "$ARCHIVE" --json | python3 -c \
-        'import json, sys; print(json.load(sys.stdin)[0]["run_id"])')
-      timeout ${CONTROLLER_TIMEOUT:-560} python3 -m controller loop --resume "$run" --rounds ${ROUNDS:-6} \
+      read -r run spent < <(python3 -m controller runs -d "$def" --archive "$ARCHIVE" --json | python3 -c \
+        'import json, sys; r = json.load(sys.stdin)[0]; print(r["run_id"], int(r["wall_s"]))')
+      # The budget counts round walls; the controller's start (imports, the archive, FlashInfer's modules) does not,
+      # so the outer timeout gets the run's remaining budget plus a margin (run 17: 300 s for 286 s left cut it).
+      left=$(( ${LOOP_EXTEND_S%.*} - spent )); ctl=${CONTROLLER_TIMEOUT:-$(( left + 120 ))}
+      [ "$ctl" -lt $(( left + 60 )) ] && echo "warning: CONTROLLER_TIMEOUT ${ctl} s is under the run's ${left} s of" \
+        "budget left + 60 s of start-up: the outer timeout may cut the run short (it stays resumable)" >> "$LOG"
+      timeout "$ctl" python3 -m controller loop --resume "$run" --rounds ${ROUNDS:-6} \
         --budget-wall-s "$LOOP_EXTEND_S" --archive "$ARCHIVE" --json \
         > "$OUT/loop_$def/loop.json" 2> "$OUT/loop_$def/loop.log"
     else

@@ -381,16 +381,17 @@ def runs(archive_path, definition, as_json) -> None:
     store = Store(_open_existing(archive_path))
     rows = [{"run_id": r["id"], "definition": r["definition"], "provider": r["provider"], "status": r["status"],
              "rounds_done": sum(1 for x in store.rounds(r["id"]) if x["status"] == RunStatus.DONE and x["round"] > 0),
-             "stop_reason": r["stop_reason"] or "", "created_at": r["created_at"]} for r in store.runs(definition)]
+             "wall_s": round(store.spend(r["id"])["wall_s"] or 0.0, 1), "stop_reason": r["stop_reason"] or "",
+             "created_at": r["created_at"]} for r in store.runs(definition)]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     table = Table(title="runs")
-    for column in ("run", "definition", "provider", "status", "rounds done", "stop reason", "created"):
+    for column in ("run", "definition", "provider", "status", "rounds done", "wall s", "stop reason", "created"):
         table.add_column(column, overflow="fold")
     for r in rows:
         table.add_row(r["run_id"], r["definition"], r["provider"], r["status"], str(r["rounds_done"]),
-                      r["stop_reason"], r["created_at"][:19])
+                      f"{r['wall_s']:.0f}", r["stop_reason"], r["created_at"][:19])
     out.print(table)
 
 

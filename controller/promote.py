@@ -13,7 +13,8 @@ Rules, checked in order; the first that fails is the recorded reason:
      ``decisive_speedup`` times faster on every workload, on the same card, needs none (``decisive_speedups``);
   4. at least ``min_repeats`` paired repeats, each in ``paired_order`` (ABBA: incumbent, candidate,
      candidate, incumbent, measured back to back by the harness);
-  5. mean per-workload speedup above ``1 + noise_floor_rel``;
+  5. mean per-workload speedup above ``1 + noise_floor_rel``, or (``gap_gain_rel``) at least 1 with a gap closed: on a
+     workload where the incumbent trails the library baseline, at least ``1 + gap_gain_rel`` and faster in every repeat;
   6. no regime's mean speedup below ``1 - max_regime_regression_rel`` (a regime specialist);
   7. no single workload's speedup below ``1 - max_workload_regression_rel``;
   8. the candidate's evaluation at the full audit level (run only once 1-7 hold) is promotable: every
@@ -230,11 +231,37 @@ def mean_latencies(measurement: PairedMeasurement, role: str, workloads: list[st
     return out
 
 
+def trailing_baseline(incumbent_records: list[EvalRecord]) -> set[str]:
+    """The workloads where the incumbent's own evaluation is slower than the library baseline (FlashInfer's faster
+    mode): the gaps rule 5's ``gap_gain_rel`` lets a candidate close. Empty where there is no baseline."""
+    return {r.workload for r in incumbent_records if r.speedup_vs_fi is not None and r.speedup_vs_fi < 1.0}
+
+
+def gaps_closed(measurement: PairedMeasurement, speedups: dict[str, float], gaps: set[str],
+                thresholds: PromotionThresholds) -> dict[str, float]:
+    """Of ``gaps``, the workloads the candidate closes (rule 5's second way): a paired speedup of at least
+    ``1 + gap_gain_rel`` and the candidate faster in every repeat (its mean latency there below the incumbent's
+    within each repeat), so a gain the size of one workload's noise is never taken for one. Empty when the rule is
+    off (``gap_gain_rel`` unset)."""
+    if thresholds.gap_gain_rel is None:
+        return {}
+    repeats = sorted({s.repeat for s in measurement.samples})
+
+    def faster_in(repeat: int, w: str) -> bool:
+        a = [s.latencies[w] for s in measurement.samples if s.repeat == repeat and s.role == "A" and w in s.latencies]
+        b = [s.latencies[w] for s in measurement.samples if s.repeat == repeat and s.role == "B" and w in s.latencies]
+        return bool(a and b) and statistics.fmean(b) < statistics.fmean(a)
+
+    return {w: speedups[w] for w in sorted(gaps & set(speedups))
+            if speedups[w] >= 1.0 + thresholds.gap_gain_rel - _EPS and all(faster_in(r, w) for r in repeats)}
+
+
 def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
            thresholds: PromotionThresholds, regimes: Optional[dict[str, str]] = None,
-           decisive: Optional[dict[str, float]] = None) -> Decision:
+           decisive: Optional[dict[str, float]] = None, gaps: Optional[set[str]] = None) -> Decision:
     """Whether the candidate evaluated in ``records`` beats the incumbent (rules 1-7; ``confirm`` adds rule 8).
-    ``regimes``: workload -> regime; ``decisive``: ``decisive_speedups`` where no paired measurement was made."""
+    ``regimes``: workload -> regime; ``decisive``: ``decisive_speedups`` where no paired measurement was made;
+    ``gaps``: the workloads where the incumbent trails the library baseline (``trailing_baseline``)."""
     gate = gate_failure(records, thresholds)
     if gate is not None:
         return gate
@@ -270,10 +297,15 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
                                "repeats": good, "order": measurement.order,
                                "submissions": [s.submission_id for s in measurement.samples]}
     n = len(workloads)
+    closed: dict[str, float] = {}
     if not score > 1.0 + thresholds.noise_floor_rel:
-        what = "slower than" if score < 1.0 else "within the noise floor of"
-        return _reject("noise_floor", f"mean speedup {score:.3f}x over {n} workload(s) ({score - 1:+.1%}): {what} "
-                                      f"the incumbent (needs > {1 + thresholds.noise_floor_rel:.3g}x)", **details)
+        closed = gaps_closed(measurement, speedups, gaps or set(), thresholds) if score >= 1.0 - _EPS else {}
+        if not closed:
+            what = "slower than" if score < 1.0 else "within the noise floor of"
+            return _reject("noise_floor", f"mean speedup {score:.3f}x over {n} workload(s) ({score - 1:+.1%}): {what} "
+                                          f"the incumbent (needs > {1 + thresholds.noise_floor_rel:.3g}x"
+                                          f"{_gap_terms(thresholds, gaps, speedups, by_workload)})", **details)
+        details["gaps_closed"] = closed
     regimes = regimes or {}
     groups: dict[str, list[str]] = {}
     for w in workloads:
@@ -296,7 +328,23 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
     slowest = min(speedups, key=lambda w: speedups[w])
     reason = (f"mean speedup {score:.3f}x ({score - 1:+.1%}) over {n} workload(s) and {good} {measurement.order} "
               f"repeats; slowest workload {_name(by_workload[slowest], slowest)} {speedups[slowest]:.3f}x")
+    if closed:
+        listed = ", ".join(f"{_name(by_workload[w], w)} {s:.3f}x" for w, s in closed.items())
+        reason += (f"; within the noise floor, but closes the gap to the baseline on {listed} (faster in each of "
+                   f"the {good} repeats, needs >= {1 + thresholds.gap_gain_rel:.3g}x)")  # type: ignore[operator]
     return Decision(PROMOTED, "promoted", (reason,), details)
+
+
+def _gap_terms(thresholds: PromotionThresholds, gaps: Optional[set[str]], speedups: dict[str, float],
+               by_workload: dict[str, EvalRecord]) -> str:
+    """The gap rule's side of a noise-floor refusal: what the candidate did where the incumbent trails."""
+    if thresholds.gap_gain_rel is None or not gaps:
+        return ""
+    best = max(sorted(gaps & set(speedups)), key=lambda w: speedups[w], default=None)
+    if best is None:
+        return ""
+    return (f", or >= 1x and >= {1 + thresholds.gap_gain_rel:.3g}x in every repeat on a workload the incumbent loses "
+            f"to the baseline: best {_name(by_workload[best], best)} {speedups[best]:.3f}x")
 
 
 def full_audit_failure(full: FullEvaluation, workloads: list[str],

@@ -35,7 +35,7 @@ from harness.data.statuses import EvaluationStatus, NO_VERDICT, SubmissionStatus
 from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, needs_screening
 from .plan import wall_budget_stop
 from .promote import (REJECTED as NOT_PROMOTED, Decision, FullEvaluation, PairedMeasurement, confirm, decide,
-                      decisive_speedups, gate_failure, screen_failure)
+                      decisive_speedups, gate_failure, screen_failure, trailing_baseline)
 from .rounds import RunView
 from .search import HalvingSettings, SearchSettings
 from .providers.offline import offline_generator
@@ -254,8 +254,10 @@ class RoundEvaluation(RunView):
             records = self.records(c)
             measurement = None
             screened = decisive = None
+            gaps: set[str] = set()
             if gate_failure(records, self.thresholds) is None:
                 incumbent_records = self.records(incumbent)
+                gaps = trailing_baseline(incumbent_records)
                 screened = screen_failure(records, incumbent_records, self.thresholds)
                 decisive = decisive_speedups(records, incumbent_records, self.thresholds, self.store.same_card(
                     c.get("submission_id"), incumbent.get("submission_id")))
@@ -263,7 +265,7 @@ class RoundEvaluation(RunView):
                     screened = self.paired_measurement_cut(round_number, c, incumbent)
                 if screened is None and decisive is None:
                     measurement = self.measure_paired(c, incumbent)
-            decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive)
+            decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive, gaps)
             if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
                 decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
                                    self.thresholds)

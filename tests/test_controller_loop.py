@@ -67,6 +67,9 @@ def test_cli_loop_offline_end_to_end_correctness_only(tiny_dataset_root, tmp_pat
     listing = CliRunner().invoke(main, ["runs", "--archive", str(archive), "--json"])
     (row,) = json.loads(listing.output)
     assert (row["run_id"], row["status"], row["rounds_done"]) == (report["run_id"], "DONE", 1)
+    # the wall its rounds spent (what a wall budget counts, and what an extension's timeout is sized from)
+    assert row["wall_s"] == pytest.approx(Store(Archive(archive)).spend(report["run_id"])["wall_s"], abs=0.05)
+    assert row["wall_s"] > 0
 
 
 class Failing:

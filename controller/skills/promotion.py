@@ -52,6 +52,10 @@ class PromotionThresholds(BaseModel):
     # A paired measurement stops after a complete repeat (before the last) whose paired mean speedup so far is below
     # this, and the candidate is rejected: it can only refuse (a promotion still needs every repeat). None: off.
     futility_below: Optional[float] = None
+    # A candidate within the noise floor is still promoted when its paired mean speedup is at least 1 (the score does
+    # not go down) and, on a workload where the incumbent trails the library baseline, its paired speedup is at least
+    # 1 + this and it was faster there in every repeat (rules 7 and 8 still hold). None: off.
+    gap_gain_rel: Optional[float] = None
 
     @field_validator("require_all_workloads_passed")
     @classmethod
@@ -96,6 +100,14 @@ class PromotionThresholds(BaseModel):
     def _relative_fraction(cls, value: float) -> float:
         if not 0.0 <= value < 1.0:
             raise ValueError(f"is a relative fraction and must be in [0, 1), got {value}")
+        return value
+
+    @field_validator("gap_gain_rel")
+    @classmethod
+    def _gap_gain_bound(cls, value: Optional[float]) -> Optional[float]:
+        if value is not None and not 0.005 <= value < 0.1:
+            raise ValueError(f"must be in [0.005, 0.1) (a gain below half a percent is one workload's noise), "
+                             f"got {value}")
         return value
 
     @field_validator("decisive_speedup")
