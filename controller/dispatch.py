@@ -10,6 +10,7 @@ workload, so a dispatcher that picks badly loses on the workloads it picks badly
 
 from __future__ import annotations
 
+import ast
 import json
 from typing import Any, Optional
 
@@ -73,3 +74,42 @@ def run(*args):
     *call, (kernel, state) = args
     kernel(*call, *state)
 '''
+
+
+def regime_code(spec: dict[str, Any], files: dict[str, str]) -> Optional[dict[str, str]]:
+    """Per regime, all the code its calls run (the regime function and the regime's kernel module), for a solution
+    that is exactly a dispatcher this module renders (its dispatch.py re-rendered from its own tables is the same
+    text, and it holds no file besides the dispatcher, the regime function and the kernel modules); else None.
+    ``spec``: the solution's spec (entry point, setup, language, dependencies), ``files``: path -> content."""
+    source, regime = files.get("dispatch.py"), files.get("regime.py")
+    if source is None or regime is None or spec.get("entry_point") != "dispatch.py::run":
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    tables: dict[str, ast.Dict] = {node.targets[0].id: node.value for node in tree.body
+                                   if isinstance(node, ast.Assign) and len(node.targets) == 1
+                                   and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Dict)}
+    if "MODULES" not in tables or "PLANS" not in tables:
+        return None
+    pairs = zip(tables["MODULES"].keys, tables["MODULES"].values)
+    variants = {k.value: v.id for k, v in pairs
+                if isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Name)}
+    planned = frozenset(k.id for k in tables["PLANS"].keys if isinstance(k, ast.Name))
+    if not variants or not any(dispatcher_source(variants, default, planned) == source for default in [*variants, ""]):
+        return None
+    if set(files) != {"dispatch.py", "regime.py", *(f"{m}.py" for m in variants.values())}:
+        return None  # a helper module the kernels may import would be code this comparison does not see
+    frame = json.dumps({k: spec.get(k) for k in sorted(spec) if k != "target_hardware"}, sort_keys=True, default=str)
+    return {r: "\0".join((frame, regime, files[f"{m}.py"])) for r, m in variants.items()}
+
+
+def unchanged_regimes(a: tuple[dict[str, Any], dict[str, str]], b: tuple[dict[str, Any], dict[str, str]]) -> set[str]:
+    """The regimes whose calls run byte-identical code in two dispatching solutions ((spec, files) each): a paired
+    measurement has nothing to learn there (skills/promotion-rules `pair_changed_only`). Empty unless both are
+    dispatchers this module renders."""
+    code_a, code_b = regime_code(*a), regime_code(*b)
+    if code_a is None or code_b is None:
+        return set()
+    return {r for r in code_a.keys() & code_b.keys() if code_a[r] == code_b[r]}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 from harness.archive.database import Archive
 from harness.data.dataset import Dataset
@@ -23,8 +24,8 @@ class Evaluator(Protocol):
     def why_no_timing(self) -> Optional[str]: ...
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA", figure: str = "official",
-                       stop_below: Optional[float] = None) -> Optional[PairedMeasurement]: ...
+                       order: str = "ABBA", figure: str = "official", stop_below: Optional[float] = None,
+                       workloads: Optional[list[str]] = None) -> Optional[PairedMeasurement]: ...
 
     def close(self) -> None: ...
 
@@ -71,29 +72,31 @@ class HarnessEvaluator:
         finally:
             self._on_start = None
 
+    @contextmanager
+    def _on(self, workloads: Optional[list[str]]) -> Iterator[Session]:
+        """The session, its submissions limited to ``workloads`` meanwhile (None or empty: the run's)."""
+        session = self.session
+        if not workloads:
+            yield session
+            return
+        saved = session.options.workloads
+        session.options.workloads = list(workloads)
+        try:
+            yield session
+        finally:
+            session.options.workloads = saved
+
     def evaluate_on(self, solution: Solution, workloads: Optional[list[str]]) -> int:
         """A draft from a tool conversation, on the named workloads (None: the run's), fast audits. Its submission
         is archived like any other; it is not a candidate until the model submits it."""
-        session = self.session
-        saved = session.options.workloads
-        if workloads:
-            session.options.workloads = list(workloads)
-        try:
+        with self._on(workloads) as session:
             return session.submit(solution).submission_id
-        finally:
-            session.options.workloads = saved
 
     def screen(self, solution: Solution, workloads: Optional[list[str]], iterations: int, trials: int) -> int:
         """A screening run of successive halving: correctness on ``trials`` seeds and a timing run of ``iterations``
         per trial, audits off (never promotable by itself), on ``workloads`` (None: the run's)."""
-        session = self.session
-        saved = session.options.workloads
-        if workloads:
-            session.options.workloads = list(workloads)
-        try:
+        with self._on(workloads) as session:
             return session.submit(solution, audit_level="off", iterations=iterations, trials=trials).submission_id
-        finally:
-            session.options.workloads = saved
 
     def evaluate_full(self, solution: Solution) -> int:
         """The evaluation a promotion rests on: every audit, run-time attribution included."""
@@ -107,19 +110,21 @@ class HarnessEvaluator:
         return None
 
     def measure_paired(self, incumbent: Solution, candidate: Solution, repeats: int,
-                       order: str = "ABBA", figure: str = "official",
-                       stop_below: Optional[float] = None) -> Optional[PairedMeasurement]:
+                       order: str = "ABBA", figure: str = "official", stop_below: Optional[float] = None,
+                       workloads: Optional[list[str]] = None) -> Optional[PairedMeasurement]:
         """Re-submit incumbent (A) and candidate (B) interleaved in one session (one GPU allocation); each
         workload's ``figure`` (controller.promote.ranked_latency) is what the samples hold. ``stop_below``: stop
         after a repeat whose paired mean speedup so far is below it (controller.promote.futility_stop).
-        None where the harness cannot time (no GPU): promotion then says so and promotes nothing."""
+        ``workloads``: only these (None: the run's). None where the harness cannot time (no GPU): promotion then
+        says so and promotes nothing."""
         if self.why_no_timing() is not None:
             return None
 
         def timing_run(role: str) -> Optional[tuple[dict[str, float], int]]:
             # timing runs: both were audited in their own evaluations (an "off" run is never promotable
             # by itself; promotion reads the candidate's audited evaluation)
-            result = self.session.submit(incumbent if role == "A" else candidate, audit_level="off")
+            with self._on(workloads) as session:
+                result = session.submit(incumbent if role == "A" else candidate, audit_level="off")
             if result.timing_unavailable_reason or not result.all_passed:
                 return None
             return ({w.workload: ranked_latency(w.latency_ms, getattr(w, "kernel_latency_ms", None), figure)

@@ -12,7 +12,8 @@ Rules, checked in order; the first that fails is the recorded reason:
      ``1 - screen_slack_rel`` is refused before any paired measurement is spent on it; one at least
      ``decisive_speedup`` times faster on every workload, on the same card, needs none (``decisive_speedups``);
   4. at least ``min_repeats`` paired repeats, each in ``paired_order`` (ABBA: incumbent, candidate,
-     candidate, incumbent, measured back to back by the harness);
+     candidate, incumbent, measured back to back by the harness); with ``pair_changed_only``, on the workloads whose
+     code differs (a dispatching candidate's regimes that run byte-identical code are 1x by construction);
   5. mean per-workload speedup above ``1 + noise_floor_rel``, or (``gap_gain_rel``) at least 1 with a gap closed: on a
      workload where the incumbent trails the library baseline, at least ``1 + gap_gain_rel`` and faster in every repeat;
   6. no regime's mean speedup below ``1 - max_regime_regression_rel`` (a regime specialist);
@@ -258,10 +259,13 @@ def gaps_closed(measurement: PairedMeasurement, speedups: dict[str, float], gaps
 
 def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
            thresholds: PromotionThresholds, regimes: Optional[dict[str, str]] = None,
-           decisive: Optional[dict[str, float]] = None, gaps: Optional[set[str]] = None) -> Decision:
+           decisive: Optional[dict[str, float]] = None, gaps: Optional[set[str]] = None,
+           unchanged: Optional[set[str]] = None) -> Decision:
     """Whether the candidate evaluated in ``records`` beats the incumbent (rules 1-7; ``confirm`` adds rule 8).
     ``regimes``: workload -> regime; ``decisive``: ``decisive_speedups`` where no paired measurement was made;
-    ``gaps``: the workloads where the incumbent trails the library baseline (``trailing_baseline``)."""
+    ``gaps``: the workloads where the incumbent trails the library baseline (``trailing_baseline``); ``unchanged``:
+    workloads whose calls run byte-identical code in both (controller.dispatch.unchanged_regimes): where the paired
+    measurement left them out, their speedup is 1 by construction."""
     gate = gate_failure(records, thresholds)
     if gate is not None:
         return gate
@@ -286,16 +290,21 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
     by_workload = {r.workload: r for r in records}
     a = mean_latencies(measurement, "A", workloads)
     b = mean_latencies(measurement, "B", workloads)
-    missing = [w for w in workloads if a[w] is None or b[w] is None or a[w] <= 0 or b[w] <= 0]  # type: ignore[operator]
-    if missing:
-        return _reject("timing", f"no paired latency for workload(s) {', '.join(m[:8] for m in missing)}")
-    speedups = workload_speedups(a, b, workloads)
+    same_code = [w for w in workloads if w in (unchanged or set()) and (a[w] is None or b[w] is None)]
+    timed = [w for w in workloads if w not in same_code]
+    missing = [w for w in timed if a[w] is None or b[w] is None or a[w] <= 0 or b[w] <= 0]  # type: ignore[operator]
+    if missing or not timed:
+        return _reject("timing", f"no paired latency for workload(s) {', '.join(m[:8] for m in missing or workloads)}")
+    speedups = workload_speedups(a, b, timed)
     assert speedups is not None  # every latency is there and positive (checked above)
+    speedups = {w: speedups.get(w, 1.0) for w in workloads}  # the same code: 1x by construction
     score = mean_speedup(speedups)
     details: dict[str, Any] = {"mean_speedup": score, "workload_speedups": speedups,
-                               "mean_incumbent_ms": _mean_ms(a, workloads), "mean_candidate_ms": _mean_ms(b, workloads),
+                               "mean_incumbent_ms": _mean_ms(a, timed), "mean_candidate_ms": _mean_ms(b, timed),
                                "repeats": good, "order": measurement.order,
                                "submissions": [s.submission_id for s in measurement.samples]}
+    if same_code:
+        details["unchanged_not_timed"] = same_code
     n = len(workloads)
     closed: dict[str, float] = {}
     if not score > 1.0 + thresholds.noise_floor_rel:
@@ -328,6 +337,8 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
     slowest = min(speedups, key=lambda w: speedups[w])
     reason = (f"mean speedup {score:.3f}x ({score - 1:+.1%}) over {n} workload(s) and {good} {measurement.order} "
               f"repeats; slowest workload {_name(by_workload[slowest], slowest)} {speedups[slowest]:.3f}x")
+    if same_code:
+        reason += f"; {len(same_code)} workload(s) run the incumbent's code unchanged: 1x, not re-timed"
     if closed:
         listed = ", ".join(f"{_name(by_workload[w], w)} {s:.3f}x" for w, s in closed.items())
         reason += (f"; within the noise floor, but closes the gap to the baseline on {listed} (faster in each of "

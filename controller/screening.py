@@ -33,6 +33,7 @@ from harness.data.schema import Solution, dump_json
 from harness.data.statuses import EvaluationStatus, NO_VERDICT, SubmissionStatus
 
 from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, needs_screening
+from .dispatch import unchanged_regimes
 from .plan import wall_budget_stop
 from .promote import (REJECTED as NOT_PROMOTED, Decision, FullEvaluation, PairedMeasurement, confirm, decide,
                       decisive_speedups, gate_failure, screen_failure, trailing_baseline)
@@ -255,6 +256,7 @@ class RoundEvaluation(RunView):
             measurement = None
             screened = decisive = None
             gaps: set[str] = set()
+            unchanged: set[str] = set()
             if gate_failure(records, self.thresholds) is None:
                 incumbent_records = self.records(incumbent)
                 gaps = trailing_baseline(incumbent_records)
@@ -264,8 +266,10 @@ class RoundEvaluation(RunView):
                 if screened is None and decisive is None:
                     screened = self.paired_measurement_cut(round_number, c, incumbent)
                 if screened is None and decisive is None:
-                    measurement = self.measure_paired(c, incumbent)
-            decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive, gaps)
+                    unchanged = self.unchanged_workloads(c, incumbent)
+                    measurement = self.measure_paired(c, incumbent, unchanged)
+            decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive, gaps,
+                                          unchanged)
             if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
                 decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],
                                    self.thresholds)
@@ -275,13 +279,26 @@ class RoundEvaluation(RunView):
         """Harness submissions of one paired measurement: the incumbent's and the candidate's, interleaved."""
         return self.thresholds.min_repeats * len(self.thresholds.paired_order)
 
-    def measure_paired(self, candidate: dict[str, Any], incumbent: dict[str, Any]) -> Optional[PairedMeasurement]:
-        """The paired measurement, its wall time per timing run kept for the wall budget's next estimate (per run
-        it made: a futility stop makes half of them)."""
+    def unchanged_workloads(self, candidate: dict[str, Any], incumbent: dict[str, Any]) -> set[str]:
+        """With `pair_changed_only`: the workloads whose regime runs byte-identical code in the two dispatching
+        solutions (controller/dispatch.py unchanged_regimes), which a paired measurement need not time."""
+        if not self.thresholds.pair_changed_only:
+            return set()
+        a, b = self.store.solution(incumbent), self.store.solution(candidate)
+        same = unchanged_regimes((a.spec.model_dump(mode="json"), {f.path: f.content for f in a.sources}),
+                                 (b.spec.model_dump(mode="json"), {f.path: f.content for f in b.sources}))
+        return {w.uuid for w in self.workloads if self.regimes.get(w.uuid) in same}
+
+    def measure_paired(self, candidate: dict[str, Any], incumbent: dict[str, Any],
+                       unchanged: frozenset[str] | set[str] = frozenset()) -> Optional[PairedMeasurement]:
+        """The paired measurement (on the workloads not in ``unchanged``), its wall time per timing run kept for the
+        wall budget's next estimate (per run it made: a futility stop makes half of them)."""
         started = time.monotonic()
+        timed = [w.uuid for w in self.workloads if w.uuid not in unchanged] if unchanged else None
         measurement = self.evaluator.measure_paired(self.store.solution(incumbent), self.store.solution(candidate),
                                                     self.thresholds.min_repeats, self.thresholds.paired_order,
-                                                    self.thresholds.ranked_figure, self.thresholds.futility_below)
+                                                    self.thresholds.ranked_figure, self.thresholds.futility_below,
+                                                    timed)
         runs = len(measurement.samples) if measurement is not None and measurement.samples else self.timing_runs()
         self.note_wall(("timing run", self.step_kind("evaluate", candidate)[1]), (time.monotonic() - started) / runs)
         return measurement

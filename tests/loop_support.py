@@ -93,10 +93,10 @@ class FakeEvaluator:
     def why_no_timing(self) -> Optional[str]:
         return None if self.judge(None)[1] is not None else "fake evaluator: no timing"
 
-    def measure_paired(self, incumbent, candidate, repeats, order="ABBA", figure="official", stop_below=None
-                       ) -> Optional[PairedMeasurement]:
-        """The judge's latencies as every timing run's, through the harness evaluator's own repeat loop (its
-        futility stop included); ``timing_runs`` counts them."""
+    def measure_paired(self, incumbent, candidate, repeats, order="ABBA", figure="official", stop_below=None,
+                       workloads=None) -> Optional[PairedMeasurement]:
+        """The judge's latencies as every timing run's, on ``workloads`` (None: all), through the harness
+        evaluator's own repeat loop (its futility stop included); ``timing_runs`` counts them."""
         from controller.evaluator import paired_runs
 
         self.paired.append((incumbent.name, candidate.name))
@@ -106,7 +106,8 @@ class FakeEvaluator:
 
         def timing_run(role):
             self.timing_runs += 1
-            return {w.uuid: a if role == "A" else b for w in self.workloads}, None
+            return {w.uuid: a if role == "A" else b for w in self.workloads
+                    if workloads is None or w.uuid in workloads}, None
 
         return paired_runs(timing_run, repeats, order, stop_below)
 

@@ -237,7 +237,8 @@ def test_thresholds_come_from_the_promotion_skill():
     assert promotion_thresholds(load_skills(SKILLS_DIR)) == TH.model_copy(update={"screen_slack_rel": 0.01,
                                                                                    "decisive_speedup": 1.5,
                                                                                    "futility_below": 1.0,
-                                                                                   "gap_gain_rel": 0.01})
+                                                                                   "gap_gain_rel": 0.01,
+                                                                                   "pair_changed_only": True})
 
 
 # -- the futility stop of a paired measurement ----------------------------------------------------------------

@@ -82,6 +82,7 @@ def test_promotion_thresholds_load_with_expected_values(skills):
         decisive_speedup=1.5,
         futility_below=1.0,
         gap_gain_rel=0.01,
+        pair_changed_only=True,
     )
 
 

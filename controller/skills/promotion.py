@@ -56,6 +56,9 @@ class PromotionThresholds(BaseModel):
     # not go down) and, on a workload where the incumbent trails the library baseline, its paired speedup is at least
     # 1 + this and it was faster there in every repeat (rules 7 and 8 still hold). None: off.
     gap_gain_rel: Optional[float] = None
+    # Where candidate and incumbent are dispatching solutions (controller/dispatch.py) whose calls in some regimes run
+    # byte-identical code, the paired measurement times only the other workloads; the identical ones count 1x.
+    pair_changed_only: bool = False
 
     @field_validator("require_all_workloads_passed")
     @classmethod
