@@ -129,7 +129,7 @@ def test_a_timing_runs_wall_is_the_measurements_wall_over_the_runs_it_made(tiny_
     futility stop makes 4 of 8; dividing by 8 would halve the estimate)."""
     import time
 
-    from controller.screening import RoundEvaluation
+    from controller.screening import RUN_START_IN_WORKLOADS, RoundEvaluation
     from controller.skills import promotion_thresholds
 
     fake = FakeEvaluator(Archive(tmp_path / "a"), Dataset(tiny_dataset_root), [WORKLOAD],
@@ -155,12 +155,25 @@ def test_a_timing_runs_wall_is_the_measurements_wall_over_the_runs_it_made(tiny_
             self.thresholds = promotion_thresholds(load_skills(SKILLS_DIR)).model_copy(
                 update={"futility_below": stop_below})
             self.store = type("S", (), {"solution": staticmethod(lambda c: solutions[c["name"]])})()
+            self.workloads = fake.workloads
 
     probe = Probe()
     measurement = probe.measure_paired({"name": "cand"}, {"name": "inc"})
     assert len(measurement.samples) == runs == fake.timing_runs
-    ((kind, per_run),) = probe.step_walls.items()
+    ((kind, per_unit),) = probe.step_walls.items()  # per run, per workload-equivalent: a start and one workload
+    per_run = per_unit * (RUN_START_IN_WORKLOADS + 1)
     assert kind[0] == "timing run" and 0.045 <= per_run <= 0.045 + 0.5 / runs
+
+
+@pytest.mark.parametrize("per_unit, timed, expected", [
+    (1.0, 14, 8 * 19 + 30),  # run 17: 19 s per timing run of 14 workloads, then a 30 s full-audit evaluation
+    (1.0, 6, 8 * 11 + 30),   # a splice changing one regime: 6 workloads timed, the start paid all the same
+    (0.5, 14, 8 * 9.5 + 30),  # a faster host: the start scales with the rest
+])
+def test_a_paired_measurement_is_estimated_from_the_workloads_it_will_time(per_unit, timed, expected):
+    from controller.screening import paired_estimate_s
+
+    assert paired_estimate_s(per_unit, 8, timed, 30.0) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("walls, expected", [

@@ -139,3 +139,35 @@ def test_the_harness_evaluator_times_only_the_workloads_asked_for(tiny_dataset_r
     assert seen == [["w1", "w2"]] * 8 and GpuSession.options.workloads == ["all"]  # restored after
     evaluator.measure_paired("inc", "cand", repeats=1, order="AB")
     assert seen[-2:] == [["all"], ["all"]]
+
+
+def test_the_round_leaves_out_the_workloads_of_unchanged_regimes_but_never_all(rendered):
+    """RoundEvaluation.unchanged_workloads: the workloads whose regime (the harness's, as the loop groups them) runs
+    the same code in both; a candidate the same everywhere is timed in full (the rules measure what they decide);
+    with `pair_changed_only` off, nothing is left out."""
+    from types import SimpleNamespace
+
+    from controller.screening import RoundEvaluation
+    from harness.data.schema import Solution
+
+    seed, spliced, _ = rendered
+
+    def solution(pair, name):
+        spec, files = pair
+        return Solution.model_validate({"name": name, "definition": KV8_PS1, "author": "t", "spec": spec,
+                                        "sources": [{"path": p, "content": c} for p, c in files.items()]})
+
+    solutions = {"inc": solution(seed, "inc"), "cand": solution(spliced, "cand"), "same": solution(seed, "same")}
+
+    class Probe(RoundEvaluation):
+        def __init__(self, thresholds):
+            self.thresholds = thresholds
+            self.store = SimpleNamespace(solution=lambda c: solutions[c["name"]])
+            self.workloads = [SimpleNamespace(uuid=u) for u in ("b1", "b16", "b256", "skewed")]
+            self.regimes = {"b1": "latency-bound", "b16": "latency-bound", "b256": "memory-bound", "skewed": "skewed"}
+
+    probe = Probe(TH)
+    assert probe.unchanged_workloads({"name": "cand"}, {"name": "inc"}) == {"b256", "skewed"}
+    assert probe.unchanged_workloads({"name": "same"}, {"name": "inc"}) == set()
+    off = Probe(TH.model_copy(update={"pair_changed_only": False}))
+    assert off.unchanged_workloads({"name": "cand"}, {"name": "inc"}) == set()

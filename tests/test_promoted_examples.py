@@ -4,8 +4,9 @@ benchmarks/results/2026-12-04_h200_run16/, kv8 pages 1 and 64: 2026-12-04_h200_r
 dispatch by regime). On CPU they pass the harness
 on the interpreter's workloads with every fast audit clean and promotable, and each is the skill's own code with the
 configuration it records, so a reader can find the design it came from: each is the offline provider's round-1
-dispatch of the skill's starting points and regime rule as they are now. The run's own source is its record's
-`promoted_solution.json`."""
+dispatch of the skill's starting points and regime rule as they are now (a placeholder the template gained since
+renders at its default, which keeps the run's behaviour: `MAX_REGISTERS` 0 passes no `maxnreg`). The run's own
+source is its record's `promoted_solution.json`."""
 
 from __future__ import annotations
 

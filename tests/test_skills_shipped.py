@@ -235,9 +235,10 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
                        for value in values for page in template.placeholders["PAGE_SIZE"]}
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
-    # Triton (BLOCK_N x NUM_WARPS x USE_DOT x PAGE_SIZE, then NUM_STAGES: 3 for per-KV-head and split, 5 for fused),
+    # Triton (BLOCK_N x NUM_WARPS x USE_DOT x PAGE_SIZE, then NUM_STAGES: 3 for per-KV-head and split, 5 for fused,
+    # whose grid MAX_REGISTERS doubles),
     # then the CUDA template
-    assert combinations == 4 * 4 * 4 * 2 * (3 * (1 + 7) + 5 * 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5) \
+    assert combinations == 4 * 4 * 4 * 2 * (3 * (1 + 7) + 5 * 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5 * 2) \
         + 2 * 3 * 6 * 3 * 3 * 4
 
 
@@ -332,14 +333,16 @@ INTERPRETER_CASES = [
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
     # one-tile chunks: 19 partials for the long request (a pipelined merge loop unrolled by 4: 19 is no multiple
-    # of it); the other grid order
+    # of it); the other grid order; a register cap (`maxnreg`, a compile option the interpreter leaves out)
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 168},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
@@ -347,14 +350,16 @@ INTERPRETER_CASES = [
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
     # the two-level merge: one-tile chunks, 10 and 5 of them in groups of 4 (3 groups, the last of 2; 2 groups, the
     # last of 1), a request of 3 chunks merged in one level, an empty request; both calls reuse the counters
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 8, "lengths": [150, 80, 0, 40], "setup": True}),
     # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
     # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
@@ -365,34 +370,39 @@ INTERPRETER_CASES = [
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # page size 64, bf16 tiles, groups of 8 (19 chunks: 3 groups), the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 2, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # a one-chunk request writes its output itself: 4-tile chunks at least (MIN_CHUNK_BLOCKS), so 40 tokens (3 tiles)
     # and 64 are one chunk each, 150 is three (merged), the empty request one empty chunk written directly
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 8, "lengths": [40, 150, 0, 64], "setup": True}),
     # every request one chunk (the large-batch case), bf16 tiles, page size 64 with a partial last page, groups of 8
     # never reached
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
-                               "MIN_CHUNK_BLOCKS": 8, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0},
+                               "MIN_CHUNK_BLOCKS": 8, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 4, "lengths": [100, 0, 64, 7], "setup": True, "patch_interpreter": True}),
     # chunks sized for whole waves of 2 programs per SM (264 slots): 21 one-tile chunks per KV head fill one wave
     # where the rule without it makes 2-tile chunks (19 partials for the long request, two-level merge)
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 2},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 2,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 16}),
     # -1: programs per SM from the compiled kernel; the interpreter compiles nothing, so PROGRAMS_PER_SM (1) stands
     # in, as the state says: 132 slots, one-tile chunks make 168 programs (2 waves x 2 tiles' cost) against 2-tile
@@ -400,7 +410,8 @@ INTERPRETER_CASES = [
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": -1},
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": -1,
+                               "MAX_REGISTERS": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 32, "patch_interpreter": True,
       "wave_from": "PROGRAMS_PER_SM"}),
 ]

@@ -146,3 +146,25 @@ def test_how_deep_the_fused_kernels_pipeline_really_is(params, kv_tile, blocks):
     (kernel,) = entry["kernels"]
     assert kernel["shared_buffers"].count(kv_tile) == 2, kernel["shared_buffers"]  # K and V
     assert kernel["occupancy"]["blocks_per_sm"] == blocks
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="this triton has no NVIDIA backend with ptxas")
+@pytest.mark.parametrize("definition, params, registers, blocks", [
+    ("gqa_paged_decode_h32_kv4_d128_ps64", {}, 209, 2),                      # the pipelined merge at a group of 8
+    ("gqa_paged_decode_h32_kv4_d128_ps64", {"MERGE_STAGES": 1}, 168, 3),     # the same chunk loop, merge unpipelined
+    ("gqa_paged_decode_h32_kv4_d128_ps64", {"MAX_REGISTERS": 168}, 168, 3),  # the pipeline kept, .maxnreg 168
+    ("gqa_paged_decode_h32_kv4_d128_ps1", {}, 203, 2),
+    ("gqa_paged_decode_h32_kv4_d128_ps1", {"MAX_REGISTERS": 168}, 168, 3),
+    ("gqa_paged_decode_h32_kv8_d128_ps64", {}, 168, 3),                      # a group of 4: the merge costs nothing
+])
+def test_the_merge_sets_the_fused_kernels_registers_at_kv4(definition, params, registers, blocks):
+    """The latency-bound starting point's fused kernel (two-level merge, wave plan): at kv4 its merge loop's
+    pipeline, not the chunk loop, sets the kernel's registers and costs a resident program per SM; `MAX_REGISTERS`
+    (ptx .maxnreg, passed as Triton's `maxnreg`) gives it back without unpipelining the merge."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import template_resources as tr
+
+    config = {"template": "triton-split-kv-fused", "MERGE_FANIN": 8, "WAVE_SLOTS_PER_SM": -1, **params}
+    (entry,) = tr.measure(definition, [config], 90)
+    (kernel,) = entry["kernels"]
+    assert (kernel["registers"], kernel["occupancy"]["blocks_per_sm"]) == (registers, blocks)
