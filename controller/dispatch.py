@@ -101,8 +101,37 @@ def regime_code(spec: dict[str, Any], files: dict[str, str]) -> Optional[dict[st
         return None
     if set(files) != {"dispatch.py", "regime.py", *(f"{m}.py" for m in variants.values())}:
         return None  # a helper module the kernels may import would be code this comparison does not see
+    siblings = {"dispatch", "regime", *variants.values()}
+    if not all(self_contained(files[f"{m}.py"], siblings) for m in {"regime", *variants.values()}):
+        return None  # a kernel that may run a sibling's code: its regime's code is more than its own file
     frame = json.dumps({k: spec.get(k) for k in sorted(spec) if k != "target_hardware"}, sort_keys=True, default=str)
     return {r: "\0".join((frame, regime, files[f"{m}.py"])) for r, m in variants.items()}
+
+
+# What lets a module reach code outside its own text at run time: then its file alone is not the code it runs.
+DYNAMIC_NAMES = frozenset({"__import__", "importlib", "sys", "builtins", "globals", "vars", "eval", "exec", "compile",
+                           "open", "__file__", "__spec__", "__loader__", "__package__", "runpy", "pkgutil"})
+
+
+def self_contained(source: str, siblings: set[str]) -> bool:
+    """Whether a module's behaviour is its own text: no relative import, no import of a sibling module, nothing that
+    loads or reads code at run time (``DYNAMIC_NAMES``). Conservative: what cannot be parsed is not."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level or (node.module or "").split(".")[0] in siblings | DYNAMIC_NAMES:
+                return False
+        elif isinstance(node, ast.Import):
+            if any(a.name.split(".")[0] in siblings | DYNAMIC_NAMES for a in node.names):
+                return False
+        elif isinstance(node, ast.Name) and node.id in DYNAMIC_NAMES:
+            return False
+        elif isinstance(node, ast.Attribute) and node.attr in {"__import__", "__dict__", "__globals__"}:
+            return False
+    return True
 
 
 def unchanged_regimes(a: tuple[dict[str, Any], dict[str, str]], b: tuple[dict[str, Any], dict[str, str]]) -> set[str]:

@@ -69,6 +69,21 @@ def test_any_difference_outside_the_kernel_modules_means_every_regime_is_timed(r
     assert unchanged_regimes(edit(seed), seed) == set(), what
 
 
+@pytest.mark.parametrize("line", [
+    "from .kernel_1 import run as _other",  # a relative import of a sibling module
+    "import importlib",                      # code loaded by name at run time
+    "_src = open(__file__).read()",          # code read at run time
+    "from regime import regime as _r",       # a sibling by its plain name
+])
+def test_a_kernel_that_may_run_code_outside_its_file_means_every_regime_is_timed(rendered, line):
+    """The same kernel file in both solutions is the same code only if the file is all the code it runs: a kernel that
+    imports a sibling (whose text may differ) or loads code at run time is not compared, in either solution."""
+    seed, _, _ = rendered
+    module = next(f for f in seed[1] if f.startswith("kernel_"))
+    both = edited(seed, module, lambda t: t + "\n" + line + "\n")
+    assert unchanged_regimes(both, both) == set()
+
+
 def test_a_kernel_module_edited_changes_the_regimes_that_run_it(rendered):
     seed, _, _ = rendered
     spec, files = seed
