@@ -15,7 +15,8 @@ Rules, checked in order; the first that fails is the recorded reason:
      candidate, incumbent, measured back to back by the harness); with ``pair_changed_only``, on the workloads whose
      code differs (a dispatching candidate's regimes that run byte-identical code are 1x by construction);
   5. mean per-workload speedup above ``1 + noise_floor_rel``, or (``gap_gain_rel``) at least 1 with a gap closed: on a
-     workload where the incumbent trails the library baseline, at least ``1 + gap_gain_rel`` and faster in every repeat;
+     workload where the incumbent trails the library baseline, at least ``1 + gap_gain_rel`` and faster in every repeat,
+     and none opened (no workload where the incumbent leads the baseline falls behind it);
   6. no regime's mean speedup below ``1 - max_regime_regression_rel`` (a regime specialist);
   7. no single workload's speedup below ``1 - max_workload_regression_rel``;
   8. the candidate's evaluation at the full audit level (run only once 1-7 hold) is promotable: every
@@ -232,10 +233,22 @@ def mean_latencies(measurement: PairedMeasurement, role: str, workloads: list[st
     return out
 
 
-def trailing_baseline(incumbent_records: list[EvalRecord]) -> set[str]:
-    """The workloads where the incumbent's own evaluation is slower than the library baseline (FlashInfer's faster
-    mode): the gaps rule 5's ``gap_gain_rel`` lets a candidate close. Empty where there is no baseline."""
-    return {r.workload for r in incumbent_records if r.speedup_vs_fi is not None and r.speedup_vs_fi < 1.0}
+def versus_baseline(incumbent_records: list[EvalRecord]) -> dict[str, float]:
+    """Per workload, the incumbent's own evaluation's speedup over the library baseline (FlashInfer's faster mode),
+    where there is one: what rule 5's ``gap_gain_rel`` reads."""
+    return {r.workload: r.speedup_vs_fi for r in incumbent_records if r.speedup_vs_fi is not None}
+
+
+def trailing_baseline(baseline: dict[str, float]) -> set[str]:
+    """The gaps: workloads where the incumbent is slower than the baseline."""
+    return {w for w, v in baseline.items() if v < 1.0}
+
+
+def gaps_opened(speedups: dict[str, float], baseline: dict[str, float]) -> dict[str, float]:
+    """Workloads where the incumbent leads the baseline and the candidate would not (the incumbent's lead times the
+    paired speedup below 1): what a gap closed must not cost."""
+    return {w: v * speedups[w] for w, v in sorted(baseline.items())
+            if w in speedups and v >= 1.0 and v * speedups[w] < 1.0}
 
 
 def gaps_closed(measurement: PairedMeasurement, speedups: dict[str, float], gaps: set[str],
@@ -259,11 +272,11 @@ def gaps_closed(measurement: PairedMeasurement, speedups: dict[str, float], gaps
 
 def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
            thresholds: PromotionThresholds, regimes: Optional[dict[str, str]] = None,
-           decisive: Optional[dict[str, float]] = None, gaps: Optional[set[str]] = None,
+           decisive: Optional[dict[str, float]] = None, baseline: Optional[dict[str, float]] = None,
            unchanged: Optional[set[str]] = None) -> Decision:
     """Whether the candidate evaluated in ``records`` beats the incumbent (rules 1-7; ``confirm`` adds rule 8).
     ``regimes``: workload -> regime; ``decisive``: ``decisive_speedups`` where no paired measurement was made;
-    ``gaps``: the workloads where the incumbent trails the library baseline (``trailing_baseline``); ``unchanged``:
+    ``baseline``: the incumbent's speedup over the library baseline per workload (``versus_baseline``); ``unchanged``:
     workloads whose calls run byte-identical code in both (controller.dispatch.unchanged_regimes): where the paired
     measurement left them out, their speedup is 1 by construction."""
     gate = gate_failure(records, thresholds)
@@ -308,12 +321,15 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
     n = len(workloads)
     closed: dict[str, float] = {}
     if not score > 1.0 + thresholds.noise_floor_rel:
-        closed = gaps_closed(measurement, speedups, gaps or set(), thresholds) if score >= 1.0 - _EPS else {}
-        if not closed:
+        baseline = baseline or {}
+        gaps = trailing_baseline(baseline)
+        closed = gaps_closed(measurement, speedups, gaps, thresholds) if score >= 1.0 - _EPS else {}
+        opened = gaps_opened(speedups, baseline) if closed else {}
+        if not closed or opened:
             what = "slower than" if score < 1.0 else "within the noise floor of"
             return _reject("noise_floor", f"mean speedup {score:.3f}x over {n} workload(s) ({score - 1:+.1%}): {what} "
                                           f"the incumbent (needs > {1 + thresholds.noise_floor_rel:.3g}x"
-                                          f"{_gap_terms(thresholds, gaps, speedups, by_workload)})", **details)
+                                          f"{_gap_terms(thresholds, gaps, opened, speedups, by_workload)})", **details)
         details["gaps_closed"] = closed
     regimes = regimes or {}
     groups: dict[str, list[str]] = {}
@@ -346,11 +362,15 @@ def decide(records: list[EvalRecord], measurement: Optional[PairedMeasurement],
     return Decision(PROMOTED, "promoted", (reason,), details)
 
 
-def _gap_terms(thresholds: PromotionThresholds, gaps: Optional[set[str]], speedups: dict[str, float],
+def _gap_terms(thresholds: PromotionThresholds, gaps: set[str], opened: dict[str, float], speedups: dict[str, float],
                by_workload: dict[str, EvalRecord]) -> str:
-    """The gap rule's side of a noise-floor refusal: what the candidate did where the incumbent trails."""
+    """The gap rule's side of a noise-floor refusal: what the candidate did where the incumbent trails, or the gap
+    it would open where the incumbent leads."""
     if thresholds.gap_gain_rel is None or not gaps:
         return ""
+    if opened:
+        listed = ", ".join(f"{_name(by_workload[w], w)} {v:.3f}x" for w, v in list(opened.items())[:3])
+        return f"; it closes a gap to the baseline but opens one: {listed} of the baseline"
     best = max(sorted(gaps & set(speedups)), key=lambda w: speedups[w], default=None)
     if best is None:
         return ""

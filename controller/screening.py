@@ -36,7 +36,7 @@ from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, ne
 from .dispatch import unchanged_regimes
 from .plan import wall_budget_stop
 from .promote import (REJECTED as NOT_PROMOTED, Decision, FullEvaluation, PairedMeasurement, confirm, decide,
-                      decisive_speedups, gate_failure, screen_failure, trailing_baseline)
+                      decisive_speedups, gate_failure, screen_failure, versus_baseline)
 from .rounds import RunView
 from .search import HalvingSettings, SearchSettings
 from .providers.offline import offline_generator
@@ -266,11 +266,11 @@ class RoundEvaluation(RunView):
             records = self.records(c)
             measurement = None
             screened = decisive = None
-            gaps: set[str] = set()
+            baseline: dict[str, float] = {}
             unchanged: set[str] = set()
             if gate_failure(records, self.thresholds) is None:
                 incumbent_records = self.records(incumbent)
-                gaps = trailing_baseline(incumbent_records)
+                baseline = versus_baseline(incumbent_records)
                 screened = screen_failure(records, incumbent_records, self.thresholds)
                 decisive = decisive_speedups(records, incumbent_records, self.thresholds, self.store.same_card(
                     c.get("submission_id"), incumbent.get("submission_id")))
@@ -279,7 +279,7 @@ class RoundEvaluation(RunView):
                     screened = self.paired_measurement_cut(round_number, c, incumbent, len(unchanged))
                 if screened is None and decisive is None:
                     measurement = self.measure_paired(c, incumbent, unchanged)
-            decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive, gaps,
+            decision = screened or decide(records, measurement, self.thresholds, self.regimes, decisive, baseline,
                                           unchanged)
             if decision.promoted:  # only a promotable evaluation at the full audit level makes it stand
                 decision = confirm(decision, self.full_evaluation(round_number, c), [r.workload for r in records],

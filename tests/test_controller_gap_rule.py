@@ -9,7 +9,7 @@ import json
 import pytest
 
 from controller.promote import (PROMOTED, REJECTED, EvalRecord, PairedMeasurement, PairedSample, decide, gaps_closed,
-                                trailing_baseline)
+                                gaps_opened, trailing_baseline, versus_baseline)
 from controller.skills import PromotionThresholds, load_skills, promotion_thresholds
 
 from support import ROOT
@@ -40,35 +40,39 @@ def paired(per_repeat: list[dict[str, float]]) -> PairedMeasurement:
     return PairedMeasurement("ABBA", tuple(samples))
 
 
-TRAILS_B16 = trailing_baseline(records(speedup_vs_fi={"b1": 1.6, "b16": 0.983, "b64": 1.004, "b256": 0.992}))
+BASELINE = versus_baseline(records(speedup_vs_fi={"b1": 1.6, "b16": 0.983, "b64": 1.004, "b256": 0.992}))
+TRAILS_B16 = trailing_baseline(BASELINE)
 
 CASES = [
-    # (id, thresholds, gaps, per-repeat speedups, verdict, rule, phrase)
-    ("rule off: a gap closed is still noise", OFF, TRAILS_B16, [{"b16": 1.016}] * 2, REJECTED, "noise_floor",
+    # (id, thresholds, the incumbent against the baseline, per-repeat speedups, verdict, rule, phrase)
+    ("rule off: a gap closed is still noise", OFF, BASELINE, [{"b16": 1.016}] * 2, REJECTED, "noise_floor",
      "needs > 1.02x)"),
-    ("closes the gap in both repeats", ON, TRAILS_B16, [{"b16": 1.016}] * 2, PROMOTED, "promoted",
+    ("closes the gap in both repeats", ON, BASELINE, [{"b16": 1.016}] * 2, PROMOTED, "promoted",
      "closes the gap to the baseline on b16 1.016x"),
-    ("a gain where the incumbent already wins is not a gap", ON, TRAILS_B16, [{"b1": 1.016}] * 2, REJECTED,
+    ("a gain where the incumbent already wins is not a gap", ON, BASELINE, [{"b1": 1.016}] * 2, REJECTED,
      "noise_floor", "best b16 1.000x"),
-    ("no baseline: no gaps", ON, set(), [{"b16": 1.016}] * 2, REJECTED, "noise_floor", "within the noise floor"),
-    ("below the gain", ON, TRAILS_B16, [{"b16": 1.008}] * 2, REJECTED, "noise_floor", "best b16 1.008x"),
+    ("no baseline: no gaps", ON, {}, [{"b16": 1.016}] * 2, REJECTED, "noise_floor", "within the noise floor"),
+    ("below the gain", ON, BASELINE, [{"b16": 1.008}] * 2, REJECTED, "noise_floor", "best b16 1.008x"),
     # 1.035x then 0.995x: 1.015x over the measurement, but slower in one repeat
-    ("faster in one repeat only", ON, TRAILS_B16, [{"b16": 1.035}, {"b16": 0.995}], REJECTED, "noise_floor",
+    ("faster in one repeat only", ON, BASELINE, [{"b16": 1.035}, {"b16": 0.995}], REJECTED, "noise_floor",
      "in every repeat"),
-    ("the score would go down", ON, TRAILS_B16, [{"b16": 1.03, "b64": 0.98, "b1": 0.98}] * 2, REJECTED,
+    ("the score would go down", ON, BASELINE, [{"b16": 1.03, "b64": 0.98, "b1": 0.98}] * 2, REJECTED,
      "noise_floor", "slower than the incumbent"),
     # mean 1.005x, both gaps closed, b1 lost 6%
-    ("a workload regressing beyond its bound still refuses", ON, TRAILS_B16,
+    ("a workload regressing beyond its bound still refuses", ON, BASELINE,
      [{"b16": 1.03, "b256": 1.05, "b1": 0.94}] * 2, REJECTED, "workload_regression", "b1 0.940x"),
-    ("above the noise floor the gap rule is not needed", ON, TRAILS_B16, [{"b16": 1.10}] * 2, PROMOTED, "promoted",
+    # b16 and b256 closed, b64 (1.004x of FlashInfer) 0.99x: behind FlashInfer now (mean 1.0025x)
+    ("closing a gap by opening another is refused", ON, BASELINE, [{"b16": 1.02, "b256": 1.01, "b64": 0.99}] * 2,
+     REJECTED, "noise_floor", "opens one: b64 0.994x of the baseline"),
+    ("above the noise floor the gap rule is not needed", ON, BASELINE, [{"b16": 1.10}] * 2, PROMOTED, "promoted",
      "mean speedup 1.025x"),
 ]
 
 
-@pytest.mark.parametrize("thresholds, gaps, per_repeat, verdict, rule, phrase", [c[1:] for c in CASES],
+@pytest.mark.parametrize("thresholds, baseline, per_repeat, verdict, rule, phrase", [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])
-def test_gap_rule(thresholds, gaps, per_repeat, verdict, rule, phrase):
-    decision = decide(records(), paired(per_repeat), thresholds, REGIMES, None, gaps)
+def test_gap_rule(thresholds, baseline, per_repeat, verdict, rule, phrase):
+    decision = decide(records(), paired(per_repeat), thresholds, REGIMES, None, baseline)
     assert (decision.verdict, decision.rule) == (verdict, rule), decision
     assert any(phrase in r for r in decision.reasons), decision.reasons
     if decision.promoted:  # a promotion the noise floor alone would refuse names the gaps it closed
@@ -77,8 +81,14 @@ def test_gap_rule(thresholds, gaps, per_repeat, verdict, rule, phrase):
 
 def test_trailing_baseline_is_the_incumbents_workloads_behind_flashinfer():
     assert TRAILS_B16 == {"b16", "b256"}
-    assert trailing_baseline(records()) == set()  # no baseline measured: nothing trails
-    assert trailing_baseline(records(speedup_vs_fi={"b1": 1.0})) == set()  # a tie is not behind
+    assert trailing_baseline(versus_baseline(records())) == set()  # no baseline measured: nothing trails
+    assert trailing_baseline(versus_baseline(records(speedup_vs_fi={"b1": 1.0}))) == set()  # a tie is not behind
+
+
+def test_a_gap_opened_is_a_lead_lost():
+    speedups = {"b1": 0.7, "b16": 1.02, "b64": 0.99, "b256": 1.0}
+    assert gaps_opened(speedups, BASELINE) == {"b64": pytest.approx(1.004 * 0.99)}  # b1: 1.6 x 0.7 still leads
+    assert gaps_opened(speedups, {}) == {}
 
 
 def test_gaps_closed_lists_only_consistent_gains_on_gaps():
@@ -98,6 +108,14 @@ def test_the_shipped_rules_turn_the_gap_rule_on():
     assert promotion_thresholds(load_skills(ROOT / "skills")).gap_gain_rel == 0.01
 
 
+def json_speedups(measurement: PairedMeasurement) -> dict[str, float]:
+    from controller.promote import mean_latencies, workload_speedups
+
+    workloads = sorted(measurement.samples[0].latencies)
+    a, b = mean_latencies(measurement, "A", workloads), mean_latencies(measurement, "B", workloads)
+    return workload_speedups(a, b, workloads)
+
+
 def test_run17_round2_measurement_is_a_closed_gap_under_the_shipped_rules():
     """The H200 measurement the rule was written for: rejected by the noise floor as recorded (1.001x), promoted
     under the shipped rules (uniform_b16_kv8192 1.016x, faster in both repeats; the incumbent at 0.983x of
@@ -107,13 +125,14 @@ def test_run17_round2_measurement_is_a_closed_gap_under_the_shipped_rules():
     measurement = PairedMeasurement("ABBA", samples)
     fi = data["incumbent_speedup_vs_flashinfer"]
     evaluated = records(list(fi), fi)
-    gaps = trailing_baseline(evaluated)
-    assert gaps == {"uniform_b16_kv8192", "uniform_b256_kv8192"}
-    recorded = decide(evaluated, measurement, OFF, None, None, gaps)
+    baseline = versus_baseline(evaluated)
+    assert trailing_baseline(baseline) == {"uniform_b16_kv8192", "uniform_b256_kv8192"}
+    assert gaps_opened(json_speedups(measurement), baseline) == {}  # b64_kv8192 (1.004x) keeps its lead
+    recorded = decide(evaluated, measurement, OFF, None, None, baseline)
     assert recorded.rule == data["recorded_decision"]["rule"]
     assert recorded.details["mean_speedup"] == pytest.approx(data["recorded_decision"]["mean_speedup"], abs=1e-5)
     shipped = promotion_thresholds(load_skills(ROOT / "skills"))
-    decision = decide(evaluated, measurement, shipped, None, None, gaps)
+    decision = decide(evaluated, measurement, shipped, None, None, baseline)
     assert decision.verdict == PROMOTED, decision.reasons
     assert set(decision.details["gaps_closed"]) == {"uniform_b16_kv8192"}
     assert decision.details["gaps_closed"]["uniform_b16_kv8192"] == pytest.approx(1.016, abs=1e-3)
