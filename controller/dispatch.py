@@ -104,7 +104,7 @@ def regime_code(spec: dict[str, Any], files: dict[str, str]) -> Optional[dict[st
     siblings = {"dispatch", "regime", *variants.values()}
     if not all(self_contained(files[f"{m}.py"], siblings) for m in {"regime", *variants.values()}):
         return None  # a kernel that may run a sibling's code: its regime's code is more than its own file
-    frame = json.dumps({k: spec.get(k) for k in sorted(spec) if k != "target_hardware"}, sort_keys=True, default=str)
+    frame = json.dumps(spec, sort_keys=True, default=str)  # entry point, setup, language, dependencies, binding
     return {r: "\0".join((frame, regime, files[f"{m}.py"])) for r, m in variants.items()}
 
 

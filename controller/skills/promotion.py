@@ -53,8 +53,9 @@ class PromotionThresholds(BaseModel):
     # this, and the candidate is rejected: it can only refuse (a promotion still needs every repeat). None: off.
     futility_below: Optional[float] = None
     # A candidate within the noise floor is still promoted when its paired mean speedup is at least 1 (the score does
-    # not go down) and, on a workload where the incumbent trails the library baseline, its paired speedup is at least
-    # 1 + this and it was faster there in every repeat (rules 7 and 8 still hold). None: off.
+    # not go down), on a workload where the incumbent trails the library baseline its paired speedup is at least
+    # 1 + this and it was faster there in every repeat, and no workload where the incumbent leads the baseline falls
+    # behind it (rules 7 and 8 still hold). None: off.
     gap_gain_rel: Optional[float] = None
     # Where candidate and incumbent are dispatching solutions (controller/dispatch.py) whose calls in some regimes run
     # byte-identical code, the paired measurement times only the other workloads; the identical ones count 1x.
