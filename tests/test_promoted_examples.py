@@ -1,12 +1,12 @@
 """The loop's promoted solutions kept as examples (examples/gqa_decode_promoted): what `controller loop --provider
 offline` promoted on the H200 from the skill's naive kernel (kv4 pages 1 and 64:
-benchmarks/results/2026-12-04_h200_run16/, kv8 pages 1 and 64: 2026-12-04_h200_run17/; on all four the skill's
-dispatch by regime). On CPU they pass the harness
+benchmarks/results/2026-12-04_h200_run16/, kv8 page 1: 2026-12-04_h200_run17/, kv8 page 64: 2026-12-04_h200_run18/;
+on all four the skill's dispatch by regime). On CPU they pass the harness
 on the interpreter's workloads with every fast audit clean and promotable, and each is the skill's own code with the
 configuration it records, so a reader can find the design it came from: each is the offline provider's round-1
 dispatch of the skill's starting points and regime rule as they are now (a placeholder the template gained since
-renders at its default, which keeps the run's behaviour: `MAX_REGISTERS` 0 passes no `maxnreg`). The run's own
-source is its record's `promoted_solution.json`."""
+renders at its default, which keeps the run's behaviour: `MAX_REGISTERS` 0 passes no `maxnreg`), with the moves the
+run promoted after round 1 (LOOP_MOVES). The run's own source is its record's `promoted_solution.json`."""
 
 from __future__ import annotations
 
@@ -38,15 +38,24 @@ def test_there_is_a_promoted_example_per_recorded_definition():
     assert [is_dispatch(solution(p)) for p in PROMOTED] == [True, True, True, True]
 
 
+# What each run promoted after its round-1 dispatch, per regime: the parameters its later rounds moved.
+LOOP_MOVES = {
+    # run 18, round 2 (latency-bound): the skill's first move, promoted by rule 6b (16 x 8192 1.018x, a gap closed)
+    "gqa_paged_decode_h32_kv8_d128_ps64": {"latency-bound": {"CHUNK_BLOCKS": 16}},
+}
+
+
 def rebuild_as_run(example):
     """(the recorded variants, the solution's sources): the offline provider's round-1 dispatch from the naive
-    incumbent, with the skill's starting points and regime rule."""
+    incumbent, with the skill's starting points and regime rule, and the run's later moves (LOOP_MOVES)."""
     from controller.providers.offline import OfflineProvider, naive_incumbent, slug
     from controller.skills import load_skills
 
     skills = load_skills(ROOT / "skills")
     generator = OfflineProvider(skills).generator_for(example.definition)
     origin = generator.seed_dispatch([], naive_incumbent(skills, example.definition).origin)
+    for regime, moves in LOOP_MOVES.get(example.definition, {}).items():
+        origin["params"]["variants"][regime]["params"].update(moves)
     recorded = {r: slug(v) for r, v in origin["params"]["variants"].items()}
     rebuilt = generator.render_dispatch(origin, example.definition, example.name, example.author, "H200")
     return recorded, rebuilt
@@ -54,8 +63,9 @@ def rebuild_as_run(example):
 
 @pytest.mark.parametrize("path", [p for p in PROMOTED if is_dispatch(solution(p))], ids=lambda p: p.stem)
 def test_dispatching_example_is_the_skills_round_one_dispatch(path):
-    """Rebuilt by the offline provider from the naive incumbent, with the skill's starting points: the same
-    files, byte for byte (kernels, the skill's regime module, the dispatcher) and the same variant per regime."""
+    """Rebuilt by the offline provider from the naive incumbent, with the skill's starting points and the run's later
+    moves: the same files, byte for byte (kernels, the skill's regime module, the dispatcher) and the same variant per
+    regime."""
     example = solution(path)
     recorded, rebuilt = rebuild_as_run(example)
     assert json.loads(example.description.removeprefix("dispatch by regime: ")) == recorded
