@@ -19,7 +19,7 @@ pytest.importorskip("triton")
 
 @pytest.fixture(scope="module")
 def rendered():
-    """(seed dispatch, a splice of its latency-bound kernel with CHUNK_BLOCKS 16, a render function)."""
+    """(seed dispatch, a splice of its latency-bound kernel with CHUNK_BLOCKS 32, a render function)."""
     from controller.providers.offline import OfflineProvider, naive_incumbent
     from controller.skills import load_skills
 
@@ -27,7 +27,7 @@ def rendered():
     generator = OfflineProvider(skills).generator_for(KV8_PS1)
     origin = generator.seed_dispatch([], naive_incumbent(skills, KV8_PS1).origin)
     variant = copy.deepcopy(origin["params"]["variants"]["latency-bound"])
-    variant["params"]["CHUNK_BLOCKS"] = 16
+    variant["params"]["CHUNK_BLOCKS"] = 32
     spliced = splice(origin, "latency-bound", variant)
 
     def render(o, name):

@@ -199,7 +199,7 @@ def test_round_two_of_a_dispatch_leads_with_the_skills_first_moves_and_leaves_th
         variant = o["params"]["variants"][R]
         assert variant["template"] == "triton-split-kv-fused"  # no neighbour of the naive per-KV-head kernel
         moved.append([(k, v) for k, v in variant["params"].items() if start.get(k) != v])
-    assert moved[:3] == [[("CHUNK_BLOCKS", 16)], [("CHUNK_BLOCKS", 4)], [("SINGLE_CHUNK_DIRECT", 1)]]
+    assert moved[:3] == [[("CHUNK_BLOCKS", 32)], [("CHUNK_BLOCKS", 8)], [("SINGLE_CHUNK_DIRECT", 1)]]
     assert [("MAX_REGISTERS", 168)] not in moved[:3]
     assert all(o["params"]["variants"]["memory-bound"] == dispatch["params"]["variants"]["memory-bound"]
                for o in origins)  # the change alone

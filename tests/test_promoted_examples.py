@@ -5,8 +5,9 @@ on all four the skill's dispatch by regime). On CPU they pass the harness
 on the interpreter's workloads with every fast audit clean and promotable, and each is the skill's own code with the
 configuration it records, so a reader can find the design it came from: each is the offline provider's round-1
 dispatch of the skill's starting points and regime rule as they are now (a placeholder the template gained since
-renders at its default, which keeps the run's behaviour: `MAX_REGISTERS` 0 passes no `maxnreg`), with the moves the
-run promoted after round 1 (LOOP_MOVES). The run's own source is its record's `promoted_solution.json`."""
+renders at its default, which keeps the run's behaviour: `MAX_REGISTERS` 0 passes no `maxnreg`), with the
+parameters where the run's promoted variant differs from it (AS_RUN). The run's own source is its record's
+`promoted_solution.json`."""
 
 from __future__ import annotations
 
@@ -38,23 +39,27 @@ def test_there_is_a_promoted_example_per_recorded_definition():
     assert [is_dispatch(solution(p)) for p in PROMOTED] == [True, True, True, True]
 
 
-# What each run promoted after its round-1 dispatch, per regime: the parameters its later rounds moved.
-LOOP_MOVES = {
-    # run 18, round 2 (latency-bound): the skill's first move, promoted by rule 6b (16 x 8192 1.018x, a gap closed)
-    "gqa_paged_decode_h32_kv8_d128_ps64": {"latency-bound": {"CHUNK_BLOCKS": 16}},
+# Where a run's promoted variant differs from the skill's round-1 dispatch of today, per regime. Runs 16-17 started
+# the latency-bound kernel at CHUNK_BLOCKS 8 and promoted it as it was; run 18 (kv8 ps64) promoted CHUNK_BLOCKS 16 in
+# round 2 (rule 6b: 16 x 8192 1.018x, a gap closed), which is the starting point since.
+RUN_STARTED_AT_CHUNK_8 = {"latency-bound": {"CHUNK_BLOCKS": 8}}
+AS_RUN = {
+    "gqa_paged_decode_h32_kv4_d128_ps1": RUN_STARTED_AT_CHUNK_8,
+    "gqa_paged_decode_h32_kv4_d128_ps64": RUN_STARTED_AT_CHUNK_8,
+    "gqa_paged_decode_h32_kv8_d128_ps1": RUN_STARTED_AT_CHUNK_8,
 }
 
 
 def rebuild_as_run(example):
     """(the recorded variants, the solution's sources): the offline provider's round-1 dispatch from the naive
-    incumbent, with the skill's starting points and regime rule, and the run's later moves (LOOP_MOVES)."""
+    incumbent, with the skill's starting points and regime rule, and where the run's variant differs (AS_RUN)."""
     from controller.providers.offline import OfflineProvider, naive_incumbent, slug
     from controller.skills import load_skills
 
     skills = load_skills(ROOT / "skills")
     generator = OfflineProvider(skills).generator_for(example.definition)
     origin = generator.seed_dispatch([], naive_incumbent(skills, example.definition).origin)
-    for regime, moves in LOOP_MOVES.get(example.definition, {}).items():
+    for regime, moves in AS_RUN.get(example.definition, {}).items():
         origin["params"]["variants"][regime]["params"].update(moves)
     recorded = {r: slug(v) for r, v in origin["params"]["variants"].items()}
     rebuilt = generator.render_dispatch(origin, example.definition, example.name, example.author, "H200")
@@ -63,9 +68,9 @@ def rebuild_as_run(example):
 
 @pytest.mark.parametrize("path", [p for p in PROMOTED if is_dispatch(solution(p))], ids=lambda p: p.stem)
 def test_dispatching_example_is_the_skills_round_one_dispatch(path):
-    """Rebuilt by the offline provider from the naive incumbent, with the skill's starting points and the run's later
-    moves: the same files, byte for byte (kernels, the skill's regime module, the dispatcher) and the same variant per
-    regime."""
+    """Rebuilt by the offline provider from the naive incumbent, with the skill's starting points and where the run's
+    variant differs: the same files, byte for byte (kernels, the skill's regime module, the dispatcher) and the same
+    variant per regime."""
     example = solution(path)
     recorded, rebuilt = rebuild_as_run(example)
     assert json.loads(example.description.removeprefix("dispatch by regime: ")) == recorded
