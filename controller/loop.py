@@ -315,8 +315,7 @@ class Loop(RoundEvaluation):
         self.store.note_round_progress(self.run_id, round_number, summary)
 
     def finish_round(self, round_number: int, kind: str, wall_s: float) -> None:
-        summary = self.summarize(round_number, kind, wall_s)
-        self.store.finish_round(self.run_id, round_number, summary, wall_s)
+        summary = self.store.finish_round(self.run_id, round_number, self.summarize(round_number, kind, wall_s), wall_s)
         self.emit("round", summary)
 
     def stop_check(self) -> Optional[str]:

@@ -65,7 +65,12 @@ def test_a_finalist_the_budget_left_unmeasured_is_measured_and_decided_when_the_
     (decided,) = [d for d in again["decisions"] if d["round"] == 1]
     assert decided["verdict"] == "PROMOTED" and len(second.paired) == 1
     assert second.calls == [] and len(second.full_calls) == 1  # measured and confirmed, not evaluated again
-    assert store.round(report["run_id"], 1)["wall_s"] > wall_before + 0.3
+    reopened = store.round(report["run_id"], 1)
+    assert reopened["wall_s"] > wall_before + 0.3
+    # the trajectory's figure is the round's whole wall, both sittings, as the budget counts it
+    (summary,) = [r["summary"] for r in store.rounds(report["run_id"]) if r["round"] == 1]
+    assert summary["wall_s"] == pytest.approx(reopened["wall_s"], abs=1e-3)
+    assert [r["wall_s"] for r in again["rounds"] if r["round"] == 1] == [pytest.approx(reopened["wall_s"], abs=1e-3)]
 
 
 def test_candidates_the_budget_never_evaluated_wait_again(tiny_dataset_root, tmp_path):
