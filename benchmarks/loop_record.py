@@ -5,9 +5,10 @@
 LOOP.json is what `controller loop --json` printed (one report, or several for an alias). Per definition, DIR/<def>/
 receives: the promoted solution (`promoted_solution.json`), its own `harness submit --json` on every workload
 (`submit.json`), the run's trajectory (`controller trajectory`), with `--profile` its ncu digest per regime
-(`controller profile`), and `record.md`: the promoted kernel's figure per workload next to each FlashInfer mode's
-(kernel figures: setup or plan() outside the timed call), the speedup over the faster mode, the % of the roofline
-floor, the goals of #19 checked one by one, and the loop's wall time on the GPU.
+(`controller profile`, `ncu_digest.json`) and of every workload under 1.0x FlashInfer (`ncu_misses.json`), and
+`record.md`: the promoted kernel's figure per workload next to each FlashInfer mode's (kernel figures: setup or plan()
+outside the timed call), the speedup over the faster mode, the % of the roofline floor, the goals of #19 checked one
+by one, each miss with its ncu limiter, and the loop's wall time on the GPU.
 """
 
 from __future__ import annotations
@@ -64,6 +65,39 @@ def rows_of(result: dict[str, Any], baselines: list[dict[str, Any]]) -> tuple[li
     return modes, rows
 
 
+def misses(rows: list[dict[str, Any]]) -> list[str]:
+    """The workloads under 1.0x the faster FlashInfer mode (those with a figure), slowest first."""
+    behind = [r for r in rows if r["speedup"] is not None and r["speedup"] < MIN_SPEEDUP]
+    return [r["label"] for r in sorted(behind, key=lambda r: r["speedup"])]
+
+
+def limiters(digest: dict[str, Any]) -> dict[str, str]:
+    """Per profiled workload (`controller profile --json`), its kernels' ncu verdict in one line: the kernel, the
+    classification and limiter, DRAM, waves, registers and what sets the blocks per SM; or why it was not profiled."""
+    found = {}
+    for prof in digest.get("profiles", []):
+        label = prof.get("workload_label") or prof.get("label") or prof.get("workload")
+        if prof.get("status") != "ok":
+            found[label] = f"not profiled: {prof.get('reason') or prof.get('status')}"
+            continue
+        parts = []
+        for d in prof.get("digests", []):
+            v = d.get("values", {})
+            figures = [f"{d.get('classification', '?')}, limiter {d.get('limiter') or 'none'}"]
+            if v.get("dram_pct") is not None:
+                figures.append(f"DRAM {v['dram_pct']:.1f}%")
+            if v.get("waves_per_sm") is not None:
+                figures.append(f"{v['waves_per_sm']:.2f} waves")
+            if v.get("registers_per_thread") is not None:
+                figures.append(f"{v['registers_per_thread']:.0f} registers")
+            if d.get("occupancy_limiter"):
+                figures.append(f"{d.get('occupancy_limit_blocks_per_sm', 0):.0f} blocks/SM by "
+                               f"{d['occupancy_limiter']}")
+            parts.append(f"`{d.get('kernel', '?')}` ({', '.join(figures)})")
+        found[label] = "; ".join(parts) or "no kernel profiled"
+    return found
+
+
 def _check(name: str, group: list[dict[str, Any]], value: Any, failing: Any) -> tuple[str, bool, str]:
     """A goal over ``group``: met when every row has its figure (``value``) and none is ``failing``."""
     if not group:
@@ -98,7 +132,7 @@ def _us(ms: Optional[float]) -> str:
 
 
 def markdown(report: dict[str, Any], result: Optional[dict[str, Any]], modes: list[str],
-             rows: list[dict[str, Any]]) -> str:
+             rows: list[dict[str, Any]], miss_limiters: Optional[dict[str, str]] = None) -> str:
     inc = report["incumbent"]
     lines = [f"# {report['definition']}: the loop's promoted solution", "",
              f"Run `{report['run_id']}` ({report['provider']}, {report['status']}), loop wall "
@@ -121,6 +155,15 @@ def markdown(report: dict[str, Any], result: Optional[dict[str, Any]], modes: li
                      f"{_us(r['floor_ms'])} | {frac} | {', '.join(r['failed_audits'])} |")
     lines += ["", "| goal | met | figures |", "|---|---|---|"]
     lines += [f"| {g} | {'yes' if ok else 'no'} | {why} |" for g, ok, why in goals(rows)]
+    behind = {r["label"]: r for r in rows if r["label"] in misses(rows)}
+    if behind and miss_limiters is not None:  # profiled: each miss with what ncu says holds it
+        lines += ["", "Each workload under 1.0x FlashInfer with its ncu limiter (`ncu_misses.json`):", "",
+                  "| workload | speedup | % of floor | ncu |", "|---|---:|---:|---|"]
+        for label in misses(rows):
+            r = behind[label]
+            frac = "n/a" if r["fraction_of_floor"] is None else f"{r['fraction_of_floor']:.1%}"
+            lines.append(f"| {label} | {r['speedup']:.3f}x | {frac} | "
+                         f"{miss_limiters.get(label, 'not profiled')} |")
     return "\n".join(lines + [""])
 
 
@@ -130,12 +173,20 @@ def _run(args: list[str], out: Path) -> int:
         return subprocess.run([sys.executable, "-m", *args], stdout=handle, stderr=log, cwd=ROOT).returncode
 
 
+def _json_or_empty(path: Path) -> dict[str, Any]:
+    """A command's JSON output, or {} where it printed none (ncu missing: the exit code and its log say why)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extra: list[str]) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     _run(["controller", "trajectory", report["run_id"], "--archive", str(archive), "--out", str(out / "trajectory")],
          out / "trajectory.txt")
     exported = report["incumbent"].get("exported")
-    result, modes, rows = None, [], []
+    result, modes, rows, miss_limiters = None, [], [], None
     if report["incumbent"]["promoted"] and exported and Path(exported).is_file():
         solution = out / "promoted_solution.json"
         shutil.copyfile(exported, solution)
@@ -149,9 +200,13 @@ def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extr
             if profile:
                 _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive), "--json"],
                      out / "ncu_digest.json")
+                if misses(rows):  # #19: every miss with its limiter, not only one workload per regime
+                    _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive),
+                          "--json", "-w", ",".join(misses(rows))], out / "ncu_misses.json")
+                    miss_limiters = limiters(_json_or_empty(out / "ncu_misses.json"))
         else:
             (out / "submit.log").write_text(proc.stderr[-4000:])
-    (out / "record.md").write_text(markdown(report, result, modes, rows))
+    (out / "record.md").write_text(markdown(report, result, modes, rows, miss_limiters))
     return {"definition": report["definition"], "goals": [list(g) for g in goals(rows)] if rows else None}
 
 
@@ -160,7 +215,8 @@ def main() -> int:
     parser.add_argument("--loop", required=True, type=Path, help="what `controller loop --json` printed")
     parser.add_argument("--archive", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--profile", action="store_true", help="also the ncu digest per regime (GPU time)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also the ncu digest per regime and of every workload under 1.0x (GPU time)")
     args, extra = parser.parse_known_args()
     reports = parse_results(args.loop.read_text())
     reports = [r for item in reports for r in (item if isinstance(item, list) else [item])]

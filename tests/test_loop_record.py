@@ -63,3 +63,100 @@ def test_rows_put_each_flashinfer_mode_beside_the_kernel_and_use_the_faster():
     assert rows[0]["flashinfer_ms"] == {"fi_plain": 0.010, "fi_tc": 0.012}
     assert rows[0]["speedup"] == pytest.approx(1.25)
     assert rows[0]["failed_audits"] == ["precision"]
+
+
+@pytest.mark.parametrize("speedups, expected", [
+    ([1.77, 1.13, 1.02, 1.74], []),
+    ([1.77, 0.998, 0.997, 1.74], ["uniform_b256_kv8192", "uniform_b16_kv2048"]),  # slowest first
+    ([1.77, None, 0.5, 1.0], ["uniform_b256_kv8192"]),  # no figure is no miss to profile; 1.0x is met
+])
+def test_misses_are_the_workloads_under_one_x_slowest_first(speedups, expected):
+    from loop_record import misses
+
+    assert misses([{**r, "speedup": s} for r, s in zip(MET, speedups)]) == expected
+
+
+RUN18_DIGEST = (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "2026-12-04_h200_run18"
+                / "loop_gqa_paged_decode_h32_kv8_d128_ps64" / "ncu_digest.json")
+
+
+def test_limiters_read_each_profiled_workloads_kernels_from_a_real_digest():
+    import json
+
+    from loop_record import limiters
+
+    found = limiters(json.loads(RUN18_DIGEST.read_text()))
+    assert sorted(found) == ["skewed_b64", "uniform_b16_kv2048", "uniform_b1_kv8192", "uniform_b256_kv512"]
+    assert found["uniform_b16_kv2048"] == ("`_chunk_then_merge_kernel` (memory-bound, limiter register-occupancy, "
+                                           "DRAM 67.0%, 0.97 waves, 168 registers, 3 blocks/SM by registers)")
+    assert "limiter grid-too-small" in found["uniform_b1_kv8192"]
+
+
+def test_a_workload_ncu_could_not_profile_says_why():
+    from loop_record import limiters
+
+    digest = {"profiles": [{"workload_label": "uniform_b64_kv8192", "status": "timeout", "reason": "ncu ran 600 s"},
+                           {"workload_label": "skewed_b64", "status": "ok", "digests": []}]}
+    assert limiters(digest) == {"uniform_b64_kv8192": "not profiled: ncu ran 600 s",
+                                "skewed_b64": "no kernel profiled"}
+
+
+def test_the_record_lists_each_miss_with_its_limiter_only_when_profiled():
+    from loop_record import markdown
+
+    report = {"definition": "d", "run_id": "r", "provider": "offline", "status": "DONE",
+              "totals": {"wall_s": 700.0, "evaluated": 3, "candidates": 4},
+              "incumbent": {"name": "x", "promoted": True}}
+    result = {"status": "PASSED", "promotable": True}
+    rows = [{**r, "status": "PASSED", "flashinfer_ms": {}, "floor_ms": None, "failed_audits": []} for r in MET]
+    rows[2]["speedup"], rows[1]["speedup"] = 0.997, 0.998
+    text = markdown(report, result, [], rows, {"uniform_b256_kv8192": "`k` (memory-bound, limiter none)"})
+    table = text.split("with its ncu limiter")[1].splitlines()
+    assert [line.split(" | ")[0] for line in table if line.startswith("| uniform")] == \
+        ["| uniform_b256_kv8192", "| uniform_b16_kv2048"]
+    assert "| uniform_b256_kv8192 | 0.997x | 101.0% | `k` (memory-bound, limiter none) |" in text
+    assert "| uniform_b16_kv2048 | 0.998x | 85.0% | not profiled |" in text
+    assert "ncu limiter" not in markdown(report, result, [], rows)  # --profile off: nothing claimed
+
+
+def test_record_profiles_every_miss_after_the_regimes_and_writes_their_limiters(tmp_path, monkeypatch):
+    """The GPU steps stood in for: `harness submit` prints a result with one miss, `controller profile` prints the
+    run-18 digest; the record asks for the regimes' digest, then for the miss by label, and writes both."""
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    import loop_record
+
+    exported = tmp_path / "promoted.json"
+    exported.write_text("{}")
+    submit = {"submission_id": 7, "status": "PASSED", "promotable": True, "workloads": [
+        {"workload": "u1", "label": "uniform_b16_kv2048", "status": "PASSED", "kernel_latency_ms": 0.05,
+         "floor_ms": 0.031, "fraction_of_floor": 0.62, "audits": []},
+        {"workload": "u2", "label": "skewed_b64", "status": "PASSED", "kernel_latency_ms": 0.17,
+         "floor_ms": 0.15, "fraction_of_floor": 0.88, "audits": []}]}
+    baselines = [{"solution_name": "fi", "workload_uuid": "u1", "kernel_ms": 0.049},
+                 {"solution_name": "fi", "workload_uuid": "u2", "kernel_ms": 0.3}]
+    calls = []
+
+    def fake_run(args, out):
+        calls.append(args)
+        out.write_text(RUN18_DIGEST.read_text() if args[1] == "profile" else "")
+        return 0
+
+    monkeypatch.setattr(loop_record, "_run", fake_run)
+    monkeypatch.setattr(loop_record.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, json.dumps(submit), ""))
+    monkeypatch.setattr(loop_record.Archive, "open_existing", lambda path: SimpleNamespace(db=None))
+    monkeypatch.setattr(loop_record, "latest_baseline_figures", lambda db, definition: baselines)
+    report = {"definition": "d", "run_id": "r", "provider": "offline", "status": "DONE",
+              "totals": {"wall_s": 700.0, "evaluated": 3, "candidates": 4},
+              "incumbent": {"name": "x", "promoted": True, "exported": str(exported)}}
+    loop_record.record(report, tmp_path / "archive", tmp_path / "out", True, [])
+    profiles = [c for c in calls if c[1] == "profile"]
+    assert len(profiles) == 2 and "-w" not in profiles[0]  # the regimes' representatives, then the miss
+    assert profiles[1][-2:] == ["-w", "uniform_b16_kv2048"]
+    text = (tmp_path / "out" / "record.md").read_text()
+    assert "| uniform_b16_kv2048 | 0.980x | 62.0% | `_chunk_then_merge_kernel` (memory-bound, limiter " \
+           "register-occupancy, DRAM 67.0%" in text
+    assert (tmp_path / "out" / "ncu_misses.json").is_file()
