@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.archive.database import Archive  # noqa: E402
 from harness.archive.queries import latest_baseline_figures  # noqa: E402
+from controller.evidence.kernel_digest import KernelDigest  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from template_sweep import parse_results  # noqa: E402
@@ -72,29 +73,17 @@ def misses(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def limiters(digest: dict[str, Any]) -> dict[str, str]:
-    """Per profiled workload (`controller profile --json`), its kernels' ncu verdict in one line: the kernel, the
-    classification and limiter, DRAM, waves, registers and what sets the blocks per SM; or why it was not profiled."""
+    """Per profiled workload (`controller profile --json`), its kernels' ncu digest in one line, as the evidence
+    writes it (controller/evidence/kernel_digest.py: time, SOL, occupancy and what limits it, registers, waves,
+    stalls, classification and limiter); or why it was not profiled."""
     found = {}
     for prof in digest.get("profiles", []):
         label = prof.get("workload_label") or prof.get("label") or prof.get("workload")
         if prof.get("status") != "ok":
             found[label] = f"not profiled: {prof.get('reason') or prof.get('status')}"
             continue
-        parts = []
-        for d in prof.get("digests", []):
-            v = d.get("values", {})
-            figures = [f"{d.get('classification', '?')}, limiter {d.get('limiter') or 'none'}"]
-            if v.get("dram_pct") is not None:
-                figures.append(f"DRAM {v['dram_pct']:.1f}%")
-            if v.get("waves_per_sm") is not None:
-                figures.append(f"{v['waves_per_sm']:.2f} waves")
-            if v.get("registers_per_thread") is not None:
-                figures.append(f"{v['registers_per_thread']:.0f} registers")
-            if d.get("occupancy_limiter"):
-                figures.append(f"{d.get('occupancy_limit_blocks_per_sm', 0):.0f} blocks/SM by "
-                               f"{d['occupancy_limiter']}")
-            parts.append(f"`{d.get('kernel', '?')}` ({', '.join(figures)})")
-        found[label] = "; ".join(parts) or "no kernel profiled"
+        lines = [KernelDigest.from_json(d).line().removeprefix("- ") for d in prof.get("digests", [])]
+        found[label] = " / ".join(lines) or "no kernel profiled"
     return found
 
 
