@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from controller.cli import main
 from controller.dispatch import DISPATCH
-from controller.providers.offline import (OfflineProvider, fixed_values, naive_entry, naive_incumbent,
-                                          offered_templates, skill_for)
+from controller.providers.offline import (OfflineGenerator, OfflineProvider, fixed_values, naive_entry,
+                                          naive_incumbent, narrowed_templates, offered_templates, skill_for)
 from controller.skills import KernelTemplate, SkillError, load_skills
 from controller.store import Store
 from harness.archive.database import Archive
@@ -183,6 +183,51 @@ def test_the_skill_data_decides_templates_fixed_values_and_the_naive_kernel():
     assert naive_entry(entries, {"b": templates["b"]}) == {"template": "b", "params": {"BLOCK_N": 16}}
     assert naive_entry(entries[0], templates) == {"template": "a", "params": {"BLOCK_N": 16}}
     assert naive_entry(entries[0], {"b": templates["b"]}) is None and naive_entry(None, templates) is None
+
+
+@pytest.mark.parametrize("keep, allowed", [
+    ({}, [0, 1, 2]),
+    ({"LOAD": [0, 1]}, [0, 1]),  # page size 1: no TMA box to take
+    ({"LOAD": [2, 0, 7]}, [0, 2]),  # the template's order; a value it never allowed is not added
+    ({"OTHER": [1]}, [0, 1, 2]),  # another template's placeholder: this one is unchanged
+])
+def test_a_definition_narrows_a_placeholders_allowed_values(keep, allowed):
+    t = KernelTemplate(name="a", path="a.tmpl", language="triton", placeholders={"LOAD": [0, 1, 2]},
+                       defaults={"LOAD": 0})
+    assert t.narrowed(keep).placeholders["LOAD"] == allowed
+    assert t.placeholders["LOAD"] == [0, 1, 2]  # the skill's own template is left as it is
+
+
+@pytest.mark.parametrize("keep, message", [
+    ({"LOAD": [1, 2]}, "must hold the default 0"),
+    ({"LOAD": [9]}, "leaves nothing"),
+])
+def test_narrowing_that_drops_the_default_or_everything_is_refused(keep, message):
+    t = KernelTemplate(name="a", path="a.tmpl", language="triton", placeholders={"LOAD": [0, 1, 2]},
+                       defaults={"LOAD": 0})
+    with pytest.raises(SkillError, match=message):
+        t.narrowed(keep)
+    with pytest.raises(SkillError, match="^w: template 'a'"):
+        narrowed_templates({"a": t}, {"narrow": keep}, "w")
+
+
+def test_narrowing_a_placeholder_no_template_has_is_refused():
+    with pytest.raises(SkillError, match="unknown: \\['BLOK_N'\\]"):
+        narrowed_templates({"a": template("a", [])}, {"narrow": {"BLOK_N": [16]}}, "w")
+
+
+def test_the_gqa_generator_never_offers_a_tma_box_at_page_size_1():
+    """The shipped skill narrows KV_LOAD to [0, 1] on page size 1: no neighbour, tactic or completion reaches 2 there,
+    while page size 64 keeps it (the memory-bandwidth tactic's first move)."""
+    skills = load_skills(ROOT / "skills")
+    for definition, allowed in [(GQA_PS64, [0, 1, 2]), (GQA_PS64.replace("ps64", "ps1"), [0, 1])]:
+        generator = OfflineGenerator(skills["gqa-decode"], definition)
+        start = generator.starting_point("latency-bound")
+        assert generator.templates["triton-split-kv-fused"].placeholders["KV_LOAD"] == allowed
+        values = {m["params"].get("KV_LOAD") for m in generator.neighbours(start, "latency-bound", 0)
+                  + generator.tactic_options(start, "memory-bandwidth") + generator.far_moves(start)}
+        assert values - {None} == set(allowed)
+        assert generator.complete("triton-split-kv-fused", {"KV_LOAD": 2})["KV_LOAD"] == (2 if 2 in allowed else 0)
 
 
 def test_cli_loop_on_a_definition_without_a_skill_exits_2_on_one_line(tmp_path):

@@ -138,10 +138,10 @@ FUSED = {"template": "triton-split-kv-fused",
          "params": {"BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "CHUNK_BLOCKS": 8,
                     "PROGRAMS_PER_SM": 2, "HEADS_FASTEST": 1, "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1,
                     "MERGE_FANIN": 0, "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                    "MAX_REGISTERS": 0}}
+                    "MAX_REGISTERS": 0, "KV_LOAD": 0}}
 FUSED_DEFAULTS = {"CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "HEADS_FASTEST": 1, "MERGE_STAGES": 3, "MERGE_UNROLL": 1,
                   "MERGE_BLOCK": 1, "MERGE_FANIN": 0, "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0,
-                  "WAVE_SLOTS_PER_SM": 0, "MAX_REGISTERS": 0}
+                  "WAVE_SLOTS_PER_SM": 0, "MAX_REGISTERS": 0, "KV_LOAD": 0}
 
 
 def request_with(origin: dict, diagnosis, candidates: int = 3) -> GenerationRequest:
@@ -170,6 +170,11 @@ def moved(origin: dict, template: str = "", **params) -> dict:
     (FUSED, "register-occupancy", [moved(FUSED, MERGE_STAGES=1), moved(FUSED, NUM_WARPS=2),
                                    moved(FUSED, BLOCK_N=32)]),
     (PER_HEAD, "dependent-loads", [moved(PER_HEAD, NUM_STAGES=3), moved(PER_HEAD, BLOCK_N=64)]),
+    # the fused kernel's page indices a step ahead first (the K/V tiles' pipeline deepens with NUM_STAGES)
+    (FUSED, "dependent-loads", [moved(FUSED, KV_LOAD=1), moved(FUSED, NUM_STAGES=3), moved(FUSED, BLOCK_N=128)]),
+    # TMA boxes lead where a page holds a box; page size 1 (this request's definition) narrows KV_LOAD to [0, 1], so
+    # the move is dropped there and the plain bandwidth moves come first
+    (FUSED, "memory-bandwidth", [moved(FUSED, BLOCK_N=128), moved(FUSED, NUM_STAGES=3)]),
     (SPLIT, "memory-bandwidth", [moved(SPLIT, BLOCK_N=128), moved(SPLIT, NUM_STAGES=3), moved(SPLIT, SPLIT_KV=32)]),
 ])
 def test_offline_proposes_the_tactic_first(origin, limiter, first):

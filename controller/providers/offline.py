@@ -23,7 +23,6 @@ import json
 import time
 from typing import Any, Optional, Union
 
-from harness.families import FamilyError, family_for
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal
 from harness.data.schema import Definition, Solution, dump_json
 
@@ -31,6 +30,7 @@ from ..dispatch import DISPATCH, dispatch_origin, dispatcher_source, splice, wor
 from ..search import (SearchSettings, configuration_on, design_switches, interleave, moved_parameter, population,
                       stalled)
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
+from .offered import fixed_values, naive_entry, narrowed_templates, offered_templates, skill_for  # noqa: F401
 
 Origin = dict[str, Any]
 
@@ -46,75 +46,6 @@ def slug(origin: dict[str, Any]) -> str:
     params = origin.get("params", {})
     name = str(origin.get("template", "kernel")).replace("triton-", "")
     return name + "".join(f"_{short.get(k, k.lower())}{v}" for k, v in params.items())
-
-
-# -- which skill, templates and fixed values a definition gets (pure) --------------------------------------
-
-
-def skill_for(skills: dict[str, Skill], definition: Union[Definition, str]) -> Skill:
-    """The skill whose templates serve ``definition``: the one its operator family names. Given only a name (no
-    op_type at hand), the skill that lists that name in its front matter's `definitions`. SkillError, on one
-    line, when there is none or it ships no kernel template."""
-    if isinstance(definition, str):
-        name = definition
-        owners = [s for s, skill in skills.items() if name in str(skill.metadata.get("definitions", "")).split()]
-        if not owners:
-            raise SkillError(f"no skill lists definition {name!r}; the offline provider serves only definitions "
-                             "whose skill ships a kernel template")
-        wanted, why = owners[0], f"skill {owners[0]!r} (it lists {name!r})"
-    else:
-        name = definition.name
-        try:
-            wanted = family_for(definition.op_type).skill
-        except FamilyError as err:
-            raise SkillError(f"definition {name!r}: {' '.join(str(err).split())}") from err
-        if not wanted:
-            raise SkillError(f"definition {name!r}: op_type {definition.op_type!r} has no skill (its operator family "
-                             "names none), so the offline provider has no kernel template for it")
-        why = f"skill {wanted!r} (of op_type {definition.op_type!r})"
-    if wanted not in skills:
-        raise SkillError(f"definition {name!r}: {why} is not in the skills folder")
-    if not kernel_templates(skills[wanted]):
-        raise SkillError(f"definition {name!r}: {why} ships no kernel template, so the offline provider cannot "
-                         "write a kernel for it")
-    return skills[wanted]
-
-
-def offered_templates(templates: dict[str, KernelTemplate], data: dict[str, Any], where: str
-                      ) -> dict[str, KernelTemplate]:
-    """The templates meant for a definition: those its data names under `template:` (one name or a list), else
-    all of them (a skill whose templates all compute the same operator)."""
-    named = data.get("template")
-    if named is None:
-        return dict(templates)
-    names = [named] if isinstance(named, str) else list(named)
-    unknown = [n for n in names if n not in templates]
-    if unknown or not names:
-        raise SkillError(f"{where}: `template:` names {unknown or names!r}, not templates of the skill "
-                         f"({', '.join(templates)})")
-    return {n: templates[n] for n in names}
-
-
-def fixed_values(template: KernelTemplate, data: dict[str, Any], where: str) -> dict[str, Any]:
-    """The placeholders ``template`` fixes by definition, valued from the definition's data: `PAGE_SIZE` is its
-    `page_size` (the placeholder's name in lower case)."""
-    values: dict[str, Any] = {}
-    for name in template.fixed_by_definition:
-        if name.lower() not in data:
-            raise SkillError(f"{where}: template {template.name!r} fixes {name} by definition, but the skill's "
-                             f"`definitions:` entry gives no {name.lower()!r}")
-        values[name] = data[name.lower()]
-    return values
-
-
-def naive_entry(entry: Any, templates: dict[str, KernelTemplate]) -> Optional[Origin]:
-    """The skill's `naive:` origin (one mapping, or a list, of which the first whose template is offered wins),
-    as {template, params}; None when it names no offered template."""
-    points = entry if isinstance(entry, list) else [entry] if entry else []
-    for point in points:
-        if isinstance(point, dict) and point.get("template") in templates:
-            return {"template": point["template"], "params": {k: v for k, v in point.items() if k != "template"}}
-    return None
 
 
 # -- the generator ------------------------------------------------------------------------------------------
@@ -140,7 +71,9 @@ class OfflineGenerator:
             raise SkillError(f"skill {skill.name!r}: `search:` {err}") from None
         self.templates: dict[str, KernelTemplate] = kernel_templates(skill)
         if definition is not None:
-            self.templates = offered_templates(self.templates, self.data(definition), self.where(definition))
+            self.templates = narrowed_templates(offered_templates(self.templates, self.data(definition),
+                                                                  self.where(definition)),
+                                                self.data(definition), self.where(definition))
             for template in self.templates.values():  # a value the skill lacks is said now, not at round 1
                 fixed_values(template, self.data(definition), self.where(definition))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -80,6 +80,22 @@ class KernelTemplate(BaseModel):
         names = list(self.placeholders)
         for values in itertools.product(*(self.placeholders[name] for name in names)):
             yield dict(zip(names, values))
+
+    def narrowed(self, keep: dict[str, Any]) -> "KernelTemplate":
+        """This template with fewer allowed values where ``keep`` ({PLACEHOLDER: [values]}, a definition's `narrow:`)
+        names its placeholders: a choice that does nothing for that definition (a TMA box of one token at page size
+        1) is not offered there. The default must stay allowed; names the template lacks are left to the caller."""
+        placeholders = dict(self.placeholders)
+        for name, values in keep.items():
+            if name not in placeholders:
+                continue
+            kept = [v for v in placeholders[name] if v in list(values)]
+            if not kept or (name in self.defaults and self.defaults[name] not in kept):
+                raise SkillError(f"template {self.name!r}: narrowing {name} to {list(values)} leaves "
+                                 f"{kept or 'nothing'} of {placeholders[name]}, which must hold the default "
+                                 f"{self.defaults.get(name)!r}")
+            placeholders[name] = kept
+        return self.model_copy(update={"placeholders": placeholders})
 
     def check(self, params: dict) -> None:
         """Raise SkillError unless params gives an allowed value for exactly the listed placeholders."""

@@ -144,6 +144,7 @@ def buffer_shapes(ttgir: str) -> list[str]:
 def _specialise(launch: Launch) -> tuple[dict[str, str], dict[str, Any], dict, dict[str, Any]]:
     """(signature, constexprs, attrs, options) as Triton's JIT would specialise this launch."""
     import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     fn = launch.kernel
     names = list(fn.arg_names)
@@ -160,6 +161,9 @@ def _specialise(launch: Launch) -> tuple[dict[str, str], dict[str, Any], dict, d
             signature[name] = "*" + _TORCH_TO_TRITON[str(value.dtype).removeprefix("torch.")]
             if value.data_ptr() % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, TensorDescriptor):  # a host TMA descriptor: its element type and box
+            dtype = _TORCH_TO_TRITON[str(value.base.dtype).removeprefix("torch.")]
+            signature[name] = f"tensordesc<{dtype}[{','.join(str(b) for b in value.block_shape)}]>"
         elif isinstance(value, bool):
             signature[name] = "i1"
         elif isinstance(value, int):
