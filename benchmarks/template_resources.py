@@ -86,7 +86,11 @@ def measure(definition: str, configs: list[dict[str, Any]], arch: int) -> list[d
         template = generator.templates.get(name)
         if template is None or template.language != "triton":
             continue
-        params = generator.complete(name, {k: v for k, v in config.items() if k not in ("template", "why")})
+        values = {k: v for k, v in config.items() if k not in ("template", "why")}
+        if bad := generator.disallowed(name, values):  # complete() would measure the default instead: say so, skip
+            print(f"{definition}: skipped, not allowed here: {', '.join(bad)}", file=sys.stderr)
+            continue
+        params = generator.complete(name, values)
         origin = {"template": name, "params": params}
         solution = generator.render(origin, definition, slug(origin), "benchmarks/template_resources", "H200")
         entry = {"definition": definition, "template": name, "params": params, "why": config.get("why", "")}

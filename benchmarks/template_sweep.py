@@ -57,8 +57,15 @@ def render_all(configs: list[dict[str, Any]], definition: str, folder: Path) -> 
         if name not in generator.templates:
             print(f"{definition}: no template {name!r} for it; skipped", file=sys.stderr)
             continue
-        origin = {"template": name, "params": generator.complete(name, {k: v for k, v in config.items()
-                                                                       if k != "template"})}
+        values = {k: v for k, v in config.items() if k != "template"}
+        if bad := generator.disallowed(name, values):  # complete() would time the default instead: say so, skip
+            print(f"{definition}: configuration {i} skipped, not allowed here: {', '.join(bad)}", file=sys.stderr)
+            continue
+        origin = {"template": name, "params": generator.complete(name, values)}
+        same = [r["solution"] for r in rendered if (r["template"], r["params"]) == (name, origin["params"])]
+        if same:  # the same kernel timed twice would only cost device time
+            print(f"{definition}: configuration {i} is {same[0]} again here; skipped", file=sys.stderr)
+            continue
         solution_name = f"sweep{i}_{slug(origin)}"
         text = generator.render(origin, definition, solution_name, "benchmarks/template_sweep", "H200")
         (folder / f"{solution_name}.json").write_text(json.dumps(text))

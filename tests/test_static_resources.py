@@ -176,3 +176,14 @@ def test_the_merge_sets_the_fused_kernels_registers_at_kv4(definition, params, r
     (entry,) = tr.measure(definition, [config], 90)
     (kernel,) = entry["kernels"]
     assert (kernel["registers"], kernel["occupancy"]["blocks_per_sm"]) == (registers, blocks)
+
+
+def test_a_configuration_the_definition_does_not_allow_is_not_measured_as_the_default(capsys):
+    """TMA boxes (KV_LOAD 2) are narrowed away at page size 1: the tool says so instead of compiling KV_LOAD 0 under
+    the asked-for configuration."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import template_resources as tr
+
+    assert tr.measure("gqa_paged_decode_h32_kv4_d128_ps1", [{"template": "triton-split-kv-fused", "KV_LOAD": 2}],
+                      90) == []
+    assert "skipped, not allowed here: KV_LOAD=2 (allowed: [0, 1])" in capsys.readouterr().err

@@ -107,6 +107,14 @@ class OfflineGenerator:
             out[name] = value
         return out
 
+    def disallowed(self, template_name: str, values: dict[str, Any]) -> list[str]:
+        """The values ``complete`` would replace by the default (not allowed for this definition: out of the
+        template's range, or narrowed away by the definition's `narrow:`), each said as NAME=VALUE (allowed: [...])."""
+        allowed = self.templates[template_name].placeholders
+        return [f"{name}={values[name]!r} (allowed: {allowed[name]})"
+                for name in self.free_params(self.templates[template_name])
+                if name in values and values[name] not in allowed[name]]
+
     def in_template_order(self, origin: dict[str, Any]) -> dict[str, Any]:
         """``origin`` with its params (a dispatch: each variant's) in its template's order, values unchanged: an
         origin read back from the archive has its keys sorted, and names (``slug``) follow the order."""
