@@ -33,6 +33,7 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "triton_persistent": ("triton", [("torch_compute", "torch.diff(kv_indptr)"),
                                      ("torch_compute", "torch.argsort(lengths")]),
     "triton_fp8_kv": ("triton", []),
+    "triton_tma_descriptors": ("triton", []),  # tl.make_tensor_descriptor with triton.set_allocator at import
     "cuda_load_inline": ("python", []),
     "cuda_load_sources": ("python", []),
     "cuda_torch_library": ("python", []),
@@ -113,3 +114,24 @@ def test_known_hacks_fail_the_gate_or_await_attribution(name):
     library = [f for f in findings if f.rule in LIBRARY_RULES]
     assert bool(library) == (name in LEFT_TO_ATTRIBUTION), _describe(findings)
     assert all(awaits_attribution(f) for f in library)
+
+
+def test_in_kernel_tma_descriptors_pass_the_harness(tmp_path):
+    """The device-side descriptor idiom (an allocator set at import, `tl.make_tensor_descriptor` in the kernel) is
+    honest Hopper code: it runs in the sandboxed worker and passes every fast audit, promotable, on CPU."""
+    pytest.importorskip("triton")
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.schema import Solution
+    from harness.pipeline.evaluate import Session, SubmitOptions
+
+    solution = Solution.model_validate({
+        "name": "triton_tma_descriptors", "definition": "gqa_paged_decode_h32_kv4_d128_ps64", "author": "corpus",
+        "spec": {"language": "triton", "target_hardware": ["H200"], "entry_point": "main.py::run",
+                 "destination_passing_style": False},
+        "sources": [{"path": p, "content": c} for p, c in _sources(CORPUS / "triton_tma_descriptors").items()]})
+    options = SubmitOptions(workloads=["uniform_b1_kv512"], timeout_s=300, baselines=False)
+    with Session(Dataset(), Archive(tmp_path / "archive"), options) as session:
+        result = session.submit(solution, audit_level="fast")
+    assert [w.status for w in result.workloads] == ["PASSED"], [w.message for w in result.workloads]
+    assert result.promotion_blockers == []
