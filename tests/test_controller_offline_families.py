@@ -15,8 +15,9 @@ from click.testing import CliRunner
 
 from controller.cli import main
 from controller.dispatch import DISPATCH
-from controller.providers.offline import (OfflineGenerator, OfflineProvider, fixed_values, naive_entry,
-                                          naive_incumbent, narrowed_templates, offered_templates, skill_for)
+from controller.providers.offline import (SLUG_MAX, OfflineGenerator, OfflineProvider, fixed_values, naive_entry,
+                                          config_key, naive_incumbent, narrowed_templates, offered_templates, skill_for,
+                                          slug)
 from controller.skills import KernelTemplate, SkillError, load_skills
 from controller.store import Store
 from harness.archive.database import Archive
@@ -273,3 +274,21 @@ def test_cli_loop_moe_offline_one_round_through_the_harness(tmp_path, monkeypatc
     names = [c["solution_name"] for c in store.candidates(report["run_id"])]
     assert names == ["naive_moe-fp8_block_m16_bn64_w4_s1_dotfp32", "r1_moe-fp8_block_m32_bn64_w4_s1_dotfp32"]
     assert all(c["submission_id"] for c in store.candidates(report["run_id"]))
+
+
+def test_a_configurations_name_fits_a_file_name_and_stays_unique():
+    """The fused template's every parameter spelled out runs past a file name's 255 bytes (a sweep writes
+    `sweep3_<name>.json`): past SLUG_MAX the rest is a digest of the whole configuration; short names stay as
+    they were."""
+    generator = OfflineGenerator(load_skills(ROOT / "skills")["gqa-decode"], GQA_PS64)
+    start = generator.starting_point("latency-bound")
+    configurations = [start, *generator.neighbours(start, "latency-bound", 0)]
+    names = {slug(m) for m in configurations}
+    assert len(names) == len({config_key(m) for m in configurations})  # every configuration its own name
+    assert all(len(n) <= SLUG_MAX for n in names)
+    assert slug(start) == ("split-kv-fused_bn128_w4_s2_dot2_chunk_blocks16_pps2_heads_fastest1_merge_stages3"
+                           "_merge_unroll1_merge_block1_merge_fanin8_mcb1_scd0_wsps-1_max_registers0_kv_load0_spps0")
+    many = {"template": "t", "params": {f"PARAMETER_{i}": i for i in range(40)}}
+    assert len(slug(many)) == SLUG_MAX and slug(many) != slug({**many, "params": {**many["params"], "PARAMETER_39": 0}})
+    short = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 64, "NUM_WARPS": 4}}
+    assert slug(short) == "per-kv-head_bn64_w4"

@@ -82,3 +82,23 @@ def test_the_contests_definitions_export_byte_for_byte_and_their_absent_blobs_ar
     fib = pytest.importorskip("flashinfer_bench.data")
     ts = fib.TraceSet.from_path(str(tmp_path / "export"))
     assert set(names) <= set(ts.definitions) and len(ts.workloads[names[0]]) == 19
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("honest", "honest"),
+    ("r2 split/kv", "r2_split_kv"),
+])
+def test_a_solution_name_becomes_one_file_name_component(name, expected):
+    from harness.archive.export import _safe
+
+    assert _safe(name) == expected
+
+
+def test_a_name_longer_than_a_file_name_allows_ends_in_a_digest_of_the_whole():
+    """A loop names a solution after its parameters (the fused template's run past 255 bytes): the export must still
+    write it, and two such names that differ only at the end must not collide."""
+    from harness.archive.export import _safe
+
+    a, b = "r3_split-kv-fused" + "_param1" * 60, "r3_split-kv-fused" + "_param1" * 59 + "_param2"
+    assert len(_safe(a)) == len(_safe(b)) == 200 and _safe(a) != _safe(b)
+    assert _safe(a).startswith("r3_split-kv-fused_param1")

@@ -236,9 +236,9 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (BLOCK_N x NUM_WARPS x USE_DOT x PAGE_SIZE, then NUM_STAGES: 3 for per-KV-head and split, 5 for fused,
-    # whose grid MAX_REGISTERS doubles and KV_LOAD triples),
+    # whose grid MAX_REGISTERS doubles, KV_LOAD triples and SATURATING_PROGRAMS_PER_SM quadruples),
     # then the CUDA template
-    assert combinations == 4 * 4 * 4 * 2 * (3 * (1 + 7) + 5 * 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5 * 2 * 3) \
+    assert combinations == 4 * 4 * 4 * 2 * (3 * (1 + 7) + 5 * 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5 * 2 * 3 * 4) \
         + 2 * 3 * 6 * 3 * 3 * 4
 
 
@@ -340,7 +340,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True}),
     # one-tile chunks: 19 partials for the long request (a pipelined merge loop unrolled by 4: 19 is no multiple
     # of it); the other grid order; a register cap (`maxnreg`, a compile option the interpreter leaves out)
@@ -348,7 +349,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 4, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 168, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 168, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
@@ -357,7 +359,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 8, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 5, 0], "setup": True, "patch_interpreter": True}),
     # the two-level merge: one-tile chunks, 10 and 5 of them in groups of 4 (3 groups, the last of 2; 2 groups, the
     # last of 1), a request of 3 chunks merged in one level, an empty request; both calls reuse the counters
@@ -365,7 +368,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [150, 80, 0, 40], "setup": True}),
     # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
     # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
@@ -377,14 +381,16 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # page size 64, bf16 tiles, groups of 8 (19 chunks: 3 groups), the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 2, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True}),
     # a one-chunk request writes its output itself: 4-tile chunks at least (MIN_CHUNK_BLOCKS), so 40 tokens (3 tiles)
     # and 64 are one chunk each, 150 is three (merged), the empty request one empty chunk written directly
@@ -392,7 +398,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [40, 150, 0, 64], "setup": True}),
     # every request one chunk (the large-batch case), bf16 tiles, page size 64 with a partial last page, groups of 8
     # never reached
@@ -400,7 +407,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
                                "MIN_CHUNK_BLOCKS": 8, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [100, 0, 64, 7], "setup": True, "patch_interpreter": True}),
     # chunks sized for whole waves of 2 programs per SM (264 slots): 21 one-tile chunks per KV head fill one wave
     # where the rule without it makes 2-tile chunks (19 partials for the long request, two-level merge)
@@ -408,7 +416,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 2,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 16}),
     # -1: programs per SM from the compiled kernel; the interpreter compiles nothing, so PROGRAMS_PER_SM (1) stands
     # in, as the state says: 132 slots, one-tile chunks make 168 programs (2 waves x 2 tiles' cost) against 2-tile
@@ -417,7 +426,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": -1,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 32, "patch_interpreter": True,
       "wave_from": "PROGRAMS_PER_SM"}),
     # K/V tiles as TMA boxes (KV_LOAD 2), page indices a step ahead: 16-token boxes in chunks of 8 steps (two pages,
@@ -427,7 +437,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
                                "MIN_CHUNK_BLOCKS": 8, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 2},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 2,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64, 7], "setup": True, "patch_interpreter": True, "nan_tail": True,
       "chunk_tokens": 128}),
     # BLOCK_N 128 over pages of 64: a box is one page, two steps per block; kv8, a one-chunk request written directly
@@ -435,7 +446,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 2},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 2,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [300, 0, 100], "setup": True, "patch_interpreter": True, "nan_tail": True,
       "chunk_tokens": 128}),
     # page indices a step ahead with pointer loads (KV_LOAD 1): 32-token steps over pages of 64, chunks of 4 steps
@@ -443,7 +455,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 4, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 1, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 1},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 1,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64, 7], "setup": True, "patch_interpreter": True, "nan_tail": True,
       "chunk_tokens": 128}),
     # page size 1 has no box to take: KV_LOAD 2 is 1 there (every token its own page index, a step ahead)
@@ -451,7 +464,8 @@ INTERPRETER_CASES = [
                                "CHUNK_BLOCKS": 4, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 2},
+                               "MAX_REGISTERS": 0, "KV_LOAD": 2,
+                               "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [70, 5, 0], "setup": True, "patch_interpreter": True, "chunk_tokens": 64}),
 ]
 

@@ -39,13 +39,28 @@ def config_key(origin: dict[str, Any]) -> str:
     return json.dumps({"template": origin.get("template"), "params": origin.get("params", {})}, sort_keys=True)
 
 
+# Names are readable up to here; beyond, the rest of the parameters is a digest of them (prefixes such as `r12_` or
+# `sweep3_` and `.json` must still fit a file name).
+SLUG_MAX = 200
+
+
+def abbreviated(placeholder: str) -> str:
+    """A placeholder's name in a configuration's name: lower case, and of three words or more their initials
+    (`PROGRAMS_PER_SM` -> `pps`, `CHUNK_BLOCKS` -> `chunk_blocks`)."""
+    words = placeholder.lower().split("_")
+    return "".join(w[0] for w in words if w) if len(words) >= 3 else placeholder.lower()
+
+
 def slug(origin: dict[str, Any]) -> str:
     if origin.get("template") == DISPATCH:  # its variants are in its description; a short stable name here
         return "dispatch_" + hashlib.sha256(config_key(origin).encode()).hexdigest()[:8]
     short = {"BLOCK_N": "bn", "NUM_WARPS": "w", "NUM_STAGES": "s", "USE_DOT": "dot", "SPLIT_KV": "split"}
     params = origin.get("params", {})
     name = str(origin.get("template", "kernel")).replace("triton-", "")
-    return name + "".join(f"_{short.get(k, k.lower())}{v}" for k, v in params.items())
+    name += "".join(f"_{short.get(k, abbreviated(k))}{v}" for k, v in params.items())
+    if len(name) > SLUG_MAX:  # a file name (a sweep's solution, an export) holds at most 255 bytes: keep it one
+        name = name[:SLUG_MAX - 9].rstrip("_") + "_" + hashlib.sha256(config_key(origin).encode()).hexdigest()[:8]
+    return name
 
 
 # -- the generator ------------------------------------------------------------------------------------------

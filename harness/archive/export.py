@@ -13,6 +13,7 @@ and unchanged workload lines are copied as they were read, so official files sta
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -45,7 +46,12 @@ class ExportReport:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    """``name`` as one file-name component: other characters replaced, and past 200 characters the rest a digest of
+    the whole (a file name holds at most 255 bytes; solutions named after their parameters run longer)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    if len(safe) > 200:
+        safe = safe[:191] + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    return safe
 
 
 def _materialised_workload(definition: Definition, workload: Workload, dataset: Dataset, out: Path,
