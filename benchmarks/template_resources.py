@@ -1,6 +1,7 @@
 """Registers, spills, shared memory and occupancy of the gqa-decode skill's Triton kernels on an H200, without one.
 
     python benchmarks/template_resources.py --out DIR [--definitions gqa_decode] [--configs FILE.json] [--arch 90]
+                                            [--batches 64x2048,64x8192] [--sms 132]
 
 Each configuration ({"template": NAME, PARAM: VALUE...}, as `template_sweep.py` takes them; default: every Triton
 template at its defaults and the skill's starting points) is rendered as the loop renders it, its `plan`/`run` is
@@ -8,7 +9,10 @@ called on a small batch of host tensors with every kernel replaced by a recorder
 (`harness.profiling.static_resources`), and each recorded launch is compiled for `sm_<arch>` here, as the GPU's
 JIT would compile it. The figures are what ncu calls `launch__registers_per_thread`, the spill traffic's stack,
 `launch__shared_mem_per_block` and the theoretical occupancy with its limiter: the register-occupancy limiter of
-the skill can be read before any GPU time is spent. Writes template_resources_<date>.json and .md in DIR.
+the skill can be read before any GPU time is spent. With --batches (BATCHxTOKENS, uniform requests), a template with a
+planned split (`_plan`) also plans each batch as it would on a GPU of --sms SMs holding the compiled kernel's
+blocks per SM: the chunk size, programs and waves a timing will run (read, not reasoned: run 18's record reasoned
+them and was wrong). Writes template_resources_<date>.json and .md in DIR.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,14 +62,49 @@ def small_batch(data: dict[str, Any]):
     return inputs, outputs
 
 
+def _load(source: str, folder: str) -> Any:
+    path = Path(folder) / "kernel.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("template_resources_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plans_of(source: str, data: dict[str, Any], blocks_per_sm: int, batches: list[tuple[int, int]],
+             sms: int) -> list[dict[str, Any]]:
+    """Each batch (requests, tokens each) as the rendered module's `_plan` cuts it on ``sms`` SMs holding
+    ``blocks_per_sm`` of the kernel (what `WAVE_SLOTS_PER_SM` -1 reads from the compiled kernel on the GPU); host
+    tensors of the shapes only (the caches are one page, expanded: no memory). [] for a template without a plan."""
+    import torch
+
+    with tempfile.TemporaryDirectory(prefix="template-plans-") as folder:
+        module = _load(source, folder)
+        if not hasattr(module, "_plan"):
+            return []
+        module._sm_count = lambda device: sms
+        module._compiled_occupancy = lambda call, device: (blocks_per_sm, "compiled for the host's --arch")
+        heads, kv_heads, dim, page = data["num_qo_heads"], data["num_kv_heads"], data["head_dim"], data["page_size"]
+        out = []
+        for batch, tokens in batches:
+            pages = -(-tokens // page)
+            q = torch.zeros(batch, heads, dim, dtype=torch.bfloat16)
+            cache = torch.zeros(1, page, kv_heads, dim, dtype=torch.bfloat16).expand(batch * pages, -1, -1, -1)
+            indptr = torch.arange(batch + 1, dtype=torch.int32) * pages
+            indices = torch.zeros(batch * pages, dtype=torch.int32)
+            last = [torch.full((batch,), tokens - (pages - 1) * page, dtype=torch.int32)] if page > 1 else []
+            state = module._plan(q, cache, cache, indptr, indices, *(last or [None]), 0.088)
+            programs = state["works"] * kv_heads
+            out.append({"batch": f"{batch}x{tokens}", "chunk_tokens": state["chunk_tokens"], "programs": programs,
+                        "waves": round(programs / (blocks_per_sm * sms), 2),
+                        "slots_per_sm": state.get("wave_slots", {}).get("per_sm")})
+        return out
+
+
 def resources_of(source: str, setup: bool, data: dict[str, Any], arch: int) -> list[dict[str, Any]]:
     """Each kernel launch of one rendered kernel module, compiled for ``arch``."""
     with tempfile.TemporaryDirectory(prefix="template-resources-") as folder:
-        path = Path(folder) / "kernel.py"
-        path.write_text(source)
-        spec = importlib.util.spec_from_file_location("template_resources_kernel", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = _load(source, folder)
         inputs, outputs = small_batch(data)
 
         def call() -> None:
@@ -76,7 +115,8 @@ def resources_of(source: str, setup: bool, data: dict[str, Any], arch: int) -> l
         return [dataclasses.asdict(compile_launch(launch, arch)) for launch in launches]
 
 
-def measure(definition: str, configs: list[dict[str, Any]], arch: int) -> list[dict[str, Any]]:
+def measure(definition: str, configs: list[dict[str, Any]], arch: int, batches: Optional[list[tuple[int, int]]] = None,
+            sms: int = 132) -> list[dict[str, Any]]:
     generator = offline_generator(load_skills(ROOT / "skills"), definition)
     (block,) = [b for b in machine_blocks(generator.skill) if "templates" in b]
     data = block["definitions"][definition]
@@ -96,6 +136,9 @@ def measure(definition: str, configs: list[dict[str, Any]], arch: int) -> list[d
         entry = {"definition": definition, "template": name, "params": params, "why": config.get("why", "")}
         try:
             entry["kernels"] = resources_of(solution["sources"][0]["content"], bool(template.setup), data, arch)
+            if batches and entry["kernels"]:
+                entry["plans"] = plans_of(solution["sources"][0]["content"], data,
+                                          entry["kernels"][0]["occupancy"]["blocks_per_sm"], batches, sms)
         except Exception as err:  # a configuration that does not compile is a finding, not the end of the run
             entry["error"] = f"{type(err).__name__}: {str(err)[:400]}"
         out.append(entry)
@@ -121,6 +164,15 @@ def markdown(entries: list[dict[str, Any]], arch: int) -> str:
             lines.append(f"| {e['definition']} | {e['template']} | {params} | `{k['kernel']}` | {k['registers']} | "
                          f"{k['spill_stack_bytes']} | {k['shared_bytes'] / 1024:.1f} | {occ['blocks_per_sm']} | "
                          f"{occ['limiter']} | {occ['theoretical_pct']} | {', '.join(k.get('shared_buffers', []))} |")
+    plans = [(e, p) for e in entries for p in e.get("plans", [])]
+    if plans:
+        lines += ["", "Plans (`--batches`, uniform requests) at the compiled kernel's blocks per SM:", "",
+                  "| definition | parameters | batch | slots/SM | chunk tokens | programs | waves |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        for e, p in plans:
+            params = " ".join(f"{k}={v}" for k, v in e["params"].items())
+            lines.append(f"| {e['definition']} | {params} | {p['batch']} | {p['slots_per_sm'] or '-'} | "
+                         f"{p['chunk_tokens']} | {p['programs']} | {p['waves']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -130,11 +182,18 @@ def main() -> None:
     parser.add_argument("--definitions", default="gqa_decode")
     parser.add_argument("--configs", type=Path, default=None, help="a JSON list of configurations")
     parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--batches", default="", help="BATCHxTOKENS,... to plan (fused split-KV templates)")
+    parser.add_argument("--sms", type=int, default=132, help="SMs of the GPU the plans are for (H200: 132)")
     args = parser.parse_args()
+    try:
+        batches = [tuple(int(x) for x in b.split("x")) for b in args.batches.split(",") if b]
+        assert all(len(b) == 2 and b[0] > 0 and b[1] > 0 for b in batches)
+    except (ValueError, AssertionError):
+        parser.error(f"--batches: BATCHxTOKENS,... with positive integers, got {args.batches!r}")
     configs = json.loads(args.configs.read_text()) if args.configs else []
     dataset = Dataset()
     definitions = [d for name in args.definitions.split(",") if name for d in dataset.resolve(name)]
-    entries = [e for d in definitions for e in measure(d, configs, args.arch)]
+    entries = [e for d in definitions for e in measure(d, configs, args.arch, batches, args.sms)]
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"template_resources_{dt.date.today().isoformat()}"
     stem.with_suffix(".json").write_text(json.dumps(entries, indent=1))

@@ -187,3 +187,26 @@ def test_a_configuration_the_definition_does_not_allow_is_not_measured_as_the_de
     assert tr.measure("gqa_paged_decode_h32_kv4_d128_ps1", [{"template": "triton-split-kv-fused", "KV_LOAD": 2}],
                       90) == []
     assert "skipped, not allowed here: KV_LOAD=2 (allowed: [0, 1])" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="this triton has no NVIDIA backend with ptxas")
+@pytest.mark.parametrize("params, batch, chunk_tokens, programs", [
+    # run 18's 3-program kernel (MERGE_STAGES 1: 168 registers, 3 per SM): its record said 64 x 2048 stayed 256 whole
+    # requests and 64 x 8192 became one chunk each; the plan is 768 chunks in both
+    ({"MERGE_STAGES": 1, "CHUNK_BLOCKS": 32}, (64, 2048), 768, 768),
+    ({"MERGE_STAGES": 1, "CHUNK_BLOCKS": 32}, (64, 8192), 2816, 768),
+    # the bandwidth term keeps them whole
+    ({"MERGE_STAGES": 1, "CHUNK_BLOCKS": 32, "SATURATING_PROGRAMS_PER_SM": 2}, (64, 2048), 2048, 256),
+    ({"MERGE_STAGES": 1, "CHUNK_BLOCKS": 32, "SATURATING_PROGRAMS_PER_SM": 2}, (64, 8192), 8192, 256),
+    ({}, (64, 2048), 2048, 256),  # the starting point (2 per SM) as timed
+])
+def test_the_plan_a_timing_runs_is_read_from_the_compiled_kernel(params, batch, chunk_tokens, programs):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import template_resources as tr
+
+    config = {"template": "triton-split-kv-fused", "MERGE_FANIN": 8, "WAVE_SLOTS_PER_SM": -1, **params}
+    (entry,) = tr.measure("gqa_paged_decode_h32_kv4_d128_ps64", [config], 90, [batch], 132)
+    (plan,) = entry["plans"]
+    blocks = entry["kernels"][0]["occupancy"]["blocks_per_sm"]
+    assert (plan["chunk_tokens"], plan["programs"], plan["slots_per_sm"]) == (chunk_tokens, programs, blocks)
+    assert plan["batch"] == f"{batch[0]}x{batch[1]}" and plan["waves"] == round(programs / (blocks * 132), 2)
