@@ -219,26 +219,29 @@ def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(
                       evaluator=fake)
     promoted = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
     # Round 1 (from the naive kernel): bn32 wins; w2 then only ties the new incumbent. Round 2 (from bn32): w2 wins.
-    assert [d["candidate"] for d in promoted] == ["r1_per-kv-head_bn32_w1_s1_dot0", "r2_per-kv-head_bn32_w2_s1_dot0"]
-    assert report["incumbent"]["promoted"] and report["incumbent"]["name"] == "r2_per-kv-head_bn32_w2_s1_dot0"
+    assert [d["candidate"] for d in promoted] == ["r1_per-kv-head_bn32_w1_s1_dot0_kv_load0",
+                                                  "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"]
+    assert report["incumbent"]["promoted"] and report["incumbent"]["name"] == "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"
     exported = json.loads(open(report["incumbent"]["exported"]).read())
-    assert Solution.model_validate(exported).name == "r2_per-kv-head_bn32_w2_s1_dot0"
-    assert seen[1].incumbent.name == "r1_per-kv-head_bn32_w1_s1_dot0"  # round 2 starts from the promoted one
+    assert Solution.model_validate(exported).name == "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"
+    assert seen[1].incumbent.name == "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"  # round 2 starts from the promoted one
     assert seen[1].evidence.kind == "latency-only" and "0.8" in seen[1].evidence.markdown
     # Paired measurements only for candidates past the gates and the screen; the decision rests on them.
     # Round 2 explores the population: a neighbour of the runner-up w2 (bn16_w4: 1.0 ms, screened out) beside
     # one of the incumbent (bn32_w2: promoted).
     assert [(d["candidate"], d["rule"]) for d in report["decisions"][1:]] == [
-        ("r1_per-kv-head_bn32_w1_s1_dot0", "promoted"), ("r1_per-kv-head_bn16_w2_s1_dot0", "noise_floor"),
-        ("r2_per-kv-head_bn16_w4_s1_dot0", "screen"), ("r2_per-kv-head_bn32_w2_s1_dot0", "promoted")]
+        ("r1_per-kv-head_bn32_w1_s1_dot0_kv_load0", "promoted"),
+        ("r1_per-kv-head_bn16_w2_s1_dot0_kv_load0", "noise_floor"),
+        ("r2_per-kv-head_bn16_w4_s1_dot0_kv_load0", "screen"), ("r2_per-kv-head_bn32_w2_s1_dot0_kv_load0", "promoted")]
     assert len(fake.paired) == 3
     # Each promotion rests on an evaluation at the full audit level, made only for the two it promoted.
-    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0", "r2_per-kv-head_bn32_w2_s1_dot0"]
+    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0_kv_load0", "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"]
     decision = Store(archive).decisions(report["run_id"])[1]
     assert decision["details"]["measurement"]["order"] == "ABBA" and decision["details"]["repeats"] == 2
     assert decision["details"]["mean_speedup"] == pytest.approx(1.25)
     full = archive.submission(decision["details"]["full_audit_submission"])
-    assert full["options"]["audit_level"] == "full" and full["solution_name"] == "r1_per-kv-head_bn32_w1_s1_dot0"
+    assert full["options"]["audit_level"] == "full"
+    assert full["solution_name"] == "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"
     assert report["rounds"][1]["best_latency_ms"] == pytest.approx(0.8)
     assert report["rounds"][1]["speedup_vs_flashinfer"] == pytest.approx(0.025)
 
@@ -253,15 +256,17 @@ def test_a_decisive_win_on_the_same_card_skips_the_paired_measurement(tiny_datas
     report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
                       provider=OfflineProvider(unseeded_skills(tmp_path / "skills")), evaluator=fake)
     (promoted,) = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
-    assert promoted["candidate"] == "r1_per-kv-head_bn32_w1_s1_dot0"
-    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0"]
+    assert promoted["candidate"] == "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"
+    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"]
     (details,) = [d["details"] for d in Store(archive).decisions(report["run_id"]) if d["verdict"] == "PROMOTED"]
     assert details["mean_speedup"] == pytest.approx(2.5)
     if paired:
-        assert ("naive_per-kv-head_bn16_w1_s1_dot0", "r1_per-kv-head_bn32_w1_s1_dot0") in fake.paired
+        assert ("naive_per-kv-head_bn16_w1_s1_dot0_kv_load0", "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0") in \
+            fake.paired
         assert details["measurement"]["order"] == "ABBA"
     else:
-        assert ("naive_per-kv-head_bn16_w1_s1_dot0", "r1_per-kv-head_bn32_w1_s1_dot0") not in fake.paired
+        assert ("naive_per-kv-head_bn16_w1_s1_dot0_kv_load0",
+                "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0") not in fake.paired
         assert details["decisive"] is True and details["measurement"] is None
         assert "no paired measurement needed" in promoted["reasons"][0]
 
@@ -287,17 +292,17 @@ def test_a_candidate_whose_full_audit_evaluation_fails_is_not_promoted(tiny_data
     def judge(s):  # naive 1.0 ms; every neighbour 0.8 ms
         return "PASSED", 1.0 if s is not None and "naive" in s.name else 0.8
 
-    first = "r1_per-kv-head_bn32_w1_s1_dot0"
+    first = "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"
     fake = FakeEvaluator(archive, dataset, [WORKLOAD], judge,
                          full_judge=lambda s: full_result if s.name == first else ("PASSED", CLEAN_AUDITS))
     report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
                       provider=OfflineProvider(unseeded_skills(tmp_path / "skills")), evaluator=fake)
     assert [(d["candidate"], d["verdict"], d["rule"]) for d in report["decisions"][1:]] == [
-        (first, "REJECTED", "full_audit"), ("r1_per-kv-head_bn16_w2_s1_dot0", "PROMOTED", "promoted")]
+        (first, "REJECTED", "full_audit"), ("r1_per-kv-head_bn16_w2_s1_dot0_kv_load0", "PROMOTED", "promoted")]
     rejected = report["decisions"][1]["reasons"]
     assert rejected[0].startswith("full-audit evaluation (submission ") and reason in rejected[0], rejected
-    assert fake.full_calls == [first, "r1_per-kv-head_bn16_w2_s1_dot0"]
-    assert report["incumbent"]["name"] == "r1_per-kv-head_bn16_w2_s1_dot0"
+    assert fake.full_calls == [first, "r1_per-kv-head_bn16_w2_s1_dot0_kv_load0"]
+    assert report["incumbent"]["name"] == "r1_per-kv-head_bn16_w2_s1_dot0_kv_load0"
     details = Store(archive).decisions(report["run_id"])[1]["details"]
     assert details["mean_speedup"] == pytest.approx(1.25)  # what it would have won on is kept
     assert archive.submission(details["full_audit_submission"])["options"]["audit_level"] == "full"

@@ -39,7 +39,7 @@ CASES = {
     GQA_PS64: ("gqa-decode", ["triton-per-kv-head", "triton-split-kv", "triton-split-kv-fused",
                               "cuda-mma-split-kv-fused"], {"PAGE_SIZE": 64},
                {"template": "triton-per-kv-head",
-                "params": {"BLOCK_N": 16, "NUM_WARPS": 1, "NUM_STAGES": 1, "USE_DOT": 0}}),
+                "params": {"BLOCK_N": 16, "NUM_WARPS": 1, "NUM_STAGES": 1, "USE_DOT": 0, "KV_LOAD": 0}}),
     MOE: ("moe-fp8", ["triton-moe-fp8"], {},
           {"template": "triton-moe-fp8",
            "params": {"BLOCK_M": 16, "BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 1, "DOT": "fp32"}}),

@@ -131,7 +131,8 @@ def test_request_evidence_kinds():
 
 # -- the offline provider acts on the limiter -------------------------------------------------------------
 
-PER_HEAD = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1}}
+PER_HEAD = {"template": "triton-per-kv-head",
+            "params": {"BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "KV_LOAD": 0}}
 SPLIT = {"template": "triton-split-kv",
          "params": {"BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 16}}
 FUSED = {"template": "triton-split-kv-fused",
@@ -169,7 +170,8 @@ def moved(origin: dict, template: str = "", **params) -> dict:
     # per-KV-head template lacks is skipped there)
     (FUSED, "register-occupancy", [moved(FUSED, MERGE_STAGES=1), moved(FUSED, NUM_WARPS=2),
                                    moved(FUSED, BLOCK_N=32)]),
-    (PER_HEAD, "dependent-loads", [moved(PER_HEAD, NUM_STAGES=3), moved(PER_HEAD, BLOCK_N=64)]),
+    (PER_HEAD, "dependent-loads", [moved(PER_HEAD, KV_LOAD=1), moved(PER_HEAD, NUM_STAGES=3),
+                                   moved(PER_HEAD, BLOCK_N=64)]),
     # the fused kernel's page indices a step ahead first (the K/V tiles' pipeline deepens with NUM_STAGES)
     (FUSED, "dependent-loads", [moved(FUSED, KV_LOAD=1), moved(FUSED, NUM_STAGES=3), moved(FUSED, BLOCK_N=128)]),
     # TMA boxes lead where a page holds a box; page size 1 (this request's definition) narrows KV_LOAD to [0, 1], so

@@ -235,10 +235,10 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
                        for value in values for page in template.placeholders["PAGE_SIZE"]}
         assert every_value <= covered, template.name
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
-    # Triton (BLOCK_N x NUM_WARPS x USE_DOT x PAGE_SIZE, then NUM_STAGES: 3 for per-KV-head and split, 5 for fused,
-    # whose grid MAX_REGISTERS doubles, KV_LOAD triples and SATURATING_PROGRAMS_PER_SM quadruples),
+    # Triton (BLOCK_N x NUM_WARPS x USE_DOT x PAGE_SIZE, then NUM_STAGES: 3 for per-KV-head (x KV_LOAD 3) and split,
+    # 5 for fused, whose grid MAX_REGISTERS doubles, KV_LOAD triples and SATURATING_PROGRAMS_PER_SM quadruples),
     # then the CUDA template
-    assert combinations == 4 * 4 * 4 * 2 * (3 * (1 + 7) + 5 * 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5 * 2 * 3 * 4) \
+    assert combinations == 4 * 4 * 4 * 2 * (3 * (3 + 7) + 5 * 6 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5 * 2 * 3 * 4) \
         + 2 * 3 * 6 * 3 * 3 * 4
 
 
@@ -253,6 +253,23 @@ def test_shared_kernel_helpers_are_identical_in_both_templates(gqa):
     templates = [t for t in kernel_templates(gqa).values() if t.language == "triton"]  # CUDA shares no Triton
     first, *others = (helpers(gqa.folder / t.path) for t in templates)
     assert len(others) == 2 and all(other == first for other in others)
+
+
+def test_the_page_indices_ahead_are_the_same_text_in_both_templates_that_offer_them(gqa):
+    """KV_LOAD (per-KV-head and fused split-KV): the kernel helpers from `_ahead_tile` to `_attend_tokens_ahead` and the
+    host's `_tma_tile` are one text (each rendered file stands alone)."""
+    def ahead(path: Path) -> tuple[str, str]:
+        text = path.read_text(encoding="utf-8")
+        start = text.index("@triton.jit\ndef _ahead_tile(")
+        end = text.index("\n\n\n", text.index("def _attend_tokens_ahead("))
+        host = text.index("def _tma_tile(")
+        return text[start:end], text[host:text.index("\n\n\n", host)]
+
+    templates = kernel_templates(gqa)
+    offering = [t for t in templates.values() if "KV_LOAD" in t.placeholders]
+    assert sorted(t.name for t in offering) == ["triton-per-kv-head", "triton-split-kv-fused"]
+    first, second = (ahead(gqa.folder / t.path) for t in offering)
+    assert first == second and "k_desc.load(" in first[0]
 
 
 # ------------------------------------------------- the templates on Triton's CPU interpreter
@@ -330,7 +347,7 @@ print(json.dumps({
 # One rendered template of each kind, covering both page sizes, both KV-head counts, both
 # inner-product paths, an empty request (page size 1) and a multi-page partial last page (64).
 INTERPRETER_CASES = [
-    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0},
+    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0, "KV_LOAD": 0},
      {"kv_heads": 8, "lengths": [5, 0]}),
     ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 4},
      {"kv_heads": 4, "lengths": [70, 3]}),
@@ -353,7 +370,8 @@ INTERPRETER_CASES = [
                                "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
-    ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2},
+    ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
+                            "KV_LOAD": 0},
      {"kv_heads": 8, "lengths": [70, 0], "patch_interpreter": True}),
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
@@ -373,7 +391,7 @@ INTERPRETER_CASES = [
      {"kv_heads": 8, "lengths": [150, 80, 0, 40], "setup": True}),
     # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
     # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
-    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3},
+    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3, "KV_LOAD": 0},
      {"kv_heads": 8, "lengths": [37, 0], "patch_interpreter": True}),
     ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3, "SPLIT_KV": 4},
      {"kv_heads": 4, "lengths": [70, 3], "patch_interpreter": True}),
@@ -450,6 +468,14 @@ INTERPRETER_CASES = [
                                "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [300, 0, 100], "setup": True, "patch_interpreter": True, "nan_tail": True,
       "chunk_tokens": 128}),
+    # the per-KV-head kernel with TMA boxes (KV_LOAD 2): 32-token boxes, whole requests of 300 and 64 tokens and a
+    # partial one, NaN past every request's end; and with the page indices ahead over pages of 1
+    ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
+                            "KV_LOAD": 2},
+     {"kv_heads": 4, "lengths": [300, 0, 64, 7], "patch_interpreter": True, "nan_tail": True}),
+    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
+                            "KV_LOAD": 1},
+     {"kv_heads": 8, "lengths": [70, 0, 5], "patch_interpreter": True}),
     # page indices a step ahead with pointer loads (KV_LOAD 1): 32-token steps over pages of 64, chunks of 4 steps
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 4, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
