@@ -15,7 +15,7 @@
 # AUDIT_ARGS, PARITY_ARGS, THROUGHPUT_ARGS (e.g. --workloads a,b), ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
 # CARRIED=FILE.tgz: an earlier host's travel copy (KEEP_ARCHIVE=1 KEEP_JIT=1 there) unpacked into ARCHIVE first, so
 # FlashInfer's modules and the baselines are not built and timed again. KEEP_JIT=1: the travel copy keeps FlashInfer's
-# JIT modules (.so only). sweep: SWEEP_CONFIGS (a JSON list, benchmarks/template_sweep.py), SWEEP_DEFINITIONS,
+# JIT modules (.so only). sweep: SWEEP_CONFIGS (JSON lists, comma-separated, benchmarks/template_sweep.py), SWEEP_DEFINITIONS,
 # SWEEP_ARGS (more `harness submit` arguments, e.g. "-w uniform_b1_kv8192"). loop_record: for each of LOOP_DEFINITIONS
 # (comma-separated) `controller loop --provider offline` from the naive kernel within LOOP_BUDGET_S (default 380),
 # then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/. LOOP_EXTEND_S=S:

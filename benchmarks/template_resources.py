@@ -180,7 +180,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--definitions", default="gqa_decode")
-    parser.add_argument("--configs", type=Path, default=None, help="a JSON list of configurations")
+    parser.add_argument("--configs", default="", help="JSON files, each a list of configurations; several: "
+                        "comma-separated, one after the other")
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--batches", default="", help="BATCHxTOKENS,... to plan (fused split-KV templates)")
     parser.add_argument("--sms", type=int, default=132, help="SMs of the GPU the plans are for (H200: 132)")
@@ -190,7 +191,7 @@ def main() -> None:
         assert all(len(b) == 2 and b[0] > 0 and b[1] > 0 for b in batches)
     except (ValueError, AssertionError):
         parser.error(f"--batches: BATCHxTOKENS,... with positive integers, got {args.batches!r}")
-    configs = json.loads(args.configs.read_text()) if args.configs else []
+    configs = [c for f in args.configs.split(",") if f for c in json.loads(Path(f).read_text())]
     dataset = Dataset()
     definitions = [d for name in args.definitions.split(",") if name for d in dataset.resolve(name)]
     entries = [e for d in definitions for e in measure(d, configs, args.arch, batches, args.sms)]

@@ -1,6 +1,6 @@
 """The skill's kernel templates against FlashInfer on every workload: where each design stands before a search.
 
-    python benchmarks/template_sweep.py --out DIR [--definitions gqa_decode] [--configs FILE.json]
+    python benchmarks/template_sweep.py --out DIR [--definitions gqa_decode] [--configs FILE.json[,MORE.json]]
                                         [--archive A] [-- extra harness submit args]
 
 Each configuration ({"template": NAME, PARAM: VALUE...}; missing parameters take the template's defaults, the
@@ -167,11 +167,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--definitions", default="gqa_decode")
-    parser.add_argument("--configs", type=Path, default=None, help="a JSON list of configurations")
+    parser.add_argument("--configs", default="", help="JSON files, each a list of configurations; several: "
+                        "comma-separated, one after the other")
     parser.add_argument("--archive", type=Path, default=None)
     parser.add_argument("extra", nargs="*", help="more `harness submit` arguments (after --)")
     args = parser.parse_args()
-    configs = json.loads(args.configs.read_text()) if args.configs else DEFAULT_CONFIGS
+    configs = [c for f in args.configs.split(",") if f for c in json.loads(Path(f).read_text())] \
+        or DEFAULT_CONFIGS
     archive = args.archive or Path(tempfile.mkdtemp(prefix="template-sweep-archive-"))
     archive.mkdir(parents=True, exist_ok=True)
     dataset = Dataset(None)  # the project's dataset, as `harness submit` opens it
