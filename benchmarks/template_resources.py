@@ -35,6 +35,7 @@ from controller.skills import machine_blocks  # noqa: E402
 from controller.skills.loading import load_skills  # noqa: E402
 from harness.data.dataset import Dataset  # noqa: E402
 from harness.profiling.static_resources import compile_launch, record_launches  # noqa: E402
+from template_sweep import read_configs  # noqa: E402  (benchmarks/, beside this file)
 
 
 def default_configs(generator: Any) -> list[dict[str, Any]]:
@@ -191,7 +192,7 @@ def main() -> None:
         assert all(len(b) == 2 and b[0] > 0 and b[1] > 0 for b in batches)
     except (ValueError, AssertionError):
         parser.error(f"--batches: BATCHxTOKENS,... with positive integers, got {args.batches!r}")
-    configs = [c for f in args.configs.split(",") if f for c in json.loads(Path(f).read_text())]
+    configs = read_configs(args.configs)
     dataset = Dataset()
     definitions = [d for name in args.definitions.split(",") if name for d in dataset.resolve(name)]
     entries = [e for d in definitions for e in measure(d, configs, args.arch, batches, args.sms)]

@@ -43,6 +43,11 @@ DEFAULT_CONFIGS = [
 ]
 
 
+def read_configs(files: str) -> list[dict[str, Any]]:
+    """The configurations of comma-separated JSON files (each a list), one file after the other."""
+    return [c for f in files.split(",") if f.strip() for c in json.loads(Path(f.strip()).read_text())]
+
+
 def definitions_for(names: str, dataset: Dataset) -> list[str]:
     """Names or aliases (definitions/aliases.yaml: gqa_decode is the four GQA paged decode definitions)."""
     return [d for name in names.split(",") if name for d in dataset.resolve(name)]
@@ -172,8 +177,7 @@ def main() -> None:
     parser.add_argument("--archive", type=Path, default=None)
     parser.add_argument("extra", nargs="*", help="more `harness submit` arguments (after --)")
     args = parser.parse_args()
-    configs = [c for f in args.configs.split(",") if f for c in json.loads(Path(f).read_text())] \
-        or DEFAULT_CONFIGS
+    configs = read_configs(args.configs) or DEFAULT_CONFIGS
     archive = args.archive or Path(tempfile.mkdtemp(prefix="template-sweep-archive-"))
     archive.mkdir(parents=True, exist_ok=True)
     dataset = Dataset(None)  # the project's dataset, as `harness submit` opens it

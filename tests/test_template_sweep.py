@@ -95,3 +95,10 @@ def test_a_configuration_that_completes_to_one_already_rendered_is_rendered_once
     err = capsys.readouterr().err
     assert f"configuration 1 is {rendered[0]['solution']} again here; skipped" in err
     assert "configuration 2 skipped, not allowed here: KV_LOAD=2 (allowed: [0, 1])" in err
+
+
+def test_configurations_come_from_several_files_in_order(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps([{"template": "a"}, {"template": "b"}]))
+    (tmp_path / "b.json").write_text(json.dumps([{"template": "c"}]))
+    both = ts.read_configs(f"{tmp_path / 'a.json'}, {tmp_path / 'b.json'}")
+    assert [c["template"] for c in both] == ["a", "b", "c"] and ts.read_configs("") == []
