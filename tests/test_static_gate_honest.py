@@ -108,6 +108,13 @@ CPP_NEGATIVES = [
     "void f(torch::Tensor q) { auto o = torch::empty({q.size(0)}, q.options()); }\n",
     "void f() { cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024); }\n",
     "struct Acc { float sum(float a) { return a; } };\nint my_environ = 0;\nvoid g(Logger* l) { l->system(1); }\n",
+    # a TMA descriptor built the CUDA guide's way: the tensor-map encoder fetched by its literal name
+    "void* fn = nullptr;\ncudaDriverEntryPointQueryResult st;\n"
+    "cudaGetDriverEntryPoint(\"cuTensorMapEncodeTiled\", &fn, cudaEnableDefault, &st);\n",
+    "cuGetProcAddress( \"cuTensorMapEncodeIm2col\" , &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr);\n",
+    "CUtensorMap m;\nvoid f() { cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, d, s, b, e,\n"
+    "  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,\n"
+    "  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE); }\n",
 ]
 
 

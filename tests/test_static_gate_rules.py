@@ -219,6 +219,10 @@ CPP_POSITIVES = [
     ("native_ffi", 2, "void f() {\n  void* h = dlopen(\"libcuda.so\", RTLD_NOW);\n}\n"),
     ("native_ffi", 2, "void f() {\n  auto real = dlsym(RTLD_NEXT, \"cudaLaunchKernel\");\n}\n"),
     ("native_ffi", 1, "#include <dlfcn.h>\n"),
+    # a driver entry point by any name but a tensor-map encoder's literal one (a computed name, a copy function)
+    ("native_ffi", 2, "void f() {\n  cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &st);\n}\n"),
+    ("native_ffi", 2, "void f() {\n  cudaGetDriverEntryPoint(\"cuMemcpyDtoH\", &fn, cudaEnableDefault, &st);\n}\n"),
+    ("native_ffi", 2, "void f() {\n  cuGetProcAddress(\"cuTensorMapEncodeTiled\" \"X\", &fn, 12000, 0, nullptr);\n}\n"),
     ("native_ffi", 2, "void f() {\n  setenv(\"LD_PRELOAD\", \"libhook.so\", 1);\n}\n"),
     ("dynamic_code", 2, "void f() {\n  nvrtcCreateProgram(&prog, src, \"k.cu\", 0, nullptr, nullptr);\n}\n"),
     ("dynamic_code", 2, "void f() {\n  cuModuleLoadData(&mod, ptx);\n}\n"),

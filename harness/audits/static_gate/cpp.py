@@ -121,6 +121,10 @@ def _starts_token(code: str, start: int, kind: str) -> bool:
 
 
 _CPP_TOKEN_RULES = _cpp_token_rules()
+# What follows a driver entry-point lookup that asks for a TMA tensor-map encoder by its literal name.
+_TENSOR_MAP_ENTRY_RE = re.compile(
+    r"\s*\(\s*\"(?:cuTensorMapEncodeTiled|cuTensorMapEncodeIm2col|cuTensorMapEncodeIm2colWide|"
+    r"cuTensorMapReplaceAddress)\"\s*,")
 _CPP_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*([<\"])([^>\"\n]+)[>\"]", re.MULTILINE)
 _CPP_INCLUDE_RULES = (
     ("library_fallback", re.compile(r"cublas|cudnn|cutlass|cute/|flashinfer|cusparse|cufft|cusolver")),
@@ -209,7 +213,7 @@ class _CppScanner:
         code = self.code
         for rule, pattern, boundary, kind in _CPP_TOKEN_RULES:
             for m in pattern.finditer(code):
-                if _starts_token(code, m.start(), boundary):
+                if _starts_token(code, m.start(), boundary) and not self._tensor_map_encoder(rule, m.end()):
                     token = m.group(0).rstrip("( \t")
                     self._hit(rule, m.start(), token, f"uses `{token}` ({kind})")
         self._scan_includes()
@@ -219,6 +223,13 @@ class _CppScanner:
         self._scan_persistent_state()
         self._scan_strings()
         return self.hits
+
+    def _tensor_map_encoder(self, rule: str, end: int) -> bool:
+        """A driver entry point asked for by the literal name of a TMA tensor-map encoder
+        (`cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", ...)`: the CUDA guide's and CUTLASS's way to build a TMA
+        descriptor without linking libcuda). Those functions only fill a descriptor on the host; any other or a
+        computed name stays a finding."""
+        return rule == "native_ffi" and _TENSOR_MAP_ENTRY_RE.match(self.with_strings, end) is not None
 
     def _scan_includes(self) -> None:
         for m in _CPP_INCLUDE_RE.finditer(self.with_strings):
