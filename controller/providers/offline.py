@@ -9,11 +9,12 @@ together), so the profile steers the search; ncu's classification then also pick
 A repair request gets the template's known-good defaults. It is the default provider when no API key
 is set, and the loop's end-to-end tests run on it.
 
-Which skill, which of its templates and which fixed values a definition gets is data, not code: the skill is
-the one the definition's operator family names (``OperatorFamily.skill``); the skill's machine-readable
-`definitions:` entry for it may name the template(s) meant for it (`template:`) and gives the values of the
-placeholders a template fixes by definition (`PAGE_SIZE` from `page_size`); its `naive:` entry is the first
-incumbent. Any family whose skill ships a template is served the same way.
+Which skill, which of its templates (with which allowed values) and which fixed values a definition gets is data,
+not code, read by ``controller.providers.offered``: the skill is the one the definition's operator family names
+(``OperatorFamily.skill``); the skill's machine-readable `definitions:` entry for it may name the template(s) meant
+for it (`template:`) and narrow a placeholder's allowed values (`narrow:`), and gives the values of the placeholders
+a template fixes by definition (`PAGE_SIZE` from `page_size`); its `naive:` entry is the first incumbent. Any family
+whose skill ships a template is served the same way.
 """
 
 from __future__ import annotations
