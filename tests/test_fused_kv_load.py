@@ -26,12 +26,21 @@ def rendered(tmp_path, **params):
     return module
 
 
-def caches(page_size, pages=6, kv_heads=4, offset=0):
-    """K and V caches [pages, page_size, kv_heads, 128] (bf16); ``offset`` elements into a larger buffer."""
+def caches(page_size, pages=6, kv_heads=4, offset=0, expanded=False):
+    """K and V caches [pages, page_size, kv_heads, 128] (bf16); ``offset`` elements into a larger buffer;
+    ``expanded``: one page broadcast over all (stride 0)."""
+    if expanded:
+        k = torch.zeros(1, page_size, kv_heads, 128, dtype=torch.bfloat16).expand(pages, -1, -1, -1)
+        return k, k
     numel = pages * page_size * kv_heads * 128
     flat = torch.zeros(numel + offset, dtype=torch.bfloat16)
     k = flat[offset:].view(pages, page_size, kv_heads, 128)
     return k, k.clone()
+
+
+def test_a_broadcast_cache_is_not_a_box(tmp_path):
+    module = rendered(tmp_path, PAGE_SIZE=64, KV_LOAD=2)
+    assert module._tma_tile(*caches(64, expanded=True)) == 0 and module._tma_tile(*caches(64)) == 64
 
 
 @pytest.mark.parametrize("params, page_size, offset, tile", [
