@@ -1,7 +1,7 @@
 """Registers, spills, shared memory and occupancy of the gqa-decode skill's Triton kernels on an H200, without one.
 
     python benchmarks/template_resources.py --out DIR [--definitions gqa_decode] [--configs FILE.json] [--arch 90]
-                                            [--batches 64x2048,64x8192] [--sms 132]
+                                            [--batches 64x2048,64x8192] [--workloads all|LABEL,...] [--sms 132]
 
 Each configuration ({"template": NAME, PARAM: VALUE...}, as `template_sweep.py` takes them; default: every Triton
 template at its defaults and the skill's starting points) is rendered as the loop renders it, its `plan`/`run` is
@@ -9,10 +9,11 @@ called on a small batch of host tensors with every kernel replaced by a recorder
 (`harness.profiling.static_resources`), and each recorded launch is compiled for `sm_<arch>` here, as the GPU's
 JIT would compile it. The figures are what ncu calls `launch__registers_per_thread`, the spill traffic's stack,
 `launch__shared_mem_per_block` and the theoretical occupancy with its limiter: the register-occupancy limiter of
-the skill can be read before any GPU time is spent. With --batches (BATCHxTOKENS, uniform requests), a template with a
-planned split (`_plan`) also plans each batch as it would on a GPU of --sms SMs holding the compiled kernel's
-blocks per SM: the chunk size, programs and waves a timing will run (read, not reasoned: run 18's record reasoned
-them and was wrong). Writes template_resources_<date>.json and .md in DIR.
+the skill can be read before any GPU time is spent. With --batches (BATCHxTOKENS, uniform requests) or --workloads
+(the definition's own, by label, their request lengths read from the page tables), a template with a planned split
+(`_plan`) also plans each batch as it would on a GPU of --sms SMs holding the compiled kernel's blocks per SM: the
+chunk size, programs and waves a timing will run (read, not reasoned: run 18's record reasoned them and was wrong).
+Writes template_resources_<date>.json and .md in DIR.
 """
 
 from __future__ import annotations
@@ -72,9 +73,35 @@ def _load(source: str, folder: str) -> Any:
     return module
 
 
-def plans_of(source: str, data: dict[str, Any], blocks_per_sm: int, batches: list[tuple[int, int]],
+Batch = tuple[str, list[int]]  # (name, tokens of each request)
+
+
+def uniform(batch: int, tokens: int) -> Batch:
+    return f"{batch}x{tokens}", [tokens] * batch
+
+
+def workload_batches(definition: str, labels: str) -> list[Batch]:
+    """The definition's workloads named in ``labels`` ("all", or labels comma-separated), each with its requests'
+    lengths as the page tables give them (the operator family reads them; a workload without them is left out)."""
+    from harness.families import family_for
+
+    dataset = Dataset()
+    d = dataset.definition(definition)
+    family = family_for(d.op_type)
+    wanted = None if labels == "all" else {x.strip() for x in labels.split(",") if x.strip()}
+    out = []
+    for w in dataset.workloads[definition]:
+        label = dataset.label(w)
+        if wanted is None or label in wanted:
+            lengths = family.request_lengths(d, w, dataset.root)
+            if lengths is not None:
+                out.append((label, lengths))
+    return out
+
+
+def plans_of(source: str, data: dict[str, Any], blocks_per_sm: int, batches: list[Batch],
              sms: int) -> list[dict[str, Any]]:
-    """Each batch (requests, tokens each) as the rendered module's `_plan` cuts it on ``sms`` SMs holding
+    """Each batch (name, request lengths) as the rendered module's `_plan` cuts it on ``sms`` SMs holding
     ``blocks_per_sm`` of the kernel (what `WAVE_SLOTS_PER_SM` -1 reads from the compiled kernel on the GPU); host
     tensors of the shapes only (the caches are one page, expanded: no memory). [] for a template without a plan."""
     import torch
@@ -87,16 +114,17 @@ def plans_of(source: str, data: dict[str, Any], blocks_per_sm: int, batches: lis
         module._compiled_occupancy = lambda call, device: (blocks_per_sm, "compiled for the host's --arch")
         heads, kv_heads, dim, page = data["num_qo_heads"], data["num_kv_heads"], data["head_dim"], data["page_size"]
         out = []
-        for batch, tokens in batches:
-            pages = -(-tokens // page)
-            q = torch.zeros(batch, heads, dim, dtype=torch.bfloat16)
-            cache = torch.zeros(1, page, kv_heads, dim, dtype=torch.bfloat16).expand(batch * pages, -1, -1, -1)
-            indptr = torch.arange(batch + 1, dtype=torch.int32) * pages
-            indices = torch.zeros(batch * pages, dtype=torch.int32)
-            last = [torch.full((batch,), tokens - (pages - 1) * page, dtype=torch.int32)] if page > 1 else []
+        for name, lengths in batches:
+            pages = [-(-n // page) for n in lengths]
+            q = torch.zeros(len(lengths), heads, dim, dtype=torch.bfloat16)
+            cache = torch.zeros(1, page, kv_heads, dim, dtype=torch.bfloat16).expand(max(sum(pages), 1), -1, -1, -1)
+            indptr = torch.tensor([0] + [sum(pages[:i + 1]) for i in range(len(pages))], dtype=torch.int32)
+            indices = torch.zeros(sum(pages), dtype=torch.int32)
+            last = [torch.tensor([n - (c - 1) * page if c else 0 for n, c in zip(lengths, pages)],
+                                 dtype=torch.int32)] if page > 1 else []
             state = module._plan(q, cache, cache, indptr, indices, *(last or [None]), 0.088)
             programs = state["works"] * kv_heads
-            out.append({"batch": f"{batch}x{tokens}", "chunk_tokens": state["chunk_tokens"], "programs": programs,
+            out.append({"batch": name, "chunk_tokens": state["chunk_tokens"], "programs": programs,
                         "waves": round(programs / (blocks_per_sm * sms), 2),
                         "slots_per_sm": state.get("wave_slots", {}).get("per_sm")})
         return out
@@ -116,9 +144,10 @@ def resources_of(source: str, setup: bool, data: dict[str, Any], arch: int) -> l
         return [dataclasses.asdict(compile_launch(launch, arch)) for launch in launches]
 
 
-def measure(definition: str, configs: list[dict[str, Any]], arch: int, batches: Optional[list[tuple[int, int]]] = None,
-            sms: int = 132) -> list[dict[str, Any]]:
+def measure(definition: str, configs: list[dict[str, Any]], arch: int, batches: Optional[list[Batch]] = None,
+            sms: int = 132, workloads: str = "") -> list[dict[str, Any]]:
     generator = offline_generator(load_skills(ROOT / "skills"), definition)
+    batches = [*(batches or []), *(workload_batches(definition, workloads) if workloads else [])]
     (block,) = [b for b in machine_blocks(generator.skill) if "templates" in b]
     data = block["definitions"][definition]
     out = []
@@ -167,7 +196,7 @@ def markdown(entries: list[dict[str, Any]], arch: int) -> str:
                          f"{occ['limiter']} | {occ['theoretical_pct']} | {', '.join(k.get('shared_buffers', []))} |")
     plans = [(e, p) for e in entries for p in e.get("plans", [])]
     if plans:
-        lines += ["", "Plans (`--batches`, uniform requests) at the compiled kernel's blocks per SM:", "",
+        lines += ["", "Plans (`--batches`, `--workloads`) at the compiled kernel's blocks per SM:", "",
                   "| definition | parameters | batch | slots/SM | chunk tokens | programs | waves |",
                   "|---|---|---|---:|---:|---:|---:|"]
         for e, p in plans:
@@ -185,17 +214,19 @@ def main() -> None:
                         "comma-separated, one after the other")
     parser.add_argument("--arch", type=int, default=90)
     parser.add_argument("--batches", default="", help="BATCHxTOKENS,... to plan (fused split-KV templates)")
+    parser.add_argument("--workloads", default="", help="the definitions' workloads to plan: all, or labels")
     parser.add_argument("--sms", type=int, default=132, help="SMs of the GPU the plans are for (H200: 132)")
     args = parser.parse_args()
     try:
-        batches = [tuple(int(x) for x in b.split("x")) for b in args.batches.split(",") if b]
-        assert all(len(b) == 2 and b[0] > 0 and b[1] > 0 for b in batches)
+        sizes = [tuple(int(x) for x in b.split("x")) for b in args.batches.split(",") if b]
+        assert all(len(b) == 2 and b[0] > 0 and b[1] > 0 for b in sizes)
+        batches = [uniform(*b) for b in sizes]
     except (ValueError, AssertionError):
         parser.error(f"--batches: BATCHxTOKENS,... with positive integers, got {args.batches!r}")
     configs = read_configs(args.configs)
     dataset = Dataset()
     definitions = [d for name in args.definitions.split(",") if name for d in dataset.resolve(name)]
-    entries = [e for d in definitions for e in measure(d, configs, args.arch, batches, args.sms)]
+    entries = [e for d in definitions for e in measure(d, configs, args.arch, batches, args.sms, args.workloads)]
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"template_resources_{dt.date.today().isoformat()}"
     stem.with_suffix(".json").write_text(json.dumps(entries, indent=1))

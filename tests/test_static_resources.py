@@ -205,8 +205,31 @@ def test_the_plan_a_timing_runs_is_read_from_the_compiled_kernel(params, batch, 
     import template_resources as tr
 
     config = {"template": "triton-split-kv-fused", "MERGE_FANIN": 8, "WAVE_SLOTS_PER_SM": -1, **params}
-    (entry,) = tr.measure("gqa_paged_decode_h32_kv4_d128_ps64", [config], 90, [batch], 132)
+    (entry,) = tr.measure("gqa_paged_decode_h32_kv4_d128_ps64", [config], 90, [tr.uniform(*batch)], 132)
     (plan,) = entry["plans"]
     blocks = entry["kernels"][0]["occupancy"]["blocks_per_sm"]
     assert (plan["chunk_tokens"], plan["programs"], plan["slots_per_sm"]) == (chunk_tokens, programs, blocks)
     assert plan["batch"] == f"{batch[0]}x{batch[1]}" and plan["waves"] == round(programs / (blocks * 132), 2)
+
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="this triton has no NVIDIA backend with ptxas")
+def test_the_definitions_own_workloads_are_planned_from_their_page_tables():
+    """skewed_b64 (one request of 15,794 tokens among 2,489 on average) and one_long (32k + 31 x 256) are planned with
+    their real lengths: chunks sized for the whole batch, the long requests cut into many; a uniform label plans as
+    --batches does."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import template_resources as tr
+
+    config = {"template": "triton-split-kv-fused", "MERGE_FANIN": 8, "WAVE_SLOTS_PER_SM": -1}
+    (entry,) = tr.measure("gqa_paged_decode_h32_kv4_d128_ps64", [config], 90, [tr.uniform(64, 2048)], 132,
+                          "skewed_b64, one_long_32k_31x256,uniform_b64_kv2048")
+    plans = {p["batch"]: p for p in entry["plans"]}
+    assert list(plans) == ["64x2048", "uniform_b64_kv2048", "skewed_b64", "one_long_32k_31x256"]
+    assert {k: v for k, v in plans["uniform_b64_kv2048"].items() if k != "batch"} == \
+        {k: v for k, v in plans["64x2048"].items() if k != "batch"}
+    lengths = dict(tr.workload_batches("gqa_paged_decode_h32_kv4_d128_ps64", "skewed_b64"))["skewed_b64"]
+    assert len(lengths) == 64 and max(lengths) == 15794
+    skewed = plans["skewed_b64"]
+    chunks = sum(-(-n // skewed["chunk_tokens"]) or 1 for n in lengths) * 4
+    assert skewed["programs"] == chunks > 64 * 4  # the long requests are cut into several chunks
