@@ -1,7 +1,7 @@
 """The gqa-decode templates' KV_LOAD on a GPU (marker `gpu`): page indices a step ahead and K/V tiles as TMA boxes,
 rendered as the loop renders them, through the whole harness on page size 64 (partial last pages, a skewed batch):
 correct, officially timed, every audit clean, promotable. On CPU the same paths run under the interpreter
-(tests/test_skills_shipped.py) and compile for sm_90 (tests/test_static_resources.py)."""
+(tests/test_skill_templates_interpreter.py) and compile for sm_90 (tests/test_static_resources.py)."""
 
 from __future__ import annotations
 
