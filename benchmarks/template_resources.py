@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import importlib.util
+import itertools
 import json
 import sys
 import tempfile
@@ -118,7 +119,7 @@ def plans_of(source: str, data: dict[str, Any], blocks_per_sm: int, batches: lis
             pages = [-(-n // page) for n in lengths]
             q = torch.zeros(len(lengths), heads, dim, dtype=torch.bfloat16)
             cache = torch.zeros(1, page, kv_heads, dim, dtype=torch.bfloat16).expand(max(sum(pages), 1), -1, -1, -1)
-            indptr = torch.tensor([0] + [sum(pages[:i + 1]) for i in range(len(pages))], dtype=torch.int32)
+            indptr = torch.tensor([0, *itertools.accumulate(pages)], dtype=torch.int32)
             indices = torch.zeros(sum(pages), dtype=torch.int32)
             last = [torch.tensor([n - (c - 1) * page if c else 0 for n, c in zip(lengths, pages)],
                                  dtype=torch.int32)] if page > 1 else []
@@ -219,10 +220,11 @@ def main() -> None:
     args = parser.parse_args()
     try:
         sizes = [tuple(int(x) for x in b.split("x")) for b in args.batches.split(",") if b]
-        assert all(len(b) == 2 and b[0] > 0 and b[1] > 0 for b in sizes)
-        batches = [uniform(*b) for b in sizes]
-    except (ValueError, AssertionError):
+    except ValueError:
+        sizes = [()]
+    if not all(len(b) == 2 and min(b) > 0 for b in sizes):
         parser.error(f"--batches: BATCHxTOKENS,... with positive integers, got {args.batches!r}")
+    batches = [uniform(*b) for b in sizes]
     configs = read_configs(args.configs)
     dataset = Dataset()
     definitions = [d for name in args.definitions.split(",") if name for d in dataset.resolve(name)]

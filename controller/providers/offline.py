@@ -24,6 +24,7 @@ import json
 import time
 from typing import Any, Optional, Union
 
+from harness.data.names import NAME_MAX, bounded
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal
 from harness.data.schema import Definition, Solution, dump_json
 
@@ -42,7 +43,7 @@ def config_key(origin: dict[str, Any]) -> str:
 
 # Names are readable up to here; beyond, the rest of the parameters is a digest of them (prefixes such as `r12_` or
 # `sweep3_` and `.json` must still fit a file name).
-SLUG_MAX = 200
+SLUG_MAX = NAME_MAX
 
 
 def abbreviated(placeholder: str) -> str:
@@ -59,9 +60,7 @@ def slug(origin: dict[str, Any]) -> str:
     params = origin.get("params", {})
     name = str(origin.get("template", "kernel")).replace("triton-", "")
     name += "".join(f"_{short.get(k, abbreviated(k))}{v}" for k, v in params.items())
-    if len(name) > SLUG_MAX:  # a file name (a sweep's solution, an export) holds at most 255 bytes: keep it one
-        name = name[:SLUG_MAX - 9].rstrip("_") + "_" + hashlib.sha256(config_key(origin).encode()).hexdigest()[:8]
-    return name
+    return bounded(name, SLUG_MAX, config_key(origin))  # a sweep's solution file, an export: one file name
 
 
 # -- the generator ------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ and unchanged workload lines are copied as they were read, so official files sta
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -24,6 +23,7 @@ from typing import Optional
 
 from .database import Archive
 from ..data.dataset import Dataset
+from ..data.names import bounded
 from ..data.inputs import absent_blob_inputs, generate_inputs
 from ..data.schema import (Definition, RandomInput, SafetensorsInput, SchemaError, Solution, Trace, Workload, dump_json,
                      load_jsonl, load_model)
@@ -48,10 +48,7 @@ class ExportReport:
 def _safe(name: str) -> str:
     """``name`` as one file-name component: other characters replaced, and past 200 characters the rest a digest of
     the whole (a file name holds at most 255 bytes; solutions named after their parameters run longer)."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-    if len(safe) > 200:
-        safe = safe[:191] + "_" + hashlib.sha256(name.encode()).hexdigest()[:8]
-    return safe
+    return bounded(re.sub(r"[^A-Za-z0-9_.-]", "_", name), key=name)
 
 
 def _materialised_workload(definition: Definition, workload: Workload, dataset: Dataset, out: Path,
