@@ -395,7 +395,7 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
                                                                               device_index=device_index))
     if profiler is None and config.profile is not False:
         profiler = NcuIncumbentProfiler(dataset.root, timeout_s=config.profile_timeout_s, seed=config.seed,
-                                        device_index=device_index)
+                                        device_index=device_index, hidden=[str(archive.folder)])
     try:
         return Loop(config, run_id, store, provider, evaluator, skills, dataset, on_event, profiler).run()
     finally:

@@ -47,13 +47,16 @@ def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
 @click.option("--seed", type=int, default=0, show_default=True, help="Input seed of the profiled call.")
 @click.option("--max-bytes", type=int, default=4096, show_default=True, help="Bound of the Markdown evidence.")
 @click.option("--no-net-isolation", is_flag=True, help="Let the profiled process use the network.")
+@click.option("--no-sandbox", is_flag=True,
+              help="Run ncu and the candidate outside the candidate's sandbox (trusted code only; said in the output).")
 def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
             as_json: bool, backend: str, arch: Optional[str], timeout: float, seed: int, max_bytes: int,
-            no_net_isolation: bool) -> None:
+            no_net_isolation: bool, no_sandbox: bool) -> None:
     """Profile SUBMISSION_ID's (or SOLUTION.json's) kernels with Nsight Compute on chosen workloads.
 
-    Each workload runs once in a fresh sandboxed process under ncu (clock control off, NVTX range
-    around the one profiled call). The raw report goes into the archive as a blob, the digest as a row
+    Each workload runs once in a fresh process under ncu (clock control off, NVTX range around the one
+    profiled call), ncu and the candidate inside the candidate's sandbox. The raw report goes into the
+    archive as a blob, the digest as a row
     of the `profiles` table; the evidence (regimes, kernel digests, largest gaps) is printed.
     """
     from harness.archive.database import ArchiveError
@@ -114,7 +117,8 @@ def profile(target: str, workloads: tuple[str, ...], archive_path: Optional[str]
 
     summaries = profile_workloads(profiler, dump_json(solution), solution.content_hash, uuids, ds.root,
                                   requested_metrics(arch), seed=seed, timeout_s=timeout,
-                                  isolate_network=not no_net_isolation, progress=on_progress)
+                                  isolate_network=not no_net_isolation, progress=on_progress,
+                                  sandbox=not no_sandbox, hidden=[str(archive.folder)])
     records = archive_profiles(archive, summaries, measured, definition.name, arch,
                                submission_id=submission["id"] if submission else None)
     hardware = ((submission or {}).get("environment") or {}).get("hardware", "")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from profile_support import fake_ncu, request_for  # noqa: F401 (fixtures of the profiling tests)
 from support import make_tiny_dataset
 
 

@@ -40,12 +40,14 @@ class IncumbentProfiler(Protocol):
 
 class NcuIncumbentProfiler:
     """ncu (or nsight-python) on one GPU (``device_index``; default the first visible); each workload in a fresh
-    sandboxed process."""
+    process, ncu and the candidate inside the candidate's sandbox (harness.profiling.wall)."""
 
     def __init__(self, dataset_root: Path, backend: str = "auto", timeout_s: float = 600.0, seed: int = 0,
-                 isolate_network: bool = True, device_index: Optional[int] = None):
+                 isolate_network: bool = True, device_index: Optional[int] = None,
+                 hidden: Sequence[str] = (), sandbox: bool = True):
         self.dataset_root, self.backend_name, self.timeout_s = Path(dataset_root), backend, timeout_s
         self.seed, self.isolate_network, self.device_index = seed, isolate_network, device_index
+        self.hidden, self.sandbox = tuple(hidden), sandbox  # the archive's folder: never in the profile's view
         self.arch: Optional[str] = None
         self._backend: Any = None
         self._answer: Optional[tuple[bool, str]] = None
@@ -64,7 +66,7 @@ class NcuIncumbentProfiler:
         return profile_workloads(self._backend, dump_json(solution), solution.content_hash, workload_uuids,
                                  self.dataset_root, requested_metrics(self.arch), seed=self.seed,
                                  timeout_s=self.timeout_s, isolate_network=self.isolate_network,
-                                 device_index=self.device_index)
+                                 device_index=self.device_index, sandbox=self.sandbox, hidden=self.hidden)
 
 
 @dataclass

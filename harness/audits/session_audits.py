@@ -124,7 +124,8 @@ class SessionAudits:
     def _claim_counters(self, solution: Solution, result: SubmissionResult, claims: list[str],
                         kernels: list[Any], arch: Optional[str]) -> tuple[Optional[dict[str, Any]], str, str]:
         """(counters summed over the candidate's own kernels or None, why None, why the proof failed) from one
-        Nsight Compute pass over the first PASSED workload (harness.profiling: its own sandboxed target process)."""
+        Nsight Compute pass over the first PASSED workload (harness.profiling: ncu and the target in the
+        candidate's sandbox, harness.profiling.wall)."""
         from ..profiling import NO_PERMISSION, OK, UNAVAILABLE, profile_workloads, record_profile, select_backend
         from .sass import FAMILIES, arch_key, counter_metrics, own_kernel_counters
 
@@ -142,7 +143,8 @@ class SessionAudits:
         with self._phase("audits"):
             summary = profile_workloads(profiler, dump_json(solution), solution.content_hash, [passed.workload],
                                         self.dataset.root, metrics, seed=trial_seed(self._secret, workload, 3000),
-                                        isolate_network=self.options.isolate_network)[0]
+                                        isolate_network=self.options.isolate_network,
+                                        sandbox=self.options.sandbox, hidden=[str(self.archive.folder)])[0]
         record_profile(self.archive, summary, {"purpose": "instruction_proof"}, result.submission_id)
         if summary.status in (UNAVAILABLE, NO_PERMISSION):  # the host's profiler, not the candidate
             return None, f"profiler {summary.status}: {summary.reason}", ""

@@ -25,8 +25,9 @@ from .model import (
     ProfileSummary,
 )
 from .parse import finish_summary, parse_long_csv, parse_raw_csv
-from .process import _read, _tail, _target_status, ncu_collect_command, ncu_import_command, run_bounded, target_command
-from .tools import _tool_environment, choose_backend, find_ncu, nsight_python_version, probe_ncu, version_text
+from .process import _tail, _target_status, ncu_collect_command, ncu_import_command, target_command
+from .tools import choose_backend, find_ncu, nsight_python_version, probe_ncu, version_text
+from .wall import Wall, Walled
 
 
 class Profiler:
@@ -46,13 +47,8 @@ class Profiler:
 
     # shared plumbing -------------------------------------------------------------------------
 
-    def _workdir(self, request: ProfileRequest) -> tuple[Path, bool]:
-        if request.keep_workdir is not None:
-            request.keep_workdir.mkdir(parents=True, exist_ok=True)
-            return request.keep_workdir, False
-        return Path(tempfile.mkdtemp(prefix="crucible-profile-")), True
-
-    def _environment(self, request: ProfileRequest, home: Path) -> dict[str, str]:
+    def _extra(self, request: ProfileRequest) -> dict[str, str]:
+        """The target's environment on top of the scrubbed one (``Wall`` adds HOME and the folders)."""
         extra: dict[str, str] = {}
         if request.allow_cpu:
             extra["TRITON_INTERPRET"] = "1"
@@ -60,14 +56,14 @@ class Profiler:
             visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
             i = request.device_index
             extra["CUDA_VISIBLE_DEVICES"] = visible[i] if i < len(visible) else str(i)
-        return _tool_environment(extra, home=home)
+        return extra
 
-    def _prefix(self, request: ProfileRequest) -> list[str]:
-        if not request.isolate_network:
-            return []
-        from ..sandbox.runner import network_isolation
-
-        return list(network_isolation()[0])
+    def _wall(self, request: ProfileRequest, tool: Optional[str]) -> Wall | ProfileSummary:
+        """The request's sandbox inbox, or a FAILED summary saying why it cannot be made."""
+        try:
+            return Wall(request, tool)
+        except (OSError, ValueError) as err:  # SchemaError is a ValueError
+            return self._summary(request, FAILED, f"profile not prepared: {err}")
 
     def _summary(self, request: ProfileRequest, status: str, reason: str = "", **kw: Any) -> ProfileSummary:
         return ProfileSummary(backend=self.name, status=status, reason=reason, workload_uuid=request.workload_uuid,
@@ -122,33 +118,32 @@ class NcuProfiler(Profiler):
         if not ok:
             status = NO_PERMISSION if "ERR_NVGPUCTRPERM" in why else UNAVAILABLE
             return self._summary(request, status, why)
-        workdir, temporary = self._workdir(request)
-        try:
-            return self._profile_in(request, workdir)
-        finally:
-            if temporary:
-                shutil.rmtree(workdir, ignore_errors=True)
+        wall = self._wall(request, self.ncu)
+        if isinstance(wall, ProfileSummary):
+            return wall
+        with wall:
+            return self._profile_in(request, wall)
 
-    def _profile_in(self, request: ProfileRequest, workdir: Path) -> ProfileSummary:
-        env = self._environment(request, workdir)
+    def _profile_in(self, request: ProfileRequest, wall: Wall) -> ProfileSummary:
         metrics = list(request.metrics)
         dropped: list[str] = []
         deadline = time.monotonic() + request.timeout_s
         started = time.perf_counter()
         for attempt in range(METRIC_RETRIES + 1):  # runs again only after dropping metrics ncu does not know
-            status_file = workdir / "target_status.json"
-            status_file.unlink(missing_ok=True)
-            log_path = workdir / "ncu.log"
-            log_path.unlink(missing_ok=True)
-            report_base = workdir / "profile" if self.export_report else None
-            target = target_command(request, "ncu", status_file)
-            cmd = self._prefix(request) + ncu_collect_command(self.ncu, request, report_base, log_path, metrics, target)
-            run = run_bounded(cmd, env, workdir, max(deadline - time.monotonic(), 1.0))
-            log = _read(log_path)
-            text = "\n".join([log, run.stdout, run.stderr])
-            target_status = _target_status(status_file)
-            public_cmd = cmd[len(self._prefix(request)):]
-            common = dict(command=public_cmd, log=_tail(text), wall_s=time.perf_counter() - started)
+            def collect(out: Path) -> list[str]:
+                target = target_command(request, "ncu", out / "target_status.json", solution=wall.solution,
+                                        dataset=wall.dataset, workload=wall.workload)
+                report_base = out / "profile" if self.export_report else None
+                return ncu_collect_command(self.ncu, request, report_base, out / "ncu.log", metrics, target)
+
+            walled = wall.run(collect, ["ncu.log", "target_status.json", "profile.ncu-rep"],
+                              max(deadline - time.monotonic(), 1.0), self._extra(request))
+            run = walled.run
+            log = walled.files.get("ncu.log", b"").decode(errors="replace")
+            text = "\n".join([log, run.stdout, run.stderr, *walled.notes])
+            target_status = _target_status(walled.files.get("target_status.json"))
+            common = dict(command=walled.command, log=_tail(text), sandbox=walled.sandbox,
+                          wall_s=time.perf_counter() - started)
             if run.timed_out:
                 return self._summary(request, TIMEOUT, f"no result within {request.timeout_s:.0f} s; ncu and the "
                                      "target were killed", missing_metrics=dropped, **common)
@@ -167,28 +162,38 @@ class NcuProfiler(Profiler):
             if status == FAILED:
                 return self._summary(request, status, reason, missing_metrics=dropped, **common)
             break
-        report = None
+        report, report_path = None, None
         if self.export_report:
-            report = workdir / "profile.ncu-rep"
-            if not report.exists():
+            report = walled.files.get("profile.ncu-rep")
+            if report is None:
                 status, reason = diagnose(run.returncode, text)
                 if status == OK:
                     status, reason = NO_KERNELS, f"ncu wrote no report: {reason or 'nothing was profiled'}"
                 return self._summary(request, status, reason, missing_metrics=dropped, **common)
-            imported = run_bounded(ncu_import_command(self.ncu, report), env, workdir,
-                                   max(deadline - time.monotonic(), 1.0))
-            raw_csv = imported.stdout
-            if imported.timed_out or imported.returncode != 0:
-                status, reason = diagnose(imported.returncode, imported.stdout + imported.stderr)
+            kept = request.keep_workdir
+            report_path = str((kept if kept is not None else wall.inbox) / "profile.ncu-rep")
+            imported = self._import(request, wall, report, max(deadline - time.monotonic(), 1.0))
+            raw_csv = imported.files.get("raw.csv", b"").decode(errors="replace")
+            if imported.run.timed_out or imported.run.returncode != 0:
+                status, reason = diagnose(imported.run.returncode, imported.run.stdout + imported.run.stderr)
                 return self._summary(request, FAILED if status == OK else status,
-                                     f"ncu --import failed: {reason or imported.stderr.strip()[:500]}",
-                                     missing_metrics=dropped, report_path=str(report), **common)
+                                     f"ncu --import failed: {reason or imported.run.stdout.strip()[:500]}",
+                                     missing_metrics=dropped, report_path=report_path, **common)
         else:
             raw_csv = log
-        summary = self._summary(request, OK, "", missing_metrics=dropped, raw_csv=raw_csv,
-                                report_path=str(report) if report else None,
-                                report=report.read_bytes() if report else None, **common)
+        summary = self._summary(request, OK, "", missing_metrics=dropped, raw_csv=raw_csv, report_path=report_path,
+                                report=report, **common)
         return finish_summary(summary, parse_raw_csv)
+
+    def _import(self, request: ProfileRequest, wall: Wall, report: bytes, timeout_s: float) -> Walled:
+        """``ncu --import`` of the report, inside a sandbox too: the report came from the candidate's wall."""
+        path = wall.put("profile.ncu-rep", report)
+
+        def argv(out: Path) -> list[str]:
+            return ["sh", "-c", 'out="$1"; shift; exec "$@" > "$out"', "sh", str(out / "raw.csv"),
+                    *ncu_import_command(self.ncu, path)]
+
+        return wall.run(argv, ["raw.csv"], timeout_s, gpu=False)
 
 
 class NsightPythonProfiler(Profiler):
@@ -221,39 +226,43 @@ class NsightPythonProfiler(Profiler):
         ok, why = self.available()
         if not ok:
             return self._summary(request, UNAVAILABLE, why)
-        workdir, temporary = self._workdir(request)
-        try:
-            env = self._environment(request, workdir)
+        wall = self._wall(request, self.ncu)
+        if isinstance(wall, ProfileSummary):
+            return wall
+        with wall:
+            extra = self._extra(request)
             # nsight-python spawns ncu itself, which must be on the target's PATH.
-            if self.ncu and shutil.which("ncu", path=env.get("PATH")) is None:
-                env["PATH"] = os.pathsep.join([str(Path(self.ncu).parent), env.get("PATH", "")])
-            out_dir = workdir / "nsight"
-            status_file = workdir / "target_status.json"
-            cmd = self._prefix(request) + target_command(request, "nsight", status_file, out_dir)
+            path = os.environ.get("PATH", "")
+            if self.ncu and shutil.which("ncu", path=path) is None:
+                extra["PATH"] = os.pathsep.join([str(Path(self.ncu).parent), path])
+
+            def argv(out: Path) -> list[str]:
+                return target_command(request, "nsight", out / "target_status.json", out / "nsight",
+                                      solution=wall.solution, dataset=wall.dataset, workload=wall.workload)
+
             started = time.perf_counter()
-            run = run_bounded(cmd, env, workdir, request.timeout_s)
-            text = run.stdout + "\n" + run.stderr
-            common = dict(command=cmd[len(self._prefix(request)):], log=_tail(text),
+            walled = wall.run(argv, ["target_status.json", "nsight/profile.csv", "nsight/*.ncu-rep"],
+                              request.timeout_s, extra)
+            run = walled.run
+            text = "\n".join([run.stdout, run.stderr, *walled.notes])
+            common = dict(command=walled.command, log=_tail(text), sandbox=walled.sandbox,
                           wall_s=time.perf_counter() - started)
             if run.timed_out:
                 return self._summary(request, TIMEOUT, f"no result within {request.timeout_s:.0f} s", **common)
             status, reason = diagnose(run.returncode, text)
-            failure = self._target_failure(_target_status(status_file), text)
+            failure = self._target_failure(_target_status(walled.files.get("target_status.json")), text)
             if status in (NO_PERMISSION, UNAVAILABLE):
                 return self._summary(request, status, reason, **common)
             if failure or status == FAILED:
                 return self._summary(request, FAILED, failure or reason, **common)
-            csv_path = out_dir / "profile.csv"
-            if not csv_path.exists():
+            if "profile.csv" not in walled.files:
                 return self._summary(request, NO_KERNELS, "nsight-python wrote no data", **common)
-            reports = sorted(out_dir.glob("*.ncu-rep"))
-            summary = self._summary(request, OK, raw_csv=_read(csv_path),
-                                    report_path=str(reports[0]) if reports else None,
-                                    report=reports[0].read_bytes() if reports else None, **common)
+            reports = sorted(name for name in walled.files if name.endswith(".ncu-rep"))
+            kept = request.keep_workdir
+            summary = self._summary(request, OK, raw_csv=walled.files["profile.csv"].decode(errors="replace"),
+                                    report_path=str(kept / reports[0]) if reports and kept is not None else None,
+                                    report=walled.files[reports[0]] if reports else None, **common)
             return finish_summary(summary, parse_long_csv)
-        finally:
-            if temporary:
-                shutil.rmtree(workdir, ignore_errors=True)
 
 
 def select_backend(preference: str = "auto", ncu: Optional[str] = None, export_report: bool = True) -> Profiler:
@@ -275,8 +284,10 @@ def profile_workloads(profiler: Profiler, solution_json: dict[str, Any], solutio
                       workload_uuids: Iterable[str], dataset_root: Path, metrics: list[str], *, seed: int = 0,
                       timeout_s: float = DEFAULT_TIMEOUT_S, isolate_network: bool = True, allow_cpu: bool = False,
                       warmup: int = 1, progress: Optional[Callable[[str, ProfileSummary], None]] = None,
-                      device_index: Optional[int] = None) -> list[ProfileSummary]:
-    """Profile the solution on each workload, one fresh target process (and ncu run) per workload."""
+                      device_index: Optional[int] = None, sandbox: bool = True,
+                      hidden: Iterable[str] = ()) -> list[ProfileSummary]:
+    """Profile the solution on each workload, one fresh target process (and ncu run) per workload, each in the
+    candidate worker's sandbox (``sandbox=False``: on purpose without; ``hidden``: the archive's folder)."""
     out = []
     with tempfile.TemporaryDirectory(prefix="crucible-profile-sol-") as tmp:
         sol_path = Path(tmp) / "solution.json"
@@ -285,7 +296,8 @@ def profile_workloads(profiler: Profiler, solution_json: dict[str, Any], solutio
             request = ProfileRequest(solution_path=sol_path, workload_uuid=uuid, dataset_root=Path(dataset_root),
                                      metrics=list(metrics), seed=seed, solution_hash=solution_hash,
                                      timeout_s=timeout_s, warmup=warmup, isolate_network=isolate_network,
-                                     allow_cpu=allow_cpu, device_index=device_index)
+                                     allow_cpu=allow_cpu, device_index=device_index, sandbox=sandbox,
+                                     hidden=tuple(str(h) for h in hidden))
             summary = profiler.profile(request)  # carries the report's bytes: its folder is gone
             out.append(summary)
             if progress:

@@ -88,6 +88,7 @@ class ProfileSummary:
     log: str = ""
     wall_s: float = 0.0
     report: Optional[bytes] = field(default=None, repr=False)  # the .ncu-rep's bytes (its folder is temporary)
+    sandbox: str = ""  # "full", or "reduced (why)": the wall the profiled candidate ran in
 
     @property
     def ok(self) -> bool:
@@ -126,4 +127,6 @@ class ProfileRequest:
     allow_cpu: bool = False  # tests: let the target run on CPU (then nothing is profiled)
     python: str = sys.executable
     device_index: Optional[int] = None
-    keep_workdir: Optional[Path] = None  # write here instead of a temporary folder (kept afterwards)
+    keep_workdir: Optional[Path] = None  # the files the profile's commands handed back are copied here (kept)
+    sandbox: bool = True  # the candidate worker's sandbox around the profiler (False: on purpose, said in the summary)
+    hidden: tuple[str, ...] = ()  # folders never in the sandbox's view, even under a readable one (the archive)

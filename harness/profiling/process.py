@@ -15,11 +15,14 @@ from typing import Any, Optional, Sequence
 from .model import NVTX_INCLUDE, NVTX_RANGE, ProfileRequest
 
 
-def target_command(request: ProfileRequest, backend: str, status_file: Path,
-                   nsight_dir: Optional[Path] = None) -> list[str]:
-    """The command line of the process that runs the candidate once (what ncu launches, or nsight runs)."""
-    cmd = [request.python, "-m", "harness.profiling.target", "--solution", str(request.solution_path),
-           "--workload", request.workload_uuid, "--seed", str(request.seed), "--dataset", str(request.dataset_root),
+def target_command(request: ProfileRequest, backend: str, status_file: Path, nsight_dir: Optional[Path] = None,
+                   solution: Optional[Path] = None, dataset: Optional[Path] = None,
+                   workload: Optional[str] = None) -> list[str]:
+    """The command line of the process that runs the candidate once (what ncu launches, or nsight runs); the
+    solution, dataset and workload default to the request's (a ``Wall`` gives its inbox's)."""
+    cmd = [request.python, "-m", "harness.profiling.target", "--solution", str(solution or request.solution_path),
+           "--workload", workload or request.workload_uuid, "--seed", str(request.seed),
+           "--dataset", str(dataset or request.dataset_root),
            "--warmup", str(request.warmup), "--range", NVTX_RANGE, "--status-file", str(status_file),
            "--backend", backend]
     if request.setup_in_range:
@@ -85,15 +88,10 @@ def _tail(text: str, limit: int = 20000) -> str:
     return text if len(text) <= limit else f"[... {len(text) - limit} chars cut ...]\n" + text[-limit:]
 
 
-def _read(path: Path) -> str:
+def _target_status(data: Optional[bytes]) -> dict[str, Any]:
+    """The target's status file as it was handed back (empty where it wrote none or garbage)."""
     try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _target_status(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        status = json.loads(data or b"{}")
+    except ValueError:
         return {}
+    return status if isinstance(status, dict) else {}

@@ -38,10 +38,11 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from .outbox import WORK_INSIDE, outbox_mount_lines, outbox_run_lines
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_POLICY_PATH = PACKAGE_ROOT / "definitions" / "sandbox.yaml"
 FULL = "full"
-WORK_INSIDE = "/tmp/work"  # the candidate's work folder, as the candidate sees it
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 UID_BASE, UID_SPAN = 1_200_000, 100_000  # one user id per worker, far from any real account's
@@ -91,7 +92,10 @@ class MountPlan:
     symlinks: list[tuple[str, str]] = field(default_factory=list)  # (path, target), e.g. /bin -> usr/bin
     devices: list[str] = field(default_factory=list)  # /dev nodes bound in (null-likes, GPU)
     device_dirs: list[str] = field(default_factory=list)  # /dev folders bound in (nvidia-caps)
-    writable: list[str] = field(default_factory=list)  # host folders bound read-write (profiling output)
+    writable: list[str] = field(default_factory=list)  # host folders bound read-write (the baselines' JIT cache)
+    outbox: Optional[str] = None  # host folder the init copies the command's files into (harness.sandbox.outbox)
+    outbox_patterns: list[str] = field(default_factory=list)  # which files, under the work folder's out/
+    outbox_bytes: int = 256 * _MiB  # the most handed back per file
     tmp_bytes: int = 4 * _GiB
     uid: Optional[int] = None  # None: stay the namespace's root, without capabilities (user namespace mode)
     cgroup_procs: Optional[str] = None  # cgroup.procs file the init process moves itself into
@@ -195,9 +199,10 @@ def init_script(plan: MountPlan) -> str:
     lines += ["ln -s /proc/self/fd dev/fd", "ln -s /proc/self/fd/0 dev/stdin", "ln -s /proc/self/fd/1 dev/stdout",
               "ln -s /proc/self/fd/2 dev/stderr", "mkdir -p dev/shm",
               f"mount -t tmpfs -o mode=1777,size={max(plan.tmp_bytes // 8, 64 * _MiB)},nosuid,nodev "
-              "crucible-shm dev/shm",
+              "crucible-shm dev/shm", *outbox_mount_lines(plan.outbox, plan.uid),
               "mkdir -p .old", "pivot_root . .old", "cd /", "umount -l /.old", "rmdir /.old",
-              "mount -o remount,bind,ro /", f"cd {WORK_INSIDE}", '"$@" || exit $?']
+              "mount -o remount,bind,ro /", f"cd {WORK_INSIDE}",
+              *outbox_run_lines(plan.outbox, plan.outbox_patterns, plan.outbox_bytes)]
     return "\n".join(lines) + "\n"
 
 
@@ -390,12 +395,15 @@ class Sandbox:
 
 def make_sandbox(policy: SandboxPolicy, role: str, extra_readonly: list[str], hidden: list[str], pythonpath: str,
                  gpu: bool, writable: Optional[list[str]] = None, enabled: bool = True,
-                 network: bool = False) -> Sandbox:
-    """Plan one worker's sandbox (the folder, cgroup and init script); ``probe`` decides how full it can be."""
+                 network: bool = False, outbox: Optional[list[str]] = None) -> Sandbox:
+    """Plan one worker's sandbox (the folder, cgroup and init script); ``probe`` decides how full it can be.
+
+    ``outbox``: file patterns under the work folder's ``out/`` handed back into ``folder/outbox``
+    (harness.sandbox.outbox; a reduced sandbox leaves them in ``folder/work/out``)."""
     folder = private_folder(role)
     mode, why = probe() if enabled else ("", "switched off (--no-sandbox)")
     if not mode:
-        (folder / "work").mkdir()
+        (folder / "work" / "out").mkdir(parents=True)
         return Sandbox(policy, role, folder, f"reduced ({why})", "")
     uid = UID_BASE + (os.getpid() * 64 + next(_counter)) % UID_SPAN if mode == "root" else None
     if uid is not None and writable:
@@ -416,6 +424,9 @@ def make_sandbox(policy: SandboxPolicy, role: str, extra_readonly: list[str], hi
         cgroup_note = "user namespace: no cgroup delegated"
     plan, notes = plan_mounts(folder, extra_readonly, hidden, pythonpath, gpu, writable or [], policy.folder_bytes,
                               uid, str(cgroup.path / "cgroup.procs") if cgroup else None)
+    if outbox is not None:
+        (folder / "outbox").mkdir(mode=0o700)
+        plan.outbox, plan.outbox_patterns = str(folder / "outbox"), list(outbox)
     if cgroup_note:
         notes.append(f"limits by rlimit: {cgroup_note}")
     return Sandbox(policy, role, folder, FULL, mode, uid, cgroup, init_script(plan), notes, network)
