@@ -5,6 +5,10 @@ Without them the interpreter rejects correct bf16 kernels and accepts wrong fp8 
 - fp32 -> bf16 casts truncate instead of rounding to nearest even;
 - casts to float8 mis-round (1.953 becomes 1.0).
 Each fix converts through exact bit arithmetic or torch's own (correctly rounded) casts.
+
+``@triton.autotune`` with more than one config benchmarks them through the GPU driver, which the interpreter
+has not got ("0 active drivers"): under the interpreter the autotuner is given a benchmarker that times nothing,
+so it keeps the first config that survives ``prune_configs_by`` (see ``_patch_autotuner``).
 """
 
 from __future__ import annotations
@@ -44,6 +48,47 @@ def _torch_fp8_cast(values: np.ndarray, src, dst):
     if dst == tl.bfloat16:
         return _f32_to_bf16_bits_rtne(t.numpy())
     return t.numpy().astype({tl.float16: np.float16, tl.float32: np.float32, tl.float64: np.float64}[dst])
+
+
+def _interpreting() -> bool:
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except Exception:  # a Triton without knobs: the variable it reads
+        import os
+
+        return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _no_benchmark(kernel_call, quantiles=None, **_):
+    """Every config "takes" 0 ms without being run: interpreter time says nothing about a GPU, and running each
+    config would cost the interpreter's minutes. Equal timings make the autotuner's ``min`` keep the first."""
+    return [0.0] * len(quantiles) if quantiles else 0.0
+
+
+def _patch_autotuner() -> None:
+    """Only the benchmarker changes: the rest of ``Autotuner.run`` still does what it does on a GPU (pruning by
+    ``early_config_prune`` and ``perf_model``/``top_k``, the per-key cache, the conflict check on autotuned
+    meta-parameters passed at launch, ``reset_to_zero`` and the ``pre_hook``s before the kept config's run,
+    ``triton.heuristics`` on either side). Off the interpreter the original benchmarker is used."""
+    import functools
+
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except Exception:
+        return
+    original = Autotuner.__dict__.get("do_bench")
+    if not isinstance(original, functools.cached_property) or getattr(original.func, "_crucible", False):
+        return  # a Triton whose autotuner is laid out differently: leave it alone
+
+    def do_bench(self):
+        return _no_benchmark if _interpreting() else original.func(self)
+
+    do_bench._crucible = True
+    replacement = functools.cached_property(do_bench)
+    replacement.__set_name__(Autotuner, "do_bench")
+    Autotuner.do_bench = replacement
 
 
 def apply() -> bool:
@@ -100,5 +145,6 @@ def apply() -> bool:
         setattr(builder, name, lambda self, src, dst_type: cast_impl(self, src, dst_type))
     builder.create_fp_to_fp = create_fp_to_fp
     builder.create_dot = create_dot
+    _patch_autotuner()
     _PATCHED = True
     return True
