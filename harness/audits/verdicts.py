@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Sequence, Any, Iterable, Mapping, Optional, Union
 
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from . import attribution
@@ -191,8 +191,15 @@ def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditCo
                         + ("" if wall <= limit else ": work on host threads or outside the timed GPU activity"))
 
 
-def thread_verdict(threads_before: int, threads_after: int) -> Audit:
+def thread_verdict(threads_before: int, threads_after: int, candidate_threads: Sequence[str] = ()) -> Audit:
+    """Threads started during the recheck (any kind), and Python threads of the candidate's still alive, whenever
+    they were started (during the correctness calls, at import)."""
     new = threads_after - threads_before
+    if candidate_threads:
+        names = ", ".join(candidate_threads[:5])
+        return Audit(name="thread_creation", passed=False,
+                     detail=f"{len(candidate_threads)} Python thread(s) of the candidate's alive during the recheck "
+                            f"({names})")
     return Audit(name="thread_creation", passed=new <= 0,
                  detail="no new threads" if new <= 0 else f"{new} thread(s) started by the candidate during its calls")
 

@@ -325,6 +325,9 @@ class RecheckReply(Reply):
     input_fingerprints: Optional[list[str]] = Field(None, description="the content hash of each step's inputs")
     threads_before: Optional[int] = Field(None, ge=0, description="the worker's threads before the recheck")
     threads_after: Optional[int] = Field(None, ge=0, description="and after it (a thread left running shows)")
+    candidate_threads: list[str] = Field(
+        default_factory=list, description="Python threads alive that were not when the worker started: the "
+                                          "candidate's, whenever it started them (harness.sandbox.integrity)")
     when_ok: ClassVar[tuple[str, ...]] = ("wall_ms", "input_fingerprints", "threads_before", "threads_after")
 
 

@@ -28,6 +28,7 @@ import torch
 from . import protocol
 from .build import Built, BuildError, build
 from .extension_cache import as_bytes, as_tensor, pack, unpack
+from .integrity import Integrity, preload
 from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
                        RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
@@ -87,6 +88,8 @@ class Worker:
         self._request_tensors: dict[str, torch.Tensor] = {}  # what the current request brought (judge)
         self.workdir = Path.cwd()
         self._spent: dict[str, float] = {}  # the current request's steps, seconds (the reply's spent_s)
+        # the worker's own code, fingerprinted before any candidate code runs (harness.sandbox.integrity)
+        self.integrity = Integrity()
 
     def _add(self, step: str, seconds: float) -> None:
         self._spent[step] = self._spent.get(step, 0.0) + seconds
@@ -176,8 +179,11 @@ class Worker:
     def recheck(self, req: RecheckRequest) -> tuple[dict, dict]:
         """The fresh-input recheck (harness.audits.verdicts.plan_recheck): ``worker_calls.recheck_calls``."""
         assert self.built is not None and self.built.fn is not None, "build first"
-        return recheck_calls(self.built, self.solution.spec.destination_passing_style, self.definition, req,
-                             self.device)
+        header, tensors = recheck_calls(self.built, self.solution.spec.destination_passing_style, self.definition,
+                                        req, self.device)
+        if header.get("ok"):
+            header["candidate_threads"] = self.integrity.new_threads()
+        return header, tensors
 
     def oracle(self, req: OracleRequest) -> tuple[dict, dict]:
         """The reference evaluated in float64 throughout: the yardstick of the precision audit."""
@@ -362,6 +368,12 @@ class Worker:
             print(tb, file=sys.stderr, flush=True)
             header, tensors = failure(f"{type(err).__name__}: {err}", traceback=tb,
                                       context_broken=_context_broken(self.device)), {}
+        with self._step("integrity"):
+            tampered = self.integrity.check() if self.role == "candidate" else []
+        if tampered:  # nothing this worker measures can be believed any more: this reply and every later one
+            header, tensors = failure(
+                f"harness integrity: candidate code replaced the worker's own code ({', '.join(tampered[:4])}"
+                f"{', ...' if len(tampered) > 4 else ''})", EvaluationStatus.RUNTIME_ERROR.value), {}
         with self._step("release"):  # the reply's tensors to the host, the allocator's cache given back
             memory = memory_release(self.device, tensors)
         if memory:
@@ -409,6 +421,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         from . import triton_interp
 
         triton_interp.apply()
+    preload(torch.cuda.is_available())  # before the fingerprint: everything the worker will call, imported
     Worker(args.role).serve(args.rfd, args.wfd)
     # Done: leave without Python's finalisation (torch's, Triton's and the candidate's exit handlers: tenths of a
     # second the harness would wait for on every worker it stops); nothing of this process is kept.

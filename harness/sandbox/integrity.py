@@ -1,0 +1,128 @@
+"""The worker's own code, proven unchanged after candidate code ran in its process.
+
+The candidate is imported into the worker, as the contest's harness imports it: the timer, the input generator,
+the mutation and thread checks share its interpreter. The static gate refuses code that reaches for them
+(``sys.modules``, the harness's modules, monkeypatching); this is the run-time proof behind it. Before any
+candidate code runs, the worker imports everything it will call later and fingerprints it: every function,
+class method and module attribute of the harness's own modules (the worker's ``__main__`` included), the
+third-party callables its judgments rest on (CUPTI's bindings, ``torch.equal``, ``torch.cuda.synchronize``,
+the clocks, the thread census), and the code object, defaults and closure of every function. After each request
+it compares. A change is tampering: the reply fails, and so does every later request of that worker.
+
+Only changes and removals count: lazily imported submodules add attributes, which honest code does too.
+
+It also keeps the census of Python threads: a thread the candidate starts (by any spelling the static gate
+missed) is still alive when the recheck counts, even if it was started during the correctness calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import types
+from typing import Any, Iterable
+
+# Imported before the candidate is: modules the worker only reaches for later (inside a request).
+PRELOAD = ("harness.measure.timing", "harness.measure.cupti_trace", "harness.measure.gpu_state",
+           "harness.measure.roofline", "harness.audits.sass", "harness.families", "harness.sandbox.build",
+           "harness.sandbox.worker_calls", "harness.data.inputs")
+
+# Third-party callables the worker's judgments rest on: (module, attribute names; "*" every callable).
+THIRD_PARTY = (("torch", ("equal", "allclose", "isfinite", "empty", "zeros", "stack", "cat")),
+               ("torch.cuda", ("synchronize", "Event", "current_stream", "Stream", "is_available")),
+               ("time", ("perf_counter", "perf_counter_ns", "monotonic", "time", "sleep")),
+               ("threading", ("active_count", "enumerate", "Thread")),
+               ("os", ("listdir", "getpid", "_exit")),
+               ("cupti", ("*",)), ("cupti.cupti", ("*",)))
+
+
+def preload(cuda: bool) -> None:
+    """Import what the worker calls later, so its fingerprint exists before the candidate can touch it."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a module this host cannot import (no GPU libraries): the worker never calls it
+            continue
+    if cuda:
+        from ..measure.cupti_trace import _load_cupti
+
+        _load_cupti()  # CUPTI's bindings: the official timer's
+
+
+def _function_marks(fn: Any) -> tuple:
+    code = getattr(fn, "__code__", None)
+    closure = getattr(fn, "__closure__", None) or ()
+    return (id(fn), id(code), id(getattr(fn, "__defaults__", None)), id(getattr(fn, "__kwdefaults__", None)),
+            tuple(id(c) for c in closure))
+
+
+def _marks(value: Any) -> tuple:
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        return _function_marks(getattr(value, "__func__", value))
+    return (id(value),)
+
+
+def _own_modules() -> Iterable[tuple[str, types.ModuleType]]:
+    for name, module in list(sys.modules.items()):
+        if isinstance(module, types.ModuleType) and (name == "harness" or name.startswith("harness.")
+                                                     or name == "__main__"):
+            yield name, module
+
+
+def snapshot() -> dict[str, tuple]:
+    """``"module.attr"`` (and ``"module.Class.attr"``) -> identity marks, for everything trusted."""
+    marks: dict[str, tuple] = {}
+    for name, module in _own_modules():
+        for attr, value in list(vars(module).items()):
+            if attr.startswith("__") and attr not in ("__dict__",):
+                continue
+            marks[f"{name}.{attr}"] = _marks(value)
+            if isinstance(value, type) and getattr(value, "__module__", "") == name:
+                for member, inner in list(vars(value).items()):
+                    if not member.startswith("__") or member in ("__init__", "__call__"):
+                        marks[f"{name}.{attr}.{member}"] = _marks(inner)
+    for module_name, attrs in THIRD_PARTY:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        names = [a for a, v in vars(module).items() if callable(v)] if attrs == ("*",) else attrs
+        for attr in names:
+            if hasattr(module, attr):
+                marks[f"{module_name}.{attr}"] = _marks(getattr(module, attr))
+    return marks
+
+
+def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """What was replaced or removed (new names are not counted: lazy imports add them)."""
+    return sorted(k for k, v in before.items() if after.get(k) != v)
+
+
+def python_threads() -> set[int]:
+    """Idents of live Python threads (foreign threads that merely called into Python are not counted)."""
+    return {t.ident for t in threading.enumerate()
+            if t.ident is not None and not isinstance(t, threading._DummyThread)}  # type: ignore[attr-defined]
+
+
+class Integrity:
+    """The fingerprint taken before candidate code, and what differs from it now."""
+
+    def __init__(self) -> None:
+        # the functions themselves, held here: replacing this module's names later changes nothing of the check
+        self._snapshot, self._changed = snapshot, changed
+        self.before = snapshot()
+        self.threads = python_threads()
+        self.tampered: list[str] = []
+        self.check = self._check  # bound now: a method replaced on the class later is not the one called
+
+    def _check(self) -> list[str]:
+        """The names changed so far (sticky: once tampered, always tampered)."""
+        if not self.tampered:
+            self.tampered = self._changed(self.before, self._snapshot())
+        return self.tampered
+
+    def new_threads(self) -> list[str]:
+        """Python threads alive now that were not when the worker started: the candidate's."""
+        return sorted(t.name for t in threading.enumerate()
+                      if t.ident is not None and t.ident not in self.threads
+                      and not isinstance(t, threading._DummyThread))  # type: ignore[attr-defined]

@@ -1,0 +1,160 @@
+"""The worker's own code proven unchanged after candidate code ran in its process (harness.sandbox.integrity),
+and the census of the candidate's Python threads: as table tests of the fingerprint, and through a real worker
+process fed candidates that patch the timer, the thread census or the check itself (by spellings the static
+gate is not asked about here: the worker is driven directly)."""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import pytest
+
+from harness.audits.verdicts import thread_verdict
+from harness.data.dataset import Dataset
+from harness.data.schema import Solution
+from harness.sandbox import integrity
+from harness.sandbox.integrity import Integrity, changed, snapshot
+from harness.sandbox.messages import BuildRequest, RecheckRequest, RunRequest
+from harness.sandbox.runner import WorkerOptions, WorkerProcess
+from support import KV8_PS1, TORCH_CANDIDATE, solution_dict
+
+
+def test_replacing_removing_and_rebinding_code_are_seen_adding_and_mutating_data_are_not(monkeypatch):
+    import harness.measure.roofline as roofline
+
+    check = Integrity()
+    assert check.check() == []
+    monkeypatch.setattr(roofline, "brand_new_name", 1, raising=False)  # a lazy import adds names: fine
+    assert check.check() == []
+    fn = next(v for v in vars(roofline).values()
+              if isinstance(v, types.FunctionType) and v.__module__ == roofline.__name__)
+    monkeypatch.setattr(fn, "__code__", (lambda *a, **k: None).__code__)
+    assert check.check() == [f"harness.measure.roofline.{fn.__name__}"]
+
+
+@pytest.mark.parametrize("how", ["replace", "remove", "class_method", "defaults"])
+def test_each_kind_of_change_is_named(how, monkeypatch):
+    import harness.sandbox.worker_calls as calls
+    import harness.sandbox.runner as runner
+
+    before = snapshot()
+    if how == "replace":
+        monkeypatch.setattr(calls, "thread_count", lambda: 7)
+        want = "harness.sandbox.worker_calls.thread_count"
+    elif how == "remove":
+        monkeypatch.delattr(calls, "poisoned")
+        want = "harness.sandbox.worker_calls.poisoned"
+    elif how == "class_method":
+        monkeypatch.setattr(runner.WorkerProcess, "request", lambda *a, **k: None)
+        want = "harness.sandbox.runner.WorkerProcess.request"
+    else:
+        monkeypatch.setattr(calls.recheck_calls, "__defaults__", (None,))
+        want = "harness.sandbox.worker_calls.recheck_calls"
+    assert want in changed(before, snapshot())
+
+
+def test_replacing_the_check_itself_blinds_nothing(monkeypatch):
+    import harness.measure.roofline as roofline
+
+    check = Integrity()
+    frozen = dict(check.before)
+    monkeypatch.setattr(integrity, "snapshot", lambda: frozen)  # the module's name: not what the check holds
+    monkeypatch.setattr(integrity.Integrity, "_check", lambda self: [])
+    monkeypatch.setattr(roofline, "measure_ceilings", lambda *a: None)
+    assert "harness.measure.roofline.measure_ceilings" in check.check()
+    assert "harness.sandbox.integrity.snapshot" in check.check()
+
+
+def test_a_python_thread_of_the_candidates_is_counted_whenever_it_started():
+    check = Integrity()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="sneaky", daemon=True)
+    t.start()
+    try:
+        assert check.new_threads() == ["sneaky"]
+        audit = thread_verdict(10, 10, check.new_threads())
+        assert not audit.passed and "sneaky" in audit.detail
+    finally:
+        stop.set()
+        t.join()
+    assert check.new_threads() == [] and thread_verdict(10, 10, []).passed
+
+
+# -- through a worker process ---------------------------------------------------------------------------------
+
+DATASET = Dataset()
+DEFINITION = DATASET.definition(KV8_PS1)
+WORKLOAD = DATASET.workloads_for(KV8_PS1)[0]
+ROOT = str(DATASET.root)
+
+PATCH_TIMER = '''
+import sys
+_timing = sys.modules["harness.measure.timing"]
+_timing.time_trial = lambda fn, args, **kw: None
+'''
+PATCH_AT_CALL = '''
+import sys
+_done = []
+
+def _patch():
+    if not _done:
+        sys.modules["harness.sandbox.worker_calls"].thread_count = lambda: 3
+        _done.append(1)
+'''
+THREAD_AT_IMPORT = '''
+import threading
+threading.Thread(target=threading.Event().wait, name="kept-alive", daemon=True).start()
+'''
+
+
+def _worker_with(source: str) -> tuple[WorkerProcess, Solution]:
+    worker = WorkerProcess(WorkerOptions(cpu_only=True, dataset_root=ROOT, sandbox=False, isolate_network=False))
+    worker.start()
+    return worker, Solution.model_validate(solution_dict(source))
+
+
+def _torch_candidate_calling(prefix: str, call: str = "") -> str:
+    body = TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape", f"    {call}\n    batch, heads, dim = q.shape"
+                                   if call else "    batch, heads, dim = q.shape")
+    return prefix + body
+
+
+def test_a_candidate_that_patches_the_timer_at_import_fails_its_build():
+    worker, solution = _worker_with(_torch_candidate_calling(PATCH_TIMER))
+    try:
+        reply, _ = worker.request(BuildRequest(solution=solution, definition=DEFINITION), timeout_s=120)
+        assert not reply.ok and reply.status == "RUNTIME_ERROR"
+        assert "harness integrity" in reply.error and "harness.measure.timing.time_trial" in reply.error
+        reply, _ = worker.request(RunRequest(workload=WORKLOAD, seed=1, dataset_root=ROOT), timeout_s=120)
+        assert not reply.ok and "harness integrity" in reply.error  # and every later request
+    finally:
+        worker.stop(graceful=False)
+
+
+def test_a_patch_made_during_a_call_fails_that_call():
+    worker, solution = _worker_with(_torch_candidate_calling(PATCH_AT_CALL, "_patch()"))
+    try:
+        reply, _ = worker.request(BuildRequest(solution=solution, definition=DEFINITION), timeout_s=120)
+        assert reply.ok, reply.error
+        reply, _ = worker.request(RunRequest(workload=WORKLOAD, seed=1, dataset_root=ROOT), timeout_s=120)
+        assert not reply.ok and "harness.sandbox.worker_calls.thread_count" in reply.error
+    finally:
+        worker.stop(graceful=False)
+
+
+def test_an_honest_candidate_passes_and_a_thread_started_at_import_is_reported_by_the_recheck():
+    for source, threads in ((TORCH_CANDIDATE, []), (_torch_candidate_calling(THREAD_AT_IMPORT), ["kept-alive"])):
+        worker, solution = _worker_with(source)
+        try:
+            reply, _ = worker.request(BuildRequest(solution=solution, definition=DEFINITION), timeout_s=120)
+            assert reply.ok, reply.error
+            reply, _ = worker.request(RunRequest(workload=WORKLOAD, seed=1, dataset_root=ROOT), timeout_s=120)
+            assert reply.ok, reply.error
+            steps = [{"kind": "fresh", "seed": 5}, {"kind": "fresh", "seed": 6}]
+            reply, _ = worker.request(RecheckRequest(workload=WORKLOAD, steps=steps, dataset_root=ROOT),
+                                      timeout_s=120)
+            assert reply.ok, reply.error
+            assert reply.candidate_threads == threads
+        finally:
+            worker.stop(graceful=False)
