@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from harness.archive.database import ARCHIVE_ENV, ArchiveMissing, archive_location
+from harness.cli_common import SafeConsole
 from harness.data.dataset import Dataset
 from harness.data.schema import SchemaError
 from harness.data.statuses import RunStatus
@@ -25,8 +25,8 @@ from .providers.registry import PROVIDERS, default_provider, preflight
 from .skills import SkillError
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+out = SafeConsole(width=None if sys.stdout.isatty() else 200)
+err = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -5,6 +5,7 @@ report_cli), which all import from here.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Optional
 
@@ -17,9 +18,28 @@ from .data.statuses import EvaluationStatus, SubmissionStatus
 from .pipeline.phases import timeline
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
+
+# C0 and C1 control characters but newline and tab: a candidate's log or error message could otherwise move the
+# cursor, clear the screen or retitle the terminal (an escape sequence printing a fake "PASSED" over a line).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but newline and tab shown as ``\\xNN`` instead of obeyed."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class SafeConsole(Console):
+    """A console that never passes a control character of the text it is given to the terminal (rich adds
+    its own styling sequences after this, when it renders)."""
+
+    def render_str(self, text: str, *args: Any, **kwargs: Any) -> Any:
+        return super().render_str(printable(text), *args, **kwargs)
+
+
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
+out = SafeConsole(width=None if sys.stdout.isatty() else 200)
+err = SafeConsole(stderr=True)
 
 
 def run_as_program(command: Any) -> None:

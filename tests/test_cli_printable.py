@@ -1,0 +1,39 @@
+"""What a candidate wrote (its log, its error message) reaches the terminal as text, never as terminal control:
+the CLIs' consoles show control characters instead of obeying them (harness.cli_common.SafeConsole)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.table import Table
+
+from harness.cli_common import SafeConsole, printable
+
+
+@pytest.mark.parametrize("raw, shown", [
+    ("plain text\nsecond line\ttab", "plain text\nsecond line\ttab"),
+    ("\x1b[2J\x1b[H", "\\x1b[2J\\x1b[H"),  # clear screen, cursor home
+    ("\x1b]0;title\x07", "\\x1b]0;title\\x07"),  # retitle the terminal
+    ("over\rwrite", "over\\x0dwrite"),
+    ("\x9b31m", "\\x9b31m"),  # the one-byte CSI
+    ("back\x08space\x7f", "back\\x08space\\x7f"),
+    ("ünïcødé ✓", "ünïcødé ✓"),
+])
+def test_printable(raw, shown):
+    assert printable(raw) == shown
+
+
+def test_a_table_cell_and_a_printed_log_cannot_move_the_cursor():
+    buffer = io.StringIO()
+    console = SafeConsole(file=buffer, force_terminal=True, color_system="standard", width=120, highlight=False)
+    table = Table()
+    table.add_column("note")
+    table.add_row("\x1b[1A\x1b[2K\x1b[32m PASSED (all audits clean)")
+    console.print(table)
+    console.print("log: \x1b[2J\x1b]0;pwned\x07", markup=False)
+    console.print("[red]FAILED[/]")
+    text = buffer.getvalue()
+    assert "\x1b[1A" not in text and "\x1b[2K" not in text and "\x1b[2J" not in text and "\x1b]0;" not in text
+    assert "\\x1b[1A" in text and "\\x1b]0;pwned\\x07" in text
+    assert "\x1b[31m" in text  # the console's own styling still reaches the terminal
