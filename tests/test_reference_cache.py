@@ -23,14 +23,28 @@ def _submit(root, archive: Archive, **options):
     return result
 
 
-def test_a_later_session_reads_the_references_outputs_back(tiny_dataset_root, tmp_path):
+def test_a_later_session_reads_the_references_outputs_back(tiny_dataset_root, tmp_path, monkeypatch):
+    from harness.sandbox.messages import ReferenceRequest
+    from harness.sandbox.runner import WorkerProcess
+
+    asked: list[int] = []
+    request = WorkerProcess.request
+
+    def counting(self, message, *args, **kwargs):
+        if isinstance(message, ReferenceRequest):
+            asked.append(message.seed)
+        return request(self, message, *args, **kwargs)
+
+    monkeypatch.setattr(WorkerProcess, "request", counting)
     archive = Archive(tmp_path / "a")
     first = _submit(tiny_dataset_root, archive)
     assert first.phases_s.get("reference", 0) > 0
     kept = archive.db.execute("select count(*) from trusted_outputs").fetchone()[0]
-    assert kept >= 2 * 3  # every trial seed of both workloads (and the oracle's, and the recheck's)
+    assert kept >= 2 * 3  # every trial seed of both workloads (and the oracle's, and the recheck's fresh calls)
+    asked.clear()
     second = _submit(tiny_dataset_root, archive)
-    assert second.phases_s.get("reference", 0) == 0  # nothing asked of the reference worker for outputs
+    # only the recheck's reuse call per workload: content drawn for that submission alone, computed, not stored
+    assert len(asked) == len(WORKLOADS)
     assert archive.db.execute("select count(*) from trusted_outputs").fetchone()[0] == kept
     # the same judgement: the same seeds, so the same errors
     assert [w.max_absolute_error for w in second.workloads] == [w.max_absolute_error for w in first.workloads]

@@ -107,7 +107,7 @@ def test_every_request_round_trips_with_the_keys_it_had(model, legacy):
      "invalid time request: seeds: List should have at least 1 item"),
     ({"op": "sass", "timeout": 5}, "invalid sass request: timeout: Extra inputs are not permitted"),
     ({"op": "recheck", "workload": W, "dataset_root": ROOT, "steps": [{"kind": "reuse", "seed": 1}]},
-     "a reuse step names the buffers it reuses"),
+     "a reuse or known step names the buffers it refills"),
     ({"op": "recheck", "workload": W, "dataset_root": ROOT,
       "steps": [{"kind": "fresh", "seed": 1}, {"kind": "reuse", "seed": 1, "buffers_of": 1}]},
      "step 1 reuses the buffers of step 1, not an earlier fresh step"),
@@ -251,7 +251,7 @@ class _Session(WorkloadEvaluation, SessionAudits):
     def _phase(self, name):
         return contextlib.nullcontext()
 
-    def reference_outputs(self, definition, workload, seed):
+    def reference_outputs(self, definition, workload, seed, keep=True):
         return "f", {}
 
 
@@ -301,7 +301,7 @@ def test_a_malformed_recheck_reply_is_a_runtime_error(reply, words):
 class _JudgedSession(_Session):
     """The recheck's judging passes every call: what is tested is the replay audit's timed pair."""
 
-    def reference_outputs(self, definition, workload, seed):
+    def reference_outputs(self, definition, workload, seed, keep=True):
         return "f", {n: None for n in definition.outputs}
 
     def _judge(self, *args):
@@ -310,25 +310,35 @@ class _JudgedSession(_Session):
         return CheckResult(EvaluationStatus.PASSED)
 
 
-@pytest.mark.parametrize("wall, repeat, passed, words", [
+@pytest.mark.parametrize("wall, repeat, passed, words, known_passed", [
     # honest, measured on the H200 (DSA sparse attention, a 0.1 ms gather over a 624 MB cache): the first call on
     # new buffers is 2.6x its repeat (allocator growth, cold TLB); the reuse call, new content in warm buffers,
-    # costs what its repeat does
-    ([0.2566, 0.2845, 0.1003], [0.0998, 0.1126, 0.0998], True, "new-content call 0.1003 ms vs 0.0998 ms"),
-    # a cache keyed by the inputs' content: new content is computed, its repeat served from the cache
-    ([0.30, 0.31, 0.30], [0.02, 0.02, 0.02], False, "new-content call 0.3 ms vs 0.02 ms"),
+    # costs what its repeat does, and so does the timed content written into warm buffers (the last call)
+    ([0.2566, 0.2845, 0.1003, 0.1001], [0.0998, 0.1126, 0.0998, 0.0999], True,
+     "new-content call 0.1003 ms vs 0.0998 ms", True),
+    # a cache keyed by the inputs' content: new content is computed, its repeat served from the cache, and the
+    # content the timer timed (seen sixty times) is served at once
+    ([0.30, 0.31, 0.30, 0.02], [0.02, 0.02, 0.02, 0.02], False, "new-content call 0.3 ms vs 0.02 ms", False),
+    # a table of answers learnt for the archive's trial inputs: anything new computed, repeats too (no cache)
+    ([0.30, 0.31, 0.30, 0.01], [0.30, 0.30, 0.30, 0.01], True, "new-content call 0.3 ms vs 0.3 ms", False),
     # a reply without the repeats (the worker's reply was changed) is no pass
-    ([0.10, 0.10, 0.10], [], False, "times 0 repeats of 3 calls"),
+    ([0.10, 0.10, 0.10, 0.10], [], False, "times 0 repeats of 4 calls", None),
 ])
-def test_the_replay_audit_times_new_content_in_warm_buffers_against_its_repeat(wall, repeat, passed, words):
+def test_the_replay_audits_time_new_content_against_its_repeat_and_the_timed_content(wall, repeat, passed, words,
+                                                                                      known_passed):
     wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
-    reply = {"ok": True, "wall_ms": wall, "repeat_wall_ms": repeat, "input_fingerprints": ["f"] * 3,
+    reply = {"ok": True, "wall_ms": wall, "repeat_wall_ms": repeat, "input_fingerprints": ["f"] * 4,
              "threads_before": 1, "threads_after": 1}
     with fake_worker(reply) as worker:
         _JudgedSession()._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
     assert wr.status == EvaluationStatus.PASSED.value, wr.message
     [timing] = [a for a in wr.audits if a.name == "fresh_input_timing"]
     assert timing.passed is passed and words in timing.detail, timing.detail
+    known = [a for a in wr.audits if a.name == "known_input_timing"]
+    if known_passed is None:
+        assert known == []
+    else:
+        assert known[0].passed is known_passed, known[0].detail
 
 
 def test_reuse_calls_take_never_seen_content_where_they_are_timed():
@@ -364,3 +374,44 @@ def test_a_dataset_baseline_is_checked_on_one_input_set_and_timed_on_all_without
     [time_request] = [m for m in sent if m.op == "time"]
     assert len(runs) == (1 if baseline else PRESET.num_trials) and len(time_request.seeds) == PRESET.num_trials
     assert time_request.clock_truth_calls == (0 if baseline else CLOCK_TRUTH_CALLS)
+
+
+class _SeedRecorder(_JudgedSession):
+    def __init__(self):
+        super().__init__()
+        self.asked = []
+
+    def reference_outputs(self, definition, workload, seed, keep=True):
+        self.asked.append((seed, keep))
+        return super().reference_outputs(definition, workload, seed, keep)
+
+
+def test_recheck_content_is_drawn_per_submission_and_the_timed_content_comes_last():
+    from harness.data.inputs import trial_seed
+
+    runs = []
+    for _ in range(2):  # two submissions to the same archive (the same secret)
+        session = _SeedRecorder()
+        reply = {"ok": True, "wall_ms": [0.1] * 4, "repeat_wall_ms": [0.1] * 4, "input_fingerprints": ["f"] * 4,
+                 "threads_before": 1, "threads_after": 1}
+        wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
+        with fake_worker(reply) as worker:
+            session._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
+        runs.append(session.asked)
+    timed = trial_seed(b"s" * 16, WORKLOAD, 0)
+    secret_seeds = {trial_seed(b"s" * 16, WORKLOAD, t) for t in range(4000)}
+    for asked in runs:
+        assert asked[-1] == (timed, True)  # the known step: the trial the timer timed, its reference kept
+        fresh, reuse = asked[:2], asked[2:3]
+        assert all(keep and seed in secret_seeds for seed, keep in fresh)  # the archive's: cached, re-read later
+        assert all(not keep and seed not in secret_seeds for seed, keep in reuse)  # one-off, never stored
+    assert runs[0][2][0] != runs[1][2][0]  # nothing learnt from one submission answers the next
+
+
+def test_the_known_step_refills_an_earlier_steps_buffers_last_and_only_where_buffers_are_reused():
+    from harness.audits.verdicts import plan_recheck
+
+    steps = plan_recheck([11, 12], 1, random.Random(3), reuse_seeds=[21], known_seed=99)
+    assert [s["kind"] for s in steps] == ["fresh", "fresh", "reuse", "known"]
+    assert steps[-1]["seed"] == 99 and steps[-1]["buffers_of"] in (0, 1)
+    assert all(s["kind"] != "known" for s in plan_recheck([11, 12], 0, random.Random(3), known_seed=99))

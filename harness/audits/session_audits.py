@@ -9,6 +9,7 @@ session's workers, reference cache, archive and audit config, and appends its re
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any, Optional
 
@@ -17,8 +18,8 @@ import torch
 from .attribution import own_kernels
 from .model import Audit
 from .storage import narrow_storage
-from .verdicts import (AuditConfig, attribution_verdict, plan_recheck, precision_verdict, recheck_verdict,
-                     replay_verdict, thread_verdict)
+from .verdicts import (AuditConfig, attribution_verdict, known_input_verdict, plan_recheck, precision_verdict,
+                       recheck_verdict, replay_verdict, thread_verdict)
 from ..measure.correctness import CheckResult, Tolerance
 from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
@@ -194,9 +195,16 @@ class SessionAudits:
         (harness.audits.verdicts)."""
         cfg = cfg or self.audit_config
         fresh = [trial_seed(self._secret, workload, seed_base + i) for i in range(cfg.fresh_input_sets)]
-        # the reuse calls' content, seen nowhere else: they are also the replay audit's timed calls (on a GPU)
-        reuse = [trial_seed(self._secret, workload, seed_base + 500 + j) for j in range(cfg.reused_buffer_calls)]
-        steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng, reuse if self.has_gpu else None)
+        # The reuse calls' content is drawn for this submission alone, never from the archive's secret: every
+        # seed of the secret gives the same inputs to every submission to the archive, so their outputs can be
+        # learnt (a candidate printing them into a log that a later submission's author reads). A table of such
+        # answers fails here; one that computes what it does not know passes, and on a GPU these calls are also
+        # what the replay audits time as never-seen content. Their reference outputs are not kept.
+        reuse = [secrets.randbits(56) for _ in range(cfg.reused_buffer_calls)]
+        # on a GPU, last: the content the official timer timed (its first trial), timed against the reuse calls
+        known = trial_seed(self._secret, workload, 0) if self.has_gpu else None
+        steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng, reuse, known)
+        one_off = set(reuse)
         request = RecheckRequest(workload=workload, steps=steps, dataset_root=str(self.dataset.root))
         answered = self._within_deadline(worker, request, deadline, wr, "recheck", "audits")
         if answered is None:
@@ -214,7 +222,8 @@ class SessionAudits:
             return
         checks = []
         for i, step in enumerate(steps):
-            ref_fp, ref_out = self.reference_outputs(definition, workload, int(step["seed"]))
+            ref_fp, ref_out = self.reference_outputs(definition, workload, int(step["seed"]),
+                                                     keep=int(step["seed"]) not in one_off)
             if reply.input_fingerprints[i] != ref_fp:
                 checks.append((step, False, "inputs differ from the reference's (the call changed them?)"))
                 continue
@@ -235,6 +244,11 @@ class SessionAudits:
                                           "(the worker's reply was changed)"))
             return
         wr.audits.append(replay_verdict([repeat[i] for i in timed], [content[i] for i in timed], cfg))
+        known_step = next((i for i, s in enumerate(steps) if s["kind"] == "known"), None)
+        if known_step is not None:
+            verdict = known_input_verdict(content[known_step], [content[i] for i in timed], cfg)
+            if verdict is not None:
+                wr.audits.append(verdict)
 
     def _escalate(self, worker: WorkerProcess, definition: Definition, workload: Workload, preset: EvalPreset,
                   tol: Tolerance, timeout_s: float, wr: WorkloadResult, library_is_own: bool = False) -> None:

@@ -82,7 +82,7 @@ class AuditConfig:
 
 
 def plan_recheck(fresh_seeds: list[int], reused_calls: int, rng: random.Random,
-                 reuse_seeds: Optional[list[int]] = None) -> list[dict[str, Any]]:
+                 reuse_seeds: Optional[list[int]] = None, known_seed: Optional[int] = None) -> list[dict[str, Any]]:
     """The call sequence, in an order the candidate cannot predict.
 
     ``{"kind": "fresh", "seed": s}``: new input tensors for seed s, NaN-poisoned new outputs.
@@ -90,6 +90,8 @@ def plan_recheck(fresh_seeds: list[int], reused_calls: int, rng: random.Random,
     with seed s's content, outputs written into step i's (already written) output buffers. ``reuse_seeds`` (one per
     reused call): content seen nowhere else, so the reuse call is also the replay audit's timed call
     (``replay_verdict``); without them each reuse step takes another fresh step's content.
+    ``{"kind": "known", "seed": s, "buffers_of": i}`` (with ``known_seed``, on a GPU): step i's buffers refilled
+    with the content the official timer timed, last; timed like a reuse call (``known_input_verdict``).
     """
     if len(fresh_seeds) < 2 and reused_calls:
         raise ValueError("reusing buffers needs at least two fresh input sets")
@@ -103,6 +105,8 @@ def plan_recheck(fresh_seeds: list[int], reused_calls: int, rng: random.Random,
         # Overwrite with the content of a *different* seed, so a stale answer is a wrong answer.
         other = reuse_seeds[j] if reuse_seeds is not None else rng.choice([s for k, s in enumerate(seeds) if k != i])
         steps.append({"kind": "reuse", "seed": other, "buffers_of": i})
+    if known_seed is not None and reused_calls:
+        steps.append({"kind": "known", "seed": known_seed, "buffers_of": rng.randrange(len(seeds))})
     return steps
 
 
@@ -113,8 +117,9 @@ def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> Audi
         return Audit(name="fresh_input_recheck", passed=False, detail="no recheck calls were made")
     if failed:
         step, message = failed[0]
-        how = ("on fresh inputs with NaN-poisoned outputs" if step["kind"] == "fresh" else
-               "on reused input buffers holding new data, into outputs it had already written")
+        how = {"fresh": "on fresh inputs with NaN-poisoned outputs",
+               "known": "on reused input buffers refilled with the content the timer timed"}.get(
+            step["kind"], "on reused input buffers holding new data, into outputs it had already written")
         return Audit(name="fresh_input_recheck", passed=False,
                      detail=f"{len(failed)} of {len(step_checks)} recheck calls wrong; first {how}: {message} "
                             "(signs of replay, skip-if-written or call counting)")
@@ -156,6 +161,25 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
     return Audit(name="fresh_input_timing", passed=fresh <= limit,
                  detail=f"new-content call {fresh:.4g} ms vs {same:.4g} ms for its repeat (wall per call; "
                         f"limit {limit:.4g} ms{note})")
+
+
+def known_input_verdict(known_wall_ms: float, new_wall_ms: list[float], cfg: AuditConfig) -> Optional[Audit]:
+    """Is the candidate faster on the content the official timer timed than on content it never saw?
+
+    A table of answers built before the run (outputs read from an earlier submission's log, for inputs drawn
+    the same way) or a cache filled during the timed calls answers the timed content at once and must compute
+    anything new: the timer then measured the lookup. The known content is written into warm buffers and timed
+    exactly as the never-seen content of the reuse calls (cold L2, synchronised wall clock), so an honest
+    kernel costs the same on both; the same bound as ``replay_verdict``.
+    """
+    if not new_wall_ms:
+        return None
+    new = statistics.median(new_wall_ms)
+    limit = cfg.replay_ratio * known_wall_ms + cfg.replay_slack_ms
+    return Audit(name="known_input_timing", passed=new <= limit,
+                 detail=f"never-seen content {new:.4g} ms vs {known_wall_ms:.4g} ms on the content the timer timed "
+                        f"(wall per call; limit {limit:.4g} ms)"
+                        + ("" if new <= limit else ": the timed content was answered without the work"))
 
 
 # -- clock truth, threads ----------------------------------------------------------------------------------

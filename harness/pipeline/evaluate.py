@@ -161,8 +161,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         return self.trusted.toolchain_key
 
     def reference_outputs(self, definition: Definition, workload: Workload,
-                          seed: int) -> tuple[str, dict[str, torch.Tensor]]:
-        return self.trusted.outputs(definition, workload, seed)
+                          seed: int, keep: bool = True) -> tuple[str, dict[str, torch.Tensor]]:
+        return self.trusted.outputs(definition, workload, seed, keep)
 
     def oracle_outputs(self, definition: Definition, workload: Workload, seed: int) -> dict[str, torch.Tensor]:
         return self.trusted.oracle(definition, workload, seed)

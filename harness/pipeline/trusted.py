@@ -142,15 +142,17 @@ class TrustedReference:
     # -- outputs ------------------------------------------------------------------------------------
 
     def _computed(self, op: str, phase: str, cache: dict, definition: Definition, workload: Workload,
-                  seed: int) -> Outputs:
-        """``op`` ("reference", or "oracle" in float64) once per seed: from the session, the archive, or the worker."""
+                  seed: int, keep: bool = True) -> Outputs:
+        """``op`` ("reference", or "oracle" in float64) once per seed: from the session, the archive, or the worker.
+        ``keep`` False: a seed drawn for this session only (the recheck's), never looked up or stored."""
         key = (definition.name, workload.uuid, seed)
         if key in cache:
             return cache[key]
         worker = self.worker()
         stored_key = reference_cache.cache_key(op, self.gpu_key, self.toolchain_key, definition.content_hash,
                                                workload.uuid, seed)
-        stored = self.archive.cached_trusted_outputs(stored_key) if self.settings.reuse_outputs else None
+        reuse = self.settings.reuse_outputs and keep
+        stored = self.archive.cached_trusted_outputs(stored_key) if reuse else None
         if stored is not None:
             cache[key] = reference_cache.decode_entry(*stored)
             return cache[key]
@@ -163,14 +165,15 @@ class TrustedReference:
                                f"{reply.traceback or ''}")
         header = reply.wire()  # as the archive keeps it (harness.pipeline.reference_cache)
         cache[key] = (header, tensors)
-        entry = reference_cache.encode_entry(header, tensors) if self.settings.reuse_outputs else None
+        entry = reference_cache.encode_entry(header, tensors) if reuse else None
         if entry is not None:
             self.archive.cache_trusted_outputs(stored_key, *entry)
         return cache[key]
 
-    def outputs(self, definition: Definition, workload: Workload, seed: int) -> tuple[str, dict[str, torch.Tensor]]:
-        """(input fingerprint, outputs) of the reference on this seed's inputs."""
-        header, tensors = self._computed("reference", "reference", self._outputs, definition, workload, seed)
+    def outputs(self, definition: Definition, workload: Workload, seed: int,
+                keep: bool = True) -> tuple[str, dict[str, torch.Tensor]]:
+        """(input fingerprint, outputs) of the reference on this seed's inputs (``keep``: see ``_computed``)."""
+        header, tensors = self._computed("reference", "reference", self._outputs, definition, workload, seed, keep)
         return header["input_fingerprint"], tensors
 
     def oracle(self, definition: Definition, workload: Workload, seed: int) -> dict[str, torch.Tensor]:

@@ -154,15 +154,17 @@ class TimeRequest(_OnWorkload):
 class RecheckStep(_Message):
     """One call of the fresh-input recheck (harness.audits.verdicts.plan_recheck)."""
 
-    kind: Literal["fresh", "reuse"] = Field(
-        description="fresh: new inputs and NaN-poisoned outputs; reuse: an earlier step's buffers refilled")
+    kind: Literal["fresh", "reuse", "known"] = Field(
+        description="fresh: new inputs and NaN-poisoned outputs; reuse: an earlier step's buffers refilled with "
+                    "content never seen; known: refilled with the content the official timer timed")
     seed: int = Field(description="the seed the step's input content is drawn from")
-    buffers_of: Optional[int] = Field(None, ge=0, description="reuse only: the earlier step whose buffers are reused")
+    buffers_of: Optional[int] = Field(None, ge=0,
+                                      description="reuse and known: the earlier step whose buffers are refilled")
 
     @model_validator(mode="after")
     def _buffers_for_reuse(self) -> "RecheckStep":
-        if (self.kind == "reuse") != (self.buffers_of is not None):
-            raise ValueError("a reuse step names the buffers it reuses (buffers_of), a fresh step none")
+        if (self.kind != "fresh") != (self.buffers_of is not None):
+            raise ValueError("a reuse or known step names the buffers it refills (buffers_of), a fresh step none")
         return self
 
     @model_serializer(mode="wrap")
