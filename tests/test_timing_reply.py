@@ -69,3 +69,25 @@ def test_the_clock_audit_compares_the_walls_with_the_span_of_their_own_trial():
     [clock] = [a for a in wr.audits if a.name == "clock_truth"]
     assert clock.passed, clock.detail
     assert "span 0.2 ms" in clock.detail
+
+
+@pytest.mark.parametrize("official_ns, kernel_ns, passed", [
+    # FlashInfer-style plan: host work and two small copies (2 us each) beside a 7 us kernel
+    ({"decode": 7_000.0, "[memcpy HtoD 256]": 2_000.0, "[memcpy DtoH 8]": 1_500.0}, {"decode": 7_000.0}, True),
+    # a plan that launches a small index kernel: a few us, within the call's own work plus the slack
+    ({"split": 200_000.0, "plan_kernel": 15_000.0}, {"split": 200_000.0}, True),
+    # setup computes the attention (200 us); the timed call only copies the answer out (3 us)
+    ({"attention": 200_000.0, "copy_out": 3_000.0}, {"copy_out": 3_000.0}, False),
+    # the host variant: setup copies the cache to the host (1.4 ms of DtoH) to compute there
+    ({"[memcpy DtoH 33554432]": 1_400_000.0, "[memcpy HtoD 65536]": 2_000.0}, {"[memcpy HtoD 65536]": 2_000.0}, False),
+])
+def test_setup_work_is_the_official_calls_gpu_time_beyond_the_kernel_calls(official_ns, kernel_ns, passed):
+    wr = result()
+    header = {"ok": True, "trials": [{**trial(0.5), "kernel_ns": official_ns}],
+              "kernel_trials": [{**trial(0.1), "kernel_ns": kernel_ns}]}
+    apply_timing_reply(wr, TimeReply.model_validate(header), AuditConfig())
+    [setup] = [a for a in wr.audits if a.name == "setup_work"]
+    assert setup.passed is passed, setup.detail
+    no_setup = result()
+    apply_timing_reply(no_setup, TimeReply.model_validate({"ok": True, "trials": header["trials"]}), AuditConfig())
+    assert not [a for a in no_setup.audits if a.name == "setup_work"]  # no setup, no kernel figure: nothing to ask

@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 # Thresholds a policy may set (audit_policy.yaml `thresholds:`, per layer); the level's set sizes stay the level's.
 POLICY_THRESHOLDS = ("precision_error_multiple", "precision_error_floor", "precision_relative_floor", "clock_ratio",
-                     "clock_slack_ms", "clock_floor_ratio", "replay_ratio", "replay_slack_ms", "attribution_min_share",
+                     "clock_slack_ms", "clock_floor_ratio", "replay_ratio", "replay_slack_ms", "setup_work_ratio",
+                     "setup_work_slack_ms", "attribution_min_share",
                      "attribution_allowance_us", "attribution_pointwise_us",
                      "attribution_aten_glue_us", "attribution_aten_glue_share", "speedup_bound", "roofline_margin")
 

@@ -52,6 +52,10 @@ class AuditConfig:
     # cost the same twice; this leaves room for clocks and launch noise) ...
     replay_ratio: float = 2.0
     replay_slack_ms: float = 0.05  # ...plus this, before the repeats (what the official timer sees) look replayed
+    # GPU work a solution's setup launches (outside the kernel figure) may be this multiple of its call's own...
+    setup_work_ratio: float = 1.0
+    # ...plus this: an honest plan copies a few small arrays (FlashInfer's plan(): host work and small copies)
+    setup_work_slack_ms: float = 0.02
     attribution_min_share: float = 0.95  # share of compute time in kernels the candidate wrote
     # ...or at most this much library compute per call (an honest wrapper's index arithmetic: a few us)
     attribution_allowance_us: float = 5.0
@@ -180,6 +184,24 @@ def known_input_verdict(known_wall_ms: float, new_wall_ms: list[float], cfg: Aud
                  detail=f"never-seen content {new:.4g} ms vs {known_wall_ms:.4g} ms on the content the timer timed "
                         f"(wall per call; limit {limit:.4g} ms)"
                         + ("" if new <= limit else ": the timed content was answered without the work"))
+
+
+def setup_work_verdict(official_busy_ms: Optional[float], kernel_busy_ms: Optional[float],
+                       cfg: AuditConfig) -> Optional[Audit]:
+    """Does the solution's ``setup`` do the work its timed call leaves out?
+
+    The kernel figure times the call with setup outside, as FlashInfer's ``plan()`` is; the official figure times
+    setup inside every call. Their CUPTI records give the GPU time of each per call (kernels, copies, memsets):
+    the difference is setup's. A plan is host work and a few small copies; a setup that computes the answer (the
+    call then only copies it out) launches the work there, where the kernel figure does not see it."""
+    if official_busy_ms is None or kernel_busy_ms is None:
+        return None
+    setup = max(official_busy_ms - kernel_busy_ms, 0.0)
+    limit = cfg.setup_work_ratio * kernel_busy_ms + cfg.setup_work_slack_ms
+    return Audit(name="setup_work", passed=setup <= limit,
+                 detail=f"setup's GPU work {setup * 1e3:.4g} us per call vs the call's own {kernel_busy_ms * 1e3:.4g} "
+                        f"us (limit {limit * 1e3:.4g} us)"
+                        + ("" if setup <= limit else ": the work is done in setup, outside the kernel figure"))
 
 
 # -- clock truth, threads ----------------------------------------------------------------------------------

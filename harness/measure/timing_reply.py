@@ -4,7 +4,7 @@ and the GPU's state (throttling) around them. Pure: tested on CPU with recorded 
 
 from __future__ import annotations
 
-from ..audits.verdicts import AuditConfig, clock_truth_verdict
+from ..audits.verdicts import AuditConfig, clock_truth_verdict, setup_work_verdict
 from .gpu_state import throttled
 from ..data.results import WorkloadResult
 from ..data.schema import EvaluationStatus
@@ -33,6 +33,9 @@ def apply_timing_reply(wr: WorkloadResult, reply: TimeReply, cfg: AuditConfig) -
     if reply.kernel_trials:
         wr.timing_kernel = TimeReply.as_dicts(reply.kernel_trials)
         wr.kernel_latency_ms = aggregate_timing(wr.timing_kernel)[0]
+        setup = setup_work_verdict(wr.gpu_busy_ms, busy_per_call_ms(wr.timing_kernel), cfg)
+        if setup is not None:
+            wr.audits.append(setup)
     wr.timing_note = reply.trials[0].note or ("" if wr.aligned else f"{backend}: not aligned")
     wr.gpu_state = {"before": reply.gpu_state_before, "after": reply.gpu_state_after}
     wr.throttled, reasons = throttled(reply.gpu_state_before or {}, reply.gpu_state_after or {})
