@@ -66,7 +66,7 @@ PYTHON_POSITIVES = [
     ("harness_internals", 3, "import sys\ntry:\n    f = sys.exc_info()[2].tb_frame\nexcept Exception:\n    raise\n"),
     ("harness_internals", 1, "x = getattr(fn, '__globals__')\n"),
     # environment probing
-    ("env_probe", 2, "import os\nseed = os.environ['SEED']\n"),
+    ("env_probe", 2, "import os\nseed = os.environ[name]\n"),
     ("env_probe", 2, "import os\nhome = os.getenv('HOME')\n"),
     ("env_probe", 1, "from os import environ\n"),
     ("env_probe", 1, "import platform\n"),
@@ -84,7 +84,7 @@ PYTHON_POSITIVES = [
     ("file_cache", 2, "import pathlib\npathlib.Path(p).write_bytes(blob)\n"),
     ("file_cache", 1, "import pickle\n"),
     ("file_cache", 1, "import shelve\n"),
-    ("file_cache", 1, "import tempfile\n"),
+    ("file_cache", 2, "import tempfile\nd = tempfile.mkdtemp()\n"),
     ("file_cache", 1, "import sqlite3\n"),
     ("file_cache", 2, "import torch\ntorch.save(out, 'out.pt')\n"),
     ("file_cache", 2, "import numpy as np\nnp.save('out.npy', a)\n"),
@@ -175,6 +175,56 @@ PYTHON_POSITIVES = [
     ("clock_read", 2, "import triton.testing\nms = triton.testing.do_bench(fn)\n"),
     # syntax
     ("syntax", 2, "x = 1\ndef broken(:\n    pass\n"),
+    # one variable read by its literal name is recorded; the harness's names, computed names, the whole environment
+    # and writes outside the policy's env_writes stay env_probe
+    ("env_read", 2, "import os\ndebug = os.environ.get('MYKERNEL_DEBUG', '0') == '1'\n"),
+    ("env_probe", 2, "import os\nx = os.environ.get('PYTEST_CURRENT_TEST')\n"),
+    ("env_probe", 2, "import os\nx = os.getenv('crucible_mode')\n"),
+    ("env_probe", 2, "import os\nfound = 'TRITON_INTERPRET' in os.environ\n"),
+    ("env_probe", 2, "import os\nx = os.getenv('MYKERNEL_' + suffix)\n"),
+    ("env_probe", 2, "import os\nfor k, v in os.environ.items():\n    pass\n"),
+    ("env_probe", 2, "import os\nsnapshot = os.environ.copy()\n"),
+    ("env_probe", 2, "import os\nos.environ['TRITON_INTERPRET'] = '1'\n"),
+    ("env_probe", 2, "import os\nos.environ['NVCC_APPEND_FLAGS'] = '-lcublas'\n"),
+    ("env_probe", 2, "import os\nos.environ.setdefault('CUDA_HOME', root)\n"),
+    ("env_probe", 2, "import os\nos.environ.update(extra)\n"),
+    # only a message's own words are prose: a literal inside a call in it is not
+    ("env_probe", 1, "raise RuntimeError(probe('TRITON_INTERPRET'))\n"),
+    ("env_probe", 1, "print(open('/proc/self/status').read())\n"),
+    # modules reached as attributes of other modules are those modules
+    ("harness_internals", 2, "import torch\nb = torch.sys.modules['builtins'].__dict__['ex' + 'ec']\n"),
+    ("harness_internals", 2, "import os\nt = os.sys.modules['threading']\n"),
+    ("harness_internals", 2, "import os\nf = os.sys._getframe(1)\n"),
+    ("harness_internals", 2, "import os\nos.sys.settrace(tracer)\n"),
+    ("harness_internals", 2, "from torch import sys as s\nm = s.modules\n"),
+    ("concurrency", 2, "import numpy as np\nnp.os.system('ls')\n"),
+    ("env_probe", 2, "import torch\nx = torch.os.environ.copy()\n"),
+    # the `@` operator by any other name, tensor methods reached by name
+    ("torch_compute", 2, "import operator\nc = operator.matmul(a, b)\n"),
+    ("torch_compute", 1, "c = a.__matmul__(b)\n"),
+    ("torch_compute", 1, "mm = getattr(q, 'matmul')\n"),
+    ("torch_compute", 3, "import functools\nimport operator\nc = functools.reduce(operator.matmul, mats)\n"),
+    ("torch_compute", 2, "import operator\nf = operator.methodcaller('matmul', k)\n"),
+    ("dynamic_code", 2, "import operator\nf = operator.methodcaller(name)\n"),
+    ("harness_internals", 2, "import operator\nf = operator.attrgetter('f_back.f_locals')\n"),
+    ("harness_internals", 1, "x = getattr(f, 'f_' + 'locals')\n"),
+    ("harness_internals", 2, "n = 'tb_' + 'frame'\nx = getattr(tb, n)\n"),
+    # weak-reference containers are identity-keyed caches
+    ("output_cache", 2, "import weakref\n_cache = weakref.WeakKeyDictionary()\n"),
+    ("output_cache", 1, "from weakref import WeakValueDictionary\n"),
+    # file writes in other spellings; glob and tempfile outside the solution's own folder and a build directory
+    ("file_cache", 2, "import io\nf = io.FileIO(p, 'w')\n"),
+    ("file_cache", 3, "from pathlib import Path\np = Path(x)\nf = p.open(mode='w')\n"),
+    ("file_cache", 3, "import glob\nimport os\nfiles = glob.glob(os.path.join(cache_dir, '*.pt'))\n"),
+    ("file_cache", 3, "import glob\nimport os\nfs = glob.glob(os.path.join(os.path.dirname(__file__), '..', '*.cu'))\n"),
+    ("file_cache", 1, "from tempfile import *\n"),
+    ("file_cache", 2, "import tempfile\nf = tempfile.NamedTemporaryFile()\n"),
+    ("file_cache", 3, ("import tempfile\nfrom torch.utils.cpp_extension import load\n"
+                       "m = load('k', ['k.cu'], build_directory=tempfile.mkdtemp(dir=shared))\n")),
+    # monkeypatching a value's class
+    ("monkeypatch", 1, "type(q).allclose = lambda *a, **k: True\n"),
+    ("monkeypatch", 1, "q.__class__.allclose = fake\n"),
+    ("monkeypatch", 1, "setattr(type(q), 'allclose', fake)\n"),
 ]
 
 
@@ -412,9 +462,9 @@ ALIAS_CASES = [
     ("import torch as t\nt.cuda.synchronize = fake\n", "timer_tampering", 2),
     ("from torch import cuda\ns = cuda.Stream()\n", "stream_event_graph", 2),
     ("from torch import cuda as c\nc.Event.elapsed_time = fake\n", "timer_tampering", 2),
-    ("from os import environ as env\nx = env['SEED']\n", "env_probe", 2),
+    ("from os import environ as env\nx = env['CRUCIBLE_MODE']\n", "env_probe", 2),
     ("import torch\nEvent = torch.cuda.Event\ne = Event()\n", "stream_event_graph", 3),
-    ("import os\nenv = os.environ\nseed = env.get('SEED')\n", "env_probe", 3),
+    ("import os\nenv = os.environ\nseed = env.get('PYTEST_CURRENT_TEST')\n", "env_probe", 3),
     ("import torch.nn.functional as F\no = F.scaled_dot_product_attention(q, k, v)\n", "torch_compute", 2),
     ("from torch.nn import functional\np = functional.softmax(s, -1)\n", "torch_compute", 2),
     ("from torch import matmul as mm\no = mm(a, b)\n", "torch_compute", 2),

@@ -22,9 +22,10 @@ Public API (pure functions; the only I/O is reading the YAML policy in `load_pol
 
 Modules: `policy` (rule catalogue, YAML policy, findings), `python` (the Python/Triton scanner, with
 `python_references` for imports, name/attribute loads and stores into imported modules, `python_state` for
-caches/memoisation/globals, `python_calls` for setattr/getattr/open() and method calls, and `embedded` for C++
-held in strings and the torch.utils.cpp_extension build path), `cpp` (the C/C++/CUDA scanner), `python_names`
-and `common` (tables).
+caches/memoisation/globals, `python_calls` for setattr/getattr/open() and method calls, `python_env` for one
+environment variable read or written by name, `python_modules` for names through the solution's own modules and
+main guards that never run, and `embedded` for C++ held in strings and the torch.utils.cpp_extension build path),
+`cpp` (the C/C++/CUDA scanner), `python_names` and `common` (tables).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ from .policy import (
     load_policy,
     policy_from_mapping,
 )
-from .python import _OwnNames, _scan_python
+from .python import _finish_python, _prepare_python, _PythonScanner
+from .python_modules import _absolute, _OwnNames, main_blocks_never_run, module_of
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi"})
 CPP_SUFFIXES = frozenset({".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"})
@@ -65,14 +67,17 @@ DOCUMENT_SUFFIXES = frozenset({".md", ".txt", ".rst", ".json", ".yaml", ".yml", 
 CPP_LANGUAGES = frozenset({"cuda", "cpp", "c++"})
 
 _TORCH_LIBRARY_RE = re.compile(r"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)")
+# An op defined in Python (torch.library.custom_op("mylib::x", ...), triton_op, define) is the candidate's own too.
+_PYTHON_OP_RE = re.compile(r"\b(?:custom_op|triton_op|define)\s*\(\s*[rR]?[\"'](\w+)::")
 # Namespaces of PyTorch's own operators: registering into them does not make their ops the candidate's.
 _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "c10d", "_c10d_functional",
                                "mkldnn", "mkl", "cuda", "sparse", "profiler", "inductor", "higher_order"})
 
 
-def _own_names(sources: Mapping[str, str]) -> _OwnNames:
-    """The solution's own Python modules, and the torch op namespaces its C++ registers (in C++ files and in
-    C++ held in Python strings for load_inline)."""
+def _own_names(sources: Mapping[str, str], code: Mapping[str, str]) -> _OwnNames:
+    """The solution's own Python modules, the torch op namespaces it registers (in C++ files, in C++ held in Python
+    strings for load_inline, with torch.library in Python), and whether its main guards never run (judged on the
+    files that are code, `code`)."""
     modules, prefixes = set(), set()
     for path, text in sources.items():
         p = Path(path)
@@ -80,9 +85,26 @@ def _own_names(sources: Mapping[str, str]) -> _OwnNames:
             parts = p.with_suffix("").parts
             if parts:
                 modules.add(parts[0])
+            if "::" in text:
+                prefixes.update(f"torch.ops.{ns}." for ns in _PYTHON_OP_RE.findall(text) if ns not in _TORCH_NAMESPACES)
         if "TORCH_LIBRARY" in text:
             prefixes.update(f"torch.ops.{ns}." for ns in _TORCH_LIBRARY_RE.findall(text) if ns not in _TORCH_NAMESPACES)
-    return _OwnNames(frozenset(modules), tuple(sorted(prefixes)))
+    return _OwnNames(frozenset(modules), tuple(sorted(prefixes)), main_blocks_inert=main_blocks_never_run(code))
+
+
+def _collect_exports(own: _OwnNames, scanners: Mapping[str, _PythonScanner]) -> None:
+    """What each of the solution's modules aliases (its imports, `T = torch`), and what other modules assign into
+    it (`helpers.T = torch`): a name reached through the module is that (python_modules.canonical)."""
+    for path, scanner in scanners.items():
+        module, package = module_of(path)
+        own.packages[module] = package
+        own.exports[module] = dict(scanner.aliases)
+    for scanner in scanners.values():
+        for target, value in scanner.attribute_stores:
+            where, resolved = scanner._resolve(target.value), scanner._resolve(value)
+            where = _absolute(where, scanner.package) if where is not None else None
+            if where is not None and resolved is not None and where in own.exports:
+                own.exports[where].setdefault(target.attr, resolved)
 
 
 def _source_kind(path: str, language: str, builds_native: bool) -> str | None:
@@ -109,14 +131,20 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
     Disabled rules are dropped and severities come from `policy`. One finding per (rule, path, line, col).
     """
     compiled = _CompiledPolicy.of(policy)
-    own = _own_names(sources)
     builds_native = any(Path(p).suffix in PYTHON_SUFFIXES and "cpp_extension" in text for p, text in sources.items())
+    kinds = {path: _source_kind(path, language, builds_native) for path in sources}
+    own = _own_names(sources, {path: text for path, text in sources.items() if kinds[path] is not None})
+    # Two passes over the Python files: every module's aliases first, so that a name reached through another of
+    # the solution's modules resolves to what that module imported.
+    prepared = {path: _prepare_python(source, own, compiled, module_of(path)[1])
+                for path, source in sources.items() if kinds[path] == "python"}
+    _collect_exports(own, {p: s for p, s in prepared.items() if isinstance(s, _PythonScanner)})
     findings: dict[tuple[str, int, int, str], Finding] = {}
     for path, source in sources.items():
-        kind = _source_kind(path, language, builds_native)
+        kind = kinds[path]
         if kind is None:
             continue
-        hits: list[_Hit] = _scan_python(source, own, compiled) if kind == "python" else scan_cpp(source, compiled)
+        hits: list[_Hit] = _finish_python(prepared[path]) if kind == "python" else scan_cpp(source, compiled)
         lines = source.splitlines()
         for hit in hits:
             setting = policy.setting(hit.rule)

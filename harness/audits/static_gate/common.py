@@ -53,6 +53,8 @@ _WHY = {
     "harness_internals": "it can reach the harness's state (reference outputs, timers, call counts) "
                          "through the interpreter",
     "env_probe": "the candidate must behave the same whether it is tested, warmed up or timed",
+    "env_read": "the worker's environment is fixed for the process, so this cannot tell a test call from a timed "
+                "one; it is recorded, not blocking",
     "file_cache": "files outlive the process and can carry outputs between runs (cross-process cache)",
     "file_read": "a kernel needs no files at run time; reading one can pick up state left by another run",
     "dynamic_code": "code built or looked up at run time is invisible to this gate",
@@ -77,5 +79,12 @@ _ENV_MARKER_RE = re.compile(
     r"pytest|TRITON_INTERPRET|CUDA_VISIBLE_DEVICES|CUDA_LAUNCH_BLOCKING|CRUCIBLE|FLASHINFER_BENCH|"
     r"(?:^|[\s\"'])/proc(?:/|$)|(?:^|[\s\"'])/sys/|LD_PRELOAD"
 )
+# Environment variable names whose value can reveal the harness or where it runs (the markers above, in any case:
+# PYTEST_CURRENT_TEST, CRUCIBLE_*; what the worker's environment is given: its sandbox folders and caches, the
+# interpreter's paths, the loader's preloads). Reading one is env_probe; reading another by its literal name is
+# env_read (harness/audits/static_gate/python_env.py).
+_REVEALING_ENV_NAME_RE = re.compile(
+    _ENV_MARKER_RE.pattern + r"|^(?:HOME|TMPDIR|TMP|TEMP|USER|LOGNAME|HOSTNAME|PWD|PATH|SLURM\w*|XDG_\w+|"
+    r"TORCH_EXTENSIONS_DIR|TRITON_CACHE_DIR|TRITON_\w*INTERPRET\w*|PYTHON\w*|LD_\w+|CI|GITHUB_\w+)$", re.IGNORECASE)
 _TEMP_PATH_RE = re.compile(r"(?:^|[\s\"'=])/(?:tmp|dev/shm|var/tmp)(?:/|$)|~/\.cache")
 _QUOTES_AND_SPACE = "\"' \t"

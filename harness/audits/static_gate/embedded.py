@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from .common import _ENV_MARKER_RE, _QUOTES_AND_SPACE, _TEMP_PATH_RE, _WHY, _Hit
 from .cpp import _strip_cpp, scan_cpp
-from .python_names import _BUILD_FUNCTIONS, _str_const
+from .python_names import _BUILD_FUNCTIONS, _TEMP_BUILD_DIRECTORIES, _str_const
 
 if TYPE_CHECKING:
     from .policy import _CompiledPolicy
@@ -60,6 +60,8 @@ class _EmbeddedSources:
 
     aliases: dict[str, str]
     assignments: dict[str, list[ast.AST]]
+    body: list[ast.stmt]
+    judged: set[int]
     module_functions: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]]
     docstrings: set[int]
     embedded: set[int]
@@ -67,12 +69,12 @@ class _EmbeddedSources:
     policy: _CompiledPolicy
     source: str
 
-    def _scan_embedded_sources(self, tree: ast.Module) -> None:
+    def _scan_embedded_sources(self, body: list[ast.stmt]) -> None:
         builds = "cpp_extension" in self.source
         if not builds and _CPP_SOURCE_MARKER_RE.search(self.source) is None:
             return
         loose: list[ast.Constant] = []
-        for node in ast.walk(tree):
+        for node in (n for stmt in body for n in ast.walk(stmt)):
             if builds and isinstance(node, ast.Call):
                 resolved = self._resolve(node.func)
                 if resolved in _BUILD_FUNCTIONS:
@@ -107,12 +109,34 @@ class _EmbeddedSources:
                 if path.startswith("/") or ".." in re.split(r"[/\\]", path):
                     self._embedded_hit("harness_internals", node,
                                        f"{function}() builds `{path}`, a file from outside the solution's own sources")
+        for value in arguments.get("build_directory", ()):
+            for call in self._temp_build_directory(value) or ():
+                self.judged.add(id(call.func))  # a private folder for this build: tempfile is allowed there
         for parameter in (*_FLAG_PARAMETERS, "**"):
             values = spread if parameter == "**" else arguments.get(parameter, ())
             rules = _FLAG_RULES + _LINK_RULES if parameter == "extra_ldflags" else _FLAG_RULES
             for value in values:
                 for node in self._string_nodes(value):
                     self._check_build_flag(node, function, rules)
+
+    def _temp_build_directory(self, expr: ast.AST) -> list[ast.Call] | None:
+        """The tempfile calls that make `expr` (`tempfile.mkdtemp()`, `TemporaryDirectory().name`, a name bound only
+        to one of them, also by `with ... as d`), or None where it is anything else. A folder of its own, under
+        the worker's TMPDIR; `dir=` could name a shared one, so it is not allowed."""
+        if isinstance(expr, ast.Attribute) and expr.attr == "name":
+            expr = expr.value
+        if isinstance(expr, ast.Call):
+            fine = (self._resolve(expr.func) in _TEMP_BUILD_DIRECTORIES and not expr.args
+                    and all(k.arg in ("prefix", "suffix") for k in expr.keywords))
+            return [expr] if fine else None
+        if not isinstance(expr, ast.Name):
+            return None
+        values = list(self.assignments.get(expr.id, ()))
+        values += [item.context_expr for stmt in self.body for node in ast.walk(stmt)
+                   if isinstance(node, (ast.With, ast.AsyncWith)) for item in node.items
+                   if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == expr.id]
+        calls = [self._temp_build_directory(v) if not isinstance(v, ast.Name) else None for v in values]
+        return [c for found in calls for c in found] if values and None not in calls else None
 
     def _check_build_flag(self, node: ast.Constant, function: str, rules: tuple) -> None:
         flag = node.value

@@ -71,6 +71,10 @@ RULES: dict[str, RuleSpec] = {
         _rule("env_probe", "error", "python,cpp",
               "Probing the environment to tell an evaluation from a test (os.environ, getenv, platform, socket, "
               "/proc, pytest, TRITON_INTERPRET, CUDA_VISIBLE_DEVICES, argv)."),
+        _rule("env_read", "warning", "python",
+              "Reading one environment variable by its literal name (os.environ.get(\"MYKERNEL_DEBUG\"), os.getenv): "
+              "the worker's environment is fixed for the whole process, so it cannot tell a test call from a timed "
+              "one. Names that reveal the harness, computed names and the whole environment are env_probe."),
         _rule("file_cache", "error", "python,cpp",
               "Writing or probing files, pickles, databases and temp dirs: a cross-process cache of outputs."),
         _rule("file_read", "warning", "python,cpp",
@@ -115,7 +119,7 @@ RULES: dict[str, RuleSpec] = {
     )
 }
 
-ALLOW_LIST_NAMES = ("torch_calls", "tensor_methods", "cpp_calls", "python_names", "cpp_tokens")
+ALLOW_LIST_NAMES = ("torch_calls", "tensor_methods", "cpp_calls", "python_names", "cpp_tokens", "env_writes")
 
 
 class RuleSetting(BaseModel):
@@ -134,6 +138,8 @@ class GatePolicy(BaseModel):
       cpp_calls       qualified at::/torch:: names not counted as ATen compute
       python_names    canonical Python names exempt from every rule (per-definition escape hatch)
       cpp_tokens      C++ tokens exempt from every rule (per-definition escape hatch)
+      env_writes      environment variables a solution may set by literal name (build settings read by
+                      torch.utils.cpp_extension, e.g. TORCH_CUDA_ARCH_LIST); writing any other is env_probe
     """
 
     model_config = ConfigDict(frozen=True)
@@ -144,6 +150,7 @@ class GatePolicy(BaseModel):
     cpp_calls: tuple[str, ...] = ()
     python_names: tuple[str, ...] = ()
     cpp_tokens: tuple[str, ...] = ()
+    env_writes: tuple[str, ...] = ()
     layers: tuple[str, ...] = ()  # which policy sections were applied, in order (provenance)
 
     def setting(self, rule: str) -> RuleSetting:
@@ -313,6 +320,7 @@ class _CompiledPolicy:
     cpp_calls: _NameMatcher
     python_names: _NameMatcher
     cpp_tokens: _NameMatcher
+    env_writes: _NameMatcher
 
     @classmethod
     def of(cls, policy: GatePolicy) -> _CompiledPolicy:

@@ -8,12 +8,17 @@ a constant/allocation/view/metadata/device-query helper (python_names: _TORCH_NE
 policy's torch_calls allow-list, a torch callable handed to other code, a tensor compute method outside a
 Triton kernel, the `@` operator. An attribute that is only read (a dtype, a memory format, a layout, a type in
 an annotation) is never a finding.
+
+Names are canonical through the solution's own modules (`honest.torch` is torch) and through modules re-exported
+by others (`torch.sys` is sys); the body of a top-level `if __name__ == "__main__":` is not scanned where nothing
+in the solution could make it run (python_modules). One environment variable read by its literal name is an
+env_read warning, the build settings of the policy's env_writes may be set (python_env). Literals that only word
+the message of a raise/assert/print/warning/log call are prose for the environment markers.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Any
 
 from .common import (
@@ -26,6 +31,8 @@ from .common import (
 from .embedded import _EmbeddedSources
 from .policy import _CompiledPolicy
 from .python_calls import _CallChecks
+from .python_env import _EnvChecks
+from .python_modules import _OwnNames, canonical, statements_that_run
 from .python_names import (
     _BROAD_EXCEPTIONS,
     _INTERNAL_STRINGS,
@@ -35,6 +42,7 @@ from .python_names import (
     _WATCHED_BUILTINS,
     _chain_parts,
     _iter_statements,
+    _message_literals,
     _names_in,
     _str_const,
 )
@@ -42,23 +50,18 @@ from .python_references import _ReferenceChecks
 from .python_state import _FunctionFrame, _may_key_by_identity, _StateChecks
 
 
-@dataclass(frozen=True)
-class _OwnNames:
-    """Names that belong to the candidate itself: its .py modules and the torch op namespaces its C++
-    registers (TORCH_LIBRARY(ns, m) makes torch.ops.ns.* the candidate's own kernels, not torch compute)."""
-
-    modules: frozenset[str]
-    prefixes: tuple[str, ...]  # dotted prefixes ending in "."
-
-
 # Fields never worth visiting: expression contexts and operator singletons (Load(), Add(), In(), ...).
 _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_ignores"})
 _VISITED_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _ReferenceChecks, ast.NodeVisitor):
-    def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy):
+class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _EnvChecks, _ReferenceChecks, ast.NodeVisitor):
+    def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy,
+                 package: tuple[str, ...] = ()):
         self.tree = tree
+        self.package = package  # the package of this module, for its relative imports
+        # what runs when the module is imported: the body of a main guard never does (python_modules)
+        self.body = statements_that_run(tree, own.main_blocks_inert)
         self.source = source
         self.policy = policy
         self.own = own
@@ -76,9 +79,18 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _ReferenceChec
         self.called: set[int] = set()  # ids of nodes that are called: call targets and decorators
         self.handed_over: set[int] = set()  # ids of values passed on: arguments, container items, return values
         self.embedded: set[int] = set()  # ids of string literals scanned as C++ (embedded.py)
+        self.judged: set[int] = set()  # ids of references judged where they are used (environment, glob, tempfile)
+        self.message_literals: set[int] = set()  # ids of string literals of an error or log message
+        self.attribute_stores: list[tuple[ast.AST, ast.AST]] = []  # (target, value) of `x.attr = value`
         self._handlers: dict[type, Any] = {}
         self._collect_module_facts(tree)
-        self._scan_embedded_sources(tree)
+
+    def scan(self) -> list[_Hit]:
+        """The scan proper, once the solution's own modules are known (`own.exports`)."""
+        self._scan_embedded_sources(self.body)
+        for stmt in self.body:
+            self.visit(stmt)
+        return self.hits
 
     # ---- traversal: ast.NodeVisitor's, minus the string building per node and the visits of
     # Load()/Store()/operator singletons (a third of all nodes), to keep 2000 lines well under 50 ms.
@@ -112,7 +124,7 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _ReferenceChec
         simple_assigns: list[tuple[str, list[str]]] = []
         if tree.body and isinstance(tree.body[0], ast.Expr) and _str_const(tree.body[0].value) is not None:
             self.docstrings.add(id(tree.body[0].value))
-        for node in _iter_statements(tree.body):
+        for node in _iter_statements(self.body):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -136,6 +148,8 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _ReferenceChec
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 parts = _chain_parts(node.value) if isinstance(node, ast.Assign) else None
                 for target in targets:
+                    if isinstance(target, ast.Attribute) and parts is not None:
+                        self.attribute_stores.append((target, node.value))
                     if isinstance(target, ast.Name):
                         self.assignments.setdefault(target.id, []).append(node.value)
                         if parts is not None:
@@ -176,10 +190,12 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _ReferenceChec
         return None
 
     def _resolve_parts(self, parts: list[str]) -> str | None:
+        """The canonical dotted name: aliases resolved, then through the solution's own modules and through modules
+        re-exported by others (python_modules.canonical)."""
         base = self._resolve_name(parts[0])
         if base is None:
             return None
-        return base if len(parts) == 1 else base + "." + ".".join(parts[1:])
+        return canonical(base if len(parts) == 1 else base + "." + ".".join(parts[1:]), self.package, self.own)
 
     def _resolve(self, node: ast.AST) -> str | None:
         parts = _chain_parts(node)
@@ -284,20 +300,39 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _ReferenceChec
     visit_Try = _visit_try
     visit_TryStar = _visit_try
 
+    # ---- messages: a literal that only words an error, an assertion or a log line is prose
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        if isinstance(node.exc, ast.Call):
+            self._mark_messages(node.exc.args)
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        if node.msg is not None:
+            self._mark_messages([node.msg])
+        self.generic_visit(node)
+
+    def _mark_messages(self, expressions: list[ast.AST]) -> None:
+        for expr in expressions:
+            self.message_literals.update(id(c) for c in _message_literals(expr))
+
     def visit_Constant(self, node: ast.Constant) -> None:
         value = node.value
         if not isinstance(value, str) or not value or id(node) in self.docstrings or id(node) in self.embedded:
             return  # prose, or C++ source already scanned with the C++ rules
         if value in _INTERNAL_STRINGS:
             self._hit("harness_internals", node, f"names interpreter internal `{value}` in a string")
-        marker = _ENV_MARKER_RE.search(value)
+        marker = _ENV_MARKER_RE.search(value) if id(node) not in self.message_literals else None
         if marker:
             self._hit("env_probe", node, f"string mentions `{marker.group(0).strip(_QUOTES_AND_SPACE)}`")
         if _TEMP_PATH_RE.search(value):
             self._hit("file_cache", node, f"string names a shared temp/cache path ({value[:60]!r})")
 
 
-def _scan_python(source: str, own: _OwnNames, policy: _CompiledPolicy) -> list[_Hit]:
+def _prepare_python(source: str, own: _OwnNames, policy: _CompiledPolicy,
+                    package: tuple[str, ...] = ()) -> _PythonScanner | list[_Hit]:
+    """A scanner with its pre-pass done (aliases, assignments), or the syntax findings of a source that does not
+    parse."""
     why = _WHY["syntax"]
     try:
         tree = ast.parse(source)
@@ -305,11 +340,16 @@ def _scan_python(source: str, own: _OwnNames, policy: _CompiledPolicy) -> list[_
         return [_Hit("syntax", exc.lineno or 1, exc.offset or 1, f"Python syntax error: {exc.msg}: {why}")]
     except (ValueError, RecursionError, MemoryError) as exc:  # e.g. null bytes, absurd nesting
         return [_Hit("syntax", 1, 1, f"source cannot be parsed ({type(exc).__name__}: {exc}): {why}")]
-    scanner = None
     try:
-        scanner = _PythonScanner(tree, source, own, policy)
-        scanner.visit(tree)
+        return _PythonScanner(tree, source, own, policy, package)
     except RecursionError:
-        return [*(scanner.hits if scanner is not None else ()),
-                _Hit("syntax", 1, 1, f"source is nested too deeply to analyse: {why}")]
-    return scanner.hits
+        return [_Hit("syntax", 1, 1, f"source is nested too deeply to analyse: {why}")]
+
+
+def _finish_python(scanner: _PythonScanner | list[_Hit]) -> list[_Hit]:
+    if isinstance(scanner, list):
+        return scanner
+    try:
+        return scanner.scan()
+    except RecursionError:
+        return [*scanner.hits, _Hit("syntax", 1, 1, f"source is nested too deeply to analyse: {_WHY['syntax']}")]

@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING
 
 from .python_names import (
     _CACHE_ACCESS_METHODS,
+    _FILE_MODE_RE,
     _FILE_READ_METHODS,
     _FILE_WRITE_METHODS,
     _FRAME_ATTRS,
+    _GLOB_FUNCTIONS,
     _INTERNAL_STRINGS,
+    _NAMED_LOOKUPS,
     _OPEN_FUNCTIONS,
     _TENSOR_COMPUTE_METHODS,
     _str_const,
@@ -27,6 +30,14 @@ from .python_names import (
 
 if TYPE_CHECKING:
     from .policy import _CompiledPolicy
+
+# Calls whose positional arguments word a message (print, warnings, logging): their literals are prose.
+_MESSAGE_FUNCTIONS = frozenset({"builtins.print", "warnings.warn", "logging.debug", "logging.info", "logging.warning",
+                                "logging.warn", "logging.error", "logging.exception", "logging.critical",
+                                "logging.log"})
+_LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
+# Attribute names the gate watches (frames, interpreter internals) that a computed name may be assembled to.
+_WATCHED_ATTRS = _FRAME_ATTRS | _INTERNAL_STRINGS
 
 # A file the solution ships (its sources are scanned too) may be read next to the module (`__file__`).
 _OWN_FILE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".py")
@@ -57,6 +68,9 @@ class _CallChecks:
         resolved = self._resolve(func)
         if resolved is not None:
             self._check_special_call(resolved, node)
+            self._env_call(resolved, node)
+            if resolved in _MESSAGE_FUNCTIONS:
+                self._mark_messages(node.args)
         elif isinstance(func, ast.Attribute):
             self._check_method_call(func, node)
         self.generic_visit(node)
@@ -73,11 +87,20 @@ class _CallChecks:
                 self._check_dynamic_store(owner, node, f"{method}()")
         elif resolved in _OPEN_FUNCTIONS:
             self._check_open_mode(resolved, node, args[1] if len(args) > 1 else None)
+        elif resolved in _GLOB_FUNCTIONS:
+            pattern = args[0] if args else next((k.value for k in node.keywords if k.arg == "pathname"), None)
+            if (pattern is not None and self._reads_own_file(pattern)
+                    and not any(k.arg in ("root_dir", "dir_fd") for k in node.keywords)):
+                self.judged.add(id(node.func))  # lists the solution's own sources (for load()): a read of its own
+        elif resolved in _NAMED_LOOKUPS:
+            self._check_named_lookup(resolved, node)
         elif resolved in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
                           "builtins.object.__delattr__") and args:
             how = "setattr" if "setattr" in resolved else "delattr"
             target = self._resolve(args[0])
-            if target is not None:
+            if self._is_class_of_value(args[0]):
+                self._hit("monkeypatch", node, f"{how}() on `{ast.unparse(args[0])}`, the class of a value")
+            elif target is not None:
                 name = _str_const(args[1]) if len(args) > 1 else None
                 if name is not None:
                     self._check_store(f"{target}.{name}", node, f"{how}() replaces")
@@ -87,12 +110,44 @@ class _CallChecks:
             target = self._resolve(args[0])
             name = _str_const(args[1]) if len(args) > 1 else None
             if name is not None:
-                if name in _FRAME_ATTRS or name in _INTERNAL_STRINGS:
+                if name in _WATCHED_ATTRS:
                     self._hit("harness_internals", node, f"reads attribute `{name}` through getattr()")
                 if target is not None:
                     self._check_reference(f"{target}.{name}", node, "getattr() reaches")
-            elif target is not None and not self._is_own(target):
-                self._hit("dynamic_code", node, f"getattr() on module `{target}` with a computed attribute name")
+                elif name in _TENSOR_COMPUTE_METHODS and not self._in_triton_kernel:
+                    self._hit("torch_compute", node, f"getattr() reaches tensor method `.{name}()`")
+            elif len(args) > 1:
+                self._check_computed_name(args[1], node, "getattr()")
+                if target is not None and not self._is_own(target):
+                    self._hit("dynamic_code", node, f"getattr() on module `{target}` with a computed attribute name")
+
+    def _check_named_lookup(self, resolved: str, node: ast.Call) -> None:
+        """operator.methodcaller("matmul") / operator.attrgetter("f_back"): the name judged like an attribute."""
+        names = [_str_const(a) for a in node.args[:1 if resolved.endswith("methodcaller") else None]]
+        if not names or None in names:
+            self._hit("dynamic_code", node, f"`{resolved}()` with a computed attribute name")
+            return
+        for name in names:
+            for attr in name.split("."):
+                if attr in _WATCHED_ATTRS:
+                    self._hit("harness_internals", node, f"`{resolved}()` reaches attribute `{attr}`")
+                elif attr in _TENSOR_COMPUTE_METHODS and not self._in_triton_kernel:
+                    self._hit("torch_compute", node, f"`{resolved}()` reaches tensor method `.{attr}()`")
+
+    def _check_computed_name(self, name: ast.AST, node: ast.AST, how: str) -> None:
+        """A computed attribute name assembled from pieces of a watched one (`"f_" + "locals"`)."""
+        for piece in self._string_nodes(name):
+            text = piece.value
+            if (len(text) >= 3 or (len(text) == 2 and "_" in text)) and any(text in w for w in _WATCHED_ATTRS):
+                self._hit("harness_internals", node,
+                          f"{how} with a computed attribute name built from {text!r}, part of a frame or "
+                          "interpreter attribute")
+                return
+
+    def _is_class_of_value(self, node: ast.AST) -> bool:
+        """`type(x)` or `x.__class__`: assigning into it monkeypatches the value's class (a tensor's: torch.Tensor)."""
+        return ((isinstance(node, ast.Call) and self._resolve(node.func) == "builtins.type" and len(node.args) == 1)
+                or (isinstance(node, ast.Attribute) and node.attr == "__class__"))
 
     def _check_open_mode(self, resolved: str, node: ast.Call, mode_arg: ast.AST | None) -> None:
         for kw in node.keywords:
@@ -109,6 +164,8 @@ class _CallChecks:
     def _check_method_call(self, func: ast.Attribute, node: ast.Call) -> None:
         """A method called on a value that is not an imported module (a local tensor, path, dict...)."""
         method = func.attr
+        if method in _LOG_METHODS and self._is_logger(func.value):
+            self._mark_messages(node.args)
         if method in _CACHE_ACCESS_METHODS and node.args:
             self._check_cache_access(func.value, node.args[0], node)
         elif method == "update" and node.args and isinstance(node.args[0], ast.Dict):
@@ -126,3 +183,16 @@ class _CallChecks:
                 self._hit("file_read", node, f"calls `.{method}()`")
         elif method == "open" and isinstance(func.value, ast.Call):  # Path(...).open("w")
             self._check_open_mode("Path.open", node, node.args[0] if node.args else None)
+        elif method == "open":  # path.open(mode="w") on a local: a literal file mode that writes
+            mode = _str_const(node.args[0] if node.args else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None))
+            if mode is not None and _FILE_MODE_RE.fullmatch(mode) and any(c in mode for c in "wax+"):
+                self._hit("file_cache", node, f"`.open()` opens a file for writing (mode {mode!r})")
+
+    def _is_logger(self, value: ast.AST) -> bool:
+        """`log` in `log.warning(...)`: `logging` itself, or a name only ever bound to logging.getLogger(...)."""
+        if self._resolve(value) == "logging":
+            return True
+        bound = self.assignments.get(value.id, ()) if isinstance(value, ast.Name) else ()
+        return bool(bound) and all(isinstance(v, ast.Call) and self._resolve(v.func) == "logging.getLogger"
+                                   for v in bound)

@@ -53,7 +53,7 @@ _STREAM_NAMES = (
     "torch.cuda.Stream", "torch.cuda.ExternalStream", "torch.cuda.Event", "torch.cuda.graph", "torch.cuda.graphs",
     "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables", "torch.cuda.graph_pool_handle", "torch.cuda.stream",
     "torch.cuda.set_stream", "torch.cuda.StreamContext", "torch.cuda.streams", "torch.Stream", "torch.Event",
-    "torch.cuda.is_current_stream_capturing", "triton.testing.do_bench_cudagraph",
+    "triton.testing.do_bench_cudagraph",
 )
 _MONKEYPATCH_NAMES = (
     "unittest.mock", "mock", "torch.library.Library", "torch.library.impl", "torch.library.register_kernel",
@@ -70,13 +70,17 @@ _CLOCK_NAMES = (
     "datetime.datetime.today", "timeit", "triton.testing.do_bench", "torch.utils.benchmark",
 )
 
+# Weak-reference containers hold their keys (WeakKeyDictionary, WeakSet) or values by object identity: a tensor
+# in one is an output cache keyed by identity whatever the key expression looks like.
+_WEAK_CACHE_NAMES = ("weakref.WeakKeyDictionary", "weakref.WeakValueDictionary", "weakref.WeakSet")
+
 # canonical name -> rule id. Longest prefix wins, so "os.environ.get" -> "os.environ" -> env_probe.
 _PY_BANNED: dict[str, str] = {}
 for _rule_id, _names in (
     ("concurrency", _CONCURRENCY_NAMES), ("harness_internals", _HARNESS_NAMES), ("env_probe", _ENV_NAMES),
     ("file_cache", _FILE_NAMES), ("dynamic_code", _DYNAMIC_NAMES), ("native_ffi", _FFI_NAMES),
     ("stream_event_graph", _STREAM_NAMES), ("monkeypatch", _MONKEYPATCH_NAMES), ("tensor_subclass", _SUBCLASS_NAMES),
-    ("clock_read", _CLOCK_NAMES),
+    ("clock_read", _CLOCK_NAMES), ("output_cache", _WEAK_CACHE_NAMES),
 ):
     for _name in _names:
         _PY_BANNED[_name] = _rule_id
@@ -100,13 +104,20 @@ _TENSOR_COMPUTE_METHODS = frozenset({
     "exp2", "sum", "mean", "amax", "amin", "logsumexp", "norm", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
     "topk", "cumsum", "argsort", "argmax", "argmin", "masked_fill", "masked_fill_", "index_select", "index_add",
     "index_add_", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "mul", "mul_", "div",
-    "div_", "einsum", "outer", "kron", "tensordot", "prod", "var", "std",
+    "div_", "einsum", "outer", "kron", "tensordot", "prod", "var", "std", "__matmul__", "__rmatmul__", "__imatmul__",
 })
 
 _FRAME_ATTRS = frozenset({
     "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "gi_frame",
     "cr_frame", "ag_frame", "__globals__", "__code__", "__builtins__", "__closure__", "__subclasses__",
 })
+
+# The `@` operator by name: judged like `@` itself (torch_compute outside a Triton kernel), also when handed over
+# (`functools.reduce(operator.matmul, ...)`).
+_MATMUL_OPERATORS = frozenset({"operator.matmul", "operator.__matmul__", "operator.imatmul", "operator.__imatmul__"})
+# Attribute lookups by name (`operator.methodcaller("matmul")`, `operator.attrgetter("f_back")`): the name is
+# judged like an attribute; a computed one is dynamic code.
+_NAMED_LOOKUPS = frozenset({"operator.methodcaller", "operator.attrgetter"})
 
 _IDENTITY_METHODS = frozenset({"data_ptr", "_cdata", "__hash__", "storage_offset", "unsafe_ptr"})
 _CACHE_ACCESS_METHODS = frozenset({"get", "setdefault", "pop", "__getitem__", "__setitem__", "__contains__"})
@@ -116,7 +127,28 @@ _FILE_WRITE_METHODS = frozenset({"write_text", "write_bytes", "touch", "mkdir", 
                                  "hardlink_to", "tofile", "exists", "is_file", "is_dir"})
 _FILE_READ_METHODS = frozenset({"read_text", "read_bytes"})
 
-_OPEN_FUNCTIONS = frozenset({"builtins.open", "io.open", "codecs.open", "os.fdopen", "pathlib.Path.open"})
+_OPEN_FUNCTIONS = frozenset({"builtins.open", "io.open", "codecs.open", "os.fdopen", "pathlib.Path.open", "io.FileIO",
+                             "_io.FileIO"})
+# A file mode: `x.open("w")` on a value the gate cannot type (a Path in a local) is judged by its mode.
+_FILE_MODE_RE = re.compile(r"[rwxabtU+]{1,4}")
+
+# Listing the solution's own source folder (`glob.glob(os.path.join(_HERE, "csrc", "*.cu"))` for load()) reads
+# what the solution ships; any other pattern is a file-system probe. tempfile gives load() a private
+# build_directory (embedded.py); any other use is a file_cache finding where it is used, so importing either
+# module by name is no finding (a star import still is: it would hide which names are used).
+_GLOB_FUNCTIONS = frozenset({"glob.glob", "glob.iglob"})
+_TEMP_BUILD_DIRECTORIES = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDirectory"})
+_IMPORTED_BY_USE = frozenset({"glob", "tempfile"}) | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES
+
+# Modules that other modules re-export as attributes (`torch.sys`, `os.sys`, `np.os`, `torch.os`): an attribute of
+# an imported module with one of these names is that module, so `torch.sys.modules` is `sys.modules`. Real
+# submodules that share a name are not (`torch.signal` is PyTorch's signal processing).
+_REEXPORTED_MODULES = frozenset({
+    "sys", "os", "builtins", "importlib", "ctypes", "threading", "_thread", "gc", "atexit", "signal", "inspect",
+    "subprocess", "multiprocessing", "weakref", "tempfile", "shutil", "pickle", "socket", "platform", "runpy",
+    "marshal", "io", "glob", "time", "operator",
+})
+_REAL_SUBMODULES = frozenset({"torch.signal", "scipy.signal", "scipy.io", "torch.multiprocessing"})
 _MEMO_DECORATORS = frozenset({"functools.lru_cache", "functools.cache", "functools.cached_property"})
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"})
 _TENSOR_BASES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch._C.TensorBase", "torch._C._TensorBase"})
@@ -124,7 +156,7 @@ _BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
 
 # Builtins that are resolved to "builtins.<name>" unless the module rebinds them.
 _WATCHED_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "open",
-                               "setattr", "getattr", "delattr", "id", "hash", "object"})
+                               "setattr", "getattr", "delattr", "id", "hash", "object", "type", "print"})
 
 _INTERNAL_STRINGS = frozenset({"__builtins__", "__globals__", "__code__", "__import__", "__subclasses__",
                                "f_back", "f_locals", "f_globals", "tb_frame", "_getframe"})
@@ -158,6 +190,12 @@ _TORCH_NEVER_COMPUTE = frozenset({
     "torch.Generator", "torch.SymInt", "torch.SymFloat", "torch.SymBool", "torch.finfo", "torch.iinfo",
     "torch.is_tensor", "torch.is_floating_point", "torch.is_complex", "torch.numel", "torch.get_default_dtype",
     "torch.get_default_device", "torch.typename", "torch.types", "torch.__version__", "torch.version",
+    "torch._assert", "torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling",
+    "torch._dynamo.is_compiling", "torch.jit.is_scripting", "torch.jit.is_tracing",
+    # seeding, profiler annotations, allocator housekeeping, matmul precision: no kernel of their own
+    "torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.seed",
+    "torch.cuda.empty_cache", "torch.set_float32_matmul_precision", "torch.get_float32_matmul_precision",
+    "torch.profiler.record_function", "torch.autograd.profiler.record_function",
     # autograd switches
     "torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.is_grad_enabled",
     "torch.is_inference_mode_enabled",
@@ -165,6 +203,7 @@ _TORCH_NEVER_COMPUTE = frozenset({
     "torch.cuda", "torch.cuda.is_available", "torch.cuda.current_device", "torch.cuda.device_count",
     "torch.cuda.get_device_properties", "torch.cuda.get_device_capability", "torch.cuda.get_device_name",
     "torch.cuda.get_arch_list", "torch.cuda.is_bf16_supported", "torch.cuda.mem_get_info",
+    "torch.cuda.is_current_stream_capturing",
     "torch.cuda.device", "torch.cuda.device_of", "torch.cuda.set_device", "torch.cuda.is_initialized",
     "torch.backends", "torch.version.cuda", "torch.version.hip",
     # allocation (a fill counts as allocation: split-K accumulators need zeros)
@@ -177,7 +216,8 @@ _TORCH_NEVER_COMPUTE = frozenset({
     "torch.t", "torch.select",
 })
 # prefixes of the same (torch.cuda.get_device_*, torch.backends.cudnn.version, ...)
-_TORCH_NEVER_COMPUTE_PREFIXES = ("torch.cuda.get_device_", "torch.version.", "torch.types.")
+_TORCH_NEVER_COMPUTE_PREFIXES = ("torch.cuda.get_device_", "torch.version.", "torch.types.", "torch.__version__.",
+                                 "torch.cuda.nvtx.")
 
 
 def _is_torch_constant_or_helper(resolved: str) -> bool:
@@ -250,3 +290,21 @@ def _iter_statements(body: list[ast.stmt]) -> Iterable[ast.stmt]:
 
 def _names_in(node: ast.AST) -> Iterable[str]:
     return (n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+
+
+def _message_literals(expr: ast.AST) -> Iterable[ast.Constant]:
+    """The string literals that word a message: the literal itself, the text parts of an f-string, both sides of
+    `+`/`%` and the tuple after `%`, the template of `"...".format(...)`. Never a literal inside another call or
+    a formatted value (`f"{probe('X')}"`): what those compute is not prose."""
+    if _str_const(expr) is not None:
+        yield expr
+    elif isinstance(expr, ast.JoinedStr):
+        yield from (v for v in expr.values if _str_const(v) is not None)
+    elif isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Mod)):
+        yield from _message_literals(expr.left)
+        yield from _message_literals(expr.right)
+    elif isinstance(expr, ast.Tuple):
+        for element in expr.elts:
+            yield from _message_literals(element)
+    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "format":
+        yield from _message_literals(expr.func.value)

@@ -16,9 +16,12 @@ import ast
 from typing import TYPE_CHECKING
 
 from .common import _longest_prefix
+from .python_modules import canonical
 from .python_names import (
     _COMPUTE_ROOTS,
     _FRAME_ATTRS,
+    _IMPORTED_BY_USE,
+    _MATMUL_OPERATORS,
     _PY_BANNED,
     _SUPPORTED_BUILD_NAMES,
     _TIMER_ANCESTORS,
@@ -46,7 +49,12 @@ class _ReferenceChecks:
 
     def _check_reference(self, resolved: str, node: ast.AST, how: str = "uses") -> None:
         """A load of a resolved name (a use, a call target, an import, a base class...)."""
-        if self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES:
+        if (self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES
+                or id(node) in self.judged):
+            return
+        if resolved in _MATMUL_OPERATORS:  # `@` by name, called or handed over (functools.reduce(operator.matmul..))
+            if not self._in_triton_kernel:
+                self._hit("torch_compute", node, f"{how} `{resolved}` (the `@` operator) outside a Triton kernel")
             return
         entry = _longest_prefix(_PY_BANNED, resolved)
         if entry is not None:
@@ -96,16 +104,19 @@ class _ReferenceChecks:
         base = self._from_base(node)
         for a in node.names:
             if a.name == "*":
-                self._check_import(base, a)
+                self._check_import(base, a, star=True)
                 if base.split(".")[0] in _COMPUTE_ROOTS:
                     self._hit("torch_compute", a,
                               f"imports * from `{base}`, which hides which compute functions are used")
             else:
                 self._check_import(self._join(base, a.name), a)
 
-    def _check_import(self, resolved: str, node: ast.AST) -> None:
-        # Imports are checked against the banned tables only; torch compute is judged where it is used.
-        if self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES:
+    def _check_import(self, resolved: str, node: ast.AST, star: bool = False) -> None:
+        # Imports are checked against the banned tables only; torch compute is judged where it is used, and so are
+        # glob, tempfile and os.getenv (_IMPORTED_BY_USE: honest uses exist, every other use is a finding).
+        resolved = canonical(resolved, self.package, self.own)
+        if (self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES
+                or (not star and (resolved in _IMPORTED_BY_USE or resolved == "os.getenv"))):
             return
         if resolved.split(".")[0] == "builtins":  # the module; implicit builtins resolve to builtins.* too
             self._hit("harness_internals", node, f"imports `{resolved}`")
@@ -125,7 +136,7 @@ class _ReferenceChecks:
             return
         resolved = self.aliases.get(name)
         if resolved is not None:
-            self._check_reference(resolved, node)
+            self._check_reference(canonical(resolved, self.package, self.own), node)
         elif name in _WATCHED_BUILTINS and name not in self.rebound_builtins:
             rule = _PY_BANNED.get(f"builtins.{name}")  # exec, eval, compile, __import__, globals, ...
             if rule is not None:
@@ -133,6 +144,10 @@ class _ReferenceChecks:
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         parts = _chain_parts(node)
+        if not isinstance(node.ctx, ast.Load) and self._is_class_of_value(node.value):
+            # `type(q).allclose = f`, `q.__class__.allclose = f`: a tensor's class is torch.Tensor
+            self._hit("monkeypatch", node,
+                      f"assigns `{node.attr}` on `{ast.unparse(node.value)}`, the class of a value")
         if parts is None:  # e.g. `sys._getframe().f_back`, `x.shape[0].bit_length`
             if node.attr in _FRAME_ATTRS:
                 self._hit("harness_internals", node, f"reads attribute `{node.attr}`")
@@ -142,15 +157,19 @@ class _ReferenceChecks:
             if attr in _FRAME_ATTRS:
                 self._hit("harness_internals", node, f"reads attribute `{attr}` in `{'.'.join(parts)}`")
                 break
-        resolved = self._resolve_parts(parts)
-        if resolved is None:
-            return
         if isinstance(node.ctx, ast.Load):
-            self._check_reference(resolved, node)
-        else:
-            self._check_store(resolved, node, "deletes" if isinstance(node.ctx, ast.Del) else "assigns")
+            resolved = self._resolve_parts(parts)
+            if resolved is not None:
+                self._check_reference(resolved, node)
+            return
+        # a store: the attribute of what its owner resolves to (`helpers.T = x` stays the solution's own even where
+        # another module's `helpers.T` reads x: python_modules)
+        owner = self._resolve_parts(parts[:-1])
+        if owner is not None:
+            self._check_store(f"{owner}.{parts[-1]}", node, "deletes" if isinstance(node.ctx, ast.Del) else "assigns")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        self._env_subscript(node)
         # `torch.cuda.__dict__["synchronize"] = f` / `vars(time)["perf_counter"] = f`
         if not isinstance(node.ctx, ast.Load):
             namespace = self._namespace_dict_owner(node.value)

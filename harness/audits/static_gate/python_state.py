@@ -139,6 +139,7 @@ class _StateChecks:
         for op, right in zip(node.ops, node.comparators):
             if isinstance(op, (ast.In, ast.NotIn)):
                 self._check_cache_access(right, left, node)
+                self._env_membership(left, right, node)
             left = right
         self.generic_visit(node)
 
@@ -246,7 +247,9 @@ class _StateChecks:
         calls: dict[str, list[tuple[ast.Call, FunctionNode | None]]] = {}
         call_targets: set[int] = set()
         other_uses: set[str] = set()
-        stack: list[tuple[ast.AST, FunctionNode | None]] = [(self.tree, None)]
+        # what runs on import (a main guard's body may not: python_modules.statements_that_run)
+        stack: list[tuple[ast.AST, FunctionNode | None]] = [
+            (stmt, stmt if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else None) for stmt in self.body]
         while stack:
             current, function = stack.pop()
             for child in ast.iter_child_nodes(current):
