@@ -36,6 +36,8 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "triton_tma_descriptors": ("triton", []),  # tl.make_tensor_descriptor with triton.set_allocator at import
     "cuda_load_inline": ("python", []),
     "cuda_load_sources": ("python", []),
+    # globbed sources, a tempfile build folder, error messages naming the environment, a main-guard self-test
+    "cuda_load_glob": ("python", []),
     "cuda_torch_library": ("python", []),
 }
 

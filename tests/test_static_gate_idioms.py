@@ -1,0 +1,220 @@
+"""Static gate: honest idioms that must pass it (self-tests under a main guard, build settings in the environment,
+debug flags, error messages that name the environment, non-compute torch calls, ops registered in Python, globbed
+sources and a temporary build folder), and names reached through the solution's own modules, which are what those
+modules imported."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from harness.audits.static_gate import (
+    awaits_attribution,
+    builtin_policy,
+    gate_passed,
+    policy_from_mapping,
+    scan_sources,
+)
+from harness.audits.verdicts import promotion_blockers
+from harness.data.statuses import EvaluationStatus
+
+from static_gate_support import describe, scan_py
+
+# --------------------------------------------------------------------------------------------------
+# Honest idioms: no finding at all. The policy's (its env_writes and torch_calls lists) under the shipped policy; the
+# gate's own under the catalogue (empty allow-lists) too.
+
+POLICY_IDIOMS = [
+    # build settings written before load_inline
+    "import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0a'\n",
+    "import os\nos.environ.setdefault('TORCH_CUDA_ARCH_LIST', '9.0a')\nos.environ.update(MAX_JOBS='4')\n",
+    # an op registered in Python is the solution's own
+    ("import torch\n@torch.library.custom_op('mylib::decode', mutates_args=('out',))\n"
+     "def decode(q: torch.Tensor, out: torch.Tensor) -> None:\n    pass\n"
+     "def run(q, out):\n    torch.ops.mylib.decode(q, out)\n"),
+]
+
+
+@pytest.mark.parametrize("source", POLICY_IDIOMS)
+def test_honest_idioms_of_the_policy_are_not_flagged(source, policy):
+    findings = scan_py(source, policy)
+    assert findings == [], describe(findings)
+
+
+GATE_IDIOMS = [
+    # the environment named in the words of an error, an assertion, a print, a warning or a log line
+    "raise RuntimeError('no GPU: use TRITON_INTERPRET=1 to debug on CPU')\n",
+    "def f(x):\n    assert x.is_cuda, 'set CUDA_VISIBLE_DEVICES to a GPU'\n",
+    "def f(x):\n    assert x.is_cuda, f'set CUDA_VISIBLE_DEVICES to a GPU, got {x.device}'\n",
+    "raise ValueError('run under pytest with %s' % 'TRITON_INTERPRET=1')\n",
+    "raise ValueError('TRITON_INTERPRET={} is not supported'.format(mode))\n",
+    "print('CUDA_VISIBLE_DEVICES selects the GPU')\n",
+    "import warnings\nwarnings.warn('TRITON_INTERPRET is slow')\n",
+    "import logging\nlog = logging.getLogger('k')\nlog.warning('CUDA_VISIBLE_DEVICES is unset')\nlogging.info('pytest')\n",
+    # read-only queries and calls that launch no compute
+    "import torch\ncapturing = torch.cuda.is_current_stream_capturing()\n",
+    ("import torch\ntorch.manual_seed(0)\ntorch._assert(x.dim() == 3, 'q is [B, H, D]')\n"
+     "major = int(torch.__version__.split('.')[0])\n"),
+    ("import torch\nwith torch.cuda.nvtx.range('decode'):\n    torch.cuda.nvtx.range_push('a')\n"
+     "    torch.cuda.nvtx.range_pop()\nwith torch.profiler.record_function('decode'):\n    pass\n"),
+    ("import torch\nif not torch.compiler.is_compiling():\n    torch.cuda.empty_cache()\n"
+     "torch.set_float32_matmul_precision('high')\n"),
+    # the solution's own sources listed next to the module, and a build folder of the build's own
+    ("import glob\nimport os\nimport tempfile\nfrom torch.utils.cpp_extension import load\n"
+     "_HERE = os.path.dirname(os.path.abspath(__file__))\n"
+     "ext = load(name='k', sources=glob.glob(os.path.join(_HERE, 'csrc', '*.cu')), build_directory=tempfile.mkdtemp())\n"),
+    ("from glob import glob\nfrom pathlib import Path\nfrom tempfile import mkdtemp\nimport torch.utils.cpp_extension as ce\n"
+     "SRC = sorted(glob(str(Path(__file__).parent / 'kernels' / '*.cu')))\nBUILD = mkdtemp(prefix='k_')\n"
+     "ext = ce.load('k', SRC, build_directory=BUILD)\n"),
+    ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
+     "with tempfile.TemporaryDirectory() as d:\n"
+     "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+]
+
+
+@pytest.mark.parametrize("source", GATE_IDIOMS)
+@pytest.mark.parametrize("policy_name", ["policy", "catalogue"])
+def test_honest_idioms_are_not_flagged(source, policy_name, request):
+    chosen = builtin_policy() if policy_name == "catalogue" else request.getfixturevalue(policy_name)
+    findings = scan_py(source, chosen)
+    assert findings == [], describe(findings)
+
+
+# --------------------------------------------------------------------------------------------------
+# A debug flag read by its literal name: an env_read warning that blocks neither the gate nor promotion.
+
+ENV_READS = [
+    "import os\nDEBUG = os.environ.get('MYKERNEL_DEBUG', '0') == '1'\n",
+    "import os\nDEBUG = os.getenv('MYKERNEL_DEBUG')\n",
+    "from os import getenv\nDEBUG = getenv(key='MYKERNEL_DEBUG')\n",
+    "import os\nDEBUG = os.environ['MYKERNEL_DEBUG'] if 'MYKERNEL_DEBUG' in os.environ else '0'\n",
+]
+
+
+@pytest.mark.parametrize("source", ENV_READS)
+def test_a_debug_flag_is_a_warning_that_blocks_nothing(source, policy):
+    findings = scan_py(source, policy)
+    assert findings and {(f.rule, f.severity) for f in findings} == {("env_read", "warning")}, describe(findings)
+    assert gate_passed(findings) and not any(awaits_attribution(f) for f in findings)
+    passed = [{"label": "w0", "status": EvaluationStatus.PASSED, "audits": []}]  # CPU: no attribution audit ran
+    assert promotion_blockers(passed, [f.model_dump() for f in findings]) == []
+    compute = scan_py("import torch\ny = torch.matmul(a, b)\n", policy)  # the control: a library warning blocks
+    assert promotion_blockers(passed, [f.model_dump() for f in compute])
+
+
+def test_ops_registered_in_python_are_the_solutions_own(policy):
+    call = "import torch\ndef run(q):\n    return torch.ops.mylib.decode(q)\n"
+    assert [f.rule for f in scan_py(call, policy)] == ["torch_compute"]
+    registered = {"main.py": call, "ops.py": "import torch\n@torch.library.custom_op(\"mylib::decode\", mutates_args=())\n"
+                                              "def decode(q: torch.Tensor) -> torch.Tensor:\n    return q\n"}
+    assert scan_sources(registered, "python", policy) == []
+    aten = {**registered, "ops.py": "import torch\ntorch.library.define('aten::decode', '(Tensor q) -> Tensor')\n"}
+    assert "torch_compute" in {f.rule for f in scan_sources(aten, "python", policy) if f.path == "main.py"}
+
+
+def test_env_writes_is_a_policy_allow_list():
+    source = "import os\nos.environ['CUDA_MODULE_LOADING'] = 'LAZY'\n"
+    assert [f.rule for f in scan_py(source, builtin_policy())] == ["env_probe"]
+    layered = policy_from_mapping({"definition": {"d": {"allow": {"env_writes": ["CUDA_MODULE_LOADING"]}}}},
+                                  definition="d")
+    assert scan_py(source, layered) == []
+    assert [f.rule for f in scan_py("import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0a'\n",
+                                    builtin_policy())] == ["env_probe"]  # the shipped list is the YAML's
+
+
+# --------------------------------------------------------------------------------------------------
+# `if __name__ == "__main__":` never runs in the harness (the solution is imported as a package module): its body is
+# not scanned, unless something in the solution could make `__name__` "__main__".
+
+SELF_TEST = '''\
+    import torch
+    def run(q):
+        return q
+    if __name__ == "__main__":
+        import sys
+        import time
+        import triton.testing
+        torch.manual_seed(int(sys.argv[1]))
+        q = torch.randn(4, 8, device="cuda")
+        start = torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        print(triton.testing.do_bench(lambda: run(q)), time.perf_counter() - t0)
+        torch.testing.assert_close(run(q), q @ torch.eye(8, device="cuda"))
+    '''
+
+MAIN_GUARD_CASES = [
+    # (what is added to the solution, is the block scanned?)
+    ({}, False),
+    ({"main.py": "__name__ = '__main__'\n"}, True),
+    ({"main.py": "globals()['__na' + 'me__'] = '__main__'\n"}, True),
+    ({"main.py": "print(__name__)\n"}, True),
+    ({"main.py": "'''a docstring naming __name__'''\n"}, True),
+    ({"main.py": "from . import main as me\nsetattr(me, '__na' + 'me__', '__main__')\n"}, True),
+    ({"main.py": "from . import main as me\nme.__dict__['__na' + 'me__'] = '__main__'\n"}, True),
+    ({"main.py": "from . import main as me\nme.__init__('__main__')\n"}, True),
+    ({"main.py": "from . import main as me\ngetattr(me, '__set' + 'attr__')('__na' + 'me__', '__main__')\n"}, True),
+    ({"main.py": "__loader__.name = '__main__'\n"}, True),
+    ({"helper.py": "from . import main\nmain.__name__ = '__main__'\n"}, True),
+    ({"helper.py": "import types\nm = types.ModuleType('x')\n"}, True),
+    # honest neighbours keep the block unscanned
+    ({"helper.py": "class K:\n    def __init__(self):\n        super().__init__()\n"
+                   "if __name__ == '__main__':\n    pass\n"}, False),
+    ({"main.py": "BLOCK = getattr(torch, 'float8_e4m3fn', None)\n"}, False),
+]
+
+
+@pytest.mark.parametrize(("extra", "scanned"), MAIN_GUARD_CASES)
+def test_a_main_guard_body_is_scanned_only_where_it_could_run(extra, scanned, policy):
+    main = textwrap.dedent(SELF_TEST)
+    added = extra.get("main.py")
+    sources = {**extra, "main.py": (added + main) if added else main}
+    findings = scan_sources(sources, "triton", policy)
+    in_block = [f for f in findings if f.path == "main.py" and "torch.cuda.Event" in f.snippet]
+    assert bool(in_block) == scanned, describe(findings)
+    if not scanned:
+        assert not [f for f in findings if f.path == "main.py"], describe(findings)
+
+
+def test_the_else_of_a_main_guard_is_scanned_and_the_body_binds_nothing(policy):
+    source = ("import torch\nif __name__ == '__main__':\n    import numpy as torch\nelse:\n"
+              "    e = torch.cuda.Event()\ny = torch.matmul(a, b)\n")
+    assert {(f.rule, f.line) for f in scan_py(source, policy)} == {("stream_event_graph", 5), ("torch_compute", 6)}
+
+
+# --------------------------------------------------------------------------------------------------
+# A name reached through the solution's own modules is what those modules imported.
+
+OWN_MODULE_CASES = [
+    ({"main.py": "from . import honest\nT = honest.torch\ndef run(a, b):\n    return T.matmul(a, b)\n",
+      "honest.py": "import torch\n"}, ("main.py", 4, "torch_compute")),
+    ({"main.py": "from . import honest\ndef run(x):\n    return honest.torch.softmax(x, -1)\n",
+      "honest.py": "import torch\n"}, ("main.py", 3, "torch_compute")),
+    ({"main.py": "from .honest import torch as T\ny = T.matmul(a, b)\n", "honest.py": "import torch\n"},
+     ("main.py", 2, "torch_compute")),
+    ({"main.py": "from . import honest\ny = honest.F.softmax(x)\n", "honest.py": "import torch.nn.functional as F\n"},
+     ("main.py", 2, "torch_compute")),
+    ({"main.py": "from . import honest\ny = honest.T.matmul(x, x)\n", "honest.py": "import torch\nT = torch\n"},
+     ("main.py", 2, "torch_compute")),
+    ({"main.py": "import torch\nfrom . import helpers\nhelpers.T = torch\ny = helpers.T.matmul(x, x)\n",
+      "helpers.py": "BLOCK = 3\n"}, ("main.py", 4, "torch_compute")),
+    ({"main.py": "from .pkg import inner\ny = inner.torch.softmax(x)\n", "pkg/inner.py": "import torch\n",
+      "pkg/__init__.py": ""}, ("main.py", 2, "torch_compute")),
+    ({"pkg/main.py": "from . import inner\nm = inner.sys.modules\n", "pkg/inner.py": "import sys\n"},
+     ("pkg/main.py", 2, "harness_internals")),
+    ({"main.py": "from . import honest\nhonest.torch.cuda.synchronize = f\n", "honest.py": "import torch\n"},
+     ("main.py", 2, "timer_tampering")),
+]
+
+
+@pytest.mark.parametrize(("sources", "expected"), OWN_MODULE_CASES)
+def test_names_through_own_modules_are_what_they_imported(sources, expected, policy):
+    findings = scan_sources(sources, "python", policy)
+    assert expected in {(f.path, f.line, f.rule) for f in findings}, describe(findings)
+
+
+def test_what_own_modules_define_stays_their_own(policy):
+    sources = {"main.py": ("from . import honest\nfrom .honest import run_kernel\nhonest.BLOCK = 64\n"
+                           "def run(x):\n    return run_kernel(x, honest.cfg(x), honest.BLOCK)\n"),
+               "honest.py": "import torch\nBLOCK = 4\ndef run_kernel(x, c, b):\n    return x\ndef cfg(x):\n    return 1\n"}
+    assert scan_sources(sources, "python", policy) == []
