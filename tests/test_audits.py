@@ -211,7 +211,9 @@ def _precision(oracle, got, ref):
 
     from harness.audits.session_audits import SessionAudits
 
-    definition = type("D", (), {"outputs": list(ref)})()
+    from types import SimpleNamespace
+
+    definition = type("D", (), {"outputs": {n: SimpleNamespace(dtype=str(t.dtype)) for n, t in ref.items()}})()
     return SessionAudits._precision_audit(_OracleStub(oracle), definition, None, 0, got, ref)
 
 
@@ -226,3 +228,12 @@ def test_precision_audit_without_an_oracle_is_not_judged_and_indices_are_left_to
     assert _precision(oracle, ref, ref).passed
     worse = {"scores": torch.tensor([1.5, 2.5]), "indices": ref["indices"]}
     assert not _precision(oracle, worse, {**ref, "scores": torch.tensor([1.0001, 2.0])}).passed
+
+
+def test_integer_outputs_alone_are_not_run_in_float64():
+    import torch
+
+    ref = {"topk_indices": torch.tensor([[3, 1, -1]], dtype=torch.int32)}
+    # the DSA indexer's reference reinterprets bytes as float32, which has no float64 form: never asked
+    audit = _precision(AssertionError("the oracle must not be asked"), ref, ref)
+    assert audit.passed and audit.detail == "not judged: integer outputs, judged exactly"

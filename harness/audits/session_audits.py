@@ -164,6 +164,10 @@ class SessionAudits:
                     for why in [narrow_storage(name, got[name], ref[name])] if why]
         if narrowed:
             return Audit(name="precision", passed=False, detail="; ".join(narrowed))
+        if not any("float" in str(spec.dtype) for spec in definition.outputs.values()):
+            # indices, counts, masks (a top-k's): exact or wrong, which correctness already judged; no float64
+            # run is needed (and a reference that reinterprets bytes, as the DSA indexer's does, has none)
+            return Audit(name="precision", passed=True, detail="not judged: integer outputs, judged exactly")
         try:
             oracle = self.oracle_outputs(definition, workload, seed)
         except RuntimeError as err:  # the reference cannot run in float64 (a view of raw bytes): ours, not theirs
