@@ -91,3 +91,17 @@ def test_setup_work_is_the_official_calls_gpu_time_beyond_the_kernel_calls(offic
     no_setup = result()
     apply_timing_reply(no_setup, TimeReply.model_validate({"ok": True, "trials": header["trials"]}), AuditConfig())
     assert not [a for a in no_setup.audits if a.name == "setup_work"]  # no setup, no kernel figure: nothing to ask
+
+
+@pytest.mark.parametrize("error, has_gpu, hinted", [
+    ("AssertionError: q must be a CUDA tensor", False, True),
+    ("RuntimeError: expected q.is_cuda", False, True),
+    ("ValueError: Pointer argument cannot be accessed from Triton (cpu tensor?)", False, False),
+    ("AssertionError: q must be a CUDA tensor", True, False),  # on a GPU host the check is the candidate's
+    ("IndexError: index 7 is out of bounds", False, False),
+    (None, False, False),
+])
+def test_a_cuda_check_failing_on_a_cpu_host_says_why(error, has_gpu, hinted):
+    from harness.pipeline.workload_evaluation import cpu_host_hint
+
+    assert bool(cpu_host_hint(error, has_gpu)) is hinted

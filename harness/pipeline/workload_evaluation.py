@@ -8,6 +8,7 @@ evaluation and the baselines' (``run_audits=False``) go through ``_evaluate_work
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Optional
 
@@ -28,6 +29,17 @@ from ..measure.timing_reply import apply_timing_reply
 # calls are the walls (the fastest plain call and the median traced call are compared with its span:
 # harness.audits.verdicts).
 CLOCK_TRUTH_CALLS = 12
+
+
+_CUDA_CHECK = re.compile(r"is_cuda|\bcuda\b|CUDA tensor|device type cuda|Expected all tensors to be on", re.I)
+
+
+def cpu_host_hint(error: Optional[str], has_gpu: bool) -> str:
+    """What a contestant needs to know when a check for CUDA tensors fails on a host without a GPU."""
+    if has_gpu or not error or not _CUDA_CHECK.search(error):
+        return ""
+    return (" (this host has no GPU: inputs are CPU tensors and Triton runs in its interpreter, so a check for "
+            "CUDA tensors fails here; it passes on a GPU host)")
 
 
 class WorkloadEvaluation:
@@ -64,7 +76,7 @@ class WorkloadEvaluation:
                         timeout_s=max(deadline - time.monotonic(), 0.001))
                 if not reply.ok:
                     wr.status = reply.status or EvaluationStatus.RUNTIME_ERROR.value
-                    wr.message = f"trial {trial}: {reply.error or 'failed'}"
+                    wr.message = f"trial {trial}: {reply.error or 'failed'}" + cpu_host_hint(reply.error, self.has_gpu)
                     if reply.context_broken:
                         wr.message += " (the CUDA context is broken; the next workload gets a fresh process)"
                         worker.kill()
