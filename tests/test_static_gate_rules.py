@@ -225,6 +225,7 @@ PYTHON_POSITIVES = [
     ("monkeypatch", 1, "type(q).allclose = lambda *a, **k: True\n"),
     ("monkeypatch", 1, "q.__class__.allclose = fake\n"),
     ("monkeypatch", 1, "setattr(type(q), 'allclose', fake)\n"),
+    ("monkeypatch", 2, "import torch\ntype.__setattr__(torch.Tensor, 'allclose', fake)\n"),
 ]
 
 

@@ -95,7 +95,8 @@ class _CallChecks:
         elif resolved in _NAMED_LOOKUPS:
             self._check_named_lookup(resolved, node)
         elif resolved in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
-                          "builtins.object.__delattr__") and args:
+                          "builtins.object.__delattr__", "builtins.type.__setattr__",
+                          "builtins.type.__delattr__") and args:
             how = "setattr" if "setattr" in resolved else "delattr"
             target = self._resolve(args[0])
             if self._is_class_of_value(args[0]):
