@@ -2,7 +2,8 @@
 
 Every failure is a ``BuildError`` carrying the compiler's (or importer's) output, which becomes a
 COMPILE_ERROR with that log. On a machine without a GPU, CUDA sources are compiled by nvcc to a
-cubin for the target architecture, so compile errors are still caught, but nothing is run.
+cubin for the target architecture, so compile errors are still caught, but nothing is run; headers only a GPU
+host has are stood in for or make the file "not checkable here" (cuda_check), never a COMPILE_ERROR.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..data.schema import Definition, Language, Solution
+from . import cuda_check
 
 DEFAULT_CUDA_ARCH = os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
 CUDA_SUFFIXES = {".cu"}
@@ -214,29 +216,66 @@ def _sources_by_kind(pkg_dir: Path, solution: Solution) -> tuple[list[str], list
     return cuda, cpp
 
 
-def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str) -> Built:
+def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str, solution: Solution) -> Built:
+    """Each .cu to a cubin; what this host cannot check is said so, never blamed on the candidate (cuda_check)."""
     nvcc = shutil.which("nvcc") or (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc")
     if not Path(nvcc).exists():
         raise BuildError("CUDA sources need nvcc to be checked, and nvcc was not found (set CUDA_HOME)")
-    includes = [f"-I{pkg_dir}"]
-    try:
+    torch_binding = (solution.spec.binding or "tvm-ffi") == "torch"
+    flags = [cuda_check.cxx_standard(torch_binding), "-O3", f"-I{pkg_dir}"]
+    try:  # -isystem, as torch's extension builder includes them
         from torch.utils.cpp_extension import include_paths
         import sysconfig
 
-        includes += [f"-I{p}" for p in include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+        for p in [*include_paths(), sysconfig.get_paths()["include"]]:
+            flags += ["-isystem", p]
     except Exception:
         pass
-    log, artifacts = [], {}
+    if torch_binding:
+        flags += cuda_check.torch_extension_flags(f"crucible_{solution.content_hash[:12]}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log, artifacts, unchecked = [], {}, []
+    used = set(cuda_check.absent_headers(str(nvcc), [f"-arch={arch}", *flags], out_dir))
+    said = ""
+    if used:  # a folder of this build's own, after the real include folders: only headers found nowhere else
+        stand_ins = out_dir / "stand-ins"
+        for header in used:
+            cuda_check.write_stand_in(stand_ins, header)
+        flags += ["-isystem", str(stand_ins)]
+        said = f"(stand-ins for headers this host lacks: {', '.join(sorted(used))})\n"
     for f in cuda_files:
         rel = Path(f).relative_to(pkg_dir)
         cubin = out_dir / ("__".join(rel.with_suffix("").parts) + f".{arch}.cubin")
-        cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-std=c++17", "-O3", *includes, "-o", str(cubin), f]
+        cmd = [str(nvcc), "-cubin", f"-arch={arch}", *flags, "-o", str(cubin), f]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        log.append("$ " + " ".join(cmd[:4] + ["..."] + cmd[-3:]) + "\n" + proc.stdout + proc.stderr)
-        if proc.returncode != 0:
+        output = proc.stdout + proc.stderr
+        log.append("$ " + " ".join(cmd[:4] + ["..."] + cmd[-3:]) + "\n" + said + output)
+        if proc.returncode == 0:
+            artifacts[f"cubin:{rel.as_posix()}"] = str(cubin)
+            continue
+        why = _not_checkable_here(output, used)
+        if why is None:
             raise BuildError(f"nvcc failed on {Path(f).name} (exit {proc.returncode})", "\n".join(log))
-        artifacts[f"cubin:{rel.as_posix()}"] = str(cubin)
-    return Built(fn=None, log="\n".join(log), compile_only=True, artifacts=artifacts)
+        unchecked.append(f"{rel.as_posix()} {why}")
+        log.append(f"({rel.as_posix()}: not checkable on this host: {why})")
+    note = ""
+    if unchecked:
+        done = f"compiled with nvcc for {arch}: {', '.join(sorted(artifacts))}; " if artifacts else ""
+        note = done + "not checkable on this host: " + "; ".join(unchecked)  # the GPU host builds and runs it
+    return Built(fn=None, log="\n".join(log), compile_only=True, artifacts=artifacts, note=note)
+
+
+def _not_checkable_here(output: str, used: set[str]) -> Optional[str]:
+    """Why a failed compile says nothing about the candidate's code, or None when it is the candidate's error."""
+    external = [(h, cuda_check.provider(h)) for h in cuda_check.missing_headers(output)]
+    external = [(h, who) for h, who in external if who]
+    if external:
+        header, who = external[0]
+        return f"includes <{header}>, which {who} provides and this host lacks"
+    library = cuda_check.partial_stand_in_failure(used, output)
+    if library:
+        return f"uses {library}, whose headers this host lacks"
+    return None
 
 
 def _build_native(solution: Solution, workdir: Path, have_gpu: bool) -> Built:
@@ -247,7 +286,7 @@ def _build_native(solution: Solution, workdir: Path, have_gpu: bool) -> Built:
     if not cuda_files and not cpp_files:
         raise BuildError(f"a {solution.spec.language.value} solution needs .cu/.cpp sources; none were given")
     if cuda_files and not have_gpu:
-        return _nvcc_cubins(cuda_files, pkg_dir, build_dir, DEFAULT_CUDA_ARCH)
+        return _nvcc_cubins(cuda_files, pkg_dir, build_dir, DEFAULT_CUDA_ARCH, solution)
     name = f"crucible_{solution.content_hash[:12]}"
     log_path = workdir / "build.log"
     binding = solution.spec.binding or "tvm-ffi"
