@@ -148,8 +148,11 @@ MAIN_GUARD_CASES = [
     ({}, False),
     ({"main.py": "__name__ = '__main__'\n"}, True),
     ({"main.py": "globals()['__na' + 'me__'] = '__main__'\n"}, True),
-    ({"main.py": "print(__name__)\n"}, True),
-    ({"main.py": "'''a docstring naming __name__'''\n"}, True),
+    ({"main.py": "for __name__ in ['__main__']:\n    pass\n"}, True),
+    ({"main.py": "(__name__ := '__main__')\n"}, True),
+    ({"main.py": "from os import sep as __name__\n"}, True),
+    ({"main.py": "def f(__name__='__main__'):\n    return __name__\n"}, True),
+    ({"helper.py": "global __name__\n__name__ += ''\n"}, True),
     ({"main.py": "from . import main as me\nsetattr(me, '__na' + 'me__', '__main__')\n"}, True),
     ({"main.py": "from . import main as me\nme.__dict__['__na' + 'me__'] = '__main__'\n"}, True),
     ({"main.py": "from . import main as me\nme.__init__('__main__')\n"}, True),
@@ -161,6 +164,10 @@ MAIN_GUARD_CASES = [
     ({"helper.py": "class K:\n    def __init__(self):\n        super().__init__()\n"
                    "if __name__ == '__main__':\n    pass\n"}, False),
     ({"main.py": "BLOCK = getattr(torch, 'float8_e4m3fn', None)\n"}, False),
+    # reading `__name__` changes nothing: a logger named after the module, a message, a docstring
+    ({"helper.py": "import logging\nlogger = logging.getLogger(__name__)\n"}, False),
+    ({"main.py": "print(__name__)\n"}, False),
+    ({"main.py": "'''a docstring naming __name__'''\n"}, False),
 ]
 
 

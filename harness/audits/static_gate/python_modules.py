@@ -10,7 +10,7 @@ it). A module re-exported as an attribute of another (`torch.sys`, `os.sys`, `np
 The harness imports every solution file as a module of a package (`crucible_solution_<hash>.main`), so its
 `__name__` is never "__main__" and a top-level `if __name__ == "__main__":` body (a self-test with events, clocks,
 argv, random inputs) never runs: it is not scanned (its `else:` is). Only while nothing in the solution could make
-`__name__` equal "__main__" (``main_blocks_never_run``): no `__name__` anywhere but in those guards, and none of
+`__name__` equal "__main__" (``main_blocks_never_run``): `__name__` only read (never bound), and none of
 the ways to write a module's globals or attributes by a computed name or to load a module under another name (a
 module's `__dict__`, setattr, globals()/vars(), `__class__`, `__init__` called on something other than super(),
 a loader, getattr with a computed name, the Python C API). In doubt, the block is scanned like any other code.
@@ -111,10 +111,38 @@ _GETATTR_RE = re.compile(r"\bgetattr\s*\(")
 _LITERAL_GETATTR_RE = re.compile(r"""\bgetattr\s*\(\s*[\w.]+\s*,\s*(['"])\w+\1\s*[,)]""")
 
 
+def _binds_name(text: str) -> bool:
+    """Does this Python source bind `__name__` (assign, delete, import as, define, declare global)? Reading it,
+    as `logging.getLogger(__name__)` does, changes nothing."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Name, ast.Attribute)) and "__name__" in (getattr(node, "id", None),
+                                                                         getattr(node, "attr", None)):
+            if not isinstance(node.ctx, ast.Load):
+                return True
+        elif isinstance(node, ast.alias) and "__name__" in (node.name, node.asname):
+            return True
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == "__name__":
+            return True
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and "__name__" in node.names:
+            return True
+        elif isinstance(node, ast.arg) and node.arg == "__name__":
+            return True
+    return False
+
+
 def main_blocks_never_run(sources: Mapping[str, str]) -> bool:
     """True when no file of the solution can make a module's `__name__` equal "__main__" (module docstring)."""
-    for text in sources.values():
-        if len(_NAME_RE.findall(text)) != len(_GUARD_RE.findall(text)) or _NAME_WRITERS_RE.search(text):
+    for path, text in sources.items():
+        if _NAME_WRITERS_RE.search(text):
+            return False
+        if str(path).endswith(".py"):
+            if _binds_name(text):
+                return False
+        elif len(_NAME_RE.findall(text)) != len(_GUARD_RE.findall(text)):
             return False
         if any(not _INIT_ALLOWED_BEFORE_RE.search(text[max(0, m.start() - 40):m.start()])
                for m in _INIT_RE.finditer(text)):
