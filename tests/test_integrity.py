@@ -158,3 +158,40 @@ def test_an_honest_candidate_passes_and_a_thread_started_at_import_is_reported_b
             assert reply.candidate_threads == threads
         finally:
             worker.stop(graceful=False)
+
+
+def test_the_python_half_of_torch_tensor_is_fingerprinted(monkeypatch):
+    import torch
+
+    check = Integrity()
+    monkeypatch.setattr(torch.Tensor, "clone", lambda self, *a, **k: self)  # the mutation check's copies
+    assert "torch.Tensor.clone" in check.check()
+
+
+def test_a_thread_started_without_threading_is_counted_too():
+    import _thread
+    import time
+
+    check = Integrity()
+    stop = []
+    _thread.start_new_thread(lambda: [time.sleep(0.01) for _ in iter(lambda: bool(stop), True)], ())
+    time.sleep(0.05)
+    try:
+        assert len(check.new_threads()) == 1 and "not a threading.Thread" in check.new_threads()[0]
+    finally:
+        stop.append(1)
+        time.sleep(0.05)
+    assert check.new_threads() == []
+
+
+def test_json_and_the_framing_are_fingerprinted(monkeypatch):
+    import json
+
+    import harness.sandbox.protocol as protocol
+
+    check = Integrity()
+    monkeypatch.setattr(json, "dumps", lambda *a, **k: '{"ok": true}')
+    assert b'"mutated_inputs": ["k_cache"]' in protocol.encode({"mutated_inputs": ["k_cache"]})  # its own dumps
+    monkeypatch.setattr(json.encoder.JSONEncoder, "encode", lambda self, o: "{}")
+    assert {"json.dumps", "json.encoder.JSONEncoder.encode"} <= set(check.check())
+

@@ -134,3 +134,33 @@ def test_read_outbox_keeps_only_listed_files_within_the_bound(tmp_path):
     files, console, notes = read_outbox(tmp_path, max_bytes=100)
     assert files == {"small.bin": b"x" * 10}
     assert console == "console tail" and len(notes) == 1 and "big.bin" in notes[0]
+
+
+@needs_sandbox
+@pytest.mark.parametrize("swap", [
+    "rm -rf /tmp/work/out && ln -s {secret} /tmp/work/out",  # out/ made a link to a folder it cannot read
+    "mkdir /tmp/w2 && ln -s {secret} /tmp/w2/out && cd / && mv /tmp/work /tmp/w3 && mv /tmp/w2 /tmp/work",
+    "mkdir -p /tmp/work/out && ln -s {secret} /tmp/work/out/sub",  # a pattern's folder made a link
+])
+def test_the_init_never_reads_through_a_link_the_candidate_planted(tmp_path, swap):
+    import os
+    import subprocess as sp
+
+    from harness.sandbox.isolation import SandboxPolicy, make_sandbox
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    for name in ("ncu.log", "x.rep"):
+        (secret / name).write_text("ROOT-ONLY")
+        os.chmod(secret / name, 0o600)
+    box = make_sandbox(SandboxPolicy(), "candidate", [str(secret)], [], "", gpu=False,
+                       outbox=["ncu.log", "sub/*.rep"])
+    try:
+        if box.mode != "root":
+            pytest.skip("the candidate is its own user only in root mode")
+        command = box.command(["sh", "-c", swap.format(secret=secret) + "; cat /tmp/work/out/ncu.log"])
+        run = sp.run(command, capture_output=True, text=True, timeout=60, cwd=box.folder)
+        files, console, _ = read_outbox(box.folder / "outbox", 1 << 20)
+        assert files == {} and "ROOT-ONLY" not in console, (files, console, run.stderr)
+    finally:
+        box.close()

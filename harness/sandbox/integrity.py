@@ -26,14 +26,21 @@ from typing import Any, Iterable
 # Imported before the candidate is: modules the worker only reaches for later (inside a request).
 PRELOAD = ("harness.measure.timing", "harness.measure.cupti_trace", "harness.measure.gpu_state",
            "harness.measure.roofline", "harness.audits.sass", "harness.families", "harness.sandbox.build",
-           "harness.sandbox.worker_calls", "harness.data.inputs")
+           "harness.sandbox.worker_calls", "harness.data.inputs", "safetensors.torch")
 
 # Third-party callables the worker's judgments rest on: (module, attribute names; "*" every callable).
 THIRD_PARTY = (("torch", ("equal", "allclose", "isfinite", "empty", "zeros", "stack", "cat")),
+               # the Python half of torch.Tensor (clone, copy_, equal... of the mutation check; TensorBase, its C
+               # half, cannot be assigned to)
+               ("torch.Tensor", ("*",)),
                ("torch.cuda", ("synchronize", "Event", "current_stream", "Stream", "is_available")),
                ("time", ("perf_counter", "perf_counter_ns", "monotonic", "time", "sleep")),
                ("threading", ("active_count", "enumerate", "Thread")),
-               ("os", ("listdir", "getpid", "_exit")),
+               ("os", ("listdir", "getpid", "_exit", "write", "read")),
+               # the framing of every reply (harness.sandbox.protocol): JSON headers, safetensors payloads
+               ("json", ("*",)), ("json.encoder", ("*",)), ("json.decoder", ("*",)),
+               ("json.encoder.JSONEncoder", ("*",)), ("json.decoder.JSONDecoder", ("*",)), ("struct", ("*",)),
+               ("safetensors.torch", ("save", "load")),
                ("cupti", ("*",)), ("cupti.cupti", ("*",)))
 
 
@@ -83,14 +90,29 @@ def snapshot() -> dict[str, tuple]:
                     if not member.startswith("__") or member in ("__init__", "__call__"):
                         marks[f"{name}.{attr}.{member}"] = _marks(inner)
     for module_name, attrs in THIRD_PARTY:
-        module = sys.modules.get(module_name)
+        module = _resolve(module_name)
         if module is None:
             continue
-        names = [a for a, v in vars(module).items() if callable(v)] if attrs == ("*",) else attrs
+        if attrs != ("*",):
+            names = list(attrs)
+        elif isinstance(module, type):  # a class: what it resolves, inherited names too (shadowing one is a change)
+            names = [a for a in dir(module) if not a.startswith("__") or a in ("__eq__", "__setitem__")]
+        else:  # a module: every name it holds (json's _default_encoder is state, not a callable)
+            names = [a for a in vars(module) if not a.startswith("__")]
         for attr in names:
-            if hasattr(module, attr):
+            try:
                 marks[f"{module_name}.{attr}"] = _marks(getattr(module, attr))
+            except Exception:  # a descriptor that refuses the class itself: nothing to fingerprint
+                continue
     return marks
+
+
+def _resolve(dotted: str) -> Any:
+    """A module by name, or a class inside one ("torch.Tensor"); None where it is not imported."""
+    if dotted in sys.modules:
+        return sys.modules[dotted]
+    parent, _, name = dotted.rpartition(".")
+    return getattr(sys.modules[parent], name, None) if parent in sys.modules else None
 
 
 def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
@@ -98,10 +120,21 @@ def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
     return sorted(k for k, v in before.items() if after.get(k) != v)
 
 
-def python_threads() -> set[int]:
-    """Idents of live Python threads (foreign threads that merely called into Python are not counted)."""
-    return {t.ident for t in threading.enumerate()
-            if t.ident is not None and not isinstance(t, threading._DummyThread)}  # type: ignore[attr-defined]
+def python_threads() -> dict[int, str]:
+    """Live Python threads by ident, with a name: the ``threading`` ones, and those ``_thread.start_new_thread``
+    started (threading never lists them; ``sys._current_frames`` holds every thread with a Python state). Foreign
+    threads that merely called into Python (threading's dummies) are not counted."""
+    out: dict[int, str] = {}
+    for ident in sys._current_frames():
+        out[ident] = f"thread {ident} (not a threading.Thread)"
+    for t in threading.enumerate():
+        if t.ident is None:
+            continue
+        if isinstance(t, threading._DummyThread):  # type: ignore[attr-defined]
+            out.pop(t.ident, None)
+        else:
+            out[t.ident] = t.name
+    return out
 
 
 class Integrity:
@@ -109,7 +142,7 @@ class Integrity:
 
     def __init__(self) -> None:
         # the functions themselves, held here: replacing this module's names later changes nothing of the check
-        self._snapshot, self._changed = snapshot, changed
+        self._snapshot, self._changed, self._threads = snapshot, changed, python_threads
         self.before = snapshot()
         self.threads = python_threads()
         self.tampered: list[str] = []
@@ -123,6 +156,4 @@ class Integrity:
 
     def new_threads(self) -> list[str]:
         """Python threads alive now that were not when the worker started: the candidate's."""
-        return sorted(t.name for t in threading.enumerate()
-                      if t.ident is not None and t.ident not in self.threads
-                      and not isinstance(t, threading._DummyThread))  # type: ignore[attr-defined]
+        return sorted(name for ident, name in self._threads().items() if ident not in self.threads)

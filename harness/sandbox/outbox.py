@@ -48,18 +48,27 @@ def outbox_run_lines(outbox: Optional[str], patterns: list[str], max_bytes: int)
     for p in patterns:
         if not p or p.startswith("/") or ".." in p.split("/") or any(c in p for c in "'\"`$\\\n;&|<> "):
             raise ValueError(f"outbox pattern {p!r}: a plain relative name (with * or ?) under {OUT_INSIDE}")
-    box, console = OUTBOX_INSIDE, f"{OUT_INSIDE}/{CONSOLE}"
-    globs = " ".join(f"{OUT_INSIDE}/{p}" for p in patterns)
+    box, console = OUTBOX_INSIDE, f"{OUT_INSIDE}/{CONSOLE}"  # the console: opened by the init, before the command
+    globs = " ".join(patterns)
+    # The candidate owns its work folder and could have swapped it, or out/, for a link to a folder it cannot
+    # read: the init (root) then reads only from the real out/ (pwd -P after cd -P), never through a link.
     return [f'rc=0; "$@" > {console} 2>&1 || rc=$?',
             "kill -9 -1 2>/dev/null || true",
             f"umount {box}",
             f': > {box}/{MANIFEST}',
-            f'if [ -f {console} ] && [ ! -L {console} ]; then tail -c {CONSOLE_BYTES} {console} > {box}/{CONSOLE}; fi',
-            f"for f in {globs}; do",
-            '  if [ -f "$f" ] && [ ! -L "$f" ]; then',
-            f'    n="${{f##*/}}"; echo "$(wc -c < "$f") $n" >> {box}/{MANIFEST}; head -c {max_bytes} "$f" > "{box}/$n"',
+            f'if cd -P {OUT_INSIDE} 2>/dev/null && [ "$(pwd -P)" = {OUT_INSIDE} ]; then',
+            f"  if [ -f {CONSOLE} ] && [ ! -L {CONSOLE} ]; then",
+            f"    tail -c {CONSOLE_BYTES} {CONSOLE} > {box}/{CONSOLE}",
             "  fi",
-            "done",
+            f"  for f in {globs}; do",
+            '    d="${f%/*}"  # a pattern with a folder: the folder may not be a link either',
+            '    if [ -f "$f" ] && [ ! -L "$f" ] && { [ "$d" = "$f" ] || [ ! -L "$d" ]; }; then',
+            '      n="${f##*/}"',
+            f'      echo "$(wc -c < "$f") $n" >> {box}/{MANIFEST}',
+            f'      head -c {max_bytes} "$f" > "{box}/$n"',
+            "    fi",
+            "  done",
+            "fi",
             "exit $rc"]
 
 

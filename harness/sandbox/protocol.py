@@ -33,8 +33,14 @@ class PeerClosed(RuntimeError):
     pass
 
 
+# The functions the framing calls, held from import: in a worker, candidate code later shares this interpreter, and
+# a replaced json.dumps or os.write must not reach what the harness reads (harness.sandbox.integrity fingerprints
+# these names and json's own module state).
+_dumps, _loads, _write, _read = json.dumps, json.loads, os.write, os.read
+
+
 def encode(header: dict[str, Any], tensors: Optional[dict[str, torch.Tensor]] = None) -> bytes:
-    head = json.dumps(header, default=str).encode()
+    head = _dumps(header, default=str).encode()
     body = b""
     if tensors:
         from safetensors.torch import save
@@ -47,7 +53,7 @@ def encode(header: dict[str, Any], tensors: Optional[dict[str, torch.Tensor]] = 
 def write_message(fd: int, header: dict[str, Any], tensors: Optional[dict[str, torch.Tensor]] = None) -> None:
     data = memoryview(encode(header, tensors))
     while data:
-        n = os.write(fd, data)
+        n = _write(fd, data)
         data = data[n:]
 
 
@@ -65,7 +71,7 @@ def _read_exact(fd: int, n: int, deadline: Optional[float]) -> bytes:
                 raise Timeout("no reply before the deadline")
             if select.select([fd], [], [], wait)[0]:
                 break
-        chunk = os.read(fd, min(n, 1 << 22))
+        chunk = _read(fd, min(n, 1 << 22))
         if not chunk:
             raise PeerClosed("the other side closed the channel")
         chunks.append(chunk)
@@ -78,7 +84,7 @@ def read_message(fd: int, deadline: Optional[float] = None) -> tuple[dict[str, A
     if head_len > MAX_HEADER:
         raise ProtocolError(f"header of {head_len} bytes is larger than allowed")
     try:
-        header = json.loads(_read_exact(fd, head_len, deadline))
+        header = _loads(_read_exact(fd, head_len, deadline))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ProtocolError(f"header is not JSON: {err}") from None
     if not isinstance(header, dict):

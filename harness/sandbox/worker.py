@@ -331,6 +331,9 @@ class Worker:
 
         return {"ok": True, "ceilings": measure_ceilings(self.device).model_dump(mode="json")}, {}
 
+    def _tampered(self) -> dict:
+        return _tampered_reply(self.integrity.tampered)
+
     # -- loop -------------------------------------------------------------------------------------
 
     def serve(self, rfd: int, wfd: int) -> None:
@@ -352,6 +355,9 @@ class Worker:
                 protocol.write_message(wfd, {"ok": True})
                 return
             header, tensors = self.answer(handlers[req.op], req)
+            if self.role == "candidate" and not self.integrity.tampered and self.integrity.check():
+                # changed while this reply was made (after answer()'s check): nothing of it is sent
+                header, tensors = self._tampered(), {}
             try:
                 protocol.write_message(wfd, header, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
@@ -371,9 +377,7 @@ class Worker:
         with self._step("integrity"):
             tampered = self.integrity.check() if self.role == "candidate" else []
         if tampered:  # nothing this worker measures can be believed any more: this reply and every later one
-            header, tensors = failure(
-                f"harness integrity: candidate code replaced the worker's own code ({', '.join(tampered[:4])}"
-                f"{', ...' if len(tampered) > 4 else ''})", EvaluationStatus.RUNTIME_ERROR.value), {}
+            header, tensors = self._tampered(), {}
         with self._step("release"):  # the reply's tensors to the host, the allocator's cache given back
             memory = memory_release(self.device, tensors)
         if memory:
@@ -381,6 +385,11 @@ class Worker:
         other = time.perf_counter() - started - sum(self._spent.values())
         header["spent_s"] = {k: round(v, 5) for k, v in {**self._spent, "other": max(other, 0.0)}.items()}
         return header, tensors
+
+
+def _tampered_reply(tampered: list[str]) -> dict:
+    return failure(f"harness integrity: candidate code replaced the worker's own code ({', '.join(tampered[:4])}"
+                   f"{', ...' if len(tampered) > 4 else ''})", EvaluationStatus.RUNTIME_ERROR.value)
 
 
 def _die_with_parent(parent_pid: int) -> None:
