@@ -226,6 +226,10 @@ PYTHON_POSITIVES = [
     ("monkeypatch", 1, "q.__class__.allclose = fake\n"),
     ("monkeypatch", 1, "setattr(type(q), 'allclose', fake)\n"),
     ("monkeypatch", 2, "import torch\ntype.__setattr__(torch.Tensor, 'allclose', fake)\n"),
+    # an imported module's namespace in hand: every name in it by a computed key (builtins, __import__, patches)
+    ("monkeypatch", 2, "import json as j\nd = j.__dict__\nb = d['_' * 2 + 'builtins' + '_' * 2]\n"),
+    ("monkeypatch", 2, "import torch\ntorch.__dict__.update(equal=lambda a, b: True)\n"),
+    ("monkeypatch", 2, "import json\nns = json.encoder.__dict__\n"),
 ]
 
 

@@ -131,6 +131,12 @@ def _binds_name(text: str) -> bool:
             return True
         elif isinstance(node, ast.arg) and node.arg == "__name__":
             return True
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name == "__name__":  # `case __name__:`
+            return True
+        elif isinstance(node, ast.MatchMapping) and node.rest == "__name__":
+            return True
+        elif isinstance(node, ast.ExceptHandler) and node.name == "__name__":  # `except E as __name__:`
+            return True
     return False
 
 

@@ -52,6 +52,14 @@ class _ReferenceChecks:
         if (self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES
                 or id(node) in self.judged):
             return
+        if ".__dict__" in resolved:
+            # `json.__dict__` in hand (`d = j.__dict__`, `torch.__dict__.update(...)`): an imported module's or
+            # class's namespace, whose every name can then be read or replaced by a computed key
+            # (`d["_" * 2 + "builtins" + "_" * 2]`) out of the gate's sight; the solution's own objects are its own
+            owner = resolved.split(".__dict__")[0]
+            self._hit("monkeypatch", node, f"{how} the namespace of `{owner}` (`{resolved}`): any of its names can be "
+                                           "read or replaced by a computed key")
+            return
         if resolved in _MATMUL_OPERATORS:  # `@` by name, called or handed over (functools.reduce(operator.matmul..))
             if not self._in_triton_kernel:
                 self._hit("torch_compute", node, f"{how} `{resolved}` (the `@` operator) outside a Triton kernel")
