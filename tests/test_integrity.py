@@ -58,7 +58,7 @@ def test_replacing_the_check_itself_blinds_nothing(monkeypatch):
     import harness.measure.roofline as roofline
 
     check = Integrity()
-    frozen = dict(check.before)
+    frozen = dict(check.before)  # a copy: the fingerprint itself is read-only
     monkeypatch.setattr(integrity, "snapshot", lambda: frozen)  # the module's name: not what the check holds
     monkeypatch.setattr(integrity.Integrity, "_check", lambda self: [])
     monkeypatch.setattr(roofline, "measure_ceilings", lambda *a: None)

@@ -21,7 +21,7 @@ import importlib
 import sys
 import threading
 import types
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 # Imported before the candidate is: modules the worker only reaches for later (inside a request).
 PRELOAD = ("harness.measure.timing", "harness.measure.cupti_trace", "harness.measure.gpu_state",
@@ -115,7 +115,7 @@ def _resolve(dotted: str) -> Any:
     return getattr(sys.modules[parent], name, None) if parent in sys.modules else None
 
 
-def changed(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+def changed(before: Mapping[str, tuple], after: Mapping[str, tuple]) -> list[str]:
     """What was replaced or removed (new names are not counted: lazy imports add them)."""
     return sorted(k for k, v in before.items() if after.get(k) != v)
 
@@ -143,7 +143,7 @@ class Integrity:
     def __init__(self) -> None:
         # the functions themselves, held here: replacing this module's names later changes nothing of the check
         self._snapshot, self._changed, self._threads = snapshot, changed, python_threads
-        self.before = snapshot()
+        self.before = types.MappingProxyType(snapshot())  # read-only: no .clear() or item assignment
         self.threads = python_threads()
         self.tampered: list[str] = []
         self.check = self._check  # bound now: a method replaced on the class later is not the one called
