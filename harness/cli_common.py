@@ -31,7 +31,12 @@ def printable(text: str) -> str:
 
 class SafeConsole(Console):
     """A console that never passes a control character of the text it is given to the terminal (rich adds
-    its own styling sequences after this, when it renders)."""
+    its own styling sequences after this, when it renders), and never reads `:name:` as an emoji (a finding's
+    `path:100:` would otherwise print as one)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("emoji", False)
+        super().__init__(*args, **kwargs)
 
     def render_str(self, text: str, *args: Any, **kwargs: Any) -> Any:
         return super().render_str(printable(text), *args, **kwargs)

@@ -82,7 +82,12 @@ def print_promotability(blockers: list[str], findings: list[dict[str, Any]]) -> 
         out.print("promotable: [green]yes[/] (every workload PASSED, every audit clean)", highlight=False)
     else:
         out.print(f"promotable: [red]no[/] ({len(blockers)} reason(s)); first: {escape(blockers[0])}", highlight=False)
-    for f in findings[:10]:
+    shown = 10
+    for f in findings[:shown]:
         colour = "red" if f["severity"] == "error" else "yellow"
-        out.print(f"  static [{colour}]{f['severity']}[/] {f['rule']} {f['path']}:{f['line']}: {escape(f['message'])}",
+        where = escape(f"{f['path']}:{f['line']}")
+        out.print(f"  static [{colour}]{f['severity']}[/] {f['rule']} {where}: {escape(f['message'])}",
+                  highlight=False)
+    if len(findings) > shown:
+        out.print(f"  ... and {len(findings) - shown} more static finding(s) (`--json` lists them all)",
                   highlight=False)

@@ -37,3 +37,16 @@ def test_a_table_cell_and_a_printed_log_cannot_move_the_cursor():
     assert "\x1b[1A" not in text and "\x1b[2K" not in text and "\x1b[2J" not in text and "\x1b]0;" not in text
     assert "\\x1b[1A" in text and "\\x1b]0;pwned\\x07" in text
     assert "\x1b[31m" in text  # the console's own styling still reaches the terminal
+
+
+def test_a_findings_line_number_is_not_an_emoji_and_no_finding_is_dropped_silently(monkeypatch):
+    import harness.result_view as view
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(view, "out", SafeConsole(file=buffer, width=200, highlight=False))
+    findings = [{"severity": "warning", "rule": "torch_compute", "path": "fused_moe.py", "line": 100,
+                 "message": f"calls torch.cumsum ({i})"} for i in range(12)]
+    view.print_promotability(["static gate: torch_compute unconfirmed"], findings)
+    text = buffer.getvalue()
+    assert "fused_moe.py:100:" in text and "💯" not in text
+    assert "and 2 more static finding(s)" in text

@@ -30,7 +30,7 @@ def test_replacing_removing_and_rebinding_code_are_seen_adding_and_mutating_data
     fn = next(v for v in vars(roofline).values()
               if isinstance(v, types.FunctionType) and v.__module__ == roofline.__name__)
     monkeypatch.setattr(fn, "__code__", (lambda *a, **k: None).__code__)
-    assert check.check() == [f"harness.measure.roofline.{fn.__name__}"]
+    assert f"harness.measure.roofline.{fn.__name__}" in check.check()  # and wherever else it was imported
 
 
 @pytest.mark.parametrize("how", ["replace", "remove", "class_method", "defaults"])

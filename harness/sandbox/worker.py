@@ -298,41 +298,15 @@ class Worker:
         return trial.model_dump() if hasattr(trial, "model_dump") else dict(trial.__dict__)
 
     def sass(self, req: SassRequest) -> tuple[dict, dict]:
-        """Per-kernel opcode histograms of what this worker built (harness.audits.sass); runs no candidate code.
-
-        The binaries: the build's cubins (CUDA compiled without a GPU) or extension .so, and the cubins Triton
-        wrote into this worker's private cache while the candidate ran (so: after the workloads)."""
-        from ..audits.sass import disassemble, find_disassembler
-
+        """Per-kernel opcode histograms of what this worker built (harness.audits.sass); runs no candidate code."""
         assert self.built is not None, "build first"
-        from .build import extension_binaries
-
-        # what the build made, and what load_inline compiled later, on the first call
-        paths = {**self.built.artifacts, **extension_binaries()}.values()
-        files = [Path(p) for p in dict.fromkeys(paths) if Path(p).is_file()]
-        cache = Path(os.environ.get("TRITON_CACHE_DIR", self.workdir / ".triton")).resolve()
-        if self.workdir.resolve() in cache.parents:  # a shared cache would hold other solutions' kernels
-            files += sorted(cache.rglob("*.cubin"))
-        if not files:
-            why = ("Triton compiles its kernels for a GPU when they first run; none ran on this host"
-                   if self.solution.spec.language.value == "triton" and self.device.type != "cuda"
-                   else "the build produced no GPU binary")
-            return failure(why, UNAVAILABLE), {}
-        tool = find_disassembler()
-        if tool is None:
-            return failure("no cuobjdump or nvdisasm (PATH, $CUDA_HOME/bin, Triton's bin)", UNAVAILABLE), {}
-        kernels, notes = disassemble(files, tool, timeout_s=req.timeout_s)
-        return {"ok": True, "kernels": [k.to_json() for k in kernels], "notes": notes, "tool": tool[1],
-                "files": [f.name for f in files]}, {}
+        return _sass_reply(self.built, self.solution, self.device, self.workdir, req.timeout_s)
 
     def ceilings(self, req: CeilingsRequest) -> tuple[dict, dict]:
         """Copy / read bandwidth and bf16 matmul rate of this GPU (the roofline's ceilings)."""
         from ..measure.roofline import measure_ceilings
 
         return {"ok": True, "ceilings": measure_ceilings(self.device).model_dump(mode="json")}, {}
-
-    def _tampered(self) -> dict:
-        return _tampered_reply(self.integrity.tampered)
 
     # -- loop -------------------------------------------------------------------------------------
 
@@ -357,7 +331,7 @@ class Worker:
             header, tensors = self.answer(handlers[req.op], req)
             if self.role == "candidate" and not self.integrity.tampered and self.integrity.check():
                 # changed while this reply was made (after answer()'s check): nothing of it is sent
-                header, tensors = self._tampered(), {}
+                header, tensors = _tampered_reply(self.integrity.tampered), {}
             try:
                 protocol.write_message(wfd, header, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
@@ -377,7 +351,7 @@ class Worker:
         with self._step("integrity"):
             tampered = self.integrity.check() if self.role == "candidate" else []
         if tampered:  # nothing this worker measures can be believed any more: this reply and every later one
-            header, tensors = self._tampered(), {}
+            header, tensors = _tampered_reply(self.integrity.tampered), {}
         with self._step("release"):  # the reply's tensors to the host, the allocator's cache given back
             memory = memory_release(self.device, tensors)
         if memory:
@@ -385,6 +359,32 @@ class Worker:
         other = time.perf_counter() - started - sum(self._spent.values())
         header["spent_s"] = {k: round(v, 5) for k, v in {**self._spent, "other": max(other, 0.0)}.items()}
         return header, tensors
+
+
+def _sass_reply(built: Built, solution: Solution, device: torch.device, workdir: Path,
+                timeout_s: float) -> tuple[dict, dict]:
+    """The binaries: the build's cubins (CUDA compiled without a GPU) or extension .so, and the cubins Triton
+    wrote into this worker's private cache while the candidate ran (so: after the workloads)."""
+    from ..audits.sass import disassemble, find_disassembler
+    from .build import extension_binaries
+
+    # what the build made, and what load_inline compiled later, on the first call
+    paths = {**built.artifacts, **extension_binaries()}.values()
+    files = [Path(p) for p in dict.fromkeys(paths) if Path(p).is_file()]
+    cache = Path(os.environ.get("TRITON_CACHE_DIR", workdir / ".triton")).resolve()
+    if workdir.resolve() in cache.parents:  # a shared cache would hold other solutions' kernels
+        files += sorted(cache.rglob("*.cubin"))
+    if not files:
+        why = ("Triton compiles its kernels for a GPU when they first run; none ran on this host"
+               if solution.spec.language.value == "triton" and device.type != "cuda"
+               else "the build produced no GPU binary")
+        return failure(why, UNAVAILABLE), {}
+    tool = find_disassembler()
+    if tool is None:
+        return failure("no cuobjdump or nvdisasm (PATH, $CUDA_HOME/bin, Triton's bin)", UNAVAILABLE), {}
+    kernels, notes = disassemble(files, tool, timeout_s=timeout_s)
+    return {"ok": True, "kernels": [k.to_json() for k in kernels], "notes": notes, "tool": tool[1],
+            "files": [f.name for f in files]}, {}
 
 
 def _tampered_reply(tampered: list[str]) -> dict:
