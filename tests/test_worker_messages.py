@@ -415,3 +415,26 @@ def test_the_known_step_refills_an_earlier_steps_buffers_last_and_only_where_buf
     assert [s["kind"] for s in steps] == ["fresh", "fresh", "reuse", "known"]
     assert steps[-1]["seed"] == 99 and steps[-1]["buffers_of"] in (0, 1)
     assert all(s["kind"] != "known" for s in plan_recheck([11, 12], 0, random.Random(3), known_seed=99))
+
+
+def test_the_harness_reference_time_is_not_taken_from_the_candidates_deadline():
+    class SlowReference(_JudgedSession):
+        def reference_outputs(self, definition, workload, seed, keep=True):
+            time.sleep(1.2)  # the reference (or its float64 oracle) at full scale: minutes, here a second
+            return super().reference_outputs(definition, workload, seed, keep)
+
+    run = {"ok": True, "input_fingerprint": "f", "elapsed_s": 0.01, "mutated_inputs": [], "aliased_outputs": []}
+    given = []
+    with fake_worker(run, run, run) as worker:
+        request = worker.request
+
+        def spy(message, timeout_s, *args, **kwargs):
+            given.append(timeout_s)
+            return request(message, timeout_s, *args, **kwargs)
+
+        worker.request = spy
+        session = SlowReference()
+        session.options = SimpleNamespace(timing=False)
+        wr = session._evaluate_workload(worker, DEFINITION, WORKLOAD, "w", PRESET, TOL, 1.0, run_audits=False)
+    assert wr.status == EvaluationStatus.PASSED.value, wr.message
+    assert len(given) == 3 and min(given) > 0.8  # each call still has about its whole second
