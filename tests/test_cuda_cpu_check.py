@@ -153,3 +153,22 @@ def test_honest_cuda_is_skipped_on_cpu_and_a_type_error_is_a_compile_error(tiny_
         honest, broken = submit(s, TORCH_CUDA), submit(s, TYPE_ERROR)
     assert honest.status == "SKIPPED" and "compiled with nvcc for sm_90a" in honest.message, honest.message
     assert broken.status == "COMPILE_ERROR" and "nvcc failed on kernel.cu" in broken.message
+
+
+TVM_FFI_KERNEL = """
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+__global__ void scale(float* x, float s, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= s; }
+"""
+
+
+def test_a_tvm_ffi_solution_is_checked_where_the_package_is_and_said_unchecked_where_it_is_not(definition, tmp_path):
+    """tvm-ffi is the default binding: its headers are the package's, never the candidate's to ship."""
+    assert cuda_check.provider("tvm/ffi/container/tensor.h") == cuda_check.provider("dlpack/dlpack.h")
+    assert "apache-tvm-ffi" in cuda_check.provider("tvm/ffi/function.h")
+    if cuda_check.tvm_ffi_include_flags():  # installed: compiled for real
+        assert build(cuda(TVM_FFI_KERNEL, binding="tvm-ffi"), definition, tmp_path, have_gpu=False).artifacts
+        return
+    built = build(cuda(TVM_FFI_KERNEL, binding="tvm-ffi"), definition, tmp_path, have_gpu=False)
+    assert built.compile_only and not built.artifacts
+    assert "not checkable on this host" in built.note and "apache-tvm-ffi" in built.note

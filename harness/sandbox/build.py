@@ -233,6 +233,8 @@ def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str,
         pass
     if torch_binding:
         flags += cuda_check.torch_extension_flags(f"crucible_{solution.content_hash[:12]}")
+    else:  # tvm-ffi (the default binding): its headers where the package is installed, else said unchecked
+        flags += cuda_check.tvm_ffi_include_flags()
     out_dir.mkdir(parents=True, exist_ok=True)
     log, artifacts, unchecked = [], {}, []
     used = set(cuda_check.absent_headers(str(nvcc), [f"-arch={arch}", *flags], out_dir))

@@ -52,9 +52,22 @@ _EXTERNAL = [
     (re.compile(r"^cudnn\w*\.h$|^cudnn_frontend"), "cuDNN"),
     (re.compile(r"^(nccl|nvshmem\w*|cudss|cutensor\w*)\.h$"), "an NVIDIA library of the GPU host"),
     (re.compile(r"^(cutlass|cute)/"), "CUTLASS"),
+    (re.compile(r"^(tvm/ffi|dlpack)/"), "apache-tvm-ffi (the tvm-ffi binding's package)"),
 ]
 _MISSING = [re.compile(r"fatal error: ([^\s:]+): No such file or directory"),
             re.compile(r'catastrophic error: cannot open source file "([^"]+)"')]
+
+
+def tvm_ffi_include_flags() -> list[str]:
+    """``-isystem`` for apache-tvm-ffi's headers (tvm/ffi, dlpack) where the package is installed; none where it
+    is not (a missing tvm/ffi header is then this host's, ``_EXTERNAL``)."""
+    try:
+        from tvm_ffi import libinfo  # type: ignore[import-not-found]
+
+        paths = libinfo.include_paths()
+    except Exception:
+        return []
+    return [flag for p in paths for flag in ("-isystem", str(p))]
 
 
 def torch_extension_flags(name: str) -> list[str]:
