@@ -21,6 +21,7 @@ from ..data.inputs import trial_seed
 from ..data.results import WorkloadResult
 from ..sandbox.messages import Reply, Request, RunRequest, TimeRequest
 from ..sandbox.runner import WorkerCrashed, WorkerProcess, WorkerTimeout
+from ..data.statuses import SubmissionStatus
 from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_reply import apply_timing_reply
 
@@ -40,6 +41,26 @@ def cpu_host_hint(error: Optional[str], has_gpu: bool) -> str:
         return ""
     return (" (this host has no GPU: inputs are CPU tensors and Triton runs in its interpreter, so a check for "
             "CUDA tensors fails here; it passes on a GPU host)")
+
+
+# What Triton's interpreter cannot run though a GPU runs it (the error of an honest kernel, with a name for it).
+# Only interpreter errors: a kernel's own mistakes under the interpreter stay the candidate's RUNTIME_ERROR.
+_INTERPRETER_LIMITS = (
+    (re.compile(r"inline_asm not supported in interpreter mode"), "inline PTX (tl.inline_asm_elementwise)"),
+    (re.compile(r"_semantic. argument must be provided outside of JIT functions"), "a libdevice (extern) call"),
+    (re.compile(r"ufunc 'bitwise_(and|or|xor)' not supported for the input types"),
+     "a bitwise operation on a block of booleans and a scalar boolean"),
+)
+
+
+def interpreter_limit(error: Optional[str], traceback: Optional[str] = None) -> Optional[str]:
+    """The interpreter limit an error shows, or None (the candidate's own error)."""
+    text = f"{error or ''}\n{traceback or ''}"
+    if "InterpreterError" not in text or "triton/runtime/interpreter.py" not in (traceback or ""):
+        return None  # raised by the interpreter itself, not a message a candidate wrote
+    if "libdevice" in text and "cannot convert None" in text:
+        return "a libdevice (extern) call"
+    return next((what for pattern, what in _INTERPRETER_LIMITS if pattern.search(text)), None)
 
 
 class WorkloadEvaluation:
@@ -78,6 +99,12 @@ class WorkloadEvaluation:
                     reply, outputs = worker.request(
                         RunRequest(workload=workload, seed=seed, dataset_root=str(self.dataset.root)),
                         timeout_s=max(deadline - time.monotonic(), 0.001))
+                limit = None if self.has_gpu or reply.ok else interpreter_limit(reply.error, reply.traceback)
+                if limit:  # what Triton's CPU interpreter cannot run: said, not blamed on the candidate
+                    wr.status = SubmissionStatus.SKIPPED
+                    wr.message = (f"not checkable under Triton's CPU interpreter: {limit} (it runs on a GPU host); "
+                                  f"{(reply.error or '')[:200]}")
+                    break
                 if not reply.ok:
                     wr.status = reply.status or EvaluationStatus.RUNTIME_ERROR.value
                     wr.message = f"trial {trial}: {reply.error or 'failed'}" + cpu_host_hint(reply.error, self.has_gpu)

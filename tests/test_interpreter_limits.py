@@ -1,0 +1,81 @@
+"""What Triton's CPU interpreter cannot run though a GPU runs it (inline PTX, libdevice calls, a bitwise operation
+on a block and a scalar of booleans) is said so, SKIPPED, instead of blamed on the candidate as a RUNTIME_ERROR;
+an error the candidate's own code raises, or an interpreter message it wrote itself, stays its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.pipeline.workload_evaluation import interpreter_limit
+
+KERNELS = textwrap.dedent('''
+    import json, sys, traceback
+    import torch, triton, triton.language as tl
+    from triton.language.extra.cuda import libdevice
+    from harness.sandbox import triton_interp
+    triton_interp.apply()
+
+    @triton.jit
+    def inline_ptx(x, y, n: tl.constexpr):
+        o = tl.arange(0, n)
+        r = tl.inline_asm_elementwise("ex2.approx.f32 $0, $1;", "=r,r", [tl.load(x + o)], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+        tl.store(y + o, r)
+
+    @triton.jit
+    def libdevice_call(x, y, n: tl.constexpr):
+        o = tl.arange(0, n)
+        tl.store(y + o, libdevice.exp2(tl.load(x + o)))
+
+    @triton.jit
+    def block_and_scalar(x, y, n: tl.constexpr):
+        o = tl.arange(0, n)
+        v = tl.load(x + o)
+        tl.store(y + o, v, mask=(o < 8) & (tl.max(v, 0) > float("-inf")))
+
+    @triton.jit
+    def own_mistake(x, y, n: tl.constexpr):
+        o = tl.arange(0, n)
+        tl.store(y + o, tl.load(x + tl.arange(0, 8)) + tl.load(x + o))  # 8 against 16: the kernel's own error
+
+    out = {}
+    x, y = torch.rand(16), torch.empty(16)
+    for k in (inline_ptx, libdevice_call, block_and_scalar, own_mistake):
+        try:
+            k[(1,)](x, y, 16)
+            out[k.fn.__name__] = None
+        except BaseException as e:
+            out[k.fn.__name__] = [f"{type(e).__name__}: {e}", traceback.format_exc()]
+    print(json.dumps(out))
+''')
+
+
+@pytest.fixture(scope="module")
+def errors():
+    proc = subprocess.run([sys.executable, "-c", KERNELS], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kernel, limit", [
+    ("inline_ptx", "inline PTX"),
+    ("libdevice_call", "libdevice"),
+    ("block_and_scalar", "bitwise operation"),
+])
+def test_interpreter_limits_are_named(errors, kernel, limit):
+    assert errors[kernel] is not None
+    assert limit in (interpreter_limit(*errors[kernel]) or ""), errors[kernel][0]
+
+
+def test_the_candidates_own_errors_stay_its_own(errors):
+    assert errors["own_mistake"] is not None and interpreter_limit(*errors["own_mistake"]) is None
+    # a message the candidate wrote itself, raised from its own code, is not the interpreter's
+    assert interpreter_limit("InterpreterError: inline_asm not supported in interpreter mode",
+                             'File "/tmp/work/pkg/main.py", line 3, in run\n    raise InterpreterError(...)') is None
