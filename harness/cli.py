@@ -369,6 +369,10 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
     out.print(f"imported {report.solutions} solutions and {report.traces} traces from {directory}", highlight=False)
 
 
+# Source files `harness pack` takes from a folder: Python, CUDA and C++ sources and headers.
+PACKED_SUFFIXES = {".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".inc"}
+
+
 @main.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--definition", required=True)
@@ -379,21 +383,28 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
 @click.option("--binding", type=click.Choice(["torch", "tvm-ffi"]))
 @click.option("--target", "targets", multiple=True, default=("H200",), show_default=True)
 @click.option("--value-returning", is_flag=True, help="The entry point returns outputs instead of writing them.")
+@click.option("--setup", help="file.py::symbol called once per input set outside the kernel figure (a plan), "
+                              "its result passed to the entry point last.")
+@click.option("--instruction-claim", "claims", multiple=True,
+              help="An instruction family the built code must be shown to use (wgmma, tma, ...); repeatable.")
 @click.option("--output", "-o", type=click.Path(), help="Write here (default: stdout).")
 def pack(folder: str, definition: str, entry_point: str, language: str, name: str, author: str,
-         binding: Optional[str], targets: tuple[str, ...], value_returning: bool, output: Optional[str]) -> None:
+         binding: Optional[str], targets: tuple[str, ...], value_returning: bool, setup: Optional[str],
+         claims: tuple[str, ...], output: Optional[str]) -> None:
     """Pack the source files of FOLDER into a solution JSON."""
     from .data.schema import parse_model
 
     root = Path(folder)
     sources = [{"path": str(p.relative_to(root)), "content": p.read_text()}
                for p in sorted(root.rglob("*"))
-               if p.is_file() and p.suffix in {".py", ".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp"}
-               and "__pycache__" not in p.parts]
-    data = {"name": name, "definition": definition, "author": author,
-            "spec": {"language": language, "target_hardware": list(targets), "entry_point": entry_point,
-                     "dependencies": [], "destination_passing_style": not value_returning, "binding": binding},
-            "sources": sources}
+               if p.is_file() and p.suffix in PACKED_SUFFIXES and "__pycache__" not in p.parts]
+    spec = {"language": language, "target_hardware": list(targets), "entry_point": entry_point,
+            "dependencies": [], "destination_passing_style": not value_returning, "binding": binding}
+    if setup:
+        spec["setup"] = setup
+    if claims:
+        spec["instruction_claims"] = list(claims)
+    data = {"name": name, "definition": definition, "author": author, "spec": spec, "sources": sources}
     try:
         parse_model(Solution, data, folder)
     except SchemaError as e:

@@ -273,6 +273,18 @@ def test_pack_builds_a_solution_from_a_folder(tmp_path):
     bad = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "main.py::run", "--language", "python",
                   "--name", "packed", "--author", "me")
     assert bad.returncode == 2 and "entry file 'main.py'" in bad.stderr
+    (src / "plan.py").write_text("def plan(*inputs):\n    return None\n")
+    (src / "helpers.inl").write_text("// an included implementation file\n")
+    planned = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language",
+                      "python", "--name", "packed", "--author", "me", "--setup", "plan.py::plan",
+                      "--instruction-claim", "hmma", "-o", str(out))
+    assert planned.returncode == 0, planned.stderr
+    spec = json.loads(out.read_text())["spec"]
+    assert spec["setup"] == "plan.py::plan" and spec["instruction_claims"] == ["hmma"]
+    assert "helpers.inl" in {s["path"] for s in json.loads(out.read_text())["sources"]}
+    missing = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language",
+                      "python", "--name", "packed", "--author", "me", "--setup", "nowhere.py::plan")
+    assert missing.returncode == 2 and "setup file 'nowhere.py'" in missing.stderr
 
 
 def test_the_time_line_names_the_largest_phases_and_worker_steps():
