@@ -41,7 +41,9 @@ THIRD_PARTY = (("torch", ("equal", "allclose", "isfinite", "empty", "zeros", "st
                ("json", ("*",)), ("json.encoder", ("*",)), ("json.decoder", ("*",)),
                ("json.encoder.JSONEncoder", ("*",)), ("json.decoder.JSONDecoder", ("*",)), ("struct", ("*",)),
                ("safetensors.torch", ("save", "load")),
-               ("cupti", ("*",)), ("cupti.cupti", ("*",)))
+               # CUPTI's bindings: their public functions only (a compiled module may keep callbacks and state in
+               # its globals, rebound as the timer runs)
+               ("cupti", ("public",)), ("cupti.cupti", ("public",)))
 
 
 def preload(cuda: bool) -> None:
@@ -93,7 +95,9 @@ def snapshot() -> dict[str, tuple]:
         module = _resolve(module_name)
         if module is None:
             continue
-        if attrs != ("*",):
+        if attrs == ("public",):
+            names = [a for a, v in vars(module).items() if callable(v) and not a.startswith("_")]
+        elif attrs != ("*",):
             names = list(attrs)
         elif isinstance(module, type):  # a class: what it resolves, inherited names too (shadowing one is a change)
             names = [a for a in dir(module) if not a.startswith("__") or a in ("__eq__", "__setitem__")]
