@@ -269,7 +269,13 @@ def test_scalar_value_fills_a_shaped_input(dtype_inputs):
 
 
 def _blob_workload(path: str, key: str = "kv_indptr") -> Workload:
-    return tiny_workload(2, 4, 8, kv_indptr={"type": "safetensors", "path": path, "tensor_key": key})
+    """A workload reading ``blob/<path>`` (workload blobs live in the dataset's blob/ folder)."""
+    return tiny_workload(2, 4, 8, kv_indptr={"type": "safetensors", "path": f"blob/{path}", "tensor_key": key})
+
+
+def _save_blob(tensors: dict, root, name: str) -> None:
+    (root / "blob").mkdir(exist_ok=True)
+    save_file(tensors, str(root / "blob" / name))
 
 
 @pytest.mark.parametrize("tensor, words", [
@@ -278,24 +284,24 @@ def _blob_workload(path: str, key: str = "kv_indptr") -> Workload:
     (torch.tensor([0, 2, 4], dtype=torch.int64), "kv_indptr is (3,) torch.int64, definition wants (3,) torch.int32"),
 ])
 def test_a_blob_that_does_not_fit_names_the_file(tiny_dataset, tmp_path, tensor, words):
-    save_file({"kv_indptr": tensor}, str(tmp_path / "bad.safetensors"))
+    _save_blob({"kv_indptr": tensor}, tmp_path, "bad.safetensors")
     d = index_only(tiny_dataset.definition(KV8_PS1))
     with pytest.raises(SchemaError) as err:
         generate_inputs(d, _blob_workload("bad.safetensors"), seed=0, root=tmp_path)
     message = str(err.value)
-    assert message.startswith(str((tmp_path / "bad.safetensors").resolve()))
+    assert message.startswith(str((tmp_path / "blob" / "bad.safetensors").resolve()))
     assert words in message
 
 
 def test_a_fitting_blob_is_used(tiny_dataset, tmp_path):
-    save_file({"kv_indptr": torch.tensor([0, 1, 4], dtype=torch.int32)}, str(tmp_path / "ok.safetensors"))
+    _save_blob({"kv_indptr": torch.tensor([0, 1, 4], dtype=torch.int32)}, tmp_path, "ok.safetensors")
     d = index_only(tiny_dataset.definition(KV8_PS1))
     x = generate_inputs(d, _blob_workload("ok.safetensors"), seed=0, root=tmp_path)
     assert x["kv_indptr"].tolist() == [0, 1, 4]
 
 
 def test_blob_errors(tiny_dataset, tmp_path):
-    save_file({"other": torch.zeros(3, dtype=torch.int32)}, str(tmp_path / "k.safetensors"))
+    _save_blob({"other": torch.zeros(3, dtype=torch.int32)}, tmp_path, "k.safetensors")
     d = index_only(tiny_dataset.definition(KV8_PS1))
     with pytest.raises(SchemaError, match=r"no tensor 'kv_indptr' \(has \['other'\]\)"):
         generate_inputs(d, _blob_workload("k.safetensors"), seed=0, root=tmp_path)

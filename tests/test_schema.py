@@ -320,7 +320,7 @@ def test_content_hash_does_not_depend_on_source_order():
 def _passed_trace() -> Trace:
     return Trace(definition=KV8_PS1, workload=Workload(uuid="u-1", axes={"batch_size": 2},
                                                        inputs={"sm_scale": {"type": "scalar", "value": 0.5},
-                                                               "kv_indptr": {"type": "safetensors", "path": "b/x",
+                                                               "kv_indptr": {"type": "safetensors", "path": "blob/x",
                                                                              "tensor_key": "kv_indptr"}}),
                  solution="s",
                  evaluation=Evaluation(status="PASSED", environment={"hardware": "H200", "libs": {"torch": "2"}},
@@ -364,3 +364,23 @@ def test_load_jsonl_skips_blank_lines(tmp_path):
     good = json.dumps({"definition": "d", "workload": {"uuid": "u", "axes": {}, "inputs": {}}})
     path = write(tmp_path, f"\n{good}\n   \n{good}\n", "w.jsonl")
     assert len(load_jsonl(Trace, path)) == 2
+
+
+@pytest.mark.parametrize("path, ok", [
+    ("blob/workloads/gqa_paged/w.safetensors", True),
+    ("./blob/workloads/moe/w.safetensors", True),  # the contest's MoE and GDN workloads write it so
+    ("../artifacts/seal.key", False),  # a trace set handed over must never make the harness read (or export) that
+    ("/etc/passwd", False),
+    ("blob/../../artifacts/archive.db", False),
+    ("blob", False),  # the folder itself
+    ("workloads/w.safetensors", False),
+    ("blob\\..\\x", False),
+])
+def test_a_workloads_blob_path_stays_inside_the_blob_folder(path, ok):
+    from harness.data.schema import SafetensorsInput
+
+    if ok:
+        assert SafetensorsInput(type="safetensors", path=path, tensor_key="k").path == path
+    else:
+        with pytest.raises(ValueError, match="inside the dataset's blob/ folder"):
+            SafetensorsInput(type="safetensors", path=path, tensor_key="k")

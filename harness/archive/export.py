@@ -64,8 +64,13 @@ def _materialised_workload(definition: Definition, workload: Workload, dataset: 
     absent.extend(missing)
     for name, source in workload.inputs.items():
         if isinstance(source, SafetensorsInput) and name not in missing and not (out / source.path).exists():
-            (out / source.path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(dataset.root / source.path, out / source.path)
+            src, dst = (dataset.root / source.path).resolve(), (out / source.path).resolve()
+            if not (src.is_relative_to((dataset.root / "blob").resolve()) and dst.is_relative_to(out.resolve())
+                    and src.is_file()):  # the schema refuses such paths; a dataset edited by hand is said so too
+                raise SchemaError(f"workload {workload.uuid}: input {name} reads {source.path}, which is not a file "
+                                  "inside the dataset's blob/ folder")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
     if not needs_blob:
         return workload
     values = generate_inputs(definition, workload, EXPORT_SEED, "cpu", dataset.root)

@@ -149,6 +149,18 @@ class SafetensorsInput(_Model):
     path: str
     tensor_key: str
 
+    @field_validator("path")
+    @classmethod
+    def _inside_the_blob_folder(cls, path: str) -> str:
+        # Workloads come from trace sets anyone can hand over (`harness import`): a path that leaves the dataset's
+        # blob/ folder would make the harness read (and an export copy out) any file, the archive's seal key too.
+        parts = [p for p in PurePosixPath(path).parts if p != "."]
+        if (PurePosixPath(path).is_absolute() or "\\" in path or ".." in parts or len(parts) < 2
+                or parts[0] != "blob"):
+            raise ValueError(f"safetensors input {path!r}: a relative path inside the dataset's blob/ folder "
+                             "(blob/..., no '..')")
+        return path
+
 
 InputSpec = Annotated[Union[RandomInput, ScalarInput, SafetensorsInput], Field(discriminator="type")]
 
