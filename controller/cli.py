@@ -50,10 +50,10 @@ def round_table(rounds: list[dict[str, Any]], title: str = "rounds") -> Table:
             decision += " | stopped: " + "; ".join(r["stopped"])
         if r.get("rejected"):
             decision += " | rejected: " + "; ".join(r["rejected"])
-        table.add_row(str(r["round"]), r["kind"] + (f" +{r['repairs']} repair" if r.get("repairs") else ""),
+        table.add_row(str(r["round"]), escape(r["kind"]) + (f" +{r['repairs']} repair" if r.get("repairs") else ""),
                       str(r["candidates"]), statuses, fmt(r.get("best_latency_ms")),
                       fmt(r.get("speedup_vs_flashinfer"), 3), str(r.get("tokens", 0)), f"{r.get('cost_usd', 0):.4f}",
-                      f"{r.get('wall_s', 0):.1f}", decision)
+                      f"{r.get('wall_s', 0):.1f}", escape(decision))
     return table
 
 
@@ -390,8 +390,8 @@ def runs(archive_path, definition, as_json) -> None:
     for column in ("run", "definition", "provider", "status", "rounds done", "wall s", "stop reason", "created"):
         table.add_column(column, overflow="fold")
     for r in rows:
-        table.add_row(r["run_id"], r["definition"], r["provider"], r["status"], str(r["rounds_done"]),
-                      f"{r['wall_s']:.0f}", r["stop_reason"], r["created_at"][:19])
+        table.add_row(escape(r["run_id"]), escape(r["definition"]), escape(r["provider"]), r["status"],
+                      str(r["rounds_done"]), f"{r['wall_s']:.0f}", escape(r["stop_reason"] or ""), r["created_at"][:19])
     out.print(table)
 
 

@@ -174,9 +174,10 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
         def on_event(kind: str, data: dict[str, Any]) -> None:
             lane = threading.current_thread().name
             if kind == "start":
-                tasks[lane] = progress.add_task(f"{data['solution']} [{data['definition']}]", total=data["workloads"])
+                tasks[lane] = progress.add_task(escape(f"{data['solution']} [{data['definition']}]"),
+                                                total=data["workloads"])
             elif kind == "workload":
-                progress.update(tasks[lane], description=f"{data['label']}")
+                progress.update(tasks[lane], description=escape(f"{data['label']}"))
             elif kind == "result":
                 progress.advance(tasks[lane])
                 if data["status"] not in (EvaluationStatus.PASSED, SubmissionStatus.SKIPPED):
@@ -246,7 +247,8 @@ def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int,
         status = styled(r["status"])
         if r["seal_state"] == "modified":
             status += f" [bold red]! {MODIFIED_WARNING}[/]"
-        table.add_row(str(r["id"]), r["solution_name"], r["definition"], r["author"], status, counts,
+        table.add_row(str(r["id"]), escape(r["solution_name"]), escape(r["definition"]), escape(r["author"]), status,
+                      counts,
                       (r["created_at"] or "")[:19])
     out.print(table)
 
@@ -278,7 +280,8 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
         out.print_json(json.dumps(row, default=str))
         return
     env = row["environment"]
-    out.print(f"[bold]submission {row['id']}[/]: {row['solution_name']} by {row['author']} on {row['definition']} "
+    out.print(f"[bold]submission {row['id']}[/]: {escape(row['solution_name'])} by {escape(row['author'])} on "
+              f"{escape(row['definition'])} "
               f"- {styled(row['status'])}", highlight=False)
     out.print(f"created {row['created_at']}, finished {row['finished_at'] or '(not finished)'}; "
               f"hardware: {env.get('hardware', '?')}; torch {env.get('torch', '?')}, triton {env.get('triton', '?')}; "
@@ -316,7 +319,7 @@ def show(submission_id: int, archive_path: Optional[str], as_json: bool, log_for
         if memory and not memory.get("within_budget", True):
             mem = f"[red]{mem}[/]"
         note = e["message"] or "; ".join(extra.get("baseline_failures") or []) or e["timing_note"] or ""
-        table.add_row(e["workload_label"], styled(e["status"]), fmt(e["max_absolute_error"]),
+        table.add_row(escape(e["workload_label"]), styled(e["status"]), fmt(e["max_absolute_error"]),
                       fmt(e["max_relative_error"]), fmt(e["latency_ms"], 4),
                       times(extra.get("speedup_vs_flashinfer_kernel")),
                       "-" if share is None else f"{100 * share:.0f}%", mem,

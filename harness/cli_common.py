@@ -39,7 +39,12 @@ class SafeConsole(Console):
         super().__init__(*args, **kwargs)
 
     def render_str(self, text: str, *args: Any, **kwargs: Any) -> Any:
-        return super().render_str(printable(text), *args, **kwargs)
+        from rich.errors import MarkupError
+
+        try:
+            return super().render_str(printable(text), *args, **kwargs)
+        except MarkupError:  # text of a candidate's or a model's that reads as broken markup: shown as it is
+            return super().render_str(printable(text), *args, **{**kwargs, "markup": False})
 
 
 # Tables stay readable when piped (rich would otherwise assume 80 columns).

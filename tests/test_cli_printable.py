@@ -50,3 +50,14 @@ def test_a_findings_line_number_is_not_an_emoji_and_no_finding_is_dropped_silent
     text = buffer.getvalue()
     assert "fused_moe.py:100:" in text and "💯" not in text
     assert "and 2 more static finding(s)" in text
+
+
+def test_broken_markup_in_candidate_text_is_printed_not_raised():
+    buffer = io.StringIO()
+    console = SafeConsole(file=buffer, width=120, highlight=False)
+    table = Table()
+    table.add_column("decision")
+    table.add_row("rejected: [/bold]x.py")  # a model's file name, as the controller's round table shows it
+    console.print(table)
+    console.print("candidate [/] said")
+    assert "[/bold]x.py" in buffer.getvalue() and "candidate [/] said" in buffer.getvalue()

@@ -296,3 +296,17 @@ def test_the_time_line_names_the_largest_phases_and_worker_steps():
     assert line == ("time: 12.3 s in the harness (timing 6.0, correctness 3.0, audits 2.0, build 1.0); in the workers: "
                     "candidate.time.timer.timed_calls 4.0, candidate.run.call 1.5, reference.hello.start 1.2")
     assert time_line(1.0, {"build": 1.0}, {}) == "time: 1.0 s in the harness (build 1.0)"
+
+
+def test_names_that_read_as_markup_are_shown_as_written(tmp_path, archive_dir, tiny_dataset_root):
+    """A solution's name and author are the submitter's text: rich markup in them must neither crash the CLI
+    nor style its output."""
+    sol = write(tmp_path, {**solution_dict(TORCH_CANDIDATE), "name": "x[/bold] [/] [link=file:///etc]y[/link]",
+                           "author": "[red]me"})
+    proc = harness("submit", str(sol), "--archive", str(archive_dir), "--dataset", str(tiny_dataset_root),
+                   "-w", "tiny_b2_t40")
+    assert proc.returncode == 0, proc.stderr
+    listed = harness("list", "--archive", str(archive_dir))
+    assert listed.returncode == 0 and "x[/bold]" in listed.stdout and "[red]me" in listed.stdout, listed.stderr
+    shown = harness("show", "1", "--archive", str(archive_dir))
+    assert shown.returncode == 0 and "[link=file:///etc]" in shown.stdout, shown.stderr
