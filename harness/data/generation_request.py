@@ -210,7 +210,10 @@ REPLY_SCHEMA: dict[str, Any] = {
 
 
 def _fence(text: str, info: str = "") -> str:
-    fence = "````" if "```" in text else "```"
+    """``text`` in a code fence longer than any run of backticks in it (CommonMark): a candidate's log or source
+    cannot close the fence and write the request's own sections."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
     return f"{fence}{info}\n{text.rstrip()}\n{fence}"
 
 
