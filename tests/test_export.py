@@ -62,6 +62,12 @@ def test_import_round_trip(filled_archive, tiny_dataset_root, tmp_path):
     wrong = next(r for r in rows if r["solution_name"] == "wrong")
     evals = fresh.submission(wrong["id"])["evaluations"]
     assert all(e["max_absolute_error"] > 1e-2 for e in evals)
+    # another harness's verdicts: listed, never promoted here (no gate, audit or timing of this harness ran)
+    from harness.review.candidates import load_candidate
+
+    for row in rows:
+        candidate = load_candidate(fresh, row["id"])
+        assert not candidate.promotable and any("imported from a trace set" in b for b in candidate.blockers)
 
 
 def test_the_contests_definitions_export_byte_for_byte_and_their_absent_blobs_are_named(tmp_path):

@@ -51,6 +51,10 @@ def _safe(name: str) -> str:
     return bounded(re.sub(r"[^A-Za-z0-9_.-]", "_", name), key=name)
 
 
+IMPORTED_BLOCKER = ("imported from a trace set: judged elsewhere, never by this harness (no static gate, audits or "
+                    "timing here); submit the solution to judge it")
+
+
 def _materialised_workload(definition: Definition, workload: Workload, dataset: Dataset, out: Path,
                            absent: list[str]) -> Workload:
     """The workload as the export writes it: random integer inputs (page indices) get a blob of their own inside
@@ -200,6 +204,8 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
         statuses = {r[0] for r in archive.db.execute("select status from evaluations where submission_id = ?",
                                                       [sub_id])}
         passed = EvaluationStatus.PASSED.value
+        # Another harness's verdict, carried in: never this one's. No static gate, audit or timing of this harness
+        # ran on it, so it is listed and compared but never promoted or ranked among the promotable.
         archive.finish_submission(sub_id, passed if statuses == {passed} else sorted(statuses - {passed})[0],
-                                  "imported")
+                                  "imported", scores={"promotable": False, "promotion_blockers": [IMPORTED_BLOCKER]})
     return report
