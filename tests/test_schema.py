@@ -384,3 +384,17 @@ def test_a_workloads_blob_path_stays_inside_the_blob_folder(path, ok):
     else:
         with pytest.raises(ValueError, match="inside the dataset's blob/ folder"):
             SafetensorsInput(type="safetensors", path=path, tensor_key="k")
+
+
+def test_unreadable_json_is_one_clear_error(tmp_path):
+    from harness.data.schema import SchemaError, load_json
+
+    cases = {"deep.json": ("[" * 200_000, "nested too deeply"), "latin.json": (b'{"name": "\xe9"}', "not UTF-8 text")}
+    for name, (content, words) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        with pytest.raises(SchemaError, match=words):
+            load_json(path)
+    (tmp_path / "broken.json").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(SchemaError, match="a link to nothing"):
+        load_json(tmp_path / "broken.json")

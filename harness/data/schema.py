@@ -373,20 +373,36 @@ def parse_model(model: type[M], data: Any, source: str) -> M:
         return model.model_validate(data)
     except ValidationError as err:
         raise SchemaError(format_validation_error(source, err)) from None
+    except RecursionError:
+        raise SchemaError(f"{source}: nested too deeply") from None
+
+
+def _read_text(path: Path) -> str:
+    """A JSON file's text, or a SchemaError saying why it cannot be read (one line, never a traceback)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise SchemaError(f"{path}: no such file" + (" (a link to nothing)" if path.is_symlink() else "")) from None
+    except IsADirectoryError:
+        raise SchemaError(f"{path}: is a folder, expected a JSON file") from None
+    except UnicodeDecodeError as err:
+        raise SchemaError(f"{path}: not UTF-8 text (byte {err.start}): JSON files are UTF-8") from None
+    except OSError as err:
+        raise SchemaError(f"{path}: cannot be read: {err.strerror or err}") from None
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SchemaError(f"{where}: not valid JSON: line {err.lineno} column {err.colno}: {err.msg}") from None
+    except RecursionError:
+        raise SchemaError(f"{where}: not valid JSON here: nested too deeply") from None
 
 
 def load_json(path: Union[str, Path]) -> Any:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise SchemaError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise SchemaError(f"{path}: is a folder, expected a JSON file") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SchemaError(f"{path}: not valid JSON: line {err.lineno} column {err.colno}: {err.msg}") from None
+    return _parse_json(_read_text(path), str(path))
 
 
 def load_model(model: type[M], path: Union[str, Path]) -> M:
@@ -396,14 +412,10 @@ def load_model(model: type[M], path: Union[str, Path]) -> M:
 def load_jsonl(model: type[M], path: Union[str, Path]) -> list[M]:
     path = Path(path)
     out = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise SchemaError(f"{path}:{lineno}: not valid JSON: {err.msg}") from None
-        out.append(parse_model(model, data, f"{path}:{lineno}"))
+        out.append(parse_model(model, _parse_json(line, f"{path}:{lineno}"), f"{path}:{lineno}"))
     return out
 
 
