@@ -398,9 +398,16 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
     from .data.schema import parse_model
 
     root = Path(folder)
-    sources = [{"path": str(p.relative_to(root)), "content": p.read_text()}
-               for p in sorted(root.rglob("*"))
-               if p.is_file() and p.suffix in PACKED_SUFFIXES and "__pycache__" not in p.parts]
+    sources = []
+    for p in sorted(root.rglob("*")):
+        if not (p.suffix in PACKED_SUFFIXES and "__pycache__" not in p.parts) or not p.is_file():
+            continue
+        if p.is_symlink():  # a link may point anywhere (/etc/passwd): a solution holds its own files only
+            fail(f"{p}: a link; copy the file into the folder instead")
+        try:
+            sources.append({"path": str(p.relative_to(root)), "content": p.read_text()})
+        except (OSError, UnicodeDecodeError) as err:
+            fail(f"{p}: cannot be packed as source text: {getattr(err, 'strerror', None) or err}")
     spec = {"language": language, "target_hardware": list(targets), "entry_point": entry_point,
             "dependencies": [], "destination_passing_style": not value_returning, "binding": binding}
     if setup:
@@ -414,7 +421,10 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
         fail(str(e))
     text = json.dumps(data, indent=2) + "\n"
     if output:
-        Path(output).write_text(text)
+        try:
+            Path(output).write_text(text)
+        except OSError as err:
+            fail(f"cannot write {output}: {err.strerror or err}")
     else:
         sys.stdout.write(text)
 

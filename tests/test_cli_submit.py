@@ -285,6 +285,10 @@ def test_pack_builds_a_solution_from_a_folder(tmp_path):
     missing = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language",
                       "python", "--name", "packed", "--author", "me", "--setup", "nowhere.py::plan")
     assert missing.returncode == 2 and "setup file 'nowhere.py'" in missing.stderr
+    (src / "passwd.py").symlink_to("/etc/passwd")  # a link may point anywhere: never packed
+    linked = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language",
+                     "python", "--name", "packed", "--author", "me")
+    assert linked.returncode == 2 and "passwd.py: a link" in linked.stderr and "root:" not in linked.stdout
 
 
 def test_the_time_line_names_the_largest_phases_and_worker_steps():
