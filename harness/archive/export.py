@@ -13,6 +13,7 @@ and unchanged workload lines are copied as they were read, so official files sta
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -47,8 +48,13 @@ class ExportReport:
 
 def _safe(name: str) -> str:
     """``name`` as one file-name component: other characters replaced, and past 200 characters the rest a digest of
-    the whole (a file name holds at most 255 bytes; solutions named after their parameters run longer)."""
-    return bounded(re.sub(r"[^A-Za-z0-9_.-]", "_", name), key=name)
+    the whole (a file name holds at most 255 bytes; solutions named after their parameters run longer). A name that
+    had to change gets a digest of the original, so two names never meet in one file ("same name", "same_name"),
+    and nothing made only of dots ("..") names a folder above."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    if safe != name or not safe.strip("."):
+        safe = f"{safe.strip('.') or 'unnamed'}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return bounded(safe, key=name)
 
 
 IMPORTED_BLOCKER = ("imported from a trace set: judged elsewhere, never by this harness (no static gate, audits or "
@@ -121,11 +127,15 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
                 f"official blob/ folder next to the export to run these workloads as the contest did")
 
     placeholders = ",".join("?" * len(names))
+    written: set[Path] = set()
     for sol in archive.db.execute("select hash, name, definition, author from solutions "
                                   f"where definition in ({placeholders})", names).fetchall():
         content_hash, sol_name, def_name, author = sol
         d = dataset.definitions[def_name]
         path = out / "solutions" / _safe(author) / d.op_type / d.name / f"{_safe(sol_name)}.json"
+        if path in written:  # one name, other code: each its own file
+            path = path.with_name(f"{path.stem}-{content_hash[:12]}.json")
+        written.add(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(archive.solution_json(content_hash), indent=2) + "\n")
         report.solutions += 1
