@@ -11,7 +11,7 @@ from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.archive.export import export_trace_set, import_trace_set
-from harness.data.schema import Solution
+from harness.data.schema import SchemaError, Solution
 from support import KV8_PS1, TORCH_CANDIDATE, solution_dict
 
 
@@ -116,3 +116,15 @@ def test_export_file_names_never_meet_or_climb(names):
 
     safe = [_safe(n) for n in names]
     assert len(set(safe)) == len(safe) and all(s.strip(".") and "/" not in s for s in safe)
+
+
+def test_a_trace_set_that_fails_leaves_the_archive_as_it_was(filled_archive, tiny_dataset_root, tmp_path):
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    extra = tmp_path / "export" / "traces" / "zz" / "orphan.jsonl"
+    extra.parent.mkdir(parents=True)
+    line = next((tmp_path / "export" / "traces").rglob("*.jsonl")).read_text().splitlines()[0]
+    extra.write_text(line.replace('"solution": "', '"solution": "not-there-', 1) + "\n")
+    fresh = Archive(tmp_path / "fresh")
+    with pytest.raises(SchemaError, match="not-there-"):
+        import_trace_set(fresh, tmp_path / "export")
+    assert fresh.submissions() == [] and fresh.db.execute("select count(*) from evaluations").fetchone()[0] == 0

@@ -174,42 +174,47 @@ class ImportReport:
 
 def import_trace_set(archive: Archive, root: Path) -> ImportReport:
     report = ImportReport()
+    # Everything read and checked first: a trace set that fails anywhere leaves the archive as it was.
     solutions: dict[str, Solution] = {}
     for path in sorted((root / "solutions").rglob("*.json")):
         sol = load_model(Solution, path)
-        archive.put_solution(dump_json(sol), sol.content_hash)
         solutions[sol.name] = sol
-        report.solutions += 1
-    env_id = archive.put_environment({"hardware": "imported", "source": str(root)})
-    submissions: dict[tuple[str, str], int] = {}
+    traces: list[tuple[Path, Trace]] = []
     for path in sorted((root / "traces").rglob("*.jsonl")):
         for trace in load_jsonl(Trace, path):
             if trace.evaluation is None or trace.solution is None:
                 continue
-            sol = solutions.get(trace.solution)
-            if sol is None:
+            if trace.solution not in solutions:
                 raise SchemaError(f"{path}: trace names solution {trace.solution!r}, "
                                   f"which is not in {root / 'solutions'}")
-            key = (sol.content_hash, trace.definition)
-            if key not in submissions:
-                submissions[key] = archive.start_submission(sol.content_hash, sol.name, trace.definition, sol.author,
-                                                            {"imported_from": str(root)}, env_id)
-            ev = trace.evaluation
-            c, p = ev.correctness, ev.performance
-            archive.add_evaluation({
-                "submission_id": submissions[key], "definition": trace.definition,
-                "workload_uuid": trace.workload.uuid, "workload_label": trace.workload.uuid[:8],
-                "status": ev.status.value, "max_absolute_error": c.max_absolute_error if c else None,
-                "max_relative_error": c.max_relative_error if c else None,
-                "matched_ratio": (c.extra or {}).get("matched_ratio") if c else None,
-                "latency_ms": p.latency_ms if p else None,
-                "reference_latency_ms": p.reference_latency_ms if p else None,
-                "speedup_factor": p.speedup_factor if p else None, "aligned": 1 if p else None,
-                "timing_note": "imported", "message": "",
-                "log_blob": archive.put_blob(ev.log, "log") if ev.log else None,
-                "trace": dump_json(trace), "extra": {"imported_from": str(path)}, "environment_id": env_id,
-                "started_at": None, "finished_at": ev.timestamp})
-            report.traces += 1
+            traces.append((path, trace))
+    for sol in solutions.values():
+        archive.put_solution(dump_json(sol), sol.content_hash)
+        report.solutions += 1
+    env_id = archive.put_environment({"hardware": "imported", "source": str(root)})
+    submissions: dict[tuple[str, str], int] = {}
+    for path, trace in traces:
+        sol = solutions[trace.solution]
+        key = (sol.content_hash, trace.definition)
+        if key not in submissions:
+            submissions[key] = archive.start_submission(sol.content_hash, sol.name, trace.definition, sol.author,
+                                                        {"imported_from": str(root)}, env_id)
+        ev = trace.evaluation
+        c, p = ev.correctness, ev.performance
+        archive.add_evaluation({
+            "submission_id": submissions[key], "definition": trace.definition,
+            "workload_uuid": trace.workload.uuid, "workload_label": trace.workload.uuid[:8],
+            "status": ev.status.value, "max_absolute_error": c.max_absolute_error if c else None,
+            "max_relative_error": c.max_relative_error if c else None,
+            "matched_ratio": (c.extra or {}).get("matched_ratio") if c else None,
+            "latency_ms": p.latency_ms if p else None,
+            "reference_latency_ms": p.reference_latency_ms if p else None,
+            "speedup_factor": p.speedup_factor if p else None, "aligned": 1 if p else None,
+            "timing_note": "imported", "message": "",
+            "log_blob": archive.put_blob(ev.log, "log") if ev.log else None,
+            "trace": dump_json(trace), "extra": {"imported_from": str(path)}, "environment_id": env_id,
+            "started_at": None, "finished_at": ev.timestamp})
+        report.traces += 1
     for sub_id in submissions.values():
         statuses = {r[0] for r in archive.db.execute("select status from evaluations where submission_id = ?",
                                                       [sub_id])}
