@@ -6,9 +6,12 @@ def main() -> None:
     from harness.sandbox.bytecode import use_bytecode_cache
 
     use_bytecode_cache()
-    from controller.cli import main as run
+    import sys
 
-    run()
+    from controller.cli import main as run
+    from harness.cli_common import invoke
+
+    sys.exit(invoke(run))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.archive.database import ARCHIVE_ENV, ArchiveMissing, archive_location
-from harness.cli_common import SafeConsole
+from harness.cli_common import POSITIVE_SECONDS, FiniteRange, SafeConsole
 from harness.data.dataset import Dataset
 from harness.data.schema import SchemaError
 from harness.data.statuses import RunStatus
@@ -273,13 +273,13 @@ def _gpus_for(jobs: int, dataset: Optional[str], archive: Path) -> int:
                    "round's budget deferrals decided first.")
 @click.option("--replay-run", metavar="RUN_ID", help="replay: the run whose responses to replay (default: latest).")
 @click.option("--budget-tokens", type=click.IntRange(1), help="Stop after this many tokens (input + output).")
-@click.option("--budget-cost", type=click.FloatRange(0), help="Stop after this many US dollars.")
-@click.option("--budget-wall-s", type=click.FloatRange(0, min_open=True), help="Stop after this much wall time.")
+@click.option("--budget-cost", type=FiniteRange(0, min_open=True), help="Stop after this many US dollars.")
+@click.option("--budget-wall-s", type=POSITIVE_SECONDS, help="Stop after this much wall time.")
 @click.option("--max-output-tokens", type=click.IntRange(1), default=8192, show_default=True)
-@click.option("--timeout-s", type=click.FloatRange(0, min_open=True), help="Harness limit per workload.")
+@click.option("--timeout-s", type=POSITIVE_SECONDS, help="Harness limit per workload.")
 @click.option("--profile/--no-profile", "profile", default=None,
               help="ncu evidence for each incumbent. Default: when a GPU and ncu are here, else latency evidence.")
-@click.option("--profile-timeout-s", type=click.FloatRange(0, min_open=True), default=600.0, show_default=True,
+@click.option("--profile-timeout-s", type=POSITIVE_SECONDS, default=600.0, show_default=True,
               help="Profiler limit per workload.")
 @click.option("--hint", metavar="TEXT|FILE",
               help="A person's hypothesis put into every request of the run (agent-assisted mode); a file's text if "

@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .archive.database import ArchiveError
-from .cli_common import ARCHIVE_HELP, err, fail, fmt, open_archive, open_dataset, out, run_as_program, styled
+from .cli_common import (ARCHIVE_HELP, POSITIVE_SECONDS, err, fail, fmt, open_archive, open_dataset, out,
+                         run_as_program, styled)
 from .pipeline.phases import timeline
 from .result_view import print_promotability, print_result, print_submission_audits, seconds, times
 from .data.statuses import EvaluationStatus, SubmissionStatus
@@ -47,7 +48,8 @@ def main() -> None:
 @click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--dataset", type=click.Path(), help="Trace-set folder with definitions and workloads.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per solution.")
-@click.option("--timeout", type=float, help="Seconds per workload, build included (default: the preset's, 300).")
+@click.option("--timeout", type=POSITIVE_SECONDS,
+              help="Seconds per workload, build included (default: the preset's, 300).")
 @click.option("--all-workloads", is_flag=True, help="On CPU, also run workloads too large for the Triton interpreter.")
 @click.option("--no-timing", is_flag=True, help="Correctness only, even on a GPU.")
 @click.option("--no-baselines", is_flag=True, help="Do not measure the FlashInfer baselines.")
@@ -69,8 +71,8 @@ def main() -> None:
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this host's GPUs; ray: one lane per GPU of a Ray cluster (extra `ray`).")
 @click.option("--address", help="--executor ray: the cluster (HOST:PORT or auto); default: a new one on this host.")
-@click.option("--lanes", type=int, help="--executor ray: at most this many lanes (on a cluster without GPUs: this "
-                                        "many CPU lanes).")
+@click.option("--lanes", type=click.IntRange(1),
+              help="--executor ray: at most this many lanes (on a cluster without GPUs: this many CPU lanes).")
 @click.option("--resume", is_flag=True, help="Skip solutions the archive already holds a verdict for (same code, "
                                              "definition, workloads and audit level): continue a killed run.")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],

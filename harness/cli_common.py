@@ -5,10 +5,12 @@ report_cli), which all import from here.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from typing import Any, Optional
 
+import click
 from rich.console import Console
 
 from .archive.database import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
@@ -47,9 +49,42 @@ class SafeConsole(Console):
             return super().render_str(printable(text), *args, **{**kwargs, "markup": False})
 
 
+class FiniteRange(click.FloatRange):
+    """A float range that also refuses nan and inf: click's bounds compare false with nan, which would pass a
+    time limit of nan through and switch the limit off."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+POSITIVE_SECONDS = FiniteRange(0, min_open=True)  # a time limit: more than zero seconds, finite
+
+
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
 out = SafeConsole(width=None if sys.stdout.isatty() else 200)
 err = SafeConsole(stderr=True)
+
+
+def invoke(command: Any) -> int:
+    """Run a click command; its exit status. A usage error (a missing argument, a bad value) is one line and exit
+    code 2, as every error of these programs is, not click's four lines; Ctrl-C is one line and 130."""
+    try:
+        returned = command.main(standalone_mode=False)
+    except click.UsageError as e:
+        hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        print(f"error: {printable(e.format_message())}{hint}", file=sys.stderr)
+        return 2
+    except click.ClickException as e:
+        print(f"error: {printable(e.format_message())}", file=sys.stderr)
+        return e.exit_code
+    except click.Abort:
+        print("error: interrupted (what finished is archived; an unfinished submission is recorded as INTERRUPTED)",
+              file=sys.stderr)
+        return 130
+    return returned if isinstance(returned, int) else 0
 
 
 def run_as_program(command: Any) -> None:
@@ -60,8 +95,7 @@ def run_as_program(command: Any) -> None:
     import os
 
     try:
-        command(standalone_mode=True)
-        code: Any = 0
+        code: Any = invoke(command)
     except SystemExit as done:
         code = done.code
     timeline("command_returned")

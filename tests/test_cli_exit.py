@@ -52,3 +52,20 @@ def test_the_console_script_is_the_program():
     scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
     # through harness/__main__.py (the bytecode folder first, harness.sandbox.bytecode), as `python -m harness` is
     assert scripts["harness"] == "harness.__main__:main" and scripts["controller"] == "controller.__main__:main"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["harness", "submit"], "Missing argument"),
+    (["harness", "submit", "x.json", "--timeout", "nan"], "is not a finite number"),
+    (["harness", "submit", "x.json", "--timeout", "0"], "not in the range x>0"),
+    (["harness", "submit", "x.json", "--lanes", "0"], "not in the range x>=1"),
+    (["controller", "loop", "-d", "x", "--budget-wall-s", "inf"], "is not a finite number"),
+])
+def test_a_usage_error_is_one_line_and_exit_code_2(args, words):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and words in lines[0] and "--help" in lines[0]
