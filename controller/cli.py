@@ -164,6 +164,8 @@ def _open_existing(archive_path: str | None) -> Any:
         fail(f"{e}{hint}")
     except ArchiveError as e:
         fail(str(e))
+    except Exception as e:  # a file that is not a SQLite database
+        fail(f"cannot open archive {folder}: {e}")
     raise AssertionError
 
 

@@ -6,8 +6,10 @@ report_cli), which all import from here.
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 import click
@@ -121,6 +123,9 @@ def open_archive(path: Optional[str], reading: bool = False) -> Archive:
     folder (./artifacts is made when missing); readers need one that exists, and never create one."""
     folder, source = archive_location(path)
     where = f" (from {ARCHIVE_ENV})" if source == "env" else ""
+    if not reading and Path(folder).is_dir() and not os.access(folder, os.W_OK):
+        # said before anything runs: a read-only archive would otherwise fail after the whole evaluation
+        fail(f"archive folder {folder}{where} is not writable (a read-only mount, or another user's)")
     try:
         if reading:
             return Archive.open_existing(folder)

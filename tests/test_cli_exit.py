@@ -1,6 +1,7 @@
 """`harness` as a program leaves without Python's finalisation (harness.cli_common.run_as_program): the exit status
 and everything printed are kept, whatever way the command ends."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -69,3 +70,27 @@ def test_a_usage_error_is_one_line_and_exit_code_2(args, words):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: ") and words in lines[0] and "--help" in lines[0]
+
+
+def test_a_read_only_archive_is_said_before_anything_runs(tmp_path, monkeypatch):
+    import os
+
+    from harness import cli_common
+
+    (tmp_path / "a").mkdir()
+    real = os.access
+    monkeypatch.setattr(cli_common.os, "access", lambda p, mode: False if str(p) == str(tmp_path / "a") else
+                        real(p, mode))
+    with pytest.raises(SystemExit) as done:
+        cli_common.open_archive(str(tmp_path / "a"))
+    assert done.value.code == 2
+
+
+def test_a_file_that_is_not_an_archive_is_one_line_for_the_controller_too(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "archive.db").write_bytes(os.urandom(10000))
+    proc = subprocess.run([sys.executable, "-m", "controller", "runs", "--archive", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "cannot open archive" in proc.stderr
