@@ -121,6 +121,8 @@ def main() -> None:
 
 def _split(values: tuple[str, ...]) -> Optional[list[str]]:
     items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    if values and not items:  # `-w ''`: a selector that names nothing must not mean everything
+        fail("the selection names nothing (an empty value)")
     return items or None
 
 

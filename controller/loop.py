@@ -379,6 +379,7 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
     # A definition the skills cannot serve (no naive kernel to start from, no template for the offline
     # provider) is said here, on one line, before a run is archived.
     definition = dataset.definition(config.definition)
+    dataset.workloads_for(config.definition, config.workloads)  # a workload selector that selects nothing: said now
     if config.incumbent is None:
         offline_generator(skills, definition)
     provider = provider or make_provider(config.provider, config.provider_options, skills=skills,

@@ -119,7 +119,9 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
             fail(str(e))
         loaded.append(sol)
     archive = open_archive(archive_path)
-    selection = [w for item in workloads for w in item.split(",") if w] or None
+    selection = [w.strip() for item in workloads for w in item.split(",") if w.strip()] or None
+    if workloads and selection is None:  # `-w ''`: a selector that names nothing must not mean everything
+        fail("--workloads/-w names no workload (give a uuid, a label, an index, largest or smallest)")
     opts = SubmitOptions(workloads=selection, timeout_s=timeout, all_workloads_on_cpu=all_workloads,
                          timing=not no_timing, baselines=not no_baselines, reference_timing=time_reference,
                          audit_level=audit_level, fresh_seeds=fresh_seeds, fresh_builds=fresh_builds,

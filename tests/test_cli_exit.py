@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+from pathlib import Path
 
 PROGRAM = textwrap.dedent("""
     import atexit, sys
@@ -94,3 +95,26 @@ def test_a_file_that_is_not_an_archive_is_one_line_for_the_controller_too(tmp_pa
     proc = subprocess.run([sys.executable, "-m", "controller", "runs", "--archive", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "cannot open archive" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["harness", "submit", "examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json", "-w", ""],
+    ["controller", "loop", "-d", "gqa_paged_decode_h32_kv8_d128_ps1", "-w", ",", "--provider", "offline"],
+])
+def test_an_empty_workload_selection_is_refused_not_read_as_all(args, tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", *args, "--archive", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert proc.returncode == 2 and ("names no" in proc.stderr or "names nothing" in proc.stderr), proc.stderr
+    assert not (tmp_path / "archive.db").exists() or "RUNNING" not in proc.stdout
+
+
+def test_a_loop_whose_workloads_select_nothing_archives_no_run(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "controller", "loop", "-d", "gqa_paged_decode_h32_kv8_d128_ps1",
+                           "-w", "nope", "--provider", "offline", "--archive", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+    assert proc.returncode == 2 and "no workload 'nope'" in proc.stderr, proc.stderr
+    runs = subprocess.run([sys.executable, "-m", "controller", "runs", "--archive", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=120, cwd=root)
+    assert runs.returncode in (0, 2) and "RUNNING" not in runs.stdout
