@@ -431,11 +431,14 @@ def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
         click.echo(text)
         if out_dir:
             folder = Path(out_dir)
-            folder.mkdir(parents=True, exist_ok=True)
             stem = f"trajectory-{row['definition']}-{rid}" if len(chosen) > 1 else "trajectory"
-            (folder / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-            (folder / f"{stem}.md").write_text(text)
-            plotted = plot_trajectory(data, str(folder / f"{stem}.png"))
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / f"{stem}.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+                (folder / f"{stem}.md").write_text(text)
+                plotted = plot_trajectory(data, str(folder / f"{stem}.png"))
+            except OSError as e:
+                fail(f"cannot write the trajectory to {folder}: {e.strerror or e}")
             click.echo(f"wrote {folder}/{stem}.json, {stem}.md" + (f", {stem}.png" if plotted else
                                                                   " (no plot: matplotlib missing)"))
 

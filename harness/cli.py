@@ -354,7 +354,12 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
         names = [n for d in definitions for n in ds.resolve(d)] or None
     except SchemaError as e:
         fail(str(e))
-    report = export_trace_set(archive, ds, Path(directory), names)
+    try:
+        report = export_trace_set(archive, ds, Path(directory), names)
+    except SchemaError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"cannot write the trace set to {directory}: {e.strerror or e}")
     out.print(f"wrote {report.definitions} definitions, {report.workloads} workloads, {report.solutions} solutions, "
               f"{report.traces} traces to {directory}", highlight=False)
     for n in report.notices:

@@ -58,7 +58,10 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
         if dataset:
             fail(str(e))
     data = gather_report(archive, definition=definition, rounds=rounds, dataset=ds)
-    index = write_report(archive, out_dir, data=data, backend=plots)
+    try:
+        index = write_report(archive, out_dir, data=data, backend=plots)
+    except OSError as e:
+        fail(f"cannot write the report to {out_dir}: {e.strerror or e}")
     n = sum(len(s.submissions) for s in data.sections)
     out.print(f"wrote {index} ({len(data.sections)} definitions, {n} submissions)", highlight=False)
     for notice in data.notices:
