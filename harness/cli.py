@@ -108,7 +108,10 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     except ValueError as e:
         fail(str(e))
     for f in files:
-        size = f.stat().st_size
+        try:
+            size = f.stat().st_size
+        except OSError as e:  # a link to nothing in a folder of solutions
+            fail(f"{f}: cannot be read: {e.strerror or e}")
         if size > policy.solution_bytes:
             fail(f"{f}: {human_bytes(size)} is over the {human_bytes(policy.solution_bytes)} limit for a solution "
                  f"file (solution_bytes in sandbox.yaml); nothing was archived")

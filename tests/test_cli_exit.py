@@ -118,3 +118,13 @@ def test_a_loop_whose_workloads_select_nothing_archives_no_run(tmp_path):
     runs = subprocess.run([sys.executable, "-m", "controller", "runs", "--archive", str(tmp_path), "--json"],
                           capture_output=True, text=True, timeout=120, cwd=root)
     assert runs.returncode in (0, 2) and "RUNNING" not in runs.stdout
+
+
+def test_a_link_to_nothing_among_the_solutions_is_one_line(tmp_path):
+    (tmp_path / "sols").mkdir()
+    (tmp_path / "sols" / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    (tmp_path / "a").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "harness", "submit", str(tmp_path / "sols"), "--archive",
+                           str(tmp_path / "a")], capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "gone.json" in lines[0], proc.stderr

@@ -164,3 +164,15 @@ def test_the_init_never_reads_through_a_link_the_candidate_planted(tmp_path, swa
         assert files == {} and "ROOT-ONLY" not in console, (files, console, run.stderr)
     finally:
         box.close()
+
+
+def test_a_request_that_cannot_be_prepared_leaves_no_inbox(request_for):
+    import glob
+    import tempfile
+
+    from harness.profiling.wall import Wall
+
+    before = set(glob.glob(f"{tempfile.gettempdir()}/crucible-profile-in-*"))
+    with pytest.raises(ValueError):
+        Wall(dataclasses.replace(request_for(), workload_uuid="no-such-one"))
+    assert set(glob.glob(f"{tempfile.gettempdir()}/crucible-profile-in-*")) == before

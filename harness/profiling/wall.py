@@ -57,7 +57,11 @@ class Wall:
         self.inbox.chmod(0o755)  # the sandbox's user reads it (read-only bound; nothing secret in it)
         self.solution = self.inbox / "solution.json"
         self.dataset = self.inbox / "dataset"
-        self.workload = _write_inbox(request, self.solution, self.dataset)  # the uuid the target is given
+        try:
+            self.workload = _write_inbox(request, self.solution, self.dataset)  # the uuid the target is given
+        except BaseException:  # nothing left behind by a request that cannot be prepared
+            self.close()
+            raise
 
     def put(self, name: str, data: bytes) -> Path:
         """A file the next command reads (the report for ``ncu --import``), in the read-only inbox."""
