@@ -89,6 +89,8 @@ def browse(archive_path: Optional[str], host: str, port: int, no_open: bool, sea
     from .archive.views import (datasette_command, datasette_metadata, has_review_tables, search_documents,
                                 sync_documents)
 
+    if search_text is not None and not search_text.strip():  # `--search ''` would start the server instead
+        fail("--search names nothing to search for (give one or more words)")
     archive = open_archive(archive_path, reading=True)
     if not has_review_tables(archive.db):
         fail("this archive has no review views (the m005_review_views migration is not registered)")

@@ -128,3 +128,13 @@ def test_a_link_to_nothing_among_the_solutions_is_one_line(tmp_path):
                            str(tmp_path / "a")], capture_output=True, text=True, timeout=120)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "gone.json" in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("search", ["", "   ", "\t"])
+def test_an_empty_browse_search_is_refused_not_read_as_no_search(search, tmp_path):
+    """`harness browse --search ''` started the datasette server; an empty search is refused as `-w ''` is."""
+    proc = subprocess.run([sys.executable, "-m", "harness", "browse", "--search", search, "--no-open",
+                           "--archive", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "--search names nothing" in lines[0], proc.stderr
+    assert "datasette" not in proc.stdout + proc.stderr
