@@ -165,7 +165,9 @@ def diff(a: str, b: str, archive_path: Optional[str], definition: Optional[str],
          stat: bool) -> None:
     """Compare solutions A and B: source diff and per-workload latency change.
 
-    A and B are submission ids, solution names (their latest submission) or solution hash prefixes.
+    A and B are submission ids, solution hashes, solution names (their latest submission) or solution hash
+    prefixes (6 or more hex characters). An id or a whole hash wins; a reference that is both a solution's name
+    and a prefix of another solution's hash is an error that lists both.
     """
     from rich.markup import escape
     from rich.table import Table

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
 
 from harness.archive.database import ArchiveError
 from harness.review import diff_submissions, resolve_submission, source_diff
+from harness.review.diff import pick_submission
 from harness.report_cli import diff
 
 from support import KV8_PS1
@@ -73,6 +75,45 @@ def test_resolving_references(h200):
         resolve_submission(archive, "no_such_solution")
     with pytest.raises(ArchiveError, match="no submission"):
         resolve_submission(archive, "99999")
+
+
+A_HASH, B_HASH = "ab12cd" + "0" * 58, "ff" * 32
+
+
+@pytest.mark.parametrize("ref, by_id, named, prefixed, expected", [
+    ("7", 7, [], [], 7),  # a submission id
+    ("7", 7, [(9, KV8_PS1, B_HASH)], [], 7),  # an id wins over a solution named "7"
+    (A_HASH, None, [(9, KV8_PS1, B_HASH)], [(4, A_HASH, "a")], 4),  # a whole hash wins over a name
+    ("fast", None, [(9, KV8_PS1, B_HASH), (5, KV8_PS1, A_HASH)], [], 9),  # a name: its latest submission
+    ("ab12cd", None, [], [(6, A_HASH, "a"), (4, A_HASH, "a")], 6),  # a hash prefix: its latest submission
+    ("ab12cd", None, [(9, KV8_PS1, A_HASH)], [(9, A_HASH, "ab12cd")], 9),  # name and prefix: one solution
+    ("ab12cd", None, [(9, KV8_PS1, B_HASH)], [(4, A_HASH, "a")], "is ambiguous: solution named 'ab12cd' "
+     "(submission 9, hash ffffffffffff); hash prefix of 'a' (submission 4, hash ab12cd000000)"),
+    ("ab12cd", None, [], [(6, A_HASH, "a"), (5, "ab12cd" + "1" * 58, "b")], "matches 2 solutions: 'a' "
+     "(submission 6"),
+    ("x", None, [(9, KV8_PS1, B_HASH), (8, "other_definition", B_HASH)], [], "2 definitions"),
+    ("x", None, [], [], "no submission, solution name or solution hash 'x'"),
+])
+def test_which_submission_a_reference_means(ref, by_id, named, prefixed, expected):
+    if isinstance(expected, int):
+        assert pick_submission(ref, by_id, named, prefixed) == expected
+    else:
+        with pytest.raises(ArchiveError, match=re.escape(expected)):
+            pick_submission(ref, by_id, named, prefixed)
+
+
+def test_a_name_that_looks_like_another_solutions_hash_prefix_is_ambiguous(h200):
+    """A solution named after another one's hash prefix took the lookup silently; now both are listed, exit 2."""
+    archive, ids = h200["archive"], h200["ids"]
+    hashes = {i: archive.submission(i)["solution_hash"] for i in (ids["illegal"], ids["ctl_r3_splitk"])}
+    impostor = archive.start_submission(hashes[ids["illegal"]], hashes[ids["ctl_r3_splitk"]][:8], KV8_PS1, "x", {},
+                                        None)
+    result = CliRunner().invoke(diff, [hashes[ids["ctl_r3_splitk"]][:8], str(ids["illegal"]),
+                                       "--archive", str(archive.folder)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "is ambiguous" in lines[0], result.output
+    assert f"submission {impostor}" in lines[0] and f"submission {ids['ctl_r3_splitk']}" in lines[0]
+    assert resolve_submission(archive, hashes[ids["ctl_r3_splitk"]]) == ids["ctl_r3_splitk"]  # the whole hash
 
 
 def test_added_and_removed_files():

@@ -48,18 +48,21 @@ def submission_exists(db: Any, submission_id: int, definition: Optional[str] = N
     return db.execute(f"select 1 from submissions where id = ?{clause}", [submission_id, *extra]).fetchone() is not None
 
 
-def submissions_named(db: Any, solution_name: str, definition: Optional[str] = None) -> list[tuple[int, str]]:
-    """(id, definition) of the submissions of a solution name (and definition, if given), newest first."""
+def submissions_named(db: Any, solution_name: str,
+                      definition: Optional[str] = None) -> list[tuple[int, str, str]]:
+    """(id, definition, solution_hash) of the submissions of a solution name (and definition, if given), newest
+    first."""
     clause, extra = (" and definition = ?", [definition]) if definition else ("", [])
-    return db.execute(f"select id, definition from submissions where solution_name = ?{clause} order by id desc",
-                      [solution_name, *extra]).fetchall()
+    return db.execute(f"select id, definition, solution_hash from submissions where solution_name = ?{clause} "
+                      "order by id desc", [solution_name, *extra]).fetchall()
 
 
-def submissions_with_hash_prefix(db: Any, prefix: str, definition: Optional[str] = None) -> list[tuple[int, str]]:
-    """(id, solution_hash) of the submissions whose solution hash starts with ``prefix`` (a LIKE pattern's
-    prefix, as given), and of ``definition`` if given, newest first."""
+def submissions_with_hash_prefix(db: Any, prefix: str,
+                                 definition: Optional[str] = None) -> list[tuple[int, str, str]]:
+    """(id, solution_hash, solution_name) of the submissions whose solution hash starts with ``prefix`` (a LIKE
+    pattern's prefix, as given), and of ``definition`` if given, newest first."""
     clause, extra = (" and definition = ?", [definition]) if definition else ("", [])
-    return db.execute(f"select id, solution_hash from submissions where solution_hash like ?{clause} "
+    return db.execute(f"select id, solution_hash, solution_name from submissions where solution_hash like ?{clause} "
                       "order by id desc", [prefix + "%", *extra]).fetchall()
 
 

@@ -80,30 +80,58 @@ class SubmissionDiff:
                                "latency_change": w.change} for w in self.workloads]}
 
 
-def resolve_submission(archive: Any, ref: str, definition: Optional[str] = None) -> int:
-    """A submission id, a solution name (its latest submission) or a solution hash prefix (>= 6 chars)."""
-    from ..archive.database import ArchiveError
+HASH_PREFIX_MIN = 6  # hex characters a solution hash prefix needs to be looked up as one
 
+
+def resolve_submission(archive: Any, ref: str, definition: Optional[str] = None) -> int:
+    """The submission ``ref`` names: a submission id, a whole solution hash, a solution name (its latest
+    submission) or a solution hash prefix (>= 6 hex characters); see ``pick_submission`` for which wins."""
     ref = str(ref).strip()
     db = archive.db
-    if ref.isdigit():
-        if q.submission_exists(db, int(ref), definition):
-            return int(ref)
-    rows = q.submissions_named(db, ref, definition)
-    if rows:
-        defs = {d for _, d in rows}
+    by_id = int(ref) if ref.isdigit() and q.submission_exists(db, int(ref), definition) else None
+    named = q.submissions_named(db, ref, definition)
+    prefixed = (q.submissions_with_hash_prefix(db, ref.lower(), definition)
+                if len(ref) >= HASH_PREFIX_MIN and re.fullmatch(r"[0-9a-fA-F]+", ref) else [])
+    return pick_submission(ref, by_id, named, prefixed, str(archive.folder))
+
+
+def pick_submission(ref: str, by_id: Optional[int], named: list[tuple[int, str, str]],
+                    prefixed: list[tuple[int, str, str]], where: str = "the archive") -> int:
+    """Which submission ``ref`` means, from what it matched: ``by_id`` (a submission of that id), ``named``
+    ((id, definition, solution hash) of the submissions of a solution so named) and ``prefixed`` ((id, solution
+    hash, solution name) of those whose solution hash starts with it), each newest first.
+
+    An exact identifier wins: a submission id, then a whole solution hash (its latest submission). A name and a
+    hash prefix are both partial: where they point to different solutions, ``ref`` is ambiguous and an error
+    lists the candidates (a solution named like another one's hash prefix never takes the lookup silently)."""
+    from ..archive.database import ArchiveError
+
+    if by_id is not None:
+        return by_id
+    exact = [row for row in prefixed if row[1] == ref.lower()]
+    if exact:
+        return int(exact[0][0])
+    name_hashes = {h for _, _, h in named}
+    others: dict[str, tuple[int, str]] = {}  # solution hash -> (newest submission, name), for the prefix
+    for sub_id, h, name in prefixed:
+        others.setdefault(h, (int(sub_id), name))
+    if named and set(others) - name_hashes:
+        candidates = [f"solution named {ref!r} (submission {named[0][0]}, hash {named[0][2][:12]})"]
+        candidates += [f"hash prefix of {name!r} (submission {sub_id}, hash {h[:12]})"
+                       for h, (sub_id, name) in others.items() if h not in name_hashes]
+        raise ArchiveError(f"{ref!r} is ambiguous: {'; '.join(candidates)}; give a submission id or a longer hash")
+    if named:
+        defs = {d for _, d, _ in named}
         if len(defs) > 1:
             raise ArchiveError(f"solution {ref!r} was submitted for {len(defs)} definitions "
                                f"({', '.join(sorted(defs))}): pass --definition or a submission id")
-        return int(rows[0][0])
-    if len(ref) >= 6 and re.fullmatch(r"[0-9a-fA-F]+", ref):
-        rows = q.submissions_with_hash_prefix(db, ref.lower(), definition)
-        hashes = {h for _, h in rows}
-        if len(hashes) > 1:
-            raise ArchiveError(f"hash prefix {ref!r} matches {len(hashes)} solutions: give more characters")
-        if rows:
-            return int(rows[0][0])
-    raise ArchiveError(f"no submission, solution name or solution hash {ref!r} in {archive.folder}")
+        return int(named[0][0])
+    if len(others) > 1:
+        listed = "; ".join(f"{name!r} (submission {sub_id}, hash {h[:12]})" for h, (sub_id, name) in others.items())
+        raise ArchiveError(f"hash prefix {ref!r} matches {len(others)} solutions: {listed}; give more characters")
+    if others:
+        return next(iter(others.values()))[0]
+    raise ArchiveError(f"no submission, solution name or solution hash {ref!r} in {where}")
 
 
 def source_diff(a_sources: list[dict[str, str]], b_sources: list[dict[str, str]], a_name: str = "a",
