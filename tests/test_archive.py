@@ -131,6 +131,55 @@ def test_a_failing_migration_leaves_nothing_behind(tmp_path, monkeypatch):
     assert "half" not in {r[0] for r in db.execute("select name from sqlite_master where type = 'table'")}
 
 
+@pytest.mark.parametrize("tables, migrations, kind", [
+    (set(), None, "new"),  # an empty file, or a path with nothing yet
+    ({"_migrations"}, set(), "new"),  # a creation cut short before its first migration
+    ({"_migrations", "blobs", "solutions"}, {"m001_core"}, "crucible"),
+    ({"_migrations", "blobs", "solutions"}, {"m001_core", "m002_baselines_and_scores"}, "crucible"),
+    ({"notes"}, None, "foreign"),  # another program's tables
+    ({"_migrations"}, {"0001_initial"}, "foreign"),  # another tool's migration table
+    ({"_migrations", "users"}, None, "foreign"),  # one of another shape (no name column)
+    ({"blobs", "submissions"}, None, "foreign"),  # our table names, without our marker
+])
+def test_what_an_sqlite_file_given_as_the_archive_holds(tables, migrations, kind):
+    assert archive_mod.database_kind(tables, migrations) == kind
+
+
+@pytest.mark.parametrize("as_path", ["folder", "db"])
+def test_another_programs_sqlite_file_is_refused_and_left_byte_for_byte(tmp_path, as_path):
+    """It was migrated in place (our tables added to a stranger's database); now one line, exit 2, untouched."""
+    db_file = tmp_path / "theirs" / ARCHIVE_DB
+    db_file.parent.mkdir()
+    conn = sqlite3.connect(db_file)
+    conn.execute("create table notes (id integer primary key, body text)")
+    conn.execute("insert into notes (body) values ('mine')")
+    conn.commit()
+    conn.close()
+    before = db_file.read_bytes()
+    with pytest.raises(ArchiveError, match="another program's SQLite database"):
+        Archive(db_file.parent if as_path == "folder" else db_file)
+    given = str(db_file.parent if as_path == "folder" else db_file)
+    for args in (["submit", str(ROOT / "examples/triton_gqa_decode/solutions/gqa_paged_decode_h32_kv8_d128_ps1.json"),
+                  "--archive", given], ["list", "--archive", given]):
+        proc = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=120,
+                              cwd=ROOT)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and "not a Crucible archive" in lines[0], proc.stderr
+    assert db_file.read_bytes() == before
+    assert sorted(p.name for p in db_file.parent.iterdir()) == [ARCHIVE_DB]
+
+
+def test_an_empty_file_becomes_an_archive_and_an_older_archive_still_migrates(tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ARCHIVE_DB).write_bytes(b"")
+    assert "submissions" in Archive(tmp_path / "empty").db.table_names()
+    every = list(archive_mod.MIGRATIONS)
+    monkeypatch.setattr(archive_mod, "MIGRATIONS", every[:3])
+    Archive(tmp_path / "old").db.conn.close()
+    monkeypatch.setattr(archive_mod, "MIGRATIONS", every)
+    assert [r["name"] for r in Archive(tmp_path / "old").db["_migrations"].rows] == [m.__name__ for m in every]
+
+
 def test_wal_mode_and_foreign_keys(archive):
     assert archive.db.execute("pragma journal_mode").fetchone()[0] == "wal"
     assert archive.db.execute("pragma foreign_keys").fetchone()[0] == 1

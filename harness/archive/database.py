@@ -60,6 +60,21 @@ class ArchiveError(ValueError):
     pass
 
 
+FIRST_MIGRATION = "m001_core"  # recorded in _migrations of every archive: what marks a database as ours
+
+
+def database_kind(tables: set[str], migrations: Optional[set[str]]) -> str:
+    """What an SQLite file given as an archive holds, from its tables and views (``tables``) and the names in its
+    ``_migrations`` table (None where it has none, or one of another shape): "new" (nothing yet, or only the
+    migration table of a creation cut short), "crucible" (our first migration is recorded) or "foreign" (another
+    program's database, which must never be migrated in place)."""
+    if migrations is not None and FIRST_MIGRATION in migrations:
+        return "crucible"
+    if not tables or (tables == {"_migrations"} and not migrations):
+        return "new"
+    return "foreign"
+
+
 class ArchiveMissing(ArchiveError):
     """No archive where one must already exist (a command that only reads it)."""
 
@@ -143,10 +158,27 @@ class Archive:
         self.blob_dir = folder / BLOBS
         self.db = ArchiveDatabase(db_path)
         self.db.execute("PRAGMA busy_timeout = 30000")  # first: what follows waits for other connections
+        self._refuse_foreign(db_path)  # before anything writes (WAL mode changes the file's header)
         with _schema_lock(db_path):
             self.db.enable_wal()
             migrate(self.db)
         self.db.execute("PRAGMA foreign_keys = ON")
+
+    def _refuse_foreign(self, db_path: Path) -> None:
+        """Another program's SQLite file given as the archive is left exactly as it is (ArchiveError)."""
+        names = {r[0] for r in self.db.execute("select name from sqlite_master where type in ('table', 'view') "
+                                               "and name not like 'sqlite_%'").fetchall()}
+        migrations: Optional[set[str]] = None
+        if "_migrations" in names:
+            try:
+                migrations = {r[0] for r in self.db.execute("select name from _migrations").fetchall()}
+            except Exception:  # a table of that name but another shape: not ours
+                migrations = None
+        if database_kind(names, migrations) == "foreign":
+            self.db.conn.close()
+            shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+            raise ArchiveError(f"{db_path} is another program's SQLite database (tables: {shown}), not a Crucible "
+                               "archive; it was left as it is (give another --archive)")
 
     @classmethod
     def open_existing(cls, path: Path | str) -> Archive:
