@@ -23,6 +23,7 @@ from .profile_cli import profile
 from .providers.base import ProviderError
 from .providers.registry import PROVIDERS, default_provider, preflight
 from .skills import SkillError
+from . import runlock
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 out = SafeConsole(width=None if sys.stdout.isatty() else 200)
@@ -86,6 +87,8 @@ def live_printer(as_json: bool):
         if kind == "run":
             err.print(f"{lane}[bold]{'resuming' if data['resumed'] else 'starting'} {data['run_id']}[/] "
                       f"({data['definition']}, provider {data['provider']})", highlight=False)
+        elif kind == "lock_takeover":
+            err.print(escape(data["note"]), highlight=False)
         elif kind == "lane_error":
             err.print(f"{lane}[bold red]failed:[/] {escape(data['error'])} (the other runs go on; this error ends the "
                       "command when they stop)", highlight=False)
@@ -149,8 +152,25 @@ def _resume_ids(values: tuple[str, ...], archive: Path) -> list[str]:
         found = Store(Archive(archive, create=False, require_db=True)).unfinished_runs()  # ArchiveError: no archive
         if not found:
             fail(f"--resume unfinished: every run in {archive} has finished")
-        ids.extend(found)
+        for run_id in found:  # a RUNNING run another process drives is not cut short: left to it, said
+            held = runlock.holder(archive, run_id)
+            if held is None:
+                ids.append(run_id)
+            else:
+                err.print(f"--resume unfinished: left out: {escape(runlock.describe_holder(run_id, held))}",
+                          highlight=False)
+        if not ids:
+            fail(f"--resume unfinished: every unfinished run in {archive} is being driven by another process")
     return list(dict.fromkeys(ids))
+
+
+def _lock_resumed(run_ids: list[str], archive: Path) -> None:
+    """Each resumed run's lock, taken before the run is touched (limits, status) and held until the command
+    ends (controller/runlock.py): a run another process drives is refused on one line."""
+    for run_id in run_ids:
+        left = runlock.acquire(archive, run_id)  # RunLocked (a ValueError): one line, exit 2
+        if left:
+            err.print(escape(runlock.describe_takeover(run_id, left)), highlight=False)
 
 
 def _open_existing(archive_path: str | None) -> Any:
@@ -312,7 +332,7 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
         fail(f"archive folder {archive}{f' (from {ARCHIVE_ENV})' if source == 'env' else ''} does not exist "
              "(create it first)")
     on_event = live_printer(as_json)
-    reports = []
+    reports, resume_ids = [], []
     lanes_for, new_runner, resumer = (lambda jobs: _gpus_for(jobs, dataset, archive)), None, resume_loop
     if executor == "ray" and not dry_run:
         try:
@@ -323,7 +343,8 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
         resumer = new_runner
     try:
         if resume:
-            run_ids = _resume_ids(resume, archive)
+            run_ids = resume_ids = _resume_ids(resume, archive)
+            _lock_resumed(run_ids, archive)
             _preflight_resumed(run_ids, archive)  # a missing credential or agent is said before any evaluation
             _extend(run_ids, archive, rounds, budget_wall_s, budget_tokens, budget_cost)
             reports.extend(run_loops(run_ids, archive, lanes_for(len(run_ids)), on_event=on_event, runner=resumer))
@@ -361,6 +382,9 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
     except KeyboardInterrupt:
         fail("interrupted: the archive holds everything finished; continue with --resume RUN_ID "
              "(or --resume unfinished)", 130)
+    finally:
+        for run_id in resume_ids:
+            runlock.release(archive, run_id)
     if as_json:
         click.echo(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2, default=str))
     else:

@@ -55,6 +55,7 @@ from .providers.offline import naive_incumbent, offline_generator
 from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
 from .screening import RoundEvaluation, search_settings
 from .search import stalled_regimes
+from . import runlock
 from .store import Store
 from .tactics import tactic_book
 
@@ -384,8 +385,23 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
         offline_generator(skills, definition)
     provider = provider or make_provider(config.provider, config.provider_options, skills=skills,
                                          skills_root=config.skills, store=store, definition=definition)
-    if resume is None:
-        store.create_run(run_id, config.definition, config.provider, config.model_dump(mode="json"))
+    left = runlock.acquire(archive.folder, run_id)  # RunLocked: another process drives it (controller/runlock.py)
+    try:
+        if resume is None:
+            store.create_run(run_id, config.definition, config.provider, config.model_dump(mode="json"))
+        if on_event and left:
+            on_event("lock_takeover", {"note": runlock.describe_takeover(run_id, left)})
+        return _play(config, run_id, resume, archive, store, provider, evaluator, skills, dataset, on_event,
+                     profiler, device_index)
+    finally:
+        runlock.release(archive.folder, run_id)
+
+
+def _play(config: LoopConfig, run_id: str, resume: Optional[str], archive: Archive, store: Store,
+          provider: Provider, evaluator: Optional[Evaluator], skills: dict[str, Skill], dataset: Dataset,
+          on_event: Optional[Event], profiler: Optional[IncumbentProfiler], device_index: Optional[int]
+          ) -> dict[str, Any]:
+    """run_loop's second half, under the run's lock: the evaluator and profiler, then the loop."""
     if on_event:
         on_event("run", {"run_id": run_id, "definition": config.definition, "provider": config.provider,
                          "resumed": resume is not None})

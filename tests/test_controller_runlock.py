@@ -1,0 +1,135 @@
+"""One process drives a run at a time (controller/runlock.py): a second `controller loop --resume RUN` is refused
+on one line naming the run and its holder while the first runs; a lock left by a process killed with -9 is taken
+over (said on one line); a new run is locked from its first row on."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from controller import runlock
+from controller.cli import main
+from controller.store import Store
+from harness.archive.database import Archive
+
+from support import ROOT
+
+HOLD = ("import sys; from controller import runlock; runlock.acquire(sys.argv[1], sys.argv[2]); print('held', "
+        "flush=True); sys.stdin.read()")
+PROBE = "import sys, json; from controller import runlock; print(json.dumps(runlock.holder(sys.argv[1], sys.argv[2])))"
+
+
+def hold(folder: Path, run_id: str) -> subprocess.Popen:
+    """Another process that takes the run's lock and keeps it until killed."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder), run_id], cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def probe(folder: Path, run_id: str):
+    """The run's holder as another process sees it."""
+    return json.loads(subprocess.run([sys.executable, "-c", PROBE, str(folder), run_id], cwd=ROOT, check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+def archive_with(tmp_path: Path, *runs: tuple[str, str]) -> tuple[Path, Store]:
+    folder = tmp_path / "a"
+    store = Store(Archive(folder))
+    for run_id, status in runs:
+        store.create_run(run_id, "d1", "offline", {"rounds": 3})
+        store.set_run_status(run_id, status)
+    return folder, store
+
+
+def stub_resume(monkeypatch) -> list[str]:
+    import controller.cli as cli
+
+    resumed: list[str] = []
+    monkeypatch.setattr(cli, "resume_loop", lambda rid, a, on_event=None, device_index=None:
+                        resumed.append(rid) or {"run_id": rid, "status": "DONE"})
+    monkeypatch.setattr(cli, "_gpus_for", lambda jobs, dataset, archive: 0)
+    return resumed
+
+
+def test_a_second_resume_is_refused_while_the_first_holds_the_run_and_a_killed_holder_is_taken_over(
+        tmp_path, monkeypatch):
+    folder, store = archive_with(tmp_path, ("run-1", "RUNNING"))
+    resumed = stub_resume(monkeypatch)
+    proc = hold(folder, "run-1")
+    try:
+        result = CliRunner().invoke(main, ["loop", "--resume", "run-1", "--rounds", "9", "--archive", str(folder),
+                                           "--json"])
+        assert result.exit_code == 2, result.output
+        line = result.stderr.strip()
+        assert "\n" not in line and "Traceback" not in result.output
+        assert "run run-1" in line and f"pid {proc.pid} on {socket.gethostname()}" in line, line
+        assert resumed == [] and store.run("run-1")["config"] == {"rounds": 3}  # not extended either
+    finally:
+        proc.kill()  # kill -9: the process never lets go of its lock, the kernel does
+        proc.wait()
+    result = CliRunner().invoke(main, ["loop", "--resume", "run-1", "--archive", str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    assert resumed == ["run-1"]
+    assert f"run run-1: taking over the lock left by pid {proc.pid}" in result.stderr
+    assert probe(folder, "run-1") is None  # released when the command ended
+    result = CliRunner().invoke(main, ["loop", "--resume", "run-1", "--archive", str(folder), "--json"])
+    assert result.exit_code == 0 and "taking over" not in result.stderr  # a clean end leaves no record
+
+
+def test_resume_unfinished_leaves_out_a_run_another_process_drives(tmp_path, monkeypatch):
+    folder, _ = archive_with(tmp_path, ("run-1", "RUNNING"), ("run-2", "INTERRUPTED"))
+    resumed = stub_resume(monkeypatch)
+    proc = hold(folder, "run-1")
+    try:
+        result = CliRunner().invoke(main, ["loop", "--resume", "unfinished", "--archive", str(folder), "--json"])
+        assert result.exit_code == 0, result.output
+        assert resumed == ["run-2"]
+        assert f"left out: run run-1 is being driven by pid {proc.pid}" in result.stderr
+        resumed.clear()
+        proc2 = hold(folder, "run-2")
+        try:
+            result = CliRunner().invoke(main, ["loop", "--resume", "unfinished", "--archive", str(folder)])
+            assert result.exit_code == 2 and resumed == []
+            assert "every unfinished run in" in result.stderr.strip().splitlines()[-1]
+        finally:
+            proc2.kill()
+            proc2.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_new_run_is_locked_from_its_first_row_until_it_ends(tiny_dataset_root, tmp_path, monkeypatch):
+    import controller.loop as loop_mod
+    from harness.data.dataset import Dataset
+    from loop_support import WORKLOAD, FakeEvaluator, config
+
+    folder = tmp_path / "a"
+    archive = Archive(folder)
+    seen = {}
+
+    def run(self):
+        seen["run_id"], seen["holder"] = self.run_id, probe(folder, self.run_id)
+        return {"run_id": self.run_id}
+
+    monkeypatch.setattr(loop_mod.Loop, "run", run)
+    evaluator = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], judge=lambda s: ("PASSED", None))
+    loop_mod.run_loop(config(tiny_dataset_root), folder, evaluator=evaluator)
+    assert Store(archive).run(seen["run_id"]) is not None
+    assert seen["holder"]["pid"] > 0 and seen["holder"]["host"] == socket.gethostname()  # another process sees it
+    assert probe(folder, seen["run_id"]) is None
+    assert runlock.lock_path(folder, seen["run_id"]).read_text() == ""
+
+
+def test_lock_file_names_stay_inside_the_locks_folder(tmp_path):
+    for run_id, plain in (("run-20261205-041437-0929a0", True), ("../../etc/passwd", False), ("a/b", False),
+                          (".hidden", False), ("x" * 300, False)):
+        path = runlock.lock_path(tmp_path, run_id)
+        assert path.parent == tmp_path / runlock.LOCKS
+        assert (path.name == f"{run_id}.lock") is plain
