@@ -373,7 +373,11 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 def import_cmd(directory: str, archive_path: Optional[str]) -> None:
-    """Read a FlashInfer-Bench trace set's solutions and traces into the archive."""
+    """Read a FlashInfer-Bench trace set's solutions and traces into the archive, all or nothing.
+
+    Solutions and traces the archive already holds (the same code; the same trace of the same code) are not added
+    again: importing the same trace set twice adds nothing the second time, and says so.
+    """
     from .archive.export import import_trace_set
 
     archive = open_archive(archive_path)
@@ -381,7 +385,13 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
         report = import_trace_set(archive, Path(directory))
     except SchemaError as e:
         fail(str(e))
-    out.print(f"imported {report.solutions} solutions and {report.traces} traces from {directory}", highlight=False)
+    present = (f"{report.solutions_present} solutions and {report.traces_present} traces already in the archive"
+               if report.solutions_present or report.traces_present else "")
+    if report.nothing_new:
+        out.print(f"nothing new in {directory}: {present or 'it holds no solutions or traces'}", highlight=False)
+    else:
+        out.print(f"imported {report.solutions} solutions and {report.traces} traces from {directory}"
+                  + (f" ({present})" if present else ""), highlight=False)
 
 
 # Source files `harness pack` takes from a folder: Python, CUDA and C++ sources and headers.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -128,3 +129,69 @@ def test_a_trace_set_that_fails_leaves_the_archive_as_it_was(filled_archive, tin
     with pytest.raises(SchemaError, match="not-there-"):
         import_trace_set(fresh, tmp_path / "export")
     assert fresh.submissions() == [] and fresh.db.execute("select count(*) from evaluations").fetchone()[0] == 0
+
+
+def counts(archive) -> tuple[int, ...]:
+    return tuple(archive.db.execute(f"select count(*) from {t}").fetchone()[0]
+                 for t in ("solutions", "submissions", "evaluations"))
+
+
+def test_a_second_import_of_the_same_trace_set_adds_nothing_and_says_so(filled_archive, tiny_dataset_root, tmp_path):
+    """Importing a trace set twice duplicated every submission and evaluation; now the second adds nothing."""
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    fresh = Archive(tmp_path / "fresh")
+    first = import_trace_set(fresh, tmp_path / "export")
+    after_first = counts(fresh)
+    again = import_trace_set(fresh, tmp_path / "export")
+    assert again.nothing_new and (again.solutions_present, again.traces_present) == (3, 4)
+    assert counts(fresh) == after_first and (first.solutions, first.traces) == (3, 4)
+    shutil.copytree(tmp_path / "export", tmp_path / "copy")  # the same content from another folder
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "copy"), "--archive", str(fresh.folder)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 0 and len(lines) == 1 and lines[0].startswith("nothing new in "), result.output
+    assert "3 solutions and 4 traces already in the archive" in lines[0] and counts(fresh) == after_first
+    # one new trace among known ones: only it is added
+    traces = next((tmp_path / "copy" / "traces").rglob("*.jsonl"))
+    line = json.loads(traces.read_text().splitlines()[0])
+    line["evaluation"]["timestamp"] = "2030-01-01T00:00:00"
+    traces.write_text(traces.read_text() + json.dumps(line) + "\n")
+    more = import_trace_set(fresh, tmp_path / "copy")
+    assert (more.solutions, more.traces, more.traces_present) == (0, 1, 4)
+    assert counts(fresh) == (after_first[0], after_first[1] + 1, after_first[2] + 1)
+
+
+def test_an_import_that_fails_while_writing_leaves_the_archive_as_it_was(filled_archive, tiny_dataset_root, tmp_path,
+                                                                       monkeypatch):
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    fresh = Archive(tmp_path / "fresh")
+    real, calls = fresh.add_evaluation, []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fresh, "add_evaluation", second_fails)
+    with pytest.raises(OSError):
+        import_trace_set(fresh, tmp_path / "export")
+    assert counts(fresh) == (0, 0, 0)
+
+
+TRACE = {"definition": "d", "solution": "s", "workload": {"uuid": "u"}, "evaluation": {"status": "PASSED"}}
+
+
+@pytest.mark.parametrize("a, b, same", [
+    (("h1", TRACE), ("h1", json.loads(json.dumps(TRACE, sort_keys=True))), True),  # key order does not matter
+    (("h1", TRACE), ("h2", TRACE), False),  # the same trace of other code
+    (("h1", TRACE), ("h1", {**TRACE, "evaluation": {"status": "PASSED", "timestamp": "t"}}), False),  # a re-run
+    (("h1", TRACE), ("h1", {**TRACE, "solution": "renamed"}), False),  # the name is part of the trace
+])
+def test_the_identity_of_an_imported_trace(a, b, same):
+    from harness.archive.export import import_digest
+
+    assert (import_digest(*a) == import_digest(*b)) is same

@@ -168,13 +168,39 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
 
 @dataclass
 class ImportReport:
-    solutions: int = 0
-    traces: int = 0
+    solutions: int = 0  # solutions new to the archive
+    traces: int = 0  # traces new to the archive
+    solutions_present: int = 0  # solutions of the trace set the archive already held
+    traces_present: int = 0  # traces it already held (an earlier import of the same content), or repeated in it
+
+    @property
+    def nothing_new(self) -> bool:
+        return not (self.solutions or self.traces)
+
+
+def import_digest(solution_hash: str, trace: dict) -> str:
+    """The identity of an imported trace: SHA-256 of the content hash of the solution it names (its code, not its
+    name, which two trace sets may give to different code) and of the trace itself (definition, workload,
+    evaluation: status, errors, latency, log, environment, timestamp) as canonical JSON. The same trace imported
+    again, from the same folder or a copy, has the same digest and adds nothing; a re-run of the solution (another
+    timestamp or figure) is a trace of its own."""
+    canonical = json.dumps({"solution": solution_hash, "trace": trace}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _imported_digests(archive: Archive) -> set[str]:
+    """The digests of the traces earlier imports put in the archive, computed from the rows themselves."""
+    rows = archive.db.execute("select s.solution_hash, e.trace from evaluations e join submissions s "
+                              "on s.id = e.submission_id where e.timing_note = 'imported' and e.trace is not null")
+    return {import_digest(h, json.loads(t)) for h, t in rows.fetchall()}
 
 
 def import_trace_set(archive: Archive, root: Path) -> ImportReport:
+    """Read a FlashInfer-Bench trace set's solutions and traces into the archive, all or nothing: everything is
+    read and checked first, then written in one transaction. A solution is known by its content hash, a trace by
+    ``import_digest``: what the archive already holds is counted, never added twice, so importing the same trace
+    set again adds nothing (``ImportReport.nothing_new``)."""
     report = ImportReport()
-    # Everything read and checked first: a trace set that fails anywhere leaves the archive as it was.
     solutions: dict[str, Solution] = {}
     for path in sorted((root / "solutions").rglob("*.json")):
         sol = load_model(Solution, path)
@@ -188,12 +214,34 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
                 raise SchemaError(f"{path}: trace names solution {trace.solution!r}, "
                                   f"which is not in {root / 'solutions'}")
             traces.append((path, trace))
+    with archive.db.atomic():  # one transaction: a failure while writing leaves the archive as it was
+        _write_import(archive, root, solutions, traces, report)
+    return report
+
+
+def _write_import(archive: Archive, root: Path, solutions: dict[str, Solution], traces: list[tuple[Path, Trace]],
+                  report: ImportReport) -> None:
     for sol in solutions.values():
+        if archive.db.execute("select 1 from solutions where hash = ?", [sol.content_hash]).fetchone():
+            report.solutions_present += 1
+            continue
         archive.put_solution(dump_json(sol), sol.content_hash)
         report.solutions += 1
+    seen = _imported_digests(archive)
+    new: list[tuple[Path, Trace, dict]] = []
+    for path, trace in traces:
+        data = dump_json(trace)
+        digest = import_digest(solutions[trace.solution].content_hash, data)
+        if digest in seen:
+            report.traces_present += 1
+            continue
+        seen.add(digest)
+        new.append((path, trace, data))
+    if not new:
+        return
     env_id = archive.put_environment({"hardware": "imported", "source": str(root)})
     submissions: dict[tuple[str, str], int] = {}
-    for path, trace in traces:
+    for path, trace, data in new:
         sol = solutions[trace.solution]
         key = (sol.content_hash, trace.definition)
         if key not in submissions:
@@ -212,7 +260,7 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
             "speedup_factor": p.speedup_factor if p else None, "aligned": 1 if p else None,
             "timing_note": "imported", "message": "",
             "log_blob": archive.put_blob(ev.log, "log") if ev.log else None,
-            "trace": dump_json(trace), "extra": {"imported_from": str(path)}, "environment_id": env_id,
+            "trace": data, "extra": {"imported_from": str(path)}, "environment_id": env_id,
             "started_at": None, "finished_at": ev.timestamp})
         report.traces += 1
     for sub_id in submissions.values():
@@ -223,4 +271,3 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
         # ran on it, so it is listed and compared but never promoted or ranked among the promotable.
         archive.finish_submission(sub_id, passed if statuses == {passed} else sorted(statuses - {passed})[0],
                                   "imported", scores={"promotable": False, "promotion_blockers": [IMPORTED_BLOCKER]})
-    return report
