@@ -24,6 +24,7 @@ from .providers.base import ProviderError
 from .providers.registry import PROVIDERS, default_provider, preflight
 from .skills import SkillError
 from . import runlock
+from .startcheck import check_new_runs
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 out = SafeConsole(width=None if sys.stdout.isatty() else 200)
@@ -372,6 +373,7 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                                   budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s, profile=profile,
                                   profile_timeout_s=profile_timeout_s, hint=_hint(hint), max_turns=max_turns,
                                   max_evaluations=max_evaluations) for d in names]
+            check_new_runs(configs, archive)  # incumbents, a replay's source: before any run row
             if dry_run:
                 _print_dry_runs(configs, name, options)
                 return

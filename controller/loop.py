@@ -56,6 +56,7 @@ from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, pro
 from .screening import RoundEvaluation, search_settings
 from .search import stalled_regimes
 from . import runlock
+from .startcheck import check_incumbent
 from .store import Store
 from .tactics import tactic_book
 
@@ -383,6 +384,8 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
     dataset.workloads_for(config.definition, config.workloads)  # a workload selector that selects nothing: said now
     if config.incumbent is None:
         offline_generator(skills, definition)
+    else:
+        check_incumbent(config.incumbent, definition.name)  # not a solution of it: said before a run is archived
     provider = provider or make_provider(config.provider, config.provider_options, skills=skills,
                                          skills_root=config.skills, store=store, definition=definition)
     left = runlock.acquire(archive.folder, run_id)  # RunLocked: another process drives it (controller/runlock.py)
