@@ -217,7 +217,12 @@ def _preflight_resumed(run_ids: list[str], archive: Path) -> None:
     for run_id in run_ids:
         row = store.run(run_id)
         if row is not None:
-            preflight(row["config"].get("provider", row["provider"]), row["config"].get("provider_options"))
+            name, options = row["config"].get("provider", row["provider"]), row["config"].get("provider_options")
+            preflight(name, options)
+            if name == "replay":
+                from .providers.replay import ReplayProvider
+
+                ReplayProvider(store, (options or {}).get("run")).check_source(row["definition"], run_id)
 
 
 def _hint(value: Optional[str]) -> str:

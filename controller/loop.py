@@ -388,6 +388,8 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
         check_incumbent(config.incumbent, definition.name)  # not a solution of it: said before a run is archived
     provider = provider or make_provider(config.provider, config.provider_options, skills=skills,
                                          skills_root=config.skills, store=store, definition=definition)
+    if hasattr(provider, "check_source"):  # replay: nothing to replay is said before the loop starts
+        provider.check_source(definition.name, run_id)
     left = runlock.acquire(archive.folder, run_id)  # RunLocked: another process drives it (controller/runlock.py)
     try:
         if resume is None:

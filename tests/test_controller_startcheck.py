@@ -70,3 +70,51 @@ def test_run_loop_checks_the_incumbent_before_the_run_row(tiny_dataset_root, tmp
     with pytest.raises(SchemaError, match="--incumbent"):
         run_loop(config(tiny_dataset_root, incumbent=str(bad)), folder)
     assert no_runs(folder)
+
+
+def stub_run_loops(monkeypatch) -> list:
+    import controller.cli as cli
+
+    started: list = []
+    monkeypatch.setattr(cli, "run_loops", lambda jobs, *a, **k: started.extend(jobs) or [])
+    return started
+
+
+@pytest.mark.parametrize("setup, extra, said", [
+    ("missing", (), "replay: no archive at"),  # the archive folder exists, its database does not (none is made)
+    ("empty", (), "replay: no earlier run of " + KV8_PS1),
+    ("silent", (), "replay: run run-silent has no responses"),  # the latest run of the definition replied nothing
+    ("silent", ("--replay-run", "run-nope"), "replay: no run 'run-nope'"),
+    ("other", ("--replay-run", "run-other"), "replay: run run-other is of d2"),
+])
+def test_replay_with_nothing_to_replay_is_one_line_before_the_loop_starts(tiny_dataset_root, tmp_path, monkeypatch,
+                                                                         setup, extra, said):
+    folder = tmp_path / "a"
+    folder.mkdir()
+    if setup != "missing":
+        store = Store(Archive(folder))
+        if setup == "silent":
+            store.create_run("run-silent", KV8_PS1, "offline", {})
+        if setup == "other":
+            store.create_run("run-other", "d2", "offline", {})
+    started = stub_run_loops(monkeypatch)
+    line = refused(CliRunner().invoke(main, loop_args(tiny_dataset_root, folder, "-p", "replay", *extra)))
+    assert said in line, line
+    assert started == []  # no run row, no evaluation
+    if setup == "missing":
+        assert not (folder / "archive.db").exists()
+    else:
+        assert [r["id"] for r in Store(Archive(folder)).runs()] == {"silent": ["run-silent"],
+                                                                     "other": ["run-other"]}.get(setup, [])
+
+
+def test_run_loop_checks_the_replay_source_before_the_run_row(tiny_dataset_root, tmp_path):
+    from controller.loop import run_loop
+    from controller.providers.base import ProviderError
+
+    from loop_support import config
+
+    folder = tmp_path / "a"
+    with pytest.raises(ProviderError, match="no earlier run"):
+        run_loop(config(tiny_dataset_root, provider="replay"), folder)
+    assert no_runs(folder)

@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 
+from .base import ProviderError
+
 
 class ReplayProvider:
     name = "replay"
@@ -31,6 +33,30 @@ class ReplayProvider:
             runs = [r for r in self.store.runs(definition=request.definition)
                     if r["provider"] != "replay" and r["id"] != request.run_id]
             self.source_run = runs[0]["id"] if runs else None
+        return self.source_run
+
+    def check_source(self, definition: str, run_id: Optional[str] = None) -> str:
+        """Before the loop starts (no run row, no evaluation yet): the run to replay exists, is of ``definition``
+        and holds responses; returns its id. ``run_id``: the replaying run, when resumed (never its own source).
+        ProviderError, on one line, otherwise."""
+        if self.source_run is not None:
+            row = self.store.run(self.source_run)
+            if row is None:
+                raise ProviderError(f"replay: no run {self.source_run!r} in the archive (`controller runs` lists them)")
+            if row["definition"] != definition:
+                raise ProviderError(f"replay: run {self.source_run} is of {row['definition']}, not {definition}")
+        else:
+            runs = [r for r in self.store.runs(definition=definition)
+                    if r["provider"] != "replay" and r["id"] != run_id]
+            if not runs:
+                raise ProviderError(f"replay: no earlier run of {definition} in the archive to replay "
+                                    "(use --replay-run RUN_ID)")
+            self.source_run = runs[0]["id"]
+        if self.source_run == run_id:
+            raise ProviderError(f"replay: run {run_id} cannot replay itself")
+        if not self.store.response_count(self.source_run):
+            raise ProviderError(f"replay: run {self.source_run} has no responses to replay (it has none archived); "
+                                "name another with --replay-run RUN_ID")
         return self.source_run
 
     def generate(self, request: GenerationRequest) -> GenerationResponse:
