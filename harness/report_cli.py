@@ -31,12 +31,20 @@ import click
 @click.option("--plots", type=click.Choice(["auto", "matplotlib", "builtin"]), default="auto", show_default=True,
               help="auto: matplotlib when installed, else the built-in SVG renderer.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in a browser when written.")
+@click.option("--force", is_flag=True,
+              help="Write into --out even where it holds files that are not an earlier report (they may be "
+                   "overwritten).")
 def report(archive_path: Optional[str], definition: Optional[str], out_dir: str, rounds_file: Optional[str],
-           dataset: Optional[str], plots: str, open_browser: bool) -> None:
-    """Write a self-contained HTML report: leaderboards, per-workload plots, roofline, controller trajectory."""
+           dataset: Optional[str], plots: str, open_browser: bool, force: bool) -> None:
+    """Write a self-contained HTML report: leaderboards, per-workload plots, roofline, controller trajectory.
+    --out must be new, empty or an earlier report (its marker file or page tag): nothing else is overwritten."""
     from .cli_common import fail, open_archive, out
     from .review import gather_report, load_rounds_file, write_report
+    from .review.pages import out_folder_refusal
 
+    refusal = None if force else out_folder_refusal(out_dir)
+    if refusal:
+        fail(refusal)
     if plots == "matplotlib":
         try:
             import matplotlib  # noqa: F401

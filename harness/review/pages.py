@@ -220,11 +220,52 @@ def render_index(data: ReportData, backend: str = "auto") -> str:
     return _page("Crucible report", "\n".join(parts))
 
 
+# A report folder says it is one: this file, and the generator tag in every page's head (templates/page.html). A
+# later report replaces only such a folder's own files; a folder holding anything else is not written into
+# (``harness report`` refuses it unless --force), so a person's own index.html is never overwritten.
+MARKER = ".crucible-report"
+GENERATOR_TAG = '<meta name="generator" content="crucible harness report">'
+_LEGACY_TITLE = "<title>Crucible report</title>"  # reports written before the marker and the tag
+
+
+def folder_verdict(entries: list[str], marker: bool, index_head: Optional[str]) -> str:
+    """What the report's output folder holds: "empty" (or missing), "report" (an earlier report, by its marker
+    file or its index.html's generator tag or title) or "foreign" (anything else). ``entries``: the folder's
+    names (None-safe: [] for a missing folder); ``index_head``: the start of its index.html, if any."""
+    if not entries:
+        return "empty"
+    if marker or (index_head is not None and (GENERATOR_TAG in index_head or _LEGACY_TITLE in index_head)):
+        return "report"
+    return "foreign"
+
+
+def out_folder_refusal(out: Union[str, Path]) -> Optional[str]:
+    """Why the report must not be written into ``out`` (a folder holding files of someone else's), else None."""
+    out = Path(out)
+    if not out.is_dir():
+        return None
+    try:
+        entries = sorted(p.name for p in out.iterdir())
+        index, head = out / "index.html", None
+        if index.is_file():
+            with open(index, "rb") as f:
+                head = f.read(4096).decode("utf-8", errors="replace")
+    except OSError as e:
+        return f"cannot read the report folder {out}: {e.strerror or e}"
+    if folder_verdict(entries, (out / MARKER).is_file(), head) != "foreign":
+        return None
+    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+    return (f"{out} holds files that are not an earlier report ({shown}): name an empty or new folder, or give "
+            "--force to write the report over them")
+
+
 def write_report(archive: Any, out: Union[str, Path], data: Optional[ReportData] = None, backend: str = "auto",
                  **gather: Any) -> Path:
-    """Write the report folder (index.html, candidates/, files/); returns the index path."""
+    """Write the report folder (index.html, candidates/, files/, the marker); returns the index path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by `harness report`: a later report replaces index.html, candidates/ and "
+                              "files/ here\n", encoding="utf-8")
     data = data or gather_report(archive, **gather)
     w = _Writer(archive, out)
     pages: dict[int, Candidate] = {}
