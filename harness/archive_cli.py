@@ -26,15 +26,20 @@ def copy_archive(dest: str, archive_path: Optional[str], with_outputs: bool, wit
     """Copy the archive into DEST (a new or empty folder) to carry to another host: every submission, evaluation,
     baseline and reference figure, blob and the seal key; the reference's cached outputs and FlashInfer's JIT
     modules only when asked. Seals still verify in the copy."""
+    import sqlite3
+
     from .archive.database import ArchiveError
+    from .archive.storage import storage_failure, storage_where
     from .archive.travel import travel_copy
     from .cli_common import fail, open_archive, out
 
     source = open_archive(archive_path, reading=True)
     try:
         copy = travel_copy(source, dest, with_outputs=with_outputs, with_jit=with_jit)
-    except (ArchiveError, OSError) as e:
-        fail(f"cannot copy the archive: {e}")
+    except (ArchiveError, OSError, sqlite3.Error) as e:  # nothing of a failed copy is left in DEST
+        full = storage_failure(e)
+        fail(f"cannot copy the archive: {full} (writing {storage_where(e, dest)}); nothing was left in {dest}"
+             if full else f"cannot copy the archive: {e}")
         return
     if as_json:
         click.echo(json.dumps(copy.model_dump()))

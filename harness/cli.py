@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .archive.database import ArchiveError
+from .archive.storage import storage_message
 from .cli_common import (ARCHIVE_HELP, POSITIVE_SECONDS, err, fail, fmt, open_archive, open_dataset, out,
                          run_as_program, styled)
 from .pipeline.phases import timeline
@@ -149,6 +150,11 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
         timeline("early_workers_launched")
     try:
         _run_submit(loaded, ds, archive, opts, as_json, executor, address, lanes)
+    except Exception as e:
+        line = storage_message(e, archive.folder)  # a full disk: one line, the record closed where it can be
+        if line is None:
+            raise
+        fail(line)
     finally:
         early_workers.stop_all()  # those no session took
 
@@ -385,6 +391,11 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
         report = import_trace_set(archive, Path(directory))
     except SchemaError as e:
         fail(str(e))
+    except Exception as e:
+        line = storage_message(e, archive.folder)  # a full disk: the one transaction wrote nothing
+        if line is None:
+            raise
+        fail(f"{line}; nothing was imported")
     present = (f"{report.solutions_present} solutions and {report.traces_present} traces already in the archive"
                if report.solutions_present or report.traces_present else "")
     if report.nothing_new:

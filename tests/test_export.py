@@ -182,6 +182,26 @@ def test_an_import_that_fails_while_writing_leaves_the_archive_as_it_was(filled_
     assert counts(fresh) == (0, 0, 0)
 
 
+def test_import_onto_a_full_disk_is_one_line_and_imports_nothing(filled_archive, tiny_dataset_root, tmp_path,
+                                                                monkeypatch):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    (tmp_path / "fresh").mkdir()
+
+    def full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device", str(self.folder / "archive.db"))
+
+    monkeypatch.setattr(Archive, "add_evaluation", full)
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "export"), "--archive", str(tmp_path / "fresh")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: the disk is full: cannot write ") and "nothing was imported" in lines[0]
+    assert counts(Archive(tmp_path / "fresh")) == (0, 0, 0)
+
+
 TRACE = {"definition": "d", "solution": "s", "workload": {"uuid": "u"}, "evaluation": {"status": "PASSED"}}
 
 

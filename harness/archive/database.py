@@ -119,6 +119,11 @@ class ArchiveDatabase(sqlite_utils.Database):
             raise
 
 
+def _write_file(path: Path, data: bytes) -> None:
+    """Every file the archive writes beside its database goes through here (tests make the disk full here)."""
+    path.write_bytes(data)
+
+
 @contextlib.contextmanager
 def _schema_lock(db_path: Path) -> Iterator[None]:
     """One connection at a time sets up and migrates the database: two opening a new archive at once (the
@@ -198,8 +203,12 @@ class Archive:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_bytes(raw)
-            os.replace(tmp, target)  # atomic: a crash never leaves half a blob under its hash
+            try:
+                _write_file(tmp, raw)
+                os.replace(tmp, target)  # atomic: a crash never leaves half a blob under its hash
+            except BaseException:  # a full disk: the half-written file goes (giving its space back)
+                tmp.unlink(missing_ok=True)
+                raise
         self.db["blobs"].insert({"sha256": digest, "size": len(raw), "kind": kind, "created_at": now()},
                                 ignore=True)
         return digest

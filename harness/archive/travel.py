@@ -16,6 +16,7 @@ and their timing, never the cache, so every seal still verifies in the copy.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -57,15 +58,32 @@ def _copy_jit_modules(source: Path, dest: Path) -> int:
 
 def travel_copy(source: Archive, dest: Path | str, with_outputs: bool = False, with_jit: bool = False) -> TravelCopy:
     """Copy ``source`` into the new folder ``dest`` (absent or empty), leaving out the reference's cached
-    outputs (unless ``with_outputs``) and FlashInfer's JIT modules (unless ``with_jit``)."""
+    outputs (unless ``with_outputs``) and FlashInfer's JIT modules (unless ``with_jit``).
+
+    All or nothing: the database is written under a temporary name and given its own last, so a copy cut short
+    (a full disk, a kill) never looks like an archive; one that fails is removed, ``dest`` left as it was."""
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ArchiveError(f"{dest} exists and is not an empty folder")
     if dest.resolve() == source.folder.resolve():
         raise ArchiveError("the copy must go to another folder")
+    made = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
+    try:
+        return _copy_into(source, dest, with_outputs, with_jit)
+    except BaseException:
+        if made:
+            shutil.rmtree(dest, ignore_errors=True)
+        else:  # it was empty: emptied again
+            for child in list(dest.iterdir()):
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+        raise
+
+
+def _copy_into(source: Archive, dest: Path, with_outputs: bool, with_jit: bool) -> TravelCopy:
     db_path = dest / ARCHIVE_DB
-    target = sqlite3.connect(db_path)
+    partial = dest / f"{ARCHIVE_DB}.partial"
+    target = sqlite3.connect(partial)
     try:
         source.db.conn.backup(target)
         left_out: set[str] = set()
@@ -96,6 +114,7 @@ def travel_copy(source: Archive, dest: Path | str, with_outputs: bool = False, w
     if key.is_file():
         shutil.copy2(key, dest / SEAL_KEY)  # the seals verify on the next host, and the seed secret is the same
     jit = _copy_jit_modules(source.folder / JIT_CACHE, dest / JIT_CACHE) if with_jit else 0
+    os.replace(partial, db_path)  # last: only a whole copy is an archive
     return TravelCopy(folder=str(dest), database_bytes=db_path.stat().st_size, blobs_copied=copied,
                       blob_bytes=copied_bytes, outputs_left_out=len(left_out), output_bytes_left_out=skipped_bytes,
                       jit_bytes=jit)

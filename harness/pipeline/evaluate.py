@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..archive.database import Archive
+from ..archive.storage import ArchiveStorageError, storage_failure, storage_where
 from ..measure import scores
 from ..audits.thresholds import policy_thresholds
 from .baselines import Baselines
@@ -51,6 +52,7 @@ from .submission_summary import (
     cut_short,
     opened_result,
     settle,
+    storage_outcome,
     unrun_result,
 )
 from .candidate_run import CandidateRun
@@ -239,7 +241,11 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         try:
             result = self._submit(solution, short_run(iterations, trials))
         except BaseException as err:
-            self._close_cut_short(err)
+            submission_id, closed = self._open_submission, self._close_cut_short(err)
+            storage = storage_failure(err)
+            if storage is not None:  # a full disk: one line for the command, with what became of the record
+                raise ArchiveStorageError(storage_outcome(storage, storage_where(err, self.archive.folder),
+                                                          submission_id, closed)) from err
             raise
         finally:
             self.audit_config = session_config
@@ -249,17 +255,19 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         result.worker_steps_s = dict(sorted(((k, v) for k, v in steps.items() if v > 0), key=lambda kv: -kv[1]))
         return result
 
-    def _close_cut_short(self, err: BaseException) -> None:
-        """A submission the harness could not finish (Ctrl-C, SIGTERM, a harness bug) is archived as such,
-        with its finished workloads, rather than left RUNNING for ever."""
+    def _close_cut_short(self, err: BaseException) -> bool:
+        """A submission the harness could not finish (Ctrl-C, SIGTERM, a harness bug, a full disk) is archived as
+        such, with its finished workloads, rather than left RUNNING for ever; whether that could be written."""
         if self._open_submission is None:
-            return
+            return True
         status, message = cut_short(err)
         try:
             self.archive.finish_submission(self._open_submission, status, message)
+            return True
         except Exception:  # the archive itself may be what failed; the original error matters more
-            pass
-        self._open_submission = None
+            return False
+        finally:
+            self._open_submission = None
 
     def _submit(self, solution: Solution, short_run: Optional[dict[str, int]] = None) -> SubmissionResult:
         definition = self.dataset.definition(solution.definition)

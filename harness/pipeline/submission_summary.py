@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..archive.storage import storage_failure
 from ..audits.model import audits_json
 from ..audits.verdicts import promotion_blockers
 from ..data.results import SubmissionResult, WorkloadResult
@@ -124,7 +125,23 @@ def cut_short(err: BaseException) -> tuple[str, str]:
     """The status and message of a submission the harness could not finish: an Exception is the harness's own
     failure; anything else (KeyboardInterrupt, SystemExit from SIGTERM) an interruption, whose finished
     workloads still stand."""
+    storage = storage_failure(err)
+    if storage is not None:  # not the harness's fault nor the solution's: said so, with the error's own words
+        return SubmissionStatus.HARNESS_ERROR, f"the archive could not be written: {storage} ({err})"[:2000]
     if isinstance(err, Exception):
         return SubmissionStatus.HARNESS_ERROR, f"the harness failed: {type(err).__name__}: {err}"[:2000]
     return (SubmissionStatus.INTERRUPTED,
             f"stopped ({type(err).__name__}) before it finished; finished workloads are kept")
+
+
+def storage_outcome(reason: str, where: str, submission_id: Optional[int], closed: bool) -> str:
+    """The one line a submission cut short by its storage (``reason``: "the disk is full") ends the command with:
+    what failed, where, and what became of the submission's record (``closed``: its status could be written)."""
+    line = f"{reason}: cannot write {where}; "
+    if submission_id is None:
+        return line + "nothing of this submission was archived"
+    if closed:
+        return line + (f"submission {submission_id} is archived as {SubmissionStatus.HARNESS_ERROR.value} with its "
+                       "finished workloads (free space, then submit again)")
+    return line + (f"submission {submission_id} could not be closed either: the next harness run on this archive "
+                   f"records it as {SubmissionStatus.INTERRUPTED.value}")
