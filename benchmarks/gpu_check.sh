@@ -47,7 +47,7 @@ has() { case "$STAGES" in *" $1 "*) return 0;; esac; return 1; }
 T0=$(date +%s); DONE_DIR=${DONE_DIR:-}; [ -n "$DONE_DIR" ] && mkdir -p "$DONE_DIR"
 declare -A EST=([gputests]=420 [examples]=150 [parity]=150 [throughput]=300 [adversarial]=220 [judge_set]=360
   [judge_families]=560 [judge_scale]=560 [slow_timing]=280 [families]=600 [family_records]=560 [audit_cost]=300
-  [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60 [moe_prebuild]=10 [sweep]=300
+  [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60 [moe_prebuild]=10 [sweep]=300 [promoted]=600
   [loop_record]=480)
 CURRENT=
 mark_done() { [ -n "$CURRENT" ] && [ -n "$DONE_DIR" ] && touch "$DONE_DIR/$CURRENT"; CURRENT=; }
@@ -242,6 +242,15 @@ if stage controller; then
   fi
   python3 -m controller trajectory --all --archive "$ARCHIVE" --out /tmp/trajectory >> "$LOG" 2>&1
   tar czf "$OUT/trajectory.tgz" -C /tmp trajectory
+fi
+if stage promoted; then  # the loop's promoted gqa_decode solutions (examples/) on every workload, through every audit
+  section "promoted examples"
+  defs=${PROMOTED_DEFINITIONS:-gqa_paged_decode_h32_kv8_d128_ps1,gqa_paged_decode_h32_kv8_d128_ps64,gqa_paged_decode_h32_kv4_d128_ps1,gqa_paged_decode_h32_kv4_d128_ps64}
+  for def in ${defs//,/ }; do
+    timeout ${PROMOTED_TIMEOUT:-240} python3 -m harness submit "examples/gqa_decode_promoted/solutions/$def.json" \
+      --archive "$ARCHIVE" --json ${PROMOTED_ARGS:-} > "$OUT/promoted_$def.json" 2>> "$LOG"
+    python3 benchmarks/submit_summary.py "$OUT/promoted_$def.json" >> "$LOG" 2>&1
+  done
 fi
 if stage sweep; then
   section "template sweep"
