@@ -24,7 +24,7 @@ from .providers.base import ProviderError
 from .providers.registry import PROVIDERS, default_provider, preflight
 from .skills import SkillError
 from . import runlock
-from .startcheck import check_new_runs
+from .startcheck import check_new_runs, conflicting_options
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 out = SafeConsole(width=None if sys.stdout.isatty() else 200)
@@ -333,6 +333,12 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
          timeout_s, profile, profile_timeout_s, hint, max_turns, max_evaluations, provider_option, dry_run,
          executor, address, as_json) -> None:
     """Run the loop: plan -> request -> candidates -> harness -> repair -> promotion, bounded and resumable."""
+    ctx = click.get_current_context()
+    given = {p.name for p in ctx.command.params
+             if ctx.get_parameter_source(p.name) not in (None, click.core.ParameterSource.DEFAULT)}
+    conflict = conflicting_options(given, bool(resume), provider, executor)
+    if conflict:
+        fail(conflict)
     archive, source = archive_location(archive_path)
     if source != "default" and not archive.is_dir():
         fail(f"archive folder {archive}{f' (from {ARCHIVE_ENV})' if source == 'env' else ''} does not exist "

@@ -1,17 +1,46 @@
-"""What `controller loop` checks before a run is created: an incumbent that is not a solution of the run's
-definition, and a replay with nothing to replay. Each is said on one line (exit 2) with no run row written and
-nothing evaluated; the replay provider's source is checked by the provider itself
-(controller/providers/replay.py: ``check_source``).
+"""What `controller loop` checks before a run is created or resumed: options of which one would be ignored, an
+incumbent that is not a solution of the run's definition, and a replay with nothing to replay. Each is said on one
+line (exit 2) with no run row written and nothing evaluated; the replay provider's source is checked by the
+provider itself (controller/providers/replay.py: ``check_source``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from harness.data.schema import SchemaError, Solution, load_model
 
 from .providers.base import ProviderError
+
+# The options a resumed run takes from its stored settings: given with --resume, they would be ignored. Those a
+# resume does use: --rounds and the --budget-* limits (controller/extend.py), --archive, --executor, --address,
+# --json.
+STORED_SETTINGS = {
+    "definition": "--definition", "provider": "--provider", "model": "--model", "candidates": "--candidates",
+    "repairs": "--repairs", "dataset": "--dataset", "workloads": "--workloads", "incumbent": "--incumbent",
+    "target_hardware": "--target", "replay_run": "--replay-run", "max_output_tokens": "--max-output-tokens",
+    "timeout_s": "--timeout-s", "profile": "--profile/--no-profile", "profile_timeout_s": "--profile-timeout-s",
+    "hint": "--hint", "max_turns": "--max-turns", "max_evaluations": "--max-evaluations",
+    "provider_option": "--provider-option", "dry_run": "--dry-run",
+}
+
+
+def conflicting_options(given: set[str], resume: bool, provider: Optional[str], executor: str) -> Optional[str]:
+    """The refusal for options of which one would be silently ignored, else None. ``given``: the parameter
+    names set on the command line (not defaults); ``provider``: the one asked for (None: the default)."""
+    if resume:
+        ignored = [flag for name, flag in STORED_SETTINGS.items() if name in given]
+        if ignored:
+            return (f"--resume continues a run with its stored settings: {', '.join(ignored)} would be ignored "
+                    "(give only --rounds, --budget-*, --archive, --executor, --address or --json with --resume)")
+        return None
+    if "replay_run" in given and provider != "replay":
+        return "--replay-run is for --provider replay only (it would be ignored)"
+    if "address" in given and executor != "ray":
+        return "--address is for --executor ray only (it would be ignored)"
+    return None
+
 
 def check_incumbent(path: str, definition: str) -> Solution:
     """--incumbent: a solution file of ``definition``; SchemaError on one line otherwise."""

@@ -1,5 +1,6 @@
-"""What `controller loop` checks before a run is created (controller/startcheck.py): a bad --incumbent is one line,
-exit 2, with no run row and nothing evaluated."""
+"""What `controller loop` checks before a run is created or resumed (controller/startcheck.py): a bad --incumbent,
+a replay with nothing to replay, options of which one would be ignored: each one line, exit 2, with no run row and
+nothing evaluated."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller.cli import main
+from controller.startcheck import conflicting_options
 from controller.store import Store
 from harness.archive.database import Archive
 from harness.data.schema import SchemaError
@@ -118,3 +120,49 @@ def test_run_loop_checks_the_replay_source_before_the_run_row(tiny_dataset_root,
     with pytest.raises(ProviderError, match="no earlier run"):
         run_loop(config(tiny_dataset_root, provider="replay"), folder)
     assert no_runs(folder)
+
+
+@pytest.mark.parametrize("given, resume, provider, executor, said", [
+    (set(), False, None, "local", None),
+    ({"definition", "provider", "rounds"}, False, "offline", "local", None),
+    ({"rounds", "budget_wall_s", "budget_tokens", "budget_cost", "archive_path", "as_json"}, True, None, "local",
+     None),
+    ({"executor", "address"}, True, None, "ray", None),
+    ({"definition"}, True, None, "local", "--definition would be ignored"),
+    ({"provider"}, True, "anthropic", "local", "--provider would be ignored"),
+    ({"incumbent", "rounds"}, True, None, "local", "--incumbent would be ignored"),
+    ({"dry_run"}, True, None, "local", "--dry-run would be ignored"),
+    ({"definition", "model", "provider_option"}, True, None, "local", "--definition, --model, --provider-option"),
+    ({"workloads", "dataset", "hint", "timeout_s"}, True, None, "local", "--dataset, --workloads, --timeout-s, --hint"),
+    ({"replay_run"}, False, "offline", "local", "--replay-run is for --provider replay only"),
+    ({"replay_run"}, False, None, "local", "--replay-run is for --provider replay only"),
+    ({"replay_run", "provider"}, False, "replay", "local", None),
+    ({"address"}, False, None, "local", "--address is for --executor ray only"),
+    ({"address", "executor"}, False, None, "ray", None),
+])
+def test_conflicting_options(given, resume, provider, executor, said):
+    refusal = conflicting_options(given, resume, provider, executor)
+    assert (refusal is None) if said is None else (said in refusal), refusal
+
+
+def test_every_loop_option_is_either_used_by_a_resume_or_refused_with_it():
+    """A new option of `controller loop` must be classed: used by a resume, or one that would be ignored."""
+    from controller.startcheck import STORED_SETTINGS
+
+    used = {"resume", "rounds", "budget_wall_s", "budget_tokens", "budget_cost", "archive_path", "executor",
+            "address", "as_json"}
+    names = {p.name for p in main.commands["loop"].params} - {"help"}
+    assert names == used | set(STORED_SETTINGS)
+
+
+@pytest.mark.parametrize("extra", [("-d", KV8_PS1), ("-p", "anthropic"), ("--incumbent", "__file__"),
+                                   ("--dry-run",), ("--replay-run", "run-1")])
+def test_resume_with_an_option_it_would_ignore_is_one_line(tmp_path, monkeypatch, extra):
+    folder = tmp_path / "a"
+    Store(Archive(folder)).create_run("run-1", KV8_PS1, "offline", {})
+    started = stub_run_loops(monkeypatch)
+    extra = tuple(__file__ if e == "__file__" else e for e in extra)
+    line = refused(CliRunner().invoke(main, ["loop", "--resume", "run-1", "--archive", str(folder), *extra]))
+    flag = {"-d": "--definition", "-p": "--provider"}.get(extra[0], extra[0])
+    assert line.startswith("error: --resume continues a run with its stored settings: " + flag), line
+    assert started == []
