@@ -16,12 +16,14 @@ lanes of one command never drive the same run (the command names each run once).
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
 import socket
+import stat
 import threading
 from pathlib import Path
 from typing import Any, Optional
@@ -65,11 +67,20 @@ def _read(f: Any) -> Optional[dict[str, Any]]:
 
 
 def _open(path: Path, run_id: str) -> Any:
+    # Never through a link, never onto anything but a regular file: acquire() truncates what it opened, and a link
+    # planted under locks/ would have it truncate the file the link points to.
     try:
         path.parent.mkdir(exist_ok=True)
-        return open(path, "a+", encoding="utf-8")
+        if path.parent.is_symlink():
+            raise OSError(errno.ELOOP, "its folder is a link")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file")
+        return os.fdopen(fd, "a+", encoding="utf-8")
     except OSError as err:
-        raise RunLocked(f"run {run_id}: cannot write its lock file {path}: {err.strerror or err}") from None
+        why = "it is a link" if err.errno == errno.ELOOP and path.is_symlink() else (err.strerror or err)
+        raise RunLocked(f"run {run_id}: cannot write its lock file {path}: {why}") from None
 
 
 def holder(archive_folder: Path | str, run_id: str) -> Optional[dict[str, Any]]:

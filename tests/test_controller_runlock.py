@@ -133,3 +133,18 @@ def test_lock_file_names_stay_inside_the_locks_folder(tmp_path):
         path = runlock.lock_path(tmp_path, run_id)
         assert path.parent == tmp_path / runlock.LOCKS
         assert (path.name == f"{run_id}.lock") is plain
+
+
+def test_a_link_planted_as_the_lock_file_is_refused_and_its_target_left_whole(tmp_path):
+    victim = tmp_path / "notes.txt"
+    victim.write_text("a person's notes")
+    path = runlock.lock_path(tmp_path / "archive", "run-1")
+    path.parent.mkdir(parents=True)
+    path.symlink_to(victim)
+    try:
+        runlock.acquire(tmp_path / "archive", "run-1")
+    except runlock.RunLocked as err:
+        assert "it is a link" in str(err)
+    else:
+        raise AssertionError("a lock taken through a link")
+    assert victim.read_text() == "a person's notes"
