@@ -215,3 +215,141 @@ def test_the_identity_of_an_imported_trace(a, b, same):
     from harness.archive.export import import_digest
 
     assert (import_digest(*a) == import_digest(*b)) is same
+
+
+def _solution_files(root) -> dict:
+    return {p: json.loads(p.read_text()) for p in (root / "solutions").rglob("*.json")}
+
+
+def _imported_pairs(archive) -> set:
+    """(submission definition, its solution's definition, solution name, solution hash) of every imported row."""
+    return set(archive.db.execute(
+        "select s.definition, o.definition, s.solution_name, s.solution_hash from submissions s "
+        "join solutions o on o.hash = s.solution_hash").fetchall())
+
+
+def test_a_name_two_definitions_give_to_their_solutions_imports_both_and_each_trace_keeps_its_code(
+        filled_archive, tiny_dataset_root, tmp_path):
+    """Solutions were keyed by name alone: a second definition's solution of the same name replaced the first, and
+    the first's traces were archived under the other definition's code."""
+    from support import KV8_PS64
+
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    wrong = next(d for d in _solution_files(tmp_path / "export").values() if d["name"] == "wrong")
+    other = {**wrong, "definition": KV8_PS64, "sources": [{**wrong["sources"][0],
+                                                           "content": wrong["sources"][0]["content"] + "# ps64\n"}]}
+    (tmp_path / "export" / "solutions" / "zz").mkdir()
+    (tmp_path / "export" / "solutions" / "zz" / "wrong.json").write_text(json.dumps(other))
+    fresh = Archive(tmp_path / "fresh")
+    report = import_trace_set(fresh, tmp_path / "export")
+    assert (report.solutions, report.traces) == (4, 4)
+    pairs = _imported_pairs(fresh)
+    assert pairs and all(sub_def == sol_def for sub_def, sol_def, _, _ in pairs), pairs
+    assert Solution.model_validate(wrong).content_hash in {h for _, _, n, h in pairs if n == "wrong"}
+
+
+def test_one_name_given_to_two_codes_of_a_definition_exports_apart_and_round_trips(filled_archive, tiny_dataset_root,
+                                                                                   tmp_path):
+    """Two codes of one definition under one name (a solution edited and submitted again): the export named both
+    alike, so its traces could not say which code they were of, and an import put them all under one."""
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "first")
+    shutil.copytree(tmp_path / "first", tmp_path / "second")
+    path, wrong = next((p, d) for p, d in _solution_files(tmp_path / "second").items() if d["name"] == "wrong")
+    wrong["sources"][0]["content"] += "# edited\n"
+    path.write_text(json.dumps(wrong))
+    for traces in (tmp_path / "second" / "traces").rglob("*.jsonl"):  # the edited code's own runs
+        lines = [json.loads(line) for line in traces.read_text().splitlines()]
+        for line in lines:
+            line["evaluation"]["timestamp"] = "2030-01-01T00:00:00"
+        traces.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    both = Archive(tmp_path / "both")
+    import_trace_set(both, tmp_path / "first")
+    import_trace_set(both, tmp_path / "second")
+    expected = _imported_pairs(both)
+    assert len({h for _, _, n, h in expected if n == "wrong"}) == 2
+    export_trace_set(both, Dataset(tiny_dataset_root), tmp_path / "again")
+    names = sorted(d["name"] for d in _solution_files(tmp_path / "again").values() if d["name"].startswith("wrong"))
+    assert names[0] == "wrong" and names[1].startswith("wrong-") and len(names) == 2
+    fresh = Archive(tmp_path / "fresh")
+    report = import_trace_set(fresh, tmp_path / "again")
+    assert report.traces == both.db.execute("select count(*) from evaluations").fetchone()[0]
+    got = {(row[0], row[1], row[3]) for row in _imported_pairs(fresh)}
+    assert got == {(row[0], row[1], row[3]) for row in expected}
+    evals = lambda a: sorted(a.db.execute("select s.solution_hash, e.finished_at from evaluations e join submissions s "
+                                          "on s.id = e.submission_id").fetchall())  # noqa: E731
+    assert evals(fresh) == evals(both)
+
+
+def test_a_trace_naming_a_name_two_codes_share_is_refused_on_one_line(filled_archive, tiny_dataset_root, tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    wrong = next(d for d in _solution_files(tmp_path / "export").values() if d["name"] == "wrong")
+    wrong["sources"][0]["content"] += "# other code, same name\n"
+    (tmp_path / "export" / "solutions" / "zz").mkdir()
+    (tmp_path / "export" / "solutions" / "zz" / "wrong.json").write_text(json.dumps(wrong))
+    (tmp_path / "fresh").mkdir()
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "export"), "--archive", str(tmp_path / "fresh")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "zz/wrong.json" in lines[0], result.output
+    assert counts(Archive(tmp_path / "fresh")) == (0, 0, 0)
+
+
+def test_an_import_the_archive_database_refuses_is_one_line_and_imports_nothing(filled_archive, tiny_dataset_root,
+                                                                                 tmp_path):
+    """A trigger of the archive's own that aborts an insert ended the import with a traceback."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    export_trace_set(filled_archive, Dataset(tiny_dataset_root), tmp_path / "export")
+    Archive(tmp_path / "guarded").db.conn.close()
+    conn = sqlite3.connect(tmp_path / "guarded" / "archive.db")
+    conn.execute("create trigger frozen before insert on evaluations begin select raise(abort, 'frozen'); end")
+    conn.commit()
+    conn.close()
+    result = CliRunner().invoke(main, ["import", str(tmp_path / "export"), "--archive", str(tmp_path / "guarded")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "frozen" in lines[0], result.output
+    assert "nothing was imported" in lines[0] and counts(Archive(tmp_path / "guarded")) == (0, 0, 0)
+
+
+def test_the_full_size_gqa_workloads_export_their_page_tables_without_drawing_the_caches(tmp_path, monkeypatch):
+    """b256 x 8192 tokens is an 8 GiB KV cache: the export writes page tables only, drawn on their own."""
+    import harness.data.inputs as inputs
+
+    def no_wide_draw(shape, *args, **kwargs):
+        raise AssertionError(f"a {shape} tensor drawn to export page tables")
+
+    monkeypatch.setattr(inputs, "random_tensor", no_wide_draw)
+    shipped = Dataset()
+    name = "gqa_paged_decode_h32_kv8_d128_ps1"
+    report = export_trace_set(Archive(tmp_path / "archive"), shipped, tmp_path / "export", definitions=[name])
+    assert report.workloads == len(shipped.workloads[name]) == 14
+    from safetensors.torch import load_file
+
+    for line in (tmp_path / "export" / "workloads" / "gqa_paged" / f"{name}.jsonl").read_text().splitlines():
+        wl = json.loads(line)["workload"]
+        indices, indptr = (load_file(str(tmp_path / "export" / wl["inputs"][n]["path"]))[n]
+                           for n in ("kv_indices", "kv_indptr"))
+        assert indices.numel() == wl["axes"]["num_kv_indices"] == int(indptr[-1])
+
+
+@pytest.mark.parametrize("definition", ["gqa_paged_decode_h32_kv4_d128_ps64", "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64"])
+def test_a_narrowed_draw_gives_each_input_what_the_whole_draw_gives_it(definition):
+    from harness.data.inputs import generate_inputs
+
+    shipped = Dataset()
+    d = shipped.definitions[definition]
+    workload = min(shipped.workloads[definition], key=lambda w: sum(w.axes.values()))
+    whole = generate_inputs(d, workload, 11, "cpu", shipped.root)
+    wanted = [n for n in d.inputs if n.endswith(("indices", "indptr", "last_page_len", "seq_lens", "block_table"))]
+    assert wanted
+    part = generate_inputs(d, workload, 11, "cpu", shipped.root, names=wanted)
+    assert list(part) == wanted
+    for n in wanted:
+        assert torch.equal(part[n], whole[n]) if isinstance(whole[n], torch.Tensor) else part[n] == whole[n], n

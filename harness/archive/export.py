@@ -4,10 +4,12 @@
     <root>/workloads/<op_type>/<definition>.jsonl
     <root>/solutions/<author>/<op_type>/<definition>/<solution>.json
     <root>/traces/<author>/<op_type>/<definition>.jsonl
-    <root>/blob/workloads/<op_type>/<definition>/<definition>_<uuid>.safetensors
+    <root>/blob/workloads/<op_type>/<definition>/<definition>_<uuid>.safetensors        (the dataset's, copied)
+    <root>/blob/workloads/<op_type>/<definition>/<definition>_<uuid>.drawn.safetensors  (drawn here)
 
 Index inputs that our workloads leave "random" (page indices, their split) are written out as safetensors
-blobs, because the official generator would fill them with random integers that index nothing. Definitions
+blobs, because the official generator would fill them with random integers that index nothing; only those are
+drawn (a large batch's KV cache is never made to export its page table). Definitions
 and unchanged workload lines are copied as they were read, so official files stay byte for byte official.
 """
 
@@ -83,9 +85,11 @@ def _materialised_workload(definition: Definition, workload: Workload, dataset: 
             shutil.copyfile(src, dst)
     if not needs_blob:
         return workload
-    values = generate_inputs(definition, workload, EXPORT_SEED, "cpu", dataset.root)
+    values = generate_inputs(definition, workload, EXPORT_SEED, "cpu", dataset.root, names=needs_blob)
+    # A file of its own: the official blob of this workload (its kv_indptr, say) has the plain name and is copied
+    # byte for byte above; written over, it would lose the tensors it holds.
     rel = (Path("blob") / "workloads" / definition.op_type / definition.name
-           / f"{definition.name}_{workload.uuid}.safetensors")
+           / f"{definition.name}_{workload.uuid}.drawn.safetensors")
     (out / rel).parent.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 
@@ -128,30 +132,41 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
 
     placeholders = ",".join("?" * len(names))
     written: set[Path] = set()
+    # A trace names its solution by name within its definition: a name one definition gave to other code as well
+    # is exported, for the later code, with its hash appended (in the file and in its traces), so that a reader
+    # (harness import, TraceSet) can tell which code each trace is of.
+    named: set[tuple[str, str]] = set()
+    renamed: dict[str, str] = {}  # content hash -> the name it is exported under
     for sol in archive.db.execute("select hash, name, definition, author from solutions "
-                                  f"where definition in ({placeholders})", names).fetchall():
+                                  f"where definition in ({placeholders}) order by rowid", names).fetchall():
         content_hash, sol_name, def_name, author = sol
         d = dataset.definitions[def_name]
+        data = archive.solution_json(content_hash)
+        if (def_name, sol_name) in named:
+            renamed[content_hash] = data["name"] = sol_name = f"{sol_name}-{content_hash[:12]}"
+        named.add((def_name, sol_name))
         path = out / "solutions" / _safe(author) / d.op_type / d.name / f"{_safe(sol_name)}.json"
         if path in written:  # one name, other code: each its own file
             path = path.with_name(f"{path.stem}-{content_hash[:12]}.json")
         written.add(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(archive.solution_json(content_hash), indent=2) + "\n")
+        path.write_text(json.dumps(data, indent=2) + "\n")
         report.solutions += 1
 
     skipped_untimed = 0
     traces: dict[Path, list[str]] = {}
     rows = archive.db.execute(
-        "select e.trace, s.author, e.definition, e.status "
+        "select e.trace, s.author, e.definition, e.status, s.solution_hash "
         "from evaluations e join submissions s on s.id = e.submission_id "
         f"where e.definition in ({placeholders}) order by e.id", names).fetchall()
-    for trace_json, author, def_name, status in rows:
+    for trace_json, author, def_name, status, content_hash in rows:
         if not trace_json:
             skipped_untimed += status == EvaluationStatus.PASSED
             continue
         d = dataset.definitions[def_name]
         trace = json.loads(trace_json)
+        if content_hash in renamed:
+            trace["solution"] = renamed[content_hash]
         workload = Workload.model_validate(trace["workload"])
         trace["workload"] = dump_json(_materialised_workload(d, workload, dataset, out, []))
         path = out / "traces" / _safe(author) / d.op_type / f"{d.name}.jsonl"
@@ -201,48 +216,62 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
     ``import_digest``: what the archive already holds is counted, never added twice, so importing the same trace
     set again adds nothing (``ImportReport.nothing_new``)."""
     report = ImportReport()
-    solutions: dict[str, Solution] = {}
+    # A trace names its solution by name within its definition: two definitions' solutions may share a name (the
+    # export of an archive holds such pairs), and one name of one definition may be given to two files of other
+    # code, which a trace then cannot tell apart. Every solution file is imported; a trace is read against its
+    # own definition's solutions only, and one naming an ambiguous name is refused.
+    solutions: dict[tuple[str, str], Solution] = {}
+    every: dict[str, Solution] = {}  # content hash -> the first file of that code
+    files: dict[tuple[str, str], dict[str, Path]] = {}  # (definition, name) -> content hash -> its first file
     for path in sorted((root / "solutions").rglob("*.json")):
         sol = load_model(Solution, path)
-        solutions[sol.name] = sol
-    traces: list[tuple[Path, Trace]] = []
+        key = (sol.definition, sol.name)
+        solutions.setdefault(key, sol)
+        files.setdefault(key, {}).setdefault(sol.content_hash, path)
+        every.setdefault(sol.content_hash, sol)
+    traces: list[tuple[Path, Trace, Solution]] = []
     for path in sorted((root / "traces").rglob("*.jsonl")):
         for trace in load_jsonl(Trace, path):
             if trace.evaluation is None or trace.solution is None:
                 continue
-            if trace.solution not in solutions:
-                raise SchemaError(f"{path}: trace names solution {trace.solution!r}, "
+            key = (trace.definition, trace.solution)
+            if key not in solutions:
+                raise SchemaError(f"{path}: trace names solution {trace.solution!r} of {trace.definition}, "
                                   f"which is not in {root / 'solutions'}")
-            traces.append((path, trace))
+            if len(files[key]) > 1:
+                raise SchemaError(f"{path}: trace names solution {trace.solution!r} of {trace.definition}, which "
+                                  f"{len(files[key])} files of different code are named "
+                                  f"({', '.join(str(f.relative_to(root)) for f in files[key].values())}); "
+                                  "rename one")
+            traces.append((path, trace, solutions[key]))
     with archive.db.atomic():  # one transaction: a failure while writing leaves the archive as it was
-        _write_import(archive, root, solutions, traces, report)
+        _write_import(archive, root, list(every.values()), traces, report)
     return report
 
 
-def _write_import(archive: Archive, root: Path, solutions: dict[str, Solution], traces: list[tuple[Path, Trace]],
+def _write_import(archive: Archive, root: Path, solutions: list[Solution], traces: list[tuple[Path, Trace, Solution]],
                   report: ImportReport) -> None:
-    for sol in solutions.values():
+    for sol in solutions:
         if archive.db.execute("select 1 from solutions where hash = ?", [sol.content_hash]).fetchone():
             report.solutions_present += 1
             continue
         archive.put_solution(dump_json(sol), sol.content_hash)
         report.solutions += 1
     seen = _imported_digests(archive)
-    new: list[tuple[Path, Trace, dict]] = []
-    for path, trace in traces:
+    new: list[tuple[Path, Trace, Solution, dict]] = []
+    for path, trace, sol in traces:
         data = dump_json(trace)
-        digest = import_digest(solutions[trace.solution].content_hash, data)
+        digest = import_digest(sol.content_hash, data)
         if digest in seen:
             report.traces_present += 1
             continue
         seen.add(digest)
-        new.append((path, trace, data))
+        new.append((path, trace, sol, data))
     if not new:
         return
     env_id = archive.put_environment({"hardware": "imported", "source": str(root)})
     submissions: dict[tuple[str, str], int] = {}
-    for path, trace, data in new:
-        sol = solutions[trace.solution]
+    for path, trace, sol, data in new:
         key = (sol.content_hash, trace.definition)
         if key not in submissions:
             submissions[key] = archive.start_submission(sol.content_hash, sol.name, trace.definition, sol.author,

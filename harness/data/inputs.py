@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Collection, Optional, Union
 
 import torch
 
 from .blobs import load_safetensors as _load_safetensors
 from .dtypes import TORCH_DTYPES, torch_dtype  # noqa: F401  (callers import them from here)
 from ..families import family_for
+from ..families.base import OperatorFamily
 from .schema import Definition, RandomInput, SafetensorsInput, ScalarInput, SchemaError, TensorSpec, Workload
 
 Value = Union[torch.Tensor, float, int, bool]
@@ -79,15 +80,26 @@ def _structured(name: str, spec: TensorSpec, shape: tuple[int, ...], dtype: torc
 
 
 def generate_inputs(definition: Definition, workload: Workload, seed: int, device: str | torch.device = "cpu",
-                    root: Path | None = None) -> dict[str, Value]:
-    """All inputs of a definition for one workload and seed, in the definition's order."""
+                    root: Path | None = None, names: Optional[Collection[str]] = None) -> dict[str, Value]:
+    """All inputs of a definition for one workload and seed, in the definition's order.
+
+    ``names``: only these, the same values a whole draw gives them (each input has a generator of its own), without
+    drawing the rest (an export needs a batch's page table, not its 8 GiB KV cache). A family with special inputs
+    may read or replace any input, so there the whole set is drawn and then narrowed."""
     device = torch.device(device)
+    family = family_for(definition.op_type)
+    if names is not None:
+        wanted = set(names)
+        if type(family).special_inputs is not OperatorFamily.special_inputs:
+            drawn = generate_inputs(definition, workload, seed, device, root)
+            return {name: value for name, value in drawn.items() if name in wanted}
+        definition = definition.model_copy(update={"inputs": {n: s for n, s in definition.inputs.items()
+                                                              if n in wanted}})
     var_values = dict(workload.axes)
     missing = [a for a in definition.var_axes if a not in var_values]
     if missing:
         raise SchemaError(f"workload {workload.uuid}: var axes {missing} have no value")
     out: dict[str, Value] = {}
-    family = family_for(definition.op_type)
     absent: list[str] = []  # official blobs this dataset does not hold: the family draws stand-ins
     for name, spec in definition.inputs.items():
         source = workload.inputs.get(name, RandomInput(type="random"))
