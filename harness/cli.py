@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .archive.database import ArchiveError
-from .archive.storage import storage_message
+from .archive.storage import database_refusal, storage_message
 from .cli_common import (ARCHIVE_HELP, POSITIVE_SECONDS, err, fail, fmt, open_archive, open_dataset, out,
                          run_as_program, styled)
 from .pipeline.phases import timeline
@@ -393,6 +393,7 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
         fail(str(e))
     except Exception as e:
         line = storage_message(e, archive.folder)  # a full disk: the one transaction wrote nothing
+        line = line or database_refusal(e)  # the database itself refused (a trigger of its own, a held lock)
         if line is None:
             raise
         fail(f"{line}; nothing was imported")

@@ -275,8 +275,11 @@ def test_one_name_given_to_two_codes_of_a_definition_exports_apart_and_round_tri
     assert report.traces == both.db.execute("select count(*) from evaluations").fetchone()[0]
     got = {(row[0], row[1], row[3]) for row in _imported_pairs(fresh)}
     assert got == {(row[0], row[1], row[3]) for row in expected}
-    evals = lambda a: sorted(a.db.execute("select s.solution_hash, e.finished_at from evaluations e join submissions s "
-                                          "on s.id = e.submission_id").fetchall())  # noqa: E731
+
+    def evals(a):
+        return sorted(a.db.execute("select s.solution_hash, e.finished_at from evaluations e join submissions s "
+                                   "on s.id = e.submission_id").fetchall())
+
     assert evals(fresh) == evals(both)
 
 
@@ -339,7 +342,8 @@ def test_the_full_size_gqa_workloads_export_their_page_tables_without_drawing_th
         assert indices.numel() == wl["axes"]["num_kv_indices"] == int(indptr[-1])
 
 
-@pytest.mark.parametrize("definition", ["gqa_paged_decode_h32_kv4_d128_ps64", "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64"])
+@pytest.mark.parametrize("definition", ["gqa_paged_decode_h32_kv4_d128_ps64",
+                                        "dsa_topk_indexer_fp8_h64_d128_topk2048_ps64"])
 def test_a_narrowed_draw_gives_each_input_what_the_whole_draw_gives_it(definition):
     from harness.data.inputs import generate_inputs
 

@@ -62,3 +62,9 @@ def storage_message(err: BaseException, folder: Path | str) -> Optional[str]:
         return str(err)
     reason = storage_failure(err)
     return None if reason is None else f"{reason}: cannot write {storage_where(err, folder)}"
+
+
+def database_refusal(err: BaseException) -> Optional[str]:
+    """One line for a write the archive's database refused that is not a storage failure (a trigger or constraint
+    of its own, a lock held past the busy timeout), or None where ``err`` is not the database's."""
+    return f"the archive refused the write ({err})" if isinstance(err, sqlite3.Error) else None
