@@ -134,8 +134,9 @@ def test_a_failing_migration_leaves_nothing_behind(tmp_path, monkeypatch):
 @pytest.mark.parametrize("tables, migrations, kind", [
     (set(), None, "new"),  # an empty file, or a path with nothing yet
     ({"_migrations"}, set(), "new"),  # a creation cut short before its first migration
-    ({"_migrations", "blobs", "solutions"}, {"m001_core"}, "crucible"),
-    ({"_migrations", "blobs", "solutions"}, {"m001_core", "m002_baselines_and_scores"}, "crucible"),
+    ({"_migrations", *archive_mod.CORE_TABLES}, {"m001_core"}, "crucible"),
+    ({"_migrations", *archive_mod.CORE_TABLES, "runs"}, {"m001_core", "m002_baselines_and_scores"}, "crucible"),
+    ({"_migrations", "users"}, {"m001_core"}, "foreign"),  # our first migration's row, forged: not its tables
     ({"notes"}, None, "foreign"),  # another program's tables
     ({"_migrations"}, {"0001_initial"}, "foreign"),  # another tool's migration table
     ({"_migrations", "users"}, None, "foreign"),  # one of another shape (no name column)
@@ -167,6 +168,77 @@ def test_another_programs_sqlite_file_is_refused_and_left_byte_for_byte(tmp_path
         assert proc.returncode == 2 and len(lines) == 1 and "not a Crucible archive" in lines[0], proc.stderr
     assert db_file.read_bytes() == before
     assert sorted(p.name for p in db_file.parent.iterdir()) == [ARCHIVE_DB]
+
+
+def _foreign_db(path, *statements) -> bytes:
+    path.parent.mkdir(exist_ok=True)
+    conn = sqlite3.connect(path)
+    for sql in ("create table users (id integer primary key, pw text)", "insert into users (pw) values ('mine')",
+                *statements):
+        conn.execute(sql)
+    conn.commit()
+    conn.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("forged", [
+    ["create table _migrations (name text primary key, applied_at text)",
+     "insert into _migrations values ('m001_core', 'x')"],
+    ["create table _migrations (name text primary key, applied_at text)", "insert into _migrations values "
+     "('m001_core', 'x')", *(f"create view {t} as select 1 as id" for t in archive_mod.CORE_TABLES)],
+])
+def test_a_forged_first_migration_row_does_not_make_another_programs_file_an_archive(tmp_path, forged):
+    """A _migrations row naming m001_core in another program's database passed as ours: migrated in place (WAL
+    header written, a traceback at the first missing table). Our tables must be there too."""
+    db_file = tmp_path / "theirs" / ARCHIVE_DB
+    before = _foreign_db(db_file, *forged)
+    with pytest.raises(ArchiveError, match="another program's SQLite database"):
+        Archive(db_file.parent)
+    assert db_file.read_bytes() == before
+
+
+def test_a_stray_wal_of_another_database_is_not_checkpointed_into_the_archive(tmp_path):
+    """An archive.db-wal left beside the archive by another database: SQLite reads it as the archive's, and the
+    connection that refused the file checkpointed it on closing, replacing the archive by the stranger's pages."""
+    first = Archive(tmp_path / "a")
+    first.put_solution(SOLUTION, "h1")
+    first.db.conn.close()  # the last connection: the archive is whole in archive.db, no -wal beside it
+    db_file = tmp_path / "a" / ARCHIVE_DB
+    before = db_file.read_bytes()
+    other = sqlite3.connect(tmp_path / "other.db")
+    other.execute("pragma journal_mode = wal")
+    other.execute("create table x (a)")
+    other.commit()
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / "a" / f"{ARCHIVE_DB}{suffix}").write_bytes((tmp_path / f"other.db{suffix}").read_bytes())
+    other.close()
+    with pytest.raises(ArchiveError, match="archive.db-wal beside it may be another database's"):
+        Archive(tmp_path / "a")
+    assert db_file.read_bytes() == before
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / "a" / f"{ARCHIVE_DB}{suffix}").unlink()
+    assert Archive(tmp_path / "a").db.execute("select name from solutions").fetchall() == [("cand",)]
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "fifo", "folder"])
+def test_a_file_that_is_not_a_database_is_an_archive_error(tmp_path, kind):
+    """A sqlite3 error at opening (not a database, malformed) reached the controller loop as a traceback; a FIFO
+    as archive.db hung a reader."""
+    good = Archive(tmp_path / "good")
+    good.put_solution(SOLUTION, "h1")
+    good.db.conn.close()
+    db_file = tmp_path / "bad" / ARCHIVE_DB
+    db_file.parent.mkdir()
+    if kind == "garbage":
+        db_file.write_bytes(os.urandom(8192))
+    elif kind == "truncated":
+        db_file.write_bytes((tmp_path / "good" / ARCHIVE_DB).read_bytes()[:5000])
+    elif kind == "fifo":
+        os.mkfifo(db_file)
+    else:
+        db_file.mkdir()
+    with pytest.raises(ArchiveError, match=str(db_file)):
+        Archive(tmp_path / "bad")
 
 
 def test_an_empty_file_becomes_an_archive_and_an_older_archive_still_migrates(tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import socket
+import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -61,16 +62,20 @@ class ArchiveError(ValueError):
 
 
 FIRST_MIGRATION = "m001_core"  # recorded in _migrations of every archive: what marks a database as ours
+# The tables that migration makes: a _migrations table that names it in a database without them (a row forged in
+# another program's file, or those names only as views) does not make that file an archive.
+CORE_TABLES = frozenset({"blobs", "environments", "solutions", "submissions", "evaluations", "timing_samples"})
 
 
-def database_kind(tables: set[str], migrations: Optional[set[str]]) -> str:
-    """What an SQLite file given as an archive holds, from its tables and views (``tables``) and the names in its
-    ``_migrations`` table (None where it has none, or one of another shape): "new" (nothing yet, or only the
-    migration table of a creation cut short), "crucible" (our first migration is recorded) or "foreign" (another
-    program's database, which must never be migrated in place)."""
-    if migrations is not None and FIRST_MIGRATION in migrations:
+def database_kind(tables: set[str], migrations: Optional[set[str]], views: Iterable[str] = ()) -> str:
+    """What an SQLite file given as an archive holds, from its tables (``tables``; ``views`` apart, where known) and
+    the names in its ``_migrations`` table (None where it has none, or one of another shape): "new" (nothing yet, or
+    only the migration table of a creation cut short), "crucible" (our first migration is recorded and its tables
+    are there) or "foreign" (another program's database, which must never be migrated in place)."""
+    views = set(views)
+    if migrations is not None and FIRST_MIGRATION in migrations and CORE_TABLES <= tables - views:
         return "crucible"
-    if not tables or (tables == {"_migrations"} and not migrations):
+    if not (tables | views) or (tables == {"_migrations"} and not views and not migrations):
         return "new"
     return "foreign"
 
@@ -143,6 +148,45 @@ def _schema_lock(db_path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _refuse_foreign(db_path: Path, conn: Optional[sqlite3.Connection]) -> bool:
+    """Another program's SQLite file given as the archive is left exactly as it is (ArchiveError); True where the
+    file was read. Read by a read-only connection of its own (``conn`` None), since one that may write checkpoints,
+    on closing, a stray -wal left beside the file (another database's) into it and so rewrites it; False where that
+    connection cannot open it (a hot journal it may not roll back): then ``conn``, the archive's own, is asked."""
+    own = conn is None
+    if own:
+        try:
+            conn = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        except sqlite3.OperationalError:
+            return False
+    try:
+        rows = conn.execute("select name, type from sqlite_master where type in ('table', 'view') "
+                            "and name not like 'sqlite_%'").fetchall()
+        migrations: Optional[set[str]] = None
+        if any(name == "_migrations" for name, _ in rows):
+            try:
+                migrations = {r[0] for r in conn.execute("select name from _migrations").fetchall()}
+            except sqlite3.Error:  # a table of that name but another shape: not ours
+                migrations = None
+    except sqlite3.OperationalError:
+        if own:
+            return False
+        raise
+    finally:
+        if own:
+            conn.close()
+    names = {name for name, _ in rows}
+    if database_kind(names, migrations, {name for name, kind in rows if kind == "view"}) == "foreign":
+        if not own:
+            conn.close()
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        wal = Path(f"{db_path}-wal")
+        stray = f"; if it is an archive, the {wal.name} beside it may be another database's" if wal.exists() else ""
+        raise ArchiveError(f"{db_path} is another program's SQLite database (tables: {shown}), not a Crucible "
+                           f"archive; it was left as it is (give another --archive{stray})")
+    return True
+
+
 class Archive:
     def __init__(self, path: Path | str, create: bool = True, require_db: bool = False):
         """``create``: make the folder if missing. ``require_db``: the folder must already hold an archive."""
@@ -159,31 +203,22 @@ class Archive:
             raise ArchiveError(f"archive path {folder} is not a folder")
         if require_db and not db_path.exists():
             raise ArchiveError(f"{folder} holds no archive ({db_path.name} is missing)")
+        if db_path.exists() and not db_path.is_file():  # a folder, a FIFO (opening one waits for a writer)
+            raise ArchiveError(f"{db_path} is not a file, so not an archive (give another --archive)")
         self.folder = folder
         self.blob_dir = folder / BLOBS
-        self.db = ArchiveDatabase(db_path)
-        self.db.execute("PRAGMA busy_timeout = 30000")  # first: what follows waits for other connections
-        self._refuse_foreign(db_path)  # before anything writes (WAL mode changes the file's header)
-        with _schema_lock(db_path):
-            self.db.enable_wal()
-            migrate(self.db)
-        self.db.execute("PRAGMA foreign_keys = ON")
-
-    def _refuse_foreign(self, db_path: Path) -> None:
-        """Another program's SQLite file given as the archive is left exactly as it is (ArchiveError)."""
-        names = {r[0] for r in self.db.execute("select name from sqlite_master where type in ('table', 'view') "
-                                               "and name not like 'sqlite_%'").fetchall()}
-        migrations: Optional[set[str]] = None
-        if "_migrations" in names:
-            try:
-                migrations = {r[0] for r in self.db.execute("select name from _migrations").fetchall()}
-            except Exception:  # a table of that name but another shape: not ours
-                migrations = None
-        if database_kind(names, migrations) == "foreign":
-            self.db.conn.close()
-            shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
-            raise ArchiveError(f"{db_path} is another program's SQLite database (tables: {shown}), not a Crucible "
-                               "archive; it was left as it is (give another --archive)")
+        try:  # a file that is not an SQLite database, a malformed one, a locked or full disk: one ArchiveError
+            checked = db_path.exists() and _refuse_foreign(db_path, None)  # read-only: before anything may write
+            self.db = ArchiveDatabase(db_path)
+            self.db.execute("PRAGMA busy_timeout = 30000")  # first: what follows waits for other connections
+            if not checked:  # where the read-only connection could not open it: before anything writes (WAL mode
+                _refuse_foreign(db_path, self.db.conn)  # changes the file's header)
+            with _schema_lock(db_path):
+                self.db.enable_wal()
+                migrate(self.db)
+            self.db.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as err:
+            raise ArchiveError(f"cannot open the archive {db_path}: {err}") from err
 
     @classmethod
     def open_existing(cls, path: Path | str) -> Archive:
@@ -394,7 +429,7 @@ class Archive:
     def submission(self, submission_id: int) -> dict[str, Any]:
         try:
             row = self.db["submissions"].get(submission_id)
-        except sqlite_utils.db.NotFoundError:
+        except (sqlite_utils.db.NotFoundError, OverflowError):  # OverflowError: past SQLite's integers
             raise ArchiveError(f"no submission {submission_id} in {self.folder}") from None
         row["evaluations"] = list(self.db["evaluations"].rows_where("submission_id = ?", [submission_id],
                                                                     order_by="id"))
