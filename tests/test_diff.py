@@ -148,3 +148,18 @@ def test_diff_command(h200):
 
     bad = runner.invoke(diff, ["triton_gqa_decode", "ctl_r3_splitk", "--archive", folder])
     assert bad.exit_code == 2 and "2 definitions" in bad.output
+
+
+@pytest.mark.parametrize("ref", ["²", "٣", "99999999999999999999", "9223372036854775808"])
+def test_a_reference_of_digits_no_submission_id_can_be_is_one_line(h200, ref):
+    """"²" passes str.isdigit and failed int(); a run of digits past SQLite's integers overflowed the query: both
+    were tracebacks (harness show ID too)."""
+    from harness.cli import main
+
+    folder = str(h200["archive"].folder)
+    result = CliRunner().invoke(diff, [ref, "1", "--archive", folder])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "no submission, solution name" in lines[0], result.output
+    if ref.isascii():
+        shown = CliRunner().invoke(main, ["show", ref, "--archive", folder])
+        assert shown.exit_code == 2 and f"no submission {ref}" in shown.output, shown.output

@@ -88,7 +88,10 @@ def resolve_submission(archive: Any, ref: str, definition: Optional[str] = None)
     submission) or a solution hash prefix (>= 6 hex characters); see ``pick_submission`` for which wins."""
     ref = str(ref).strip()
     db = archive.db
-    by_id = int(ref) if ref.isdigit() and q.submission_exists(db, int(ref), definition) else None
+    # An id: ASCII digits within SQLite's integers ("²" passes str.isdigit and fails int(); a longer run of
+    # digits, a hash prefix of only decimal digits among them, overflowed the query).
+    as_id = re.fullmatch(r"[0-9]{1,18}", ref) is not None
+    by_id = int(ref) if as_id and q.submission_exists(db, int(ref), definition) else None
     named = q.submissions_named(db, ref, definition)
     prefixed = (q.submissions_with_hash_prefix(db, ref.lower(), definition)
                 if len(ref) >= HASH_PREFIX_MIN and re.fullmatch(r"[0-9a-fA-F]+", ref) else [])
