@@ -4,6 +4,8 @@ scripts, fonts or styles from the network), so the folder can be opened from dis
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -32,10 +34,33 @@ class _Writer:
             return None
 
     def write(self, rel: str, text: str) -> str:
-        path = self.out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_in(self.out, rel, text)
         return rel
+
+
+def _no_link(folder: Path) -> None:
+    if folder.is_symlink():
+        raise OSError(errno.ELOOP, f"its {folder.name}/ is a link (the report writes through no link)", str(folder))
+
+
+def write_in(out: Path, rel: str, text: str) -> None:
+    """``out/rel`` written as a new file renamed into place: a link found there is replaced, never written through,
+    and a folder on the way that is a link is refused (OSError), so nothing outside ``out`` is ever written."""
+    path, folder = out / rel, out
+    for part in Path(rel).parts[:-1]:
+        folder = folder / part
+        _no_link(folder)
+        folder.mkdir(exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _section_html(s: DefinitionSection, backend: str) -> str:
@@ -234,9 +259,10 @@ def folder_verdict(entries: list[str], marker: bool, index_head: Optional[str]) 
     names (None-safe: [] for a missing folder); ``index_head``: the start of its index.html, if any."""
     if not entries:
         return "empty"
-    if marker or (index_head is not None and (GENERATOR_TAG in index_head or _LEGACY_TITLE in index_head)):
-        return "report"
-    return "foreign"
+    ours = index_head is not None and (GENERATOR_TAG in index_head or _LEGACY_TITLE in index_head)
+    if index_head is not None and not ours:  # an index.html that is no report page is a person's, marker or not
+        return "foreign"
+    return "report" if marker or ours else "foreign"
 
 
 def out_folder_refusal(out: Union[str, Path]) -> Optional[str]:
@@ -247,12 +273,15 @@ def out_folder_refusal(out: Union[str, Path]) -> Optional[str]:
     try:
         entries = sorted(p.name for p in out.iterdir())
         index, head = out / "index.html", None
-        if index.is_file():
+        if index.is_symlink() or (index.exists() and not index.is_file()):
+            head = ""  # a link (to anyone's file) or a folder: not a page of a report
+        elif index.is_file():
             with open(index, "rb") as f:
                 head = f.read(4096).decode("utf-8", errors="replace")
     except OSError as e:
         return f"cannot read the report folder {out}: {e.strerror or e}"
-    if folder_verdict(entries, (out / MARKER).is_file(), head) != "foreign":
+    marker = (out / MARKER).is_file() and not (out / MARKER).is_symlink()  # a planted link marks nothing
+    if folder_verdict(entries, marker, head) != "foreign":
         return None
     shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
     return (f"{out} holds files that are not an earlier report ({shown}): name an empty or new folder, or give "
@@ -264,8 +293,10 @@ def write_report(archive: Any, out: Union[str, Path], data: Optional[ReportData]
     """Write the report folder (index.html, candidates/, files/, the marker); returns the index path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("written by `harness report`: a later report replaces index.html, candidates/ and "
-                              "files/ here\n", encoding="utf-8")
+    for folder in ("candidates", "files"):  # before anything is written
+        _no_link(out / folder)
+    write_in(out, MARKER, "written by `harness report`: a later report replaces index.html, candidates/ and files/ "
+                          "here\n")
     data = data or gather_report(archive, **gather)
     w = _Writer(archive, out)
     pages: dict[int, Candidate] = {}
@@ -278,7 +309,7 @@ def write_report(archive: Any, out: Union[str, Path], data: Optional[ReportData]
                     a.href = w.write(f"files/sub-{c.submission_id}/{kind}.txt", text)
             pages[c.submission_id] = c
     index = out / "index.html"
-    index.write_text(render_index(data, backend), encoding="utf-8")
+    write_in(out, index.name, render_index(data, backend))
     for c in pages.values():
         w.write(c.page, _candidate_page(c, w, backend))
     return index
