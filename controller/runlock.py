@@ -44,23 +44,32 @@ def lock_path(archive_folder: Path | str, run_id: str) -> Path:
     return Path(archive_folder) / LOCKS / f"{name}.lock"
 
 
+RECORD_LIMIT = 4096  # bytes of a lock file read: a record is ~100; a larger file is not one of ours
+
+
+def _field(record: dict[str, Any], key: str) -> str:
+    """A field of a record as the one line shows it: whatever a file left there stays one short line."""
+    text = " ".join(str(record.get(key)).split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def describe_holder(run_id: str, record: Optional[dict[str, Any]]) -> str:
     """The refusal's line: the run and who holds it."""
     if not record:
         return f"run {run_id} is being driven by another process (its holder is not recorded yet); try again later"
-    return (f"run {run_id} is being driven by pid {record.get('pid')} on {record.get('host')} since "
-            f"{record.get('since')}; wait for it to end, or stop it, then resume")
+    return (f"run {run_id} is being driven by pid {_field(record, 'pid')} on {_field(record, 'host')} since "
+            f"{_field(record, 'since')}; wait for it to end, or stop it, then resume")
 
 
 def describe_takeover(run_id: str, record: dict[str, Any]) -> str:
-    return (f"run {run_id}: taking over the lock left by pid {record.get('pid')} on {record.get('host')} "
-            f"(since {record.get('since')}; that process no longer holds it)")
+    return (f"run {run_id}: taking over the lock left by pid {_field(record, 'pid')} on {_field(record, 'host')} "
+            f"(since {_field(record, 'since')}; that process no longer holds it)")
 
 
 def _read(f: Any) -> Optional[dict[str, Any]]:
     try:
         f.seek(0)
-        data = json.loads(f.read() or "null")
+        data = json.loads(f.read(RECORD_LIMIT) or "null")
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -89,11 +98,14 @@ def holder(archive_folder: Path | str, run_id: str) -> Optional[dict[str, Any]]:
     path = lock_path(archive_folder, run_id)
     if str(path) in _held or not path.exists():
         return None
-    try:
-        f = open(path, encoding="utf-8")
+    try:  # never through a link, never waiting on a FIFO planted there (acquire refuses both, on one line)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
-    with f:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -148,3 +148,47 @@ def test_a_link_planted_as_the_lock_file_is_refused_and_its_target_left_whole(tm
     else:
         raise AssertionError("a lock taken through a link")
     assert victim.read_text() == "a person's notes"
+
+
+def test_a_fifo_planted_as_the_lock_file_never_hangs_a_reader(tmp_path):
+    """holder() (what --resume unfinished asks of every unfinished run) opened the file to read it: on a FIFO that
+    waits for a writer forever."""
+    import os
+
+    path = runlock.lock_path(tmp_path, "run-1")
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), "run-1"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout) is None, proc.stderr
+    try:
+        runlock.acquire(tmp_path, "run-1")
+    except runlock.RunLocked as err:
+        assert "not a regular file" in str(err)
+    else:
+        raise AssertionError("a lock taken on a FIFO")
+
+
+def test_a_huge_lock_file_is_read_no_further_than_a_record(tmp_path):
+    """The record was read whole: a lock file of gigabytes (sparse, no disk) took that much memory."""
+    path = runlock.lock_path(tmp_path, "run-1")
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as f:
+        f.truncate(4 << 30)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+            "from controller import runlock; print(runlock.acquire(sys.argv[1], 'run-1'))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr[-2000:]
+
+
+def test_a_record_left_in_a_lock_file_is_said_on_one_short_line(tmp_path):
+    path = runlock.lock_path(tmp_path, "run-1")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"pid": "1\nerror: forged second line", "host": "h" * 1000, "since": ["x"]}))
+    left = runlock.acquire(tmp_path, "run-1")
+    try:
+        for line in (runlock.describe_takeover("run-1", left), runlock.describe_holder("run-1", left)):
+            assert "\n" not in line and len(line) < 400 and "forged" in line
+    finally:
+        runlock.release(tmp_path, "run-1")
