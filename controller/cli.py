@@ -336,7 +336,8 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
     ctx = click.get_current_context()
     given = {p.name for p in ctx.command.params
              if ctx.get_parameter_source(p.name) not in (None, click.core.ParameterSource.DEFAULT)}
-    conflict = conflicting_options(given, bool(resume), provider, executor)
+    conflict = conflicting_options(given, bool(resume), provider, executor,
+                                   [item.partition("=")[0].strip() for item in provider_option])
     if conflict:
         fail(conflict)
     archive, source = archive_location(archive_path)

@@ -7,7 +7,7 @@ provider itself (controller/providers/replay.py: ``check_source``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from harness.data.schema import SchemaError, Solution, load_model
 
@@ -26,9 +26,15 @@ STORED_SETTINGS = {
 }
 
 
-def conflicting_options(given: set[str], resume: bool, provider: Optional[str], executor: str) -> Optional[str]:
+# Provider settings that an option of their own sets too: with both given, one would be silently ignored.
+SPELLED_TWICE = {"model": ("model", "--model"), "run": ("replay_run", "--replay-run")}
+
+
+def conflicting_options(given: set[str], resume: bool, provider: Optional[str], executor: str,
+                        provider_keys: Sequence[str] = ()) -> Optional[str]:
     """The refusal for options of which one would be silently ignored, else None. ``given``: the parameter
-    names set on the command line (not defaults); ``provider``: the one asked for (None: the default)."""
+    names set on the command line (not defaults); ``provider``: the one asked for (None: the default);
+    ``provider_keys``: the keys of the --provider-option settings, in order."""
     if resume:
         ignored = [flag for name, flag in STORED_SETTINGS.items() if name in given]
         if ignored:
@@ -39,6 +45,12 @@ def conflicting_options(given: set[str], resume: bool, provider: Optional[str], 
         return "--replay-run is for --provider replay only (it would be ignored)"
     if "address" in given and executor != "ray":
         return "--address is for --executor ray only (it would be ignored)"
+    repeated = sorted({key for key in provider_keys if list(provider_keys).count(key) > 1})
+    if repeated:
+        return f"--provider-option {repeated[0]}= is given more than once (all but one would be ignored)"
+    for key, (name, flag) in SPELLED_TWICE.items():
+        if key in provider_keys and name in given:
+            return f"--provider-option {key}= and {flag} both set the provider's {key} (one would be ignored): give one"
     return None
 
 

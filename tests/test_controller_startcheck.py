@@ -166,3 +166,52 @@ def test_resume_with_an_option_it_would_ignore_is_one_line(tmp_path, monkeypatch
     flag = {"-d": "--definition", "-p": "--provider"}.get(extra[0], extra[0])
     assert line.startswith("error: --resume continues a run with its stored settings: " + flag), line
     assert started == []
+
+
+@pytest.mark.parametrize("given, provider, keys, said", [
+    ({"provider_option"}, "anthropic", ["effort", "thinking_budget"], None),
+    ({"provider_option", "provider"}, "replay", ["run"], None),  # the other spelling of --replay-run, alone
+    ({"provider_option"}, "anthropic", ["effort", "effort"], "--provider-option effort= is given more than once"),
+    ({"provider_option", "model"}, "anthropic", ["model"], "--provider-option model= and --model"),
+    ({"provider_option", "replay_run", "provider"}, "replay", ["run"], "--provider-option run= and --replay-run"),
+])
+def test_a_provider_setting_given_twice_is_refused(given, provider, keys, said):
+    """--model X --provider-option model=Y ran with Y; --replay-run A --provider-option run=B replayed A; a key
+    repeated kept its last value: each silently ignored one of them."""
+    refusal = conflicting_options(given, False, provider, "local", keys)
+    assert (refusal is None) if said is None else (said in refusal), refusal
+
+
+def test_a_provider_setting_given_twice_is_one_line_on_the_command_line(tiny_dataset_root, tmp_path, monkeypatch):
+    started = stub_run_loops(monkeypatch)
+    (tmp_path / "a").mkdir()
+    line = refused(CliRunner().invoke(main, loop_args(tiny_dataset_root, tmp_path / "a", "-p", "anthropic", "--model",
+                                                      "m1", "--provider-option", "model=m2")))
+    assert "--provider-option model= and --model" in line and started == []
+
+
+@pytest.mark.parametrize("value", ["[1]", '{"a": 1}', "3"])
+def test_a_replay_run_that_is_no_run_id_is_one_line(tiny_dataset_root, tmp_path, monkeypatch, value):
+    """--provider-option run=[1] reached the archive query as a list: a traceback."""
+    folder = tmp_path / "a"
+    Store(Archive(folder)).create_run("run-1", KV8_PS1, "offline", {})
+    started = stub_run_loops(monkeypatch)
+    line = refused(CliRunner().invoke(main, loop_args(tiny_dataset_root, folder, "-p", "replay", "--provider-option",
+                                                      f"run={value}")))
+    assert "replay: " in line and started == []
+
+
+@pytest.mark.parametrize("extra", [("-p", "replay"), ("--resume", "unfinished"), ("--resume", "run-1")])
+def test_an_archive_that_is_no_database_is_one_line_for_the_loop(tiny_dataset_root, tmp_path, monkeypatch, extra):
+    """A file that is not an SQLite database as archive.db: the loop's replay check and --resume were tracebacks."""
+    import os
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    (folder / "archive.db").write_bytes(os.urandom(8192))
+    before = (folder / "archive.db").read_bytes()
+    stub_run_loops(monkeypatch)
+    args = loop_args(tiny_dataset_root, folder, *extra) if extra[0] == "-p" else ["loop", "--archive", str(folder),
+                                                                                 *extra]
+    line = refused(CliRunner().invoke(main, args))
+    assert "file is not a database" in line and (folder / "archive.db").read_bytes() == before

@@ -39,6 +39,9 @@ class ReplayProvider:
         """Before the loop starts (no run row, no evaluation yet): the run to replay exists, is of ``definition``
         and holds responses; returns its id. ``run_id``: the replaying run, when resumed (never its own source).
         ProviderError, on one line, otherwise."""
+        if self.source_run is not None and not isinstance(self.source_run, str):  # --provider-option run=[1]
+            raise ProviderError(f"replay: run {json.dumps(self.source_run)} is not a run id (`controller runs` "
+                                "lists them)")
         if self.source_run is not None:
             row = self.store.run(self.source_run)
             if row is None:
