@@ -96,3 +96,22 @@ def test_cli_copy_archive(tmp_path):
     assert again.exit_code == 2 and "not an empty folder" in again.output
     missing = runner.invoke(main, ["copy-archive", str(tmp_path / "c2"), "--archive", str(tmp_path / "nowhere")])
     assert missing.exit_code == 2 and not (tmp_path / "nowhere").exists() and not (tmp_path / "c2").exists()
+
+
+def test_a_link_to_nothing_as_the_destination_is_said_so(tmp_path):
+    source, _ = populated(tmp_path)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    result = CliRunner().invoke(main, ["copy-archive", str(tmp_path / "dangling"), "--archive", str(source.folder)])
+    assert result.exit_code == 2 and "is a link to nothing" in result.output, result.output
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_only_blobs_are_copied_as_blobs(tmp_path):
+    """A copy made inside the source's blobs/ folder (blobs/zz) put its archive.db and seal key where the next copy
+    read every file as a blob, and carried them into its own blobs/."""
+    source, _ = populated(tmp_path)
+    travel_copy(source, source.folder / "blobs" / "zz")
+    travel_copy(source, tmp_path / "next")
+    copied = [p.relative_to(tmp_path / "next" / "blobs") for p in (tmp_path / "next" / "blobs").rglob("*")
+              if p.is_file()]
+    assert copied and all(len(p.parts) == 2 and len(p.parts[0] + p.parts[1]) == 64 for p in copied), copied

@@ -17,6 +17,7 @@ and their timing, never the cache, so every seal still verifies in the copy.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -26,6 +27,7 @@ from pydantic import BaseModel, Field
 from .database import ARCHIVE_DB, BLOBS, Archive, ArchiveError
 from .seal import SEAL_KEY
 
+_BLOB_NAME = re.compile(r"[0-9a-f]{64}")  # blobs/ab/cdef...: a SHA-256 split after two characters
 OUTPUTS_KIND = "trusted_outputs"  # the blob kind of the reference's cached outputs
 JIT_CACHE = Path("cache") / "flashinfer"
 
@@ -63,6 +65,8 @@ def travel_copy(source: Archive, dest: Path | str, with_outputs: bool = False, w
     All or nothing: the database is written under a temporary name and given its own last, so a copy cut short
     (a full disk, a kill) never looks like an archive; one that fails is removed, ``dest`` left as it was."""
     dest = Path(dest)
+    if dest.is_symlink() and not dest.exists():
+        raise ArchiveError(f"{dest} is a link to nothing ({os.readlink(dest)}); name a new or empty folder")
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ArchiveError(f"{dest} exists and is not an empty folder")
     if dest.resolve() == source.folder.resolve():
@@ -101,8 +105,8 @@ def _copy_into(source: Archive, dest: Path, with_outputs: bool, with_jit: bool) 
     copied = copied_bytes = skipped_bytes = 0
     for blob in (source.folder / BLOBS).glob("*/*"):
         digest = blob.parent.name + blob.name
-        if not blob.is_file() or ".tmp" in blob.name:
-            continue
+        if not (_BLOB_NAME.fullmatch(digest) and blob.is_file()):  # a .tmp being written; files not blobs (a copy
+            continue  # made inside blobs/ itself)
         if digest in left_out:
             skipped_bytes += blob.stat().st_size
             continue
