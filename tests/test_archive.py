@@ -241,6 +241,24 @@ def test_a_file_that_is_not_a_database_is_an_archive_error(tmp_path, kind):
         Archive(tmp_path / "bad")
 
 
+@pytest.mark.parametrize("planted", ["fifo", "link"])
+def test_a_fifo_or_link_planted_as_the_schema_lock_neither_hangs_nor_is_followed(tmp_path, planted):
+    """archive.db.lock was opened for appending: a FIFO there hung every command that opens the archive, and a link
+    to nothing made the file it names."""
+    Archive(tmp_path / "a").db.conn.close()
+    lock = tmp_path / "a" / f"{ARCHIVE_DB}.lock"
+    lock.unlink()
+    if planted == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to(tmp_path / "made-through-the-link")
+    code = "import sys; from harness.archive.database import Archive; print(len(Archive(sys.argv[1]).submissions()))"
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "0", proc.stderr[-2000:]
+    assert not (tmp_path / "made-through-the-link").exists()
+
+
 def test_an_empty_file_becomes_an_archive_and_an_older_archive_still_migrates(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / ARCHIVE_DB).write_bytes(b"")

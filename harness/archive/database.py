@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -135,12 +136,16 @@ def _schema_lock(db_path: Path) -> Iterator[None]:
     controller's lanes, two harness processes) would both find no tables and both create them. A file lock
     beside the database, so it holds across threads and processes; a read-only folder gets none (nothing
     can be migrated there anyway)."""
-    try:
-        f = open(f"{db_path}.lock", "a")
+    try:  # never through a link, never waiting on a FIFO planted there (opening one for writing waits for a reader)
+        fd = os.open(f"{db_path}.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644)
     except OSError:
         yield
         return
-    with f:
+    with os.fdopen(fd, "a") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            yield
+            return
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
