@@ -49,24 +49,29 @@ def test_wave_chunk_tiles(fused, request_tiles, kv_heads, low, high, expected):
     assert fused._wave_chunk_tiles(request_tiles, kv_heads, SLOTS, low, high) == expected
 
 
-@pytest.mark.parametrize("request_tiles, slots_per_sm, saturating, expected", [
+@pytest.mark.parametrize("request_tiles, slots_per_sm, saturating, expected, high", [
     # run 18, kv4 64 x 2048 (16 tiles of 128 tokens), 3 programs per SM, chunks up to 16 tiles. Waves only: 768
     # six-tile chunks (2 waves x 7 against 1 x 17), timed 83 us; 256 whole requests (one wave at 2 per SM) 77 us.
-    ([16] * 64, 3, 0, 6),
+    ([16] * 64, 3, 0, 6, None),
     # with SM bandwidth filled by 2 programs: 256 whole requests put 2 on the busiest SM (load 2 x 17 = 34), 768
     # chunks put 6 there (6 x 7 = 42): whole requests, as measured
-    ([16] * 64, 3, 2, 16),
-    ([16] * 64, 3, 3, 6),  # 3 programs fill it: 3 per SM overlap, waves decide again
-    ([16] * 64, 2, 2, 16),  # 2 per SM: whole requests either way
+    ([16] * 64, 3, 2, 16, None),
+    ([16] * 64, 3, 3, 6, None),  # 3 programs fill it: 3 per SM overlap, waves decide again
+    ([16] * 64, 2, 2, 16, None),  # 2 per SM: whole requests either way
     # 64 x 8192 (64 tiles), 3 per SM, chunks up to 64: waves only 768 chunks of 22 tiles (run 18: 258 us, its best);
     # at 2 one chunk per request
-    ([64] * 64, 3, 0, 22),
-    ([64] * 64, 3, 2, 64),
+    ([64] * 64, 3, 0, 22, None),
+    ([64] * 64, 3, 2, 64, None),
+    # the same with chunks up to 32 tiles (CHUNK_BLOCKS 16, the fused template's 2 x): 512 chunks of 32 put 4 on the
+    # busiest SM, run 3 + 1, the one alone at half the SM's bandwidth (H200 run 19, KV_LOAD 2: 296 us, the old rule's
+    # pick); 768 of 22 put 6, run 3 + 3 (260 us, 6 x 23 = 138); 1024 of 16 put 8, run 3 + 3 + 2 (8 x 17 = 136, untimed)
+    ([64] * 64, 3, 2, 16, 32),
     # a small batch never reaches the bandwidth term: batch 1 x 8192 at kv8 as waves only
-    ([64], 3, 2, 2),
+    ([64], 3, 2, 2, None),
 ])
-def test_the_bandwidth_term_keeps_near_full_batches_whole(fused, request_tiles, slots_per_sm, saturating, expected):
-    high = max(request_tiles) if len(request_tiles) > 1 else 4
+def test_the_bandwidth_term_keeps_near_full_batches_whole(fused, request_tiles, slots_per_sm, saturating, expected,
+                                                          high):
+    high = high or (max(request_tiles) if len(request_tiles) > 1 else 4)
     assert fused._wave_chunk_tiles(request_tiles, 4 if len(request_tiles) > 1 else 8, slots_per_sm * 132, 1, high,
                                    132, saturating) == expected
 
