@@ -5,7 +5,7 @@
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
 # fixtures proof controller report judge_set judge_families judge_scale slow_timing families moe_prebuild family_records
-# sweep loop_record.
+# sweep loop_record promoted.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -16,7 +16,9 @@
 # CARRIED=FILE.tgz: an earlier host's travel copy (KEEP_ARCHIVE=1 KEEP_JIT=1 there) unpacked into ARCHIVE first, so
 # FlashInfer's modules and the baselines are not built and timed again. KEEP_JIT=1: the travel copy keeps FlashInfer's
 # JIT modules (.so only). sweep: SWEEP_CONFIGS (JSON lists, comma-separated, benchmarks/template_sweep.py), SWEEP_DEFINITIONS,
-# SWEEP_ARGS (more `harness submit` arguments, e.g. "-w uniform_b1_kv8192"). loop_record: for each of LOOP_DEFINITIONS
+# SWEEP_ARGS (more `harness submit` arguments, e.g. "-w uniform_b1_kv8192"). promoted: examples/gqa_decode_promoted/ of
+# PROMOTED_DEFINITIONS (default all four) submitted on every workload (PROMOTED_TIMEOUT, PROMOTED_ARGS), summarised by
+# benchmarks/submit_summary.py. loop_record: for each of LOOP_DEFINITIONS
 # (comma-separated) `controller loop --provider offline` from the naive kernel within LOOP_BUDGET_S (default 380),
 # then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/. LOOP_EXTEND_S=S:
 # instead of a new run, the definition's newest run in ARCHIVE (a CARRIED travel copy) continues, given S seconds of
