@@ -199,7 +199,30 @@ def test_round_two_of_a_dispatch_leads_with_the_skills_first_moves_and_leaves_th
         variant = o["params"]["variants"][R]
         assert variant["template"] == "triton-split-kv-fused"  # no neighbour of the naive per-KV-head kernel
         moved.append([(k, v) for k, v in variant["params"].items() if start.get(k) != v])
-    assert moved[:3] == [[("CHUNK_BLOCKS", 32)], [("CHUNK_BLOCKS", 8)], [("SINGLE_CHUNK_DIRECT", 1)]]
+    # run 19: the bandwidth term (0 -> 2) took kv4's b64 x 2048 and b16 x 8192 past FlashInfer
+    assert moved[:4] == [[("CHUNK_BLOCKS", 32)], [("CHUNK_BLOCKS", 8)], [("SATURATING_PROGRAMS_PER_SM", 2)],
+                         [("SINGLE_CHUNK_DIRECT", 1)]]
     assert [("MAX_REGISTERS", 168)] not in moved[:3]
     assert all(o["params"]["variants"]["memory-bound"] == dispatch["params"]["variants"]["memory-bound"]
                for o in origins)  # the change alone
+
+
+def test_a_memory_bound_round_of_a_dispatch_leads_with_kv_load(skills):
+    """Run 19: the per-KV-head kernel's KV_LOAD (the page index a step ahead, then TMA boxes) was what moved kv8 ps64's
+    b256 x 8192 past FlashInfer; the skill makes it the memory-bound regime's first move."""
+    provider = OfflineProvider(skills)
+    g = provider.generator_for(KV8_PS1)
+    naive = naive_incumbent(skills, KV8_PS1)
+    dispatch = g.seed_dispatch([], naive.origin)
+    solution = g.render_dispatch(dispatch, KV8_PS1, "r1_dispatch", "controller/offline", "H200")
+    history = [naive_history(skills, 0.6),
+               HistoryItem(round=1, name="r1_dispatch", status="PASSED", origin=dispatch,
+                           regime_latency_ms={R: 0.03, "memory-bound": 0.4, "skewed": 0.1})]
+    req = GenerationRequest(run_id="run-s", round=2, key="r2/explore", definition=KV8_PS1, regime="memory-bound",
+                            budget=Budget(max_candidates=8), history=history,
+                            incumbent=Incumbent(name="r1_dispatch", solution=solution, origin=dispatch))
+    origins = provider.propose(req)
+    start = dispatch["params"]["variants"]["memory-bound"]["params"]
+    first = origins[0]["params"]["variants"]["memory-bound"]
+    assert first["template"] == "triton-per-kv-head" and start["KV_LOAD"] == 0
+    assert [(k, v) for k, v in first["params"].items() if start.get(k) != v] == [("KV_LOAD", 1)]
