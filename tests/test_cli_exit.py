@@ -94,7 +94,8 @@ def test_a_file_that_is_not_an_archive_is_one_line_for_the_controller_too(tmp_pa
     (tmp_path / "archive.db").write_bytes(os.urandom(10000))
     proc = subprocess.run([sys.executable, "-m", "controller", "runs", "--archive", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "cannot open archive" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "cannot open the archive" in proc.stderr and "not a database" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("args", [
