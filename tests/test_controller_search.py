@@ -171,6 +171,22 @@ def test_bad_population_bounds_and_first_moves_are_refused(block, problem):
         SearchSettings.from_block(block)
 
 
+def _round_two_of_the_seed_dispatch(skills, regime):
+    """(the skill's round-1 dispatch on kv8 ps1, the offline provider's 8 proposals for a round 2 on ``regime``)."""
+    provider = OfflineProvider(skills)
+    g = provider.generator_for(KV8_PS1)
+    naive = naive_incumbent(skills, KV8_PS1)
+    dispatch = g.seed_dispatch([], naive.origin)
+    solution = g.render_dispatch(dispatch, KV8_PS1, "r1_dispatch", "controller/offline", "H200")
+    history = [naive_history(skills, 0.6),
+               HistoryItem(round=1, name="r1_dispatch", status="PASSED", origin=dispatch,
+                           regime_latency_ms={R: 0.03, "memory-bound": 0.4, "skewed": 0.1})]
+    req = GenerationRequest(run_id="run-s", round=2, key="r2/explore", definition=KV8_PS1, regime=regime,
+                            budget=Budget(max_candidates=8), history=history,
+                            incumbent=Incumbent(name="r1_dispatch", solution=solution, origin=dispatch))
+    return dispatch, provider.propose(req)
+
+
 def test_round_two_of_a_dispatch_leads_with_the_skills_first_moves_and_leaves_the_naive_kernel_out(skills):
     """Run 16's round 2 (latency-bound, the skill's dispatch the incumbent): half its proposals were neighbours of
     the naive kernel (10-25x slower on the regime, all screened out) and the rest moved NUM_WARPS and NUM_STAGES,
@@ -180,18 +196,7 @@ def test_round_two_of_a_dispatch_leads_with_the_skills_first_moves_and_leaves_th
     incumbent's dispatch."""
     from controller.dispatch import DISPATCH
 
-    provider = OfflineProvider(skills)
-    g = provider.generator_for(KV8_PS1)
-    naive = naive_incumbent(skills, KV8_PS1)
-    dispatch = g.seed_dispatch([], naive.origin)
-    solution = g.render_dispatch(dispatch, KV8_PS1, "r1_dispatch", "controller/offline", "H200")
-    history = [naive_history(skills, 0.6),
-               HistoryItem(round=1, name="r1_dispatch", status="PASSED", origin=dispatch,
-                           regime_latency_ms={R: 0.03, "memory-bound": 0.4, "skewed": 0.1})]
-    req = GenerationRequest(run_id="run-s", round=2, key="r2/explore", definition=KV8_PS1, regime=R,
-                            budget=Budget(max_candidates=8), history=history,
-                            incumbent=Incumbent(name="r1_dispatch", solution=solution, origin=dispatch))
-    origins = provider.propose(req)
+    dispatch, origins = _round_two_of_the_seed_dispatch(skills, R)
     assert len(origins) == 8 and all(o["template"] == DISPATCH for o in origins)
     start = dispatch["params"]["variants"][R]["params"]
     moved = []
@@ -210,18 +215,7 @@ def test_round_two_of_a_dispatch_leads_with_the_skills_first_moves_and_leaves_th
 def test_a_memory_bound_round_of_a_dispatch_leads_with_kv_load(skills):
     """Run 19: the per-KV-head kernel's KV_LOAD (the page index a step ahead, then TMA boxes) was what moved kv8 ps64's
     b256 x 8192 past FlashInfer; the skill makes it the memory-bound regime's first move."""
-    provider = OfflineProvider(skills)
-    g = provider.generator_for(KV8_PS1)
-    naive = naive_incumbent(skills, KV8_PS1)
-    dispatch = g.seed_dispatch([], naive.origin)
-    solution = g.render_dispatch(dispatch, KV8_PS1, "r1_dispatch", "controller/offline", "H200")
-    history = [naive_history(skills, 0.6),
-               HistoryItem(round=1, name="r1_dispatch", status="PASSED", origin=dispatch,
-                           regime_latency_ms={R: 0.03, "memory-bound": 0.4, "skewed": 0.1})]
-    req = GenerationRequest(run_id="run-s", round=2, key="r2/explore", definition=KV8_PS1, regime="memory-bound",
-                            budget=Budget(max_candidates=8), history=history,
-                            incumbent=Incumbent(name="r1_dispatch", solution=solution, origin=dispatch))
-    origins = provider.propose(req)
+    dispatch, origins = _round_two_of_the_seed_dispatch(skills, "memory-bound")
     start = dispatch["params"]["variants"]["memory-bound"]["params"]
     first = origins[0]["params"]["variants"]["memory-bound"]
     assert first["template"] == "triton-per-kv-head" and start["KV_LOAD"] == 0
