@@ -11,6 +11,11 @@ per configuration and workload: status, the kernel figure (setup outside the tim
 measured), the faster FlashInfer mode's kernel figure, the speedup over it and the % of the roofline floor; per
 configuration: the score (mean speedup), the worst workload and how many reach 1.0x. Writes
 template_sweep_<date>.json and .md in DIR.
+
+A configuration may instead be a dispatching solution, {"template": "dispatch", "variants": {REGIME: {PARAM:
+VALUE...}}}: the skill's round-1 dispatch (its starting point per regime) with those regimes' kernels changed, judged
+on every workload as a promotion would judge it (benchmarks/configs/promotion_candidates.json). `"definitions":
+[NAME...]` limits a configuration to those definitions, so one sweep times each definition's own candidates.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from controller.dispatch import DISPATCH, dispatch_origin  # noqa: E402
 from controller.providers.offline import offline_generator, slug  # noqa: E402
 from controller.skills.loading import load_skills  # noqa: E402
 from harness.data.dataset import Dataset  # noqa: E402
@@ -58,16 +64,14 @@ def render_all(configs: list[dict[str, Any]], definition: str, folder: Path) -> 
     generator = offline_generator(load_skills(ROOT / "skills"), definition)
     rendered = []
     for i, config in enumerate(configs):
-        name = config["template"]
-        if name not in generator.templates:
-            print(f"{definition}: no template {name!r} for it; skipped", file=sys.stderr)
+        if not meant_for(config, definition):
             continue
-        values = {k: v for k, v in config.items() if k != "template"}
-        if bad := generator.disallowed(name, values):  # complete() would time the default instead: say so, skip
-            print(f"{definition}: configuration {i} skipped, not allowed here: {', '.join(bad)}", file=sys.stderr)
+        origin, why = origin_of(config, generator)
+        if origin is None:
+            print(f"{definition}: configuration {i} skipped, {why}", file=sys.stderr)
             continue
-        origin = {"template": name, "params": generator.complete(name, values)}
-        same = [r["solution"] for r in rendered if (r["template"], r["params"]) == (name, origin["params"])]
+        same = [r["solution"] for r in rendered if (r["template"], r["params"]) == (origin["template"],
+                                                                                   origin["params"])]
         if same:  # the same kernel timed twice would only cost device time
             print(f"{definition}: configuration {i} is {same[0]} again here; skipped", file=sys.stderr)
             continue
@@ -76,6 +80,46 @@ def render_all(configs: list[dict[str, Any]], definition: str, folder: Path) -> 
         (folder / f"{solution_name}.json").write_text(json.dumps(text))
         rendered.append({"solution": solution_name, **origin})
     return rendered
+
+
+def meant_for(config: dict[str, Any], definition: str) -> bool:
+    """A configuration with `definitions` (names or the dataset's aliases) is swept on those alone: one sweep can
+    then time each definition's own candidate."""
+    names = config.get("definitions")
+    if names is None:
+        return True
+    dataset = Dataset(None)
+    return any(definition in dataset.resolve(name) for name in names)
+
+
+def origin_of(config: dict[str, Any], generator: Any) -> tuple[Optional[dict[str, Any]], str]:
+    """(the origin the loop would render, why not). A kernel: {"template": NAME, PARAM: VALUE...}. A dispatching
+    solution: {"template": "dispatch", "variants": {REGIME: {["template": NAME,] PARAM: VALUE...}}}, the skill's
+    starting point per regime (its round-1 dispatch) with those regimes' kernels changed as given: the whole
+    definition's figure of one regime's candidate, as a promotion would judge it."""
+    name = config["template"]
+    if name == DISPATCH:
+        regimes = (generator.dispatch or {}).get("regimes") or []
+        winners = {r: point for r in regimes if (point := generator.starting_point(r))}
+        for regime, change in (config.get("variants") or {}).items():
+            if regime not in winners:
+                return None, f"no regime {regime!r} here (regimes: {', '.join(winners) or 'none'})"
+            start = winners[regime]
+            if change.get("template", start["template"]) != start["template"]:  # another design: its own defaults
+                start = {"template": change["template"], "params": {}}
+            variant, why = origin_of({"template": start["template"], **start["params"], **change}, generator)
+            if variant is None:
+                return None, f"{regime}: {why}"
+            winners[regime] = variant
+        if len(winners) < 2:
+            return None, "the skill dispatches by no regimes for this definition"
+        return dispatch_origin(winners, generator.dispatch.get("default") or next(iter(winners))), ""
+    if name not in generator.templates:
+        return None, f"no template {name!r} for it"
+    values = {k: v for k, v in config.items() if k not in ("template", "why", "definitions")}
+    if bad := generator.disallowed(name, values):  # complete() would time the default instead: say so, skip
+        return None, f"not allowed here: {', '.join(bad)}"
+    return {"template": name, "params": generator.complete(name, values)}, ""
 
 
 def parse_results(stdout: str) -> list[dict[str, Any]]:

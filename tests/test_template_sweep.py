@@ -74,17 +74,58 @@ GQA_DECODE = ["gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv8_d12
 @pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "configs").glob("*.json")), ids=lambda p: p.stem)
 def test_the_shipped_sweep_configurations_render_as_written_for_every_definition(tmp_path, path):
     """A value the template does not allow would silently become its default (the sweep would measure something
-    else than its name says): every configuration renders with exactly the values it asks for, or, where the
-    definition narrows a placeholder (KV_LOAD 2, TMA boxes, at page size 1), is skipped there."""
+    else than its name says): every configuration renders with exactly the values it asks for on the definitions
+    it names (all four where it names none), or, where the definition narrows a placeholder (KV_LOAD 2, TMA boxes,
+    at page size 1), is skipped there."""
     configs = json.loads(path.read_text())
     for definition in GQA_DECODE:
         (tmp_path / definition).mkdir()
         rendered = ts.render_all(configs, definition, tmp_path / definition)
-        kept = [c for c in configs if not (definition.endswith("_ps1") and c.get("KV_LOAD") == 2)]
+        kept = [c for c in configs if definition in c.get("definitions", GQA_DECODE)
+                and not (definition.endswith("_ps1") and c.get("KV_LOAD") == 2)]
         assert len(rendered) == len(kept)
         for config, r in zip(kept, rendered):
-            asked = {k: v for k, v in config.items() if k not in ("template", "why")}
+            if config["template"] == "dispatch":
+                for regime, asked in config["variants"].items():
+                    params = r["params"]["variants"][regime]["params"]
+                    assert {k: params[k] for k in asked} == asked
+                continue
+            asked = {k: v for k, v in config.items() if k not in ("template", "why", "definitions")}
             assert {k: r["params"][k] for k in asked} == asked
+
+
+def test_a_dispatch_configuration_is_the_skills_round_one_dispatch_with_the_regimes_it_changes(tmp_path, capsys):
+    """What a promotion would judge: the offline provider's seed dispatch (the skill's starting point per regime),
+    only the named regimes' kernels changed, each change checked as a kernel's own configuration would be."""
+    from controller.providers.offline import OfflineProvider, naive_incumbent
+    from controller.skills import load_skills
+
+    skills = load_skills(ROOT / "skills")
+    seed = OfflineProvider(skills).generator_for(KV4).seed_dispatch([], naive_incumbent(skills, KV4).origin)
+    change = {"KV_LOAD": 2, "SATURATING_PROGRAMS_PER_SM": 2}
+    configs = [{"template": "dispatch", "variants": {}},
+               {"template": "dispatch", "variants": {"latency-bound": change}, "definitions": [KV4]},
+               {"template": "dispatch", "variants": {"latency-bound": change},
+                "definitions": ["gqa_paged_decode_h32_kv8_d128_ps1"]},
+               {"template": "dispatch", "variants": {"latency-bound": {"template": "triton-per-kv-head"}}},
+               {"template": "dispatch", "variants": {"latency-bound": {"KV_LOAD": 7}}},
+               {"template": "dispatch", "variants": {"prefill": {}}}]
+    rendered = ts.render_all(configs, KV4, tmp_path)
+    assert [r["solution"].split("_")[0] for r in rendered] == ["sweep0", "sweep1", "sweep3"]
+    assert rendered[0]["params"] == seed["params"]
+    changed = rendered[1]["params"]["variants"]
+    assert changed["latency-bound"]["params"] == {**seed["params"]["variants"]["latency-bound"]["params"], **change}
+    assert {r: changed[r] for r in ("memory-bound", "skewed")} == \
+        {r: seed["params"]["variants"][r] for r in ("memory-bound", "skewed")}
+    # a template switch takes the new template's own parameters (the starting point's others do not carry over)
+    generator = OfflineProvider(skills).generator_for(KV4)
+    assert rendered[2]["params"]["variants"]["latency-bound"] == \
+        {"template": "triton-per-kv-head", "params": generator.complete("triton-per-kv-head", {})}
+    err = capsys.readouterr().err
+    assert "configuration 4 skipped, latency-bound: not allowed here: KV_LOAD=7" in err
+    assert "configuration 5 skipped, no regime 'prefill' here (regimes: latency-bound, memory-bound, skewed)" in err
+    sol = Solution.model_validate_json((tmp_path / f"{rendered[1]['solution']}.json").read_text())
+    assert sol.spec.entry_point == "dispatch.py::run" and sol.definition == KV4
 
 
 def test_a_configuration_that_completes_to_one_already_rendered_is_rendered_once(tmp_path, capsys):
