@@ -146,11 +146,15 @@ def _resume_ids(values: tuple[str, ...], archive: Path) -> list[str]:
     from .store import Store
 
     ids: list[str] = []
+    store = Store(Archive.open_existing(archive))  # ArchiveMissing: no archive, so no run to resume (one line)
     for value in _split(values) or []:
         if value != "unfinished":
+            if not value.isprintable() or store.run(value) is None:  # said before its lock is taken: nothing is made
+                fail(f"--resume: no run {escape(repr(value[:200]))} in {escape(str(archive))} (`controller runs` lists "
+                     "them)")  # for a run that is not (a name that is not text, undecodable bytes, is none)
             ids.append(value)
             continue
-        found = Store(Archive(archive, create=False, require_db=True)).unfinished_runs()  # ArchiveError: no archive
+        found = store.unfinished_runs()
         if not found:
             fail(f"--resume unfinished: every run in {archive} has finished")
         for run_id in found:  # a RUNNING run another process drives is not cut short: left to it, said

@@ -393,7 +393,11 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
     left = runlock.acquire(archive.folder, run_id)  # RunLocked: another process drives it (controller/runlock.py)
     try:
         if resume is None:
-            store.create_run(run_id, config.definition, config.provider, config.model_dump(mode="json"))
+            try:
+                store.create_run(run_id, config.definition, config.provider, config.model_dump(mode="json"))
+            except BaseException:
+                runlock.discard(archive.folder, run_id)  # no run was made, so no lock file is left for it
+                raise
         if on_event and left:
             on_event("lock_takeover", {"note": runlock.describe_takeover(run_id, left)})
         return _play(config, run_id, resume, archive, store, provider, evaluator, skills, dataset, on_event,

@@ -162,3 +162,14 @@ def release(archive_folder: Path | str, run_id: str) -> None:
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
+
+
+def discard(archive_folder: Path | str, run_id: str) -> None:
+    """Let go of a lock taken for a run whose first row could not be written, and remove its file: nothing is left
+    under locks/ for a run the archive does not hold (the file goes while still held, so nobody takes it between)."""
+    path = lock_path(archive_folder, run_id)
+    with _guard:
+        held = _held.get(str(path))
+        if held is not None and held[1] == 1:
+            path.unlink(missing_ok=True)
+    release(archive_folder, run_id)

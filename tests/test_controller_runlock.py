@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from controller import runlock
@@ -192,3 +194,47 @@ def test_a_record_left_in_a_lock_file_is_said_on_one_short_line(tmp_path):
             assert "\n" not in line and len(line) < 400 and "forged" in line
     finally:
         runlock.release(tmp_path, "run-1")
+
+
+@pytest.mark.parametrize("archive_state, run_id", [
+    ("no archive.db", "run-9"),
+    ("other runs", "run-9"),
+    ("other runs", "../../escape"),
+    ("other runs", "x" * 5000),
+    ("other runs", "bad\udcffname"),  # a non-UTF-8 argument as Python passes it on
+    ("other runs", "[bold]run-1"),
+])
+def test_resuming_a_run_that_does_not_exist_is_one_line_and_makes_no_lock_file(tmp_path, monkeypatch,
+                                                                               archive_state, run_id):
+    """It made ARCHIVE/locks/RUN.lock (and the locks folder) for a run id the archive had never held."""
+    if archive_state == "no archive.db":
+        folder = tmp_path / "a"
+        folder.mkdir()
+    else:
+        folder, _ = archive_with(tmp_path, ("run-1", "INTERRUPTED"))
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    resumed = stub_resume(monkeypatch)
+    result = CliRunner().invoke(main, ["loop", "--resume", run_id, "--archive", str(folder)])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert ("no archive at" if archive_state == "no archive.db" else "no run") in lines[0]
+    assert resumed == [] and not (folder / runlock.LOCKS).exists()
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+
+
+def test_a_new_run_whose_first_row_cannot_be_written_leaves_no_lock_file(tiny_dataset_root, tmp_path, monkeypatch):
+    import controller.loop as loop_mod
+    from harness.data.dataset import Dataset
+    from loop_support import WORKLOAD, FakeEvaluator, config
+
+    folder = tmp_path / "a"
+    archive = Archive(folder)
+
+    def refused(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(Store, "create_run", refused)
+    evaluator = FakeEvaluator(archive, Dataset(tiny_dataset_root), [WORKLOAD], judge=lambda s: ("PASSED", None))
+    with pytest.raises(sqlite3.OperationalError):
+        loop_mod.run_loop(config(tiny_dataset_root), folder, evaluator=evaluator)
+    assert list((folder / runlock.LOCKS).glob("*")) == []
