@@ -103,6 +103,26 @@ def test_a_debug_flag_is_a_warning_that_blocks_nothing(source, policy):
     assert promotion_blockers(passed, [f.model_dump() for f in compute])
 
 
+
+# The same debug flag in C++ (a .cu beside the solution, or the CUDA text given to load_inline); a name that reveals
+# the harness, a computed name or a write stays env_probe.
+CPP_FLAG = 'static bool debug() { const char* v = std::getenv("MOE_DEBUG"); return v && v[0] == \'1\'; }\n'
+CPP_PROBES = ['bool f() { return std::getenv("PYTEST_CURRENT_TEST") != nullptr; }\n',
+              'bool f(const char* n) { return getenv(n) != nullptr; }\n',
+              'void f() { setenv("MOE_DEBUG", "1", 1); }\n']
+
+
+def test_a_debug_flag_read_in_cpp_is_a_warning(policy):
+    inline = ("from torch.utils.cpp_extension import load_inline\nCUDA = r\"\"\"\n" + CPP_FLAG + "\"\"\"\n"
+              "ext = load_inline('moe', cpp_sources='', cuda_sources=CUDA)\n")
+    for sources, language in (({"kernel.cu": CPP_FLAG}, "cuda"), ({"main.py": inline}, "python")):
+        findings = scan_sources(sources, language, policy)
+        assert [(f.rule, f.severity) for f in findings] == [("env_read", "warning")], describe(findings)
+        assert gate_passed(findings)
+    for probe in CPP_PROBES:
+        findings = scan_sources({"kernel.cu": probe}, "cuda", policy)
+        assert [f.rule for f in findings] == ["env_probe"] and not gate_passed(findings), describe(findings)
+
 def test_ops_registered_in_python_are_the_solutions_own(policy):
     call = "import torch\ndef run(q):\n    return torch.ops.mylib.decode(q)\n"
     assert [f.rule for f in scan_py(call, policy)] == ["torch_compute"]

@@ -258,7 +258,10 @@ CPP_POSITIVES = [
     ("concurrency", 2, "void f() {\n  pid_t p = fork();\n}\n"),
     ("concurrency", 1, "#pragma omp parallel for\nfor (int i = 0; i < n; ++i) {}\n"),
     # environment probing
-    ("env_probe", 2, "void f() {\n  const char* s = getenv(\"SEED\");\n}\n"),
+    ("env_probe", 2, "void f() {\n  const char* s = getenv(\"HOME\");\n}\n"),
+    ("env_probe", 2, "void f(const char* name) {\n  const char* s = std::getenv(name);\n}\n"),
+    ("env_probe", 2, "void f() {\n  setenv(\"MYKERNEL_DEBUG\", \"1\", 1);\n}\n"),
+    ("env_read", 2, "void f() {\n  const char* s = std::getenv(\"MYKERNEL_DEBUG\");\n}\n"),
     ("env_probe", 2, "void f() {\n  FILE* p = fopen(\"/proc/self/maps\", \"r\");\n}\n"),
     ("env_probe", 1, "extern char** environ;\n"),
     # file caches / reads
@@ -371,7 +374,7 @@ EMBEDDED_CPP_POSITIVES = [
     ("env_probe", 3, '''\
         import torch.utils.cpp_extension as ext
         def source(n):
-            return "int f() { return getenv(\\"SEED\\") != nullptr; }"
+            return "int f() { return getenv(\\"PYTEST_CURRENT_TEST\\") != nullptr; }"
         m = ext.load_inline("k", source(3), "")
         '''),
     ("file_cache", 2, '''\

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .common import (
     _ENV_MARKER_RE,
     _QUOTES_AND_SPACE,
+    _REVEALING_ENV_NAME_RE,
     _TEMP_PATH_RE,
     _WHY,
     _Hit,
@@ -125,6 +126,8 @@ _CPP_TOKEN_RULES = _cpp_token_rules()
 _TENSOR_MAP_ENTRY_RE = re.compile(
     r"\s*\(\s*\"(?:cuTensorMapEncodeTiled|cuTensorMapEncodeIm2col|cuTensorMapEncodeIm2colWide|"
     r"cuTensorMapReplaceAddress)\"\s*,")
+# `("NAME")`: the one argument of a call, a plain string literal naming an environment variable.
+_CPP_LITERAL_ARGUMENT_RE = re.compile(r"\s*\"([A-Za-z_][A-Za-z0-9_]*)\"\s*\)")
 _CPP_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*([<\"])([^>\"\n]+)[>\"]", re.MULTILINE)
 _CPP_INCLUDE_RULES = (
     ("library_fallback", re.compile(r"cublas|cudnn|cutlass|cute/|flashinfer|cusparse|cufft|cusolver")),
@@ -215,7 +218,11 @@ class _CppScanner:
             for m in pattern.finditer(code):
                 if _starts_token(code, m.start(), boundary) and not self._tensor_map_encoder(rule, m.end()):
                     token = m.group(0).rstrip("( \t")
-                    self._hit(rule, m.start(), token, f"uses `{token}` ({kind})")
+                    name = self._debug_flag_read(rule, token, m.end())
+                    if name is not None:
+                        self._hit("env_read", m.start(), token, f"reads environment variable `{name}`")
+                    else:
+                        self._hit(rule, m.start(), token, f"uses `{token}` ({kind})")
         self._scan_includes()
         self._scan_open_calls()
         self._scan_aten()
@@ -230,6 +237,16 @@ class _CppScanner:
         descriptor without linking libcuda). Those functions only fill a descriptor on the host; any other or a
         computed name stays a finding."""
         return rule == "native_ffi" and _TENSOR_MAP_ENTRY_RE.match(self.with_strings, end) is not None
+
+    def _debug_flag_read(self, rule: str, token: str, end: int) -> str | None:
+        """The variable's name where `getenv("NAME")` reads one by its literal name that does not reveal the harness
+        (a debug flag, as `os.environ.get("NAME")` is in Python: env_read); None for anything else."""
+        if rule != "env_probe" or token not in ("getenv", "secure_getenv"):
+            return None
+        m = _CPP_LITERAL_ARGUMENT_RE.match(self.with_strings, end)
+        if m is None or _REVEALING_ENV_NAME_RE.search(m.group(1)):
+            return None
+        return m.group(1)
 
     def _scan_includes(self) -> None:
         for m in _CPP_INCLUDE_RE.finditer(self.with_strings):

@@ -71,8 +71,9 @@ RULES: dict[str, RuleSpec] = {
         _rule("env_probe", "error", "python,cpp",
               "Probing the environment to tell an evaluation from a test (os.environ, getenv, platform, socket, "
               "/proc, pytest, TRITON_INTERPRET, CUDA_VISIBLE_DEVICES, argv)."),
-        _rule("env_read", "warning", "python",
-              "Reading one environment variable by its literal name (os.environ.get(\"MYKERNEL_DEBUG\"), os.getenv): "
+        _rule("env_read", "warning", "python,cpp",
+              "Reading one environment variable by its literal name (os.environ.get(\"MYKERNEL_DEBUG\"), os.getenv, "
+              "getenv(\"MYKERNEL_DEBUG\") in C++): "
               "the worker's environment is fixed for the whole process, so it cannot tell a test call from a timed "
               "one. Names that reveal the harness, computed names and the whole environment are env_probe."),
         _rule("file_cache", "error", "python,cpp",
