@@ -54,10 +54,14 @@ def conflicting_options(given: set[str], resume: bool, provider: Optional[str], 
     return None
 
 
+INCUMBENT_BYTES = 16 << 20  # the largest --incumbent read: `harness submit`'s limit for a solution file (sandbox.yaml)
+
+
 def check_incumbent(path: str, definition: str) -> Solution:
-    """--incumbent: a solution file of ``definition``; SchemaError on one line otherwise."""
+    """--incumbent: a solution file of ``definition``; SchemaError on one line otherwise (a FIFO, a device or a file
+    over INCUMBENT_BYTES is refused unread)."""
     try:
-        solution = load_model(Solution, path)
+        solution = load_model(Solution, path, INCUMBENT_BYTES)
     except SchemaError as err:
         raise SchemaError(f"--incumbent {' '.join(str(err).split())}") from None
     if solution.definition != definition:

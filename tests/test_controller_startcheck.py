@@ -61,6 +61,70 @@ def test_a_bad_incumbent_is_one_line_before_any_run_is_created(tiny_dataset_root
     assert no_runs(folder)
 
 
+def hostile_incumbent(tmp_path: Path, kind: str) -> str:
+    """A path that is no solution file: what a careless or hostile --incumbent names."""
+    import os
+
+    path = tmp_path / f"{kind}.json"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it for reading waits for a writer; reading it waits for data
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(3 << 30)  # 3 GiB, sparse: read whole, it would take seconds and gigabytes
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "dangling":
+        path.symlink_to(tmp_path / "gone.json")
+    elif kind == "latin1":
+        path.write_bytes(b'{"name": "caf\xe9"}')
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        return kind  # a device
+    return str(path)
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("/dev/zero", "not a regular file"),
+    ("/dev/urandom", "not a regular file"),
+    ("fifo", "not a regular file"),
+    ("huge", "over the 16 MiB"),
+    ("loop", ""),
+    ("dangling", ""),
+    ("latin1", "not UTF-8"),
+    ("folder", ""),
+])
+def test_an_incumbent_that_is_no_file_is_refused_on_one_line_without_reading_it(tiny_dataset_root, tmp_path, kind,
+                                                                                said, monkeypatch, capsys):
+    """/dev/zero and a FIFO blocked the loop for ever (read to the end before parsing). As the program runs it
+    (harness.cli_common.invoke: click's usage errors are one line too)."""
+    import sys
+    import threading
+
+    from harness.cli_common import invoke
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    monkeypatch.setattr(sys, "argv", ["controller", *loop_args(tiny_dataset_root, folder, "--incumbent",
+                                                                hostile_incumbent(tmp_path, kind))])
+    done: dict = {}
+
+    def run() -> None:
+        try:
+            done["code"] = invoke(main)
+        except SystemExit as e:
+            done["code"] = e.code
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert "code" in done, f"--incumbent {kind} still running after 30 s"
+    got = capsys.readouterr()
+    lines = [line for line in (got.out + got.err).splitlines() if line.strip()]
+    assert done["code"] == 2 and len(lines) == 1 and "--incumbent" in lines[0] and said in lines[0], got
+    assert no_runs(folder) and not (folder / "locks").exists()
+
+
 def test_run_loop_checks_the_incumbent_before_the_run_row(tiny_dataset_root, tmp_path):
     from controller.loop import run_loop
 

@@ -11,6 +11,8 @@ import ast
 import hashlib
 import json
 import math
+import os
+import stat
 from enum import Enum
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Optional, TypeVar, Union
@@ -377,18 +379,39 @@ def parse_model(model: type[M], data: Any, source: str) -> M:
         raise SchemaError(f"{source}: nested too deeply") from None
 
 
-def _read_text(path: Path) -> str:
-    """A JSON file's text, or a SchemaError saying why it cannot be read (one line, never a traceback)."""
+JSON_READ_LIMIT = 256 << 20  # bytes of a JSON file read at most: a device or a runaway file is refused, not read
+
+
+def _read_text(path: Path, limit: int = JSON_READ_LIMIT) -> str:
+    """A JSON file's text, or a SchemaError saying why it cannot be read (one line, never a traceback). Only a
+    regular file is read, and no further than ``limit`` bytes: a FIFO would wait for a writer for ever, /dev/zero
+    never ends, /dev/urandom is not text."""
     try:
-        return path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once, and is refused below
     except FileNotFoundError:
         raise SchemaError(f"{path}: no such file" + (" (a link to nothing)" if path.is_symlink() else "")) from None
-    except IsADirectoryError:
-        raise SchemaError(f"{path}: is a folder, expected a JSON file") from None
-    except UnicodeDecodeError as err:
-        raise SchemaError(f"{path}: not UTF-8 text (byte {err.start}): JSON files are UTF-8") from None
     except OSError as err:
         raise SchemaError(f"{path}: cannot be read: {err.strerror or err}") from None
+    try:
+        kind = os.fstat(fd).st_mode
+        if stat.S_ISDIR(kind):
+            raise SchemaError(f"{path}: is a folder, expected a JSON file")
+        if not stat.S_ISREG(kind):
+            raise SchemaError(f"{path}: not a regular file (a FIFO, a device or a socket), expected a JSON file")
+        if os.fstat(fd).st_size > limit:  # refused unread
+            raise SchemaError(f"{path}: over the {_mib(limit)} a JSON file may have here")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as err:
+        raise SchemaError(f"{path}: cannot be read: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while read
+        raise SchemaError(f"{path}: over the {_mib(limit)} a JSON file may have here")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SchemaError(f"{path}: not UTF-8 text (byte {err.start}): JSON files are UTF-8") from None
 
 
 def _parse_json(text: str, where: str) -> Any:
@@ -400,13 +423,17 @@ def _parse_json(text: str, where: str) -> Any:
         raise SchemaError(f"{where}: not valid JSON here: nested too deeply") from None
 
 
-def load_json(path: Union[str, Path]) -> Any:
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):g} MiB"
+
+
+def load_json(path: Union[str, Path], limit: int = JSON_READ_LIMIT) -> Any:
     path = Path(path)
-    return _parse_json(_read_text(path), str(path))
+    return _parse_json(_read_text(path, limit), str(path))
 
 
-def load_model(model: type[M], path: Union[str, Path]) -> M:
-    return parse_model(model, load_json(path), str(path))
+def load_model(model: type[M], path: Union[str, Path], limit: int = JSON_READ_LIMIT) -> M:
+    return parse_model(model, load_json(path, limit), str(path))
 
 
 def load_jsonl(model: type[M], path: Union[str, Path]) -> list[M]:
