@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # annotations only: safetensors imports torch where tensors a
 _LEN = struct.Struct(">Q")
 MAX_HEADER = 64 << 20
 MAX_PAYLOAD = 64 << 30
+MAX_NESTING = 32  # every message the harness and its workers exchange is a few levels deep
 
 
 class ProtocolError(RuntimeError):
@@ -79,19 +80,39 @@ def _read_exact(fd: int, n: int, deadline: Optional[float]) -> bytes:
     return b"".join(chunks)
 
 
-def read_message(fd: int, deadline: Optional[float] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def _nesting(value: Any) -> int:
+    """How deeply lists and objects nest in a decoded header (without recursion: the peer chose the depth)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING:
+                stack += [(v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+def read_message(fd: int, deadline: Optional[float] = None,
+                 max_payload: int = MAX_PAYLOAD) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """One message; ``max_payload``: the most payload bytes this message may honestly carry (a larger length is
+    refused before a byte of it is read)."""
     (head_len,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
     if head_len > MAX_HEADER:
         raise ProtocolError(f"header of {head_len} bytes is larger than allowed")
+    raw = _read_exact(fd, head_len, deadline)
     try:
-        header = _loads(_read_exact(fd, head_len, deadline))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProtocolError(f"header is not JSON: {err}") from None
+        header = _loads(raw)
+    except (ValueError, RecursionError) as err:
+        # ValueError: not JSON, not UTF-8, or an integer past Python's digit limit; RecursionError: nesting deeper
+        # than the interpreter's stack. Whatever the peer sent, it is that peer's fault, never the harness's.
+        raise ProtocolError(f"header is not JSON: {type(err).__name__}: {str(err)[:200]}") from None
     if not isinstance(header, dict):
         raise ProtocolError("header is not a JSON object")
+    if _nesting(header) > MAX_NESTING:  # loadable here, but deep enough to break a later dump or validation
+        raise ProtocolError(f"header is nested more than {MAX_NESTING} levels deep")
     (body_len,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
-    if body_len > MAX_PAYLOAD:
-        raise ProtocolError(f"payload of {body_len} bytes is larger than allowed")
+    if body_len > min(max_payload, MAX_PAYLOAD):
+        raise ProtocolError(f"payload of {body_len} bytes is larger than allowed ({min(max_payload, MAX_PAYLOAD)})")
     tensors: dict[str, torch.Tensor] = {}
     if body_len:
         from safetensors.torch import load

@@ -8,6 +8,7 @@ tail), so a candidate that prints without end costs the harness no memory and en
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from . import protocol
 from .messages import ExitRequest, HelloRequest, MalformedReply, Reply, Request, parse_reply
 from .bytecode import worker_bytecode
+from .extension_cache import MAX_BYTES as EXTENSION_BYTES
 from .isolation import Sandbox, SandboxPolicy, human_bytes, make_sandbox
 
 if TYPE_CHECKING:  # annotations only: the harness launches workers before it imports torch
@@ -107,6 +109,33 @@ def network_isolation() -> tuple[tuple[str, ...], str]:
         if ok:
             return prefix, "network namespace without interfaces"
     return (), "this host does not allow network namespaces: worker has the host's network"
+
+
+# Replies carry tensors only for these ops: a call's outputs (run, reference, oracle; recheck: one set per step) and a
+# build's torch extensions (harness.sandbox.extension_cache); every other reply carries none.
+_OUTPUT_OPS = ("run", "reference", "oracle", "recheck")
+PAYLOAD_SLACK = 16 << 20  # safetensors' own header, and a tar's
+
+
+def reply_payload_limit(message: Request, definition: Any, memory_bytes: int) -> int:
+    """The most payload bytes the reply to ``message`` can honestly carry: a reply written by a process that ran
+    candidate code is refused past it before it is read, so no worker can stream more into the harness's memory
+    than the request's outputs (8 bytes an element: float64, the widest any output or the oracle has).
+    ``definition``: the one the worker was built for, where the request names none; ``memory_bytes``: the
+    worker's own memory limit, the bound where the outputs' size is not known."""
+    if message.op == "build":
+        return EXTENSION_BYTES + PAYLOAD_SLACK
+    if message.op not in _OUTPUT_OPS:
+        return 0
+    definition = getattr(message, "definition", None) or definition
+    workload = getattr(message, "workload", None)
+    try:
+        elements = sum(math.prod(definition.shape_of(spec, workload.axes))
+                       for spec in definition.outputs.values() if spec.shape is not None)
+    except (AttributeError, KeyError, TypeError):  # no definition known: what the worker could hold
+        return memory_bytes
+    calls = len(message.steps) if message.op == "recheck" else 1
+    return min(calls * elements * 8 + PAYLOAD_SLACK, memory_bytes + PAYLOAD_SLACK)
 
 
 class LogSink:
@@ -242,6 +271,7 @@ class WorkerProcess:
         # still holds between requests (its context's allocations are not in either)
         self.peak_bytes = 0
         self.resident_bytes = 0
+        self._definition: Any = None  # what the worker was last asked to build (the size of its outputs)
 
     def mark_memory(self) -> None:
         """Start counting the peak afresh (one workload's share)."""
@@ -389,7 +419,10 @@ class WorkerProcess:
         sent = time.perf_counter()
         try:
             protocol.write_message(self._w, message.wire(), tensors)
-            header, tensors = protocol.read_message(self._r, deadline)
+            if message.op == "build":
+                self._definition = message.definition
+            limit = reply_payload_limit(message, getattr(self, "_definition", None), self.options.policy.memory_bytes)
+            header, tensors = protocol.read_message(self._r, deadline, max_payload=limit)
         except protocol.Timeout:
             self.kill()
             raise WorkerTimeout(f"no answer within {timeout_s:.0f} s", self.log_text()) from None
