@@ -302,7 +302,8 @@ def test_a_trace_naming_a_name_two_codes_share_is_refused_on_one_line(filled_arc
 
 def test_an_import_the_archive_database_refuses_is_one_line_and_imports_nothing(filled_archive, tiny_dataset_root,
                                                                                  tmp_path):
-    """A trigger of the archive's own that aborts an insert ended the import with a traceback."""
+    """A trigger that aborts an insert ended the import with a traceback; a trigger not the archive's own is now
+    refused before anything is written (harness/archive/schema_guard.py), the file left as it is."""
     import sqlite3
 
     from click.testing import CliRunner
@@ -317,8 +318,10 @@ def test_an_import_the_archive_database_refuses_is_one_line_and_imports_nothing(
     conn.close()
     result = CliRunner().invoke(main, ["import", str(tmp_path / "export"), "--archive", str(tmp_path / "guarded")])
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert result.exit_code == 2 and len(lines) == 1 and "frozen" in lines[0], result.output
-    assert "nothing was imported" in lines[0] and counts(Archive(tmp_path / "guarded")) == (0, 0, 0)
+    assert result.exit_code == 2 and len(lines) == 1 and "frozen on evaluations" in lines[0], result.output
+    assert "left as it is" in lines[0]
+    conn = sqlite3.connect(tmp_path / "guarded" / "archive.db")
+    assert counts(type("Raw", (), {"db": conn})) == (0, 0, 0)
 
 
 def test_the_full_size_gqa_workloads_export_their_page_tables_without_drawing_the_caches(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, 
                          m007_baseline_messages, m008_trusted_outputs, m009_agent_turns, m010_baseline_busy, now)
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from ..sandbox.stale import process_alive
+from .schema_guard import foreign_schema, refusal, shown_name
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 from .views import m005_review_views
 
@@ -184,7 +185,7 @@ def _refuse_foreign(db_path: Path, conn: Optional[sqlite3.Connection]) -> bool:
     if database_kind(names, migrations, {name for name, kind in rows if kind == "view"}) == "foreign":
         if not own:
             conn.close()
-        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        shown = ", ".join(shown_name(n) for n in sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
         wal = Path(f"{db_path}-wal")
         stray = f"; if it is an archive, the {wal.name} beside it may be another database's" if wal.exists() else ""
         raise ArchiveError(f"{db_path} is another program's SQLite database (tables: {shown}), not a Crucible "
@@ -219,6 +220,10 @@ class Archive:
             if not checked:  # where the read-only connection could not open it: before anything writes (WAL mode
                 _refuse_foreign(db_path, self.db.conn)  # changes the file's header)
             with _schema_lock(db_path):
+                why = foreign_schema(self.db.conn, MIGRATIONS)  # a foreign trigger, a newer version: before any write
+                if why:
+                    self.db.conn.close()
+                    raise ArchiveError(refusal(db_path, why))
                 self.db.enable_wal()
                 migrate(self.db)
             self.db.execute("PRAGMA foreign_keys = ON")

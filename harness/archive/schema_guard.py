@@ -1,0 +1,76 @@
+"""What an archive's database may carry besides what its migrations made, checked before anything is written.
+
+A trigger runs inside the harness's own transactions: one added to archive.db by a person or another program
+(``after insert on evaluations ... set status = 'PASSED'``) would rewrite or redirect what a submission records,
+and the seal, taken over the rows as written, would then vouch for them. So the archive's only triggers are its
+own (the full-text index's, made by its migrations, with exactly their text); any other, or one of those names
+with another body, makes the archive refuse to open on one line, leaving the file as it is. Tables and views of
+another program's beside the archive's are left alone: nothing the harness writes or reports reads them.
+
+A database whose ``_migrations`` names a migration this code does not know was written by a newer Crucible: its
+tables may have moved on, so it is refused too (open it with that version) rather than read or written wrongly.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from pathlib import Path
+from typing import Callable, Sequence
+
+import sqlite_utils
+
+
+def _normal(sql: str) -> str:
+    return " ".join((sql or "").split()).lower()
+
+
+def shown_name(name: object) -> str:
+    """A name from the database as one short line shows it (a name may hold newlines or be very long)."""
+    text = " ".join(str(name).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@functools.lru_cache(maxsize=4)
+def _own_triggers(migrations: tuple[Callable[[sqlite_utils.Database], None], ...]) -> dict[str, str]:
+    """The archive's own triggers (name -> normalised text), as its migrations make them in an empty database."""
+    db = sqlite_utils.Database(memory=True)
+    try:
+        for migration in migrations:
+            migration(db)
+        rows = db.execute("select name, sql from sqlite_master where type = 'trigger'").fetchall()
+    finally:
+        db.close()
+    return {name: _normal(sql) for name, sql in rows}
+
+
+def foreign_schema(conn: sqlite3.Connection, migrations: Sequence[Callable[[sqlite_utils.Database], None]]) -> str:
+    """Why the archive's database must not be used ("" where it may): a trigger that is not its own, or a migration
+    of a newer version."""
+    own = _own_triggers(tuple(migrations))
+    rows = conn.execute("select name, tbl_name, sql from sqlite_master where type = 'trigger'").fetchall()
+    foreign = sorted((name, table) for name, table, sql in rows if own.get(name) != _normal(sql))
+    if foreign:
+        shown = ", ".join(f"{shown_name(name)} on {shown_name(table)}" for name, table in foreign[:3])
+        shown += ", ..." if len(foreign) > 3 else ""
+        return (f"carries {len(foreign)} trigger(s) that are not the archive's own ({shown}): a trigger runs inside "
+                "the harness's writes and could change what is recorded")
+    has_log = conn.execute("select 1 from sqlite_master where type = 'table' and name = '_migrations'").fetchone()
+    if not has_log:
+        return ""
+    try:
+        done = {str(r[0]) for r in conn.execute("select name from _migrations").fetchall()}
+    except sqlite3.Error:  # another shape: database_kind has already called such a file another program's
+        return ""
+    known = {m.__name__ for m in migrations}
+    newer = sorted(done - known)
+    if newer:
+        shown = ", ".join(shown_name(name) for name in newer[:3]) + (", ..." if len(newer) > 3 else "")
+        return (f"was written by a newer version of Crucible (migration(s) {shown} unknown to this one); open it "
+                "with that version")
+    return ""
+
+
+def refusal(db_path: Path, why: str) -> str:
+    """The one line an archive refused for ``why`` is said in."""
+    return f"{db_path} {why}; it was left as it is (give another --archive)"
