@@ -70,6 +70,14 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+    # a build folder next to the module, made first (load() and load_inline() write into it, never create it)
+    ("import os\nfrom torch.utils.cpp_extension import load_inline\n"
+     "HERE = os.path.dirname(os.path.abspath(__file__))\nBUILD = os.path.join(HERE, 'build')\n"
+     "if not os.path.exists(BUILD):\n    os.makedirs(BUILD, exist_ok=True)\n"
+     "ext = load_inline('k', '', '__global__ void k() {}', build_directory=BUILD)\n"),
+    ("from pathlib import Path\nfrom torch.utils.cpp_extension import load\n"
+     "BUILD = Path(__file__).resolve().parent / '_build'\nBUILD.mkdir(parents=True, exist_ok=True)\n"
+     "ext = load('k', sources=[str(Path(__file__).parent / 'k.cu')], build_directory=str(BUILD))\n"),
 ]
 
 

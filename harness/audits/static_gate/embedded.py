@@ -53,6 +53,17 @@ _LINK_RULES = (
      "links native code that is not built from the solution's sources"),
 )
 _MAX_DEPTH = 16
+# Making (or asking after) a load() build folder: os.makedirs(BUILD, exist_ok=True), `if not os.path.isdir(BUILD)`.
+_MAKE_FOLDER_FUNCTIONS = frozenset({"os.makedirs", "os.mkdir", "os.path.exists", "os.path.isdir"})
+# Conversions that keep a path what it is: str(p), os.fspath(p), Path(p).
+_PATH_CONVERSIONS = frozenset({"builtins.str", "os.fspath", "pathlib.Path", "pathlib.PurePath"})
+
+
+def _unwrap_path(expr: ast.AST, resolve) -> ast.AST:
+    while (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
+           and (resolve(expr.func) in _PATH_CONVERSIONS or isinstance(expr.func, ast.Name) and expr.func.id == "str")):
+        expr = expr.args[0]
+    return expr
 
 
 class _EmbeddedSources:
@@ -112,6 +123,7 @@ class _EmbeddedSources:
         for value in arguments.get("build_directory", ()):
             for call in self._temp_build_directory(value) or ():
                 self.judged.add(id(call.func))  # a private folder for this build: tempfile is allowed there
+            self._judge_build_folder_creation(value)
         for parameter in (*_FLAG_PARAMETERS, "**"):
             values = spread if parameter == "**" else arguments.get(parameter, ())
             rules = _FLAG_RULES + _LINK_RULES if parameter == "extra_ldflags" else _FLAG_RULES
@@ -137,6 +149,47 @@ class _EmbeddedSources:
                    if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == expr.id]
         calls = [self._temp_build_directory(v) if not isinstance(v, ast.Name) else None for v in values]
         return [c for found in calls for c in found] if values and None not in calls else None
+
+    def _judge_build_folder_creation(self, value: ast.AST) -> None:
+        """`os.makedirs(BUILD, exist_ok=True)` / `BUILD.mkdir()` (and `os.path.isdir(BUILD)` before it) of the folder
+        given as `build_directory`, where that folder is the solution's own (next to `__file__`) or a tempfile one:
+        load()/load_inline() write into it and do not create it. Making any other folder stays a file_cache finding."""
+        folder = _unwrap_path(value, self._resolve)
+        if not self._private_folder(folder, 0):
+            return
+        key = ast.dump(folder)
+        for node in (n for stmt in self.body for n in ast.walk(stmt)):
+            if not isinstance(node, ast.Call):
+                continue
+            if self._resolve(node.func) in _MAKE_FOLDER_FUNCTIONS:
+                target = node.args[0] if node.args else next(
+                    (k.value for k in node.keywords if k.arg in ("name", "path")), None)
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in ("mkdir", "exists", "is_dir"):
+                target = node.func.value
+            else:
+                continue
+            if target is not None and ast.dump(_unwrap_path(target, self._resolve)) == key:
+                self.judged.add(id(node.func))
+
+    def _private_folder(self, expr: ast.AST, depth: int) -> bool:
+        """A folder of this build alone: a tempfile one, or a path built from `__file__` with relative literals
+        only (every name in it bound only to such values)."""
+        if depth > _MAX_DEPTH:
+            return False
+        if self._temp_build_directory(expr) is not None:
+            return True
+        if any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and (n.value.startswith(("/", "~")) or ".." in re.split(r"[/\\]", n.value)) for n in ast.walk(expr)):
+            return False
+        reaches_file = False
+        for name in (n for n in ast.walk(expr) if isinstance(n, ast.Name)):
+            if name.id == "__file__":
+                reaches_file = True
+            elif name.id in self.assignments:
+                if not all(self._private_folder(v, depth + 1) for v in self.assignments[name.id]):
+                    return False
+                reaches_file = True
+        return reaches_file
 
     def _check_build_flag(self, node: ast.Constant, function: str, rules: tuple) -> None:
         flag = node.value

@@ -178,7 +178,8 @@ class _CallChecks:
         if method in _TENSOR_COMPUTE_METHODS and not self.policy.tensor_methods(method):
             self._hit("torch_compute", node, f"calls tensor method `.{method}()`")
         elif method in _FILE_WRITE_METHODS:
-            self._hit("file_cache", node, f"calls `.{method}()` (a file-system write or probe)")
+            if id(func) not in self.judged:  # `.mkdir()` of a load() build folder: judged in embedded.py
+                self._hit("file_cache", node, f"calls `.{method}()` (a file-system write or probe)")
         elif method in _FILE_READ_METHODS:
             if not self._reads_own_file(func.value):
                 self._hit("file_read", node, f"calls `.{method}()`")
