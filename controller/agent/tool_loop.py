@@ -18,9 +18,15 @@ from typing import Any, Callable, Optional, Protocol
 from harness.data.generation_request import (GenerationRequest, GenerationResponse, render_stable_prefix, render_task,
                                         render_template)
 
-from ..providers.base import cost_usd, output_allowance
-from .tools import TOOL_SPECS, ToolBox
-from .transcript import AssistantTurn, ToolResult, Turn
+from ..providers.base import ProviderError, cost_usd, estimate_tokens, output_allowance
+from .salvage import recover
+from .tools import TOOL_SPECS, ToolBox, tool_name
+from .transcript import AssistantTurn, ToolCall, ToolResult, Turn
+
+
+class FatalCallError(ProviderError):
+    """A call failed in a way no later call can avoid (a refused credential, no quota, an unknown model): the
+    failed turn is archived, then the run stops with this one line."""
 
 
 class ChatModel(Protocol):
@@ -87,17 +93,16 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
             result = answered.get(call.id)
             if result is None or result.is_error:  # refused or not run: it took nothing from the budgets
                 continue
-            if call.name == "submit_kernel":
+            if tool_name(call.name) == "submit_kernel":
                 toolbox.call(call)  # re-derive the proposals; nothing is sent or evaluated again
-            elif call.name == "evaluate":
+            elif tool_name(call.name) == "evaluate":
                 toolbox.evaluations += 1
     started = clock() - sum(t.wall_s for t in turns)
     tools = [dict(spec) for spec in TOOL_SPECS]
     while True:
         why = _stop_before_turn(request, toolbox, turns, clock() - started)
         if why is not None:
-            if why != "done":
-                response.stopped = why
+            response.stopped = _ended(toolbox, turns) if why == "done" else why
             break
         max_tokens, why_not = output_allowance(request, _conversation(SYSTEM, stable, task, turns), price,
                                                response.tokens_in + response.tokens_out, response.cost_usd)
@@ -109,6 +114,11 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
         # sent again: a resumed conversation retries from the last turn that worked.
         sent = [t for t in turns if not _failed(t)]
         assistant = chat.send(SYSTEM, stable, task, sent, tools, max_tokens, b.wall_s - (call_started - started))
+        if assistant.usage_missing:  # never a free call: charged as the (high) estimate of what was sent and came
+            assistant = assistant.model_copy(update={
+                "tokens_in": estimate_tokens(_conversation(SYSTEM, stable, task, sent)),
+                "tokens_out": estimate_tokens("".join(str(n) for n in assistant.native) or assistant.text),
+                "stop_reason": f"{assistant.stop_reason} (no usage reported: tokens estimated)".strip()})
         turn = Turn(index=len(turns), assistant=assistant, wall_s=clock() - call_started,
                     cost_usd=turn_cost(assistant, price))
         if assistant.error or assistant.timed_out or assistant.truncated:
@@ -120,6 +130,8 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
                 response.stopped = f"wall time: no answer within the request's {b.wall_s:g} s"
             elif assistant.truncated:
                 response.stopped = f"output hit max_tokens ({max_tokens}): turn {turn.index} cut short"
+            if assistant.fatal:
+                raise FatalCallError(assistant.error or "the API refused the request")
             break
         over = _over_budget(request, response, turn)
         if over:  # this turn broke a bound: its tool calls are not run, its submissions not taken
@@ -153,6 +165,24 @@ def turn_cost(assistant: AssistantTurn, price: Optional[tuple[float, float]]) ->
     weighted_in = (plain + CACHE_READ_RATE * assistant.cache_read_tokens
                    + CACHE_WRITE_RATE * assistant.cache_write_tokens)
     return cost_usd(0, assistant.tokens_out, price) + weighted_in * price[0] / 1e6
+
+
+def _ended(toolbox: ToolBox, turns: list[Turn]) -> Optional[str]:
+    """How a conversation the model ended stands: None when it submitted, else why there is no candidate (a
+    refusal, or an answer in text, from which a written-out candidate is recovered where one is there)."""
+    if toolbox.submitted or not turns:
+        return None
+    last = turns[-1].assistant
+    said = " ".join(last.text.split())[:300]
+    if last.refused:
+        return f"the model refused: {said or last.stop_reason or 'no reason given'}"
+    arguments, how = recover(last.text, toolbox.request.constraints.editable_files,
+                             toolbox.request.constraints.entry_point)
+    if arguments is None:
+        return f"the model ended without calling submit_kernel, and nothing was taken from its answer: {how}"
+    arguments.setdefault("notes", f"recovered from the model's answer ({how}): {said}")
+    result = toolbox.call(ToolCall(id=f"recovered-{turns[-1].index}", name="submit_kernel", arguments=arguments))
+    return f"the model ended without calling submit_kernel; {how} was submitted for it: {result.content}"
 
 
 def _failed(turn: Turn) -> bool:

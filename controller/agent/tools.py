@@ -58,6 +58,12 @@ TOOL_SPECS: list[dict[str, Any]] = [
 TOOL_NAMES = tuple(spec["name"] for spec in TOOL_SPECS)
 
 
+def tool_name(name: str) -> str:
+    """The tool a call names, as some models write it: ``functions.submit_kernel``, with stray spaces."""
+    name = name.strip()
+    return name.split(".", 1)[1] if name.startswith(("functions.", "tools.")) else name
+
+
 def _cut(text: str) -> str:
     if len(text) <= MAX_RESULT_CHARS:
         return text
@@ -82,10 +88,15 @@ class ToolBox:
         return len(self.proposals) + len(self.rejected)
 
     def call(self, call: ToolCall) -> ToolResult:
-        handler = getattr(self, f"_{call.name}", None) if call.name in TOOL_NAMES else None
+        name = tool_name(call.name)
+        handler = getattr(self, f"_{name}", None) if name in TOOL_NAMES else None
         if handler is None:
             return ToolResult(call_id=call.id, name=call.name, is_error=True,
-                              content=f"no tool {call.name!r}; the tools are {', '.join(TOOL_NAMES)}")
+                              content=f"no tool {call.name[:100]!r}; the tools are {', '.join(TOOL_NAMES)}")
+        if call.invalid_arguments:  # not run, and no candidate slot or evaluation is used: the model may resend
+            return ToolResult(call_id=call.id, name=call.name, is_error=True,
+                              content=f"not run: {call.invalid_arguments}; send the call again with a JSON object "
+                                      "that matches the tool's schema")
         try:
             text = handler(call.arguments)
         except ToolRefused as refused:

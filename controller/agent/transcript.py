@@ -22,6 +22,9 @@ class ToolCall(_Data):
     id: str  # the provider's call id, echoed in the result
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # Why the arguments the model sent are not a JSON object (cut off, malformed); the tool is then not run and the
+    # model is told so, and no candidate slot is used.
+    invalid_arguments: Optional[str] = None
 
 
 class AssistantTurn(_Data):
@@ -38,6 +41,9 @@ class AssistantTurn(_Data):
     truncated: bool = False  # hit the output cap
     timed_out: bool = False  # no complete answer within the wall limit
     error: Optional[str] = None  # HTTP status, connection error: the conversation stops
+    fatal: bool = False  # an error no later call can avoid (a refused credential): the run stops
+    refused: bool = False  # the model declined the task (a refusal stop reason or refusal content)
+    usage_missing: bool = False  # the API reported no token counts: the tool loop charges an estimate
 
 
 class ToolResult(_Data):

@@ -13,11 +13,13 @@ the same for every call.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any, Callable, Optional
 
 from ..agent.transcript import AssistantTurn, ToolCall, Turn
 from .api_agent import call_within, classify_sdk_error
+from .api_errors import StreamFailed
 
 EPHEMERAL = {"type": "ephemeral"}
 MIN_THINKING = 1024  # the API's smallest thinking budget
@@ -101,32 +103,74 @@ class AnthropicChat:
         self.sent.append(params)
         client = self.client()
 
-        def attempt(left: float, cancelled: threading.Event) -> AssistantTurn:
+        def attempt(left: float, cancelled: threading.Event, usage: dict[str, int]) -> AssistantTurn:
+            raw_json: dict[int, str] = {}  # each tool call's arguments as sent, parsed strictly at the end
+            finished = False
             with client.messages.stream(**params, timeout=left) as stream:
-                for _event in stream:  # the accumulator builds the message; we only watch for cancellation
+                for event in stream:  # the accumulator builds the message; we watch usage, arguments, the end
                     if cancelled.is_set():
                         return AssistantTurn(timed_out=True)
+                    if event.type == "message_start":
+                        usage.update(usage_counts(event.message.usage))
+                    elif event.type == "content_block_delta" and getattr(event.delta, "type", "") == "input_json_delta":
+                        raw_json[event.index] = raw_json.get(event.index, "") + (event.delta.partial_json or "")
+                    elif event.type == "message_delta":
+                        out = getattr(event.usage, "output_tokens", None)
+                        if isinstance(out, int):
+                            usage["tokens_out"] = out
+                    elif event.type == "message_stop":
+                        finished = True
+                if not finished:  # a tool call cut off here would otherwise run with what had arrived
+                    raise StreamFailed("the stream ended before its final event (message_stop)")
                 message = stream.get_final_message()
-            return to_turn(message, note)
+            return to_turn(message, note, raw_json)
 
         return call_within(timeout_s, attempt, lambda err: classify_sdk_error(self.sdk, err), self.max_retries)
 
 
-def to_turn(message: Any, note: str = "") -> AssistantTurn:
+def usage_counts(usage: Any) -> dict[str, int]:
+    """Token counts of a usage object (``tokens_in`` with the cached input); a missing or null field counts 0."""
+    fields = (("tokens_in", "input_tokens"), ("tokens_out", "output_tokens"),
+              ("cache_read_tokens", "cache_read_input_tokens"), ("cache_write_tokens", "cache_creation_input_tokens"))
+    counts = {ours: getattr(usage, theirs, None) for ours, theirs in fields}
+    counts = {k: v if isinstance(v, int) and v > 0 else 0 for k, v in counts.items()}
+    counts["tokens_in"] += counts["cache_read_tokens"] + counts["cache_write_tokens"]
+    return counts
+
+
+def tool_arguments(block: Any, raw: Optional[str]) -> tuple[dict[str, Any], Optional[str]]:
+    """(arguments, why they are invalid): the streamed JSON parsed strictly (the SDK's own parse accepts a cut-off
+    object), else the block's input."""
+    if raw is None or not raw.strip():
+        value: Any = block.input if raw is None else {}
+    else:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as err:
+            return {}, f"the arguments are not valid JSON ({err.msg} at character {err.pos} of {len(raw)})"
+    if not isinstance(value, dict):
+        return {}, f"the arguments are a JSON {type(value).__name__}, not an object"
+    return value, None
+
+
+def to_turn(message: Any, note: str = "", raw_json: Optional[dict[int, str]] = None) -> AssistantTurn:
     """The final message as an AssistantTurn; ``native`` keeps every block as JSON for the next call's echo."""
     text, calls, native = [], [], []
-    for block in message.content:
+    for index, block in enumerate(message.content):
         native.append(block.model_dump(mode="json", exclude_none=True, by_alias=True))
         if block.type == "text":
             text.append(block.text)
         elif block.type == "tool_use":
-            arguments = block.input if isinstance(block.input, dict) else {}
-            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+            arguments, invalid = tool_arguments(block, (raw_json or {}).get(index))
+            calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments, invalid_arguments=invalid))
     usage = message.usage
-    read = getattr(usage, "cache_read_input_tokens", 0) or 0
-    written = getattr(usage, "cache_creation_input_tokens", 0) or 0
+    counts = usage_counts(usage)
+    missing = usage is None or (getattr(usage, "input_tokens", None) is None
+                                and getattr(usage, "output_tokens", None) is None)
+    read, written = counts["cache_read_tokens"], counts["cache_write_tokens"]
     stop = message.stop_reason or ""
     return AssistantTurn(text="\n".join(text), tool_calls=calls, native=native,
-                         tokens_in=(usage.input_tokens or 0) + read + written, tokens_out=usage.output_tokens or 0,
-                         cache_read_tokens=read, cache_write_tokens=written,
-                         stop_reason=f"{stop} ({note})" if note else stop, truncated=stop == "max_tokens")
+                         tokens_in=counts["tokens_in"], tokens_out=counts["tokens_out"],
+                         cache_read_tokens=read, cache_write_tokens=written, usage_missing=missing,
+                         stop_reason=f"{stop} ({note})" if note else stop, truncated=stop == "max_tokens",
+                         refused=stop == "refusal")

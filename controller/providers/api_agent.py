@@ -13,82 +13,57 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from harness.data.generation_request import GenerationRequest, GenerationResponse
 
-from ..agent.tool_loop import ChatModel, Journal, MemoryJournal, run_tool_loop
+from ..agent.tool_loop import ChatModel, FatalCallError, Journal, MemoryJournal, run_tool_loop
 from ..agent.tools import Evaluate, Profile, ToolBox
 from ..agent.transcript import AssistantTurn
-from .base import SdkProvider, no_price, price_of
+from .api_errors import Failure, classify_sdk_error, retry_after_s
+from .base import ProviderError, SdkProvider, no_price, price_of
 
-RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
-RETRYABLE_TYPES = {"overloaded_error", "rate_limit_error", "api_error", "server_error"}
+__all__ = ["ApiAgentProvider", "Failure", "call_within", "classify_sdk_error", "retry_after_s"]
+
 MIN_ATTEMPT_S = 1.0  # a retry with less time than this left cannot answer: give up instead
+USAGE_FIELDS = ("tokens_in", "tokens_out", "cache_read_tokens", "cache_write_tokens")
+
+# (seconds left, cancelled, usage) -> the turn. ``usage`` is filled in as the stream reports it (Anthropic's
+# message_start gives the input tokens at once), so an attempt that fails halfway is still charged for them.
+Attempt = Callable[[float, threading.Event, dict[str, int]], AssistantTurn]
 
 
-@dataclass
-class Failure:
-    """How one failed attempt is handled: retried (after ``retry_after`` when the server said), a timeout, or an
-    error that ends the call."""
-
-    kind: str  # "retry" | "timeout" | "error"
-    message: str
-    retry_after: Optional[float] = None
+def _charged(turn: AssistantTurn, spent: dict[str, int]) -> AssistantTurn:
+    """``turn`` with the tokens of the attempts before it that failed (and were billed) added."""
+    if not any(spent.values()):
+        return turn
+    update = {k: getattr(turn, k) + spent.get(k, 0) for k in USAGE_FIELDS}
+    return turn.model_copy(update=update)
 
 
-def retry_after_s(headers: Any) -> Optional[float]:
-    """The server's requested wait (``retry-after-ms`` or ``retry-after`` in seconds), if it sent one."""
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) * scale)
-        except ValueError:
-            continue  # an HTTP date: fall back to our own backoff
-    return None
-
-
-def classify_sdk_error(sdk: Any, err: BaseException) -> Failure:
-    """The Anthropic and OpenAI SDKs share their error classes' names and shape."""
-    if isinstance(err, sdk.APITimeoutError):  # the SDK's timeout is what is left of the deadline: it is spent
-        return Failure("timeout", str(err))
-    if isinstance(err, sdk.APIStatusError):
-        message = f"HTTP {err.status_code}: {getattr(err, 'message', err)}"
-        body = getattr(err, "body", None)
-        kind = (body.get("error") or {}).get("type") if isinstance(body, dict) else None
-        # An error event inside a stream arrives with the stream's 200: its type says whether it is transient.
-        if err.status_code in RETRYABLE_STATUS or kind in RETRYABLE_TYPES:
-            return Failure("retry", message, retry_after_s(getattr(err.response, "headers", None)))
-        return Failure("error", message)
-    if isinstance(err, sdk.APIConnectionError):
-        return Failure("retry", f"connection error: {err}")
-    if isinstance(err, Exception):  # e.g. a stream the SDK cannot parse: this call fails, the run goes on
-        return Failure("error", f"{type(err).__name__}: {err}")
-    raise err  # KeyboardInterrupt and the like are not the model's failure
-
-
-def call_within(timeout_s: float, attempt: Callable[[float, threading.Event], AssistantTurn],
-                classify: Callable[[BaseException], Failure], max_retries: int,
+def call_within(timeout_s: float, attempt: Attempt, classify: Callable[[BaseException], Failure], max_retries: int,
                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                 ) -> AssistantTurn:
-    """``attempt(seconds_left, cancelled)`` until it answers, within ``timeout_s`` of wall time in all."""
+    """``attempt(seconds_left, cancelled, usage)`` until it answers, within ``timeout_s`` of wall time in all. A
+    fatal failure (a refused credential) comes back as a turn with ``fatal`` set: the run cannot go on."""
     deadline = clock() + timeout_s
     tries = 0
+    spent = dict.fromkeys(USAGE_FIELDS, 0)  # what failed attempts were charged
+
+    def failed(**fields: Any) -> AssistantTurn:
+        return _charged(AssistantTurn(**fields), spent)
+
     while True:
         left = deadline - clock()
         if left <= 0:
-            return AssistantTurn(timed_out=True, stop_reason=f"wall time: {timeout_s:.1f} s used up")
+            return failed(timed_out=True, stop_reason=f"wall time: {timeout_s:.1f} s used up")
         box: dict[str, Any] = {}
+        usage: dict[str, int] = {}
         cancelled = threading.Event()
 
         def work() -> None:
             try:
-                box["turn"] = attempt(left, cancelled)
+                box["turn"] = attempt(left, cancelled, usage)
             except BaseException as err:  # handed to the caller's thread, which decides
                 box["error"] = err
 
@@ -99,23 +74,31 @@ def call_within(timeout_s: float, attempt: Callable[[float, threading.Event], As
         worker.join(left)
         if worker.is_alive():
             cancelled.set()
-            return AssistantTurn(timed_out=True, stop_reason=f"wall time: no answer within {timeout_s:.1f} s")
+            _add(spent, usage)
+            return failed(timed_out=True, stop_reason=f"wall time: no answer within {timeout_s:.1f} s")
         if "turn" in box:
-            return box["turn"]
+            return _charged(box["turn"], spent)
+        _add(spent, usage)
         failure = classify(box["error"])
         if failure.kind == "timeout":
-            return AssistantTurn(timed_out=True, stop_reason=f"wall time: {failure.message}")
-        if failure.kind == "error":
-            return AssistantTurn(error=failure.message, stop_reason="error")
+            return failed(timed_out=True, stop_reason=f"wall time: {failure.message}")
+        if failure.kind in ("error", "fatal"):
+            return failed(error=failure.message, stop_reason="error", fatal=failure.kind == "fatal")
         wait = failure.retry_after if failure.retry_after is not None else min(30.0, 0.5 * 2 ** tries) * (
             0.5 + random.random() / 2)  # jitter: parallel lanes hit by one 429 do not retry in lockstep
         tries += 1
         if tries > max_retries:
-            return AssistantTurn(error=f"{failure.message} (gave up after {max_retries} retries)", stop_reason="error")
+            return failed(error=f"{failure.message} (gave up after {max_retries} retries)", stop_reason="error")
         if clock() + wait + MIN_ATTEMPT_S > deadline:
-            return AssistantTurn(error=f"{failure.message} (the {wait:.1f} s wait before a retry does not fit the "
-                                       f"{max(0.0, deadline - clock()):.1f} s left)", stop_reason="error")
+            return failed(error=f"{failure.message} (the {wait:.1f} s wait before a retry does not fit the "
+                                f"{max(0.0, deadline - clock()):.1f} s left)", stop_reason="error")
         sleep(wait)
+
+
+def _add(spent: dict[str, int], usage: dict[str, int]) -> None:
+    for key in USAGE_FIELDS:
+        value = usage.get(key)
+        spent[key] += value if isinstance(value, int) and value > 0 else 0
 
 
 class ApiAgentProvider(SdkProvider):
@@ -145,4 +128,8 @@ class ApiAgentProvider(SdkProvider):
             return GenerationResponse(provider=self.name, model=f"{self.model} (no price: cost not counted)",
                                       stopped=no_price(self.model))
         toolbox = ToolBox(request, self.skills, self.name, self.evaluate, self.profile)
-        return run_tool_loop(request, self.chat(), toolbox, self.journal, price)
+        try:
+            return run_tool_loop(request, self.chat(), toolbox, self.journal, price)
+        except FatalCallError as err:  # archived as a failed turn; the run stops with one line naming us
+            raise ProviderError(f"the {self.name} API refused the request, so the run cannot go on: {err} (model "
+                                f"{self.model}; credential from {' or '.join(self.credential_env)})") from None

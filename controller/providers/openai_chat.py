@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from ..agent.transcript import AssistantTurn, ToolCall, Turn
 from .api_agent import call_within, classify_sdk_error
+from .api_errors import FATAL_CODES, RETRYABLE_CODES, StreamFailed
 
 EFFORTS = ("minimal", "low", "medium", "high", "off")  # "off": no reasoning parameter (non-reasoning models)
 FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -99,7 +100,7 @@ class OpenAIChat:
         self.sent.append(params)
         client = self.client()
 
-        def attempt(left: float, cancelled: threading.Event) -> AssistantTurn:
+        def attempt(left: float, cancelled: threading.Event, usage: dict[str, int]) -> AssistantTurn:
             done: dict[int, Any] = {}
             final = None
             stream = client.responses.create(**params, stream=True, timeout=left)
@@ -111,44 +112,77 @@ class OpenAIChat:
                         done[event.output_index] = event.item
                     elif event.type in FINAL_EVENTS:
                         final = event.response
-                    elif event.type == "error":
-                        return AssistantTurn(error=f"stream error: {getattr(event, 'message', event)}",
-                                             stop_reason="error")
+                    elif event.type == "error":  # inside the stream's 200: its code says whether to retry
+                        code = getattr(event, "code", None)
+                        raise StreamFailed(f"stream error: {code or 'no code'}: {getattr(event, 'message', event)}",
+                                           code if isinstance(code, str) else "")
             finally:
                 stream.close()
             if final is None:
-                return AssistantTurn(error="stream ended without a final response event", stop_reason="error")
+                raise StreamFailed("the stream ended without a final response event")
+            usage.update(usage_counts(final.usage))
+            err = getattr(final, "error", None)
+            code = getattr(err, "code", None)
+            if final.status == "failed" and code in RETRYABLE_CODES | FATAL_CODES:
+                raise StreamFailed(f"response failed: {code} {getattr(err, 'message', '') or ''}".strip(), code)
             return to_turn(final, [done[i] for i in sorted(done)])
 
         return call_within(timeout_s, attempt, lambda err: classify_sdk_error(self.sdk, err), self.max_retries)
+
+
+def usage_counts(usage: Any) -> dict[str, int]:
+    """Token counts of a Responses API usage object; a missing or null field counts 0."""
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and value > 0 else 0
+
+    cached = count(getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None))
+    return {"tokens_in": count(getattr(usage, "input_tokens", None)),
+            "tokens_out": count(getattr(usage, "output_tokens", None)), "cache_read_tokens": cached}
+
+
+def function_arguments(raw: Any) -> tuple[dict[str, Any], Optional[str]]:
+    """(arguments, why they are invalid) of a function call's JSON string."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as err:
+        return {}, f"the arguments are not valid JSON ({err.msg} at character {err.pos} of {len(raw)})"
+    if not isinstance(value, dict):
+        return {}, f"the arguments are a JSON {type(value).__name__}, not an object"
+    return value, None
 
 
 def to_turn(response: Any, streamed: list[Any]) -> AssistantTurn:
     """The final response as an AssistantTurn: its output items (those streamed, else the final event's) kept as
     JSON in ``native``."""
     output = streamed or list(response.output or [])
-    text, calls, native = [], [], []
+    text, calls, native, refusals = [], [], [], []
     for item in output:
         native.append(item.model_dump(mode="json", exclude_none=True, by_alias=True))
         if item.type == "message":
-            text.extend(c.text for c in item.content if getattr(c, "type", "") == "output_text")
+            for c in item.content or []:
+                if getattr(c, "type", "") == "output_text":
+                    text.append(c.text or "")
+                elif getattr(c, "type", "") == "refusal":
+                    refusals.append(getattr(c, "refusal", "") or "")
         elif item.type == "function_call":
-            try:
-                arguments = json.loads(item.arguments or "{}")
-            except json.JSONDecodeError:
-                arguments = {}  # a cut-off call: the tool refuses it for its missing fields
-            calls.append(ToolCall(id=item.call_id, name=item.name,
-                                  arguments=arguments if isinstance(arguments, dict) else {}))
+            arguments, invalid = function_arguments(item.arguments)
+            calls.append(ToolCall(id=item.call_id, name=item.name, arguments=arguments, invalid_arguments=invalid))
     usage = response.usage
+    counts = usage_counts(usage)
+    missing = usage is None or (getattr(usage, "input_tokens", None) is None
+                                and getattr(usage, "output_tokens", None) is None)
     details = getattr(response, "incomplete_details", None)
     reason = getattr(details, "reason", None)
     truncated = response.status == "incomplete" and reason == "max_output_tokens"
     error = None
     if response.status == "failed":
         err = getattr(response, "error", None)
-        error = f"response failed: {getattr(err, 'code', '')} {getattr(err, 'message', '')}".strip()
-    cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", 0) or 0 if usage else 0
-    stop = "tool_calls" if calls else (reason or response.status or "")
-    return AssistantTurn(text="\n".join(text), tool_calls=calls, native=native,
-                         tokens_in=usage.input_tokens if usage else 0, tokens_out=usage.output_tokens if usage else 0,
-                         cache_read_tokens=cached, stop_reason=stop, truncated=truncated, error=error)
+        error = f"response failed: {getattr(err, 'code', '') or ''} {getattr(err, 'message', '') or ''}".strip()
+    refused = bool(refusals) or reason == "content_filter"
+    stop = "tool_calls" if calls else ("refusal" if refusals else (reason or response.status or ""))
+    return AssistantTurn(text="\n".join(text + refusals), tool_calls=calls, native=native,
+                         tokens_in=counts["tokens_in"], tokens_out=counts["tokens_out"],
+                         cache_read_tokens=counts["cache_read_tokens"], usage_missing=missing, stop_reason=stop,
+                         truncated=truncated, error=error, refused=refused and not calls)

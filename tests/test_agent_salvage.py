@@ -1,0 +1,100 @@
+"""A model that ends its conversation with the kernel in its text instead of a submit_kernel call: which text is
+taken (a JSON reply, a written-out tool call, the last code block that defines the entry point, blocks matched to
+files by name), which is not (another language, no entry point, a block cut off), and the reason recorded when
+nothing is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controller.agent.salvage import recover
+from controller.agent.scripted import ScriptedChat
+from controller.agent.tool_loop import MemoryJournal, run_tool_loop
+from controller.agent.tools import ToolBox
+from controller.agent.transcript import AssistantTurn
+
+from agent_sse import KERNEL, REPLY, request
+
+EDITABLE, ENTRY = ["kernel.py"], "kernel.py::run"
+OLD = "def run(q, k, v):\n    pass  # first try\n"
+NEW = "def run(q, k, v):\n    return None  # revised\n"
+
+
+def test_no_code_block_is_said():
+    assert recover("I would split the KV cache across CTAs.", EDITABLE, ENTRY) == (None, "no code block in the answer")
+
+
+def test_the_last_block_that_defines_the_entry_point_is_the_solution():
+    text = (f"First attempt:\n```python\n{OLD}```\nA helper:\n```python\ndef helper():\n    pass\n```\n"
+            f"Revised:\n```python\n{NEW}```\nUsage:\n```bash\npython kernel.py\n```\n")
+    arguments, how = recover(text, EDITABLE, ENTRY)
+    assert arguments["files"] == [{"path": "kernel.py", "content": NEW}] and "code block" in how
+
+
+def test_a_block_in_a_language_the_file_cannot_hold_is_never_taken():
+    text = "```cuda\n__global__ void run(float* q) {}\n```\n"
+    arguments, why = recover(text, EDITABLE, ENTRY)
+    assert arguments is None and "cuda" in why and "kernel.py" in why
+
+
+def test_a_block_without_the_entry_point_is_not_taken():
+    arguments, why = recover("```python\ndef helper():\n    pass\n```", EDITABLE, ENTRY)
+    assert arguments is None and "defines run()" in why
+
+
+def test_a_block_cut_off_is_said():
+    arguments, why = recover(f"```python\n{NEW}", EDITABLE, ENTRY)
+    assert arguments is None and "never closed" in why
+
+
+def test_blocks_are_matched_to_files_by_name():
+    text = ("`kernel.py`:\n```python\ndef run(q):\n    pass\n```\n"
+            "```cpp title=\"helper.cu\"\n__global__ void k() {}\n```\n")
+    arguments, _ = recover(text, ["kernel.py", "helper.cu"], ENTRY)
+    assert [f["path"] for f in arguments["files"]] == ["kernel.py", "helper.cu"]
+    assert arguments["files"][1]["content"] == "__global__ void k() {}\n"
+
+
+@pytest.mark.parametrize("text", [
+    "Here is my answer:\n```json\n" + json.dumps(REPLY) + "\n```",
+    "<tool_call>" + json.dumps({"name": "submit_kernel", "arguments": json.dumps(REPLY)}) + "</tool_call>",
+    json.dumps({"type": "function", "function": {"name": "functions.submit_kernel", "arguments": json.dumps(REPLY)}}),
+    "I'll call the tool now: " + json.dumps({"tool": "submit_kernel", "input": REPLY}) + " done.",
+])
+def test_a_json_reply_or_a_written_out_tool_call_is_taken_with_its_escaped_source(text):
+    arguments, how = recover(text, EDITABLE, ENTRY)
+    assert arguments["files"] == REPLY["files"] and arguments["files"][0]["content"] == KERNEL and "JSON" in how
+
+
+def test_json_of_another_tool_is_not_a_submission():
+    text = json.dumps({"name": "evaluate", "arguments": REPLY})
+    assert recover(text, EDITABLE, ENTRY)[0] is None
+
+
+def test_an_enormous_answer_is_scanned_within_bounds():
+    text = "{" * 300_000 + "\n```python\n" + NEW + "```\n" + "x" * 3_000_000
+    arguments, _ = recover(text, EDITABLE, ENTRY)
+    assert arguments["files"][0]["content"] == NEW
+
+
+def run(text: str, **budget):
+    journal = MemoryJournal()
+    box = ToolBox(request(**budget), {}, "scripted")
+    response = run_tool_loop(request(**budget), ScriptedChat([AssistantTurn(text=text, tokens_in=10, tokens_out=5)]),
+                             box, journal, (3.0, 15.0))
+    return response
+
+
+def test_the_tool_loop_submits_a_kernel_written_into_the_answer():
+    response = run(f"Done. The kernel:\n```python\n{KERNEL}```")
+    (proposal,) = response.proposals
+    assert proposal.solution["sources"][0]["content"] == KERNEL
+    assert "without calling submit_kernel" in response.stopped and "accepted" in response.stopped
+
+
+def test_the_tool_loop_records_why_an_answer_gave_no_candidate():
+    response = run("```cuda\n__global__ void run() {}\n```")
+    assert response.proposals == [] and response.rejected == []
+    assert response.stopped.startswith("the model ended without calling submit_kernel") and "cuda" in response.stopped
