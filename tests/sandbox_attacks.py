@@ -153,6 +153,34 @@ def _poison_bytecode():
     return "wrote " + target
 
 
+def _keyring():
+    # The kernel's keyrings are not namespaced by the sandbox: a key whose permissions are opened to all is listed
+    # in /proc/keys and readable by any user id, and one added to a persistent keyring outlives its worker.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    add_key, keyctl = _KEY_CALLS[_os.uname().machine]
+    got = []
+    for line in open("/proc/keys").read().splitlines():
+        if _P["key_marker"] in line:
+            buf = ctypes.create_string_buffer(256)
+            n = libc.syscall(keyctl, 11, ctypes.c_long(int(line.split()[0], 16)), buf, ctypes.c_long(256))
+            if n >= 0:
+                got.append("read " + buf.raw[:n].decode(errors="replace"))
+    ring = libc.syscall(keyctl, 22, ctypes.c_long(-1), ctypes.c_long(-2))  # its user's persistent keyring
+    data = b"for-a-later-candidate"
+    key = libc.syscall(add_key, b"user", b"crucible-planted", data, len(data), ctypes.c_long(ring if ring > 0 else -2))
+    if key > 0:
+        libc.syscall(keyctl, 3, ctypes.c_long(key))  # revoked at once: the test leaves nothing behind
+        got.append(f"added key {key}")
+    if not got:
+        raise OSError(ctypes.get_errno(), "keyctl and add_key refused")
+    return got
+
+
+_KEY_CALLS = {"x86_64": (248, 250), "aarch64": (217, 219)}  # add_key, keyctl
+
+
 def _sleeper(setsid):
     pid = _os.fork()
     if pid == 0:
@@ -196,7 +224,7 @@ def _fork_bomb():
 _STEPS = {"environ_secrets": _environ_secrets, "cmdline_archive": _cmdline_archive, "tamper_archive": _tamper_archive,
           "read_blobs": _read_blobs, "other_candidate": _other_candidate, "kill_parent": _kill_parent,
           "ptrace": _ptrace, "proc_mem": _proc_mem, "write_escape": _write_escape,
-          "poison_bytecode": _poison_bytecode,
+          "poison_bytecode": _poison_bytecode, "keyring": _keyring,
           "fork_sleeper": lambda: _sleeper(False), "setsid_sleeper": lambda: _sleeper(True),
           "memory": _memory, "flood": _flood, "fork_bomb": _fork_bomb}
 
@@ -215,7 +243,7 @@ def hostile_source(steps: list[str], **params) -> str:
     """The honest kernel whose ``run`` first performs ``steps``."""
     defaults = {"canary": "", "archive": "/nonexistent", "other_secret": "/nonexistent",
                 "escape": "/nonexistent/escape.txt", "marker": "crucible-test-marker", "memory_gib": 1,
-                "flood_mib": 1, "fork_cap": 300, "uncaught": []}
+                "flood_mib": 1, "fork_cap": 300, "uncaught": [], "key_marker": "crucible-key-none"}
     prelude = PRELUDE.replace("__PARAMS__", json.dumps({**defaults, **params, "steps": steps}))
     kernel = HONEST.replace("def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n",
                             "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n"
@@ -235,6 +263,32 @@ def write_solution(folder: Path, name: str, steps: list[str], **params) -> Path:
     path = folder / f"{name}.json"
     path.write_text(json.dumps(hostile_solution(name, steps, **params)))
     return path
+
+
+def plant_key(description: str, data: bytes) -> int:
+    """A key in this process's session keyring, its permissions opened to every user id (what an earlier candidate
+    could have left); its id, or 0 where this host gives no keyrings. ``revoke_key`` removes it."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}.get(os.uname().machine, (0, 0))
+    if not add_key:
+        return 0
+    key = libc.syscall(add_key, b"user", description.encode(), data, len(data), ctypes.c_long(-3))
+    if key <= 0 or libc.syscall(keyctl, 5, ctypes.c_long(key), ctypes.c_long(0x3F3F3F3F)) != 0:  # KEYCTL_SETPERM
+        return 0
+    return key
+
+
+def revoke_key(key: int) -> None:
+    import ctypes
+    import os
+
+    if key:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall(dict(x86_64=250, aarch64=219)[os.uname().machine], 3, ctypes.c_long(key))  # KEYCTL_REVOKE
 
 
 def outcomes(log: str) -> dict[str, str]:

@@ -30,7 +30,7 @@ from harness.sandbox.isolation import (UID_BASE, UID_SPAN, MountPlan, SandboxPol
                              visible_paths)
 from harness.sandbox.stale import remove_stale
 from harness.data.schema import Solution
-from sandbox_attacks import hostile_solution, outcomes, write_solution
+from sandbox_attacks import hostile_solution, outcomes, plant_key, revoke_key, write_solution
 from support import ROOT
 
 needs_sandbox = pytest.mark.skipif(not sandbox_mod.probe()[0],
@@ -40,7 +40,7 @@ CANARY = CANARY_PREFIX + uuid.uuid4().hex
 # Steps the wall must stop outright, and steps that succeed inside it (a file in its private /tmp, a child
 # process) but must leave nothing once the evaluation ends.
 BLOCKED_STEPS = ["environ_secrets", "cmdline_archive", "tamper_archive", "read_blobs", "other_candidate",
-                 "ptrace", "proc_mem", "poison_bytecode", "kill_parent"]
+                 "ptrace", "proc_mem", "poison_bytecode", "keyring", "kill_parent"]
 CONTAINED_STEPS = ["write_escape", "fork_sleeper", "setsid_sleeper"]
 READ_ONLY_STEPS = BLOCKED_STEPS[:-1] + CONTAINED_STEPS + ["kill_parent"]
 
@@ -107,13 +107,16 @@ def hostile_run(tiny_dataset_root, tmp_path_factory):
     (other / "secret.txt").write_text("other-candidate-" + CANARY)
     escape = Path(tempfile.gettempdir()) / f"crucible-escape-{uuid.uuid4().hex}" / "escape.txt"
     marker = "crucible-marker-" + uuid.uuid4().hex
+    key = plant_key(marker, ("earlier-candidate-" + CANARY).encode())  # a key left readable by every user id
     sol = write_solution(tmp, "hostile", READ_ONLY_STEPS, canary=CANARY_PREFIX, archive=str(archive_dir),
-                         other_secret=str(other / "secret.txt"), escape=str(escape), marker=marker)
+                         other_secret=str(other / "secret.txt"), escape=str(escape), marker=marker,
+                         key_marker=marker)
     bytecode = tmp / "bytecode"  # the harness's bytecode folder, named so it is used whatever the installation
     proc = cli_submit(sol, archive_dir, tiny_dataset_root, env={"CRUCIBLE_BYTECODE_CACHE": str(bytecode)})
     time.sleep(0.5)
     yield {"proc": proc, "archive_dir": archive_dir, "earlier": earlier, "escape": escape, "marker": marker,
            "other": other, "bytecode": bytecode}
+    revoke_key(key)
     for pid in marked_processes(marker):  # only where the wall failed
         os.kill(pid, signal.SIGKILL)
     import shutil
@@ -392,3 +395,17 @@ def test_a_shared_cache_the_host_filled_first_is_handed_over_whole_but_never_thr
     owned = [p for p in [cache, *cache.rglob("*")]]
     assert all(os.lstat(p).st_uid == uid for p in owned), [(p, os.lstat(p).st_uid) for p in owned]
     assert outside.stat().st_uid == 0 and tmp_path.stat().st_uid == 0
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="no key call numbers for this machine")
+def test_the_keyring_wrapper_refuses_key_calls_and_nothing_else():
+    from harness.sandbox.isolation import KEYRINGS
+
+    probe = ("import ctypes, os, subprocess; libc = ctypes.CDLL(None, use_errno=True);"
+             "libc.syscall.restype = ctypes.c_long;"
+             "n = {'x86_64': 250, 'aarch64': 219}[os.uname().machine];"
+             "r = libc.syscall(n, 22, ctypes.c_long(-1), ctypes.c_long(-2)); e = ctypes.get_errno();"
+             "print(r, e, subprocess.run(['true']).returncode, os.getpid() > 0)")
+    proc = subprocess.run([sys.executable, "-I", "-S", KEYRINGS, "--", sys.executable, "-c", probe],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["-1", "1", "0", "True"], (proc.stdout, proc.stderr)  # EPERM; the rest works

@@ -42,6 +42,7 @@ from .outbox import WORK_INSIDE, outbox_mount_lines, outbox_run_lines
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_POLICY_PATH = PACKAGE_ROOT / "definitions" / "sandbox.yaml"
+KEYRINGS = str(Path(__file__).resolve().with_name("keyrings.py"))  # the last wrapper: no kernel keyrings
 FULL = "full"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -355,6 +356,7 @@ class Sandbox:
             unshare[1:1] = ["--user", "--map-root-user"]
         inner = limits_prefix(self.policy, self.role, self.cgroup is not None, self.cgroup is not None)
         inner += drop_privileges(self.uid if self.mode == "root" else None)
+        inner += [sys.executable, "-I", "-S", KEYRINGS, "--"]  # harness.sandbox.keyrings
         return ["setpriv", "--pdeathsig", "KILL", "--", *unshare, "--", "sh", "-c", self.script,
                 "crucible-sandbox", *inner, *argv]
 
