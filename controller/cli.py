@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.archive.database import ARCHIVE_ENV, ArchiveMissing, archive_location
+from harness.archive.storage import storage_message
 from harness.cli_common import POSITIVE_SECONDS, FiniteRange, SafeConsole
 from harness.data.dataset import Dataset
 from harness.data.schema import SchemaError
@@ -397,6 +398,10 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                                      **({"runner": new_runner} if new_runner else {})))
     except (SchemaError, SkillError, ProviderError, ValueError) as e:
         fail(str(e))
+    except Exception as e:  # a full disk under the archive in the controller's own writes: one line, as the harness's
+        if storage_message(e, archive) is None:
+            raise
+        fail(escape(storage_message(e, archive) or ""))
     except KeyboardInterrupt:
         fail("interrupted: the archive holds everything finished; continue with --resume RUN_ID "
              "(or --resume unfinished)", 130)

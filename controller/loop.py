@@ -349,7 +349,10 @@ class Loop(RoundEvaluation):
             self.store.set_run_status(self.run_id, RunStatus.DONE, stop)
         except BaseException as err:
             status = RunStatus.FAILED if isinstance(err, Exception) else RunStatus.INTERRUPTED
-            self.store.set_run_status(self.run_id, status, f"{type(err).__name__}: {err}")
+            try:
+                self.store.set_run_status(self.run_id, status, f"{type(err).__name__}: {err}")
+            except Exception:  # the archive cannot take it either (a full disk): the run stays RUNNING, which
+                pass  # `--resume unfinished` continues; the error that stopped it is the one said
             raise
         return self.report()
 

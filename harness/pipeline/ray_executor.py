@@ -38,6 +38,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, WorkerCrash
 
 from ..archive.database import Archive
 from ..archive.queries import last_submission_id
+from ..archive.storage import ArchiveStorageError, storage_failure, storage_where
 from ..archive.transfer import Bundle, export_submission, import_submission, record_failure
 from ..data.dataset import Dataset
 from ..data.options import SubmitOptions
@@ -45,6 +46,7 @@ from ..data.results import SubmissionResult
 from ..data.schema import Solution, dump_json
 from ..data.statuses import SubmissionStatus
 from ..sandbox.stale import process_alive
+from .submission_summary import cut_short, storage_outcome
 
 LANE_ROOT = Path(tempfile.gettempdir()) / "crucible-lanes"
 Event = Callable[[str, dict[str, Any]], None]
@@ -204,10 +206,10 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
             on_result(result)
 
     def fail(index: int, solution: Solution, reason: str, lane: Optional[str] = None) -> None:
-        sub_id = record_failure(archive, dump_json(solution), solution.content_hash, reason,
-                                {"executor": "ray", "audit_level": options.audit_level})
-        finish(SubmissionResult(sub_id, solution.name, solution.definition, SubmissionStatus.HARNESS_ERROR, [],
-                                notices=[reason]), lane)
+        options_kept = {"executor": "ray", "audit_level": options.audit_level}
+        finish(_into_archive(archive, solution, options_kept, lambda: SubmissionResult(
+            record_failure(archive, dump_json(solution), solution.content_hash, reason, options_kept), solution.name,
+            solution.definition, SubmissionStatus.HARNESS_ERROR, [], notices=[reason])), lane)
 
     try:
         while queue or running:
@@ -262,7 +264,9 @@ def submit_on_ray(solutions: list[Solution], dataset: Dataset, archive: Archive,
                     fail(i, solution, f"the Ray lane {lane.name} failed: {_reason(err)}", lane.name)
                     continue
                 idle.append(lane)
-                finish(_archive_payload(archive, payload, solution, lane_record(lane, lost[i] + 1)), lane.name)
+                record = lane_record(lane, lost[i] + 1)
+                finish(_into_archive(archive, solution, {"executor": "ray", "audit_level": options.audit_level},
+                                     lambda: _archive_payload(archive, payload, solution, record)), lane.name)
     finally:
         _stop(every, idle)  # a busy lane is killed: its workers end with it (the sandbox's pdeathsig)
     return results
@@ -314,7 +318,7 @@ class LaneClient:
         return bool(self.lane().info.get("has_gpu"))
 
     def submit(self, solution: Solution, *, audit_level: Optional[str] = None) -> SubmissionResult:
-        reason = ""
+        reason, kept = "", {"executor": "ray", "audit_level": audit_level or self.options.audit_level}
         for attempt in range(1, self.settings.retries + 2):
             lane = self.lane()
             try:
@@ -324,14 +328,15 @@ class LaneClient:
                 _stop([lane], [])
                 self._lane = None  # the next attempt starts a replacement
                 continue
-            result = _archive_payload(self.archive, payload, solution, lane_record(lane, attempt))
+            record = lane_record(lane, attempt)
+            result = _into_archive(self.archive, solution, kept,
+                                   lambda: _archive_payload(self.archive, payload, solution, record))
             break
         else:
             message = f"its Ray lane died under it {self.settings.retries + 1} time(s), the last {reason}"
-            sub_id = record_failure(self.archive, dump_json(solution), solution.content_hash, message,
-                                    {"executor": "ray", "audit_level": audit_level or self.options.audit_level})
-            result = SubmissionResult(sub_id, solution.name, solution.definition, SubmissionStatus.HARNESS_ERROR, [],
-                                      notices=[message])
+            result = _into_archive(self.archive, solution, kept, lambda: SubmissionResult(
+                record_failure(self.archive, dump_json(solution), solution.content_hash, message, kept),
+                solution.name, solution.definition, SubmissionStatus.HARNESS_ERROR, [], notices=[message]))
         self.progress("start", {"submission_id": result.submission_id, "solution": solution.name,
                                 "definition": solution.definition})
         return result
@@ -340,6 +345,36 @@ class LaneClient:
         if self._lane is not None:
             _stop([self._lane], [self._lane])
             self._lane = None
+
+
+def _into_archive(archive: Archive, solution: Solution, options: dict[str, Any],
+                  write: Callable[[], SubmissionResult]) -> SubmissionResult:
+    """``write`` (a lane's submission, or a failure, into the driver's archive). A full disk there (a quota, an I/O
+    error) ends as on the local executor: an ArchiveStorageError whose one line says what, where and what became of
+    the submission, archived as HARNESS_ERROR where the archive can still take that. Nothing is half-written: a
+    lane's rows land in one transaction, and a blob is whole or absent (Archive.put_blob)."""
+    try:
+        return write()
+    except Exception as err:
+        reason = storage_failure(err)
+        if reason is None:
+            raise
+        before = _last_submission(archive)
+        try:
+            sub_id: Optional[int] = record_failure(archive, dump_json(solution), solution.content_hash,
+                                                   cut_short(err)[1], options)
+            closed = True
+        except Exception:  # the archive cannot take even that: a RUNNING row left is closed by the next session
+            after = _last_submission(archive)
+            sub_id, closed = (after if after > before >= 0 else None), False
+        raise ArchiveStorageError(storage_outcome(reason, storage_where(err, archive.folder), sub_id, closed)) from err
+
+
+def _last_submission(archive: Archive) -> int:
+    try:
+        return last_submission_id(archive.db)
+    except Exception:  # a disk that fails reads too
+        return -1
 
 
 def _archive_payload(archive: Archive, payload: dict[str, Any], solution: Solution,
