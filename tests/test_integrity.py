@@ -6,6 +6,7 @@ gate is not asked about here: the worker is driven directly)."""
 from __future__ import annotations
 
 import threading
+import time
 import types
 
 import pytest
@@ -80,6 +81,35 @@ def test_a_python_thread_of_the_candidates_is_counted_whenever_it_started():
         t.join()
     assert check.new_threads() == [] and thread_verdict(10, 10, []).passed
 
+
+
+def test_torch_compiles_idle_compile_workers_are_torchs_own_and_a_job_on_them_is_not(monkeypatch):
+    """torch.compile (vLLM's routing is written with it) leaves Inductor's compile-thread pool alive and waiting after
+    a compiled function's first call; its workers are torch's. One running the candidate's code is the candidate's,
+    and so is an idle pool of the candidate's own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch._inductor import async_compile, config
+
+    monkeypatch.setattr(config, "compile_threads", 2)  # a one-core host would make no pool
+    check = Integrity()
+    pool = async_compile.AsyncCompile.pool()
+    pool.submit(lambda: None).result()  # a compile job done: its worker waits for the next
+    own = ThreadPoolExecutor(1, thread_name_prefix="candidate-pool")
+    own.submit(lambda: None).result()
+    release = threading.Event()
+    try:
+        assert [n for n in check.new_threads() if n.startswith("ThreadPoolExecutor")] == []
+        assert [n for n in check.new_threads() if n.startswith("candidate-pool")] == ["candidate-pool_0"]
+        busy = pool.submit(release.wait)  # the candidate's code running on torch's worker
+        deadline = time.monotonic() + 5
+        while not [n for n in check.new_threads() if n.startswith("ThreadPoolExecutor")]:
+            assert time.monotonic() < deadline, check.new_threads()
+            time.sleep(0.01)
+    finally:
+        release.set()
+        own.shutdown()
+    busy.result()
 
 # -- through a worker process ---------------------------------------------------------------------------------
 

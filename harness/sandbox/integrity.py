@@ -141,12 +141,55 @@ def python_threads() -> dict[int, str]:
     return out
 
 
+def _path(frame: Any) -> str:
+    return frame.f_code.co_filename.replace("\\", "/")
+
+
+def _waiting_for_a_compile_job(frame: Any) -> bool:
+    """A pool worker between jobs: its innermost Python frame is the pool's own loop, blocked on its queue (a job
+    running, Python or builtin, puts the job's frame or `_WorkItem.run` on top)."""
+    return (frame is not None and frame.f_code.co_name == "_worker"
+            and _path(frame).endswith("concurrent/futures/thread.py"))
+
+
+def _only_torch_compile_code(frame: Any) -> bool:
+    """Every frame of the stack is threading's bootstrap or torch.compile's own code (its pools' reader loops)."""
+    seen = 0
+    while frame is not None:
+        if not (_path(frame).endswith("/threading.py") or "/torch/_inductor/" in _path(frame)):
+            return False
+        frame, seen = frame.f_back, seen + 1
+    return seen > 0
+
+
+def torch_compile_threads() -> set[int]:
+    """Idle threads of torch.compile's own compiler (Inductor's compile-thread pool, its subprocess pool's reader):
+    torch starts them on a compiled function's first call and keeps them, waiting, for the next compile."""
+    module = sys.modules.get("torch._inductor.async_compile")
+    if module is None:
+        return set()
+    frames = sys._current_frames()
+    idle: set[int] = set()
+    pool = getattr(getattr(module, "AsyncCompile", None), "pool", None)
+    cache_info = getattr(pool, "cache_info", None)
+    if cache_info is not None and cache_info().currsize:  # made already: asking for it makes none
+        idle |= {t.ident for t in getattr(pool(), "_threads", ())
+                 if t.ident is not None and _waiting_for_a_compile_job(frames.get(t.ident))}
+    for t in threading.enumerate():
+        target = getattr(t, "_target", None)
+        if (t.ident is not None and str(getattr(target, "__module__", "")).startswith("torch._inductor.")
+                and _only_torch_compile_code(frames.get(t.ident))):
+            idle.add(t.ident)
+    return idle
+
+
 class Integrity:
     """The fingerprint taken before candidate code, and what differs from it now."""
 
     def __init__(self) -> None:
         # the functions themselves, held here: replacing this module's names later changes nothing of the check
         self._snapshot, self._changed, self._threads = snapshot, changed, python_threads
+        self._compile_threads = torch_compile_threads
         self.before = types.MappingProxyType(snapshot())  # read-only: no .clear() or item assignment
         self.threads = python_threads()
         self.tampered: list[str] = []
@@ -159,5 +202,8 @@ class Integrity:
         return self.tampered
 
     def new_threads(self) -> list[str]:
-        """Python threads alive now that were not when the worker started: the candidate's."""
-        return sorted(name for ident, name in self._threads().items() if ident not in self.threads)
+        """Python threads alive now that were not when the worker started: the candidate's (torch.compile's idle
+        compile workers are torch's own)."""
+        torch_own = self._compile_threads()
+        return sorted(name for ident, name in self._threads().items()
+                      if ident not in self.threads and ident not in torch_own)
