@@ -78,6 +78,8 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _EnvChecks, _R
         self.file_relative: set[str] = set()  # names whose value derives from __file__
         self.called: set[int] = set()  # ids of nodes that are called: call targets and decorators
         self.handed_over: set[int] = set()  # ids of values passed on: arguments, container items, return values
+        self.class_attributes: set[int] = set()  # ids of assignments in a class body (`mm = torch.matmul`)
+        self.bound_values: set[int] = set()  # ids of values assigned to a plain name (`mm = q.matmul`)
         self.embedded: set[int] = set()  # ids of string literals scanned as C++ (embedded.py)
         self.judged: set[int] = set()  # ids of references judged where they are used (environment, glob, tempfile)
         self.message_literals: set[int] = set()  # ids of string literals of an error or log message
@@ -146,12 +148,14 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _EnvChecks, _R
                 if node.value is None:
                     continue
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                parts = _chain_parts(node.value) if isinstance(node, ast.Assign) else None
+                # `f: Callable = torch.matmul` is an alias as `f = torch.matmul` is
+                parts = _chain_parts(node.value) if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
                 for target in targets:
                     if isinstance(target, ast.Attribute) and parts is not None:
                         self.attribute_stores.append((target, node.value))
                     if isinstance(target, ast.Name):
                         self.assignments.setdefault(target.id, []).append(node.value)
+                        self.bound_values.add(id(node.value))
                         if parts is not None:
                             simple_assigns.append((target.id, parts))
                         if target.id in _WATCHED_BUILTINS:
@@ -238,6 +242,40 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _EnvChecks, _R
     def visit_Return(self, node: ast.Return) -> None:
         self._hand_over(node, [node.value])
 
+    # A value kept where no alias of a name records it is handed over too: a default (`def f(q, mm=torch.matmul)`),
+    # `(mm := torch.matmul)`, either side of `a if c else b` and of `a or b`, a lambda's result, a yielded value, a
+    # match's subject, an attribute or item stored (`self.mm = torch.matmul`, `ops["mm"] = ...`), a class attribute.
+
+    def visit_arguments(self, node: ast.arguments) -> None:
+        self._hand_over(node, [*node.defaults, *node.kw_defaults])
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._hand_over(node, [node.value])
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._hand_over(node, [node.body, node.orelse])
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        self._hand_over(node, node.values)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._hand_over(node, [node.body])
+
+    def visit_Yield(self, node: ast.Yield | ast.YieldFrom) -> None:
+        self._hand_over(node, [node.value])
+
+    visit_YieldFrom = visit_Yield
+
+    def visit_Match(self, node: ast.Match) -> None:
+        self._hand_over(node, [node.subject])
+
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        stored = any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets)
+        self._hand_over(node, [node.value] if stored or id(node) in self.class_attributes else [])
+
+    visit_AnnAssign = visit_Assign
+
     # ---- functions, classes, control flow
 
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -269,6 +307,7 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _EnvChecks, _R
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for deco in node.decorator_list:
             self.called.add(id(deco))
+        self.class_attributes.update(id(s) for s in node.body if isinstance(s, (ast.Assign, ast.AnnAssign)))
         for base in node.bases:
             resolved = self._resolve(base)
             if resolved in _TENSOR_BASES:

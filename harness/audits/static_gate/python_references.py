@@ -24,6 +24,7 @@ from .python_names import (
     _MATMUL_OPERATORS,
     _PY_BANNED,
     _SUPPORTED_BUILD_NAMES,
+    _TENSOR_COMPUTE_METHODS,
     _TIMER_ANCESTORS,
     _TIMER_NAMESPACES,
     _WATCHED_BUILTINS,
@@ -43,6 +44,7 @@ class _ReferenceChecks:
     rebound_builtins: set[str]
     called: set[int]
     handed_over: set[int]
+    bound_values: set[int]
     policy: _CompiledPolicy
 
     # ---- uses and stores of a resolved name
@@ -159,6 +161,7 @@ class _ReferenceChecks:
         if parts is None:  # e.g. `sys._getframe().f_back`, `x.shape[0].bit_length`
             if node.attr in _FRAME_ATTRS:
                 self._hit("harness_internals", node, f"reads attribute `{node.attr}`")
+            self._check_method_reference(node)
             self.generic_visit(node)
             return
         for attr in parts[1:]:
@@ -169,12 +172,22 @@ class _ReferenceChecks:
             resolved = self._resolve_parts(parts)
             if resolved is not None:
                 self._check_reference(resolved, node)
+            else:
+                self._check_method_reference(node)
             return
         # a store: the attribute of what its owner resolves to (`helpers.T = x` stays the solution's own even where
         # another module's `helpers.T` reads x: python_modules)
         owner = self._resolve_parts(parts[:-1])
         if owner is not None:
             self._check_store(f"{owner}.{parts[-1]}", node, "deletes" if isinstance(node.ctx, ast.Del) else "assigns")
+
+    def _check_method_reference(self, node: ast.Attribute) -> None:
+        """`mm = q.matmul`, `(f := type(q).softmax)`, `m=q.bmm` as a default: a tensor's compute method taken, not
+        called, is called later where no method call shows; judged as the call would be."""
+        if (isinstance(node.ctx, ast.Load) and node.attr in _TENSOR_COMPUTE_METHODS and id(node) not in self.called
+                and (id(node) in self.handed_over or id(node) in self.bound_values)
+                and not self._in_triton_kernel and not self.policy.tensor_methods(node.attr)):
+            self._hit("torch_compute", node, f"takes tensor method `.{node.attr}` to call it elsewhere")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         self._env_subscript(node)
