@@ -8,7 +8,8 @@ Each fix converts through exact bit arithmetic or torch's own (correctly rounded
 
 ``@triton.autotune`` with more than one config benchmarks them through the GPU driver, which the interpreter
 has not got ("0 active drivers"): under the interpreter the autotuner is given a benchmarker that times nothing,
-so it keeps the first config that survives ``prune_configs_by`` (see ``_patch_autotuner``).
+so it keeps the first config that survives ``prune_configs_by`` (see ``_patch_autotuner``). libdevice, which the
+interpreter has not got, is evaluated with numpy (``triton_libdevice``).
 """
 
 from __future__ import annotations
@@ -145,6 +146,9 @@ def apply() -> bool:
         setattr(builder, name, lambda self, src, dst_type: cast_impl(self, src, dst_type))
     builder.create_fp_to_fp = create_fp_to_fp
     builder.create_dot = create_dot
+    from . import triton_libdevice
+
+    triton_libdevice.apply(tl, interp)
     _patch_autotuner()
     _PATCHED = True
     return True
