@@ -48,6 +48,7 @@ def cpu_host_hint(error: Optional[str], has_gpu: bool) -> str:
 _INTERPRETER_LIMITS = (
     (re.compile(r"inline_asm not supported in interpreter mode"), "inline PTX (tl.inline_asm_elementwise)"),
     (re.compile(r"_semantic. argument must be provided outside of JIT functions"), "a libdevice (extern) call"),
+    (re.compile(r"libdevice's __nv_\w+ is not available under Triton's CPU interpreter"), "a libdevice (extern) call"),
     (re.compile(r"ufunc 'bitwise_(and|or|xor)' not supported for the input types"),
      "a bitwise operation on a block of booleans and a scalar boolean"),
 )
