@@ -111,6 +111,7 @@ def test_torch_compiles_idle_compile_workers_are_torchs_own_and_a_job_on_them_is
         own.shutdown()
     busy.result()
 
+
 # -- through a worker process ---------------------------------------------------------------------------------
 
 DATASET = Dataset()

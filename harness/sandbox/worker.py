@@ -430,6 +430,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         from . import triton_interp
 
         triton_interp.apply()
+    if args.role == "candidate" and not torch.cuda.is_available():
+        from . import cpu_cuda
+
+        cpu_cuda.apply(torch)  # torch.cuda.synchronize() and the device's properties answered, not raised
     preload(torch.cuda.is_available())  # before the fingerprint: everything the worker will call, imported
     Worker(args.role).serve(args.rfd, args.wfd)
     # Done: leave without Python's finalisation (torch's, Triton's and the candidate's exit handlers: tenths of a
