@@ -201,6 +201,18 @@ def test_import_errors_are_build_errors_with_a_traceback(definition, tmp_path, s
     assert log_words in err.value.log
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU host has Triton's driver")
+def test_asking_triton_for_its_gpu_driver_at_import_is_not_checkable_without_a_gpu(definition, tmp_path):
+    """Triton's tutorials start with `DEVICE = triton.runtime.driver.active.get_active_torch_device()`: Triton has no
+    driver on a host without a GPU, which is the host's limit, not the candidate's error."""
+    pytest.importorskip("triton")
+    source = "import triton\nDEVICE = triton.runtime.driver.active.get_active_torch_device()\n" + TORCH_CANDIDATE
+    built = build(solution(source), definition, tmp_path / "a", have_gpu=False)
+    assert built.compile_only and built.fn is None and "Triton for its GPU driver" in built.note
+    with pytest.raises(BuildError):  # the same words raised by the candidate's own code stay its error
+        build(solution("raise RuntimeError('0 active drivers')\n"), definition, tmp_path / "b", have_gpu=False)
+
+
 @pytest.mark.parametrize("source, words", [
     ("import torch\n\ndef kernel(*a):\n    pass\n", "kernel.py has no symbol 'run'"),
     ("run = 42\n", "kernel.py::run is a int, not callable"),

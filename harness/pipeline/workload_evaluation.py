@@ -57,6 +57,8 @@ _INTERPRETER_LIMITS = (
 def interpreter_limit(error: Optional[str], traceback: Optional[str] = None) -> Optional[str]:
     """The interpreter limit an error shows, or None (the candidate's own error)."""
     text = f"{error or ''}\n{traceback or ''}"
+    if "active drivers" in (error or "") and "triton/runtime/driver.py" in (traceback or ""):
+        return "Triton's GPU driver (triton.runtime.driver.active: the device, its SM count)"
     if "InterpreterError" not in text or "triton/runtime/interpreter.py" not in (traceback or ""):
         return None  # raised by the interpreter itself, not a message a candidate wrote
     if "libdevice" in text and "cannot convert None" in text:

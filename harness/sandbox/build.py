@@ -182,6 +182,9 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
         if not have_gpu and "cpp_extension" in tb:  # a CUDA extension needs the GPU host's toolchain
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
                          note="a torch CUDA extension (load_inline/load): built and run on a GPU host only")
+        if not have_gpu and _asks_for_triton_driver(tb):  # Triton's tutorials: driver.active at import
+            return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
+                         note="asks Triton for its GPU driver at import (this host has none): run on a GPU host only")
         what = ("building a torch extension" if "Error building extension" in str(err)
                 else f"importing {solution.spec.entry_file}")
         raise BuildError(f"{what} failed: {type(err).__name__}: {str(err)[-4000:]}",
@@ -200,6 +203,12 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
             raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
     return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
+
+
+def _asks_for_triton_driver(tb: str) -> bool:
+    """Triton's own error for `triton.runtime.driver.active` on a host without a GPU (the tutorials' device and SM
+    queries), raised by Triton, not a message of the candidate's."""
+    return "active drivers" in tb and "triton/runtime/driver.py" in tb.replace("\\", "/")
 
 
 def extension_binaries() -> dict[str, str]:
