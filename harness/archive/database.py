@@ -27,7 +27,8 @@ from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, 
                          m007_baseline_messages, m008_trusted_outputs, m009_agent_turns, m010_baseline_busy, now)
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from ..sandbox.stale import process_alive
-from .schema_guard import foreign_schema, refusal, shown_name
+from .queries import readable_submission
+from .schema_guard import foreign_schema, missing_columns, refusal, shown_name
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 from .views import m005_review_views
 
@@ -211,6 +212,8 @@ class Archive:
             raise ArchiveError(f"{folder} holds no archive ({db_path.name} is missing)")
         if db_path.exists() and not db_path.is_file():  # a folder, a FIFO (opening one waits for a writer)
             raise ArchiveError(f"{db_path} is not a file, so not an archive (give another --archive)")
+        if (folder / BLOBS).exists() and not (folder / BLOBS).is_dir():  # every blob write would fail in it
+            raise ArchiveError(f"{folder / BLOBS} is not a folder, so {folder} is no archive (give another --archive)")
         self.folder = folder
         self.blob_dir = folder / BLOBS
         try:  # a file that is not an SQLite database, a malformed one, a locked or full disk: one ArchiveError
@@ -226,6 +229,10 @@ class Archive:
                     raise ArchiveError(refusal(db_path, why))
                 self.db.enable_wal()
                 migrate(self.db)
+                why = missing_columns(self.db.conn, MIGRATIONS)  # a table or column another program took away
+                if why:
+                    self.db.conn.close()
+                    raise ArchiveError(refusal(db_path, why))
             self.db.execute("PRAGMA foreign_keys = ON")
         except sqlite3.DatabaseError as err:
             raise ArchiveError(f"cannot open the archive {db_path}: {err}") from err
@@ -434,6 +441,7 @@ class Archive:
                 "select status, count(*) from evaluations where submission_id = ? group by status",
                 [r["id"]]).fetchall()
             r["counts"] = dict(counts)
+            readable_submission(r)
         return rows
 
     def submission(self, submission_id: int) -> dict[str, Any]:
@@ -444,12 +452,21 @@ class Archive:
         row["evaluations"] = list(self.db["evaluations"].rows_where("submission_id = ?", [submission_id],
                                                                     order_by="id"))
         for e in row["evaluations"]:
-            e["extra"] = json.loads(e["extra"]) if e.get("extra") else {}
+            e["extra"] = _object(e.get("extra"))
         env = self.db["environments"].get(row["environment_id"]) if row.get("environment_id") else None
-        row["environment"] = json.loads(env["data"]) if env else {}
-        row["options"] = json.loads(row["options"]) if row.get("options") else {}
-        row["scores"] = json.loads(row["scores"]) if row.get("scores") else {}
-        return row
+        row["environment"] = _object(env["data"]) if env else {}
+        row["options"], row["scores"] = _object(row.get("options")), _object(row.get("scores"))
+        return readable_submission(row)
 
     def solution_json(self, content_hash: str) -> dict[str, Any]:
         return json.loads(self.get_blob(self.db["solutions"].get(content_hash)["blob"]))
+
+
+def _object(text: Any) -> dict[str, Any]:
+    """A JSON column read as an object; {} where it is empty, or was changed outside the harness into something
+    that is not one (the seal says so: the reader still shows the rest)."""
+    try:
+        value = json.loads(text) if text else {}
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -30,16 +30,25 @@ def last_submission_id(db: Any) -> int:
     return int(db.conn.execute("select coalesce(max(id), 0) from submissions").fetchone()[0])
 
 
+def readable_submission(row: dict[str, Any]) -> dict[str, Any]:
+    """A submission row whose names, hash and status are text, as the harness wrote them, even where the row was
+    changed outside it (NULL, a number; its seal says so): the readers print, sort and slice them."""
+    for key in ("solution_name", "solution_hash", "definition", "author", "status", "created_at"):
+        if key in row:
+            row[key] = "?" if row[key] is None else str(row[key])
+    return row
+
+
 def submission_rows(db: Any, definition: Optional[str] = None) -> list[dict[str, Any]]:
     """Every submission (of ``definition``, if given), newest (highest id) first, all columns."""
     where, params = ("where definition = ?", [definition]) if definition else ("", [])
-    return _rows(db, f"select * from submissions {where} order by id desc", params)
+    return [readable_submission(r) for r in _rows(db, f"select * from submissions {where} order by id desc", params)]
 
 
 def submission_row(db: Any, submission_id: int) -> Optional[dict[str, Any]]:
     """The submission's row (all columns), None where there is none."""
     rows = _rows(db, "select * from submissions where id = ?", [submission_id])
-    return rows[0] if rows else None
+    return readable_submission(rows[0]) if rows else None
 
 
 def submission_exists(db: Any, submission_id: int, definition: Optional[str] = None) -> bool:

@@ -32,22 +32,43 @@ def shown_name(name: object) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _own_triggers(migrations: tuple[Callable[[sqlite_utils.Database], None], ...]) -> dict[str, str]:
-    """The archive's own triggers (name -> normalised text), as its migrations make them in an empty database."""
+def _own_schema(migrations: tuple[Callable[[sqlite_utils.Database], None], ...]
+                ) -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+    """The archive's own triggers (name -> normalised text) and tables (name -> columns), as its migrations make
+    them in an empty database."""
     db = sqlite_utils.Database(memory=True)
     try:
         for migration in migrations:
             migration(db)
         rows = db.execute("select name, sql from sqlite_master where type = 'trigger'").fetchall()
+        tables = {name: _columns(db.conn, name) for name, in
+                  db.execute("select name from sqlite_master where type = 'table' and name not like 'sqlite_%'")}
     finally:
         db.close()
-    return {name: _normal(sql) for name, sql in rows}
+    return {name: _normal(sql) for name, sql in rows}, tables
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
+    return frozenset(str(r[1]) for r in conn.execute("select * from pragma_table_info(?)", [table]).fetchall())
+
+
+def missing_columns(conn: sqlite3.Connection, migrations: Sequence[Callable[[sqlite_utils.Database], None]]) -> str:
+    """Once migrated, why the archive's tables are not what its migrations made ("" where they are): a table
+    dropped or a column renamed or dropped by another program, which every later read or write would trip on."""
+    _, tables = _own_schema(tuple(migrations))
+    for table, columns in sorted(tables.items()):
+        lacking = sorted(columns - _columns(conn, table))
+        if lacking:
+            what = "lacks its table " + table if lacking == sorted(columns) else \
+                f"lacks column(s) {', '.join(lacking[:4])} of its table {table}"
+            return f"{what} (changed outside the harness)"
+    return ""
 
 
 def foreign_schema(conn: sqlite3.Connection, migrations: Sequence[Callable[[sqlite_utils.Database], None]]) -> str:
     """Why the archive's database must not be used ("" where it may): a trigger that is not its own, or a migration
     of a newer version."""
-    own = _own_triggers(tuple(migrations))
+    own = _own_schema(tuple(migrations))[0]
     rows = conn.execute("select name, tbl_name, sql from sqlite_master where type = 'trigger'").fetchall()
     foreign = sorted((name, table) for name, table, sql in rows if own.get(name) != _normal(sql))
     if foreign:

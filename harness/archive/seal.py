@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import os
+import stat
 import sqlite3
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -142,12 +143,20 @@ def read_record(conn: sqlite3.Connection, submission_id: int) -> Optional[tuple[
 def load_key(folder: Path) -> tuple[Optional[bytes], str]:
     """(key, why not): the archive's seal key, or None and the reason."""
     path = Path(folder) / SEAL_KEY
-    try:
-        key = path.read_bytes()
+    try:  # a FIFO planted there would wait for a writer, a device never end: only a regular file, 1 byte past a key
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None, f"{SEAL_KEY} missing"
     except OSError as e:
         return None, f"{SEAL_KEY} unreadable ({e.strerror or e})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, f"{SEAL_KEY} is not a regular file"
+        key = os.read(fd, KEY_BYTES + 1)
+    except OSError as e:
+        return None, f"{SEAL_KEY} unreadable ({e.strerror or e})"
+    finally:
+        os.close(fd)
     if len(key) != KEY_BYTES:
         return None, f"{SEAL_KEY} is {len(key)} bytes, not {KEY_BYTES}"
     return key, ""

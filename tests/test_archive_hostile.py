@@ -1,0 +1,104 @@
+"""An archive damaged or changed outside the harness: every reading command ends with one line and exit 2 where the
+archive cannot be used, or reads what is left (the seal says what was changed), never a traceback or a hang; and
+nothing of the archive is changed by it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+
+from support import TORCH_CANDIDATE, solution_dict
+
+WORKLOAD = "tiny_b2_t40"
+
+
+@pytest.fixture(scope="module")
+def archived(tmp_path_factory, tiny_dataset_root) -> Path:
+    """An archive holding one PASSED submission, made by `harness submit`."""
+    base = tmp_path_factory.mktemp("archived")
+    solution = base / "solution.json"
+    solution.write_text(json.dumps(solution_dict(TORCH_CANDIDATE)))
+    (base / "a").mkdir()
+    done = harness("submit", str(solution), "--archive", str(base / "a"), "--dataset", str(tiny_dataset_root),
+                   "-w", WORKLOAD)
+    assert done.returncode == 0, done.stderr
+    return base / "a"
+
+
+def harness(*args: str) -> Any:
+    result = CliRunner().invoke(main, list(args))
+    return SimpleNamespace(returncode=result.exit_code, stderr=result.stderr + (
+        "Traceback" if result.exception is not None and not isinstance(result.exception, SystemExit) else ""))
+
+
+def sql(*statements: str):
+    def damage(folder: Path) -> None:
+        conn = sqlite3.connect(folder / "archive.db")
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+        conn.close()
+    return damage
+
+
+def seal_key_fifo(folder: Path) -> None:
+    (folder / "seal.key").unlink()
+    os.mkfifo(folder / "seal.key")  # opening it for reading waited for a writer for ever
+
+
+def blobs_a_file(folder: Path) -> None:
+    shutil.rmtree(folder / "blobs")
+    (folder / "blobs").write_text("not a folder")
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+
+
+# (damage, what an unusable archive's one line says: None where the commands read what is left)
+DAMAGES = {
+    "seal.key a FIFO": (seal_key_fifo, None),
+    "blobs a file": (blobs_a_file, "blobs is not a folder"),
+    "a column renamed": (sql("alter table evaluations rename column log_blob to renamed"),
+                         "lacks column(s) log_blob of its table evaluations"),
+    "a table dropped": (sql("drop table agent_turns"), "lacks its table agent_turns"),
+    "JSON columns not JSON": (sql("update submissions set options = '{bad', scores = '[1'",
+                                  "update evaluations set extra = 'nan{', trace = '{'"), None),
+    "names NULL or numbers": (sql("update submissions set solution_name = NULL, definition = NULL, author = 7, "
+                                  "status = NULL, solution_hash = NULL"), None),
+}
+COMMANDS = [["list"], ["list", "--json"], ["show", "1"], ["show", "1", "--json"], ["diff", "1", "1"],
+            ["report", "--out", "OUT"], ["export", "OUT"]]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_archive_is_one_line_or_read_as_it_is_by_every_reader(archived, tmp_path, damage):
+    """Each was a traceback (KeyError, JSONDecodeError, TypeError, NotADirectoryError) or a hang (seal.key)."""
+    folder = tmp_path / "a"
+    shutil.copytree(archived, folder, symlinks=True)
+    make, refused = DAMAGES[damage]
+    make(folder)
+    before = digest(folder)
+    for command in COMMANDS:
+        out = tmp_path / f"out-{command[0]}"
+        done = harness(*[str(out) if a == "OUT" else a for a in command], "--archive", str(folder))
+        assert "Traceback" not in done.stderr, (command, done.stderr)
+        if refused is None:
+            assert done.returncode == 0, (command, done.stderr)
+        else:
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            assert done.returncode == 2 and len(lines) == 1 and refused in lines[0], (command, done.stderr)
+            assert not out.exists()
+    assert digest(folder) == before
