@@ -202,13 +202,16 @@ def test_import_errors_are_build_errors_with_a_traceback(definition, tmp_path, s
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU host has Triton's driver")
-def test_asking_triton_for_its_gpu_driver_at_import_is_not_checkable_without_a_gpu(definition, tmp_path):
-    """Triton's tutorials start with `DEVICE = triton.runtime.driver.active.get_active_torch_device()`: Triton has no
-    driver on a host without a GPU, which is the host's limit, not the candidate's error."""
+def test_asking_for_a_gpu_at_import_is_not_checkable_without_one(definition, tmp_path):
+    """Triton's tutorials start with `DEVICE = triton.runtime.driver.active.get_active_torch_device()`, and a module
+    may allocate its workspace on "cuda": a host without a GPU has neither (its limit, not the candidate's error)."""
     pytest.importorskip("triton")
     source = "import triton\nDEVICE = triton.runtime.driver.active.get_active_torch_device()\n" + TORCH_CANDIDATE
     built = build(solution(source), definition, tmp_path / "a", have_gpu=False)
     assert built.compile_only and built.fn is None and "Triton for its GPU driver" in built.note
+    source = "import torch\n_WORKSPACE = torch.empty(1 << 10, device='cuda')\n" + TORCH_CANDIDATE
+    built = build(solution(source), definition, tmp_path / "c", have_gpu=False)
+    assert built.compile_only and "CUDA device at import" in built.note
     with pytest.raises(BuildError):  # the same words raised by the candidate's own code stay its error
         build(solution("raise RuntimeError('0 active drivers')\n"), definition, tmp_path / "b", have_gpu=False)
 

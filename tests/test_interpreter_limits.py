@@ -56,6 +56,11 @@ KERNELS = textwrap.dedent('''
         out["driver_query"] = None
     except BaseException as e:
         out["driver_query"] = [f"{type(e).__name__}: {e}", traceback.format_exc()]
+    try:  # a workspace on the GPU by name, as code that only ever ran on one writes it
+        torch.empty(16, device="cuda")
+        out["cuda_device"] = None
+    except BaseException as e:
+        out["cuda_device"] = [f"{type(e).__name__}: {e}", traceback.format_exc()]
     x, y = torch.rand(16), torch.empty(16)
     for k in (inline_ptx, libdevice_call, libdevice_unknown, block_and_scalar, own_mistake):
         try:
@@ -80,10 +85,11 @@ def errors():
     ("libdevice_unknown", "libdevice"),
     ("block_and_scalar", "bitwise operation"),
     ("driver_query", "GPU driver"),
+    ("cuda_device", "CUDA device"),
 ])
 def test_interpreter_limits_are_named(errors, kernel, limit):
-    if kernel == "driver_query" and errors[kernel] is None:
-        pytest.skip("this host has Triton's GPU driver")
+    if kernel in ("driver_query", "cuda_device") and errors[kernel] is None:
+        pytest.skip("this host has a GPU")
     assert errors[kernel] is not None
     assert limit in (interpreter_limit(*errors[kernel]) or ""), errors[kernel][0]
 
@@ -97,3 +103,5 @@ def test_the_candidates_own_errors_stay_its_own(errors):
     # a message the candidate wrote itself, raised from its own code, is not the interpreter's
     assert interpreter_limit("InterpreterError: inline_asm not supported in interpreter mode",
                              'File "/tmp/work/pkg/main.py", line 3, in run\n    raise InterpreterError(...)') is None
+    assert interpreter_limit("AssertionError: Torch not compiled with CUDA enabled",
+                             'File "/tmp/work/pkg/main.py", line 3, in run\n    raise AssertionError(...)') is None

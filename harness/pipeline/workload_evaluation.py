@@ -59,6 +59,8 @@ def interpreter_limit(error: Optional[str], traceback: Optional[str] = None) -> 
     text = f"{error or ''}\n{traceback or ''}"
     if "active drivers" in (error or "") and "triton/runtime/driver.py" in (traceback or ""):
         return "Triton's GPU driver (triton.runtime.driver.active: the device, its SM count)"
+    if "Torch not compiled with CUDA enabled" in (error or "") and "torch/cuda/__init__.py" in (traceback or ""):
+        return "a CUDA device (device='cuda', .cuda()), which the CPU build of torch has not got"
     if "InterpreterError" not in text or "triton/runtime/interpreter.py" not in (traceback or ""):
         return None  # raised by the interpreter itself, not a message a candidate wrote
     if "libdevice" in text and "cannot convert None" in text:

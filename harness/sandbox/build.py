@@ -182,9 +182,9 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
         if not have_gpu and "cpp_extension" in tb:  # a CUDA extension needs the GPU host's toolchain
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
                          note="a torch CUDA extension (load_inline/load): built and run on a GPU host only")
-        if not have_gpu and _asks_for_triton_driver(tb):  # Triton's tutorials: driver.active at import
-            return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
-                         note="asks Triton for its GPU driver at import (this host has none): run on a GPU host only")
+        limit = None if have_gpu else _gpu_asked_for_at_import(tb)
+        if limit:  # what this host has not got (torch's and Triton's own errors), not the candidate's mistake
+            return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=limit)
         what = ("building a torch extension" if "Error building extension" in str(err)
                 else f"importing {solution.spec.entry_file}")
         raise BuildError(f"{what} failed: {type(err).__name__}: {str(err)[-4000:]}",
@@ -205,10 +205,16 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
     return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
 
 
-def _asks_for_triton_driver(tb: str) -> bool:
-    """Triton's own error for `triton.runtime.driver.active` on a host without a GPU (the tutorials' device and SM
-    queries), raised by Triton, not a message of the candidate's."""
-    return "active drivers" in tb and "triton/runtime/driver.py" in tb.replace("\\", "/")
+def _gpu_asked_for_at_import(tb: str) -> Optional[str]:
+    """Why an import failed on a host without a GPU for want of one, or None: Triton's own error for
+    `triton.runtime.driver.active` (the tutorials' device and SM queries) or torch's for a CUDA device
+    (`torch.empty(..., device="cuda")` at module level), raised by them, not a message of the candidate's."""
+    tb = tb.replace("\\", "/")
+    if "active drivers" in tb and "triton/runtime/driver.py" in tb:
+        return "asks Triton for its GPU driver at import (this host has none): run on a GPU host only"
+    if "Torch not compiled with CUDA enabled" in tb and "torch/cuda/__init__.py" in tb:
+        return "uses a CUDA device at import (the CPU build of torch has none): run on a GPU host only"
+    return None
 
 
 def extension_binaries() -> dict[str, str]:
