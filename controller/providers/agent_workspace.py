@@ -74,6 +74,38 @@ def judge_changes(before: dict[str, str], after: dict[str, str], editable: list[
     return forbidden, ignored
 
 
+def outside_entries(parent: Path) -> set[str]:
+    """The names beside the workspace in its private parent folder (the workspace and the agent's home are the
+    only ones the controller makes): one more after a run was written outside the workspace."""
+    try:
+        return {p.name for p in parent.iterdir()} - {"workspace", "home"}
+    except OSError:
+        return set()
+
+
+def read_edited(root: Path, editable: list[str]) -> tuple[dict[str, str], list[str]]:
+    """(path -> content of each editable file that is there, the editable paths that are not plain files of the
+    workspace). A link (or a hard link, or a path through a linked folder) would have the candidate carry a file
+    from outside the workspace, a credential say: it is refused, never read."""
+    edited, refused = {}, []
+    top = root.resolve()
+    for path in editable:
+        target = root / path
+        if not target.exists() and not target.is_symlink():
+            continue
+        try:
+            info = os.lstat(target)
+            inside = top in target.resolve().parents
+        except (OSError, RuntimeError):
+            refused.append(path)
+            continue
+        if target.is_symlink() or not inside or not target.is_file() or info.st_nlink > 1:
+            refused.append(path)
+            continue
+        edited[path] = target.read_text(errors="replace")
+    return edited, refused
+
+
 # -- the harness check the agent may run --------------------------------------------------------------------
 
 CHECK_TEMPLATE = r'''#!{python}

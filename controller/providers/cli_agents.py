@@ -21,15 +21,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Optional
 
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Rejection, render_prompt
 
-from .agent_workspace import (CHECK_SCRIPT, build_workspace, changed_paths, judge_changes, snapshot)
+from .agent_process import run_agent
+from .agent_workspace import (CHECK_SCRIPT, build_workspace, changed_paths, judge_changes, outside_entries,
+                              read_edited, snapshot)
+from .api_errors import redact
 from .base import (PRICES_FILE, ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,
                    proposal_from_files)
 
@@ -79,18 +80,20 @@ MAX_CAPTURE = 200_000
 
 def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
     """tokens_in, tokens_out, cost_usd (None: unknown) and the agent's own error flag, from its output."""
-    out: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost_usd": None, "is_error": False, "text": ""}
+    out: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost_usd": None, "is_error": False, "text": "",
+                           "reported": False}
     if kind == "claude-json":
-        try:
-            data = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
-        except json.JSONDecodeError:
+        data = _last_json(stdout)
+        if data is None:
             return out
-        usage = data.get("usage") or {}
-        out["tokens_in"] = sum(int(usage.get(k) or 0) for k in
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        out["reported"] = bool(usage)
+        out["tokens_in"] = sum(_count(usage.get(k)) for k in
                                ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
-        out["tokens_out"] = int(usage.get("output_tokens") or 0)
+        out["tokens_out"] = _count(usage.get("output_tokens"))
         cost = data.get("total_cost_usd")
-        out["cost_usd"] = float(cost) if isinstance(cost, (int, float)) else None
+        finite = isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < float("inf")
+        out["cost_usd"] = float(cost) if finite else None  # NaN, a negative or a string: unknown, never free
         out["is_error"] = bool(data.get("is_error"))
         out["text"] = str(data.get("result") or "")
     elif kind == "codex-jsonl":
@@ -102,14 +105,34 @@ def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
             if not isinstance(event, dict):
                 continue
             if event.get("type") == "turn.completed":
-                usage = event.get("usage") or {}
-                out["tokens_in"] += int(usage.get("input_tokens") or 0)
-                out["tokens_out"] += int(usage.get("output_tokens") or 0)
+                usage = event.get("usage") if isinstance(event.get("usage"), dict) else {}
+                out["reported"] = out["reported"] or bool(usage)
+                out["tokens_in"] += _count(usage.get("input_tokens"))
+                out["tokens_out"] += _count(usage.get("output_tokens"))
             elif event.get("type") in ("turn.failed", "error"):
                 out["is_error"] = True
-            elif event.get("type") == "item.completed" and (event.get("item") or {}).get("type") == "agent_message":
+            elif event.get("type") == "item.completed" and isinstance(event.get("item"), dict) \
+                    and event["item"].get("type") == "agent_message":
                 out["text"] = str(event["item"].get("text") or "")
     return out
+
+
+def _last_json(stdout: str) -> Optional[dict[str, Any]]:
+    """The agent's JSON result: the whole output, else its last line (warnings may come before it)."""
+    text = stdout.strip()
+    for candidate in (text, text.splitlines()[-1] if text else ""):
+        try:
+            data = json.loads(candidate)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def _count(value: Any) -> int:
+    """A token count as reported; anything that is not a count (null, text, a negative number) is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def fill(parts: list[str], values: dict[str, str]) -> list[str]:
@@ -203,35 +226,22 @@ class CLIAgentProvider:
     def run_once(self, request: GenerationRequest, wall_s: float, cost_left: Optional[float]) -> dict[str, Any]:
         parent, root, home, files = self.workspace(request)
         editable = list(files)
-        before = snapshot(root)
+        before, around = snapshot(root), outside_entries(parent)
         argv = self.command_line(editable, cost_left)
-        started = time.monotonic()
-        timed_out = False
         try:
-            proc = subprocess.Popen(argv, cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True, text=True, errors="replace",
-                                    env=self.environment(home))
+            run = run_agent(argv, root, self.environment(home), wall_s, MAX_CAPTURE)
         except OSError as err:
             shutil.rmtree(parent, ignore_errors=True)
             return {"error": f"cannot run {argv[0]}: {err}", "argv": argv}
-        try:
-            stdout, stderr = proc.communicate(timeout=wall_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the agent and everything it started (a running check too)
-            except ProcessLookupError:
-                pass
-            stdout, stderr = proc.communicate()
-        elapsed = time.monotonic() - started
         forbidden, ignored = judge_changes(before, snapshot(root), editable)
-        edited = {p: (root / p).read_text(errors="replace") for p in editable if (root / p).is_file()}
+        forbidden += [f"../{name}" for name in sorted(outside_entries(parent) - around)]  # beside the workspace
+        edited, not_files = read_edited(root, editable)
         if not self.keep_workspace:
             shutil.rmtree(parent, ignore_errors=True)
-        return {"argv": argv, "workspace": str(root), "exit": proc.returncode, "timed_out": timed_out,
-                "wall_s": elapsed, "stdout": stdout[-MAX_CAPTURE:], "stderr": stderr[-20_000:],
-                "forbidden": forbidden, "ignored": ignored, "editable": editable, "edited": edited,
-                "unchanged": all(edited.get(p) == c for p, c in files.items())}
+        return {"argv": argv, "workspace": str(root), "exit": run.exit, "timed_out": run.timed_out,
+                "wall_s": run.wall_s, "stdout": run.stdout, "stderr": run.stderr, "left_running": run.killed,
+                "forbidden": forbidden, "not_files": not_files, "ignored": ignored, "editable": editable,
+                "edited": edited, "unchanged": all(edited.get(p) == c for p, c in files.items())}
 
     def generate(self, request: GenerationRequest) -> GenerationResponse:
         b = request.budget
@@ -270,6 +280,10 @@ class CLIAgentProvider:
             if run["timed_out"]:
                 response.stopped = f"wall time: {exe} killed after {left:.0f} s"
                 break
+            if b.max_total_tokens is not None and not usage["reported"]:
+                response.stopped = ("token budget: the run's token use is unknown (no usage report in the agent's "
+                                    "output); candidate discarded")
+                break
             if b.max_total_tokens is not None and response.tokens_in + response.tokens_out > b.max_total_tokens:
                 response.stopped = (f"token budget: {response.tokens_in + response.tokens_out} tokens > "
                                     f"{b.max_total_tokens}; candidate discarded")
@@ -280,8 +294,15 @@ class CLIAgentProvider:
                                     f"${b.max_cost_usd:.4f}; candidate discarded")
                 break
             if run["exit"] != 0 or usage["is_error"]:
-                response.error = f"{exe} exited with {run['exit']}: {run['stderr'][-500:] or usage['text'][-500:]}"
+                said = run["stderr"][-500:] or usage["text"][-500:] or run["stdout"][-500:] or "(no output)"
+                response.error = redact(f"{exe} exited with {run['exit']}: {said}")
                 break
+            if run["not_files"]:
+                response.rejected.append(Rejection(
+                    name=name, files=run["not_files"],
+                    reason=f"{', '.join(run['not_files'])}: not a plain file of the workspace (a link, or a hard "
+                           "link to a file elsewhere); not read"))
+                continue
             if run["forbidden"]:
                 response.rejected.append(Rejection(
                     name=name, files=run["forbidden"],
