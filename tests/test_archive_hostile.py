@@ -102,3 +102,15 @@ def test_a_damaged_archive_is_one_line_or_read_as_it_is_by_every_reader(archived
             assert done.returncode == 2 and len(lines) == 1 and refused in lines[0], (command, done.stderr)
             assert not out.exists()
     assert digest(folder) == before
+
+
+def test_an_archive_folder_whose_name_is_not_utf8_is_read_and_reported(archived, tmp_path):
+    """`harness report` wrote the folder's name into its page and crashed on the undecodable bytes
+    (UnicodeEncodeError); the name is now shown as its escapes."""
+    folder = tmp_path / os.fsdecode(b"not-utf8-\xff\xfe")
+    shutil.copytree(archived, folder)
+    for command in (["list"], ["show", "1"], ["report", "--out", str(tmp_path / "report")],
+                    ["export", str(tmp_path / "export")], ["copy-archive", str(tmp_path / "copy")]):
+        done = harness(*command, "--archive", str(folder))
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr)
+    assert "not-utf8-\\udcff\\udcfe" in (tmp_path / "report" / "index.html").read_text()

@@ -55,7 +55,8 @@ def write_in(out: Path, rel: str, text: str) -> None:
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # a name that is no UTF-8 (an archive folder's undecodable bytes) is shown as its escapes, not a crash
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
