@@ -1,6 +1,7 @@
-"""The static gate on whole solutions: honest GQA paged-decode solutions written the way contestants write them
-(tests/gate_corpus/honest/, one directory per solution) pass it, and the known reward hacks of
-tests/adversarial/ still fail it, except the library/PyTorch-compute ones that run-time attribution judges."""
+"""The static gate on whole solutions: honest solutions of the contest's definitions (GQA paged decode, and MoE,
+DSA and GDN ones) written the way contestants write them (tests/gate_corpus/honest/, one directory per solution)
+pass it, and the known reward hacks of tests/adversarial/ still fail it, except the library/PyTorch-compute ones
+that run-time attribution judges."""
 
 from __future__ import annotations
 
@@ -39,7 +40,32 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
     # globbed sources, a tempfile build folder, error messages naming the environment, a main-guard self-test
     "cuda_load_glob": ("python", []),
     "cuda_torch_library": ("python", []),
+    # GDN prefill as an FLA-style sub-package: relative imports, an input_guard decorator, heuristics over an
+    # autotune list built by comprehension, libdevice's fast exp aliased in a helper module
+    "triton_fla_package": ("triton", []),
+    # GDN prefill through load_inline into a build folder next to the module that it makes first
+    "cuda_load_inline_build_dir": ("python", []),
+    # the DSA indexer with a setup plan (a dataclass of scratch and typed views of the packed FP8 cache)
+    "triton_setup_plan": ("triton", []),
+    # GQA decode as a torch.library.triton_op over a host-made work list (numpy) from its setup plan
+    "triton_custom_op_plan": ("triton", []),
+    # DSA sparse attention, value-returning through a launcher class and a NamedTuple
+    "triton_value_namedtuple": ("triton", []),
+    # MoE as a package: vLLM-style routing and expert sort in PyTorch (the routing glue MoE's attribution budgets),
+    # Triton grouped GEMMs autotuned with heuristics, a workspace dict keyed by shape, dtype and device
+    "triton_moe_package": ("triton", [("torch_compute", "out.index_add_("), ("torch_compute", "torch.sigmoid("),
+                                      ("torch_compute", ".values.sum(dim=-1)"),
+                                      ("torch_compute", "group_idx = torch.topk("),
+                                      ("torch_compute", "group_mask.scatter_("), ("torch_compute", ".masked_fill("),
+                                      ("torch_compute", "topk_ids = torch.topk("),
+                                      ("torch_compute", "topk_w.sum(dim=-1"), ("torch_compute", "torch.sort("),
+                                      ("torch_compute", "torch.div("), ("torch_compute", "torch.bincount("),
+                                      ("torch_compute", "torch.cumsum(")]),
 }
+
+# Solutions whose honest calls are allowed by the shipped policy's lists (torch_calls: torch.library.triton_op,
+# wrap_triton, torch.from_numpy, torch.arange), not by the gate's own catalogue.
+NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package"}
 
 POLICIES = {
     "shipped": lambda: load_policy(),
@@ -66,6 +92,8 @@ def test_the_corpus_is_the_table():
 @pytest.mark.parametrize("policy_name", sorted(POLICIES))
 @pytest.mark.parametrize("name", SOLUTIONS)
 def test_honest_solution_passes_the_gate(name, policy_name):
+    if policy_name == "catalogue" and name in NEEDS_THE_POLICY:
+        pytest.skip("its calls are on the shipped policy's allow-lists")
     language, expected = CORPUS_TABLE[name]
     findings = scan_sources(_sources(CORPUS / name), language, POLICIES[policy_name]())
     assert gate_passed(findings), _describe(findings)
