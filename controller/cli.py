@@ -102,7 +102,7 @@ def live_printer(as_json: bool):
         elif kind == "response" and (data["stopped"] or data["error"]):
             err.print(f"{lane}  {data['key']}: {data['proposals']} proposal(s); "
                       f"{'stopped: ' + data['stopped'] if data['stopped'] else 'error: ' + str(data['error'])}",
-                      highlight=False)
+                      highlight=False, markup=False)  # a model's or a server's words: brackets are text
         elif kind == "candidate":
             err.print(f"{lane}  {data['name']}: {data['status']}" + (" (adopted)" if data.get("adopted") else "")
                       + (f" ({data['screened_out']})" if data.get("screened_out") else ""),
@@ -397,7 +397,7 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
             reports.extend(run_loops(configs, archive, lanes_for(len(configs)), on_event=on_event,
                                      **({"runner": new_runner} if new_runner else {})))
     except (SchemaError, SkillError, ProviderError, ValueError) as e:
-        fail(str(e))
+        fail(escape(str(e)))  # a server's message may hold brackets ("[redacted]"): text, not markup
     except Exception as e:  # a full disk under the archive in the controller's own writes: one line, as the harness's
         if storage_message(e, archive) is None:
             raise
