@@ -3,6 +3,7 @@ and when to stop. Everything here is computed from archived data, so a resumed r
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -212,12 +213,21 @@ def request_evidence(records: list[EvalRecord], why_no_timing: str, ncu_markdown
     return latency.model_copy(update={"markdown": markdown, "source": "latency", "note": note})
 
 
+# Terminal escapes and control characters a candidate printed: noise to a model (and a NUL is refused by some
+# APIs); newlines and tabs stay.
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def log_excerpt(failures: list[tuple[EvalRecord, str]], max_chars: int) -> str:
-    """The harness's words on the first failing workloads: status, message, then the tail of the log."""
+    """The harness's words on the first failing workloads: status, message, then the tail of the log. The
+    candidate's output is data for the next request (quoted there in a fence it cannot close): each message is cut
+    to a quarter of the excerpt, so no one workload's words crowd out the others, and control characters go."""
     parts = []
     for record, log in failures[:3]:
-        tail = log[-max_chars // 2:] if log else ""
-        parts.append(f"[{record.label or record.workload[:8]}] {record.status}: {record.message}".strip()
+        tail = _CONTROL.sub("", log[-max_chars // 2:]) if log else ""
+        message = _CONTROL.sub("", (record.message or "")[:max_chars])
+        message = message if len(message) <= max_chars // 4 else message[: max_chars // 4] + " [... cut ...]"
+        parts.append(f"[{record.label or record.workload[:8]}] {record.status}: {message}".strip()
                      + (f"\n{tail}" if tail else ""))
     text = "\n\n".join(parts)
     return text if len(text) <= max_chars else text[: max_chars - 20] + "\n[... cut ...]"
