@@ -70,6 +70,10 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+    # which version of a package is installed, or whether one is, asked by its literal name
+    ("from importlib.metadata import version, PackageNotFoundError\ntry:\n    TRITON = version('triton')\n"
+     "except PackageNotFoundError:\n    TRITON = None\n"),
+    "import importlib.util\nHAS_FLASHINFER = importlib.util.find_spec('flashinfer') is not None\n",
     # a build folder next to the module, made first (load() and load_inline() write into it, never create it)
     ("import os\nfrom torch.utils.cpp_extension import load_inline\n"
      "HERE = os.path.dirname(os.path.abspath(__file__))\nBUILD = os.path.join(HERE, 'build')\n"

@@ -100,6 +100,12 @@ PYTHON_POSITIVES = [
     ("dynamic_code", 1, "c = compile(src, 'x', 'exec')\n"),
     ("dynamic_code", 1, "os_mod = __import__('os')\n"),
     ("dynamic_code", 1, "import importlib\n"),
+    # importlib's package queries by a literal top-level name only; its loaders never
+    ("dynamic_code", 2, "from importlib.metadata import version\nv = version(name)\n"),
+    ("dynamic_code", 2, "import importlib.util\ns = importlib.util.find_spec('harness.sandbox')\n"),
+    ("dynamic_code", 2, "import importlib.util\ns = importlib.util.spec_from_file_location('m', p)\n"),
+    ("dynamic_code", 2, "from importlib.util import find_spec\nf = find_spec\n"),
+    ("dynamic_code", 1, "from importlib import import_module\n"),
     ("dynamic_code", 2, "import importlib as il\nm = il.import_module('threading')\n"),
     ("dynamic_code", 2, "import torch\nf = getattr(torch, name)\n"),
     ("dynamic_code", 1, "import runpy\n"),

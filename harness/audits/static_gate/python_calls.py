@@ -12,6 +12,7 @@ A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py); it reads t
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from .python_names import (
@@ -24,6 +25,7 @@ from .python_names import (
     _INTERNAL_STRINGS,
     _NAMED_LOOKUPS,
     _OPEN_FUNCTIONS,
+    _PACKAGE_QUERIES,
     _TENSOR_COMPUTE_METHODS,
     _str_const,
 )
@@ -92,6 +94,10 @@ class _CallChecks:
             if (pattern is not None and self._reads_own_file(pattern)
                     and not any(k.arg in ("root_dir", "dir_fd") for k in node.keywords)):
                 self.judged.add(id(node.func))  # lists the solution's own sources (for load()): a read of its own
+        elif resolved in _PACKAGE_QUERIES:
+            name = _str_const(args[0]) if len(args) == 1 and not node.keywords else None
+            if name is not None and re.fullmatch(r"[A-Za-z_][\w-]*", name):  # a top-level name: no parent imported
+                self.judged.add(id(node.func))
         elif resolved in _NAMED_LOOKUPS:
             self._check_named_lookup(resolved, node)
         elif resolved in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",

@@ -138,7 +138,13 @@ _FILE_MODE_RE = re.compile(r"[rwxabtU+]{1,4}")
 # module by name is no finding (a star import still is: it would hide which names are used).
 _GLOB_FUNCTIONS = frozenset({"glob.glob", "glob.iglob"})
 _TEMP_BUILD_DIRECTORIES = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDirectory"})
-_IMPORTED_BY_USE = frozenset({"glob", "tempfile"}) | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES
+# Which version of a package is installed, or whether one is (`importlib.metadata.version("triton")`,
+# `importlib.util.find_spec("flashinfer")`), asked by a literal top-level name: the installation's metadata, none of
+# the package's code run (python_calls judges the call); any other use of importlib stays dynamic code.
+_PACKAGE_QUERIES = frozenset({"importlib.metadata.version", "importlib.util.find_spec"})
+_PACKAGE_NOT_FOUND = "importlib.metadata.PackageNotFoundError"
+_IMPORTED_BY_USE = (frozenset({"glob", "tempfile", "importlib.metadata", "importlib.util", _PACKAGE_NOT_FOUND})
+                    | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES | _PACKAGE_QUERIES)
 
 # Modules that other modules re-export as attributes (`torch.sys`, `os.sys`, `np.os`, `torch.os`): an attribute of
 # an imported module with one of these names is that module, so `torch.sys.modules` is `sys.modules`. Real

@@ -21,6 +21,7 @@ from .python_names import (
     _COMPUTE_ROOTS,
     _FRAME_ATTRS,
     _IMPORTED_BY_USE,
+    _PACKAGE_NOT_FOUND,
     _MATMUL_OPERATORS,
     _PY_BANNED,
     _SUPPORTED_BUILD_NAMES,
@@ -52,7 +53,7 @@ class _ReferenceChecks:
     def _check_reference(self, resolved: str, node: ast.AST, how: str = "uses") -> None:
         """A load of a resolved name (a use, a call target, an import, a base class...)."""
         if (self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES
-                or id(node) in self.judged):
+                or id(node) in self.judged or resolved == _PACKAGE_NOT_FOUND):
             return
         if ".__dict__" in resolved:
             # `json.__dict__` in hand (`d = j.__dict__`, `torch.__dict__.update(...)`): an imported module's or
