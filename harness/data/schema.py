@@ -414,13 +414,37 @@ def _read_text(path: Path, limit: int = JSON_READ_LIMIT) -> str:
         raise SchemaError(f"{path}: not UTF-8 text (byte {err.start}): JSON files are UTF-8") from None
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are each given once: with a key twice, json keeps the last silently, and which one the
+    author meant (a second "sources", "name" or "entry_point") cannot be told."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 def _parse_json(text: str, where: str) -> Any:
     try:
-        return json.loads(text)
+        data = json.loads(text, object_pairs_hook=_one_value_per_key)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape ("\udcff") is no text
     except json.JSONDecodeError as err:
         raise SchemaError(f"{where}: not valid JSON: line {err.lineno} column {err.colno}: {err.msg}") from None
     except RecursionError:
         raise SchemaError(f"{where}: not valid JSON here: nested too deeply") from None
+    except _DuplicateKey as err:
+        key = " ".join(str(err).split())[:80]
+        raise SchemaError(f"{where}: key {key!r} is given twice in one object (which one is meant cannot be told)"
+                          ) from None
+    except UnicodeEncodeError as err:
+        raise SchemaError(f"{where}: a string holds a lone surrogate escape (\\u{ord(err.object[err.start]):04x}),"
+                          " which is no text") from None
+    return data
 
 
 def _mib(size: int) -> str:
