@@ -1,7 +1,8 @@
 """A model that ends its conversation with the kernel in its text instead of a submit_kernel call: which text is
 taken (a JSON reply, a written-out tool call, the last code block that defines the entry point, blocks matched to
 files by name), which is not (another language, no entry point, a block cut off), and the reason recorded when
-nothing is."""
+nothing is; and the bounds that end a conversation without a candidate (the wall time inside a turn of draft
+evaluations, a context window filled up)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from controller.agent.salvage import recover
 from controller.agent.scripted import ScriptedChat
 from controller.agent.tool_loop import MemoryJournal, run_tool_loop
 from controller.agent.tools import ToolBox
-from controller.agent.transcript import AssistantTurn
+from controller.agent.transcript import AssistantTurn, ToolCall
 
 from agent_sse import KERNEL, REPLY, request
 
@@ -98,3 +99,35 @@ def test_the_tool_loop_records_why_an_answer_gave_no_candidate():
     response = run("```cuda\n__global__ void run() {}\n```")
     assert response.proposals == [] and response.rejected == []
     assert response.stopped.startswith("the model ended without calling submit_kernel") and "cuda" in response.stopped
+
+
+# -- bounds of the conversation that end it without a candidate --------------------------------------------------
+
+
+def test_no_draft_evaluation_starts_past_the_requests_wall_time():
+    now = [0.0]
+    evaluated = []
+
+    def evaluate(solution, workloads):
+        evaluated.append(solution["name"])
+        now[0] += 100.0  # each evaluation takes 100 s of the request's 150
+        return "PASSED"
+
+    draft = {"files": REPLY["files"], "workloads": []}
+    calls = [ToolCall(id=f"e{i}", name="evaluate", arguments=draft) for i in range(3)]
+    req = request(wall_s=150, max_evaluations=3)
+    box = ToolBox(req, {}, "scripted", evaluate=evaluate)
+    journal = MemoryJournal()
+    response = run_tool_loop(req, ScriptedChat([AssistantTurn(tool_calls=calls)]), box, journal, (3.0, 15.0),
+                             clock=lambda: now[0])
+    results = journal.turns(req)[0].results
+    assert len(evaluated) == 2  # the third would have started at 200 s of the request's 150
+    assert results[2].is_error and "wall time is used up" in results[2].content
+    assert response.stopped.startswith("wall time")
+
+
+def test_a_context_window_filled_up_is_said_as_such():
+    response = run_tool_loop(request(), ScriptedChat([AssistantTurn(
+        text="```python\ndef run(", truncated=True, stop_reason="model_context_window_exceeded")]),
+        ToolBox(request(), {}, "scripted"), MemoryJournal(), (3.0, 15.0))
+    assert response.proposals == [] and "context window" in response.stopped

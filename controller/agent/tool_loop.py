@@ -98,6 +98,7 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
             elif tool_name(call.name) == "evaluate":
                 toolbox.evaluations += 1
     started = clock() - sum(t.wall_s for t in turns)
+    toolbox.deadline, toolbox.clock = started + b.wall_s, clock  # no draft evaluation starts past the wall time
     tools = [dict(spec) for spec in TOOL_SPECS]
     while True:
         why = _stop_before_turn(request, toolbox, turns, clock() - started)
@@ -128,6 +129,8 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
             response.error = assistant.error
             if assistant.timed_out:
                 response.stopped = f"wall time: no answer within the request's {b.wall_s:g} s"
+            elif "model_context_window_exceeded" in assistant.stop_reason:
+                response.stopped = f"the conversation filled the model's context window: turn {turn.index} cut short"
             elif assistant.truncated:
                 response.stopped = f"output hit max_tokens ({max_tokens}): turn {turn.index} cut short"
             if assistant.fatal:

@@ -9,6 +9,7 @@ cut to ``MAX_RESULT_CHARS`` so one tool answer cannot flood the conversation.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
@@ -80,6 +81,8 @@ class ToolBox:
     evaluate: Optional[Evaluate] = None
     profile: Optional[Profile] = None
     evaluations: int = 0
+    deadline: Optional[float] = None  # the request's wall time, on ``clock``: an evaluation past it is refused
+    clock: Callable[[], float] = time.monotonic
     proposals: list[Proposal] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
 
@@ -152,6 +155,8 @@ class ToolBox:
             raise ToolRefused("evaluation is not available in this run; submit your candidate instead")
         if self.evaluations >= budget:
             raise ToolRefused(f"the evaluation budget of this request ({budget}) is used up; submit your candidate")
+        if self.deadline is not None and self.clock() >= self.deadline:
+            raise ToolRefused("the request's wall time is used up: no evaluation can start; submit your candidate")
         solution = self._draft(args)
         self.evaluations += 1
         workloads = [str(w) for w in (args.get("workloads") or [])]

@@ -24,6 +24,8 @@ from .api_errors import StreamFailed
 EPHEMERAL = {"type": "ephemeral"}
 MIN_THINKING = 1024  # the API's smallest thinking budget
 THINKING_MODES = ("enabled", "adaptive", "off")
+# Stop reasons of an answer cut off before its end: the output cap, or the model's context window filled up.
+CUT_SHORT = ("max_tokens", "model_context_window_exceeded")
 
 
 def anthropic_tools(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -172,5 +174,5 @@ def to_turn(message: Any, note: str = "", raw_json: Optional[dict[int, str]] = N
     return AssistantTurn(text="\n".join(text), tool_calls=calls, native=native,
                          tokens_in=counts["tokens_in"], tokens_out=counts["tokens_out"],
                          cache_read_tokens=read, cache_write_tokens=written, usage_missing=missing,
-                         stop_reason=f"{stop} ({note})" if note else stop, truncated=stop == "max_tokens",
+                         stop_reason=f"{stop} ({note})" if note else stop, truncated=stop in CUT_SHORT,
                          refused=stop == "refusal")
