@@ -247,6 +247,13 @@ OWN_MODULE_CASES = [
      ("pkg/main.py", 2, "harness_internals")),
     ({"main.py": "from . import honest\nhonest.torch.cuda.synchronize = f\n", "honest.py": "import torch\n"},
      ("main.py", 2, "timer_tampering")),
+    # a file of the solution named like a real module does not make that module its own: the solution is imported
+    # as a package, so `import torch` / `import sys` / `import time` are the real ones whatever it ships
+    ({"main.py": "import torch\ndef run(a, b, out):\n    out.copy_(torch.matmul(a, b))\n", "torch.py": "X = 1\n"},
+     ("main.py", 3, "torch_compute")),
+    ({"main.py": "import sys\nm = sys.modules\n", "sys.py": ""}, ("main.py", 2, "harness_internals")),
+    ({"main.py": "import time\ntime.perf_counter = lambda: 0\n", "time/__init__.py": ""},
+     ("main.py", 2, "timer_tampering")),
 ]
 
 

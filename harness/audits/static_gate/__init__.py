@@ -30,6 +30,7 @@ main guards that never run, and `embedded` for C++ held in strings and the torch
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,6 +75,17 @@ _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized
                                "mkldnn", "mkl", "cuda", "sparse", "profiler", "inductor", "higher_order"})
 
 
+@functools.cache
+def _real_modules() -> frozenset[str]:
+    """Top-level names an absolute import reaches outside the solution (the standard library, installed packages):
+    the solution is imported as a package, so its own `torch.py` or `time/` is reached only relatively, and a
+    name of theirs is never its own."""
+    import importlib.metadata
+    import sys
+
+    return frozenset(sys.stdlib_module_names) | frozenset(importlib.metadata.packages_distributions())
+
+
 def _own_names(sources: Mapping[str, str], code: Mapping[str, str]) -> _OwnNames:
     """The solution's own Python modules, the torch op namespaces it registers (in C++ files, in C++ held in Python
     strings for load_inline, with torch.library in Python), and whether its main guards never run (judged on the
@@ -83,7 +95,7 @@ def _own_names(sources: Mapping[str, str], code: Mapping[str, str]) -> _OwnNames
         p = Path(path)
         if p.suffix in PYTHON_SUFFIXES:
             parts = p.with_suffix("").parts
-            if parts:
+            if parts and parts[0] not in _real_modules():  # `import torch` is torch, whatever torch.py it ships
                 modules.add(parts[0])
             if "::" in text:
                 prefixes.update(f"torch.ops.{ns}." for ns in _PYTHON_OP_RE.findall(text) if ns not in _TORCH_NAMESPACES)
