@@ -70,6 +70,11 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+    # the solution's own folder on sys.path, for absolute imports of its own modules
+    "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n",
+    ("import os\nimport sys\nHERE = os.path.dirname(os.path.realpath(__file__))\nif HERE not in sys.path:\n"
+     "    sys.path.append(HERE)\n"),
+    "import sys\nfrom pathlib import Path\nsys.path.insert(0, str(Path(__file__).resolve().parent))\n",
     # which version of a package is installed, or whether one is, asked by its literal name
     ("from importlib.metadata import version, PackageNotFoundError\ntry:\n    TRITON = version('triton')\n"
      "except PackageNotFoundError:\n    TRITON = None\n"),
@@ -254,6 +259,9 @@ OWN_MODULE_CASES = [
     ({"main.py": "import sys\nm = sys.modules\n", "sys.py": ""}, ("main.py", 2, "harness_internals")),
     ({"main.py": "import time\ntime.perf_counter = lambda: 0\n", "time/__init__.py": ""},
      ("main.py", 2, "timer_tampering")),
+    # and with its folder on sys.path such a file would shadow the real module for whoever imports it next
+    ({"main.py": "import os, sys\nsys.path.insert(0, os.path.dirname(__file__))\n", "statistics.py": "X = 0\n"},
+     ("main.py", 2, "harness_internals")),
 ]
 
 

@@ -100,6 +100,12 @@ PYTHON_POSITIVES = [
     ("dynamic_code", 1, "c = compile(src, 'x', 'exec')\n"),
     ("dynamic_code", 1, "os_mod = __import__('os')\n"),
     ("dynamic_code", 1, "import importlib\n"),
+    # sys.path: only the solution's own folder may go there
+    ("harness_internals", 2, "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))\n"),
+    ("harness_internals", 2, "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))\n"),
+    ("harness_internals", 4, "import os, sys\nHERE = os.path.dirname(__file__)\nHERE = cache\nsys.path.insert(0, HERE)\n"),
+    ("harness_internals", 2, "import sys\nsys.path.insert(0, where)\n"),
+    ("harness_internals", 2, "import sys\nsys.path[:] = []\n"),
     # importlib's package queries by a literal top-level name only; its loaders never
     ("dynamic_code", 2, "from importlib.metadata import version\nv = version(name)\n"),
     ("dynamic_code", 2, "import importlib.util\ns = importlib.util.find_spec('harness.sandbox')\n"),

@@ -90,18 +90,20 @@ def _own_names(sources: Mapping[str, str], code: Mapping[str, str]) -> _OwnNames
     """The solution's own Python modules, the torch op namespaces it registers (in C++ files, in C++ held in Python
     strings for load_inline, with torch.library in Python), and whether its main guards never run (judged on the
     files that are code, `code`)."""
-    modules, prefixes = set(), set()
+    modules, prefixes, shadows = set(), set(), False
     for path, text in sources.items():
         p = Path(path)
         if p.suffix in PYTHON_SUFFIXES:
             parts = p.with_suffix("").parts
             if parts and parts[0] not in _real_modules():  # `import torch` is torch, whatever torch.py it ships
                 modules.add(parts[0])
+            shadows = shadows or bool(parts and parts[0] in _real_modules())
             if "::" in text:
                 prefixes.update(f"torch.ops.{ns}." for ns in _PYTHON_OP_RE.findall(text) if ns not in _TORCH_NAMESPACES)
         if "TORCH_LIBRARY" in text:
             prefixes.update(f"torch.ops.{ns}." for ns in _TORCH_LIBRARY_RE.findall(text) if ns not in _TORCH_NAMESPACES)
-    return _OwnNames(frozenset(modules), tuple(sorted(prefixes)), main_blocks_inert=main_blocks_never_run(code))
+    return _OwnNames(frozenset(modules), tuple(sorted(prefixes)), main_blocks_inert=main_blocks_never_run(code),
+                     shadows=shadows)
 
 
 def _collect_exports(own: _OwnNames, scanners: Mapping[str, _PythonScanner]) -> None:

@@ -45,6 +45,29 @@ _WATCHED_ATTRS = _FRAME_ATTRS | _INTERNAL_STRINGS
 _OWN_FILE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".py")
 
 
+# Conversions that keep a path the same folder: str(p), os.fspath(p), os.path.abspath/realpath(p), Path(p).
+_PATH_WRAPPERS = frozenset({"builtins.str", "os.fspath", "os.path.abspath", "os.path.realpath", "pathlib.Path"})
+
+
+def _path_wrapper(expr: ast.AST, resolve) -> bool:
+    return (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
+            and (resolve(expr.func) in _PATH_WRAPPERS or isinstance(expr.func, ast.Name) and expr.func.id == "str"))
+
+
+def _is_this_file(expr: ast.AST, resolve) -> bool:
+    """`__file__`, `os.path.abspath(__file__)`, `Path(__file__).resolve()`: this module's own file."""
+    while True:
+        if isinstance(expr, ast.Name):
+            return expr.id == "__file__"
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and not expr.args \
+                and expr.func.attr in ("resolve", "absolute"):
+            expr = expr.func.value
+        elif _path_wrapper(expr, resolve):
+            expr = expr.args[0]
+        else:
+            return False
+
+
 class _CallChecks:
     """visit_Call and the checks of special calls, open() modes and method calls (see the module docstring)."""
 
@@ -57,6 +80,28 @@ class _CallChecks:
         literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         return (self._is_file_relative(path_expr) and any(s.endswith(_OWN_FILE_SUFFIXES) for s in literals)
                 and not any(s.startswith("/") or ".." in s for s in literals))
+
+    def _own_folder(self, expr: ast.AST, depth: int = 0) -> bool:
+        """The folder of this module (`os.path.dirname(os.path.abspath(__file__))`, `str(Path(__file__).parent)`,
+        a name bound only to one), where no file of the solution is named like a real module: put on `sys.path`, it
+        lets the solution import its own modules absolutely and shadows nothing."""
+        if self.own.shadows or depth > 4:
+            return False
+        if isinstance(expr, ast.Name) and expr.id != "__file__":
+            values = self.assignments.get(expr.id, ())
+            return bool(values) and all(self._own_folder(v, depth + 1) for v in values)
+        while _path_wrapper(expr, self._resolve):
+            expr = expr.args[0]
+        if isinstance(expr, ast.Call) and len(expr.args) == 1 and self._resolve(expr.func) == "os.path.dirname":
+            return _is_this_file(expr.args[0], self._resolve)
+        if isinstance(expr, ast.Attribute) and expr.attr == "parent":
+            return _is_this_file(expr.value, self._resolve)
+        return False
+
+    def _path_membership(self, left: ast.AST, right: ast.AST) -> None:
+        """`HERE not in sys.path` before putting the solution's folder there."""
+        if self._resolve(right) == "sys.path" and self._own_folder(left):
+            self.judged.add(id(right))
 
     # ---- calls
 
@@ -94,6 +139,8 @@ class _CallChecks:
             if (pattern is not None and self._reads_own_file(pattern)
                     and not any(k.arg in ("root_dir", "dir_fd") for k in node.keywords)):
                 self.judged.add(id(node.func))  # lists the solution's own sources (for load()): a read of its own
+        elif resolved in ("sys.path.insert", "sys.path.append") and args and self._own_folder(args[-1]):
+            self.judged.add(id(node.func))  # the solution's folder, for absolute imports of its own modules
         elif resolved in _PACKAGE_QUERIES:
             name = _str_const(args[0]) if len(args) == 1 and not node.keywords else None
             if name is not None and re.fullmatch(r"[A-Za-z_][\w-]*", name):  # a top-level name: no parent imported

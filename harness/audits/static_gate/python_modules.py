@@ -37,6 +37,7 @@ class _OwnNames:
     packages: dict[str, tuple[str, ...]] = field(default_factory=dict)
     exports: dict[str, dict[str, str]] = field(default_factory=dict)
     main_blocks_inert: bool = False
+    shadows: bool = False  # a .py path's first component names a real module (torch.py, time/)
 
 
 def module_of(path: str) -> tuple[str, tuple[str, ...]]:

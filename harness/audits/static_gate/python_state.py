@@ -140,6 +140,7 @@ class _StateChecks:
             if isinstance(op, (ast.In, ast.NotIn)):
                 self._check_cache_access(right, left, node)
                 self._env_membership(left, right, node)
+                self._path_membership(left, right)
             left = right
         self.generic_visit(node)
 
