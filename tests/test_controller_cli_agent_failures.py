@@ -46,6 +46,13 @@ if mode == "link":
 if mode == "hardlink":
     (ws / "kernel.py").unlink()
     os.link(os.environ["FAKE_SECRET"], ws / "kernel.py")
+if mode == "fifo":
+    os.mkfifo(ws / "pipe")
+if mode == "fifo-kernel":
+    (ws / "kernel.py").unlink()
+    os.mkfifo(ws / "kernel.py")
+if mode == "huge":
+    (ws / "kernel.py").write_text("def run(*a):\n    pass\n" + "#" * (17 << 20))
 if mode == "fail":
     print("Error: invalid x-api-key " + os.environ.get("ANTHROPIC_API_KEY", "") + "\nsecond line", file=sys.stderr)
     sys.exit(1)
@@ -128,6 +135,15 @@ def test_a_candidate_file_linked_to_a_file_outside_is_refused_never_read(agent, 
     response = agent(mode)
     assert response.proposals == [] and "not a plain file" in response.rejected[0].reason
     assert "credential" not in response.raw_text
+
+
+@pytest.mark.parametrize("mode, reason", [("fifo", "pipe"), ("fifo-kernel", "kernel.py: not a regular file"),
+                                          ("huge", "over the 16 MiB")])
+def test_a_fifo_or_a_huge_file_is_judged_without_reading_it(agent, mode, reason):
+    started = time.monotonic()
+    response = agent(mode, wall_s=30)
+    assert time.monotonic() - started < 15  # a FIFO read would block the controller forever
+    assert response.proposals == [] and reason in response.rejected[0].reason
 
 
 def test_a_failing_agent_is_one_line_without_the_key(agent):

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from fnmatch import fnmatch
@@ -40,17 +41,39 @@ DEBRIS_DIRS = frozenset({"__pycache__", ".pytest_cache", ".triton", ".mypy_cache
 DEBRIS_FILES = ("*.pyc", "*.pyo", "*.so", "*.o")
 
 
+HASHED_BYTES = 64 << 20  # a bigger file is known by its size and modification time (hashing it would take long)
+MAX_EDITED_BYTES = 16 << 20  # an editable file larger than this is refused, never read (the harness's own limit)
+
+
+def _fingerprint(path: Path) -> str:
+    """What a file is now: a link's target, a special file's kind (a FIFO would block a read forever), a large
+    file's size and time, else its content's hash, read in chunks."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return "link:" + os.readlink(path)
+    if not stat.S_ISREG(info.st_mode):
+        return f"special:{stat.S_IFMT(info.st_mode):o}"
+    if info.st_size > HASHED_BYTES:
+        return f"large:{info.st_size}:{info.st_mtime_ns}"
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def snapshot(root: Path) -> dict[str, str]:
-    """relative path -> content hash (symlinks by target) for every file under root."""
+    """relative path -> fingerprint (content hash; symlinks by target; special files by kind) for every file
+    under root."""
     state: dict[str, str] = {}
     for folder, dirs, files in os.walk(root, followlinks=False):
         for name in files + [d for d in dirs if (Path(folder) / d).is_symlink()]:
             path = Path(folder) / name
             rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                state[rel] = "link:" + os.readlink(path)
-            else:
-                state[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+            try:
+                state[rel] = _fingerprint(path)
+            except OSError as err:  # gone, or unreadable: a change all the same
+                state[rel] = f"unreadable:{err.errno}"
     return state
 
 
@@ -83,11 +106,11 @@ def outside_entries(parent: Path) -> set[str]:
         return set()
 
 
-def read_edited(root: Path, editable: list[str]) -> tuple[dict[str, str], list[str]]:
-    """(path -> content of each editable file that is there, the editable paths that are not plain files of the
-    workspace). A link (or a hard link, or a path through a linked folder) would have the candidate carry a file
-    from outside the workspace, a credential say: it is refused, never read."""
-    edited, refused = {}, []
+def read_edited(root: Path, editable: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(path -> content of each editable file that is there, path -> why an editable file that is there is not
+    read). A link (or a hard link, or a path through a linked folder) would have the candidate carry a file from
+    outside the workspace, a credential say; a FIFO would block the read; a huge file would fill memory."""
+    edited, refused = {}, {}
     top = root.resolve()
     for path in editable:
         target = root / path
@@ -97,12 +120,16 @@ def read_edited(root: Path, editable: list[str]) -> tuple[dict[str, str], list[s
             info = os.lstat(target)
             inside = top in target.resolve().parents
         except (OSError, RuntimeError):
-            refused.append(path)
+            refused[path] = "cannot be read"
             continue
-        if target.is_symlink() or not inside or not target.is_file() or info.st_nlink > 1:
-            refused.append(path)
-            continue
-        edited[path] = target.read_text(errors="replace")
+        if stat.S_ISLNK(info.st_mode) or not inside or info.st_nlink > 1:
+            refused[path] = "not a plain file of the workspace (a link, or a hard link to a file elsewhere)"
+        elif not stat.S_ISREG(info.st_mode):
+            refused[path] = "not a regular file"
+        elif info.st_size > MAX_EDITED_BYTES:
+            refused[path] = f"{info.st_size} bytes, over the {MAX_EDITED_BYTES >> 20} MiB a candidate file may have"
+        else:
+            edited[path] = target.read_text(errors="replace")
     return edited, refused
 
 

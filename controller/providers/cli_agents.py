@@ -299,9 +299,8 @@ class CLIAgentProvider:
                 break
             if run["not_files"]:
                 response.rejected.append(Rejection(
-                    name=name, files=run["not_files"],
-                    reason=f"{', '.join(run['not_files'])}: not a plain file of the workspace (a link, or a hard "
-                           "link to a file elsewhere); not read"))
+                    name=name, files=sorted(run["not_files"]),
+                    reason="; ".join(f"{p}: {why}" for p, why in sorted(run["not_files"].items())) + "; not read"))
                 continue
             if run["forbidden"]:
                 response.rejected.append(Rejection(
