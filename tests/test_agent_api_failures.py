@@ -290,3 +290,17 @@ def test_a_refusal_is_the_recorded_reason_for_no_candidate(name):
 
 def test_sse_helper_is_the_wire_format():  # the helper the tests above build on
     assert sse([{"type": "ping"}]) == b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
+@BOTH
+def test_a_lone_surrogate_the_model_wrote_is_replaced_not_a_lost_turn(name):
+    reply = {**REPLY, "files": [{"path": "kernel.py", "content": "def run(*a):\n    pass  # \ud83d cut emoji\n"}]}
+    made = (claude_stream([("text", "a note \udc00"), ("tool", "tu_1", "submit_kernel", REPLY)]) if name == "anthropic"
+            else gpt_stream([("text", "a note \udc00"), ("call", "c1", "submit_kernel", reply)]))
+    provider, journal = bound(MAKE[name](Server(made)))
+    response = provider.generate(request(wall_s=30))
+    assert response.error is None and len(response.proposals) == 1
+    (turn,) = journal.turns(request())
+    assert turn.assistant.text == "a note \ufffd" and "\ufffd" in response.raw_text
+    if name == "openai":  # the source the harness will write as UTF-8
+        assert response.proposals[0].solution["sources"][0]["content"].endswith("# \ufffd cut emoji\n")

@@ -21,7 +21,7 @@ from harness.data.generation_request import (GenerationRequest, GenerationRespon
 from ..providers.base import ProviderError, cost_usd, estimate_tokens, output_allowance
 from .salvage import recover
 from .tools import TOOL_SPECS, ToolBox, tool_name
-from .transcript import AssistantTurn, ToolCall, ToolResult, Turn
+from .transcript import AssistantTurn, ToolCall, ToolResult, Turn, valid_turn
 
 
 class FatalCallError(ProviderError):
@@ -114,7 +114,8 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
         # A failed turn (HTTP error, timeout, cut short) stays in the journal but is not part of the conversation
         # sent again: a resumed conversation retries from the last turn that worked.
         sent = [t for t in turns if not _failed(t)]
-        assistant = chat.send(SYSTEM, stable, task, sent, tools, max_tokens, b.wall_s - (call_started - started))
+        assistant = valid_turn(chat.send(SYSTEM, stable, task, sent, tools, max_tokens,
+                                         b.wall_s - (call_started - started)))
         if assistant.usage_missing:  # never a free call: charged as the (high) estimate of what was sent and came
             assistant = assistant.model_copy(update={
                 "tokens_in": estimate_tokens(_conversation(SYSTEM, stable, task, sent)),

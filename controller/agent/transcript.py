@@ -7,6 +7,7 @@ assistant turn (thinking blocks with their signatures must be sent back unchange
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +45,28 @@ class AssistantTurn(_Data):
     fatal: bool = False  # an error no later call can avoid (a refused credential): the run stops
     refused: bool = False  # the model declined the task (a refusal stop reason or refusal content)
     usage_missing: bool = False  # the API reported no token counts: the tool loop charges an estimate
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(value: Any) -> Any:
+    """``value`` with every lone surrogate (half of a character's \\uXXXX pair, which a model can write into JSON)
+    replaced by U+FFFD: such a string cannot be stored, sent or written as UTF-8."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+    if isinstance(value, list):
+        return [valid_text(v) for v in value]
+    if isinstance(value, dict):
+        return {valid_text(k): valid_text(v) for k, v in value.items()}
+    return value
+
+
+def valid_turn(turn: AssistantTurn) -> AssistantTurn:
+    """``turn`` as valid UTF-8 throughout (see ``valid_text``); the same object when it already is."""
+    data = turn.model_dump()
+    cleaned = valid_text(data)
+    return turn if cleaned == data else AssistantTurn.model_validate(cleaned)
 
 
 class ToolResult(_Data):
