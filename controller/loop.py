@@ -49,6 +49,7 @@ from .evidence.profiles import workload_facts
 from .evaluator import Evaluator, HarnessEvaluator
 from .plan import (REPAIRABLE, RoundPlan, build_request, log_excerpt, plan_round, request_budget,
                    stop_reason)
+from .providers.api_errors import redact
 from .providers.base import Provider, ProviderError
 from .providers.registry import make_provider
 from .providers.offline import naive_incumbent, offline_generator
@@ -220,7 +221,7 @@ class Loop(RoundEvaluation):
         except ProviderError:
             raise  # set-up problems (no SDK, no price for a cost budget) stop the run with their message
         except Exception as err:  # a provider bug or an SDK surprise costs this request, not the run
-            return GenerationResponse(provider=self.provider.name, error=f"{type(err).__name__}: {err}",
+            return GenerationResponse(provider=self.provider.name, error=redact(f"{type(err).__name__}: {err}"),
                                       wall_s=time.monotonic() - started)
         extra = len(response.proposals) + len(response.rejected) - request.budget.max_candidates
         if extra > 0 and response.proposals:  # bounds are enforced, not advisory: rejections count too

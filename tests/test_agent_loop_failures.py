@@ -91,3 +91,20 @@ def test_a_request_that_hangs_is_cut_at_its_wall_time_and_the_loop_goes_on(tiny_
     assert time.monotonic() - started < 4.5 and report["status"] == "DONE"
     assert report["rounds"][1]["stopped"][0].startswith("wall time")
     assert report["nothing_produced"].startswith("no round produced a candidate: wall time")
+
+
+def test_a_provider_that_raises_costs_its_request_on_one_line_without_a_credential(tiny_dataset_root, tmp_path):
+    class Broken:
+        name, model = "broken", "broken-1"
+        calls = 0
+
+        def generate(self, request):
+            Broken.calls += 1
+            raise RuntimeError(f"SDK surprise\n  at line 3\nheaders: x-api-key={KEY}")
+
+    folder = tmp_path / "archive"
+    report = run_loop(config(tiny_dataset_root, rounds=2, candidates=1, repairs=0), folder, provider=Broken(),
+                      evaluator=evaluator(folder, tiny_dataset_root))
+    assert report["status"] == "DONE" and Broken.calls == 2  # the run went on to its second round
+    (error,) = report["rounds"][1]["stopped"]
+    assert error.startswith("RuntimeError: SDK surprise at line 3") and "\n" not in error and KEY not in error
