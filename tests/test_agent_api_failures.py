@@ -304,3 +304,37 @@ def test_a_lone_surrogate_the_model_wrote_is_replaced_not_a_lost_turn(name):
     assert turn.assistant.text == "a note \ufffd" and "\ufffd" in response.raw_text
     if name == "openai":  # the source the harness will write as UTF-8
         assert response.proposals[0].solution["sources"][0]["content"].endswith("# \ufffd cut emoji\n")
+
+
+@BOTH
+def test_an_attempt_that_breaks_mid_stream_is_charged_what_it_had_used(name):
+    raw = json.dumps({**REPLY, "notes": "n" * 3000})
+    pieces = [raw[i:i + 100] for i in range(0, len(raw), 100)]
+    if name == "anthropic":
+        start = {"type": "message_start", "message": {
+            "id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 2000, "output_tokens": 1}}}
+        events = [start, {"type": "content_block_start", "index": 0, "content_block": {
+            "type": "tool_use", "id": "tu_1", "name": "submit_kernel", "input": {}}}]
+        events += [{"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta",
+                                                                          "partial_json": p}} for p in pieces]
+    else:
+        created = {"type": "response.created", "sequence_number": 0, "response": _response("in_progress", [], None)}
+        item = {"type": "function_call", "id": "fc_0", "call_id": "c1", "name": "submit_kernel", "arguments": "",
+                "status": "in_progress"}
+        events = [created, {"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+                            "item": item}]
+        events += [{"type": "response.function_call_arguments.delta", "sequence_number": 2 + i, "item_id": "fc_0",
+                    "output_index": 0, "delta": p} for i, p in enumerate(pieces)]
+    data = sse(events)
+
+    def reset():
+        yield data
+        raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+
+    server = Server(httpx2.Response(200, content=reset(), headers={"content-type": "text/event-stream"}),
+                    SUBMIT[name]())
+    response = MAKE[name](server).generate(request(wall_s=30))
+    assert len(server.bodies) == 2 and len(response.proposals) == 1
+    # the successful attempt reports 1000 in / 500 out; the broken one adds its input and ~1000 streamed tokens
+    assert response.tokens_in > 1000 + 300 and response.tokens_out > 500 + 900

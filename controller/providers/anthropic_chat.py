@@ -107,15 +107,21 @@ class AnthropicChat:
 
         def attempt(left: float, cancelled: threading.Event, usage: dict[str, int]) -> AssistantTurn:
             raw_json: dict[int, str] = {}  # each tool call's arguments as sent, parsed strictly at the end
-            finished = False
+            finished, streamed = False, 0
             with client.messages.stream(**params, timeout=left) as stream:
                 for event in stream:  # the accumulator builds the message; we watch usage, arguments, the end
                     if cancelled.is_set():
                         return AssistantTurn(timed_out=True)
                     if event.type == "message_start":
                         usage.update(usage_counts(event.message.usage))
-                    elif event.type == "content_block_delta" and getattr(event.delta, "type", "") == "input_json_delta":
-                        raw_json[event.index] = raw_json.get(event.index, "") + (event.delta.partial_json or "")
+                    elif event.type == "content_block_delta":
+                        delta = event.delta
+                        piece = getattr(delta, "partial_json", None) or getattr(delta, "text", None) or getattr(
+                            delta, "thinking", None) or ""
+                        if getattr(delta, "type", "") == "input_json_delta":
+                            raw_json[event.index] = raw_json.get(event.index, "") + piece
+                        streamed += len(piece)  # output so far, should the stream break before it is counted
+                        usage["tokens_out"] = max(usage.get("tokens_out", 0), streamed // 3)
                     elif event.type == "message_delta":
                         out = getattr(event.usage, "output_tokens", None)
                         if isinstance(out, int):

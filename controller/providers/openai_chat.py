@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 from ..agent.transcript import AssistantTurn, ToolCall, Turn
 from .api_agent import call_within, classify_sdk_error
 from .api_errors import FATAL_CODES, RETRYABLE_CODES, StreamFailed
+from .base import estimate_tokens
 
 EFFORTS = ("minimal", "low", "medium", "high", "off")  # "off": no reasoning parameter (non-reasoning models)
 FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
@@ -102,12 +103,20 @@ class OpenAIChat:
 
         def attempt(left: float, cancelled: threading.Event, usage: dict[str, int]) -> AssistantTurn:
             done: dict[int, Any] = {}
-            final = None
+            final, streamed = None, 0
             stream = client.responses.create(**params, stream=True, timeout=left)
             try:
                 for event in stream:
                     if cancelled.is_set():
                         return AssistantTurn(timed_out=True)
+                    # Usage comes with the final event only: should the stream break first, the attempt is
+                    # charged an estimate of what it sent (once the server took it) and what had come back.
+                    delta = getattr(event, "delta", None)
+                    if event.type == "response.created":
+                        usage["tokens_in"] = estimate_tokens(params["instructions"] + json.dumps(params["input"]))
+                    elif isinstance(delta, str):
+                        streamed += len(delta)
+                        usage["tokens_out"] = streamed // 3
                     if event.type == "response.output_item.done":
                         done[event.output_index] = event.item
                     elif event.type in FINAL_EVENTS:
@@ -120,6 +129,7 @@ class OpenAIChat:
                 stream.close()
             if final is None:
                 raise StreamFailed("the stream ended without a final response event")
+            usage.clear()
             usage.update(usage_counts(final.usage))
             err = getattr(final, "error", None)
             code = getattr(err, "code", None)
