@@ -199,6 +199,30 @@ def _memory():
     return f"held {len(blocks)} GiB"
 
 
+def _memory_children():
+    # An rlimit bounds each process alone: children that each stay under it must still share the worker's limit.
+    kids = []
+    for _ in range(_P["children"]):
+        r, w = _os.pipe()
+        pid = _os.fork()
+        if pid == 0:
+            try:
+                b = bytearray(_P["child_mib"] << 20)
+                b[::4096] = b"x" * len(b[::4096])
+                _os.write(w, b"1")
+                _time.sleep(3)
+            finally:
+                _os._exit(0)
+        _os.close(w)
+        kids.append((pid, r))
+    held = sum(len(_os.read(r, 1)) for _, r in kids)
+    for pid, _ in kids:
+        _os.waitpid(pid, 0)
+    if held < len(kids):
+        raise MemoryError(f"only {held} of {len(kids)} children held {_P['child_mib']} MiB at once")
+    return f"{held} children held {_P['child_mib']} MiB each at once"
+
+
 def _flood():
     line = "y" * 1023 + "\n"
     for _ in range(_P["flood_mib"] * 1024):
@@ -226,7 +250,7 @@ _STEPS = {"environ_secrets": _environ_secrets, "cmdline_archive": _cmdline_archi
           "ptrace": _ptrace, "proc_mem": _proc_mem, "write_escape": _write_escape,
           "poison_bytecode": _poison_bytecode, "keyring": _keyring,
           "fork_sleeper": lambda: _sleeper(False), "setsid_sleeper": lambda: _sleeper(True),
-          "memory": _memory, "flood": _flood, "fork_bomb": _fork_bomb}
+          "memory": _memory, "memory_children": _memory_children, "flood": _flood, "fork_bomb": _fork_bomb}
 
 
 def _hostile():
@@ -243,7 +267,8 @@ def hostile_source(steps: list[str], **params) -> str:
     """The honest kernel whose ``run`` first performs ``steps``."""
     defaults = {"canary": "", "archive": "/nonexistent", "other_secret": "/nonexistent",
                 "escape": "/nonexistent/escape.txt", "marker": "crucible-test-marker", "memory_gib": 1,
-                "flood_mib": 1, "fork_cap": 300, "uncaught": [], "key_marker": "crucible-key-none"}
+                "flood_mib": 1, "fork_cap": 300, "uncaught": [], "key_marker": "crucible-key-none", "children": 6,
+                "child_mib": 300}
     prelude = PRELUDE.replace("__PARAMS__", json.dumps({**defaults, **params, "steps": steps}))
     kernel = HONEST.replace("def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n",
                             "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n"

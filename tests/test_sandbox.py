@@ -236,6 +236,26 @@ def test_host_memory_is_bounded(tiny_dataset_root, tmp_path):
     assert sandbox_processes_gone()
 
 
+def _any_cgroup() -> bool:
+    from harness.sandbox.cgroups import Cgroup, CgroupV1
+
+    return Cgroup.parent()[0] is not None or CgroupV1.parent()[0] is not None
+
+
+@needs_sandbox
+@pytest.mark.skipif(os.geteuid() != 0 or not _any_cgroup(), reason="no cgroup this harness may write")
+def test_host_memory_is_bounded_for_the_workers_processes_together(tiny_dataset_root, tmp_path):
+    """Six children of 300 MiB each, every one under a 1 GiB worker's limit alone, cannot all hold it at once."""
+    result, wr = _session_result(tiny_dataset_root, tmp_path, ["memory_children"], SandboxPolicy(memory_bytes=1 << 30),
+                                 children=6, child_mib=300)
+    seen = outcomes(wr.log)
+    if wr.status == "PASSED":  # the kernel chose children to kill: the worker lived on
+        assert seen["memory_children"].startswith("BLOCKED"), seen
+    else:
+        assert wr.status == "RUNTIME_ERROR" and "memory limit (1 GiB)" in wr.message, (wr.status, wr.message)
+    assert sandbox_processes_gone()
+
+
 @needs_sandbox
 def test_output_is_bounded_and_the_next_workload_runs(tiny_dataset_root, tmp_path):
     policy = SandboxPolicy(output_bytes=4 << 20)

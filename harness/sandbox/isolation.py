@@ -38,6 +38,7 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from .cgroups import Cgroup, CgroupV1, worker_cgroup
 from .outbox import WORK_INSIDE, outbox_mount_lines, outbox_run_lines
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -235,83 +236,6 @@ def drop_privileges(uid: Optional[int]) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *common, "--"]
 
 
-# -- cgroup v2 ------------------------------------------------------------------------------------------
-
-
-class Cgroup:
-    """One worker's cgroup v2 under /sys/fs/cgroup/crucible: memory (swap off, OOM kills the group) and pids."""
-
-    BASE = Path("/sys/fs/cgroup")
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    @classmethod
-    def parent(cls) -> tuple[Optional[Path], str]:
-        """The folder workers' cgroups go in, with memory and pids delegated, or None and why not."""
-        try:
-            if "cgroup2" not in Path("/proc/self/mounts").read_text().split(f" {cls.BASE} ")[1].split()[0]:
-                return None, "no cgroup v2 at /sys/fs/cgroup"
-        except (OSError, IndexError):
-            return None, "no cgroup v2 at /sys/fs/cgroup"
-        parent = cls.BASE / "crucible"
-        try:
-            available = (cls.BASE / "cgroup.controllers").read_text().split()
-            if not {"memory", "pids"} <= set(available):
-                return None, "cgroup v2 without the memory and pids controllers"
-            if not {"memory", "pids"} <= set((cls.BASE / "cgroup.subtree_control").read_text().split()):
-                (cls.BASE / "cgroup.subtree_control").write_text("+memory +pids")
-            parent.mkdir(exist_ok=True)
-            if not {"memory", "pids"} <= set((parent / "cgroup.subtree_control").read_text().split()):
-                (parent / "cgroup.subtree_control").write_text("+memory +pids")
-        except OSError as err:
-            return None, f"cgroup v2 not writable here ({err.strerror or err})"
-        return parent, ""
-
-    @classmethod
-    def create(cls, parent: Path, name: str, policy: SandboxPolicy) -> "Cgroup":
-        path = parent / name
-        path.mkdir()
-        (path / "memory.max").write_text(str(policy.memory_bytes))
-        for knob, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
-            try:
-                (path / knob).write_text(value)
-            except OSError:
-                pass  # no swap accounting on this kernel: memory.max still holds
-        (path / "pids.max").write_text(str(policy.processes))
-        return cls(path)
-
-    def _events(self, name: str) -> dict[str, int]:
-        try:
-            return {k: int(v) for k, v in (line.split() for line in (self.path / name).read_text().splitlines())}
-        except (OSError, ValueError):
-            return {}
-
-    @property
-    def oom_killed(self) -> bool:
-        return self._events("memory.events").get("oom_kill", 0) > 0
-
-    @property
-    def pids_limited(self) -> bool:
-        return self._events("pids.events").get("max", 0) > 0
-
-    def remove(self) -> None:
-        try:
-            (self.path / "cgroup.kill").write_text("1")  # a straggler would keep rmdir from succeeding
-        except OSError:
-            pass
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                import time
-
-                time.sleep(0.02)
-
-
 # -- one worker's sandbox --------------------------------------------------------------------------------
 
 
@@ -333,7 +257,7 @@ class Sandbox:
     level: str
     mode: str  # "root", "userns" or "" (reduced: no namespaces)
     uid: Optional[int] = None
-    cgroup: Optional[Cgroup] = None
+    cgroup: Optional[Cgroup | CgroupV1] = None
     script: str = ""
     notes: list[str] = field(default_factory=list)
     network: bool = False  # True only with --no-net-isolation: the host's network
@@ -354,7 +278,8 @@ class Sandbox:
             unshare.append("--net")
         if self.mode == "userns":
             unshare[1:1] = ["--user", "--map-root-user"]
-        inner = limits_prefix(self.policy, self.role, self.cgroup is not None, self.cgroup is not None)
+        inner = limits_prefix(self.policy, self.role, self.cgroup is not None,
+                              self.cgroup is not None and self.cgroup.bounds_processes)
         inner += drop_privileges(self.uid if self.mode == "root" else None)
         inner += [sys.executable, "-I", "-S", KEYRINGS, "--"]  # harness.sandbox.keyrings
         return ["setpriv", "--pdeathsig", "KILL", "--", *unshare, "--", "sh", "-c", self.script,
@@ -416,12 +341,7 @@ def make_sandbox(policy: SandboxPolicy, role: str, extra_readonly: list[str], hi
             hand_over(Path(path), uid)
     cgroup, cgroup_note = None, ""
     if mode == "root":
-        parent, cgroup_note = Cgroup.parent()
-        if parent is not None:
-            try:
-                cgroup = Cgroup.create(parent, f"{os.getpid()}-{folder.name.rsplit('-', 1)[-1]}", policy)
-            except OSError as err:
-                cgroup_note = f"cgroup not created ({err.strerror or err})"
+        cgroup, cgroup_note = worker_cgroup(f"{os.getpid()}-{folder.name.rsplit('-', 1)[-1]}", policy)
     else:
         cgroup_note = "user namespace: no cgroup delegated"
     plan, notes = plan_mounts(folder, extra_readonly, hidden, pythonpath, gpu, writable or [], policy.folder_bytes,

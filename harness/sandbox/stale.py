@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from .isolation import Cgroup
+from .cgroups import Cgroup, CgroupV1, stale_parents
 
 
 def process_alive(pid: int) -> bool:
@@ -40,11 +40,12 @@ def remove_stale(tmp: Optional[Path] = None) -> list[str]:
             else:
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(str(path))
-    parent = Cgroup.BASE / "crucible"
-    if parent.is_dir():
+    for parent in stale_parents():
+        if not parent.is_dir():
+            continue
         for path in parent.iterdir():
             m = re.match(r"(\d+)-", path.name)
             if path.is_dir() and m and not process_alive(int(m.group(1))):
-                Cgroup(path).remove()
+                (Cgroup(path) if parent == Cgroup.BASE / "crucible" else CgroupV1(path)).remove()
                 removed.append(str(path))
     return removed
