@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.providers.base import ProviderError
 from controller.providers.cli_agents import CLIAgentProvider, usage_from_output
 from harness.data.generation_request import Budget, Constraints, GenerationRequest, Incumbent
 
@@ -54,7 +55,8 @@ if mode == "fifo-kernel":
 if mode == "huge":
     (ws / "kernel.py").write_text("def run(*a):\n    pass\n" + "#" * (17 << 20))
 if mode == "fail":
-    print("Error: invalid x-api-key " + os.environ.get("ANTHROPIC_API_KEY", "") + "\nsecond line", file=sys.stderr)
+    says = os.environ.get("FAKE_SAYS", "Error: invalid x-api-key ")
+    print(says + os.environ.get("ANTHROPIC_API_KEY", "") + "\nsecond line", file=sys.stderr)
     sys.exit(1)
 if mode == "garbage":
     print("Welcome to the agent! <not json>")
@@ -146,10 +148,19 @@ def test_a_fifo_or_a_huge_file_is_judged_without_reading_it(agent, mode, reason)
     assert response.proposals == [] and reason in response.rejected[0].reason
 
 
-def test_a_failing_agent_is_one_line_without_the_key(agent):
+def test_a_failing_agent_is_one_line_without_the_key(agent, monkeypatch):
+    monkeypatch.setenv("FAKE_SAYS", "Error: upstream overloaded, key in use: ")
     response = agent("fail")
-    assert response.proposals == [] and "exited with 1" in response.error
+    assert response.proposals == [] and "exited with 1" in response.error and "overloaded" in response.error
     assert "VERYSECRET" not in response.error and "\n" not in response.error
+
+
+def test_a_refused_login_stops_the_run_on_one_line_without_the_key(agent):
+    with pytest.raises(ProviderError) as refused:
+        agent("fail")
+    line = str(refused.value)
+    assert "claude-code" in line and "credential was refused" in line and "invalid x-api-key" in line
+    assert "VERYSECRET" not in line and "\n" not in line
 
 
 def test_output_that_is_not_json_leaves_usage_unknown_and_a_token_budget_discards_it(agent):

@@ -118,8 +118,9 @@ def run_tool_loop(request: GenerationRequest, chat: ChatModel, toolbox: ToolBox,
                                          b.wall_s - (call_started - started)))
         if assistant.usage_missing:  # never a free call: charged as the (high) estimate of what was sent and came
             assistant = assistant.model_copy(update={
-                "tokens_in": estimate_tokens(_conversation(SYSTEM, stable, task, sent)),
-                "tokens_out": estimate_tokens("".join(str(n) for n in assistant.native) or assistant.text),
+                "tokens_in": max(assistant.tokens_in, estimate_tokens(_conversation(SYSTEM, stable, task, sent))),
+                "tokens_out": max(assistant.tokens_out,
+                                  estimate_tokens("".join(str(n) for n in assistant.native) or assistant.text)),
                 "stop_reason": f"{assistant.stop_reason} (no usage reported: tokens estimated)".strip()})
         turn = Turn(index=len(turns), assistant=assistant, wall_s=clock() - call_started,
                     cost_usd=turn_cost(assistant, price))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -76,6 +77,9 @@ PROMPT = ("Read REQUEST.md in the current folder and do what it asks. Edit only 
           "change or delete no other file (anything else rejects your candidate). Check your candidate with "
           "./crucible-check before you stop. Stop when done.")
 MAX_CAPTURE = 200_000
+# What Claude Code and Codex say when their login or key is refused (or the account has no quota left).
+REFUSED_LOGIN = re.compile(r"invalid api key|invalid x-api-key|401 unauthorized|authentication_error|please run "
+                           r"/login|not logged in|insufficient_quota|credit balance is too low", re.I)
 
 
 def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
@@ -296,6 +300,10 @@ class CLIAgentProvider:
             if run["exit"] != 0 or usage["is_error"]:
                 said = run["stderr"][-500:] or usage["text"][-500:] or run["stdout"][-500:] or "(no output)"
                 response.error = redact(f"{exe} exited with {run['exit']}: {said}")
+                if REFUSED_LOGIN.search(f"{run['stderr']}\n{usage['text']}\n{run['stdout'][-2000:]}"):
+                    # every later run would fail the same way: the run stops here, on one line
+                    raise ProviderError(f"the {self.name} agent's credential was refused, so the run cannot go on: "
+                                        f"{response.error}")
                 break
             if run["not_files"]:
                 response.rejected.append(Rejection(
