@@ -131,3 +131,19 @@ def test_a_context_window_filled_up_is_said_as_such():
         text="```python\ndef run(", truncated=True, stop_reason="model_context_window_exceeded")]),
         ToolBox(request(), {}, "scripted"), MemoryJournal(), (3.0, 15.0))
     assert response.proposals == [] and "context window" in response.stopped
+
+
+def test_a_harness_failure_inside_a_tool_is_the_models_to_read_and_the_turn_stays_archived():
+    def evaluate(solution, workloads):
+        raise RuntimeError("worker died\nwhile building")
+
+    draft = {"files": REPLY["files"], "workloads": []}
+    script = [AssistantTurn(tool_calls=[ToolCall(id="e1", name="evaluate", arguments=draft)], tokens_in=10),
+              AssistantTurn(tool_calls=[ToolCall(id="s1", name="submit_kernel", arguments=REPLY)], tokens_in=10)]
+    journal = MemoryJournal()
+    req = request(max_evaluations=1)
+    response = run_tool_loop(req, ScriptedChat(script), ToolBox(req, {}, "scripted", evaluate=evaluate), journal,
+                             (3.0, 15.0))
+    first = journal.turns(req)[0].results[0]
+    assert first.is_error and "RuntimeError: worker died while building" in first.content
+    assert response.error is None and len(response.proposals) == 1

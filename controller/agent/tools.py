@@ -104,6 +104,10 @@ class ToolBox:
             text = handler(call.arguments)
         except ToolRefused as refused:
             return ToolResult(call_id=call.id, name=call.name, content=str(refused), is_error=True)
+        except Exception as err:  # the harness or a profiler failed on this call: the model hears why, the turn
+            why = " ".join(f"{type(err).__name__}: {err}".split())[:1000]  # (and what it cost) stays archived
+            return ToolResult(call_id=call.id, name=call.name, is_error=True,
+                              content=f"the tool failed (not the model's fault): {why}")
         return ToolResult(call_id=call.id, name=call.name, content=_cut(text))
 
     # -- the tools ----------------------------------------------------------------------------------------------
