@@ -140,6 +140,24 @@ def test_a_debug_flag_read_in_cpp_is_a_warning(policy):
         findings = scan_sources({"kernel.cu": probe}, "cuda", policy)
         assert [f.rule for f in findings] == ["env_probe"] and not gate_passed(findings), describe(findings)
 
+
+def test_a_header_of_the_solutions_own_folders_may_be_included_by_a_relative_path(policy):
+    """csrc/kernels/attn.cu including "../common/utils.cuh" stays in the solution; a path that climbs out of it, an
+    absolute one, and `..` in C++ held in a Python string (compiled in a build folder) do not."""
+    sources = {"csrc/kernels/attn.cu": '#include "../common/utils.cuh"\n#include "../../include/api.h"\n'
+                                       '__global__ void attn(float* x) {}\n',
+               "csrc/common/utils.cuh": "#pragma once\n", "include/api.h": "#pragma once\n",
+               "csrc/binding.cpp": '#include "kernels/../common/utils.cuh"\n'}
+    assert scan_sources(sources, "cuda", policy) == []
+    out = {"csrc/kernels/attn.cu": '#include "../../../etc/secret.h"\n#include "/usr/include/x.h"\n',
+           "kernel.cu": '#include "../harness/reference.h"\n',
+           "main.py": "from torch.utils.cpp_extension import load_inline\n"
+                      "m = load_inline('k', '', '#include \"../common/utils.cuh\"\\n__global__ void k() {}')\n"}
+    findings = scan_sources(out, "python", policy)
+    assert sorted((f.path, f.line, f.rule) for f in findings) == [
+        ("csrc/kernels/attn.cu", 1, "harness_internals"), ("csrc/kernels/attn.cu", 2, "harness_internals"),
+        ("kernel.cu", 1, "harness_internals"), ("main.py", 2, "harness_internals")], describe(findings)
+
 def test_ops_registered_in_python_are_the_solutions_own(policy):
     call = "import torch\ndef run(q):\n    return torch.ops.mylib.decode(q)\n"
     assert [f.rule for f in scan_py(call, policy)] == ["torch_compute"]

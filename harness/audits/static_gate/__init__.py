@@ -158,7 +158,7 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
         kind = kinds[path]
         if kind is None:
             continue
-        hits: list[_Hit] = _finish_python(prepared[path]) if kind == "python" else scan_cpp(source, compiled)
+        hits: list[_Hit] = _finish_python(prepared[path]) if kind == "python" else scan_cpp(source, compiled, path)
         lines = source.splitlines()
         for hit in hits:
             setting = policy.setting(hit.rule)

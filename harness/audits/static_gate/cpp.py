@@ -4,6 +4,7 @@ literals are blanked (line and column positions are kept); the string literals a
 from __future__ import annotations
 
 import bisect
+import posixpath
 import re
 from typing import TYPE_CHECKING
 
@@ -196,8 +197,9 @@ def _split_top_level_args(text: str) -> list[str]:
 
 
 class _CppScanner:
-    def __init__(self, source: str, policy: _CompiledPolicy):
+    def __init__(self, source: str, policy: _CompiledPolicy, path: str | None = None):
         self.policy = policy
+        self.path = path.replace("\\", "/") if path is not None else None  # in the solution; None: a Python string
         self.code, self.with_strings, self.strings = _strip_cpp(source)
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
         self.hits: list[_Hit] = []
@@ -254,9 +256,22 @@ class _CppScanner:
             for rule, pattern in _CPP_INCLUDE_RULES:
                 if pattern.search(header):
                     self._hit(rule, m.start(2), header, f"includes `{header}`")
-            if m.group(1) == '"' and (header.startswith("/") or ".." in header.split("/")):
+            if m.group(1) == '"' and not self._inside_the_solution(header):
                 self._hit("harness_internals", m.start(2), header,
                           f"includes `{header}` from outside the solution's own sources")
+
+    def _inside_the_solution(self, header: str) -> bool:
+        """A quoted include that stays in the solution's folder: no absolute path, and `..` only where it resolves
+        from this file's folder to another of the solution's (`#include "../common/utils.cuh"` in csrc/kernels/);
+        text held in a Python string is compiled in a build folder, so `..` there always leaves."""
+        if header.startswith("/"):
+            return False
+        if ".." not in header.split("/"):
+            return True
+        if self.path is None:
+            return False
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(self.path), header))
+        return resolved != ".." and not resolved.startswith("../")
 
     def _scan_open_calls(self) -> None:
         for m in _CPP_FOPEN_RE.finditer(self.code):
@@ -350,12 +365,12 @@ class _CppScanner:
                           f"string literal names a shared temp/cache path ({content[:60]!r})")
 
 
-def scan_cpp(source: str, policy: _CompiledPolicy) -> list[_Hit]:
+def scan_cpp(source: str, policy: _CompiledPolicy, path: str | None = None) -> list[_Hit]:
     """Hits of one C/C++/CUDA text, by position; token and include patterns overlap, so one hit per rule and
     line is kept."""
     seen: set[tuple[str, int]] = set()
     hits = []
-    for hit in sorted(_CppScanner(source, policy).scan(), key=lambda h: (h.line, h.col)):
+    for hit in sorted(_CppScanner(source, policy, path).scan(), key=lambda h: (h.line, h.col)):
         if (hit.rule, hit.line) not in seen:
             seen.add((hit.rule, hit.line))
             hits.append(hit)
