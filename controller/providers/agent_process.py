@@ -91,23 +91,23 @@ def _signal(pids: set[int], sig: int) -> int:
 
 def kill_tree(root: int, alive: bool) -> int:
     """SIGKILL ``root`` (when ``alive``), its process group and what it left behind; how many others were killed.
-    Everything is stopped first, so nothing forks a new process between being found and being killed."""
-    try:
-        os.killpg(root, signal.SIGSTOP)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if alive:
-        _signal({root}, signal.SIGSTOP)
+    Everything is stopped first, so nothing forks a new process between being found and being killed. Once
+    ``root`` is reaped its pid may be someone else's: then only its session's members (found by their session id,
+    which every process of its groups carries) are touched, never a group or descendants by that pid."""
+    def group(sig: int) -> None:
+        if alive:  # not yet reaped: the pid, and the group it leads, are still the agent's
+            try:
+                os.killpg(root, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _signal({root}, sig)
+
+    group(signal.SIGSTOP)
     others = left_behind(root, descendants=alive)
     _signal(others, signal.SIGSTOP)
     others |= left_behind(root, descendants=alive)  # forked before it was stopped
     killed = _signal(others, signal.SIGKILL)
-    try:
-        os.killpg(root, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if alive:
-        _signal({root}, signal.SIGKILL)
+    group(signal.SIGKILL)
     return killed
 
 
