@@ -314,13 +314,20 @@ def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: li
             f"did not run on {len(unsettled)} workload(s), first {unsettled[0]}"]
 
 
+# The message of a workload SKIPPED because the solution's own call stopped Triton's CPU interpreter
+# (harness.pipeline.workload_evaluation): a skip the solution chose, unlike the host's skips of large inputs.
+INTERPRETER_SKIP = "not checkable under Triton's CPU interpreter"
+
+
 def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[dict[str, Any]],
                        audit_level: str = "fast",
                        submission_audits: Optional[list[AuditLike]] = None) -> list[str]:
     """Why an evaluated submission cannot be promoted (empty: it can).
 
-    ``workloads``: ``{"label", "status", "audits"}`` each. ``submission_audits``: audits of the submission as a whole
-    (the instruction proof), not of one workload. Audits are ``Audit`` objects, or dicts as archived."""
+    ``workloads``: ``{"label", "status", "audits"}`` each (and its ``message``). ``submission_audits``: audits of the
+    submission as a whole (the instruction proof), not of one workload. Audits are ``Audit`` objects, or dicts as
+    archived. A workload skipped because the solution's own call stopped the CPU interpreter was never checked, and
+    the solution chose where that happens (on the workloads it gets wrong, say): it blocks."""
     reasons = [] if audit_level != "off" else ["audits were switched off"]
     reasons += [f"audit {a.name} failed: {a.detail}" for a in as_audits(submission_audits or []) if not a.passed]
     errors = [f for f in static_findings if f.get("severity") == "error"]
@@ -330,6 +337,9 @@ def promotion_blockers(workloads: list[dict[str, Any]], static_findings: list[di
     evaluated = [w for w in workloads if w["status"] != SubmissionStatus.SKIPPED]
     if not evaluated:
         reasons.append("no workload was evaluated")
+    reasons += [f"{w['label']}: never checked: the solution's own call stopped Triton's CPU interpreter there "
+                "(check it on a GPU host)" for w in workloads
+                if w["status"] == SubmissionStatus.SKIPPED and (w.get("message") or "").startswith(INTERPRETER_SKIP)]
     reasons += unconfirmed_library_use(evaluated, static_findings)
     for w in evaluated:
         if w["status"] != EvaluationStatus.PASSED:

@@ -109,7 +109,7 @@ def settle(result: SubmissionResult, audit_level: str, reference_is_the_yardstic
     result.scores, result.scores_partial = scores.definition_scores(result.workloads)
     result.notices += closing_notices(result, reference_is_the_yardstick)
     result.promotion_blockers = promotion_blockers(
-        [{"label": w.label, "status": w.status, "audits": w.audits} for w in result.workloads],
+        [{"label": w.label, "status": w.status, "audits": w.audits, "message": w.message} for w in result.workloads],
         result.static_findings, audit_level, result.audits)
 
 

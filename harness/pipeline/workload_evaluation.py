@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from ..audits.model import Audit
+from ..audits.verdicts import INTERPRETER_SKIP
 from ..measure.correctness import CheckResult, Tolerance, merge_results
 from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
@@ -107,7 +108,7 @@ class WorkloadEvaluation:
                 limit = None if self.has_gpu or reply.ok else interpreter_limit(reply.error, reply.traceback)
                 if limit:  # what Triton's CPU interpreter cannot run: said, not blamed on the candidate
                     wr.status = SubmissionStatus.SKIPPED
-                    wr.message = (f"not checkable under Triton's CPU interpreter: {limit} (it runs on a GPU host); "
+                    wr.message = (f"{INTERPRETER_SKIP}: {limit} (it runs on a GPU host); "
                                   f"{(reply.error or '')[:200]}")
                     break
                 if not reply.ok:
