@@ -29,8 +29,8 @@ from typing import Any, Optional
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Rejection, render_prompt
 
 from .agent_process import run_agent
-from .agent_workspace import (CHECK_SCRIPT, build_workspace, changed_paths, judge_changes, outside_entries,
-                              read_edited, snapshot)
+from .agent_workspace import (CHECK_SCRIPT, build_workspace, changed_paths, is_debris, judge_changes,
+                              outside_entries, read_edited, snapshot)
 from .api_errors import redact
 from .base import (PRICES_FILE, ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,
                    proposal_from_files)
@@ -230,7 +230,9 @@ class CLIAgentProvider:
     def run_once(self, request: GenerationRequest, wall_s: float, cost_left: Optional[float]) -> dict[str, Any]:
         parent, root, home, files = self.workspace(request)
         editable = list(files)
-        before, around = snapshot(root), outside_entries(parent)
+        # The skills the controller itself reads (prompts, the promotion rules) live outside the workspace: an agent
+        # that reached them through the wrapper's paths must not change what judges it.
+        before, around, skills = snapshot(root), outside_entries(parent), snapshot(self.skills_root)
         argv = self.command_line(editable, cost_left)
         try:
             run = run_agent(argv, root, self.environment(home), wall_s, MAX_CAPTURE)
@@ -239,6 +241,8 @@ class CLIAgentProvider:
             return {"error": f"cannot run {argv[0]}: {err}", "argv": argv}
         forbidden, ignored = judge_changes(before, snapshot(root), editable)
         forbidden += [f"../{name}" for name in sorted(outside_entries(parent) - around)]  # beside the workspace
+        forbidden += [f"{self.skills_root}/{p}" for p in changed_paths(skills, snapshot(self.skills_root))
+                      if not is_debris(p)]
         edited, not_files = read_edited(root, editable)
         if not self.keep_workspace:
             shutil.rmtree(parent, ignore_errors=True)
