@@ -151,3 +151,16 @@ def test_the_payload_bound_of_each_reply(tiny_dataset_root):
     for tensorless in (HelloRequest(), ExitRequest(), SassRequest()):
         assert reply_payload_limit(tensorless, definition, 32 << 30) == 0
     assert reply_payload_limit(run, None, 3 << 30) == 3 << 30  # nothing built yet: what the worker can hold
+
+
+@pytest.mark.parametrize("call", ["os.writev(fd, [b'forged'])", "os.pwrite(fd, b'forged', 0)",
+                                  "os.sendfile(fd, 0, 0, 1)", "os.dup2(0, fd)", "os.close(fd)", "os.read(fd, 8)",
+                                  "os.splice(0, fd, 1)"])
+def test_reaching_the_channel_by_descriptor_is_a_static_gate_error(policy, call):
+    """The forgeries above need a descriptor call; each way of making one is an error of the gate (os.write was
+    one already), found without the /proc probe the forgeries here also use (a loop over numbers finds the fd)."""
+    from harness.audits.static_gate import scan_sources
+
+    source = f"import os\n\ndef run(q):\n    for fd in range(3, 64):\n        {call}\n    return q\n"
+    errors = [f for f in scan_sources({"kernel.py": source}, "triton", policy) if f.severity == "error"]
+    assert [f.rule for f in errors] == ["harness_internals"], errors

@@ -23,6 +23,15 @@ _HARNESS_NAMES = (
     "traceback.walk_stack", "traceback.extract_stack", "traceback.walk_tb", "types.FrameType",
     "builtins.globals", "builtins.locals", "builtins.vars",
 )
+# Raw file descriptors: the worker's channel to the harness is a pair of them, in the candidate's process. A reply
+# written into it (os.writev as well as os.write), a request read from it, or either redirected or closed (os.dup2,
+# os.close) is the harness's state reached around its code; a kernel never needs a descriptor.
+_DESCRIPTOR_NAMES = (
+    "os.dup", "os.dup2", "os.close", "os.closerange", "os.read", "os.readv", "os.pread", "os.preadv", "os.writev",
+    "os.pwrite", "os.pwritev", "os.sendfile", "os.splice", "os.copy_file_range", "os.pipe", "os.pipe2", "os.fdopen",
+    "os.set_inheritable", "os.set_blocking", "os.lseek", "os.ftruncate", "os.fstat", "os.fsync", "os.fdatasync",
+    "os.openpty", "os.login_tty", "os.eventfd", "os.eventfd_read", "os.eventfd_write", "select", "selectors",
+)
 _ENV_NAMES = (
     "os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv", "os.unsetenv", "os.uname", "os.getlogin",
     "os.getpid", "os.getppid", "os.getuid", "os.ctermid", "sys.argv", "sys.orig_argv",
@@ -77,7 +86,8 @@ _WEAK_CACHE_NAMES = ("weakref.WeakKeyDictionary", "weakref.WeakValueDictionary",
 # canonical name -> rule id. Longest prefix wins, so "os.environ.get" -> "os.environ" -> env_probe.
 _PY_BANNED: dict[str, str] = {}
 for _rule_id, _names in (
-    ("concurrency", _CONCURRENCY_NAMES), ("harness_internals", _HARNESS_NAMES), ("env_probe", _ENV_NAMES),
+    ("concurrency", _CONCURRENCY_NAMES), ("harness_internals", _HARNESS_NAMES + _DESCRIPTOR_NAMES),
+    ("env_probe", _ENV_NAMES),
     ("file_cache", _FILE_NAMES), ("dynamic_code", _DYNAMIC_NAMES), ("native_ffi", _FFI_NAMES),
     ("stream_event_graph", _STREAM_NAMES), ("monkeypatch", _MONKEYPATCH_NAMES), ("tensor_subclass", _SUBCLASS_NAMES),
     ("clock_read", _CLOCK_NAMES), ("output_cache", _WEAK_CACHE_NAMES),
