@@ -70,6 +70,10 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+    # a plan cache keyed by the hash of shapes and dtypes: they hash by value
+    ("_plans = {}\ndef plan(q, indptr):\n    B, H = q.shape[0], q.shape[1]\n    key = hash((B, H, q.dtype))\n"
+     "    if key not in _plans:\n        _plans[key] = object()\n    return _plans[key]\n"),
+    "_ws = {}\ndef ws(x):\n    return _ws.setdefault(hash(tuple(x.shape)), x.new_empty(4))\n",
     # the solution's own folder on sys.path, for absolute imports of its own modules
     "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n",
     ("import os\nimport sys\nHERE = os.path.dirname(os.path.realpath(__file__))\nif HERE not in sys.path:\n"

@@ -146,6 +146,10 @@ PYTHON_POSITIVES = [
     ("output_cache", 3, "_seen = {}\ndef run(q):\n    _seen[id(q)] = q\n    return q\n"),
     ("output_cache", 3, "class Op:\n    def __call__(self, q, k):\n        self._results[(q.data_ptr(), k.data_ptr())] = 1\n"),
     ("output_cache", 2, "def run(q, _memo={}):\n    return _memo.setdefault(hash(q), q)\n"),
+    # hash() of a tensor, or of what it holds, whatever the shapes beside it
+    ("output_cache", 3, "_out = {}\ndef run(q, out):\n    return _out.get(hash((q, q.shape)))\n"),
+    ("output_cache", 3, "_out = {}\ndef run(q, out):\n    return _out.get(hash((q.data_ptr(), 3)))\n"),
+    ("output_cache", 4, "_out = {}\ndef run(q, out):\n    k = hash(q.sum().item())\n    return _out.get(k)\n"),
     ("output_cache", 4, "_c = {}\ndef run(q):\n    p = q.untyped_storage().data_ptr()\n    out = _c.get((p, q.shape))\n"),
     # torch / library compute fallbacks (warning by default)
     ("torch_compute", 2, "import torch\ns = torch.matmul(q, k)\n"),

@@ -97,12 +97,14 @@ class _StateChecks:
             frame.facts = self._function_facts(frame.node)
         return frame.facts
 
-    def _derives_identity(self, expr: ast.AST, facts: _FunctionFacts) -> str | None:
+    def _derives_identity(self, expr: ast.AST, facts: _FunctionFacts, node: FunctionNode | None = None) -> str | None:
         for sub in ast.walk(expr):
             if isinstance(sub, ast.Call):
                 if isinstance(sub.func, ast.Attribute) and sub.func.attr in _IDENTITY_METHODS:
                     return f".{sub.func.attr}()"
                 resolved = self._resolve(sub.func)
+                if resolved == "builtins.hash" and self._hashes_by_value(sub, facts, node):
+                    continue  # hash((B, H)), hash(tuple(q.shape)): shapes and sizes hash by value
                 if resolved in ("builtins.id", "builtins.hash"):
                     return f"{resolved.split('.')[1]}()"
             elif isinstance(sub, ast.Attribute) and sub.attr == "_cdata":
@@ -110,6 +112,14 @@ class _StateChecks:
             elif isinstance(sub, ast.Name) and sub.id in facts.identity_names:
                 return f"`{sub.id}` (assigned from data_ptr()/id()/hash())"
         return None
+
+    def _hashes_by_value(self, call: ast.Call, facts: _FunctionFacts, node: FunctionNode | None) -> bool:
+        """`hash(x)` of the function's scalar metadata only (shapes, sizes, dtypes, constants): no tensor in it."""
+        if node is None or len(call.args) != 1 or call.keywords or any(
+                isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr == "item"
+                for c in ast.walk(call.args[0])):
+            return False  # `.item()` reads a tensor's content: a hash of it keys by what an input holds
+        return self._is_clean(call.args[0], self._tainted_names(node, facts, through_metadata=True), True)
 
     @staticmethod
     def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
@@ -126,7 +136,7 @@ class _StateChecks:
         facts = self._facts(frame)
         if not self._outlives_call(container, facts):
             return False
-        derivation = self._derives_identity(key, facts)
+        derivation = self._derives_identity(key, facts, frame.node)
         if derivation is None:
             return False
         self._hit("output_cache", node,
@@ -175,7 +185,7 @@ class _StateChecks:
         if self.may_key_by_identity:
             for _ in range(2):  # two rounds: `p = x.data_ptr(); key = (p, n)` taints key too
                 for names, value, _aug in bindings:
-                    if value is not None and self._derives_identity(value, facts) is not None:
+                    if value is not None and self._derives_identity(value, facts, node) is not None:
                         facts.identity_names.update(names)
         return facts
 
