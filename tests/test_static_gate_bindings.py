@@ -80,3 +80,19 @@ def test_a_hidden_library_call_is_not_promotable_on_a_cpu_host(tiny_dataset_root
     assert result["status"] == "PASSED"
     assert result["promotable"] is False
     assert any("torch_compute" in b for b in result["promotion_blockers"]), result["promotion_blockers"]
+
+
+@pytest.mark.parametrize("module, use, rule", [
+    ("posix", "posix.writev(13, [b'forged'])", "harness_internals"),  # os.writev: the reply channel
+    ("posix", "posix.write(13, b'forged')", "file_cache"),
+    ("posix", "posix.fork()", "concurrency"),
+    ("posix", "posix.system('id')", "concurrency"),
+    ("posix", "posix.environ.get('HOME')", "env_probe"),
+    ("_posixsubprocess", "_posixsubprocess.fork_exec", "concurrency"),
+    ("_imp", "_imp.create_dynamic", "dynamic_code"),
+    ("_operator", "_operator.matmul(q, q)", "torch_compute"),
+])
+def test_the_c_module_behind_a_standard_one_is_judged_as_that_module(policy, module, use, rule):
+    """`posix` is what `os` wraps: every rule on `os.*` holds for `posix.*` (and the like for `_io`, `_imp`...)."""
+    source = f"import {module}\ndef run(q):\n    {use}\n    return q\n"
+    assert rule in {f.rule for f in scan_sources({"kernel.py": source}, "triton", policy)}

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .python_names import _REAL_SUBMODULES, _REEXPORTED_MODULES
+from .python_names import _IMPLEMENTATION_MODULES, _REAL_SUBMODULES, _REEXPORTED_MODULES
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ def _reexported(name: str) -> str:
 def canonical(name: str, package: tuple[str, ...], own: _OwnNames) -> str:
     """`name` resolved through the solution's own modules and through re-exported modules (bounded: a cycle of
     re-exports fails at import anyway)."""
+    root, dot, rest = name.partition(".")
+    if root in _IMPLEMENTATION_MODULES:  # `posix.write` is `os.write`
+        name = _IMPLEMENTATION_MODULES[root] + dot + rest
     for _ in range(8):
         name = _reexported(name)
         absolute = _absolute(name, package)

@@ -165,6 +165,15 @@ _REEXPORTED_MODULES = frozenset({
     "marshal", "io", "glob", "time", "operator",
 })
 _REAL_SUBMODULES = frozenset({"torch.signal", "scipy.signal", "scipy.io", "torch.multiprocessing"})
+# The C modules behind standard ones, judged as the module they implement: `posix.write`, `posix.fork`,
+# `posix.environ` are `os.write`, `os.fork`, `os.environ`; `_operator.matmul` is `operator.matmul`.
+_IMPLEMENTATION_MODULES = {
+    "posix": "os", "nt": "os", "_io": "io", "_posixsubprocess": "subprocess", "_operator": "operator",
+    "_imp": "importlib", "_frozen_importlib": "importlib", "_frozen_importlib_external": "importlib",
+    "_datetime": "datetime", "_multiprocessing": "multiprocessing", "_posixshmem": "multiprocessing",
+    "_asyncio": "asyncio", "_weakref": "weakref", "_signal": "signal", "_socket": "socket", "_pickle": "pickle",
+    "_lsprof": "cProfile", "_tracemalloc": "tracemalloc",
+}
 _MEMO_DECORATORS = frozenset({"functools.lru_cache", "functools.cache", "functools.cached_property"})
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"})
 _TENSOR_BASES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch._C.TensorBase", "torch._C._TensorBase"})
