@@ -251,7 +251,7 @@ def _provider_options(items: tuple[str, ...]) -> dict[str, Any]:
             fail(f"--provider-option {item!r}: expected KEY=VALUE")
         try:
             options[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON (or nested past reading): the text itself
             options[key.strip()] = raw
     return options
 

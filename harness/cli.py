@@ -240,12 +240,12 @@ def _submit_on_ray(loaded: list[Solution], ds: Any, archive: Any, opts: Any, add
 @main.command("list")
 @click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
 @click.option("--definition", help="Only this definition.")
-@click.option("--limit", default=50, show_default=True)
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int, as_json: bool) -> None:
     """List submissions, newest first."""
     archive = open_archive(archive_path, reading=True)
-    rows = archive.submissions(limit=limit, definition=definition)
+    rows = archive.submissions(limit=min(limit, (1 << 63) - 1), definition=definition)  # SQLite's largest
     for r in rows:
         check = archive.verify_seal(r["id"])
         r["seal_state"], r["seal_detail"] = check.state, check.detail
@@ -431,13 +431,19 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
     """Pack the source files of FOLDER into a solution JSON."""
     from .data.schema import parse_model
 
-    root = Path(folder)
+    from .sandbox.isolation import SandboxPolicy, human_bytes
+
+    root, limit, total = Path(folder), SandboxPolicy().solution_bytes, 0
     sources = []
     for p in sorted(root.rglob("*")):
-        if not (p.suffix in PACKED_SUFFIXES and "__pycache__" not in p.parts) or not p.is_file():
+        if not (p.suffix in PACKED_SUFFIXES and "__pycache__" not in p.parts) or (p.is_dir() and not p.is_symlink()):
             continue
         if p.is_symlink():  # a link may point anywhere (/etc/passwd): a solution holds its own files only
             fail(f"{p}: a link; copy the file into the folder instead")
+        total += p.stat().st_size if p.is_file() else 0  # a FIFO or a device is never read (it could never end)
+        if not p.is_file() or total > limit:
+            fail(f"{p}: " + ("not a regular file (a FIFO, a device or a socket)" if not p.is_file() else
+                             f"the sources pass {human_bytes(limit)}, the most a solution file may hold"))
         try:
             sources.append({"path": str(p.relative_to(root)), "content": p.read_text()})
         except (OSError, UnicodeDecodeError) as err:

@@ -90,19 +90,105 @@ def test_a_bad_solution_file_is_one_line_and_archives_nothing(tmp_path, tiny_dat
     archive.mkdir()
     monkeypatch.setattr(sys, "argv", ["harness", "submit", str(put(tmp_path, kind)), "--archive", str(archive),
                                       "--dataset", str(tiny_dataset_root), "-w", "tiny_b2_t40"])
+    line = one_line_within(30, main, capsys)
+    assert said in line, line
+    assert digest(archive) == {}  # nothing archived, not even an empty database
+
+
+def one_line_within(seconds: float, command, capsys) -> str:
+    """Run ``command`` as the program does (sys.argv set by the caller) in a thread that must end within
+    ``seconds``, with exit code 2 and one line on stderr, which is returned."""
     done: dict = {}
 
     def run() -> None:
         try:
-            done["code"] = invoke(main)
+            done["code"] = invoke(command)
         except SystemExit as e:
             done["code"] = e.code
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(30)
-    assert "code" in done, f"harness submit of {kind} still running after 30 s"
+    worker.join(seconds)
+    assert "code" in done, f"{sys.argv} still running after {seconds} s"
     got = capsys.readouterr()
     lines = [line for line in got.err.splitlines() if line.strip()]
-    assert done["code"] == 2 and len(lines) == 1 and said in lines[0] and "Traceback" not in got.err, got
-    assert digest(archive) == {}  # nothing archived, not even an empty database
+    assert done["code"] == 2 and len(lines) == 1 and "Traceback" not in got.err, (done, got)
+    return lines[0]
+
+
+def pack_folder(folder: Path, extra: str) -> list[str]:
+    """`harness pack` of a folder holding a kernel and one careless extra file."""
+    src = folder / "src"
+    src.mkdir()
+    (src / "kernel.py").write_text("def run():\n    pass\n")
+    if extra == "fifo":
+        os.mkfifo(src / "stuck.py")  # was left out silently (not a file), so the solution lost it unsaid
+    elif extra == "device":
+        (src / "zero.py").symlink_to("/dev/zero")
+    elif extra == "huge":
+        with open(src / "huge.py", "wb") as f:
+            f.truncate(17 << 20)  # was read whole (a 2 GiB one took minutes)
+    elif extra == "binary":
+        (src / "blob.py").write_bytes(b"\xff\xfe\x00")
+    return ["pack", str(src), "--definition", "d", "--entry-point", "kernel.py::run", "--language", "python",
+            "--name", "n", "--author", "a", "-o", str(folder / "packed.json")]
+
+
+def rounds_fifo(folder: Path) -> list[str]:
+    os.mkfifo(folder / "rounds.json")
+    return ["report", "--out", str(folder / "r"), "--rounds", str(folder / "rounds.json")]
+
+
+CARELESS = {  # name: (the command's arguments for a scratch folder, what its one line says)
+    "pack a FIFO": (lambda tmp: pack_folder(tmp, "fifo"), "stuck.py: not a regular file"),
+    "pack a link to a device": (lambda tmp: pack_folder(tmp, "device"), "zero.py: a link"),
+    "pack a huge file": (lambda tmp: pack_folder(tmp, "huge"), "the sources pass 16 MiB"),
+    "pack a binary file": (lambda tmp: pack_folder(tmp, "binary"), "cannot be packed as source text"),
+    "report --rounds /dev/zero": (lambda tmp: ["report", "--out", str(tmp / "r"), "--rounds", "/dev/zero"],
+                                  "--rounds: /dev/zero: not a regular"),
+    "report --rounds a FIFO": (rounds_fifo, "not a regular file"),
+    "list --limit -1": (lambda tmp: ["list", "--limit", "-1"], "not in the range x>=1"),
+    "import /dev/null": (lambda tmp: ["import", "/dev/null"], "/dev/null: not a folder"),
+    "submit --dataset /dev/null": (lambda tmp: ["submit", str(tmp / "x.json"), "--dataset", "/dev/null"],
+                                   "/dev/null: not a folder"),
+}
+
+
+@pytest.mark.parametrize("case", CARELESS)
+def test_careless_paths_and_values_for_harness_commands_are_one_line(tmp_path, monkeypatch, capsys, case):
+    """Each hung (a FIFO or /dev/zero read to its end), read gigabytes, was a traceback, or was taken silently (a
+    FIFO among the sources left out unsaid, /dev/null imported as "nothing new")."""
+    from harness.archive.database import Archive
+
+    archive = tmp_path / "archive"
+    Archive(archive).db.conn.close()
+    (tmp_path / "x.json").write_text(GOOD_TEXT)
+    build, said = CARELESS[case]
+    args = build(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["harness", *args] + ([] if args[0] == "pack" else ["--archive", str(archive)]))
+    line = one_line_within(30, main, capsys)
+    assert said in line, line
+    assert not (tmp_path / "packed.json").exists() and not (tmp_path / "r").exists()
+
+
+def test_list_takes_a_limit_past_sqlites_integers(tmp_path):
+    """`harness list --limit 99999999999999999999999` was a traceback (sqlite3 datatype mismatch)."""
+    from click.testing import CliRunner
+
+    from harness.archive.database import Archive
+
+    Archive(tmp_path / "a").db.conn.close()
+    result = CliRunner().invoke(main, ["list", "--limit", "9" * 30, "--json", "--archive", str(tmp_path / "a")])
+    assert result.exit_code == 0 and json.loads(result.stdout) == [], result.output
+
+
+def test_a_provider_option_nested_past_reading_is_taken_as_text(tmp_path, tiny_dataset_root, monkeypatch, capsys):
+    """`--provider-option k=[[[[...` was a traceback (RecursionError); now the value is the text, which the provider
+    refuses on one line as it refuses any unknown setting."""
+    from controller.cli import main as controller
+
+    monkeypatch.setattr(sys, "argv", ["controller", "loop", "-p", "offline", "-d", "gqa_paged_decode_h32_kv8_d128_ps1",
+                                      "--dataset",
+                                      str(tiny_dataset_root), "--archive", str(tmp_path), "--provider-option",
+                                      "k=" + "[" * 100000])
+    assert "provider offline" in one_line_within(30, controller, capsys)

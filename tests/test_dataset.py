@@ -214,7 +214,7 @@ def test_a_nonexistent_root_is_an_error(tmp_path):
 
 def test_a_file_as_root_is_an_error(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(SchemaError, match="dataset folder does not exist"):
+    with pytest.raises(SchemaError, match="not a folder"):
         Dataset(tmp_path / "file")
 
 

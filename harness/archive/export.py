@@ -222,6 +222,8 @@ def import_trace_set(archive: Archive, root: Path) -> ImportReport:
     read and checked first, then written in one transaction. A solution is known by its content hash, a trace by
     ``import_digest``: what the archive already holds is counted, never added twice, so importing the same trace
     set again adds nothing (``ImportReport.nothing_new``)."""
+    if not Path(root).is_dir():  # /dev/null, a FIFO: no trace set, never "nothing new"
+        raise SchemaError(f"{root}: not a folder (a trace set is a folder of definitions, solutions and traces)")
     report = ImportReport()
     # A trace names its solution by name within its definition: two definitions' solutions may share a name (the
     # export of an archive holds such pairs), and one name of one definition may be given to two files of other

@@ -59,7 +59,8 @@ class Dataset:
     def __init__(self, root: Path | str | None = None):
         self.root = Path(root) if root is not None else default_root()
         if not self.root.is_dir():
-            raise SchemaError(f"{self.root}: dataset folder does not exist")
+            raise SchemaError(f"{self.root}: " + ("not a folder (a dataset is a folder)" if self.root.exists() else
+                                                  "dataset folder does not exist"))
 
     @cached_property
     def definitions(self) -> dict[str, Definition]:

@@ -111,8 +111,11 @@ def _incumbent_standing(summary: Any) -> dict[str, Any]:
 
 
 def load_rounds_file(path: Union[str, Path]) -> list[dict[str, Any]]:
-    """A JSON file of rounds: a list of objects, or {"rounds": [...]}."""
-    data = json.loads(Path(path).read_text())
+    """A JSON file of rounds: a list of objects, or {"rounds": [...]}. Read as every JSON file is (a FIFO, a device
+    or a file past the limit is refused unread): SchemaError, a ValueError, on one line."""
+    from ..data.schema import load_json
+
+    data = load_json(path)
     if isinstance(data, dict):
         data = data.get("rounds", [])
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
