@@ -347,3 +347,9 @@ def test_an_answer_cut_at_max_tokens_mid_code_block_submits_nothing(name):
             else gpt_stream([("text", half)], status="incomplete", incomplete={"reason": "max_output_tokens"}))
     response = MAKE[name](Server(made)).generate(request(wall_s=30))
     assert response.proposals == [] and response.rejected == [] and "max_tokens" in response.stopped
+
+
+def test_an_openai_answer_stopped_by_its_content_filter_is_a_refusal():
+    made = gpt_stream([("text", "I can")], status="incomplete", incomplete={"reason": "content_filter"})
+    response = gpt(Server(made)).generate(request(wall_s=30))
+    assert response.proposals == [] and response.stopped == "the model refused: I can"
