@@ -96,3 +96,18 @@ def test_the_c_module_behind_a_standard_one_is_judged_as_that_module(policy, mod
     """`posix` is what `os` wraps: every rule on `os.*` holds for `posix.*` (and the like for `_io`, `_imp`...)."""
     source = f"import {module}\ndef run(q):\n    {use}\n    return q\n"
     assert rule in {f.rule for f in scan_sources({"kernel.py": source}, "triton", policy)}
+
+
+@pytest.mark.parametrize("source, rule", [
+    ("import functools, os\ndef run(q):\n    return functools.reduce(getattr, ['environ'], os)\n", "dynamic_code"),
+    ("import os\ndef run(q):\n    return list(map(getattr, [os], ['environ']))\n", "dynamic_code"),
+    ("import os\ndef run(q):\n    object.__getattribute__(os, 'writev')(13, [b'x'])\n", "harness_internals"),
+    ("import os\ndef run(q):\n    os.__getattribute__('writev')(13, [b'x'])\n", "harness_internals"),
+    ("import os\ndef run(q):\n    return type(os).__getattribute__(os, 'environ')\n", "env_probe"),
+    ("import os\nN = 'environ'\ndef run(q):\n    return os.__getattribute__(N)\n", "dynamic_code"),
+    ("def run(q, k):\n    return q.__getattribute__('matmul')(k)\n", "torch_compute"),
+])
+def test_getattr_by_any_spelling_is_judged_as_getattr(policy, source, rule):
+    """getattr handed on as a value, or spelled `__getattribute__` (bound, or through object/type): the attribute it
+    reaches is judged as if written out, and a computed one on a module is dynamic code."""
+    assert rule in {f.rule for f in scan_sources({"kernel.py": source}, "triton", policy)}

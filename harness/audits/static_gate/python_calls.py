@@ -113,6 +113,12 @@ class _CallChecks:
         for keyword in node.keywords:
             self.handed_over.add(id(keyword.value))
         resolved = self._resolve(func)
+        if isinstance(func, ast.Attribute) and func.attr in ("__getattribute__", "__getattr__") and node.args:
+            # getattr by another spelling: `m.__getattribute__("write")`, `object.__getattribute__(m, "write")`,
+            # `type(m).__getattribute__(m, "write")`
+            unbound = (self._resolve(func.value) in ("builtins.object", "builtins.type")
+                       or self._is_class_of_value(func.value))
+            self._check_getattr(list(node.args) if unbound else [func.value, *node.args], node)
         if resolved is not None:
             self._check_special_call(resolved, node)
             self._env_call(resolved, node)
@@ -161,6 +167,11 @@ class _CallChecks:
                 else:
                     self._check_dynamic_store(target, node, f"{how}()")
         elif resolved == "builtins.getattr" and args:
+            self._check_getattr(args, node)
+
+    def _check_getattr(self, args: list[ast.expr], node: ast.Call) -> None:
+        """getattr(target, name): the attribute judged as if written out; a computed name on a module is dynamic."""
+        if args:
             target = self._resolve(args[0])
             name = _str_const(args[1]) if len(args) > 1 else None
             if name is not None:

@@ -22,6 +22,7 @@ from .python_names import (
     _FRAME_ATTRS,
     _IMPORTED_BY_USE,
     _PACKAGE_NOT_FOUND,
+    _TORCH_SETTINGS,
     _MATMUL_OPERATORS,
     _PY_BANNED,
     _SUPPORTED_BUILD_NAMES,
@@ -88,8 +89,9 @@ class _ReferenceChecks:
 
     def _check_store(self, resolved: str, node: ast.AST, how: str) -> None:
         """An assignment/deletion of an attribute of an imported module or class."""
-        if self._is_own(resolved) or self.policy.python_names(resolved):
-            return
+        if self._is_own(resolved) or self.policy.python_names(resolved) or (resolved in _TORCH_SETTINGS
+                                                                             and how == "assigns"):
+            return  # a setting's new value (deleting one breaks torch)
         if any(resolved == ns or resolved.startswith(ns + ".") for ns in _TIMER_NAMESPACES):
             self._hit("timer_tampering", node, f"{how} `{resolved}`")
         else:
@@ -152,6 +154,9 @@ class _ReferenceChecks:
             rule = _PY_BANNED.get(f"builtins.{name}")  # exec, eval, compile, __import__, globals, ...
             if rule is not None:
                 self._hit(rule, node, f"uses builtin `{name}`")
+            elif name in ("getattr", "setattr", "delattr") and id(node) in self.handed_over:
+                # `functools.reduce(getattr, ["environ"], os)`: the lookup happens where no name shows
+                self._hit("dynamic_code", node, f"hands builtin `{name}` on, to look attributes up out of sight")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         parts = _chain_parts(node)
