@@ -70,6 +70,9 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+    # torch's precision switches set as attributes, as set_float32_matmul_precision('high') sets them by a call
+    ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n"
+     "torch.backends.cudnn.benchmark = True\n"),
     # a plan cache keyed by the hash of shapes and dtypes: they hash by value
     ("_plans = {}\ndef plan(q, indptr):\n    B, H = q.shape[0], q.shape[1]\n    key = hash((B, H, q.dtype))\n"
      "    if key not in _plans:\n        _plans[key] = object()\n    return _plans[key]\n"),

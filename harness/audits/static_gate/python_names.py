@@ -205,6 +205,15 @@ _SUPPORTED_BUILD_NAMES = _BUILD_FUNCTIONS | {_CPP_EXTENSION, f"{_CPP_EXTENSION}.
 _TORCH_DTYPE_RE = re.compile(
     r"torch\.(?:u?int(?:1|2|3|4|5|6|7|8|16|32|64)|float(?:16|32|64)|bfloat16|half|float|double|long|int|short|"
     r"bool|c(?:half|float|double)|complex(?:32|64|128)|float8_\w+|float4_\w+|bits\w+|q(?:u?int\w+))")
+# torch's own precision and autotuning switches, set as attributes: what torch.set_float32_matmul_precision("high")
+# sets by a call, for the candidate's own process only (the reference runs in a worker of its own).
+_TORCH_SETTINGS = frozenset({
+    "torch.backends.cuda.matmul.allow_tf32", "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction", "torch.backends.cuda.matmul.fp32_precision",
+    "torch.backends.cudnn.allow_tf32", "torch.backends.cudnn.benchmark", "torch.backends.cudnn.deterministic",
+    "torch.backends.cudnn.conv.fp32_precision", "torch.backends.cudnn.rnn.fp32_precision",
+    "torch.backends.fp32_precision",
+})
 _TORCH_NEVER_COMPUTE = frozenset({
     # memory formats, layouts, numeric constants
     "torch.contiguous_format", "torch.channels_last", "torch.channels_last_3d", "torch.preserve_format",

@@ -22,6 +22,7 @@ from .python_names import (
     _FRAME_ATTRS,
     _IMPORTED_BY_USE,
     _PACKAGE_NOT_FOUND,
+    _TORCH_SETTINGS,
     _MATMUL_OPERATORS,
     _PY_BANNED,
     _SUPPORTED_BUILD_NAMES,
@@ -88,8 +89,9 @@ class _ReferenceChecks:
 
     def _check_store(self, resolved: str, node: ast.AST, how: str) -> None:
         """An assignment/deletion of an attribute of an imported module or class."""
-        if self._is_own(resolved) or self.policy.python_names(resolved):
-            return
+        if self._is_own(resolved) or self.policy.python_names(resolved) or (resolved in _TORCH_SETTINGS
+                                                                             and how == "assigns"):
+            return  # a setting's new value (deleting one breaks torch)
         if any(resolved == ns or resolved.startswith(ns + ".") for ns in _TIMER_NAMESPACES):
             self._hit("timer_tampering", node, f"{how} `{resolved}`")
         else:
