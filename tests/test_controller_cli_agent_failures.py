@@ -166,6 +166,7 @@ def test_a_failing_agent_is_one_line_without_the_key(agent, monkeypatch):
     response = agent("fail")
     assert response.proposals == [] and "exited with 1" in response.error and "overloaded" in response.error
     assert "VERYSECRET" not in response.error and "\n" not in response.error
+    assert "VERYSECRET" not in response.raw_text  # the archived output of the run is masked too
 
 
 def test_a_refused_login_stops_the_run_on_one_line_without_the_key(agent):

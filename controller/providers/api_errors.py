@@ -47,13 +47,18 @@ class StreamFailed(Exception):
         self.code = code
 
 
-def redact(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
-    """``text`` on one line, at most MAX_MESSAGE characters, with every credential masked."""
+def mask(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
+    """``text`` with every credential masked: ``secrets``, the credential variables of the environment, and
+    anything shaped like an API key."""
     values = [s for s in (*secrets, *(os.environ.get(v) for v in CREDENTIAL_ENV)) if s and len(s) >= 6]
     for value in sorted(set(values), key=len, reverse=True):
         text = text.replace(value, "[redacted]")
-    text = TOKEN_PATTERN.sub(lambda m: m.group(1) + "-[redacted]", text)
-    text = " ".join(text.split())
+    return TOKEN_PATTERN.sub(lambda m: m.group(1) + "-[redacted]", text)
+
+
+def redact(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
+    """``text`` on one line, at most MAX_MESSAGE characters, with every credential masked."""
+    text = " ".join(mask(text, secrets).split())
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 

@@ -31,7 +31,7 @@ from harness.data.generation_request import GenerationRequest, GenerationRespons
 from .agent_process import run_agent
 from .agent_workspace import (CHECK_SCRIPT, build_workspace, changed_paths, is_debris, judge_changes,
                               outside_entries, read_edited, snapshot)
-from .api_errors import redact
+from .api_errors import mask, redact
 from .base import (PRICES_FILE, ProviderError, add, candidate_name, candidate_slots, cost_usd, normalise, price_of,
                    proposal_from_files)
 
@@ -247,7 +247,8 @@ class CLIAgentProvider:
         if not self.keep_workspace:
             shutil.rmtree(parent, ignore_errors=True)
         return {"argv": argv, "workspace": str(root), "exit": run.exit, "timed_out": run.timed_out,
-                "wall_s": run.wall_s, "stdout": run.stdout, "stderr": run.stderr, "left_running": run.killed,
+                "wall_s": run.wall_s, "stdout": mask(run.stdout), "stderr": mask(run.stderr),
+                "left_running": run.killed,
                 "forbidden": forbidden, "not_files": not_files, "ignored": ignored, "editable": editable,
                 "edited": edited, "unchanged": all(edited.get(p) == c for p, c in files.items())}
 
