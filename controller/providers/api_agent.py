@@ -5,7 +5,8 @@ The SDK's timeout bounds each socket operation, not the call: a stream that tric
 (each with the full timeout again), could run far past a request's wall time. So the SDK client retries nothing
 (``max_retries=0``), each attempt runs in a worker thread that the caller waits on for what is left of the deadline
 only, and a 429 / 529 / 5xx / connection error is retried here with backoff (the server's retry-after when given)
-only while the wait and another attempt still fit before the deadline.
+only while the wait and another attempt still fit before the deadline. Which failure is which, and how each is said
+(one line, credentials masked), is api_errors.py; a fatal one (a refused key) ends the run with a ProviderError.
 """
 
 from __future__ import annotations
