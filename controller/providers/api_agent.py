@@ -21,10 +21,11 @@ from harness.data.generation_request import GenerationRequest, GenerationRespons
 from ..agent.tool_loop import ChatModel, FatalCallError, Journal, MemoryJournal, run_tool_loop
 from ..agent.tools import Evaluate, Profile, ToolBox
 from ..agent.transcript import AssistantTurn
-from .api_errors import Failure, classify_sdk_error, retry_after_s
+from .api_errors import RETRYABLE_STATUS, RETRYABLE_TYPES, Failure, classify_sdk_error, retry_after_s
 from .base import ProviderError, SdkProvider, no_price, price_of
 
-__all__ = ["ApiAgentProvider", "Failure", "call_within", "classify_sdk_error", "retry_after_s"]
+__all__ = ["RETRYABLE_STATUS", "RETRYABLE_TYPES", "ApiAgentProvider", "Failure", "call_within", "classify_sdk_error",
+           "retry_after_s"]
 
 MIN_ATTEMPT_S = 1.0  # a retry with less time than this left cannot answer: give up instead
 USAGE_FIELDS = ("tokens_in", "tokens_out", "cache_read_tokens", "cache_write_tokens")
