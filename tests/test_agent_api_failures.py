@@ -342,7 +342,7 @@ def test_an_attempt_that_breaks_mid_stream_is_charged_what_it_had_used(name):
 
 @BOTH
 def test_an_answer_cut_at_max_tokens_mid_code_block_submits_nothing(name):
-    half = "Here is the kernel:\n```python\ndef run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n"
+    half = "Here is the kernel:\n```python\ndef run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output):\n"
     made = (claude_stream([("text", half)], stop="max_tokens") if name == "anthropic"
             else gpt_stream([("text", half)], status="incomplete", incomplete={"reason": "max_output_tokens"}))
     response = MAKE[name](Server(made)).generate(request(wall_s=30))
