@@ -70,6 +70,9 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+    # the contest starter kit's CUDA binding template: ctypes imported, never used
+    ("import ctypes\nfrom tvm.ffi import register_func\n\n\n@register_func('flashinfer.kernel')\ndef kernel():\n"
+     "    pass\n"),
     # torch's precision switches set as attributes, as set_float32_matmul_precision('high') sets them by a call
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n"
      "torch.backends.cudnn.benchmark = True\n"),

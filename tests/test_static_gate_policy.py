@@ -39,7 +39,7 @@ def test_syntax_error_is_a_single_finding_not_an_exception(policy):
 def test_findings_are_sorted_by_path_then_line(policy):
     sources = {
         "b.py": "import threading\nimport gc\n",
-        "a.py": "x = 1\nimport ctypes\nimport subprocess\n",
+        "a.py": "x = 1\nimport ctypes\nimport subprocess\nlib = ctypes.CDLL('k.so')\n",
         "k.cu": "void f() {\n  cudaDeviceReset();\n}\n",
     }
     findings = scan_sources(sources, "python", policy)

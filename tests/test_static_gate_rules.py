@@ -118,7 +118,9 @@ PYTHON_POSITIVES = [
     ("dynamic_code", 2, "import torch\nf = getattr(torch, name)\n"),
     ("dynamic_code", 1, "import runpy\n"),
     # native FFI
-    ("native_ffi", 1, "import ctypes\n"),
+    ("native_ffi", 2, "import ctypes\nlib = ctypes.CDLL('libk.so')\n"),
+    ("native_ffi", 2, "import ctypes as C\nm = C\n"),
+    ("native_ffi", 1, "from ctypes import CDLL\n"),
     ("native_ffi", 1, "from cffi import FFI\n"),
     ("native_ffi", 2, "import torch.utils.cpp_extension as ext\nm = ext._import_module_from_library('m', p, True)\n"),
     ("native_ffi", 1, "from torch.utils.cpp_extension import _jit_compile\n"),

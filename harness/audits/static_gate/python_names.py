@@ -153,7 +153,9 @@ _TEMP_BUILD_DIRECTORIES = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDire
 # the package's code run (python_calls judges the call); any other use of importlib stays dynamic code.
 _PACKAGE_QUERIES = frozenset({"importlib.metadata.version", "importlib.util.find_spec"})
 _PACKAGE_NOT_FOUND = "importlib.metadata.PackageNotFoundError"
-_IMPORTED_BY_USE = (frozenset({"glob", "tempfile", "importlib.metadata", "importlib.util", _PACKAGE_NOT_FOUND})
+# ctypes too: the starter kit's CUDA binding template imports it and never uses it; every use is native_ffi.
+_IMPORTED_BY_USE = (frozenset({"glob", "tempfile", "ctypes", "importlib.metadata", "importlib.util",
+                               _PACKAGE_NOT_FOUND})
                     | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES | _PACKAGE_QUERIES)
 
 # Modules that other modules re-export as attributes (`torch.sys`, `os.sys`, `np.os`, `torch.os`): an attribute of
