@@ -91,7 +91,10 @@ def trajectory_markdown(report: dict[str, Any]) -> str:
         for n in names:
             g = regimes.get(n) or {}
             cells.append(f"{_fmt(g.get('latency_ms'), 'ms')} ({_fmt(g.get('fraction_of_floor'), '%')})")
-        cells += [str(r.get("candidates", 0)), str(r.get("decision", "")).replace("|", "/").replace("\n", " "),
+        decision = str(r.get("decision", ""))
+        if not r.get("candidates") and r.get("stopped"):  # no candidate came back: the provider's reason says why
+            decision += f" (no candidate: {' '.join(str(r['stopped'][-1]).split())[:160]})"
+        cells += [str(r.get("candidates", 0)), decision.replace("|", "/").replace("\n", " "),
                   str(r.get("search") or "-").replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

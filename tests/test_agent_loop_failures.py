@@ -74,6 +74,10 @@ def test_failed_requests_are_each_rounds_recorded_reason_and_the_run_ends_cleanl
     assert "prompt is too long" in stopped[1][0] and stopped[2] == ["the model refused: I won't write that."]
     assert "without calling submit_kernel" in stopped[3][0]  # the kernel in its prose was submitted for it
     assert report["rounds"][3]["candidates"] == 1 and report["nothing_produced"] is None
+    from controller.trajectory import trajectory_markdown
+
+    table = trajectory_markdown(report)  # what `controller trajectory` prints: each empty round says why
+    assert "no candidate: HTTP 400" in table and "no candidate: the model refused: I won't write that." in table
 
 
 def test_a_request_that_hangs_is_cut_at_its_wall_time_and_the_loop_goes_on(tiny_dataset_root, tmp_path):
