@@ -121,6 +121,11 @@ PYTHON_POSITIVES = [
     ("native_ffi", 2, "import ctypes\nlib = ctypes.CDLL('libk.so')\n"),
     ("native_ffi", 2, "import ctypes as C\nm = C\n"),
     ("native_ffi", 1, "from ctypes import CDLL\n"),
+    # cuda-python: a typed handle of the current stream only, never the driver API
+    ("native_ffi", 2, "import cuda.bindings.driver as cuda\ncuda.cuCtxSetLimit(1, 2)\n"),
+    ("native_ffi", 2, "import cuda.bindings.driver as cuda\ncuda.cuModuleLoadData(image)\n"),
+    ("native_ffi", 2, "import cuda.bindings.driver as cuda\nd = cuda\n"),
+    ("native_ffi", 1, "import cuda.bindings.runtime as rt\n"),
     ("native_ffi", 1, "from cffi import FFI\n"),
     ("native_ffi", 2, "import torch.utils.cpp_extension as ext\nm = ext._import_module_from_library('m', p, True)\n"),
     ("native_ffi", 1, "from torch.utils.cpp_extension import _jit_compile\n"),

@@ -154,8 +154,13 @@ _TEMP_BUILD_DIRECTORIES = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDire
 _PACKAGE_QUERIES = frozenset({"importlib.metadata.version", "importlib.util.find_spec"})
 _PACKAGE_NOT_FOUND = "importlib.metadata.PackageNotFoundError"
 # ctypes too: the starter kit's CUDA binding template imports it and never uses it; every use is native_ffi.
+# cuda-python's driver module likewise: CuTe DSL kernels (FlashInfer's GDN ones, vendored) take their stream as
+# `cuda.CUstream(torch.cuda.current_stream().cuda_stream)`, a typed handle of the current stream; any other use of
+# the driver API is native_ffi.
+_CUDA_STREAM_HANDLES = frozenset({"cuda.bindings.driver.CUstream", "cuda.cuda.CUstream"})
 _IMPORTED_BY_USE = (frozenset({"glob", "tempfile", "ctypes", "importlib.metadata", "importlib.util",
-                               _PACKAGE_NOT_FOUND})
+                               _PACKAGE_NOT_FOUND, "cuda.bindings.driver", "cuda.cuda"})
+                    | _CUDA_STREAM_HANDLES
                     | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES | _PACKAGE_QUERIES)
 
 # Modules that other modules re-export as attributes (`torch.sys`, `os.sys`, `np.os`, `torch.os`): an attribute of

@@ -20,6 +20,7 @@ from .python_modules import canonical
 from .python_names import (
     _COMPUTE_ROOTS,
     _FRAME_ATTRS,
+    _CUDA_STREAM_HANDLES,
     _IMPORTED_BY_USE,
     _PACKAGE_NOT_FOUND,
     _TORCH_SETTINGS,
@@ -54,7 +55,7 @@ class _ReferenceChecks:
     def _check_reference(self, resolved: str, node: ast.AST, how: str = "uses") -> None:
         """A load of a resolved name (a use, a call target, an import, a base class...)."""
         if (self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES
-                or id(node) in self.judged or resolved == _PACKAGE_NOT_FOUND):
+                or id(node) in self.judged or resolved == _PACKAGE_NOT_FOUND or resolved in _CUDA_STREAM_HANDLES):
             return
         if ".__dict__" in resolved:
             # `json.__dict__` in hand (`d = j.__dict__`, `torch.__dict__.update(...)`): an imported module's or
