@@ -29,6 +29,9 @@ POLICY_IDIOMS = [
     # build settings written before load_inline
     "import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0a'\n",
     "import os\nos.environ.setdefault('TORCH_CUDA_ARCH_LIST', '9.0a')\nos.environ.update(MAX_JOBS='4')\n",
+    # a CuTe DSL kernel's launch on the current stream (FlashInfer's GDN kernels, vendored)
+    ("import cuda.bindings.driver as cuda\nimport torch\n\n\ndef launch(stream: cuda.CUstream = None):\n"
+     "    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)\n"),
     # an op registered in Python is the solution's own
     ("import torch\n@torch.library.custom_op('mylib::decode', mutates_args=('out',))\n"
      "def decode(q: torch.Tensor, out: torch.Tensor) -> None:\n    pass\n"
@@ -70,9 +73,6 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
-    # a CuTe DSL kernel's launch on the current stream (FlashInfer's GDN kernels, vendored)
-    ("import cuda.bindings.driver as cuda\nimport torch\n\n\ndef launch(stream: cuda.CUstream = None):\n"
-     "    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)\n"),
     # the contest starter kit's CUDA binding template: ctypes imported, never used
     ("import ctypes\nfrom tvm.ffi import register_func\n\n\n@register_func('flashinfer.kernel')\ndef kernel():\n"
      "    pass\n"),
