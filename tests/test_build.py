@@ -212,6 +212,22 @@ def test_asking_for_a_gpu_at_import_is_not_checkable_without_one(definition, tmp
     source = "import torch\n_WORKSPACE = torch.empty(1 << 10, device='cuda')\n" + TORCH_CANDIDATE
     built = build(solution(source), definition, tmp_path / "c", have_gpu=False)
     assert built.compile_only and "CUDA device at import" in built.note
+
+
+def test_a_package_of_the_gpu_environment_this_host_lacks_is_not_the_candidates_error(definition, tmp_path):
+    """A CuTe DSL kernel imports cutlass (nvidia-cutlass-dsl), which the contest's GPU image has; a module the
+    candidate did not ship is still its COMPILE_ERROR."""
+    import importlib.util
+
+    if importlib.util.find_spec("cutlass") is not None:
+        pytest.skip("this host has nvidia-cutlass-dsl")
+    source = "import cutlass\nimport cutlass.cute as cute\n" + TORCH_CANDIDATE
+    built = build(solution(source), definition, tmp_path / "a", have_gpu=False)
+    assert built.compile_only and built.fn is None and "nvidia-cutlass-dsl" in built.note
+    with pytest.raises(BuildError):
+        build(solution(source), definition, tmp_path / "b", have_gpu=True)
+    with pytest.raises(BuildError):
+        build(solution("from .helpers import x\n" + TORCH_CANDIDATE), definition, tmp_path / "c", have_gpu=False)
     with pytest.raises(BuildError):  # the same words raised by the candidate's own code stay its error
         build(solution("raise RuntimeError('0 active drivers')\n"), definition, tmp_path / "b", have_gpu=False)
 

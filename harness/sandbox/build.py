@@ -182,7 +182,7 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
         if not have_gpu and "cpp_extension" in tb:  # a CUDA extension needs the GPU host's toolchain
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
                          note="a torch CUDA extension (load_inline/load): built and run on a GPU host only")
-        limit = None if have_gpu else _gpu_asked_for_at_import(tb)
+        limit = None if have_gpu else (_missing_gpu_package(err) or _gpu_asked_for_at_import(tb))
         if limit:  # what this host has not got (torch's and Triton's own errors), not the candidate's mistake
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=limit)
         what = ("building a torch extension" if "Error building extension" in str(err)
@@ -203,6 +203,24 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
             raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
     return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
+
+
+# Packages of the contest's GPU environment (its image: FlashInfer, CuTe DSL, cuda-python, TVM-FFI, DeepGEMM...)
+# that a host without a GPU may not have: import name -> the package that provides it.
+GPU_PACKAGES = {"cutlass": "nvidia-cutlass-dsl", "cuda": "cuda-python", "tvm_ffi": "apache-tvm-ffi",
+                "tvm": "apache-tvm-ffi", "flashinfer": "flashinfer-python", "deep_gemm": "deep-gemm",
+                "helion": "helion", "cupti": "cupti-python", "sgl_kernel": "sgl-kernel"}
+
+
+def _missing_gpu_package(err: BaseException) -> Optional[str]:
+    """Why an import failed on a host without a GPU: a package of the GPU environment this host lacks (its
+    `import cutlass` for a CuTe DSL kernel), or None (a module of the candidate's own that it did not ship, a
+    typo: its COMPILE_ERROR)."""
+    name = getattr(err, "name", None) if isinstance(err, ModuleNotFoundError) else None
+    package = GPU_PACKAGES.get((name or "").split(".")[0])
+    if package is None:
+        return None
+    return f"imports {name}, which {package} provides on a GPU host and this host lacks: run on a GPU host only"
 
 
 def _gpu_asked_for_at_import(tb: str) -> Optional[str]:
