@@ -353,3 +353,27 @@ def test_an_openai_answer_stopped_by_its_content_filter_is_a_refusal():
     made = gpt_stream([("text", "I can")], status="incomplete", incomplete={"reason": "content_filter"})
     response = gpt(Server(made)).generate(request(wall_s=30))
     assert response.proposals == [] and response.stopped == "the model refused: I can"
+
+
+@pytest.mark.parametrize("name, refused, left_off", [
+    ("anthropic", "'claude-3-5-haiku-20241022' does not support thinking.", ["thinking"]),
+    ("openai", "Unsupported parameter: 'reasoning.effort' is not supported with this model.", ["reasoning", "include"]),
+    ("openai", "Unrecognized request argument supplied: prompt_cache_key", ["prompt_cache_key"]),
+])
+def test_an_optional_parameter_the_model_refuses_is_left_off_and_stays_off(name, refused, left_off):
+    bad = httpx2.Response(400, json={"type": "error", "error": {"type": "invalid_request_error", "message": refused}})
+    server = Server(bad, SUBMIT[name](), SUBMIT[name]())
+    provider = MAKE[name](server)
+    first = provider.generate(request(wall_s=30))
+    assert first.error is None and len(first.proposals) == 1 and len(server.bodies) == 2
+    assert all(key in server.bodies[0] for key in left_off) and not any(key in server.bodies[1] for key in left_off)
+    second = provider.generate(request(run_id="run-2", wall_s=30))  # the provider's next request: off from the start
+    assert len(second.proposals) == 1 and len(server.bodies) == 3 and not any(k in server.bodies[2] for k in left_off)
+
+
+def test_a_bad_request_about_something_else_is_not_sent_again():
+    bad = httpx2.Response(400, json={"type": "error", "error": {
+        "type": "invalid_request_error", "message": "messages.1.content.0.thinking.signature: Field required"}})
+    server = Server(bad, SUBMIT["anthropic"]())
+    response = claude(server).generate(request(wall_s=30))
+    assert len(server.bodies) == 1 and "HTTP 400" in response.error

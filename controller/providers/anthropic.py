@@ -38,4 +38,4 @@ class AnthropicProvider(ApiAgentProvider):
 
     def chat(self) -> AnthropicChat:
         return AnthropicChat(self.model, self._client, self._sdk(), self.thinking, self.thinking_budget,
-                             self.max_retries)
+                             self.max_retries, self.unsupported)

@@ -18,7 +18,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from ..agent.transcript import AssistantTurn, ToolCall, Turn
-from .api_agent import call_within, classify_sdk_error
+from .api_agent import call_within, classify_sdk_error, leaving_off
 from .api_errors import StreamFailed
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -26,6 +26,8 @@ MIN_THINKING = 1024  # the API's smallest thinking budget
 THINKING_MODES = ("enabled", "adaptive", "off")
 # Stop reasons of an answer cut off before its end: the output cap, or the model's context window filled up.
 CUT_SHORT = ("max_tokens", "model_context_window_exceeded")
+# Parameters a model or endpoint may not take, and those left off with each (a 400 naming it).
+OPTIONAL = {"thinking": ("thinking",)}
 
 
 def anthropic_tools(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -79,12 +81,14 @@ class AnthropicChat:
     name = "anthropic"
 
     def __init__(self, model: str, client: Callable[[], Any], sdk: Any, thinking: str = "enabled",
-                 thinking_budget: Optional[int] = None, max_retries: int = 6):
+                 thinking_budget: Optional[int] = None, max_retries: int = 6,
+                 unsupported: Optional[set[str]] = None):
         if thinking not in THINKING_MODES:
             raise ValueError(f"thinking must be one of {', '.join(THINKING_MODES)}, not {thinking!r}")
         self.model, self.client, self.sdk = model, client, sdk
         self.thinking, self.thinking_budget, self.max_retries = thinking, thinking_budget, max_retries
         self.sent: list[dict[str, Any]] = []  # the parameters of every call (tests, debugging)
+        self.unsupported = unsupported if unsupported is not None else set()  # left off, once refused
 
     def params(self, system: str, stable: str, task: str, turns: list[Turn], tools: list[dict[str, Any]],
                max_tokens: int) -> tuple[dict[str, Any], str]:
@@ -133,7 +137,8 @@ class AnthropicChat:
                 message = stream.get_final_message()
             return to_turn(message, note, raw_json)
 
-        return call_within(timeout_s, attempt, lambda err: classify_sdk_error(self.sdk, err), self.max_retries)
+        return leaving_off(lambda left: call_within(left, attempt, lambda err: classify_sdk_error(self.sdk, err),
+                                                     self.max_retries), params, OPTIONAL, self.unsupported, timeout_s)
 
 
 def usage_counts(usage: Any) -> dict[str, int]:

@@ -21,7 +21,8 @@ from harness.data.generation_request import GenerationRequest, GenerationRespons
 from ..agent.tool_loop import ChatModel, FatalCallError, Journal, MemoryJournal, run_tool_loop
 from ..agent.tools import Evaluate, Profile, ToolBox
 from ..agent.transcript import AssistantTurn
-from .api_errors import RETRYABLE_STATUS, RETRYABLE_TYPES, Failure, classify_sdk_error, retry_after_s
+from .api_errors import (RETRYABLE_STATUS, RETRYABLE_TYPES, Failure, classify_sdk_error, retry_after_s,
+                         unsupported_parameter)
 from .base import ProviderError, SdkProvider, no_price, price_of
 
 __all__ = ["RETRYABLE_STATUS", "RETRYABLE_TYPES", "ApiAgentProvider", "Failure", "call_within", "classify_sdk_error",
@@ -97,6 +98,31 @@ def call_within(timeout_s: float, attempt: Attempt, classify: Callable[[BaseExce
         sleep(wait)
 
 
+def leaving_off(send: Callable[[float], AssistantTurn], params: dict[str, Any], optional: dict[str, tuple[str, ...]],
+                dropped: set[str], timeout_s: float, clock: Callable[[], float] = time.monotonic) -> AssistantTurn:
+    """``send(seconds)`` with ``params``; when the API refuses an optional parameter (a 400 naming it: thinking or
+    reasoning on a model without it, a prompt cache key on a compatible endpoint), that parameter and those that
+    depend on it (``optional[name]``) are left off and the call is sent again, once per parameter, within the same
+    ``timeout_s``. ``dropped`` is the provider's: its later requests leave them off from the start."""
+    notes = []
+    for name in dropped:
+        for key in optional.get(name, ()):
+            params.pop(key, None)
+    deadline = clock() + timeout_s
+    while True:
+        turn = send(deadline - clock())
+        name = unsupported_parameter(turn.error, optional) if turn.error and not turn.fatal else None
+        if name is None or not any(key in params for key in optional[name]):
+            break
+        dropped.add(name)
+        for key in optional[name]:
+            params.pop(key, None)
+        notes.append(f"{name} left off: {turn.error}")
+    if notes and not turn.error:
+        turn = turn.model_copy(update={"stop_reason": f"{turn.stop_reason} ({'; '.join(notes)})"})
+    return turn
+
+
 def _add(spent: dict[str, int], usage: dict[str, int]) -> None:
     for key in USAGE_FIELDS:
         value = usage.get(key)
@@ -112,6 +138,7 @@ class ApiAgentProvider(SdkProvider):
         self.journal: Journal = MemoryJournal()
         self.evaluate: Optional[Evaluate] = None
         self.profile: Optional[Profile] = None
+        self.unsupported: set[str] = set()  # optional parameters the model refused: left off its later requests
 
     def bind(self, skills: dict[str, Any], journal: Journal, evaluate: Optional[Evaluate] = None,
              profile: Optional[Profile] = None) -> None:

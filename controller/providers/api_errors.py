@@ -56,6 +56,21 @@ def mask(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
     return TOKEN_PATTERN.sub(lambda m: m.group(1) + "-[redacted]", text)
 
 
+REFUSED_PARAMETER = ("unsupported", "not supported", "does not support", "unrecognized", "extra inputs are not "
+                     "permitted", "unknown parameter", "not allowed", "not available")
+
+
+def unsupported_parameter(message: str, optional: Iterable[str]) -> Optional[str]:
+    """Which of the ``optional`` request parameters a 400's message says the model or endpoint does not take
+    (thinking on a model without it, reasoning effort on a model without reasoning, a prompt cache key on a
+    compatible endpoint), the one named first; None when the message is about something else."""
+    text = message.lower()
+    if not message.startswith("HTTP 400") or not any(marker in text for marker in REFUSED_PARAMETER):
+        return None
+    found = [(text.find(name), name) for name in optional if name in text]
+    return min(found)[1] if found else None
+
+
 def redact(text: str, secrets: Iterable[Optional[str]] = ()) -> str:
     """``text`` on one line, at most MAX_MESSAGE characters, with every credential masked."""
     text = " ".join(mask(text, secrets).split())

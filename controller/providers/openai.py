@@ -31,4 +31,4 @@ class OpenAIProvider(ApiAgentProvider):
         OpenAIChat(self.model, self._client, None, effort)  # a bad setting fails here, early
 
     def chat(self) -> OpenAIChat:
-        return OpenAIChat(self.model, self._client, self._sdk(), self.effort, self.max_retries)
+        return OpenAIChat(self.model, self._client, self._sdk(), self.effort, self.max_retries, self.unsupported)

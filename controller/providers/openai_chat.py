@@ -18,12 +18,15 @@ import threading
 from typing import Any, Callable, Optional
 
 from ..agent.transcript import AssistantTurn, ToolCall, Turn
-from .api_agent import call_within, classify_sdk_error
+from .api_agent import call_within, classify_sdk_error, leaving_off
 from .api_errors import FATAL_CODES, RETRYABLE_CODES, StreamFailed
 from .base import estimate_tokens
 
 EFFORTS = ("minimal", "low", "medium", "high", "off")  # "off": no reasoning parameter (non-reasoning models)
 FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+# Parameters a model or endpoint may not take, and those left off with each (a 400 naming it).
+OPTIONAL = {"reasoning": ("reasoning", "include"), "include": ("include",),
+            "prompt_cache_key": ("prompt_cache_key",)}
 
 
 def _strict_ok(schema: Any) -> bool:
@@ -77,11 +80,13 @@ class OpenAIChat:
 
     name = "openai"
 
-    def __init__(self, model: str, client: Callable[[], Any], sdk: Any, effort: str = "high", max_retries: int = 6):
+    def __init__(self, model: str, client: Callable[[], Any], sdk: Any, effort: str = "high", max_retries: int = 6,
+                 unsupported: Optional[set[str]] = None):
         if effort not in EFFORTS:
             raise ValueError(f"reasoning effort must be one of {', '.join(EFFORTS)}, not {effort!r}")
         self.model, self.client, self.sdk, self.effort, self.max_retries = model, client, sdk, effort, max_retries
         self.sent: list[dict[str, Any]] = []
+        self.unsupported = unsupported if unsupported is not None else set()  # left off, once refused
 
     def params(self, system: str, stable: str, task: str, turns: list[Turn], tools: list[dict[str, Any]],
                max_tokens: int) -> dict[str, Any]:
@@ -137,7 +142,8 @@ class OpenAIChat:
                 raise StreamFailed(f"response failed: {code} {getattr(err, 'message', '') or ''}".strip(), code)
             return to_turn(final, [done[i] for i in sorted(done)])
 
-        return call_within(timeout_s, attempt, lambda err: classify_sdk_error(self.sdk, err), self.max_retries)
+        return leaving_off(lambda left: call_within(left, attempt, lambda err: classify_sdk_error(self.sdk, err),
+                                                     self.max_retries), params, OPTIONAL, self.unsupported, timeout_s)
 
 
 def usage_counts(usage: Any) -> dict[str, int]:
