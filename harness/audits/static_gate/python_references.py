@@ -48,7 +48,42 @@ class _ReferenceChecks:
     called: set[int]
     handed_over: set[int]
     bound_values: set[int]
+    class_attributes: set[int]
     policy: _CompiledPolicy
+
+    # ---- values kept where no alias of a name records them, handed over too: a default (`def f(q, mm=torch.matmul)`),
+    # `(mm := torch.matmul)`, either side of `a if c else b` and of `a or b`, a lambda's result, a yielded value, a
+    # match's subject, an attribute or item stored (`self.mm = torch.matmul`, `ops["mm"] = ...`), a class attribute.
+
+    def visit_arguments(self, node: ast.arguments) -> None:
+        self._hand_over(node, [*node.defaults, *node.kw_defaults])
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._hand_over(node, [node.value])
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self._hand_over(node, [node.body, node.orelse])
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        self._hand_over(node, node.values)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._hand_over(node, [node.body])
+
+    def visit_Yield(self, node: ast.Yield | ast.YieldFrom) -> None:
+        self._hand_over(node, [node.value])
+
+    visit_YieldFrom = visit_Yield
+
+    def visit_Match(self, node: ast.Match) -> None:
+        self._hand_over(node, [node.subject])
+
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        stored = any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets)
+        self._hand_over(node, [node.value] if stored or id(node) in self.class_attributes else [])
+
+    visit_AnnAssign = visit_Assign
 
     # ---- uses and stores of a resolved name
 
