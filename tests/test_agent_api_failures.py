@@ -377,3 +377,22 @@ def test_a_bad_request_about_something_else_is_not_sent_again():
     server = Server(bad, SUBMIT["anthropic"]())
     response = claude(server).generate(request(wall_s=30))
     assert len(server.bodies) == 1 and "HTTP 400" in response.error
+
+
+def test_tool_arguments_that_are_no_object_go_back_as_an_empty_object():
+    start = {"type": "message_start", "message": {
+        "id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}}
+    listed = stream_response([start, {"type": "content_block_start", "index": 0, "content_block": {
+        "type": "tool_use", "id": "tu_1", "name": "submit_kernel", "input": {}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '["kernel.py", "def run(): pass"]'}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"output_tokens": 20}}, {"type": "message_stop"}])
+    server = Server(listed, SUBMIT["anthropic"]())
+    provider, journal = bound(claude(server))
+    response = provider.generate(request(wall_s=30))
+    assert "not an object" in journal.turns(request())[0].results[0].content and len(response.proposals) == 1
+    echoed = server.bodies[1]["messages"][1]["content"][0]
+    assert echoed["type"] == "tool_use" and echoed["input"] == {}

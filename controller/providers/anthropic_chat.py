@@ -59,7 +59,10 @@ def build_messages(stable: str, task: str, turns: list[Turn]) -> list[dict[str, 
     for turn in turns:
         if not turn.assistant.native:  # a failed call (error, timeout) left nothing the API would accept
             continue
-        messages.append({"role": "assistant", "content": list(turn.assistant.native)})
+        # A tool call whose arguments were not an object goes back with none: the API takes only an object there.
+        content = [{**b, "input": {}} if b.get("type") == "tool_use" and not isinstance(b.get("input"), dict) else b
+                   for b in turn.assistant.native]
+        messages.append({"role": "assistant", "content": content})
         answered = {r.call_id: r for r in turn.results}
         results = []
         for call in turn.assistant.tool_calls:  # every tool_use needs its tool_result, in the next message
@@ -170,7 +173,7 @@ def to_turn(message: Any, note: str = "", raw_json: Optional[dict[int, str]] = N
     """The final message as an AssistantTurn; ``native`` keeps every block as JSON for the next call's echo."""
     text, calls, native = [], [], []
     for index, block in enumerate(message.content):
-        native.append(block.model_dump(mode="json", exclude_none=True, by_alias=True))
+        native.append(block.model_dump(mode="json", exclude_none=True, by_alias=True, warnings=False))
         if block.type == "text":
             text.append(block.text)
         elif block.type == "tool_use":
