@@ -73,6 +73,11 @@ GATE_IDIOMS = [
     ("import tempfile\nfrom torch.utils.cpp_extension import load_inline\n"
      "with tempfile.TemporaryDirectory() as d:\n"
      "    ext = load_inline('k', '', '__global__ void k() {}', build_directory=d)\n"),
+    # TVM-FFI's builder (the contest's default binding) on the solution's own .cu, and the module it built
+    ("from pathlib import Path\nimport tvm_ffi\nSRC = str(Path(__file__).with_name('k.cu'))\n"
+     "lib = tvm_ffi.cpp.build(name='k', cuda_files=[SRC], extra_cuda_cflags=['-O3', '--use_fast_math'])\n"
+     "mod = tvm_ffi.load_module(lib)\n"),
+    "import tvm_ffi.cpp\nmod = tvm_ffi.cpp.load_inline('k', cuda_sources='__global__ void k(float* x) {}', functions=['k'])\n",
     # the contest starter kit's CUDA binding template: ctypes imported, never used
     ("import ctypes\nfrom tvm.ffi import register_func\n\n\n@register_func('flashinfer.kernel')\ndef kernel():\n"
      "    pass\n"),

@@ -121,6 +121,13 @@ PYTHON_POSITIVES = [
     ("native_ffi", 2, "import ctypes\nlib = ctypes.CDLL('libk.so')\n"),
     ("native_ffi", 2, "import ctypes as C\nm = C\n"),
     ("native_ffi", 1, "from ctypes import CDLL\n"),
+    # TVM-FFI's builder: a module loaded only as tvm_ffi.cpp.build returned it, from the solution's own files, and
+    # what it builds is scanned as load()/load_inline()'s is
+    ("native_ffi", 2, "import tvm_ffi\nmod = tvm_ffi.load_module('/opt/prebuilt/k.so')\n"),
+    ("native_ffi", 3, "import tvm_ffi\nlib = tvm_ffi.cpp.build(name='k', cuda_files=['k.cu'])\nm = tvm_ffi.load_module(path)\n"),
+    ("harness_internals", 2, "import tvm_ffi\nmod = tvm_ffi.cpp.load('k', cuda_files=['/opt/x.cu'])\n"),
+    ("env_probe", 2, "import tvm_ffi.cpp\nm = tvm_ffi.cpp.load_inline('k', cuda_sources='int f() { return getenv(\"HOME\") != 0; }')\n"),
+    ("timer_tampering", 2, "import tvm_ffi\nm = tvm_ffi.cpp.build(name='k', cuda_files=['k.cu'], extra_ldflags=['-Wl,--wrap=cudaEventRecord'])\n"),
     # cuda-python: a typed handle of the current stream only, never the driver API
     ("native_ffi", 2, "import cuda.bindings.driver as cuda\ncuda.cuCtxSetLimit(1, 2)\n"),
     ("native_ffi", 2, "import cuda.bindings.driver as cuda\ncuda.cuModuleLoadData(image)\n"),

@@ -81,15 +81,16 @@ class _EmbeddedSources:
     source: str
 
     def _scan_embedded_sources(self, body: list[ast.stmt]) -> None:
-        builds = "cpp_extension" in self.source
+        builds = "cpp_extension" in self.source or "tvm_ffi" in self.source
         if not builds and _CPP_SOURCE_MARKER_RE.search(self.source) is None:
             return
         loose: list[ast.Constant] = []
         for node in (n for stmt in body for n in ast.walk(stmt)):
             if builds and isinstance(node, ast.Call):
                 resolved = self._resolve(node.func)
-                if resolved in _BUILD_FUNCTIONS:
-                    self._check_build_call(node, resolved.rpartition(".")[2])
+                if resolved in _BUILD_FUNCTIONS:  # tvm_ffi.cpp's build/build_inline take what load/load_inline do
+                    short = resolved.rpartition(".")[2]
+                    self._check_build_call(node, {"build": "load", "build_inline": "load_inline"}.get(short, short))
             elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in self.docstrings
                   and _CPP_SOURCE_MARKER_RE.search(node.value)):
                 loose.append(node)
@@ -114,7 +115,7 @@ class _EmbeddedSources:
                 for node in self._string_nodes(value):
                     if id(node) not in self.embedded:
                         self._scan_cpp_string(node, f"`{parameter}` of {function}()")
-        for value in arguments.get("sources", ()):
+        for value in [*arguments.get("sources", ()), *arguments.get("cpp_files", ()), *arguments.get("cuda_files", ())]:
             for node in self._string_nodes(value):
                 path = node.value if isinstance(node, ast.Constant) else ""
                 if path.startswith("/") or ".." in re.split(r"[/\\]", path):

@@ -98,6 +98,15 @@ class _CallChecks:
             return _is_this_file(expr.value, self._resolve)
         return False
 
+    def _built_here(self, expr: ast.AST, depth: int = 0) -> bool:
+        """`expr` is what tvm_ffi.cpp.build returned (the call itself, or a name bound only to such calls)."""
+        if isinstance(expr, ast.Call):
+            return self._resolve(expr.func) == "tvm_ffi.cpp.build"
+        if isinstance(expr, ast.Name) and depth < 4:
+            values = self.assignments.get(expr.id, ())
+            return bool(values) and all(self._built_here(v, depth + 1) for v in values)
+        return False
+
     def _path_membership(self, left: ast.AST, right: ast.AST) -> None:
         """`HERE not in sys.path` before putting the solution's folder there."""
         if self._resolve(right) == "sys.path" and self._own_folder(left):
@@ -147,6 +156,8 @@ class _CallChecks:
                 self.judged.add(id(node.func))  # lists the solution's own sources (for load()): a read of its own
         elif resolved in ("sys.path.insert", "sys.path.append") and args and self._own_folder(args[-1]):
             self.judged.add(id(node.func))  # the solution's folder, for absolute imports of its own modules
+        elif resolved == "tvm_ffi.load_module" and len(args) == 1 and self._built_here(args[0]):
+            self.judged.add(id(node.func))  # the module tvm_ffi.cpp.build just built from the solution's sources
         elif resolved in _PACKAGE_QUERIES:
             name = _str_const(args[0]) if len(args) == 1 and not node.keywords else None
             if name is not None and re.fullmatch(r"[A-Za-z_][\w-]*", name):  # a top-level name: no parent imported

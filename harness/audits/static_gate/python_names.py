@@ -200,7 +200,11 @@ _INTERNAL_STRINGS = frozenset({"__builtins__", "__globals__", "__code__", "__imp
 # strings given to load_inline, the files given to load and the flags given to either are scanned instead.
 # The rest of torch.utils.cpp_extension (e.g. _import_module_from_library) stays native_ffi.
 _CPP_EXTENSION = "torch.utils.cpp_extension"
-_BUILD_FUNCTIONS = frozenset({f"{_CPP_EXTENSION}.load", f"{_CPP_EXTENSION}.load_inline"})
+# TVM-FFI's builder (the contest's default binding for CUDA) the same way: tvm_ffi.cpp.build/load from the solution's
+# .cu files, build_inline/load_inline from strings; tvm_ffi.load_module only of what tvm_ffi.cpp.build returned.
+_TVM_BUILD_FUNCTIONS = frozenset({"tvm_ffi.cpp.build", "tvm_ffi.cpp.load", "tvm_ffi.cpp.build_inline",
+                                  "tvm_ffi.cpp.load_inline"})
+_BUILD_FUNCTIONS = frozenset({f"{_CPP_EXTENSION}.load", f"{_CPP_EXTENSION}.load_inline"}) | _TVM_BUILD_FUNCTIONS
 _SUPPORTED_BUILD_NAMES = _BUILD_FUNCTIONS | {_CPP_EXTENSION, f"{_CPP_EXTENSION}.CUDA_HOME",
                                              f"{_CPP_EXTENSION}.include_paths"}
 
