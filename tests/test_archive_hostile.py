@@ -114,3 +114,75 @@ def test_an_archive_folder_whose_name_is_not_utf8_is_read_and_reported(archived,
         done = harness(*command, "--archive", str(folder))
         assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr)
     assert "not-utf8-\\udcff\\udcfe" in (tmp_path / "report" / "index.html").read_text()
+
+
+def read_only_as_seen(monkeypatch, folder: Path) -> None:
+    """``folder`` as a read-only mount shows itself to this process (os.access says no), without needing one."""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == folder and mode & os.W_OK
+                        else real(path, mode, *a, **k))
+
+
+def test_a_read_only_archive_is_read_by_every_reader_and_refused_by_writers(archived, tmp_path, monkeypatch):
+    """Every reader failed on a read-only archive folder ("unable to open database file": it was opened to be
+    migrated, with its WAL's files made beside it); `controller loop` said the same instead of "not writable"."""
+    from controller.cli import main as controller
+
+    folder = tmp_path / "a"
+    shutil.copytree(archived, folder)
+    conn = sqlite3.connect(folder / "archive.db")  # a whole file, as a carried copy is
+    conn.execute("pragma wal_checkpoint(truncate)")
+    conn.close()
+    read_only_as_seen(monkeypatch, folder)
+    before = digest(folder)
+    for command in COMMANDS:
+        out = tmp_path / f"out-{command[0]}"
+        done = harness(*[str(out) if a == "OUT" else a for a in command], "--archive", str(folder))
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done.stderr)
+    result = CliRunner().invoke(controller, ["runs", "--archive", str(folder)])
+    assert result.exit_code == 0, result.output
+    for runner, args in ((main, ["import", str(tmp_path / "out-export")]),
+                         (controller, ["loop", "-p", "offline", "-d", "gqa_paged_decode_h32_kv8_d128_ps1"])):
+        result = CliRunner().invoke(runner, [*args, "--archive", str(folder)])
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and "is not writable" in lines[0], result.output
+    assert digest(folder) == before
+
+
+def test_a_read_only_archive_that_needs_a_migration_is_one_line(archived, tmp_path, monkeypatch):
+    folder = tmp_path / "a"
+    shutil.copytree(archived, folder)
+    sql("delete from _migrations where name = 'm010_baseline_busy'")(folder)  # as an older version left it
+    read_only_as_seen(monkeypatch, folder)
+    before = digest(folder)
+    done = harness("list", "--archive", str(folder))
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and "needs migrating to this version (m010_baseline_busy)" in \
+        lines[0], done.stderr
+    assert digest(folder) == before
+
+
+def test_the_writes_in_a_wal_that_a_read_only_folder_cannot_show_are_never_read_around(tmp_path, monkeypatch):
+    """Where SQLite cannot open an archive read-only (no WAL index beside it, none can be made), it was read as
+    immutable, leaving out what its -wal held: a stale archive shown as the archive."""
+    from harness.archive.schema_guard import read_only_connection
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / "archive.db")
+    conn.execute("create table t (x)")
+    conn.commit()
+    conn.close()
+    (folder / "archive.db-wal").write_bytes(b"\0" * 4096)  # writes not yet in the database file
+    real = sqlite3.connect
+
+    def connect(database, *args, **kwargs):
+        if "mode=ro" in str(database):  # as in a read-only folder without the WAL's index
+            raise sqlite3.OperationalError("unable to open database file")
+        return real(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    with pytest.raises(sqlite3.OperationalError, match="archive.db-wal beside it holds writes"):
+        read_only_connection(folder / "archive.db")
+    (folder / "archive.db-wal").unlink()
+    assert read_only_connection(folder / "archive.db").execute("select count(*) from t").fetchone() == (0,)

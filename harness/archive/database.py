@@ -28,7 +28,8 @@ from .migrations import (m001_core, m002_baselines_and_scores, m003_controller, 
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from ..sandbox.stale import process_alive
 from .queries import readable_submission
-from .schema_guard import foreign_schema, missing_columns, refusal, shown_name
+from .schema_guard import (foreign_schema, missing_columns, pending_migrations, read_only_connection, refusal,
+                           shown_name)
 from .seal import SEAL_KEY, SealCheck, classify, create_key, load_key, read_record, seal_value
 from .views import m005_review_views
 
@@ -216,9 +217,12 @@ class Archive:
             raise ArchiveError(f"{folder / BLOBS} is not a folder, so {folder} is no archive (give another --archive)")
         self.folder = folder
         self.blob_dir = folder / BLOBS
+        read_only = not os.access(folder, os.W_OK)  # a read-only mount: an archive there is read, never migrated
+        if read_only and not require_db:  # a writer: said before anything runs, not after a whole evaluation
+            raise ArchiveError(f"archive folder {folder} is not writable (a read-only mount, or another user's)")
         try:  # a file that is not an SQLite database, a malformed one, a locked or full disk: one ArchiveError
             checked = db_path.exists() and _refuse_foreign(db_path, None)  # read-only: before anything may write
-            self.db = ArchiveDatabase(db_path)
+            self.db = ArchiveDatabase(read_only_connection(db_path) if read_only else db_path)
             self.db.execute("PRAGMA busy_timeout = 30000")  # first: what follows waits for other connections
             if not checked:  # where the read-only connection could not open it: before anything writes (WAL mode
                 _refuse_foreign(db_path, self.db.conn)  # changes the file's header)
@@ -227,9 +231,11 @@ class Archive:
                 if why:
                     self.db.conn.close()
                     raise ArchiveError(refusal(db_path, why))
-                self.db.enable_wal()
-                migrate(self.db)
-                why = missing_columns(self.db.conn, MIGRATIONS)  # a table or column another program took away
+                why = pending_migrations(self.db.conn, MIGRATIONS) if read_only else ""
+                if not read_only:
+                    self.db.enable_wal()
+                    migrate(self.db)
+                why = why or missing_columns(self.db.conn, MIGRATIONS)  # a table or column another program took away
                 if why:
                     self.db.conn.close()
                     raise ArchiveError(refusal(db_path, why))

@@ -9,6 +9,9 @@ another program's beside the archive's are left alone: nothing the harness write
 
 A database whose ``_migrations`` names a migration this code does not know was written by a newer Crucible: its
 tables may have moved on, so it is refused too (open it with that version) rather than read or written wrongly.
+
+An archive in a folder this process cannot write (a read-only mount, a carried copy) is read through a read-only
+connection, never migrated: one that needs a migration of this version is refused on one line.
 """
 
 from __future__ import annotations
@@ -90,6 +93,37 @@ def foreign_schema(conn: sqlite3.Connection, migrations: Sequence[Callable[[sqli
         return (f"was written by a newer version of Crucible (migration(s) {shown} unknown to this one); open it "
                 "with that version")
     return ""
+
+
+def read_only_connection(db_path: Path) -> sqlite3.Connection:
+    """A connection that never writes, for an archive whose folder cannot be written: SQLite could not make the
+    WAL's index beside it, so where the read-only one cannot open, the file is read as immutable (nobody can
+    write it there either)."""
+    uri = db_path.resolve().as_uri()
+    try:
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        wal = Path(f"{db_path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:  # read as immutable, the writes held there would be left out
+            raise sqlite3.OperationalError(f"{wal.name} beside it holds writes not yet in {db_path.name}, which SQLite "
+                                           "cannot read in a read-only folder; copy the folder somewhere writable")
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True, check_same_thread=False)
+
+
+def pending_migrations(conn: sqlite3.Connection, migrations: Sequence[Callable[[sqlite_utils.Database], None]]) -> str:
+    """Why a read-only archive cannot be read by this version ("" where it can): migrations of it not yet applied."""
+    try:
+        done = {str(r[0]) for r in conn.execute("select name from _migrations").fetchall()}
+    except sqlite3.Error:
+        done = set()
+    pending = [m.__name__ for m in migrations if m.__name__ not in done]
+    if not pending:
+        return ""
+    return (f"needs migrating to this version ({', '.join(pending[:3])}{', ...' if len(pending) > 3 else ''}), "
+            "which its read-only folder cannot take: open it with the version that wrote it, or copy it somewhere "
+            "writable")
 
 
 def refusal(db_path: Path, why: str) -> str:
