@@ -65,6 +65,10 @@ if mode == "fail":
 if mode == "garbage":
     print("Welcome to the agent! <not json>")
     sys.exit(0)
+if mode == "turns":
+    print(json.dumps({{"type": "result", "subtype": "error_max_turns", "is_error": True, "total_cost_usd": 0.02,
+                      "usage": {{"input_tokens": 100, "output_tokens": 10}}}}))
+    sys.exit(1)
 if mode == "flood":
     sys.stdout.write("x" * 5_000_000 + "\n")
 print(json.dumps({result}))
@@ -182,6 +186,12 @@ def test_output_that_is_not_json_leaves_usage_unknown_and_a_token_budget_discard
     assert response.proposals == [] and "token use is unknown" in response.stopped
     unbudgeted = agent("garbage")
     assert len(unbudgeted.proposals) == 1 and "cost unknown" in unbudgeted.model
+
+
+def test_an_agent_out_of_turns_still_gives_what_it_wrote(agent):
+    response = agent("turns")
+    assert len(response.proposals) == 1 and response.error is None and "used its 40 turns" in response.stopped
+    assert response.cost_usd == pytest.approx(0.02)
 
 
 def test_enormous_output_is_kept_as_its_tail(agent):

@@ -99,6 +99,8 @@ def usage_from_output(kind: str, stdout: str) -> dict[str, Any]:
         finite = isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < float("inf")
         out["cost_usd"] = float(cost) if finite else None  # NaN, a negative or a string: unknown, never free
         out["is_error"] = bool(data.get("is_error"))
+        # Out of turns is how a long session ends, not a failure: what the agent wrote is still its candidate.
+        out["out_of_turns"] = data.get("subtype") == "error_max_turns"
         out["text"] = str(data.get("result") or "")
     elif kind == "codex-jsonl":
         for line in stdout.splitlines():
@@ -302,7 +304,10 @@ class CLIAgentProvider:
                                     if cost is None else f"cost budget: ${response.cost_usd:.4f} > "
                                     f"${b.max_cost_usd:.4f}; candidate discarded")
                 break
-            if run["exit"] != 0 or usage["is_error"]:
+            if usage.get("out_of_turns"):
+                note = f"{exe} used its {self.max_turns} turns; its files as they were are the candidate"
+                response.stopped = f"{response.stopped}; {note}" if response.stopped else note
+            elif run["exit"] != 0 or usage["is_error"]:
                 said = run["stderr"][-500:] or usage["text"][-500:] or run["stdout"][-500:] or "(no output)"
                 response.error = redact(f"{exe} exited with {run['exit']}: {said}")
                 if REFUSED_LOGIN.search(f"{run['stderr']}\n{usage['text']}\n{run['stdout'][-2000:]}"):
