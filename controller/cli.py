@@ -347,8 +347,8 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
         fail(conflict)
     archive, source = archive_location(archive_path)
     if source != "default" and not archive.is_dir():
-        fail(f"archive folder {archive}{f' (from {ARCHIVE_ENV})' if source == 'env' else ''} does not exist "
-             "(create it first)")
+        fail(f"archive folder {archive}{f' (from {ARCHIVE_ENV})' if source == 'env' else ''} "
+             + ("is not a folder" if archive.exists() else "does not exist (create it first)"))
     on_event = live_printer(as_json)
     reports, resume_ids = [], []
     lanes_for, new_runner, resumer = (lambda jobs: _gpus_for(jobs, dataset, archive)), None, resume_loop

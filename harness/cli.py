@@ -22,7 +22,7 @@ from .pipeline.phases import timeline
 from .result_view import print_promotability, print_result, print_submission_audits, seconds, times
 from .data.statuses import EvaluationStatus, SubmissionStatus
 from .archive_cli import copy_archive
-from .report_cli import browse, diff, report
+from .report_cli import NOT_A_FOLDER, browse, diff, report
 from .data.schema import SchemaError, Solution, load_model
 from .archive.seal import MODIFIED_WARNING
 
@@ -368,7 +368,8 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
     except SchemaError as e:
         fail(str(e))
     except OSError as e:
-        fail(f"cannot write the trace set to {directory}: {e.strerror or e}")
+        fail(f"cannot write the trace set to {directory}: "
+             + (NOT_A_FOLDER if isinstance(e, FileExistsError) else str(e.strerror or e)))
     out.print(f"wrote {report.definitions} definitions, {report.workloads} workloads, {report.solutions} solutions, "
               f"{report.traces} traces to {directory}", highlight=False)
     for n in report.notices:

@@ -19,6 +19,9 @@ from typing import Optional
 import click
 
 
+# mkdir of a path that is there but no folder (a file, a FIFO, a device, a link to nothing): EEXIST, said plainly
+NOT_A_FOLDER = "it is there and is not a folder (name a new or empty folder)"
+
 @click.command()
 @click.option("--archive", "archive_path", type=click.Path(),
               help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
@@ -69,7 +72,8 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
     try:
         index = write_report(archive, out_dir, data=data, backend=plots)
     except OSError as e:
-        fail(f"cannot write the report to {out_dir}: {e.strerror or e}")
+        fail(f"cannot write the report to {out_dir}: "
+             + (NOT_A_FOLDER if isinstance(e, FileExistsError) else str(e.strerror or e)))
     n = sum(len(s.submissions) for s in data.sections)
     out.print(f"wrote {index} ({len(data.sections)} definitions, {n} submissions)", highlight=False)
     for notice in data.notices:

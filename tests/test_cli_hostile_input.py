@@ -151,6 +151,11 @@ CARELESS = {  # name: (the command's arguments for a scratch folder, what its on
     "import /dev/null": (lambda tmp: ["import", "/dev/null"], "/dev/null: not a folder"),
     "submit --dataset /dev/null": (lambda tmp: ["submit", str(tmp / "x.json"), "--dataset", "/dev/null"],
                                    "/dev/null: not a folder"),
+    "report --out a FIFO": (lambda tmp: (os.mkfifo(tmp / "r.fifo"), ["report", "--out", str(tmp / "r.fifo")])[1],
+                            "is there and is not a folder"),  # was "File exists"
+    "export into a file": (lambda tmp: ["export", str(tmp / "x.json")], "is there and is not a folder"),
+    "export into a link to nothing": (lambda tmp: ((tmp / "gone").symlink_to(tmp / "nowhere"),
+                                                   ["export", str(tmp / "gone")])[1], "is there and is not a folder"),
 }
 
 
@@ -192,3 +197,15 @@ def test_a_provider_option_nested_past_reading_is_taken_as_text(tmp_path, tiny_d
                                       str(tiny_dataset_root), "--archive", str(tmp_path), "--provider-option",
                                       "k=" + "[" * 100000])
     assert "provider offline" in one_line_within(30, controller, capsys)
+
+
+@pytest.mark.parametrize("archive", ["/dev/zero", "FILE"])
+def test_the_loop_on_an_archive_path_that_is_no_folder_says_so(tmp_path, monkeypatch, capsys, archive):
+    """It said "does not exist (create it first)" of /dev/zero and of a file."""
+    from controller.cli import main as controller
+
+    if archive == "FILE":
+        archive = str(tmp_path / "x.json")
+        Path(archive).write_text(GOOD_TEXT)
+    monkeypatch.setattr(sys, "argv", ["controller", "loop", "--resume", "unfinished", "--archive", archive])
+    assert one_line_within(30, controller, capsys).endswith(f"archive folder {archive} is not a folder")
