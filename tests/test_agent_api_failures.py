@@ -396,3 +396,27 @@ def test_tool_arguments_that_are_no_object_go_back_as_an_empty_object():
     assert "not an object" in journal.turns(request())[0].results[0].content and len(response.proposals) == 1
     echoed = server.bodies[1]["messages"][1]["content"][0]
     assert echoed["type"] == "tool_use" and echoed["input"] == {}
+
+
+@BOTH
+def test_a_stream_that_only_trickles_keep_alives_is_cut_and_stops_being_read(name):
+    import threading
+
+    head = events_of(SUBMIT[name]())[:1]
+    reads = []
+
+    def trickle():
+        yield ("\n\n".join(head) + "\n\n").encode()
+        for _ in range(400):  # the server keeps the connection alive and never answers (20 s)
+            time.sleep(0.05)
+            reads.append(time.monotonic())
+            yield b'event: ping\ndata: {"type": "ping"}\n\n' if name == "anthropic" else b": keep-alive\n\n"
+
+    server = Server(httpx2.Response(200, content=trickle(), headers={"content-type": "text/event-stream"}))
+    earlier = set(threading.enumerate())
+    started = time.monotonic()
+    response = MAKE[name](server).generate(request(wall_s=0.8))
+    assert time.monotonic() - started < 2 and response.stopped.startswith("wall time")
+    time.sleep(0.5)
+    assert reads and reads[-1] < time.monotonic() - 0.3  # the abandoned call no longer reads the stream
+    assert not any(t.name == "chat-call" and t.is_alive() for t in set(threading.enumerate()) - earlier)

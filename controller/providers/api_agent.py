@@ -24,6 +24,7 @@ from ..agent.transcript import AssistantTurn
 from .api_errors import (RETRYABLE_STATUS, RETRYABLE_TYPES, Failure, classify_sdk_error, retry_after_s,
                          unsupported_parameter)
 from .base import ProviderError, SdkProvider, no_price, price_of
+from .cancel import mark
 
 __all__ = ["RETRYABLE_STATUS", "RETRYABLE_TYPES", "ApiAgentProvider", "Failure", "call_within", "classify_sdk_error",
            "retry_after_s"]
@@ -65,6 +66,7 @@ def call_within(timeout_s: float, attempt: Attempt, classify: Callable[[BaseExce
         cancelled = threading.Event()
 
         def work() -> None:
+            mark(cancelled)  # the client's streams stop reading once the caller has given up (cancel.py)
             try:
                 box["turn"] = attempt(left, cancelled, usage)
             except BaseException as err:  # handed to the caller's thread, which decides

@@ -253,9 +253,14 @@ class SdkProvider:
                 kwargs["api_key"] = self.api_key
             if self.base_url:
                 kwargs["base_url"] = self.base_url
-            if self.http_client is not None:
-                kwargs["http_client"] = self.http_client
             sdk = self._sdk()
+            http = self.http_client
+            if http is None and hasattr(sdk, "DefaultHttpxClient"):  # the SDK's own settings, our watch added
+                http = sdk.DefaultHttpxClient()
+            if http is not None:
+                from .cancel import watch_streams
+
+                kwargs["http_client"] = watch_streams(http)
             try:
                 self.client = getattr(sdk, self.client_class)(**kwargs)
             except getattr(sdk, self.error_class) as err:  # e.g. no API key
