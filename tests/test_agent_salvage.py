@@ -147,3 +147,13 @@ def test_a_harness_failure_inside_a_tool_is_the_models_to_read_and_the_turn_stay
     first = journal.turns(req)[0].results[0]
     assert first.is_error and "RuntimeError: worker died while building" in first.content
     assert response.error is None and len(response.proposals) == 1
+
+
+def test_a_submission_with_files_as_a_mapping_and_null_notes_is_a_candidate():
+    arguments = {"files": {"kernel.py": KERNEL}, "entry_point": ENTRY, "notes": None}
+    req = request()
+    response = run_tool_loop(req, ScriptedChat([AssistantTurn(tool_calls=[
+        ToolCall(id="s1", name="submit_kernel", arguments=arguments)])]), ToolBox(req, {}, "scripted"),
+        MemoryJournal(), (3.0, 15.0))
+    (proposal,) = response.proposals
+    assert proposal.solution["sources"][0] == {"path": "kernel.py", "content": KERNEL} and response.rejected == []

@@ -76,7 +76,7 @@ def _json_reply(text: str) -> Optional[dict[str, Any]]:
 def _as_reply(value: Any, depth: int = 0) -> Optional[dict[str, Any]]:
     if not isinstance(value, dict) or depth > 3:
         return None
-    if isinstance(value.get("files"), list):
+    if isinstance(value.get("files"), (list, dict)):  # a mapping of path to content is read as files too
         return {k: value[k] for k in ("files", "entry_point", "notes") if k in value}
     name = value.get("name") or value.get("tool") or value.get("tool_name")
     inner = next((value[k] for k in TOOL_KEYS if k in value), None)

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Protocol, runtime_checkable
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
 from harness.data.schema import Solution, dump_json
@@ -147,6 +147,19 @@ class KernelReply(BaseModel):
     files: list[FileEdit] = Field(min_length=1)
     entry_point: str
     notes: str = ""
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _files_as_a_mapping(cls, value: Any) -> Any:
+        """``{"kernel.py": "..."}``, the shape models often send instead of a list of path and content."""
+        if isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
+            return [{"path": k, "content": v} for k, v in value.items()]
+        return value
+
+    @field_validator("notes", mode="before")
+    @classmethod
+    def _no_notes(cls, value: Any) -> Any:
+        return "" if value is None else value
 
 
 def parse_reply(data: Any) -> tuple[Optional[KernelReply], Optional[str]]:
