@@ -157,3 +157,17 @@ def test_a_submission_with_files_as_a_mapping_and_null_notes_is_a_candidate():
         MemoryJournal(), (3.0, 15.0))
     (proposal,) = response.proposals
     assert proposal.solution["sources"][0] == {"path": "kernel.py", "content": KERNEL} and response.rejected == []
+
+
+@pytest.mark.parametrize("written, taken", [("kernel.py:run", True), ("run", True), ("./kernel.py::run", True),
+                                             ("kernel.py::forward", False), ("other.py::run", False)])
+def test_the_entry_point_as_models_write_it(written, taken):
+    req = request()
+    arguments = {"files": REPLY["files"], "entry_point": written, "notes": ""}
+    response = run_tool_loop(req, ScriptedChat([AssistantTurn(tool_calls=[
+        ToolCall(id="s1", name="submit_kernel", arguments=arguments)])]), ToolBox(req, {}, "scripted"),
+        MemoryJournal(), (3.0, 15.0))
+    if taken:
+        assert response.proposals[0].solution["spec"]["entry_point"] == ENTRY
+    else:
+        assert response.proposals == [] and "is not the required" in response.rejected[0].reason

@@ -184,6 +184,17 @@ def candidate_name(request: GenerationRequest, provider: str, index: int) -> str
     return f"{provider}_{request.key.replace('/', '_')}_{index}"
 
 
+def same_entry_point(given: str, required: str) -> bool:
+    """Whether ``given`` names the required entry point as models write it: ``kernel.py::run``, ``./kernel.py::run``,
+    ``kernel.py:run``, ``run`` or ``run()``; another file or another symbol is another entry point."""
+    file, _, symbol = required.partition("::")
+    text = given.strip().removesuffix("()")
+    if "::" in text or ":" in text:
+        got_file, _, got_symbol = text.partition("::") if "::" in text else text.partition(":")
+        return normalise(got_file.strip()) == normalise(file) and got_symbol.strip() == symbol
+    return text == symbol or text == required
+
+
 def proposal_from_files(request: GenerationRequest, files: dict[str, str], entry_point: str, name: str,
                         author: str, origin: dict[str, Any], notes: str = "") -> Proposal | Rejection:
     """A Solution proposal from edited files, or a rejection that says why (forbidden file, bad entry point)."""
@@ -191,9 +202,10 @@ def proposal_from_files(request: GenerationRequest, files: dict[str, str], entry
     if bad:
         return Rejection(name=name, reason=f"edits files it may not touch: {', '.join(bad)} "
                                             f"(allowed: {', '.join(request.constraints.editable_files)})", files=bad)
-    if entry_point != request.constraints.entry_point:
+    if not same_entry_point(entry_point, request.constraints.entry_point):
         return Rejection(name=name, reason=f"entry point {entry_point!r} is not the required "
                                             f"{request.constraints.entry_point!r}")
+    entry_point = request.constraints.entry_point  # "run" or "kernel.py:run" for it, written as required
     # The other files of what was edited (the failed candidate on repair, else the incumbent) stay as they are.
     base = request.repair.solution if request.repair is not None else request.incumbent.solution
     sources = {s["path"]: s["content"] for s in base.get("sources", [])}
