@@ -81,6 +81,10 @@ GATE_IDIOMS = [
     # the contest starter kit's CUDA binding template: ctypes imported, never used
     ("import ctypes\nfrom tvm.ffi import register_func\n\n\n@register_func('flashinfer.kernel')\ndef kernel():\n"
      "    pass\n"),
+    # queries (cuDNN's presence, the allocator's statistics) and DLPack handles: no kernel
+    ("import torch\nfrom torch.utils.dlpack import from_dlpack, to_dlpack\nCUDNN = torch.backends.cudnn.is_available()\n"
+     "def f(x):\n    free = torch.cuda.mem_get_info()[0] - torch.cuda.memory_reserved()\n"
+     "    return from_dlpack(to_dlpack(x)), torch.from_dlpack(x), free\n"),
     # torch's precision switches set as attributes, as set_float32_matmul_precision('high') sets them by a call
     ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n"
      "torch.backends.cudnn.benchmark = True\n"),

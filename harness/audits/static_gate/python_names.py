@@ -251,6 +251,13 @@ _TORCH_NEVER_COMPUTE = frozenset({
     "torch.cuda.is_current_stream_capturing",
     "torch.cuda.device", "torch.cuda.device_of", "torch.cuda.set_device", "torch.cuda.is_initialized",
     "torch.backends", "torch.version.cuda", "torch.version.hip",
+    "torch.backends.cuda.is_built", "torch.backends.cudnn.is_available", "torch.backends.cudnn.version",
+    "torch.backends.mps.is_available",
+    # allocator statistics (a workspace sized by what is free): queries, no kernel
+    "torch.cuda.memory_allocated", "torch.cuda.max_memory_allocated", "torch.cuda.memory_reserved",
+    "torch.cuda.max_memory_reserved", "torch.cuda.memory_stats", "torch.cuda.reset_peak_memory_stats",
+    # DLPack: the same memory seen through another framework's handle (TVM-FFI, CuTe DSL), no copy, no kernel
+    "torch.from_dlpack", "torch.utils.dlpack.from_dlpack", "torch.utils.dlpack.to_dlpack",
     # allocation (a fill counts as allocation: split-K accumulators need zeros)
     "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros", "torch.zeros_like", "torch.ones",
     "torch.ones_like", "torch.full", "torch.full_like",
