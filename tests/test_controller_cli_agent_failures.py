@@ -65,6 +65,11 @@ if mode == "fail":
 if mode == "garbage":
     print("Welcome to the agent! <not json>")
     sys.exit(0)
+if mode == "codex-401":
+    print(json.dumps({{"type": "error", "message": "stream error: unexpected status 401 Unauthorized: "
+                                                   + os.environ.get("ANTHROPIC_API_KEY", "")}}))
+    print(json.dumps({{"type": "turn.failed", "error": {{"message": "401 Unauthorized"}}}}))
+    sys.exit(1)
 if mode == "turns":
     print(json.dumps({{"type": "result", "subtype": "error_max_turns", "is_error": True, "total_cost_usd": 0.02,
                       "usage": {{"input_tokens": 100, "output_tokens": 10}}}}))
@@ -94,13 +99,13 @@ def agent(tmp_path, monkeypatch):
     shutil.copytree(SKILLS, skills)
     monkeypatch.setenv("FAKE_SKILLS", str(skills))
 
-    def run(mode: str, **budget):
+    def run(mode: str, agent: str = "claude-code", **budget):
         monkeypatch.setenv("FAKE_MODE", mode)
         request = GenerationRequest(run_id="run-t", round=1, key="r1/explore", definition=INCUMBENT["definition"],
                                     incumbent=Incumbent(name="inc", solution=INCUMBENT),
                                     constraints=Constraints(editable_files=["kernel.py"]),
                                     budget=Budget(**{"max_candidates": 1, **budget}))
-        return CLIAgentProvider("claude-code", skills).generate(request)
+        return CLIAgentProvider(agent, skills).generate(request)
 
     run.pids = lambda: json.loads((tmp_path / "pids.json").read_text())
     return run
@@ -186,6 +191,12 @@ def test_output_that_is_not_json_leaves_usage_unknown_and_a_token_budget_discard
     assert response.proposals == [] and "token use is unknown" in response.stopped
     unbudgeted = agent("garbage")
     assert len(unbudgeted.proposals) == 1 and "cost unknown" in unbudgeted.model
+
+
+def test_codex_refused_by_its_api_stops_the_run_on_one_line(agent):
+    with pytest.raises(ProviderError) as refused:
+        agent("codex-401", agent="codex")
+    assert "codex" in str(refused.value) and "401" in str(refused.value) and "VERYSECRET" not in str(refused.value)
 
 
 def test_an_agent_out_of_turns_still_gives_what_it_wrote(agent):
