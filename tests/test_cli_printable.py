@@ -61,3 +61,28 @@ def test_broken_markup_in_candidate_text_is_printed_not_raised():
     console.print(table)
     console.print("candidate [/] said")
     assert "[/bold]x.py" in buffer.getvalue() and "candidate [/] said" in buffer.getvalue()
+
+
+def test_an_enormous_name_or_author_is_refused_before_anything_is_archived(tiny_dataset_root, tmp_path):
+    """Every command that lists a submission prints its name and author: a 3 MB name took `harness show` 16 s and
+    6 MB of terminal. Both are bounded (NAME_CHARS); past it, `harness submit` says so, exit 2, nothing archived."""
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main as harness_cli
+    from harness.data.schema import NAME_CHARS
+    from sandbox_attacks import hostile_solution
+
+    for field in ("name", "author"):
+        solution = hostile_solution("enormous", [])
+        solution[field] = "N" * 3_000_000
+        path = tmp_path / f"{field}.json"
+        path.write_text(json.dumps(solution))
+        archive = tmp_path / f"archive-{field}"
+        archive.mkdir()
+        res = CliRunner().invoke(harness_cli, ["submit", str(path), "--archive", str(archive), "--dataset",
+                                               str(tiny_dataset_root)])
+        assert res.exit_code == 2, res.output[-500:]
+        assert f"{field}: String should have at most {NAME_CHARS} characters" in res.output
+        assert len(res.output) < 1000 and list(archive.iterdir()) == []

@@ -246,10 +246,13 @@ class SourceFile(_Model):
         return value
 
 
+NAME_CHARS = 256  # a solution's name and author: printed by every command that lists it (a 3 MB name took 16 s)
+
+
 class Solution(_Model):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=NAME_CHARS)
     definition: str = Field(min_length=1)
-    author: str = Field(min_length=1)
+    author: str = Field(min_length=1, max_length=NAME_CHARS)
     spec: BuildSpec
     sources: list[SourceFile] = Field(min_length=1)
     description: Optional[str] = None
