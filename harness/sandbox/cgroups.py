@@ -116,7 +116,11 @@ class CgroupV1:
     def create(cls, parent: Path, name: str, policy: Any) -> "CgroupV1":
         path = parent / name
         path.mkdir()
-        (path / "memory.limit_in_bytes").write_text(str(policy.memory_bytes))
+        try:
+            (path / "memory.limit_in_bytes").write_text(str(policy.memory_bytes))
+        except OSError:
+            path.rmdir()  # no limit this cgroup could hold: none is left behind
+            raise
         try:  # after memory.limit_in_bytes (it may not be below it); without swap accounting the file is absent
             (path / "memory.memsw.limit_in_bytes").write_text(str(policy.memory_bytes))
         except OSError:
