@@ -346,9 +346,9 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
     if conflict:
         fail(conflict)
     archive, source = archive_location(archive_path)
-    if source != "default" and not archive.is_dir():
+    if source != "default" and not os.path.isdir(archive):  # False, never an error, for a name past the limit
         fail(f"archive folder {archive}{f' (from {ARCHIVE_ENV})' if source == 'env' else ''} "
-             + ("is not a folder" if archive.exists() else "does not exist (create it first)"))
+             + ("is not a folder" if os.path.lexists(archive) else "does not exist (create it first)"))
     on_event = live_printer(as_json)
     reports, resume_ids = [], []
     lanes_for, new_runner, resumer = (lambda jobs: _gpus_for(jobs, dataset, archive)), None, resume_loop

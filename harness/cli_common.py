@@ -123,10 +123,10 @@ def open_archive(path: Optional[str], reading: bool = False) -> Archive:
     folder (./artifacts is made when missing); readers need one that exists, and never create one."""
     folder, source = archive_location(path)
     where = f" (from {ARCHIVE_ENV})" if source == "env" else ""
-    if not reading and Path(folder).is_dir() and not os.access(folder, os.W_OK):
-        # said before anything runs: a read-only archive would otherwise fail after the whole evaluation
-        fail(f"archive folder {folder}{where} is not writable (a read-only mount, or another user's)")
-    try:
+    try:  # a name past the system's limit (ENAMETOOLONG) is said as any other that cannot be opened
+        if not reading and Path(folder).is_dir() and not os.access(folder, os.W_OK):
+            # said before anything runs: a read-only archive would otherwise fail after the whole evaluation
+            fail(f"archive folder {folder}{where} is not writable (a read-only mount, or another user's)")
         if reading:
             return Archive.open_existing(folder)
         return Archive(folder, create=source == "default")

@@ -209,3 +209,20 @@ def test_the_loop_on_an_archive_path_that_is_no_folder_says_so(tmp_path, monkeyp
         Path(archive).write_text(GOOD_TEXT)
     monkeypatch.setattr(sys, "argv", ["controller", "loop", "--resume", "unfinished", "--archive", archive])
     assert one_line_within(30, controller, capsys).endswith(f"archive folder {archive} is not a folder")
+
+
+@pytest.mark.parametrize("program, argv", [
+    ("harness", ["submit", "SOLUTION"]), ("harness", ["list"]), ("harness", ["import", "FOLDER"]),
+    ("controller", ["loop", "-p", "offline", "-d", "gqa_decode"]), ("controller", ["runs"]),
+])
+def test_an_archive_name_past_the_systems_limit_is_one_line(tmp_path, monkeypatch, capsys, program, argv):
+    """`harness submit` and `controller loop` with a folder name of 300 characters were tracebacks (ENAMETOOLONG
+    from a check made before the archive was opened)."""
+    from controller.cli import main as controller
+
+    (tmp_path / "x.json").write_text(GOOD_TEXT)
+    swap = {"SOLUTION": str(tmp_path / "x.json"), "FOLDER": str(tmp_path)}
+    too_long = str(tmp_path / ("d" * 300))
+    monkeypatch.setattr(sys, "argv", [program, *[swap.get(a, a) for a in argv], "--archive", too_long])
+    line = one_line_within(30, main if program == "harness" else controller, capsys)
+    assert "d" * 50 in line, line
