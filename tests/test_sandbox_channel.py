@@ -164,3 +164,15 @@ def test_reaching_the_channel_by_descriptor_is_a_static_gate_error(policy, call)
     source = f"import os\n\ndef run(q):\n    for fd in range(3, 64):\n        {call}\n    return q\n"
     errors = [f for f in scan_sources({"kernel.py": source}, "triton", policy) if f.severity == "error"]
     assert [f.rule for f in errors] == ["harness_internals"], errors
+
+
+@pytest.mark.parametrize("call", ['write(fd, "forged", 6);', "dup2(0, fd);", "::close(fd);",
+                                  'syscall(SYS_write, fd, "forged", 6);', "writev(fd, nullptr, 0);", "kill(1, 9);"])
+def test_reaching_the_channel_from_native_code_is_a_static_gate_error(policy, call):
+    """The same from C++ (a load_inline extension runs on a CPU host too); a method of that name is not a call of it."""
+    from harness.audits.static_gate import scan_sources
+
+    source = ("#include <unistd.h>\n#include <sys/syscall.h>\n#include <torch/extension.h>\n"
+              f"void run(int fd, std::ostream& out) {{ {call} out.write(\"x\", 1); }}\n")
+    errors = [f for f in scan_sources({"ext.cpp": source}, "cuda", policy) if f.severity == "error"]
+    assert [f.rule for f in errors] == ["harness_internals"], errors

@@ -86,6 +86,13 @@ def _cpp_token_rules() -> list[tuple[str, re.Pattern[str], str, str]]:
         ("env_probe", re.compile(
             r"(?:getenv|secure_getenv|setenv|putenv|unsetenv|gethostname|getpid|getppid|uname|getlogin)\s*\("),
          _CALL, "environment probe"),
+        # raw descriptors (the worker's reply channel is one, in the candidate's process), raw system calls and
+        # process control: what the Python rules refuse as os.writev / os.dup2 / os.kill, done from native code
+        ("harness_internals", re.compile(
+            r"(?:write|pwrite|pwrite64|writev|pwritev2?|read|pread|pread64|readv|preadv2?|dup[23]?|close|"
+            r"close_range|sendfile|sendfile64|splice|tee|vmsplice|pipe2?|syscall|kill|tgkill|tkill|ptrace|prctl|"
+            r"clone3?|unshare|setns|keyctl|add_key|request_key)\s*\("), _CALL,
+         "raw descriptor, system call or process-control API"),
         ("env_probe", re.compile(r"environ\b"), _WORD, "environment probe"),
         ("file_cache", re.compile(r"(?:ofstream|fstream|filesystem)\b"), _WORD, "file-system API"),
         ("file_cache", re.compile(
