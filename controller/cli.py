@@ -25,7 +25,7 @@ from .providers.base import ProviderError
 from .providers.registry import PROVIDERS, default_provider, preflight
 from .skills import SkillError
 from . import runlock
-from .startcheck import check_new_runs, conflicting_options
+from .startcheck import check_new_runs, conflicting_options, read_hint
 
 ARCHIVE_HELP = f"Archive folder (default: ${ARCHIVE_ENV}, else ./artifacts)."
 out = SafeConsole(width=None if sys.stdout.isatty() else 200)
@@ -230,19 +230,6 @@ def _preflight_resumed(run_ids: list[str], archive: Path) -> None:
                 ReplayProvider(store, (options or {}).get("run")).check_source(row["definition"], run_id)
 
 
-def _hint(value: Optional[str]) -> str:
-    """--hint: the text, or the text of the file it names."""
-    if not value:
-        return ""
-    path = Path(value)
-    if len(value) < 4096 and path.is_file():
-        try:
-            return path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as err:
-            fail(f"--hint {value}: cannot read it ({err})")
-    return value.strip()
-
-
 def _provider_options(items: tuple[str, ...]) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in items:
@@ -388,7 +375,7 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
                                   target_hardware=target_hardware, timeout_s=timeout_s,
                                   max_output_tokens=max_output_tokens, budget_tokens=budget_tokens,
                                   budget_cost_usd=budget_cost, budget_wall_s=budget_wall_s, profile=profile,
-                                  profile_timeout_s=profile_timeout_s, hint=_hint(hint), max_turns=max_turns,
+                                  profile_timeout_s=profile_timeout_s, hint=read_hint(hint), max_turns=max_turns,
                                   max_evaluations=max_evaluations) for d in names]
             check_new_runs(configs, archive)  # incumbents, a replay's source: before any run row
             if dry_run:

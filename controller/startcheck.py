@@ -6,6 +6,7 @@ provider itself (controller/providers/replay.py: ``check_source``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -67,6 +68,27 @@ def check_incumbent(path: str, definition: str) -> Solution:
     if solution.definition != definition:
         raise SchemaError(f"--incumbent {path}: a solution of {solution.definition}, not of {definition}")
     return solution
+
+
+HINT_BYTES = 64 << 10  # the largest --hint file: it goes into every request of the run
+
+
+def read_hint(value: Optional[str]) -> str:
+    """--hint: the text, or the text of the file it names (a regular file of at most HINT_BYTES, UTF-8); SchemaError
+    on one line otherwise. A 3 GiB file was read whole, into every request."""
+    if not value:
+        return ""
+    if len(value) < 4096 and os.path.isfile(value):  # isfile: False, never an error, for a name past the limit
+        try:
+            with open(value, "rb") as f:
+                data = f.read(HINT_BYTES + 1)
+            if len(data) > HINT_BYTES:
+                raise SchemaError(f"--hint {value}: over the {HINT_BYTES >> 10} KiB a hint may have (it goes into "
+                                  "every request)")
+            return data.decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as err:
+            raise SchemaError(f"--hint {value}: cannot read it ({' '.join(str(err).split())})") from None
+    return value.strip()
 
 
 def check_new_runs(configs: list[Any], archive: Path) -> None:

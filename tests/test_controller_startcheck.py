@@ -4,6 +4,7 @@ nothing evaluated."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,38 @@ def test_an_archive_that_is_no_database_is_one_line_for_the_loop(tiny_dataset_ro
                                                                                  *extra]
     line = refused(CliRunner().invoke(main, args))
     assert "file is not a database" in line and (folder / "archive.db").read_bytes() == before
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("huge", "over the 64 KiB a hint may have"),
+    ("latin1", "cannot read it ('utf-8' codec can't decode"),
+    ("name past the limit", None),  # no file of that name can exist: the text itself
+    ("text", None),
+])
+def test_a_hint_file_is_read_only_when_small_text(tmp_path, kind, said):
+    """A 3 GiB --hint file was read whole (22 GB of memory, minutes) and sent in every request; a name past the
+    system's limit was a traceback (ENAMETOOLONG)."""
+    from controller.startcheck import read_hint
+
+    value = {"huge": str(tmp_path / "hint.txt"), "latin1": str(tmp_path / "hint.txt"),
+             "name past the limit": "d" * 300, "text": "try wider tiles"}[kind]
+    if kind == "huge":
+        with open(value, "wb") as f:
+            f.truncate(3 << 30)
+    elif kind == "latin1":
+        Path(value).write_bytes(b"caf\xe9")
+    if said is None:
+        assert read_hint(value) == value
+    else:
+        with pytest.raises(SchemaError, match=re.escape(said)):
+            read_hint(value)
+
+
+def test_a_huge_hint_file_is_one_line_for_the_loop(tiny_dataset_root, tmp_path):
+    folder = tmp_path / "a"
+    folder.mkdir()
+    with open(tmp_path / "hint.txt", "wb") as f:
+        f.truncate(3 << 30)
+    line = refused(CliRunner().invoke(main, loop_args(tiny_dataset_root, folder, "--hint", str(tmp_path / "hint.txt"),
+                                                      "--dry-run")))
+    assert "over the 64 KiB" in line and no_runs(folder), line
