@@ -186,3 +186,21 @@ def test_the_writes_in_a_wal_that_a_read_only_folder_cannot_show_are_never_read_
         read_only_connection(folder / "archive.db")
     (folder / "archive.db-wal").unlink()
     assert read_only_connection(folder / "archive.db").execute("select count(*) from t").fetchone() == (0,)
+
+
+def test_an_archive_db_that_is_a_link_to_nothing_is_refused_and_nothing_is_made_through_it(tmp_path):
+    """SQLite followed the link and made a new database wherever it pointed (a file outside the archive folder)."""
+    from controller.cli import main as controller
+
+    folder, elsewhere = tmp_path / "a", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (folder / "archive.db").symlink_to(elsewhere / "made.db")
+    solution = tmp_path / "solution.json"
+    solution.write_text(json.dumps(solution_dict(TORCH_CANDIDATE)))
+    for runner, args in ((main, ["submit", str(solution)]), (main, ["import", str(tmp_path)]),
+                         (controller, ["loop", "-p", "offline", "-d", "gqa_paged_decode_h32_kv8_d128_ps1"])):
+        result = CliRunner().invoke(runner, [*args, "--archive", str(folder)])
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1 and "is a link to nothing" in lines[0], result.output
+    assert list(elsewhere.iterdir()) == []

@@ -211,6 +211,8 @@ class Archive:
             raise ArchiveError(f"archive path {folder} is not a folder")
         if require_db and not db_path.exists():
             raise ArchiveError(f"{folder} holds no archive ({db_path.name} is missing)")
+        if db_path.is_symlink() and not db_path.exists():  # SQLite would make the file it names, wherever that is
+            raise ArchiveError(f"{db_path} is a link to nothing: no archive is made through it (give another archive)")
         if db_path.exists() and not db_path.is_file():  # a folder, a FIFO (opening one waits for a writer)
             raise ArchiveError(f"{db_path} is not a file, so not an archive (give another --archive)")
         if (folder / BLOBS).exists() and not (folder / BLOBS).is_dir():  # every blob write would fail in it
