@@ -21,6 +21,22 @@ ATEN_SUB = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_a
 ATEN_SOFTMAX = ("_ZN43_GLOBAL__N__b6d5ab84_10_SoftMax_cu_9f978f6320softmax_warp_forward"
                 "IfffLi9ELb0ELb0EEEvPT0_PKT_iiiPKbib")
 NVJET = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_TNT"
+ANON_CU = {"kernel.cu": "#include <cuda_bf16.h>\nnamespace {\nconstexpr int kTile = 64;\n"
+                        "__device__ float helper(float x) { return x; }\n"
+                        "template <int N>\n__global__ void decode_kernel(float* o) { if (N) { o[0] = helper(1.f); } }\n"
+                        "}  // namespace\n__global__ void merge_kernel(float* o) {}\n"}
+ANON_INLINE = {"kernel.py": 'SRC = r"""\nnamespace {\n__global__ void decode_kernel(float* o) {}\n}\n"""\n'}
+
+
+def nvcc_anonymous(unit: str, kernel: str = "decode_kernel") -> str:
+    """The symbol nvcc gives ``template <int N> __global__ void kernel(float*)`` at N=64 in an anonymous namespace
+    of the translation unit ``unit``: the namespace names the unit's file ("." as "_") between two hashes."""
+    namespace = f"_GLOBAL__N__1c2d3e4f_{len(unit)}_{unit.replace('.', '_')}_a1b2c3d4"
+    return f"_ZN{len(namespace)}{namespace}{len(kernel)}{kernel}ILi64EEEvPf"
+
+
+ANON_OWN = nvcc_anonymous("kernel.cu")
+ANON_DEMANGLED = "void (anonymous namespace)::decode_kernel<64>(float*)"
 FLASHINFER = "_ZN10flashinfer33BatchDecodeWithPagedKVCacheKernelEv"
 
 
@@ -31,6 +47,9 @@ FLASHINFER = "_ZN10flashinfer33BatchDecodeWithPagedKVCacheKernelEv"
     (ATEN_FILL, ["at", "native", "vectorized_elementwise_kernel"]),
     ("_decode_kernel", ["_decode_kernel"]),
     ("void at::native::reduce_kernel<512, 1>(int)", ["at", "native", "reduce_kernel"]),
+    (ANON_DEMANGLED, ["_GLOBAL__N", "decode_kernel"]),
+    (ANON_OWN, ["_GLOBAL__N__1c2d3e4f_9_kernel_cu_a1b2c3d4", "decode_kernel"]),
+    (ATEN_SOFTMAX, ["_GLOBAL__N__b6d5ab84_10_SoftMax_cu_9f978f63", "softmax_warp_forward"]),
 ])
 def test_qualified_name(symbol, parts):
     assert qualified_name(symbol) == parts
@@ -69,6 +88,19 @@ def test_own_kernels_come_from_the_sources():
     ("triton_forward_kernel", {"k.py": "def triton_forward_kernel(x):\n    pass\n"}, True),
     ("triton_persistent_moe", {"k.py": "def triton_persistent_moe(x):\n    pass\n"}, True),
     ("triton_red_sum", {"k.py": "def triton_red_sum(x):\n    pass\n"}, True),
+    # a kernel of the candidate's in an anonymous namespace (nvcc names its translation unit in the symbol)
+    (ANON_OWN, ANON_CU, True),
+    (nvcc_anonymous("cuda.cu"), ANON_INLINE, True),  # load_inline compiles its text as cuda.cu
+    (ANON_OWN, ANON_INLINE, False),
+    (nvcc_anonymous("SoftMax.cu"), ANON_CU, False),  # a unit the candidate has not got
+    (nvcc_anonymous("main.cu"), {"csrc/main.cu": '#include "decode.cuh"\n', "csrc/decode.cuh": ANON_CU["kernel.cu"]},
+     True),  # declared in a header, compiled in the unit that includes it
+    (ANON_OWN, {"kernel.cu": "__global__ void decode_kernel(float* o) {}\n"}, False),  # not declared anonymous
+    (ANON_DEMANGLED, ANON_CU, True),
+    ("_ZN12_GLOBAL__N_113decode_kernelEPf", ANON_CU, True),  # a host compiler's name for it: no unit named
+    # PyTorch's file-local kernels stay PyTorch's, even beside a decoy declared in an anonymous namespace
+    (ATEN_SOFTMAX, {"k.cu": "namespace { __global__ void softmax_warp_forward(float* x) {} }\n"}, False),
+    ("_ZN2at6native12_GLOBAL__N_113decode_kernelEPf", ANON_CU, False),
 ])
 def test_is_own(name, sources, mine):
     assert is_own(name, own_kernels(sources)) is mine

@@ -7,8 +7,11 @@ A kernel is the candidate's own when its name is one the candidate wrote, read f
 harness (never reported by the candidate): a Triton kernel is named after its Python function and carries a
 plain C name; a ``__global__`` function of its sources (CUDA files, or CUDA text inside Python for
 ``load_inline``) carries a C++ symbol whose own identifier is matched (demangled), not a substring. A symbol
-in a library or anonymous namespace (``at::``, ``flashinfer::``, PyTorch's file-local kernels) or with a
-library's prefix (``nvjet``, ``sm90_xmma``...) is never the candidate's, whatever its last name.
+in a library's namespace (``at::``, ``flashinfer::``) or with a library's prefix (``nvjet``, ``sm90_xmma``...) is
+never the candidate's, whatever its last name. An anonymous namespace is the candidate's only where its sources
+declare that kernel in one and, where nvcc's symbol names the translation unit
+(``_GLOBAL__N__<hash>_<length>_<file>_<hash>``), that file is one of the candidate's (``cuda.cu`` for CUDA text
+built inline from Python): PyTorch's file-local kernels (``SoftMax.cu``'s ``softmax_warp_forward``) stay PyTorch's.
 Everything else is the library's (PyTorch's aten, cuBLAS/cuBLASLt, cuDNN, CUTLASS instantiated by a library,
 FlashInfer, NCCL). Moving data is not computing: memsets, memcpys and PyTorch's fill/copy/cast kernels
 (``torch.zeros`` for a split-K accumulator, ``.to(torch.bfloat16)``, ``.contiguous()``) are housekeeping,
@@ -22,10 +25,11 @@ wrapper's glue (a GDN solution's gates in PyTorch: about 7 launch-bound kernels,
 from __future__ import annotations
 
 import re
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, Optional
 
 from .model import Audit
 
+ANONYMOUS = "_GLOBAL__N"  # a demangled "(anonymous namespace)", as a qualified name's part
 # A C++ symbol whose qualified name passes through one of these is a library's, whatever its last name.
 LIBRARY_NAMESPACES = ("at", "c10", "at_cuda_detail", "cub", "thrust", "flashinfer", "cublas", "cublasLt", "cudnn",
                       "cutlass", "cute", "nccl", "xformers", "fmha", "triton_kernels", "deep_gemm", "tensorrt_llm",
@@ -55,12 +59,22 @@ _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:stat
                      r"(?:void|[\w:<>]+)\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
 
 
+_ANONYMOUS_BLOCK = re.compile(r"(?<![\w:])namespace\s*\{")
+# What torch.utils.cpp_extension.load_inline and tvm_ffi.cpp.build_inline name the CUDA text they compile.
+INLINE_CUDA_FILE = "cuda.cu"
+_UNIT_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
+
+
 class OwnKernels(NamedTuple):
     """Names a candidate's kernels can carry: Python functions (Triton kernels, plain C names only) and
-    ``__global__`` functions (C++ symbols, or plain with ``extern "C"``)."""
+    ``__global__`` functions (C++ symbols, or plain with ``extern "C"``); of those, the ones declared in an
+    anonymous namespace, and the file names (as nvcc writes them in such a namespace's symbol: "." as "_") of the
+    translation units they can come from."""
 
     python: frozenset[str]
     cuda: frozenset[str]
+    cuda_anonymous: frozenset[str] = frozenset()
+    units: frozenset[str] = frozenset()
 
 
 def own_kernels(sources: Mapping[str, str]) -> OwnKernels:
@@ -68,11 +82,47 @@ def own_kernels(sources: Mapping[str, str]) -> OwnKernels:
     (in any file: CUDA text inside Python too)."""
     python: set[str] = set()
     cuda: set[str] = set()
+    anonymous: set[str] = set()
+    units: set[str] = set()
     for path, text in sources.items():
         if path.endswith(".py"):
             python.update(_PY_DEF.findall(text))
-        cuda.update(_GLOBAL.findall(text))
-    return OwnKernels(frozenset(python), frozenset(cuda))
+        found = _GLOBAL.findall(text)
+        cuda.update(found)
+        if path.endswith(".py") and found:
+            units.add(INLINE_CUDA_FILE.replace(".", "_"))
+        elif path.endswith(_UNIT_SUFFIXES):  # a kernel of a header it includes carries its name
+            units.add(path.rsplit("/", 1)[-1].replace(".", "_"))
+        for start, end in _anonymous_blocks(text):
+            anonymous.update(_GLOBAL.findall(text, start, end))
+    return OwnKernels(frozenset(python), frozenset(cuda), frozenset(anonymous), frozenset(units))
+
+
+def _anonymous_blocks(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each ``namespace { ... }`` body, by brace depth (braces in comments or strings are rare
+    enough in kernel sources; a miscount only leaves a kernel unclaimed, never claims one)."""
+    blocks = []
+    for match in _ANONYMOUS_BLOCK.finditer(text):
+        depth, i = 1, match.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        blocks.append((match.end(), i))
+    return blocks
+
+
+def anonymous_unit(part: str) -> Optional[str]:
+    """The translation unit nvcc names in an anonymous namespace's symbol part ("_GLOBAL__N__b6d5ab84_10_SoftMax_cu_
+    9f978f63" -> "SoftMax_cu"); "" for one that names none (a host compiler's "_GLOBAL__N_1", a demangled
+    "(anonymous namespace)"); None for a part that is no anonymous namespace."""
+    if part == ANONYMOUS:
+        return ""
+    if not part.startswith("_GLOBAL__N"):
+        return None
+    match = re.match(r"_GLOBAL__N__[0-9a-fA-F]+_(\d+)_", part)
+    if not match:
+        return ""
+    return part[match.end():match.end() + int(match.group(1))]
 
 
 def _read_source_name(mangled: str, i: int) -> tuple[str, int]:
@@ -117,9 +167,10 @@ def qualified_name(symbol: str) -> list[str]:
             return parts
         name, _ = _read_source_name(symbol, i)
         return [name] if name else [symbol]
-    head = symbol.split("(")[0].split("<")[0].strip()
-    head = head.split()[-1] if head.split() else symbol
-    return [p for p in head.split("::") if p and p != "(anonymous namespace)"] or [symbol]
+    readable = symbol.replace("(anonymous namespace)", ANONYMOUS)
+    head = readable.split("(")[0].split("<")[0].strip()
+    head = head.split()[-1] if head.split() else readable
+    return [p for p in head.split("::") if p] or [symbol]
 
 
 def is_housekeeping(name: str) -> bool:
@@ -167,7 +218,13 @@ def is_own(name: str, own: OwnKernels) -> bool:
     plain = len(parts) == 1 and parts[0] == name  # a C name: Triton's, or extern "C"
     if parts[-1] not in (own.python | own.cuda if plain else own.cuda):
         return False
-    return not any(p in LIBRARY_NAMESPACES or p.startswith("_GLOBAL__N") for p in parts[:-1])
+    for part in parts[:-1]:
+        if part in LIBRARY_NAMESPACES:
+            return False
+        unit = anonymous_unit(part)
+        if unit is not None and (parts[-1] not in own.cuda_anonymous or (unit and unit not in own.units)):
+            return False
+    return True
 
 
 def attribution_verdict(kernel_ns: Mapping[str, float], own: OwnKernels, min_share: float, calls: int = 1,
