@@ -62,15 +62,27 @@ def blobs_a_file(folder: Path) -> None:
     (folder / "blobs").write_text("not a folder")
 
 
+def blobs_fifos(folder: Path) -> None:
+    for blob in [p for p in (folder / "blobs").rglob("*") if p.is_file()]:
+        blob.unlink()
+        os.mkfifo(blob)  # reading one waited for a writer for ever (diff, report, export hung)
+
+
+def blobs_gone(folder: Path) -> None:
+    shutil.rmtree(folder / "blobs")
+
+
 def digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.endswith(("-wal", "-shm"))}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "not a file"
+            for p in sorted(folder.rglob("*")) if not p.is_dir() and not p.name.endswith(("-wal", "-shm"))}
 
 
 # (damage, what an unusable archive's one line says: None where the commands read what is left)
 DAMAGES = {
     "seal.key a FIFO": (seal_key_fifo, None),
     "blobs a file": (blobs_a_file, "blobs is not a folder"),
+    "blobs FIFOs": (blobs_fifos, None),
+    "blobs gone": (blobs_gone, None),
     "a column renamed": (sql("alter table evaluations rename column log_blob to renamed"),
                          "lacks column(s) log_blob of its table evaluations"),
     "a table dropped": (sql("drop table agent_turns"), "lacks its table agent_turns"),

@@ -11,6 +11,7 @@ harness's back reads as "archive modified outside the harness".
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -274,7 +275,12 @@ class Archive:
         return digest
 
     def get_blob(self, digest: str) -> bytes:
-        return (self.blob_dir / digest[:2] / digest[2:]).read_bytes()
+        """A blob's bytes; OSError where it is missing or no regular file (a FIFO put there would block a reader)."""
+        path = self.blob_dir / digest[:2] / digest[2:]
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(path))
+            return f.read()
 
     # -- writes -----------------------------------------------------------------------------------------
 

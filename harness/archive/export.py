@@ -136,12 +136,17 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
     # is exported, for the later code, with its hash appended (in the file and in its traces), so that a reader
     # (harness import, TraceSet) can tell which code each trace is of.
     named: set[tuple[str, str]] = set()
+    unreadable_solutions: list[str] = []
     renamed: dict[str, str] = {}  # content hash -> the name it is exported under
     for sol in archive.db.execute("select hash, name, definition, author from solutions "
                                   f"where definition in ({placeholders}) order by rowid", names).fetchall():
         content_hash, sol_name, def_name, author = sol
         d = dataset.definitions[def_name]
-        data = archive.solution_json(content_hash)
+        try:
+            data = archive.solution_json(content_hash)
+        except (OSError, ValueError):  # its blob gone, or changed outside the harness: left out, said
+            unreadable_solutions.append(content_hash[:12])
+            continue
         if (def_name, sol_name) in named:
             renamed[content_hash] = data["name"] = sol_name = f"{sol_name}-{content_hash[:12]}"
         named.add((def_name, sol_name))
@@ -179,6 +184,9 @@ def export_trace_set(archive: Archive, dataset: Dataset, out: Path,
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
         report.traces += len(lines)
+    if unreadable_solutions:
+        report.notices.append(f"{len(unreadable_solutions)} solutions' files cannot be read (gone, or changed outside "
+                              f"the harness) and were left out: {', '.join(unreadable_solutions[:5])}")
     if unreadable:
         report.notices.append(f"{unreadable} evaluations' traces are not traces (changed outside the harness) and "
                               "were left out")
