@@ -119,9 +119,11 @@ def live_printer(as_json: bool):
 @click.version_option("0.1.0", prog_name="controller")
 def main() -> None:
     """Crucible controller: propose kernels within bounds; the harness judges them."""
+    from harness.cli_common import dump_stacks_from_env
     from harness.sandbox.runner import exit_on_sigterm
 
     exit_on_sigterm()
+    dump_stacks_from_env()  # a value the workers could not read either is one line here
 
 
 def _split(values: tuple[str, ...]) -> Optional[list[str]]:

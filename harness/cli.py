@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 from pathlib import Path
@@ -16,8 +15,8 @@ from rich.table import Table
 
 from .archive.database import ArchiveError
 from .archive.storage import database_refusal, storage_message
-from .cli_common import (ARCHIVE_HELP, POSITIVE_SECONDS, err, fail, fmt, open_archive, open_dataset, out,
-                         run_as_program, styled)
+from .cli_common import (ARCHIVE_HELP, POSITIVE_SECONDS, dump_stacks_from_env, err, fail, fmt, open_archive,
+                         open_dataset, out, run_as_program, styled)
 from .pipeline.phases import timeline
 from .result_view import print_promotability, print_result, print_submission_audits, seconds, times
 from .data.statuses import EvaluationStatus, SubmissionStatus
@@ -34,11 +33,7 @@ def main() -> None:
 
     exit_on_sigterm()
     timeline("cli_imported")
-    stacks_after = os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S")
-    if stacks_after:  # where a slow or stuck harness waits: every thread's stack to stderr, repeatedly
-        import faulthandler
-
-        faulthandler.dump_traceback_later(float(stacks_after), repeat=True, file=sys.stderr)
+    dump_stacks_from_env()
 
 
 @main.command()

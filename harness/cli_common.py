@@ -118,6 +118,26 @@ def fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+STACKS_ENV = "CRUCIBLE_DUMP_STACKS_AFTER_S"
+
+
+def dump_stacks_from_env() -> None:
+    """$CRUCIBLE_DUMP_STACKS_AFTER_S=N: where a slow or stuck harness waits, every thread's stack to stderr every N
+    seconds. A value that is no number of seconds (abc, 0, -1, nan, inf) is one line and exit 2, not a traceback."""
+    value = os.environ.get(STACKS_ENV)
+    if not value:
+        return
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 < seconds < 1e9):
+        fail(f"{STACKS_ENV}={printable(value)[:40]!r}: expected a number of seconds above 0")
+    import faulthandler
+
+    faulthandler.dump_traceback_later(seconds, repeat=True, file=sys.stderr)
+
+
 def open_archive(path: Optional[str], reading: bool = False) -> Archive:
     """The archive of --archive, else $CRUCIBLE_ARCHIVE, else ./artifacts. Writers may start one in an existing
     folder (./artifacts is made when missing); readers need one that exists, and never create one."""

@@ -226,3 +226,16 @@ def test_an_archive_name_past_the_systems_limit_is_one_line(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "argv", [program, *[swap.get(a, a) for a in argv], "--archive", too_long])
     line = one_line_within(30, main if program == "harness" else controller, capsys)
     assert "d" * 50 in line, line
+
+
+@pytest.mark.parametrize("program", ["harness", "controller"])
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf", "1e309"])
+def test_a_stack_dump_interval_that_is_no_number_of_seconds_is_one_line(tmp_path, monkeypatch, capsys, program, value):
+    """CRUCIBLE_DUMP_STACKS_AFTER_S=abc (or 0, nan, inf) was a traceback from every harness command, and was handed
+    to the controller's workers, which could not start with it."""
+    from controller.cli import main as controller
+
+    monkeypatch.setenv("CRUCIBLE_DUMP_STACKS_AFTER_S", value)
+    monkeypatch.setattr(sys, "argv", [program, "list" if program == "harness" else "runs", "--archive", str(tmp_path)])
+    line = one_line_within(30, main if program == "harness" else controller, capsys)
+    assert line.startswith(f"error: CRUCIBLE_DUMP_STACKS_AFTER_S='{value}'"), line
