@@ -239,3 +239,32 @@ def test_a_stack_dump_interval_that_is_no_number_of_seconds_is_one_line(tmp_path
     monkeypatch.setattr(sys, "argv", [program, "list" if program == "harness" else "runs", "--archive", str(tmp_path)])
     line = one_line_within(30, main if program == "harness" else controller, capsys)
     assert line.startswith(f"error: CRUCIBLE_DUMP_STACKS_AFTER_S='{value}'"), line
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "not UTF-8", "nested deeply"])
+def test_a_price_table_that_is_no_file_is_refused_unread(tmp_path, kind):
+    """$CRUCIBLE_PRICES=/dev/zero was read until memory ran out, a FIFO for ever."""
+    import threading
+
+    from controller.providers.base import ProviderError, load_prices
+
+    path = {"fifo": tmp_path / "p.fifo", "not UTF-8": tmp_path / "p.yaml",
+            "nested deeply": tmp_path / "p.yaml"}.get(kind, Path(kind))
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "not UTF-8":
+        path.write_bytes(b"model: [1, 2]\n# caf\xe9\n")
+    elif kind == "nested deeply":
+        path.write_text("[" * 50000 + "]" * 50000)
+    done: dict = {}
+
+    def load() -> None:
+        try:
+            load_prices(path)
+        except ProviderError as err:
+            done["error"] = str(err)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert "error" in done and "\n" not in done["error"] and done["error"].startswith(f"price table {path}"), done

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.data.generation_request import GenerationRequest, GenerationResponse, Proposal, Rejection
-from harness.data.schema import Solution, dump_json
+from harness.data.schema import SchemaError, Solution, dump_json, read_text
 
 
 @runtime_checkable
@@ -43,13 +43,13 @@ def _price_sources(path: Optional[Path] = None) -> list[tuple[Path, dict[str, An
     for source in (PRICES_FILE, user):
         if source is None:
             continue
-        try:
-            data = yaml.safe_load(Path(source).read_text()) or {}
-        except (OSError, yaml.YAMLError) as err:
-            raise ProviderError(f"price table {source}: {err}") from None
+        try:  # a regular file of at most 1 MiB: a FIFO or /dev/zero named by $CRUCIBLE_PRICES is refused unread
+            data = yaml.safe_load(read_text(source, 1 << 20)) or {}
+        except (SchemaError, yaml.YAMLError, RecursionError) as err:
+            raise ProviderError(f"price table {source}: {' '.join(str(err).split())[:300]}") from None
         if not isinstance(data, dict):
             raise ProviderError(f"price table {source}: expected `model: [input, output]` USD per million tokens, "
-                                f"got {data!r}")
+                                f"got {' '.join(repr(data).split())[:200]}")
         parsed.append((Path(source), data))
     return parsed
 

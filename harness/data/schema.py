@@ -450,6 +450,12 @@ def _parse_json(text: str, where: str) -> Any:
     return data
 
 
+def read_text(path: Union[str, Path], limit: int = JSON_READ_LIMIT) -> str:
+    """A text file other than JSON (a YAML table a person names) read as JSON files are: a regular file of at most
+    ``limit`` bytes, UTF-8; SchemaError on one line otherwise."""
+    return _read_text(Path(path), limit)
+
+
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):g} MiB"
 
