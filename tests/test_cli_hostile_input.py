@@ -268,3 +268,26 @@ def test_a_price_table_that_is_no_file_is_refused_unread(tmp_path, kind):
     worker.start()
     worker.join(30)
     assert "error" in done and "\n" not in done["error"] and done["error"].startswith(f"price table {path}"), done
+
+
+@pytest.mark.parametrize("content, said", [
+    (None, "eval_config.yaml: not a regular file"),  # a FIFO: every command that read it waited for ever
+    ("[1, 2", "eval_config.yaml: not valid YAML"),  # was a traceback (yaml's ParserError)
+    ("- a list\n", "eval_config.yaml: expected a mapping"),  # was a traceback (AttributeError) later on
+])
+def test_a_datasets_eval_config_that_cannot_be_read_is_one_line(tmp_path, tiny_dataset_root, monkeypatch, capsys,
+                                                                 content, said):
+    import shutil
+
+    dataset = tmp_path / "dataset"
+    shutil.copytree(tiny_dataset_root, dataset)
+    (dataset / "eval_config.yaml").unlink(missing_ok=True)
+    if content is None:
+        os.mkfifo(dataset / "eval_config.yaml")
+    else:
+        (dataset / "eval_config.yaml").write_text(content)
+    (tmp_path / "x.json").write_text(GOOD_TEXT)
+    (tmp_path / "archive").mkdir()
+    monkeypatch.setattr(sys, "argv", ["harness", "submit", str(tmp_path / "x.json"), "--dataset", str(dataset),
+                                      "-w", "tiny_b2_t40", "--archive", str(tmp_path / "archive")])
+    assert said in one_line_within(30, main, capsys)

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from .dtypes import io_nbytes
-from .schema import Definition, SchemaError, Solution, Trace, Workload, load_jsonl, load_model
+from .schema import Definition, SchemaError, Solution, Trace, Workload, load_jsonl, load_model, read_text
 
 # Workload selectors that mean the same in every definition: by the workload's input and output bytes.
 SIZE_SELECTORS = {"largest": max, "smallest": min}
@@ -53,6 +53,15 @@ class EvalPreset(BaseModel):
     # legitimately yields -inf (empty sequences' lse) may opt in to accepting non-finite values
     # exactly where the reference has the same value.
     allow_matching_nonfinite: bool = False
+
+
+def _yaml(path: Path) -> Any:
+    """A dataset's YAML file: a regular file of at most 1 MiB (a FIFO there would block every command), parsed;
+    SchemaError on one line otherwise."""
+    try:
+        return yaml.safe_load(read_text(path, 1 << 20)) or {}
+    except (yaml.YAMLError, RecursionError) as err:
+        raise SchemaError(f"{path}: not valid YAML ({' '.join(str(err).split())[:200]})") from None
 
 
 class Dataset:
@@ -108,7 +117,7 @@ class Dataset:
         path = self.root / "aliases.yaml"
         if not path.exists():
             return {}
-        data = yaml.safe_load(path.read_text()) or {}
+        data = _yaml(path)
         if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
             raise SchemaError(f"{path}: expected a mapping of alias -> list of definition names")
         return data
@@ -116,7 +125,10 @@ class Dataset:
     @cached_property
     def _eval_config(self) -> dict[str, Any]:
         path = self.root / "eval_config.yaml"
-        return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        data = _yaml(path) if path.exists() else {}
+        if not isinstance(data, dict):
+            raise SchemaError(f"{path}: expected a mapping (default, op_type and definition sections)")
+        return data
 
     def resolve(self, name: str) -> list[str]:
         """A definition name or an alias -> definition names. Unknown names list what exists."""
