@@ -164,9 +164,15 @@ def open_dataset(path: Optional[str]) -> Dataset:
         ds = Dataset(path)
         ds.definitions  # parse now: a malformed dataset is reported before any work
         ds.workloads
+        for name in list(ds.definitions)[:1]:  # its eval_config.yaml, read now rather than after the archive opens
+            ds.preset(name)
+        if (ds.root / "audit_policy.yaml").exists():  # its own policy, which every submission's static gate reads
+            from .audits.static_gate import load_policy
+
+            load_policy(ds.root / "audit_policy.yaml")  # PolicyError (a ValueError): one line, not mid-submission
         return ds
-    except SchemaError as e:
-        fail(str(e))
+    except (SchemaError, ValueError) as e:
+        fail(" ".join(str(e).split()))  # a validation error's several lines as one
     raise AssertionError
 
 

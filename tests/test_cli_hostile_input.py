@@ -270,24 +270,30 @@ def test_a_price_table_that_is_no_file_is_refused_unread(tmp_path, kind):
     assert "error" in done and "\n" not in done["error"] and done["error"].startswith(f"price table {path}"), done
 
 
-@pytest.mark.parametrize("content, said", [
-    (None, "eval_config.yaml: not a regular file"),  # a FIFO: every command that read it waited for ever
-    ("[1, 2", "eval_config.yaml: not valid YAML"),  # was a traceback (yaml's ParserError)
-    ("- a list\n", "eval_config.yaml: expected a mapping"),  # was a traceback (AttributeError) later on
+@pytest.mark.parametrize("name, content, said", [
+    ("eval_config.yaml", None, "eval_config.yaml: not a regular file"),  # a FIFO: every command waited for ever
+    ("eval_config.yaml", "[1, 2", "eval_config.yaml: not valid YAML"),  # was a traceback (yaml's ParserError)
+    ("eval_config.yaml", "- a list\n", "eval_config.yaml: expected a mapping"),  # was a traceback later on
+    ("audit_policy.yaml", None, "not a regular file"),  # the static gate waited for ever
+    ("audit_policy.yaml", "[1, 2", "cannot be read as the audit policy"),  # a traceback mid-submission
+    ("audit_policy.yaml", "- a list\n", "expected a mapping at top level"),  # the same
+    ("audit_policy.yaml", "default: {rules: {no_such_rule: error}}\n", "unknown rule id 'no_such_rule'"),
 ])
-def test_a_datasets_eval_config_that_cannot_be_read_is_one_line(tmp_path, tiny_dataset_root, monkeypatch, capsys,
-                                                                 content, said):
+def test_a_datasets_yaml_that_cannot_be_read_is_one_line_before_anything_runs(tmp_path, tiny_dataset_root,
+                                                                               monkeypatch, capsys, name, content,
+                                                                               said):
     import shutil
 
     dataset = tmp_path / "dataset"
     shutil.copytree(tiny_dataset_root, dataset)
-    (dataset / "eval_config.yaml").unlink(missing_ok=True)
+    (dataset / name).unlink(missing_ok=True)
     if content is None:
-        os.mkfifo(dataset / "eval_config.yaml")
+        os.mkfifo(dataset / name)
     else:
-        (dataset / "eval_config.yaml").write_text(content)
+        (dataset / name).write_text(content)
     (tmp_path / "x.json").write_text(GOOD_TEXT)
     (tmp_path / "archive").mkdir()
     monkeypatch.setattr(sys, "argv", ["harness", "submit", str(tmp_path / "x.json"), "--dataset", str(dataset),
                                       "-w", "tiny_b2_t40", "--archive", str(tmp_path / "archive")])
     assert said in one_line_within(30, main, capsys)
+    assert list((tmp_path / "archive").iterdir()) == []  # refused before the archive was opened

@@ -56,13 +56,12 @@ class SessionAudits:
         the static gate, the audit thresholds and the instruction claims of every submission."""
         cached = getattr(self, "_policy_data", None)
         if cached is None:
-            import yaml
-
             from .static_gate import DEFAULT_POLICY_PATH, PolicyError
+            from .static_gate.policy import read_policy_yaml
 
             path = self.dataset.root / "audit_policy.yaml"
             path = path if path.exists() else DEFAULT_POLICY_PATH
-            cached = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            cached = read_policy_yaml(path) or {}
             if not isinstance(cached, dict):
                 raise PolicyError(f"{path}: expected a mapping at top level")
             self._policy_data = cached

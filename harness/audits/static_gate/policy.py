@@ -253,10 +253,21 @@ def load_policy(path: str | Path = DEFAULT_POLICY_PATH, definition: str | None =
     path = Path(path)
     if not path.is_absolute() and not path.exists():
         path = DEFAULT_POLICY_PATH.parent.parent / path
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = read_policy_yaml(path)
     if data is not None and not isinstance(data, Mapping):
         raise PolicyError(f"{path}: expected a mapping at top level")
     return policy_from_mapping(data, definition=definition, op_type=op_type)
+
+
+def read_policy_yaml(path: Path) -> Any:
+    """The policy file parsed: a regular file of at most 1 MiB (a FIFO in a dataset would block every submission);
+    PolicyError on one line where it cannot be read or is not YAML (it was a traceback mid-submission)."""
+    from ...data.schema import SchemaError, read_text
+
+    try:
+        return yaml.safe_load(read_text(path, 1 << 20))
+    except (SchemaError, yaml.YAMLError, RecursionError) as err:
+        raise PolicyError(f"{path}: cannot be read as the audit policy ({' '.join(str(err).split())[:200]})") from None
 
 
 def gate_passed(findings: Iterable[Finding]) -> bool:
