@@ -14,7 +14,7 @@ from rich.table import Table
 
 from harness.archive.database import ARCHIVE_ENV, ArchiveMissing, archive_location
 from harness.archive.storage import storage_message
-from harness.cli_common import POSITIVE_SECONDS, FiniteRange, SafeConsole
+from harness.cli_common import NOT_A_FOLDER, POSITIVE_SECONDS, FiniteRange, SafeConsole
 from harness.data.dataset import Dataset
 from harness.data.schema import SchemaError
 from harness.data.statuses import RunStatus
@@ -474,7 +474,8 @@ def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
                 (folder / f"{stem}.md").write_text(text)
                 plotted = plot_trajectory(data, str(folder / f"{stem}.png"))
             except OSError as e:
-                fail(f"cannot write the trajectory to {folder}: {e.strerror or e}")
+                fail(f"cannot write the trajectory to {folder}: "
+                     + (NOT_A_FOLDER if isinstance(e, FileExistsError) else str(e.strerror or e)))
             click.echo(f"wrote {folder}/{stem}.json, {stem}.md" + (f", {stem}.png" if plotted else
                                                                   " (no plot: matplotlib missing)"))
 

@@ -15,13 +15,13 @@ from rich.table import Table
 
 from .archive.database import ArchiveError
 from .archive.storage import database_refusal, storage_message
-from .cli_common import (ARCHIVE_HELP, POSITIVE_SECONDS, dump_stacks_from_env, err, fail, fmt, open_archive,
-                         open_dataset, out, run_as_program, styled)
+from .cli_common import (ARCHIVE_HELP, NOT_A_FOLDER, POSITIVE_SECONDS, dump_stacks_from_env, err, fail, fmt,
+                         open_archive, open_dataset, out, run_as_program, styled)
 from .pipeline.phases import timeline
 from .result_view import print_promotability, print_result, print_submission_audits, seconds, times
 from .data.statuses import EvaluationStatus, SubmissionStatus
 from .archive_cli import copy_archive
-from .report_cli import NOT_A_FOLDER, browse, diff, report
+from .report_cli import browse, diff, report
 from .data.schema import SchemaError, Solution, load_model
 from .archive.seal import MODIFIED_WARNING
 

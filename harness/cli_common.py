@@ -64,6 +64,9 @@ class FiniteRange(click.FloatRange):
 
 POSITIVE_SECONDS = FiniteRange(0, min_open=True)  # a time limit: more than zero seconds, finite
 
+# mkdir of a path that is there but no folder (a file, a FIFO, a device, a link to nothing): EEXIST, said plainly
+NOT_A_FOLDER = "it is there and is not a folder (name a new or empty folder)"
+
 
 # Tables stay readable when piped (rich would otherwise assume 80 columns).
 out = SafeConsole(width=None if sys.stdout.isatty() else 200)

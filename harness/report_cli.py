@@ -19,9 +19,6 @@ from typing import Optional
 import click
 
 
-# mkdir of a path that is there but no folder (a file, a FIFO, a device, a link to nothing): EEXIST, said plainly
-NOT_A_FOLDER = "it is there and is not a folder (name a new or empty folder)"
-
 @click.command()
 @click.option("--archive", "archive_path", type=click.Path(),
               help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
@@ -41,7 +38,7 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
            dataset: Optional[str], plots: str, open_browser: bool, force: bool) -> None:
     """Write a self-contained HTML report: leaderboards, per-workload plots, roofline, controller trajectory.
     --out must be new, empty or an earlier report (its marker file or page tag): nothing else is overwritten."""
-    from .cli_common import fail, open_archive, out
+    from .cli_common import NOT_A_FOLDER, fail, open_archive, out
     from .review import gather_report, load_rounds_file, write_report
     from .review.pages import out_folder_refusal
 

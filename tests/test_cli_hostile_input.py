@@ -297,3 +297,17 @@ def test_a_datasets_yaml_that_cannot_be_read_is_one_line_before_anything_runs(tm
                                       "-w", "tiny_b2_t40", "--archive", str(tmp_path / "archive")])
     assert said in one_line_within(30, main, capsys)
     assert list((tmp_path / "archive").iterdir()) == []  # refused before the archive was opened
+
+
+def test_a_trajectory_out_that_is_no_folder_says_so(tmp_path, monkeypatch, capsys):
+    """It said "File exists" of a FIFO, /dev/null or a file given as --out."""
+    from controller.cli import main as controller
+    from controller.store import Store
+    from harness.archive.database import Archive
+
+    store = Store(Archive(tmp_path / "a"))
+    store.create_run("run-1", "gqa_paged_decode_h32_kv8_d128_ps1", "offline", {"rounds": 1})
+    os.mkfifo(tmp_path / "out")
+    monkeypatch.setattr(sys, "argv", ["controller", "trajectory", "run-1", "--out", str(tmp_path / "out"),
+                                      "--archive", str(tmp_path / "a")])
+    assert "it is there and is not a folder" in one_line_within(30, controller, capsys)
