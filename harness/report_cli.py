@@ -85,7 +85,7 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
 @click.option("--archive", "archive_path", type=click.Path(),
               help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8001, show_default=True, type=int)
+@click.option("--port", default=8001, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--no-open", is_flag=True, help="Do not open a browser.")
 @click.option("--search", "search_text", help="Search sources, logs and transcripts here and print the hits instead.")
 def browse(archive_path: Optional[str], host: str, port: int, no_open: bool, search_text: Optional[str]) -> None:

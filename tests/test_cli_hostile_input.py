@@ -311,3 +311,14 @@ def test_a_trajectory_out_that_is_no_folder_says_so(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(sys, "argv", ["controller", "trajectory", "run-1", "--out", str(tmp_path / "out"),
                                       "--archive", str(tmp_path / "a")])
     assert "it is there and is not a folder" in one_line_within(30, controller, capsys)
+
+
+@pytest.mark.parametrize("port", ["99999999", "-1", "65536"])
+def test_a_browse_port_out_of_range_is_one_line_before_datasette_starts(tmp_path, monkeypatch, capsys, port):
+    """It was handed to datasette, which printed its own usage (three lines) after the harness's first line."""
+    from harness.archive.database import Archive
+
+    Archive(tmp_path / "a").db.conn.close()
+    monkeypatch.setattr(sys, "argv", ["harness", "browse", "--port", port, "--no-open", "--archive",
+                                      str(tmp_path / "a")])
+    assert "--port" in one_line_within(30, main, capsys)
