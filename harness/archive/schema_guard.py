@@ -17,6 +17,7 @@ connection, never migrated: one that needs a migration of this version is refuse
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
 from pathlib import Path
 from typing import Callable, Sequence
@@ -25,7 +26,10 @@ import sqlite_utils
 
 
 def _normal(sql: str) -> str:
-    return " ".join((sql or "").split()).lower()
+    """A trigger's text compared as SQLite reads it: whitespace, case and how identifiers are quoted do not count
+    (sqlite-utils 3 wrote the full-text index's triggers with [brackets], 4 with "double quotes": an archive made
+    by either is the archive's own)."""
+    return " ".join(re.sub(r'[\[\]"`]', "", sql or "").split()).lower()
 
 
 def shown_name(name: object) -> str:
