@@ -182,4 +182,4 @@ def test_resume_unfinished_continues_every_run_cut_short_and_leaves_the_rest(tin
     empty = tmp_path / "empty"
     empty.mkdir()
     result = CliRunner().invoke(main, ["loop", "--resume", "unfinished", "--archive", str(empty)])
-    assert result.exit_code == 2 and "holds no archive" in result.output
+    assert result.exit_code == 2 and "no archive at" in result.output
