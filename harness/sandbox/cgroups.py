@@ -78,14 +78,7 @@ class Cgroup:
             (self.path / "cgroup.kill").write_text("1")  # a straggler would keep rmdir from succeeding
         except OSError:
             pass
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.02)
+        _rmdir_waiting(self.path)
 
 
 class CgroupV1:
@@ -141,14 +134,19 @@ class CgroupV1:
 
     def remove(self) -> None:
         """Its processes are gone with their namespace; an empty v1 cgroup is removed by rmdir."""
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.02)
+        _rmdir_waiting(self.path)
+
+
+def _rmdir_waiting(path: Path) -> None:
+    """rmdir a cgroup, waiting up to a second for the kernel to let its last processes go."""
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
 
 
 def worker_cgroup(name: str, policy: Any) -> tuple[Optional[Union[Cgroup, CgroupV1]], str]:
