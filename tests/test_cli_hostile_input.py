@@ -271,7 +271,8 @@ def test_a_price_table_that_is_no_file_is_refused_unread(tmp_path, kind):
 
 
 @pytest.mark.parametrize("name, content, said", [
-    ("eval_config.yaml", None, "eval_config.yaml: not a regular file"),  # a FIFO: every command waited for ever
+    ("eval_config.yaml", None, "eval_config.yaml: not a regular file (a FIFO, a device or a socket), expected a YAML "
+                               "file"),  # a FIFO: every command waited for ever
     ("eval_config.yaml", "[1, 2", "eval_config.yaml: not valid YAML"),  # was a traceback (yaml's ParserError)
     ("eval_config.yaml", "- a list\n", "eval_config.yaml: expected a mapping"),  # was a traceback later on
     ("audit_policy.yaml", None, "not a regular file"),  # the static gate waited for ever

@@ -389,6 +389,7 @@ def _read_text(path: Path, limit: int = JSON_READ_LIMIT) -> str:
     """A JSON file's text, or a SchemaError saying why it cannot be read (one line, never a traceback). Only a
     regular file is read, and no further than ``limit`` bytes: a FIFO would wait for a writer for ever, /dev/zero
     never ends, /dev/urandom is not text."""
+    what = {".json": "JSON", ".jsonl": "JSON", ".yaml": "YAML", ".yml": "YAML"}.get(path.suffix.lower(), "text")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once, and is refused below
     except FileNotFoundError:
@@ -398,11 +399,11 @@ def _read_text(path: Path, limit: int = JSON_READ_LIMIT) -> str:
     try:
         kind = os.fstat(fd).st_mode
         if stat.S_ISDIR(kind):
-            raise SchemaError(f"{path}: is a folder, expected a JSON file")
+            raise SchemaError(f"{path}: is a folder, expected a {what} file")
         if not stat.S_ISREG(kind):
-            raise SchemaError(f"{path}: not a regular file (a FIFO, a device or a socket), expected a JSON file")
+            raise SchemaError(f"{path}: not a regular file (a FIFO, a device or a socket), expected a {what} file")
         if os.fstat(fd).st_size > limit:  # refused unread
-            raise SchemaError(f"{path}: over the {_mib(limit)} a JSON file may have here")
+            raise SchemaError(f"{path}: over the {_mib(limit)} a {what} file may have here")
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(limit + 1)
     except OSError as err:
@@ -410,11 +411,11 @@ def _read_text(path: Path, limit: int = JSON_READ_LIMIT) -> str:
     finally:
         os.close(fd)
     if len(data) > limit:  # it grew while read
-        raise SchemaError(f"{path}: over the {_mib(limit)} a JSON file may have here")
+        raise SchemaError(f"{path}: over the {_mib(limit)} a {what} file may have here")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise SchemaError(f"{path}: not UTF-8 text (byte {err.start}): JSON files are UTF-8") from None
+        raise SchemaError(f"{path}: not UTF-8 text (byte {err.start}): {what} files are UTF-8") from None
 
 
 class _DuplicateKey(ValueError):
