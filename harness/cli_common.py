@@ -73,6 +73,10 @@ out = SafeConsole(width=None if sys.stdout.isatty() else 200)
 err = SafeConsole(stderr=True)
 
 
+INTERRUPTED_NOTE = "what finished is archived; an unfinished submission is recorded as INTERRUPTED"
+TERMINATED = 128 + 15  # the status exit_on_sigterm leaves with
+
+
 def invoke(command: Any) -> int:
     """Run a click command; its exit status. A usage error (a missing argument, a bad value) is one line and exit
     code 2, as every error of these programs is, not click's four lines; Ctrl-C is one line and 130."""
@@ -86,9 +90,12 @@ def invoke(command: Any) -> int:
         print(f"error: {printable(e.format_message())}", file=sys.stderr)
         return e.exit_code
     except click.Abort:
-        print("error: interrupted (what finished is archived; an unfinished submission is recorded as INTERRUPTED)",
-              file=sys.stderr)
+        print(f"error: interrupted ({INTERRUPTED_NOTE})", file=sys.stderr)
         return 130
+    except SystemExit as done:  # harness.sandbox.runner.exit_on_sigterm: said on one line, as Ctrl-C is
+        if done.code == TERMINATED:
+            print(f"error: terminated by SIGTERM ({INTERRUPTED_NOTE})", file=sys.stderr)
+        raise
     return returned if isinstance(returned, int) else 0
 
 

@@ -210,7 +210,9 @@ def test_sigterm_mid_run_archives_the_submission_as_interrupted(tmp_path, archiv
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     proc.stdout.close()
+    said = [line for line in proc.stderr.read().decode(errors="replace").splitlines() if line.strip()]
     proc.stderr.close()
+    assert said[-1].startswith("error: terminated by SIGTERM (what finished is archived;"), said[-3:]
     deadline = time.time() + 20
     while time.time() < deadline and any(_alive(pid) for pid in workers):
         time.sleep(0.2)
