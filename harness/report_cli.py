@@ -167,7 +167,8 @@ def _fmt(x: Optional[float]) -> str:
 @click.option("--archive", "archive_path", type=click.Path(),
               help="Archive folder (default: $CRUCIBLE_ARCHIVE, else ./artifacts).")
 @click.option("--definition", help="Pick the solutions' submissions for this definition.")
-@click.option("--context", "-U", default=3, show_default=True, help="Lines of context in the source diff.")
+@click.option("--context", "-U", default=3, show_default=True, type=click.IntRange(0, 10_000),
+              help="Lines of context in the source diff.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--stat", is_flag=True, help="Only the changed files' line counts, not the diff itself.")
 def diff(a: str, b: str, archive_path: Optional[str], definition: Optional[str], context: int, as_json: bool,

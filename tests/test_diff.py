@@ -148,6 +148,9 @@ def test_diff_command(h200):
 
     bad = runner.invoke(diff, ["triton_gqa_decode", "ctl_r3_splitk", "--archive", folder])
     assert bad.exit_code == 2 and "2 definitions" in bad.output
+    for context in ("-5", "10001"):  # difflib took a negative context as given
+        bad = runner.invoke(diff, ["triton_gqa_decode", "ctl_r3_splitk", "--archive", folder, "-U", context])
+        assert bad.exit_code == 2 and "-U" in bad.output and "0<=x<=10000" in bad.output, bad.output
 
 
 @pytest.mark.parametrize("ref", ["²", "٣", "99999999999999999999", "9223372036854775808"])
