@@ -96,3 +96,27 @@ def naive_entry(entry: Any, templates: dict[str, KernelTemplate]) -> Optional[Or
         if isinstance(point, dict) and point.get("template") in templates:
             return {"template": point["template"], "params": {k: v for k, v in point.items() if k != "template"}}
     return None
+
+
+def definition_starting_points(points: dict[str, dict[str, Any]], data: dict[str, Any], where: str,
+                               templates: dict[str, KernelTemplate]) -> dict[str, dict[str, Any]]:
+    """The skill's `starting_points` ({regime: {template, PARAM: VALUE}}) with the definition's own
+    `starting_points:` laid over them: where a shape was measured to want other values (kv4 and kv8 at page 64
+    are not best served by one kernel), the definition's entry changes only what it names; one that names
+    another template replaces the regime's start (the template's defaults fill the rest)."""
+    own = data.get("starting_points") or {}
+    if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
+        raise SkillError(f"{where}: `starting_points:` must map regimes to {{PARAM: VALUE}} mappings")
+    merged = dict(points)
+    for regime, change in own.items():
+        base = points.get(regime) or {}
+        template = change.get("template", base.get("template"))
+        if template not in templates:
+            raise SkillError(f"{where}: `starting_points:` of {regime!r} names template {template!r}, not one "
+                             f"meant for it ({', '.join(templates)})")
+        unknown = sorted(set(change) - {"template"} - set(templates[template].placeholders))
+        if unknown:
+            raise SkillError(f"{where}: `starting_points:` of {regime!r} sets {unknown}, not placeholders of "
+                             f"template {template!r}")
+        merged[regime] = {**(base if template == base.get("template") else {}), **change, "template": template}
+    return merged

@@ -12,9 +12,10 @@ is set, and the loop's end-to-end tests run on it.
 Which skill, which of its templates (with which allowed values) and which fixed values a definition gets is data,
 not code, read by ``controller.providers.offered``: the skill is the one the definition's operator family names
 (``OperatorFamily.skill``); the skill's machine-readable `definitions:` entry for it may name the template(s) meant
-for it (`template:`) and narrow a placeholder's allowed values (`narrow:`), and gives the values of the placeholders
-a template fixes by definition (`PAGE_SIZE` from `page_size`); its `naive:` entry is the first incumbent. Any family
-whose skill ships a template is served the same way.
+for it (`template:`), lay its own `starting_points:` over the regime's, and narrow a placeholder's allowed values
+(`narrow:`), and gives the values of the placeholders a template fixes by definition (`PAGE_SIZE` from
+`page_size`); its `naive:` entry is the first incumbent. Any family whose skill ships a template is served the same
+way.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from ..dispatch import DISPATCH, dispatch_origin, dispatcher_source, splice, wor
 from ..search import (SearchSettings, configuration_on, design_switches, interleave, moved_parameter, population,
                       stalled)
 from ..skills import KernelTemplate, Skill, SkillError, kernel_templates, machine_blocks, render_skill_template
-from .offered import fixed_values, naive_entry, narrowed_templates, offered_templates, skill_for  # noqa: F401
+from .offered import (definition_starting_points, fixed_values, naive_entry, narrowed_templates,  # noqa: F401
+                      offered_templates, skill_for)
 
 Origin = dict[str, Any]
 
@@ -91,6 +93,8 @@ class OfflineGenerator:
                                                 self.data(definition), self.where(definition))
             for template in self.templates.values():  # a value the skill lacks is said now, not at round 1
                 fixed_values(template, self.data(definition), self.where(definition))
+            self.starting_points = definition_starting_points(self.starting_points, self.data(definition),
+                                                              self.where(definition), self.templates)
 
     def where(self, definition: str) -> str:
         return f"skill {self.skill.name!r}, definition {definition!r}"
