@@ -128,6 +128,7 @@ class _CallChecks:
             unbound = (self._resolve(func.value) in ("builtins.object", "builtins.type")
                        or self._is_class_of_value(func.value))
             self._check_getattr(list(node.args) if unbound else [func.value, *node.args], node)
+        self._check_caller_probe(resolved, node)
         if resolved is not None:
             self._check_special_call(resolved, node)
             self._env_call(resolved, node)
@@ -179,6 +180,28 @@ class _CallChecks:
                     self._check_dynamic_store(target, node, f"{how}()")
         elif resolved == "builtins.getattr" and args:
             self._check_getattr(args, node)
+
+    def _check_caller_probe(self, resolved: str | None, node: ast.Call) -> None:
+        """The caller's frame read back through logging or warnings (its file and function tell the official timer's
+        calls from the checked ones), and finalizers by weak-reference callbacks. ``warnings.warn(stacklevel=N)`` alone
+        is honest (it only points a printed warning at the caller): reading the warning back is what is judged."""
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        level = keywords.get("stacklevel")
+        if level is not None and resolved != "warnings.warn" and not (
+                isinstance(level, ast.Constant) and level.value == 1):
+            self._hit("harness_internals", node, "asks for a caller's frame (`stacklevel=`)")
+        if resolved == "warnings.catch_warnings" and not (
+                isinstance(keywords.get("record", ast.Constant(False)), ast.Constant)
+                and not keywords.get("record", ast.Constant(False)).value):
+            self._hit("harness_internals", node, "records warnings, whose file and line name the caller's frame")
+        action = node.args[0] if node.args else keywords.get("action")
+        if (resolved == "warnings.filterwarnings" and ("module" in keywords or len(node.args) >= 4)
+                and not (isinstance(action, ast.Constant) and action.value == "ignore")):
+            # "ignore" shows nothing either way; "error" raises only where the caller's module matches
+            self._hit("harness_internals", node, "filters warnings by the module that issued them (the caller's)")
+        if resolved in ("weakref.ref", "weakref.proxy", "weakref.WeakMethod", "weakref.ReferenceType") and (
+                len(node.args) > 1 or "callback" in keywords):
+            self._hit("concurrency", node, f"`{resolved}()` with a callback, a finalizer that runs outside the call")
 
     def _check_getattr(self, args: list[ast.expr], node: ast.Call) -> None:
         """getattr(target, name): the attribute judged as if written out; a computed name on a module is dynamic."""

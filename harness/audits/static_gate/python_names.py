@@ -14,6 +14,10 @@ _CONCURRENCY_NAMES = (
     "os.spawnl", "os.spawnle", "os.spawnlp", "os.spawnlpe", "os.spawnv", "os.spawnve", "os.spawnvp", "os.spawnvpe",
     "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.execv", "os.execve", "os.execvp", "os.execvpe",
     "os.register_at_fork",
+    # processes started by library helpers: a shell pager, a browser, distutils' spawn, torch's worker pools
+    "pydoc.pipepager", "pydoc.tempfilepager", "pydoc.pager", "webbrowser", "distutils.spawn", "setuptools._distutils",
+    "torch.utils.collect_env", "torch.utils.data.DataLoader", "torch.utils.data.dataloader",
+    "torch._inductor.compile_worker", "torch.jit.fork", "torch.jit._fork", "triton.runtime.build",
 )
 _HARNESS_NAMES = (
     "gc", "inspect", "__builtin__", "__main__", "harness", "controller", "crucible", "flashinfer_bench",
@@ -22,7 +26,17 @@ _HARNESS_NAMES = (
     "sys.path_hooks", "sys.path_importer_cache", "sys.path", "sys.exc_info", "sys.exception", "sys.last_traceback",
     "traceback.walk_stack", "traceback.extract_stack", "traceback.walk_tb", "types.FrameType",
     "builtins.globals", "builtins.locals", "builtins.vars",
+    # the caller's stack by other means: its file and function names tell the official timer's calls
+    # (harness/measure/timing.py) from the checked ones
+    "traceback.format_stack", "traceback.print_stack", "logging.currentframe", "logging.captureWarnings",
+    "tracemalloc", "cProfile", "profile", "trace", "pdb", "bdb", "faulthandler", "contextlib.redirect_stderr",
+    "torch.utils._traceback", "torch._C._profiler", "torch.fx.traceback", "torch.cuda.memory._record_memory_history",
 )
+# Profilers of the candidate's own: a second Kineto/CUPTI session in the process the official timer traces.
+# (record_function only names a range: no finding)
+_PROFILER_NAMES = ("torch.profiler.profile", "torch.profiler.profiler", "torch.profiler._KinetoProfile",
+                   "torch.autograd.profiler.profile", "torch.autograd.profiler_legacy", "torch.cuda.profiler",
+                   "torch._C._autograd._enable_profiler", "torch.autograd._enable_profiler")
 # Raw file descriptors: the worker's channel to the harness is a pair of them, in the candidate's process. A reply
 # written into it (os.writev as well as os.write), a request read from it, or either redirected or closed (os.dup2,
 # os.close) is the harness's state reached around its code; a kernel never needs a descriptor.
@@ -87,6 +101,7 @@ _WEAK_CACHE_NAMES = ("weakref.WeakKeyDictionary", "weakref.WeakValueDictionary",
 _PY_BANNED: dict[str, str] = {}
 for _rule_id, _names in (
     ("concurrency", _CONCURRENCY_NAMES), ("harness_internals", _HARNESS_NAMES + _DESCRIPTOR_NAMES),
+    ("timer_tampering", _PROFILER_NAMES),
     ("env_probe", _ENV_NAMES),
     ("file_cache", _FILE_NAMES), ("dynamic_code", _DYNAMIC_NAMES), ("native_ffi", _FFI_NAMES),
     ("stream_event_graph", _STREAM_NAMES), ("monkeypatch", _MONKEYPATCH_NAMES), ("tensor_subclass", _SUBCLASS_NAMES),
@@ -119,7 +134,7 @@ _TENSOR_COMPUTE_METHODS = frozenset({
 
 _FRAME_ATTRS = frozenset({
     "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "gi_frame",
-    "cr_frame", "ag_frame", "__globals__", "__code__", "__builtins__", "__closure__", "__subclasses__",
+    "cr_frame", "ag_frame", "findCaller", "__globals__", "__code__", "__builtins__", "__closure__", "__subclasses__",
 })
 
 # The `@` operator by name: judged like `@` itself (torch_compute outside a Triton kernel), also when handed over
@@ -179,7 +194,7 @@ _IMPLEMENTATION_MODULES = {
     "_imp": "importlib", "_frozen_importlib": "importlib", "_frozen_importlib_external": "importlib",
     "_datetime": "datetime", "_multiprocessing": "multiprocessing", "_posixshmem": "multiprocessing",
     "_asyncio": "asyncio", "_weakref": "weakref", "_signal": "signal", "_socket": "socket", "_pickle": "pickle",
-    "_lsprof": "cProfile", "_tracemalloc": "tracemalloc",
+    "_lsprof": "cProfile", "_tracemalloc": "tracemalloc", "_warnings": "warnings", "_atexit": "atexit",
 }
 _MEMO_DECORATORS = frozenset({"functools.lru_cache", "functools.cache", "functools.cached_property"})
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"})

@@ -1,0 +1,100 @@
+"""Static gate: the caller's stack read by spellings other than frames (red-team round, 2026-12-05).
+
+A candidate that knows who called it tells the official timer's calls (harness/measure/timing.py) from the checked
+ones and skips the work only where nothing is checked. traceback.extract_stack and sys._getframe were errors; these
+reached the same file and function names unflagged. Processes started by library helpers, finalizers by weak-reference
+callbacks and a profiler of the candidate's own (a second CUPTI session in the timed process) likewise.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from static_gate_support import describe, scan_py
+
+PROBES = {
+    "format_stack": ("from traceback import format_stack\n"
+                     "def run(q, out):\n    if 'timing.py' in ''.join(format_stack()):\n        return\n",
+                     "harness_internals"),
+    "print_stack": ("import traceback, io\n"
+                    "def run(q, out):\n    s = io.StringIO()\n    traceback.print_stack(file=s)\n",
+                    "harness_internals"),
+    "logging_findcaller": ("import logging\n"
+                           "def run(q, out):\n    _, _, func, _ = logging.getLogger('k').findCaller(stacklevel=2)\n",
+                           "harness_internals"),
+    "logging_currentframe": "import logging\ndef run(q, out):\n    f = logging.currentframe()\n",
+    "logging_stacklevel": ("import logging, io\n_s = io.StringIO()\n_l = logging.getLogger('k')\n"
+                           "_l.addHandler(logging.StreamHandler(_s))\n"
+                           "def run(q, out):\n    _l.warning('x', stacklevel=2)\n", "harness_internals"),
+    "warnings_record": ("import warnings\n"
+                        "def run(q, out):\n    with warnings.catch_warnings(record=True) as w:\n"
+                        "        warnings.warn('p', stacklevel=3)\n    return w[0].filename\n", "harness_internals"),
+    "warnings_module_filter": ("import warnings\n"
+                               "def run(q, out):\n    warnings.filterwarnings('error', module='harness.measure.timing')\n"
+                               "    warnings.warn('p', stacklevel=2)\n", "harness_internals"),
+    "warnings_c_module": ("import _warnings\n"
+                         "def run(q, out):\n    _warnings.filterwarnings('error', module='harness')\n",
+                         "harness_internals"),
+    "redirect_stderr": ("import contextlib, io, warnings\n"
+                        "def run(q, out):\n    s = io.StringIO()\n    with contextlib.redirect_stderr(s):\n"
+                        "        warnings.warn('p', stacklevel=2)\n", "harness_internals"),
+    "tracemalloc": ("import tracemalloc\n"
+                    "def run(q, out):\n    tracemalloc.start(10)\n    x = [1]\n"
+                    "    return tracemalloc.get_object_traceback(x).format()\n", "harness_internals"),
+    "cprofile": "import cProfile\n_p = cProfile.Profile()\ndef run(q, out):\n    _p.enable()\n",
+    "lsprof": "import _lsprof\n",
+    "bdb": "import bdb\n",
+    "torch_captured_traceback": ("from torch.utils._traceback import CapturedTraceback\n"
+                                 "def run(q, out):\n    return CapturedTraceback.extract().summary()\n",
+                                 "harness_internals"),
+    "torch_gather_traceback": ("import torch\n"
+                               "def run(q, out):\n    return torch._C._profiler.gather_traceback(True, False, False)\n",
+                               "harness_internals"),
+    "torch_fx_traceback": "import torch.fx.traceback as ft\ndef run(q, out):\n    return ft.format_stack()\n",
+    "torch_profiler": ("import torch\n"
+                       "def run(q, out):\n    with torch.profiler.profile(with_stack=True):\n        pass\n",
+                       "timer_tampering"),
+    "weakref_callback": ("import weakref\n_keep = []\n"
+                         "def run(q, out):\n    _keep.append(weakref.ref(q, lambda r: out.zero_()))\n", "concurrency"),
+    "pydoc_pager": "import pydoc\ndef run(q, out):\n    pydoc.pipepager('x', 'sleep 100 &')\n",
+    "distutils_spawn": "from distutils.spawn import spawn\ndef run(q, out):\n    spawn(['sleep', '100'])\n",
+    "dataloader": ("from torch.utils.data import DataLoader\n"
+                   "def run(q, out):\n    it = iter(DataLoader(range(4), num_workers=1))\n", "concurrency"),
+    "collect_env": "from torch.utils.collect_env import run as r\ndef run(q, out):\n    r('sleep 100 &')\n",
+    "torch_jit_fork": "import torch\ndef run(q, out):\n    torch.jit.fork(out.zero_)\n",
+}
+DEFAULT_RULE = {"logging_currentframe": "harness_internals", "cprofile": "harness_internals",
+                "lsprof": "harness_internals", "bdb": "harness_internals", "torch_fx_traceback": "harness_internals",
+                "pydoc_pager": "concurrency", "distutils_spawn": "concurrency", "collect_env": "concurrency",
+                "torch_jit_fork": "concurrency"}
+
+
+def _source_and_rule(name: str) -> tuple[str, str]:
+    probe = PROBES[name]
+    return (probe, DEFAULT_RULE[name]) if isinstance(probe, str) else probe
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_stack_probe_is_an_error(policy, name):
+    source, rule = _source_and_rule(name)
+    findings = scan_py(source, policy)
+    assert any(f.rule == rule and f.severity == "error" for f in findings), f"{name}: {describe(findings)}"
+
+
+HONEST = [
+    # a warning pointed at the solution's own caller, printed and never read back (tests/gate_corpus)
+    'import warnings\ndef _check(x):\n    warnings.warn("not contiguous; copying", RuntimeWarning, stacklevel=3)\n',
+    'import warnings\nwarnings.filterwarnings("ignore", category=UserWarning, module="triton")\n',
+    'import warnings\ndef run(q):\n    with warnings.catch_warnings():\n        warnings.simplefilter("ignore")\n',
+    'import torch\ndef run(q):\n    with torch.profiler.record_function("decode"):\n        pass\n',
+    'import logging\nlog = logging.getLogger("k")\ndef run(q):\n    log.debug("launch %d", 3)\n',
+    'import weakref\n_cache = weakref.ref(object)\n',
+]
+
+
+@pytest.mark.parametrize("source", HONEST)
+def test_honest_uses_are_not_flagged(policy, source):
+    findings = scan_py(textwrap.dedent(source), policy)
+    assert not [f for f in findings if f.severity == "error"], describe(findings)
