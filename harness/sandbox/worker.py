@@ -32,7 +32,7 @@ from .integrity import Integrity, preload
 from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
                        RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
-from .worker_calls import as_output_dict, recheck_calls
+from .worker_calls import as_output_dict, recheck_calls, require_plain
 from .worker_environment import environment, nvml_index
 from ..measure.device_measure import (l2_flush, memory_mark, memory_release, sync,
                              wall_call)
@@ -166,6 +166,8 @@ class Worker:
         sync(self.device)
         elapsed = time.perf_counter() - started
         self._add("call", elapsed)
+        require_plain(outputs, "outputs")  # before anything reads them: a subclass's code would run there
+        require_plain(args, "inputs")  # the mutation check compares them with torch.equal
         with self._step("digest"):
             mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)
                        and (content_digest(v) != digests[k] if k in digests else not torch.equal(v, args[k]))]
@@ -284,6 +286,7 @@ class Worker:
                     del flush
             else:  # only the audited trial's walls travel
                 clock_trial["traced_wall_ms"] = None
+            require_plain({f"argument {i}": a for i, a in enumerate(args)}, "the timed calls' tensors")
             del kernel_args
             del inputs, args
         with self._step("gpu_state"):

@@ -45,6 +45,17 @@ def as_output_dict(definition: Definition, returned: Any) -> dict[str, Any]:
                     + (f" of length {len(returned)}" if isinstance(returned, (tuple, list)) else ""))
 
 
+def require_plain(tensors: dict[str, Any], what: str) -> None:
+    """Every tensor of ``tensors`` exactly a ``torch.Tensor``. A subclass (made by any spelling, or a class put on the
+    worker's own output with ``__class__ =``) runs the candidate's code when the harness reads it: its work deferred
+    past the timed call into the reading (``detach``, ``to``, ``__torch_function__``), or a comparison that lies."""
+    odd = {k: type(v).__name__ for k, v in tensors.items()
+           if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor}
+    if odd:
+        raise TypeError(f"{what} must be plain torch.Tensor, got a subclass: "
+                        + ", ".join(f"{k} is {n}" for k, n in list(odd.items())[:4]))
+
+
 def thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -134,6 +145,8 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
 
         state = setup()
         ms, outputs = timed_call(state)
+        require_plain(outputs, f"outputs of recheck step {i}")
+        require_plain(inputs, f"inputs of recheck step {i}")
         wall_ms.append(ms)
         for name, t in outputs.items():
             # A copy now: a later "reuse" step writes into these very buffers.

@@ -1,0 +1,62 @@
+"""What the worker proves at run time whatever the static gate missed (red-team round, 2026-12-05, CPU).
+
+- An output whose class is a torch.Tensor subclass (``class L(type(output))``, ``type("L", (torch.Tensor,), ...)``,
+  ``torch.nn.Buffer``: spellings the gate did not see) ran the candidate's code when the worker read the output
+  after the call (``detach`` for the reply): the work deferred past the timed call. Outputs and inputs must be plain
+  tensors after every call.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.archive.database import Archive
+from harness.data.dataset import Dataset
+from harness.data.schema import Solution
+from harness.pipeline.evaluate import Session, SubmitOptions
+
+from sandbox_attacks import HONEST
+from support import KV8_PS1
+
+LAUNCH = "    _launch(q, k_cache, v_cache, kv_indptr, kv_indices, None, sm_scale, output, lse)\n"
+
+
+def _solution(name: str, after_launch: str, prelude: str = "") -> Solution:
+    assert LAUNCH in HONEST
+    body = "".join("    " + line + "\n" for line in after_launch.strip("\n").splitlines())
+    source = HONEST.replace(LAUNCH, LAUNCH + body) + "\n" + prelude
+    return Solution.model_validate(
+        {"name": name, "definition": KV8_PS1, "author": "hostile",
+         "spec": {"language": "triton", "target_hardware": ["cpu"], "entry_point": "kernel.py::run",
+                  "dependencies": [], "destination_passing_style": True},
+         "sources": [{"path": "kernel.py", "content": source}]})
+
+
+@pytest.fixture(scope="module")
+def session(tiny_dataset_root, tmp_path_factory):
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path_factory.mktemp("redteam")),
+                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=120)) as s:
+        yield s
+
+
+LAZY_CLASS = '''
+class _Lazy(type(output)):
+    def detach(self):
+        print("LAZY: the candidate's code ran as the harness read its output", flush=True)
+        return super().detach()
+output.__class__ = _Lazy
+'''
+
+
+def test_output_of_a_tensor_subclass_is_a_runtime_error(session):
+    result = session.submit(_solution("lazy_output", LAZY_CLASS))
+    w = result.workloads[0]
+    assert w.status == "RUNTIME_ERROR" and "subclass" in w.message, (w.status, w.message)
+    assert result.promotion_blockers
+
+
+def test_honest_after_the_hostile_ones(session):
+    result = session.submit(_solution("honest", ""))
+    assert result.status == "PASSED", [w.message for w in result.workloads]
+    assert {a.name: a.passed for a in result.workloads[0].audits}["thread_creation"]
+    assert result.promotion_blockers == [], result.promotion_blockers
