@@ -4,6 +4,9 @@
   ``torch.nn.Buffer``: spellings the gate did not see) ran the candidate's code when the worker read the output
   after the call (``detach`` for the reply): the work deferred past the timed call. Outputs and inputs must be plain
   tensors after every call.
+- A process the candidate started (a shell pager's ``sleep &``, DataLoader workers, a daemon) did its work outside the
+  worker's threads and outside the CUPTI trace of the worker's process, and no audit saw it: the thread census counted
+  the worker's own threads only. A process of the candidate's alive at the recheck fails ``thread_creation``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,19 @@ def test_output_of_a_tensor_subclass_is_a_runtime_error(session):
     result = session.submit(_solution("lazy_output", LAZY_CLASS))
     w = result.workloads[0]
     assert w.status == "RUNTIME_ERROR" and "subclass" in w.message, (w.status, w.message)
+    assert result.promotion_blockers
+
+
+LEFT_RUNNING = '''
+import pydoc
+pydoc.pipepager("", "sleep 120 & :")
+'''
+
+
+def test_a_process_left_running_fails_thread_creation(session):
+    result = session.submit(_solution("process_left", LEFT_RUNNING))
+    audit = {a.name: a for a in result.workloads[0].audits}["thread_creation"]
+    assert not audit.passed and "process" in audit.detail and "sleep" in audit.detail, audit.detail
     assert result.promotion_blockers
 
 

@@ -235,7 +235,8 @@ class SessionAudits:
             result = self._judge(definition, workload, int(step["seed"]), got, expected, tol)
             checks.append((step, result.passed, result.message))
         wr.audits.append(recheck_verdict(checks))
-        wr.audits.append(thread_verdict(reply.threads_before, reply.threads_after, reply.candidate_threads))
+        wr.audits.append(thread_verdict(reply.threads_before, reply.threads_after, reply.candidate_threads,
+                                        reply.candidate_processes))
         # a call on never-seen content in warm buffers against its repeat (verdicts.replay_verdict)
         timed = [i for i, s in enumerate(steps) if s["kind"] == "reuse"]
         if not self.has_gpu or not timed:

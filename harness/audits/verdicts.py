@@ -237,10 +237,16 @@ def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditCo
                         + ("" if wall <= limit else ": work on host threads or outside the timed GPU activity"))
 
 
-def thread_verdict(threads_before: int, threads_after: int, candidate_threads: Sequence[str] = ()) -> Audit:
-    """Threads started during the recheck (any kind), and Python threads of the candidate's still alive, whenever
-    they were started (during the correctness calls, at import)."""
+def thread_verdict(threads_before: int, threads_after: int, candidate_threads: Sequence[str] = (),
+                   candidate_processes: Sequence[str] = ()) -> Audit:
+    """Threads started during the recheck (any kind), and Python threads or processes of the candidate's still
+    alive, whenever they were started (during the correctness calls, at import): a process's work is outside the
+    worker's threads and outside the CUPTI trace of the worker's process."""
     new = threads_after - threads_before
+    if candidate_processes:
+        return Audit(name="thread_creation", passed=False,
+                     detail=f"{len(candidate_processes)} process(es) of the candidate's alive during the recheck "
+                            f"({', '.join(candidate_processes[:5])})")
     if candidate_threads:
         names = ", ".join(candidate_threads[:5])
         return Audit(name="thread_creation", passed=False,

@@ -18,6 +18,7 @@ missed) is still alive when the recheck counts, even if it was started during th
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 import types
@@ -141,6 +142,55 @@ def python_threads() -> dict[int, str]:
     return out
 
 
+def _processes() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, command name) of every process this worker's /proc shows."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:  # gone meanwhile
+                continue
+            name = stat[stat.find("(") + 1:stat.rfind(")")]
+            state, ppid = stat[stat.rfind(")") + 2:].split()[:2]
+            out[int(entry)] = (int(ppid), state, "".join(c if c.isprintable() and c.isascii() else "?" for c in name))
+    return out
+
+
+def _descendants(roots: set[int], table: Mapping[int, tuple[int, str, str]]) -> set[int]:
+    found, grew = set(roots), True
+    while grew:
+        more = {pid for pid, (ppid, _, _) in table.items() if ppid in found and pid not in found}
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def torch_compile_processes() -> set[int]:
+    """The worker processes of torch.compile's own compile pool (Inductor's SubprocPool or process pool), kept
+    alive between compiles as its threads are."""
+    module = sys.modules.get("torch._inductor.async_compile")
+    pool_of = getattr(getattr(module, "AsyncCompile", None), "process_pool", None)
+    cache_info = getattr(pool_of, "cache_info", None)
+    if cache_info is None or not cache_info().currsize:
+        return set()
+    pool = pool_of()
+    pids = {getattr(getattr(pool, "process", None), "pid", None), *(getattr(pool, "_processes", None) or ())}
+    return {p for p in pids if isinstance(p, int)}
+
+
+def other_processes() -> dict[int, str]:
+    """Processes alive beside the worker: in its PID namespace (its parent is the namespace's first process) every one
+    but that first and the worker; without one (reduced sandbox) the worker's descendants. Forked, spawned by a
+    library's helper or daemonised alike; zombies do nothing and are left out."""
+    me, table = os.getpid(), _processes()
+    mine = _descendants({me}, table) - {me}
+    if os.getppid() == 1:
+        mine |= set(table) - {1, me}
+    return {pid: table[pid][2] for pid in mine if pid in table and table[pid][1] not in ("Z", "X")}
+
+
 def _path(frame: Any) -> str:
     return frame.f_code.co_filename.replace("\\", "/")
 
@@ -192,6 +242,8 @@ class Integrity:
         self._compile_threads = torch_compile_threads
         self.before = types.MappingProxyType(snapshot())  # read-only: no .clear() or item assignment
         self.threads = python_threads()
+        self._processes, self._compile_processes = other_processes, torch_compile_processes
+        self.processes = other_processes()
         self.tampered: list[str] = []
         self.check = self._check  # bound now: a method replaced on the class later is not the one called
 
@@ -207,3 +259,11 @@ class Integrity:
         torch_own = self._compile_threads()
         return sorted(name for ident, name in self._threads().items()
                       if ident not in self.threads and ident not in torch_own)
+
+    def new_processes(self) -> list[str]:
+        """Processes alive now that were not when the worker started (harness.sandbox.integrity.other_processes),
+        torch.compile's own pool workers and their children left out: the candidate's."""
+        now, pools = self._processes(), self._compile_processes()
+        torch_own = _descendants(pools, _processes()) if pools else set()
+        return sorted(f"pid {pid} ({name})" for pid, name in now.items()
+                      if pid not in self.processes and pid not in torch_own)

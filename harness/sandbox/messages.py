@@ -330,6 +330,9 @@ class RecheckReply(Reply):
     candidate_threads: list[str] = Field(
         default_factory=list, description="Python threads alive that were not when the worker started: the "
                                           "candidate's, whenever it started them (harness.sandbox.integrity)")
+    candidate_processes: list[str] = Field(
+        default_factory=list, description="processes alive beside the worker that were not when it started: the "
+                                          "candidate's (harness.sandbox.integrity.other_processes)")
     when_ok: ClassVar[tuple[str, ...]] = ("wall_ms", "input_fingerprints", "threads_before", "threads_after")
 
 

@@ -185,6 +185,7 @@ class Worker:
                                         req, self.device)
         if header.get("ok"):
             header["candidate_threads"] = self.integrity.new_threads()
+            header["candidate_processes"] = self.integrity.new_processes()
         return header, tensors
 
     def oracle(self, req: OracleRequest) -> tuple[dict, dict]:
