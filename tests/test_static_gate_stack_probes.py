@@ -98,3 +98,32 @@ HONEST = [
 def test_honest_uses_are_not_flagged(policy, source):
     findings = scan_py(textwrap.dedent(source), policy)
     assert not [f for f in findings if f.severity == "error"], describe(findings)
+
+
+# A tensor subclass by spellings the gate missed (the worker now refuses any output that is not a plain tensor:
+# tests/test_redteam_runtime.py); each runs the candidate's code where the harness reads the output.
+SUBCLASSES = {
+    "type_of_value": "def run(q, out):\n    class L(type(out)):\n        pass\n",
+    "class_of_value": "def run(q, out):\n    class L(out.__class__):\n        pass\n",
+    "mro_item": "import torch\nclass L(torch.nn.Parameter.__mro__[1]):\n    pass\n",
+    "buffer": "import torch\nclass L(torch.nn.Buffer):\n    pass\n",
+    "uninitialized": "import torch\nclass L(torch.nn.parameter.UninitializedBuffer):\n    pass\n",
+    "masked": "import torch\nclass L(torch.masked.MaskedTensor):\n    pass\n",
+    "type_call": "import torch\nL = type('L', (torch.Tensor,), {})\n",
+    "new_class": "import types, torch\nL = types.new_class('L', (torch.Tensor,))\n",
+    "class_store": "def run(q, out, cls):\n    out.__class__ = cls\n",
+    "class_setattr": "def run(q, out, cls):\n    object.__setattr__(out, '__class__', cls)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUBCLASSES))
+def test_tensor_subclass_by_another_spelling(policy, name):
+    findings = scan_py(SUBCLASSES[name], policy)
+    assert any(f.rule == "tensor_subclass" and f.severity == "error" for f in findings), describe(findings)
+
+
+def test_plain_classes_and_type_queries_are_not_flagged(policy):
+    source = ("import torch\nclass Config(dict):\n    pass\nPoint = type('Point', (object,), {})\n"
+              "def run(q):\n    return type(q).__name__, q.__class__ is torch.Tensor\n")
+    findings = scan_py(source, policy)
+    assert not [f for f in findings if f.severity == "error"], describe(findings)

@@ -278,6 +278,10 @@ class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _EnvChecks, _R
             resolved = self._resolve(base)
             if resolved in _TENSOR_BASES:
                 self._hit("tensor_subclass", base, f"class `{node.name}` subclasses `{resolved}`")
+            elif self._is_class_of_value(base) or isinstance(base, ast.Subscript):
+                # `class L(type(output))`, `class L(output.__class__)`, `class L(torch.nn.Parameter.__mro__[1])`
+                self._hit("tensor_subclass", base, f"class `{node.name}` subclasses `{ast.unparse(base)}`, a class "
+                                                   "taken from a value or a class's bases")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:

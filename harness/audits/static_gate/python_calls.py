@@ -26,6 +26,7 @@ from .python_names import (
     _NAMED_LOOKUPS,
     _OPEN_FUNCTIONS,
     _PACKAGE_QUERIES,
+    _TENSOR_BASES,
     _TENSOR_COMPUTE_METHODS,
     _str_const,
 )
@@ -170,6 +171,8 @@ class _CallChecks:
                           "builtins.type.__delattr__") and args:
             how = "setattr" if "setattr" in resolved else "delattr"
             target = self._resolve(args[0])
+            if len(args) > 1 and _str_const(args[1]) == "__class__":
+                self._hit("tensor_subclass", node, f"{how}() replaces the class of `{ast.unparse(args[0])}`")
             if self._is_class_of_value(args[0]):
                 self._hit("monkeypatch", node, f"{how}() on `{ast.unparse(args[0])}`, the class of a value")
             elif target is not None:
@@ -180,6 +183,9 @@ class _CallChecks:
                     self._check_dynamic_store(target, node, f"{how}()")
         elif resolved == "builtins.getattr" and args:
             self._check_getattr(args, node)
+        elif resolved == "builtins.type" and len(args) == 3 and isinstance(args[1], ast.Tuple) and any(
+                self._resolve(b) in _TENSOR_BASES or self._is_class_of_value(b) for b in args[1].elts):
+            self._hit("tensor_subclass", node, "`type()` makes a class whose bases hold a tensor class")
 
     def _check_caller_probe(self, resolved: str | None, node: ast.Call) -> None:
         """The caller's frame read back through logging or warnings (its file and function tell the official timer's

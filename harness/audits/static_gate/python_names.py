@@ -84,7 +84,7 @@ _MONKEYPATCH_NAMES = (
 )
 _SUBCLASS_NAMES = (
     "torch.Tensor._make_subclass", "torch.Tensor.as_subclass", "torch._C._disabled_torch_function_impl",
-    "torch.Tensor.__torch_function__", "torch.Tensor.__torch_dispatch__",
+    "torch.Tensor.__torch_function__", "torch.Tensor.__torch_dispatch__", "types.new_class",
 )
 _CLOCK_NAMES = (
     "time.time", "time.time_ns", "time.perf_counter", "time.perf_counter_ns", "time.monotonic",
@@ -198,7 +198,11 @@ _IMPLEMENTATION_MODULES = {
 }
 _MEMO_DECORATORS = frozenset({"functools.lru_cache", "functools.cache", "functools.cached_property"})
 _TRITON_DECORATORS = frozenset({"triton.jit", "triton.autotune", "triton.heuristics", "triton.language.jit"})
-_TENSOR_BASES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch._C.TensorBase", "torch._C._TensorBase"})
+_TENSOR_BASES = frozenset({"torch.Tensor", "torch.nn.Parameter", "torch._C.TensorBase", "torch._C._TensorBase",
+                           "torch.nn.Buffer", "torch.nn.parameter.Parameter", "torch.nn.parameter.Buffer",
+                           "torch.nn.UninitializedParameter", "torch.nn.UninitializedBuffer",
+                           "torch.nn.parameter.UninitializedParameter", "torch.nn.parameter.UninitializedBuffer",
+                           "torch.masked.MaskedTensor"})
 _BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
 
 # Builtins that are resolved to "builtins.<name>" unless the module rebinds them.
@@ -252,6 +256,9 @@ _TORCH_NEVER_COMPUTE = frozenset({
     "torch.get_default_device", "torch.typename", "torch.types", "torch.__version__", "torch.version",
     "torch._assert", "torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling",
     "torch._dynamo.is_compiling", "torch.jit.is_scripting", "torch.jit.is_tracing",
+    # keeping a function out of torch.compile's graphs (FLA's launchers): a decorator, no kernel; what it wraps is
+    # judged as itself (`torch.compiler.disable(torch.matmul)` still names torch.matmul)
+    "torch.compiler", "torch.compiler.disable", "torch._dynamo.disable",
     # seeding, profiler annotations, allocator housekeeping, matmul precision: no kernel of their own
     "torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.seed",
     "torch.cuda.empty_cache", "torch.set_float32_matmul_precision", "torch.get_float32_matmul_precision",

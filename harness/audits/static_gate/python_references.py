@@ -196,6 +196,8 @@ class _ReferenceChecks:
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         parts = _chain_parts(node)
+        if not isinstance(node.ctx, ast.Load) and node.attr == "__class__":
+            self._hit("tensor_subclass", node, f"assigns the class of `{ast.unparse(node.value)}`")
         if not isinstance(node.ctx, ast.Load) and self._is_class_of_value(node.value):
             # `type(q).allclose = f`, `q.__class__.allclose = f`: a tensor's class is torch.Tensor
             self._hit("monkeypatch", node,
