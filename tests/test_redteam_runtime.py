@@ -7,9 +7,15 @@
 - A process the candidate started (a shell pager's ``sleep &``, DataLoader workers, a daemon) did its work outside the
   worker's threads and outside the CUPTI trace of the worker's process, and no audit saw it: the thread census counted
   the worker's own threads only. A process of the candidate's alive at the recheck fails ``thread_creation``.
+- The host's OOM killer: the memory limit (32 GiB) can exceed a host's memory (this CPU host has 23 GiB), and a
+  candidate that exhausted the host had the harness, or another session's process, as likely a victim as itself.
+  A sandboxed worker's processes now go first (oom_score_adj 1000, set by the sandbox's root; where that root has
+  CAP_SYS_RESOURCE the candidate cannot lower it again, elsewhere only by a write to /proc the static gate refuses).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -69,6 +75,34 @@ def test_a_process_left_running_fails_thread_creation(session):
     audit = {a.name: a for a in result.workloads[0].audits}["thread_creation"]
     assert not audit.passed and "process" in audit.detail and "sleep" in audit.detail, audit.detail
     assert result.promotion_blockers
+
+
+OOM_FIRST = '''
+print("OOM_ADJ", open("/proc/self/oom_score_adj").read().strip(), flush=True)
+try:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("0")
+    print("OOM_LOWERED", open("/proc/self/oom_score_adj").read().strip(), flush=True)
+except OSError as err:
+    print("OOM_KEPT", type(err).__name__, flush=True)
+'''
+
+
+def test_the_candidate_is_the_oom_killers_first_choice(session):
+    result = session.submit(_solution("oom_first", OOM_FIRST))
+    log = result.workloads[0].log
+    if result.sandbox != "full":
+        pytest.skip(f"no full sandbox on this host: {result.sandbox}")
+    assert log.index("OOM_ADJ") == log.index("OOM_ADJ 1000"), log[-2000:]
+    if _has_cap_sys_resource():  # root with CAP_SYS_RESOURCE set it: the floor the candidate cannot go under
+        assert "OOM_KEPT" in log and "OOM_LOWERED" not in log, log[-2000:]
+
+
+def _has_cap_sys_resource() -> bool:
+    for line in open("/proc/self/status"):
+        if line.startswith("CapEff:"):
+            return os.geteuid() == 0 and bool(int(line.split()[1], 16) >> 24 & 1)
+    return False
 
 
 def test_honest_after_the_hostile_ones(session):
