@@ -164,9 +164,10 @@ def init_script(plan: MountPlan) -> str:
     # The host's OOM killer takes a worker's processes first (root sets it, so the candidate cannot lower it): a
     # candidate under its memory limit can still exhaust a host with less memory than the limit, and the harness
     # (or another session's process) must not be what is killed.
-    lines = ["set -eu", "echo 1000 > /proc/self/oom_score_adj 2>/dev/null || true"]
+    lines = ["set -eu"]
     if plan.cgroup_procs:
         lines.append(f"echo 0 > {q(plan.cgroup_procs)}")
+    lines.append("echo 1000 > /proc/self/oom_score_adj 2>/dev/null || true")
     lines += [f"mount -t tmpfs -o mode=0755,size=16m,nosuid,nodev crucible-root {r}", f"cd {r}"]
 
     def bind(path: str, writable: bool = False, recursive: bool = True) -> list[str]:
