@@ -167,6 +167,16 @@ def _descendants(roots: set[int], table: Mapping[int, tuple[int, str, str]]) -> 
     return found
 
 
+def _sandbox_init() -> bool:
+    """Whether pid 1 is the sandbox's own first process (harness.sandbox.isolation: ``sh -c INIT crucible-sandbox``),
+    not a container's init or a harness that runs as pid 1, whose other children are no candidate's."""
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            return b"\0crucible-sandbox\0" in f.read()
+    except OSError:
+        return False
+
+
 def torch_compile_processes() -> set[int]:
     """The worker processes of torch.compile's own compile pool (Inductor's SubprocPool or process pool), kept
     alive between compiles as its threads are."""
@@ -186,7 +196,7 @@ def other_processes() -> dict[int, str]:
     library's helper or daemonised alike; zombies do nothing and are left out."""
     me, table = os.getpid(), _processes()
     mine = _descendants({me}, table) - {me}
-    if os.getppid() == 1:
+    if os.getppid() == 1 and _sandbox_init():
         mine |= set(table) - {1, me}
     return {pid: table[pid][2] for pid in mine if pid in table and table[pid][1] not in ("Z", "X")}
 
