@@ -86,11 +86,12 @@ class HarnessEvaluator:
         finally:
             session.options.workloads = saved
 
-    def evaluate_on(self, solution: Solution, workloads: Optional[list[str]]) -> int:
+    def evaluate_on(self, solution: Solution, workloads: Optional[list[str]], budget_s: Optional[float] = None) -> int:
         """A draft from a tool conversation, on the named workloads (None: the run's), fast audits. Its submission
-        is archived like any other; it is not a candidate until the model submits it."""
+        is archived like any other; it is not a candidate until the model submits it. ``budget_s``: what its
+        request's wall time has left: the harness stops the draft's worker there (Session.submit's ``budget_s``)."""
         with self._on(workloads) as session:
-            return session.submit(solution).submission_id
+            return session.submit(solution, **({} if budget_s is None else {"budget_s": budget_s})).submission_id
 
     def screen(self, solution: Solution, workloads: Optional[list[str]], iterations: int, trials: int) -> int:
         """A screening run of successive halving: correctness on ``trials`` seeds and a timing run of ``iterations``

@@ -29,7 +29,7 @@ class DraftingEvaluator(FakeEvaluator):
 
     drafts: list[tuple[str, list]] = []
 
-    def evaluate_on(self, solution, workloads):
+    def evaluate_on(self, solution, workloads, budget_s=None):
         self.drafts.append((solution.name, list(workloads or [])))
         return self.evaluate(solution, on_start=None)
 

@@ -41,7 +41,7 @@ def bound(provider, tmp_path, journal=None):
     evaluated = []
     journal = journal or MemoryJournal()
     provider.bind(skills(tmp_path / "skills"), journal,
-                  evaluate=lambda solution, workloads: evaluated.append(solution["name"]) or REPORT)
+                  evaluate=lambda solution, workloads, budget_s: evaluated.append(solution["name"]) or REPORT)
     return provider, journal, evaluated
 
 
@@ -271,7 +271,7 @@ KILLED = textwrap.dedent("""
 
     server = agent_sse.Server(script[0], script[1], die)
     provider = AnthropicProvider(api_key="sk-test", base_url="http://anthropic.test", http_client=server.client())
-    provider.bind(agent_sse.skills(folder / "skills"), StoreJournal(store), evaluate=lambda s, w: "PASSED")
+    provider.bind(agent_sse.skills(folder / "skills"), StoreJournal(store), evaluate=lambda s, w, b: "PASSED")
     provider.generate(agent_sse.request(run_id="run-k"))
 """)
 

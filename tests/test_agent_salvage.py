@@ -108,7 +108,7 @@ def test_no_draft_evaluation_starts_past_the_requests_wall_time():
     now = [0.0]
     evaluated = []
 
-    def evaluate(solution, workloads):
+    def evaluate(solution, workloads, budget_s):
         evaluated.append(solution["name"])
         now[0] += 100.0  # each evaluation takes 100 s of the request's 150
         return "PASSED"
@@ -134,7 +134,7 @@ def test_a_context_window_filled_up_is_said_as_such():
 
 
 def test_a_harness_failure_inside_a_tool_is_the_models_to_read_and_the_turn_stays_archived():
-    def evaluate(solution, workloads):
+    def evaluate(solution, workloads, budget_s):
         raise RuntimeError("worker died\nwhile building")
 
     draft = {"files": REPLY["files"], "workloads": []}

@@ -49,7 +49,7 @@ def run(script, req=None, journal=None, evaluate=None, price=(3.0, 15.0)):
 def test_a_conversation_reads_a_skill_evaluates_a_draft_and_submits():
     evaluated = []
 
-    def evaluate(solution, workloads):
+    def evaluate(solution, workloads, budget_s):
         evaluated.append((solution["name"], workloads))
         return "uniform_b1_kv512: PASSED 0.012 ms"
 
@@ -102,7 +102,7 @@ def test_evaluation_budget_is_hard():
     response, _, journal, req = run([
         turn(("evaluate", {"files": FILES, "workloads": []}), ("evaluate", {"files": FILES, "workloads": []})),
         turn(text="fine"),
-    ], req=request(max_evaluations=1), evaluate=lambda s, w: "PASSED")
+    ], req=request(max_evaluations=1), evaluate=lambda s, w, b: "PASSED")
     first, second = journal.turns(req)[0].results
     assert not first.is_error and second.is_error and "evaluation budget of this request (1)" in second.content
 
@@ -207,7 +207,7 @@ def test_bound_provider_profiles_the_drafts_it_evaluated():
             self.context = context
 
     class Evaluator:
-        def evaluate_on(self, solution, workloads):
+        def evaluate_on(self, solution, workloads, budget_s=None):
             return 41
 
     class Store:

@@ -84,13 +84,14 @@ def bind_provider(provider: Any, skills: dict[str, Skill], store: Any, evaluator
     if hasattr(evaluator, "evaluate_on"):
         allowed = set(run_workloads or [])
 
-        def evaluate(solution: dict[str, Any], workloads: list[str]) -> str:
+        def evaluate(solution: dict[str, Any], workloads: list[str], budget_s: Optional[float] = None) -> str:
             unknown = sorted(set(workloads) - allowed) if allowed else []
             if unknown:
                 return (f"not evaluated: {', '.join(unknown)} not among this run's workloads "
                         f"({', '.join(sorted(allowed))})")
             draft = Solution.model_validate(solution)
-            submission_id = evaluator.evaluate_on(draft, workloads or None)
+            # the request's wall time left: the harness stops the draft there (a TIMEOUT that says so)
+            submission_id = evaluator.evaluate_on(draft, workloads or None, budget_s)
             drafts[draft.name] = (draft, submission_id)
             return draft_report(store.eval_records(submission_id, figure=figure))
 

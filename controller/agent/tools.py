@@ -3,8 +3,9 @@
 Every tool is answered here, in the controller: skills and their files are read from the skills folder, limited to
 what the request's ``skill_index`` lists; a draft is evaluated by the harness (ground truth: a separate process per
 candidate, the full pipeline) through the ``Evaluate`` callable the loop passes in, at most ``max_evaluations``
-times; a candidate is submitted with ``submit_kernel`` and becomes a proposal like any provider's. Results are text,
-cut to ``MAX_RESULT_CHARS`` so one tool answer cannot flood the conversation.
+times, and stopped where the request's wall time ends; a candidate is submitted with ``submit_kernel`` and becomes
+a proposal like any provider's. Results are text, cut to ``MAX_RESULT_CHARS`` so one tool answer cannot flood the
+conversation.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from .transcript import ToolCall, ToolResult
 
 MAX_RESULT_CHARS = 60_000
 
-# (solution JSON, workload labels or [] for the request's default set) -> a report of the evaluation, as text
-Evaluate = Callable[[dict[str, Any], list[str]], str]
+# (solution JSON, workload labels or [] for the request's default set, seconds the request has left or None for no
+# limit) -> a report of the evaluation, as text; the harness stops the draft where those seconds end
+Evaluate = Callable[[dict[str, Any], list[str], Optional[float]], str]
 # (target: "incumbent" or a draft's name) -> the ncu digest as Markdown, or None where there is none
 Profile = Callable[[str], Optional[str]]
 
@@ -164,8 +166,9 @@ class ToolBox:
         solution = self._draft(args)
         self.evaluations += 1
         workloads = [str(w) for w in (args.get("workloads") or [])]
+        left = None if self.deadline is None else self.deadline - self.clock()  # the draft is cut there
         return f"draft `{solution['name']}` ({self.evaluations} of {budget} evaluations)\n\n" + self.evaluate(
-            solution, workloads)
+            solution, workloads, left)
 
     def _read_profile(self, args: dict[str, Any]) -> str:
         target = str(args.get("target", ""))

@@ -4,13 +4,18 @@ archive row.
 
 Mixed into ``harness.pipeline.evaluate.Session`` (as ``WorkloadEvaluation`` and ``SessionAudits`` are); what it reads
 of the session: ``audit_config``, ``dataset``, ``archive``, ``environment``, ``progress``, ``trusted`` and
-``baselines`` (their workers' memory), and the steps ``_evaluate_workload``, ``_compare``, ``_attribution`` and
-``_escalate``.
+``baselines`` (their workers' memory), ``candidates`` (harness.pipeline.candidate_workers), and the steps
+``_evaluate_workload``, ``_compare``, ``_attribution`` and ``_escalate``.
+
+A submission's wall-time budget (``Session.submit``'s ``budget_s``, kept in ``_budget`` while it runs) is its
+candidate worker's deadline (harness.sandbox.runner.WorkerProcess.deadline): the build or the workload running then
+is cut, its worker killed with its sandbox, and it ends TIMEOUT saying so; the workloads after it are SKIPPED.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Optional
 
 from ..data import records
@@ -26,6 +31,22 @@ from ..sandbox.runner import WorkerProcess
 
 class CandidateRun:
     """The per-workload steps of ``Session._submit`` (see the module docstring); not used on its own."""
+
+    _budget: Optional[tuple[float, float]] = None  # the submission's budget: (seconds, time.monotonic() deadline)
+
+    def _start_candidate(self, solution: Solution, definition: Definition, timeout_s: float,
+                         role: str = "candidate", deadline: Optional[float] = None
+                         ) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+        # A full-audit evaluation (what a promotion rests on) builds afresh: no file the solution wrote in an
+        # earlier evaluation reaches it (harness.sandbox.extension_cache); screening and fast runs reuse the build.
+        return self.candidates.start(solution, definition, timeout_s, role,
+                                     reuse_build=self.audit_config.level != "full", deadline=deadline)
+
+    def _past_budget(self) -> Optional[str]:
+        """Why the next workload is not run (the submission's wall-time budget is spent), or None."""
+        if self._budget is None or time.monotonic() < self._budget[1]:
+            return None
+        return f"not run: {budget_spent(self._budget[0])}"
 
     def _on_candidate(self, candidate: WorkerProcess, solution: Solution, definition: Definition, workload: Workload,
                       label: str, run_preset: EvalPreset, preset: EvalPreset, tol: Tolerance, timeout_s: float,
@@ -67,6 +88,8 @@ class CandidateRun:
                 wr: WorkloadResult, env_id: str) -> None:
         """The workload's evaluation into the archive (its log as a blob, its official trace) and the result."""
         wr.workload = workload.uuid
+        if self._budget is not None and wr.status == EvaluationStatus.TIMEOUT.value and self._past_budget():
+            wr.message = f"{budget_spent(self._budget[0])}: its worker was stopped ({wr.message})"
         log_blob = self.archive.put_blob(wr.log, "log") if wr.log else None
         trace = records.official_trace(definition, solution, workload, wr, self.environment)
         wr.evaluation_id = self.archive.add_evaluation(
@@ -74,3 +97,8 @@ class CandidateRun:
             records.timing_rows(wr))
         result.workloads.append(wr)
         self.progress("result", {"label": wr.label, "status": wr.status, "message": wr.message})
+
+
+def budget_spent(budget_s: float) -> str:
+    """What a submission cut at its wall-time budget says (a controller's draft: its request's wall time)."""
+    return f"the evaluation's wall-time budget ({budget_s:.3g} s left when it started) ran out"

@@ -95,12 +95,15 @@ class CandidateWorkers:
 
     def start(self, solution: Solution, definition: Definition, timeout_s: float, role: str = "candidate",
               worker: Optional[WorkerProcess] = None, phase: Optional[Callable[[str], ContextManager[Any]]] = None,
-              reuse_build: bool = True) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
+              reuse_build: bool = True, deadline: Optional[float] = None
+              ) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
         """A built worker for ``solution``, or None and the failed start as a WorkloadResult. ``worker``: a process
         from ``process_for`` (default: taken now); ``phase``: where the waits are counted (default: the session's
         clock; a thread beside the session's work passes its own); ``reuse_build``: False compiles its torch
-        extensions afresh (the new build replaces the kept one)."""
+        extensions afresh (the new build replaces the kept one); ``deadline``: the worker's (WorkerProcess.deadline),
+        from its wait for the hello on."""
         worker = worker or self.process_for(solution, role)
+        worker.deadline = deadline
         phase = phase or self._phase
         try:
             with phase("worker_start"):

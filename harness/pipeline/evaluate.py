@@ -224,11 +224,14 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
     # -- one solution -------------------------------------------------------------------------------
 
     def submit(self, solution: Solution, *, audit_level: Optional[str] = None, iterations: Optional[int] = None,
-               trials: Optional[int] = None) -> SubmissionResult:
+               trials: Optional[int] = None, budget_s: Optional[float] = None) -> SubmissionResult:
         """Evaluate ``solution`` on the session's workloads. ``audit_level`` overrides the session's for this
         submission only (the controller's paired timing runs use "off": the candidate's audits were run on its own
-        evaluation, and it cannot tell the levels apart while timed); ``iterations``/``trials``: ``short_run``."""
+        evaluation, and it cannot tell the levels apart while timed); ``iterations``/``trials``: ``short_run``;
+        ``budget_s``: the submission's wall time from now (a controller's draft: what its request has left), where
+        its worker is killed (``CandidateRun``: the workload a TIMEOUT that says so, the rest SKIPPED)."""
         started, phases_before, steps_before = time.perf_counter(), dict(self.phase_s), dict(self.worker_spent)
+        self._budget = None if budget_s is None else (budget_s, time.monotonic() + budget_s)
         session_config = self.audit_config
         try:
             # the level (the session's, or this submission's) with the definition's thresholds from its policy
@@ -248,7 +251,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                                                           submission_id, closed)) from err
             raise
         finally:
-            self.audit_config = session_config
+            self.audit_config, self._budget = session_config, None
         result.wall_s = time.perf_counter() - started
         result.phases_s = self.clock.since(phases_before)
         steps = {k: round(v - steps_before.get(k, 0.0), 3) for k, v in self.worker_spent.items()}
@@ -319,6 +322,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                 if len(timed_out) >= TIMEOUTS_IN_A_ROW:  # each more would cost the whole limit again
                     skip = (f"not run: the solution ran out of time on {' and '.join(timed_out)} in a row "
                             f"(each in a fresh process, {timeout_s:.0f} s limit)")
+                skip = self._past_budget() or skip
                 wr = unrun_result(workload, label, skip, static_problem, build_failure)
                 if wr is None:
                     if candidate is None or not candidate.alive:
@@ -326,7 +330,8 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                         # The dataset's own baseline, byte for byte, runs as its baseline workers do: with the
                         # session's FlashInfer JIT cache, not compiling FlashInfer again in a private folder.
                         candidate, failure = self._start_candidate(
-                            solution, definition, timeout_s, role="baseline" if library_is_own else "candidate")
+                            solution, definition, timeout_s, role="baseline" if library_is_own else "candidate",
+                            deadline=self._budget[1] if self._budget else None)
                         if candidate is not None and first_build and candidate.build_log.strip():
                             from ..archive.views import add_artifact
 
@@ -363,13 +368,6 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
         self._open_submission = None
         self.progress("done", {"status": result.status})
         return result
-
-    def _start_candidate(self, solution: Solution, definition: Definition, timeout_s: float,
-                         role: str = "candidate") -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
-        # A full-audit evaluation (what a promotion rests on) builds afresh: no file the solution wrote in an
-        # earlier evaluation reaches it (harness.sandbox.extension_cache); screening and fast runs reuse the build.
-        return self.candidates.start(solution, definition, timeout_s, role,
-                                     reuse_build=self.audit_config.level != "full")
 
     @property
     def _spare(self) -> Optional[WorkerProcess]:

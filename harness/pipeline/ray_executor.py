@@ -110,16 +110,17 @@ class Lane:
                 "has_gpu": self.session.has_gpu}
 
     def evaluate(self, solution: Solution, audit_level: Optional[str] = None,
-                 workloads: Optional[list[str]] = None) -> dict[str, Any]:
+                 workloads: Optional[list[str]] = None, budget_s: Optional[float] = None) -> dict[str, Any]:
         """One submission in the private archive, returned whole: {"bundle", "result", "error"}. ``audit_level``
-        and ``workloads`` override the lane's for this submission (the controller's full and paired runs, drafts)."""
+        and ``workloads`` override the lane's for this submission (the controller's full and paired runs, drafts);
+        ``budget_s``: its wall time from now (Session.submit; a draft's request's), on this node's clock."""
         before = self._last_submission()
         result, error = None, None
         saved = self.session.options.workloads
         if workloads is not None:
             self.session.options.workloads = list(workloads)
         try:
-            result = self.session.submit(solution, audit_level=audit_level)
+            result = self.session.submit(solution, audit_level=audit_level, budget_s=budget_s)
             submission_id: Optional[int] = result.submission_id
         except Exception as err:  # the session archived it as HARNESS_ERROR (Session._close_cut_short)
             error = f"{type(err).__name__}: {err}"
@@ -317,12 +318,17 @@ class LaneClient:
     def has_gpu(self) -> bool:
         return bool(self.lane().info.get("has_gpu"))
 
-    def submit(self, solution: Solution, *, audit_level: Optional[str] = None) -> SubmissionResult:
+    def submit(self, solution: Solution, *, audit_level: Optional[str] = None,
+               budget_s: Optional[float] = None) -> SubmissionResult:
+        """``budget_s``: as Session.submit's, from now: a lane's start and a lost lane's attempts spend it too (each
+        attempt is sent what is left, in seconds: the lane's clock is not this one's)."""
         reason, kept = "", {"executor": "ray", "audit_level": audit_level or self.options.audit_level}
+        deadline = None if budget_s is None else time.monotonic() + budget_s
         for attempt in range(1, self.settings.retries + 2):
             lane = self.lane()
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                payload = ray.get(lane.handle.evaluate.remote(solution, audit_level, self.options.workloads))
+                payload = ray.get(lane.handle.evaluate.remote(solution, audit_level, self.options.workloads, left))
             except LANE_LOST as err:
                 reason = f"{lane.name} on {lane.info.get('host')}: {_reason(err)}"
                 _stop([lane], [])

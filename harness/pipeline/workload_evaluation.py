@@ -21,7 +21,7 @@ from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
 from ..data.results import WorkloadResult
 from ..sandbox.messages import Reply, Request, RunRequest, TimeRequest
-from ..sandbox.runner import WorkerCrashed, WorkerProcess, WorkerTimeout
+from ..sandbox.runner import WorkerCrashed, WorkerPastDeadline, WorkerProcess, WorkerTimeout
 from ..data.statuses import SubmissionStatus
 from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_reply import apply_timing_reply
@@ -142,8 +142,9 @@ class WorkloadEvaluation:
                     wr.status = check.status.value
                     wr.message = f"trial {trial}: {check.message}"
                     break
-        except WorkerTimeout as err:
-            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{err} (limit {timeout_s:.0f} s per workload)"
+        except WorkerTimeout as err:  # past the submission's deadline: Session._record says so
+            limit = "" if isinstance(err, WorkerPastDeadline) else f" (limit {timeout_s:.0f} s per workload)"
+            wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{err}{limit}"
         except WorkerCrashed as err:
             wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, str(err)
         if merged is not None and merged.has_errors:

@@ -60,6 +60,10 @@ class WorkerTimeout(RuntimeError):
         self.log = log
 
 
+class WorkerPastDeadline(WorkerTimeout):
+    """A request cut at the worker's ``deadline`` (its evaluation's wall-time budget), before its own limit."""
+
+
 # What one nvcc/cicc job of a heavy CUTLASS instantiation holds (FlashInfer's fused MoE on sm_90 took a 32 GiB
 # worker past its limit with 16 jobs on the H200).
 COMPILE_JOB_BYTES = 5 << 30
@@ -272,6 +276,9 @@ class WorkerProcess:
         self.peak_bytes = 0
         self.resident_bytes = 0
         self._definition: Any = None  # what the worker was last asked to build (the size of its outputs)
+        # A time.monotonic() past which no request waits, whatever its own limit (a submission's wall-time
+        # budget: harness.pipeline.evaluate.Session.submit's budget_s); the worker is killed there.
+        self.deadline: Optional[float] = None
 
     def mark_memory(self) -> None:
         """Start counting the peak afresh (one workload's share)."""
@@ -416,6 +423,9 @@ class WorkerProcess:
         if not self.alive:
             raise WorkerCrashed("the worker is not running", self.log_text())
         deadline = time.monotonic() + timeout_s
+        cut = self.deadline is not None and self.deadline < deadline  # the evaluation's deadline comes first
+        if cut and self.deadline is not None:
+            deadline = self.deadline
         sent = time.perf_counter()
         try:
             protocol.write_message(self._w, message.wire(), tensors)
@@ -425,6 +435,8 @@ class WorkerProcess:
             header, tensors = protocol.read_message(self._r, deadline, max_payload=limit)
         except protocol.Timeout:
             self.kill()
+            if cut:
+                raise WorkerPastDeadline("no answer before the evaluation's deadline", self.log_text()) from None
             raise WorkerTimeout(f"no answer within {timeout_s:.0f} s", self.log_text()) from None
         except (protocol.PeerClosed, BrokenPipeError, protocol.ProtocolError) as err:
             if isinstance(err, protocol.ProtocolError):
