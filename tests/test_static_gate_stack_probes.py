@@ -127,3 +127,38 @@ def test_plain_classes_and_type_queries_are_not_flagged(policy):
               "def run(q):\n    return type(q).__name__, q.__class__ is torch.Tensor\n")
     findings = scan_py(source, policy)
     assert not [f for f in findings if f.severity == "error"], describe(findings)
+
+
+# Native work that runs later on another thread, or a handler that does: what std::thread and pthread_create were.
+DEFERRED_CPP = {
+    "at_launch": "#include <ATen/Parallel.h>\nvoid run(float* o) { at::launch([o] { o[0] = 1; }); }\n",
+    "intraop_launch": "#include <ATen/Parallel.h>\nvoid run(float* o) { at::intraop_launch([o] { o[0] = 1; }); }\n",
+    "c10_thread_pool": "#include <c10/core/thread_pool.h>\nvoid run(float* o) { c10::ThreadPool p(1); }\n",
+    "host_func": ("#include <cuda_runtime.h>\nvoid CUDART_CB cb(void* p) { ((float*)p)[0] = 1; }\n"
+                  "void run(float* o, cudaStream_t s) { cudaLaunchHostFunc(s, cb, o); }\n"),
+    "stream_callback": ("#include <cuda_runtime.h>\nvoid CUDART_CB cb(cudaStream_t, cudaError_t, void*) {}\n"
+                        "void run(cudaStream_t s) { cudaStreamAddCallback(s, cb, 0, 0); }\n"),
+    "timer_thread": ("#include <signal.h>\n#include <time.h>\nvoid run() { timer_t t; sigevent e{};\n"
+                     "  e.sigev_notify = SIGEV_THREAD; timer_create(CLOCK_REALTIME, &e, &t); }\n"),
+    "signal_alarm": "#include <signal.h>\n#include <unistd.h>\nvoid h(int) {}\nvoid run() { signal(SIGALRM, h); alarm(1); }\n",
+    "atexit": "#include <stdlib.h>\nvoid h() {}\nvoid run() { atexit(h); }\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEFERRED_CPP))
+def test_native_deferred_work_is_concurrency(policy, name):
+    from static_gate_support import scan_cpp
+
+    findings = scan_cpp(DEFERRED_CPP[name], policy)
+    assert any(f.rule == "concurrency" and f.severity == "error" for f in findings), describe(findings)
+
+
+def test_native_names_that_only_look_alike_are_not_flagged(policy):
+    from static_gate_support import scan_cpp
+
+    source = ("#include <ATen/Parallel.h>\nstruct S { void signal(int); };\n"
+              "__device__ void signal(int* flag) { atomicExch(flag, 1); }\n"
+              "void run(S& s, float* o, int n) { s.signal(1); at::parallel_for(0, n, 1, [&](int64_t a, int64_t b) {});\n"
+              "  int alarm_count = 0; (void)alarm_count; }\n")
+    findings = scan_cpp(source, policy)
+    assert not [f for f in findings if f.severity == "error"], describe(findings)

@@ -80,6 +80,15 @@ def _cpp_token_rules() -> list[tuple[str, re.Pattern[str], str, str]]:
             r"getStreamFromPool|getStreamFromExternal|CUDAEvent)\b"), _WORD, "CUDA stream/event/graph API"),
         ("concurrency", re.compile(r"std::(?:thread|jthread|async)\b|omp_\w+\s*\(|#[ \t]*pragma[ \t]+omp\b"),
          _WORD, "host concurrency API"),
+        # torch's own thread pools (at::launch runs on the inter-op pool, c10::ThreadPool is one of its own), host
+        # functions and callbacks the CUDA driver runs on its thread, timers and handlers that run later, exit hooks
+        ("concurrency", re.compile(
+            r"(?:at::(?:launch|intraop_launch\w*|internal::launch_no_thread_state)|c10::(?:Task)?ThreadPool|"
+            r"cudaLaunchHostFunc|cuLaunchHostFunc|cudaStreamAddCallback|cuStreamAddCallback)\b"), _WORD,
+         "work run later by another thread"),
+        ("concurrency", re.compile(
+            r"(?:timer_create|setitimer|alarm|sigaction|atexit|at_quick_exit|on_exit)\s*\(|signal\s*\(\s*SIG"), _CALL,
+         "timer, signal handler or exit hook"),
         ("concurrency", re.compile(
             r"(?:pthread_create|fork|vfork|posix_spawnp?|popen|system|execv|execve|execvp|execvpe|execl|execle|"
             r"execlp)\s*\("), _CALL, "process/thread API"),
