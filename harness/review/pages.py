@@ -5,6 +5,7 @@ scripts, fonts or styles from the network), so the folder can be opened from dis
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -36,6 +37,16 @@ class _Writer:
     def write(self, rel: str, text: str) -> str:
         write_in(self.out, rel, text)
         return rel
+
+
+def _file_slug(text: str) -> str:
+    """A file name for ``text`` (a source's path, a workload's label): itself where it is one already, else its slug
+    with a digest of the original, so two paths never share a page (``pkg/kernel.py`` and a decoy ``pkg_kernel.py``
+    both slugged to ``pkg_kernel.py``: the later one's text was shown for both) and none passes a name's length."""
+    slug = _slug(text)
+    if slug == text and len(slug) <= 100:
+        return slug
+    return f"{slug[:100]}-{hashlib.sha256(text.encode(errors='surrogatepass')).hexdigest()[:10]}"
 
 
 def _no_link(folder: Path) -> None:
@@ -152,11 +163,11 @@ def _candidate_page(c: Candidate, w: _Writer, backend: str) -> str:
         if wl.log_blob:
             text = w.blob_text(wl.log_blob)
             if text is not None:
-                log_hrefs[wl.evaluation_id] = "../" + w.write(f"{base}/logs/{wl.evaluation_id}-{_slug(wl.label)}.txt",
-                                                              text)
+                name = f"{base}/logs/{wl.evaluation_id}-{_file_slug(wl.label)}.txt"
+                log_hrefs[wl.evaluation_id] = "../" + w.write(name, text)
     src_links = []
     for s in c.sources:
-        href = w.write(f"{base}/source/{_slug(s['path'])}.txt", s["content"])
+        href = w.write(f"{base}/source/{_file_slug(s['path'])}.txt", s["content"])
         src_links.append(f'<a href="../{href}">{_esc(s["path"])}</a>')
     body = [f'<header class="top"><h1>{_esc(c.solution_name)} <span class="muted">submission {c.submission_id}</span>'
             f'</h1><p class="meta"><a href="../index.html#{_slug(c.definition)}">← {_esc(c.definition)}</a></p>'
