@@ -61,11 +61,35 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
                                       ("torch_compute", "topk_w.sum(dim=-1"), ("torch_compute", "torch.sort("),
                                       ("torch_compute", "torch.div("), ("torch_compute", "torch.bincount("),
                                       ("torch_compute", "torch.cumsum(")]),
+    # GQA decode at page size 64 through block pointers (tl.make_block_ptr, boundary checks), tl.range(num_stages=),
+    # autotune pruned by early_config_prune with a perf_model and top_k, a heuristic, constexpr globals
+    "triton_block_ptr_pages": ("triton", []),
+    # GDN decode with a research codebase's host habits: logging, warnings, print, debug knobs read by name (env_read
+    # blocks nothing), enum, a frozen dataclass, itertools, lru_cache on scalars, torch.empty_like scratch, a device
+    # context, and the launcher kept out of torch.compile graphs (torch.compiler.disable: no compute)
+    "triton_host_knobs": ("triton", [("env_read", "GDN_DECODE_VERBOSE"), ("env_read", "TRITON_PRINT_AUTOTUNING")]),
+    # GDN prefill as a package whose entry point is its __init__ (`from .api import gdn_prefill as run`)
+    "triton_pkg_init_entry": ("triton", []),
+    # DSA sparse attention as a torch.library.custom_op that mutates its outputs, with a register_fake
+    "triton_custom_op_mutates": ("triton", []),
+    # the DSA indexer with its own top-k (a threshold search in Triton) and a NamedTuple whose field is `topk`
+    "triton_indexer_threshold_select": ("triton", []),
+    # MoE: routing in PyTorch into a shape-keyed workspace (out= and in-place ops), block-pointer GEMVs, atomic adds
+    "triton_moe_block_ptr_atomic": ("triton", [
+        ("torch_compute", "torch.sigmoid("), ("torch_compute", "torch.add("),
+        ("torch_compute", "group_scores = grouped.topk("), ("torch_compute", "group_idx = group_scores.topk("),
+        ("torch_compute", "mask.scatter_("), ("torch_compute", "s_bias.masked_fill("),
+        ("torch_compute", "topk_idx = pruned.topk("), ("torch_compute", "w_sum = w.sum("),
+        ("torch_compute", "w.div_("), ("torch_compute", "w.mul_("), ("torch_compute", "torch.nonzero(")]),
+    # split-KV GQA decode as a nested package: star re-exports, `from . import kernels as K`, `from ..common import`
+    "triton_nested_package": ("triton", []),
 }
+# Warnings that block nothing and await nothing (a debug flag read by its literal name).
+NOT_LIBRARY = {"env_read"}
 
 # Solutions whose honest calls are allowed by the shipped policy's lists (torch_calls: torch.library.triton_op,
 # wrap_triton, torch.from_numpy, torch.arange), not by the gate's own catalogue.
-NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package"}
+NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package", "triton_custom_op_mutates"}
 
 POLICIES = {
     "shipped": lambda: load_policy(),
@@ -100,7 +124,7 @@ def test_honest_solution_passes_the_gate(name, policy_name):
     warnings = sorted((f.rule, text) for f in findings for rule, text in expected
                       if f.rule == rule and text in f.snippet)
     assert len(findings) == len(expected) and warnings == sorted(expected), _describe(findings)
-    assert all(awaits_attribution(f) for f in findings)
+    assert all(awaits_attribution(f) or f.rule in NOT_LIBRARY for f in findings)
 
 
 def _attacks():

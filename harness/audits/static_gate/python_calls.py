@@ -280,7 +280,8 @@ class _CallChecks:
         if self._in_triton_kernel:
             return  # inside @triton.jit, x.sum()/x.to() are Triton tensor methods compiled into the kernel
         if method in _TENSOR_COMPUTE_METHODS and not self.policy.tensor_methods(method):
-            self._hit("torch_compute", node, f"calls tensor method `.{method}()`")
+            if id(func) not in self._own_field_reads():  # `stats.sum(xs)`: a method of the module's own class
+                self._hit("torch_compute", node, f"calls tensor method `.{method}()`")
         elif method in _FILE_WRITE_METHODS:
             if id(func) not in self.judged:  # `.mkdir()` of a load() build folder: judged in embedded.py
                 self._hit("file_cache", node, f"calls `.{method}()` (a file-system write or probe)")

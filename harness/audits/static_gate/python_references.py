@@ -16,6 +16,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from .common import _longest_prefix
+from .python_fields import own_field_reads
 from .python_modules import canonical
 from .python_names import (
     _COMPUTE_ROOTS,
@@ -50,6 +51,7 @@ class _ReferenceChecks:
     bound_values: set[int]
     class_attributes: set[int]
     policy: _CompiledPolicy
+    tree: ast.Module
 
     # ---- values kept where no alias of a name records them, handed over too: a default (`def f(q, mm=torch.matmul)`),
     # `(mm := torch.matmul)`, either side of `a if c else b` and of `a or b`, a lambda's result, a yielded value, a
@@ -230,8 +232,17 @@ class _ReferenceChecks:
         called, is called later where no method call shows; judged as the call would be."""
         if (isinstance(node.ctx, ast.Load) and node.attr in _TENSOR_COMPUTE_METHODS and id(node) not in self.called
                 and (id(node) in self.handed_over or id(node) in self.bound_values)
-                and not self._in_triton_kernel and not self.policy.tensor_methods(node.attr)):
+                and not self._in_triton_kernel and not self.policy.tensor_methods(node.attr)
+                and id(node) not in self._own_field_reads()):
             self._hit("torch_compute", node, f"takes tensor method `.{node.attr}` to call it elsewhere")
+
+    def _own_field_reads(self) -> set[int]:
+        """`shapes.topk`, `self.topk`: a field of an object of the module's own class (python_fields), computed once,
+        when first needed."""
+        reads = getattr(self, "_field_reads", None)
+        if reads is None:
+            reads = self._field_reads = own_field_reads(self.tree, self._resolve)
+        return reads
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         self._env_subscript(node)

@@ -1,0 +1,9 @@
+# ruff: noqa
+import math
+
+HEAD_K = 128
+HEAD_V = 128
+NUM_QK_HEADS = 4
+NUM_V_HEADS = 8
+DEFAULT_SCALE = 1.0 / math.sqrt(HEAD_K)
+SOFTPLUS_THRESHOLD = 20.0

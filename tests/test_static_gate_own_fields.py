@@ -1,0 +1,168 @@
+"""Static gate: names that look like torch compute and are not. A field of the module's own object whose name is a
+tensor method's (`shapes.topk` of a NamedTuple, `self.topk` of a launcher, `cfg.topk` of a dataclass, `stats.sum(...)`
+of its own class) is that object's, not a tensor's method taken to be called later; `torch.compiler.disable`
+(keeping a launcher out of torch.compile's graphs) launches nothing. Each has a hostile counterpart that the gate
+still judges: the same attribute read from a parameter, a rebound name, a loop variable, a walrus target, `self`
+bound to a tensor through the class, and a torch callable handed to `torch.compiler.disable`."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.audits.static_gate import awaits_attribution, gate_passed
+
+from static_gate_support import describe, scan_py
+
+HONEST = {
+    "namedtuple_field": '''
+        from typing import NamedTuple
+        class Shapes(NamedTuple):
+            batch: int
+            topk: int
+        def run(q, out):
+            shapes = Shapes(q.shape[0], out.shape[1])
+            kernel[(shapes.batch,)](q, out, TOPK=shapes.topk)
+        ''',
+    "launcher_self": '''
+        class Launcher:
+            def __init__(self, topk):
+                self.topk = topk
+                self.mean = 0.5
+            def __call__(self, q, out):
+                kernel[(1,)](q, out, TOPK=self.topk, M=self.mean)
+                k = self.topk
+                return k
+        _LAUNCH = Launcher(2048)
+        def run(q, out):
+            _LAUNCH(q, out)
+        ''',
+    "dataclass_config": '''
+        from dataclasses import dataclass
+        @dataclass(frozen=True)
+        class Cfg:
+            topk: int = 2048
+            @classmethod
+            def default(cls):
+                return cls()
+        CFG = Cfg()
+        def run(q, out):
+            kernel[(1,)](q, out, TOPK=CFG.topk)
+            return Cfg.default()
+        ''',
+    "own_method_call": '''
+        class Stats:
+            def sum(self, xs):
+                return 0
+        STATS = Stats()
+        def run(q):
+            return STATS.sum([1, 2])
+        ''',
+    "compiler_disable": '''
+        import torch
+        HAS_COMPILER = hasattr(torch, "compiler") and hasattr(torch.compiler, "disable")
+        @torch.compiler.disable
+        def run(q, out):
+            kernel[(1,)](q, out)
+        @torch._dynamo.disable
+        def run2(q, out):
+            kernel[(1,)](q, out)
+        ''',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_fields_and_decorators_of_the_solution_are_not_torch_compute(name, policy):
+    findings = scan_py(HONEST[name], policy)
+    assert findings == [], describe(findings)
+
+
+HOSTILE = {
+    "parameter": '''
+        from typing import NamedTuple
+        class Shapes(NamedTuple):
+            topk: int
+        def run(q, out):
+            f = q.topk
+            return f(4)
+        ''',
+    "rebound_name": '''
+        from typing import NamedTuple
+        class Shapes(NamedTuple):
+            topk: int
+        shapes = Shapes(1)
+        def run(q, out):
+            shapes = q
+            f = shapes.topk
+            return f(4)
+        ''',
+    "loop_variable": '''
+        class Shapes:
+            topk = 1
+        s = Shapes()
+        def run(q, out):
+            for s in [q]:
+                f = s.topk
+            return f(4)
+        ''',
+    "walrus": '''
+        class A:
+            pass
+        a = A()
+        def run(q, out):
+            if (a := q) is not None:
+                f = a.topk
+            return f(4)
+        ''',
+    "self_bound_through_the_class": '''
+        class A:
+            topk: int = 0
+            def grab(self):
+                return self.topk
+        def run(q, out):
+            return A.grab(q)(4)
+        ''',
+    "class_handed_on": '''
+        class A:
+            topk: int = 0
+            def grab(self):
+                return self.topk
+        def run(q, out):
+            g = getattr(A, "grab")
+            return g(q)(4)
+        ''',
+    "tensor_field_method": '''
+        class Holder:
+            def __init__(self, w):
+                self.w = w
+        H = Holder(None)
+        def run(q, out):
+            return H.w.sum()
+        ''',
+    "field_set_from_a_tensor_method": '''
+        class Holder:
+            def __init__(self, q):
+                self.topk = q.topk
+        def run(q, out):
+            return Holder(q).topk(4)
+        ''',
+    "compiler_disable_of_a_torch_callable": '''
+        import torch
+        mm = torch.compiler.disable(torch.matmul)
+        def run(a, b, out):
+            out.copy_(mm(a, b))
+        ''',
+    "compiler_disable_of_torch_in_the_body": '''
+        import torch
+        @torch.compiler.disable
+        def run(a, out):
+            out.copy_(torch.softmax(a, -1))
+        ''',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_tensor_methods_and_torch_callables_beside_them_are_still_judged(name, policy):
+    findings = scan_py(HOSTILE[name], policy)
+    compute = [f for f in findings if f.rule == "torch_compute"]
+    assert compute, describe(findings)
+    assert all(awaits_attribution(f) for f in compute) and gate_passed(compute)
