@@ -1,7 +1,7 @@
 """Static gate: names that look like torch compute and are not. A field of the module's own object whose name is a
 tensor method's (`shapes.topk` of a NamedTuple, `self.topk` of a launcher, `cfg.topk` of a dataclass, `stats.sum(...)`
 of its own class) is that object's, not a tensor's method taken to be called later; `torch.compiler.disable`
-(keeping a launcher out of torch.compile's graphs) launches nothing. Each has a hostile counterpart that the gate
+(keeping a launcher out of torch.compile's graphs) and torch.use_deterministic_algorithms launch nothing. Each has a hostile counterpart that the gate
 still judges: the same attribute read from a parameter, a rebound name, a loop variable, a walrus target, `self`
 bound to a tensor through the class, and a torch callable handed to `torch.compiler.disable`."""
 
@@ -66,6 +66,11 @@ HONEST = {
         @torch._dynamo.disable
         def run2(q, out):
             kernel[(1,)](q, out)
+        ''',
+    "deterministic_switch": '''
+        import torch
+        torch.use_deterministic_algorithms(False)
+        DETERMINISTIC = torch.are_deterministic_algorithms_enabled()
         ''',
 }
 

@@ -262,6 +262,7 @@ _TORCH_NEVER_COMPUTE = frozenset({
     # seeding, profiler annotations, allocator housekeeping, matmul precision: no kernel of their own
     "torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.seed",
     "torch.cuda.empty_cache", "torch.set_float32_matmul_precision", "torch.get_float32_matmul_precision",
+    "torch.use_deterministic_algorithms", "torch.are_deterministic_algorithms_enabled",
     "torch.profiler.record_function", "torch.autograd.profiler.record_function",
     # autograd switches
     "torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.is_grad_enabled",
