@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .names import source_path_problem, source_paths_problem
 from .statuses import EvaluationStatus  # defined with the other statuses; still importable from here
 
 
@@ -232,9 +233,6 @@ class BuildSpec(_Model):
         return self.entry_point.split("::")[1]
 
 
-SOURCE_PATH_CHARS, SOURCE_PATH_DEPTH = 1024, 32  # a source's path: what any file system holds
-
-
 class SourceFile(_Model):
     path: str
     content: str
@@ -243,15 +241,9 @@ class SourceFile(_Model):
     @classmethod
     def _path_stays_inside(cls, value: str) -> str:
         # A source path is written under the build folder: it must not climb out of it.
-        p = PurePosixPath(value)
-        if not value or p.is_absolute() or value.startswith("\\") or ".." in p.parts or "\\" in value:
-            raise ValueError(f"source path {value!r} must be relative and stay inside the solution folder")
-        # What the file system cannot hold was the worker's own error, archived as the candidate's RUNTIME_ERROR (a
-        # NUL byte: ValueError; 2000 nested folders: RecursionError while writing them)
-        if (any(not c.isprintable() for c in value) or len(value) > SOURCE_PATH_CHARS
-                or len(p.parts) > SOURCE_PATH_DEPTH or any(len(part.encode()) > 255 for part in p.parts)):
-            raise ValueError(f"source path {value[:80]!r}: printable characters only, at most {SOURCE_PATH_CHARS} "
-                             f"characters, {SOURCE_PATH_DEPTH} folders deep, 255 bytes a name")
+        problem = source_path_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 
@@ -270,14 +262,8 @@ class Solution(_Model):
     def _sources_consistent(self) -> "Solution":
         # "./kernel.py" and "kernel.py" are the same file once written out.
         paths = [PurePosixPath(s.path).as_posix() for s in self.sources]
-        seen: set[str] = set()
-        dupes = sorted({p for p in paths if p in seen or seen.add(p)})
-        if dupes:
-            raise ValueError(f"duplicate source paths: {dupes}")
-        folders = {parent.as_posix() for p in paths for parent in PurePosixPath(p).parents}
-        clash = sorted(seen & folders)
-        if clash:  # "kernel.py" and "kernel.py/x.py": one name, a file and a folder
-            raise ValueError(f"source paths used both as a file and as a folder: {clash[:5]}")
+        if problem := source_paths_problem(paths):
+            raise ValueError(problem)
         if PurePosixPath(self.spec.entry_file).as_posix() not in paths:
             raise ValueError(f"entry file {self.spec.entry_file!r} is not among the sources {paths}")
         if self.spec.setup and PurePosixPath(self.spec.setup.split("::")[0]).as_posix() not in paths:
