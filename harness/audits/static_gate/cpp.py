@@ -8,6 +8,7 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
+from .cpp_macros import expansions
 from .common import (
     _ENV_MARKER_RE,
     _QUOTES_AND_SPACE,
@@ -28,6 +29,41 @@ _CPP_LEXEME_RE = re.compile(
     re.DOTALL,
 )
 _NOT_NEWLINE_RE = re.compile(r"[^\n]")
+# A backslash at the end of a line joins it to the next (translation phase 2, before comments and literals are
+# known): `/* ... *\` + newline + `/ system(...)` ends the comment for the compiler, `sys\` + newline + `tem(` is
+# one name, `#inc\` + newline + `lude` a directive. GCC allows blanks between the backslash and the newline.
+_SPLICE_END_RE = re.compile(r"\\[ \t\r]*$")
+# A digit separator (`1'000`) inside a number: not the start of a character literal, which would blank the code
+# up to the next quote.
+_PP_NUMBER_RE = re.compile(r"(?<![\w.])\.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*")
+
+
+def _splice(source: str) -> str:
+    """``source`` as the compiler reads it after phase 2; every line that lost its end to a join is put back as an
+    empty line after the joined one, so later lines keep their numbers."""
+    if "\\" not in source:
+        return source
+    out: list[str] = []
+    joined, pending = "", 0
+    for line in source.split("\n"):
+        end = _SPLICE_END_RE.search(line)
+        if end is not None:
+            joined += line[:end.start()]
+            pending += 1
+            continue
+        out.append(joined + line)
+        out.extend([""] * pending)
+        joined, pending = "", 0
+    if pending:
+        out.append(joined)
+        out.extend([""] * (pending - 1))
+    return "\n".join(out)
+
+
+def _without_digit_separators(source: str) -> str:
+    if "'" not in source:
+        return source
+    return _PP_NUMBER_RE.sub(lambda m: m.group(0).replace("'", "_"), source)
 
 
 def _strip_cpp(source: str) -> tuple[str, str, list[tuple[int, str]]]:
@@ -216,6 +252,7 @@ class _CppScanner:
     def __init__(self, source: str, policy: _CompiledPolicy, path: str | None = None):
         self.policy = policy
         self.path = path.replace("\\", "/") if path is not None else None  # in the solution; None: a Python string
+        source = _without_digit_separators(_splice(source))
         self.code, self.with_strings, self.strings = _strip_cpp(source)
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
         self.hits: list[_Hit] = []
@@ -241,6 +278,12 @@ class _CppScanner:
                         self._hit("env_read", m.start(), token, f"reads environment variable `{name}`")
                     else:
                         self._hit(rule, m.start(), token, f"uses `{token}` ({kind})")
+        for offset, macro, text in expansions(code, _split_top_level_args, _matching_paren):
+            for rule, pattern, boundary, kind in _CPP_TOKEN_RULES:
+                for m in pattern.finditer(text):
+                    if _starts_token(text, m.start(), boundary) and rule != "env_read":
+                        token = m.group(0).rstrip("( \t")
+                        self._hit(rule, offset, token, f"`{macro}` pastes tokens into `{token}` ({kind})")
         self._scan_includes()
         self._scan_open_calls()
         self._scan_aten()

@@ -343,6 +343,10 @@ def _prepare_python(source: str, own: _OwnNames, policy: _CompiledPolicy,
     """A scanner with its pre-pass done (aliases, assignments), or the syntax findings of a source that does not
     parse."""
     why = _WHY["syntax"]
+    declared = _declared_encoding(source)
+    if declared is not None:
+        return [_Hit("syntax", 1, 1, f"declares the source encoding {declared!r}: Python decodes the file with it, "
+                                     f"so it would run other code than the UTF-8 text scanned here: {why}")]
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -353,6 +357,20 @@ def _prepare_python(source: str, own: _OwnNames, policy: _CompiledPolicy,
         return _PythonScanner(tree, source, own, policy, package)
     except RecursionError:
         return [_Hit("syntax", 1, 1, f"source is nested too deeply to analyse: {why}")]
+
+
+def _declared_encoding(source: str) -> str | None:
+    """A coding declaration (PEP 263) on the first two lines that names anything but UTF-8, as Python reads it from
+    the file the build writes: ``# coding: utf-7`` turns ``# +AAo-import gc`` from a comment into code."""
+    import codecs
+    import io
+    import tokenize
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source.encode("utf-8", "surrogatepass")).readline)
+    except SyntaxError as exc:  # an unknown codec: Python refuses the file as well
+        return str(exc)
+    return None if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig") else encoding
 
 
 def _finish_python(scanner: _PythonScanner | list[_Hit]) -> list[_Hit]:

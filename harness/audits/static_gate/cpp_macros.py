@@ -1,0 +1,91 @@
+"""Token pasting in the C++ scanner: a name the source never spells, made by the preprocessor.
+
+``#define CAT(a, b) a##b`` then ``CAT(sys, tem)("...")`` calls ``system`` while no token of the file reads
+``system``. The token rules see the file as written, so each use of a macro is expanded here as the preprocessor
+would (its arguments put in, ``##`` pasting them, the macros it uses expanded in turn, a few levels deep) and the
+expansion is scanned by the same rules, its findings placed at the use.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+_DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\([^)\n]*\))?([^\n]*)", re.MULTILINE)
+_PASTE_RE = re.compile(r"\s*##\s*")
+_STRINGIFY_RE = re.compile(r"(?<!#)#\s*(?=\w)")
+_WORD_RE = re.compile(r"\w+")
+_DEPTH, _LENGTH = 6, 20000
+
+
+def _parse(code: str) -> tuple[dict[str, tuple[list[str], str]], dict[str, str], list[tuple[int, int]]]:
+    """Function-like macros (name -> (parameters, body)), object-like ones (name -> body), and the spans of the
+    #define lines (their bodies are judged through their uses, not as code of their own)."""
+    functions: dict[str, tuple[list[str], str]] = {}
+    objects: dict[str, str] = {}
+    spans = []
+    for m in _DEFINE_RE.finditer(code):
+        name, params, body = m.group(1), m.group(2), m.group(3).strip()
+        spans.append(m.span())
+        if params is not None:
+            functions[name] = ([p.strip() for p in params[1:-1].split(",") if p.strip()], body)
+        else:
+            objects[name] = body
+    return functions, objects, spans
+
+
+def _substitute(params: list[str], body: str, args: list[str]) -> str:
+    values = dict(zip(params, args))
+    if "..." in params:
+        values["__VA_ARGS__"] = ", ".join(args[len(params) - 1:])
+    text = _WORD_RE.sub(lambda w: values.get(w.group(0), w.group(0)), body)
+    return _PASTE_RE.sub("", _STRINGIFY_RE.sub("", text))
+
+
+def expansions(code: str, split_args: Callable[[str], list[str]],
+               matching_paren: Callable[[str, int], int]) -> Iterator[tuple[int, str, str]]:
+    """(offset of a macro's use, the macro's name, what the use expands to) for every use whose expansion pastes
+    tokens (``##`` in the macro or in one it uses). ``code``: comments and literals blanked."""
+    functions, objects, spans = _parse(code)
+    if "##" not in "".join(body for _, body in functions.values()) + "".join(objects.values()):
+        return
+    pasted: list[bool] = []
+
+    def call_end(text: str, after: int) -> tuple[int, int]:
+        open_at = after + len(text[after:]) - len(text[after:].lstrip())
+        return open_at, (matching_paren(text, open_at) if text[open_at:open_at + 1] == "(" else -1)
+
+    def expand(text: str, depth: int) -> str:
+        if depth >= _DEPTH or len(text) > _LENGTH:
+            return text
+        out, pos = [], 0
+        for w in _WORD_RE.finditer(text):
+            name = w.group(0)
+            if w.start() < pos or (name not in objects and name not in functions):
+                continue
+            if name in objects:
+                body, end = objects[name], w.end()
+            else:
+                open_at, close = call_end(text, w.end())
+                if close < 0:
+                    continue
+                params, raw = functions[name]
+                body = _substitute(params, raw, [expand(a, depth + 1) for a in split_args(text[open_at + 1:close])])
+                end = close + 1
+            if "##" in (functions[name][1] if name in functions else objects[name]):
+                pasted.append(True)
+                body = _PASTE_RE.sub("", body)
+            out += [text[pos:w.start()], expand(body[:_LENGTH], depth + 1)]
+            pos = end
+        return "".join(out) + text[pos:]
+
+    for w in _WORD_RE.finditer(code):
+        name = w.group(0)
+        if (name in functions or name in objects) and not any(a <= w.start() < b for a, b in spans):
+            rest = code[w.start():w.start() + 4000]
+            close = call_end(rest, len(name))[1] if name in functions else -1
+            use = rest[:close + 1] if close > 0 else name
+            pasted.clear()
+            expanded = expand(use, 0)
+            if pasted:
+                yield w.start(), name, expanded + rest[len(use):len(use) + 40]

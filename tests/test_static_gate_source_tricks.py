@@ -1,0 +1,79 @@
+"""Static gate: code the compiler or the interpreter reads that the gate did not (red-team round, 2026-12-05).
+
+- Python: the gate parsed each source as the text it is, but Python decodes the file with its PEP 263 coding
+  declaration: under ``# coding: utf-7`` the comment ``# +AAo-import gc`` is a newline and an import. A solution
+  using gc, inspect or anything else passed the gate with no finding (run through the harness: PASSED, promotable).
+- C++: a backslash-newline ends a comment the gate kept open (``*\\`` + newline + ``/``), joins a name (``sys\\`` +
+  newline + ``tem``) or a directive; a digit separator (``1'000``) read as a character literal blanked the code up to
+  the next quote; ``##`` pasted a name (``CAT(sys, tem)``) no token of the file spells.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from static_gate_support import describe, scan_cpp, scan_py
+
+HIDDEN_PY = {
+    "utf7": "# coding: utf-7\nx = 1\n# +AAo-import gc as _g+ADs-n = len(_g.get_objects())\n",
+    "unicode_escape": "# -*- coding: unicode_escape -*-\nx = 1\n# \\nimport gc\n",
+    "latin1": "#!/usr/bin/env python\n# vim: set fileencoding=latin-1 :\nx = 1\n",
+    "unknown": "# coding: no-such-codec\nx = 1\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_PY))
+def test_a_source_encoding_other_than_utf8_is_refused(policy, name):
+    findings = scan_py(HIDDEN_PY[name], policy)
+    assert any(f.rule == "syntax" and f.severity == "error" for f in findings), describe(findings)
+
+
+@pytest.mark.parametrize("cookie", ["", "# -*- coding: utf-8 -*-\n", "# vim: set fileencoding=utf8 :\n",
+                                    "#!/usr/bin/env python3\n# coding=UTF-8\n"])
+def test_utf8_declarations_are_fine(policy, cookie):
+    findings = scan_py(cookie + "import torch\n\n\ndef run(q):\n    return q\n", policy)
+    assert not [f for f in findings if f.severity == "error"], describe(findings)
+
+
+HIDDEN_CPP = {
+    "comment_ended_by_a_splice": ('/* harmless *\\\n/ int x = system("sleep 100"); /* */\nvoid run() {}\n',
+                                  "concurrency", 1),
+    "name_joined_by_a_splice": 'void run() {\n  int z = sys\\\ntem("a");\n}\n',
+    "directive_joined_by_a_splice": ('#inc\\\nlude "/etc/passwd"\n', "harness_internals", 1),
+    "pragma_joined_by_a_splice": "#pragma o\\\nmp parallel\nvoid f() {}\n",
+    "digit_separators": "int n = 1'000;\nint z = system(\"a\");\nint m = 2'0;\n",
+    "pasted_name": '#define CAT(a, b) a##b\nint z = CAT(sys, tem)("a");\n',
+    "pasted_through_a_second_macro": ('#define CAT(a, b) a ## b\n#define CALL(x, y) CAT(x, y)\n'
+                                      'int z = CALL(sys, tem)("a");\n', "concurrency", 3),
+    "pasted_object_macro": '#define S sys##tem\nint z = S("a");\n',
+    "pasted_stream": ('#define C(a) cuda##a\nvoid f() { cudaStream_t s; C(StreamCreate)(&s); }\n',
+                      "stream_event_graph", 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_CPP))
+def test_what_the_compiler_reads_is_what_is_scanned(policy, name):
+    case = HIDDEN_CPP[name]
+    source, rule, line = case if isinstance(case, tuple) else (case, "concurrency", None)
+    findings = scan_cpp(source, policy)
+    hits = [f for f in findings if f.rule == rule and f.severity == "error"]
+    assert hits, describe(findings)
+    assert line is None or hits[0].line == line, describe(findings)
+
+
+def test_honest_macros_continuations_and_separators(policy):
+    source = ("#define KNAME(n) n##_kernel\n"
+              "#define CHECK(x, ...) do { if (!(x)) printf(\"bad\" , ##__VA_ARGS__); } while (0)\n"
+              "#define CONCAT_(a, b) a##b\n#define CONCAT(a, b) CONCAT_(a, b)\n"
+              "#define LAUNCH(k, g, b) \\\n  k<<<g, b>>>(out)\n"
+              "__global__ void KNAME(gqa)(float* out) { out[0] = 1'000.5f; }\n"
+              "void f(float* out) { int CONCAT(tmp_, __LINE__) = 0; CHECK(1 > 0, 3); LAUNCH(gqa_kernel, 1, 32); }\n"
+              "char c = '\\''; int n = 0x7FFF'FFFF;\n")
+    findings = scan_cpp(source, policy)
+    assert not [f for f in findings if f.severity == "error"], describe(findings)
+
+
+def test_a_finding_after_continued_lines_keeps_its_line(policy):
+    source = "#define LAUNCH(k) \\\n  k<<<1, 32>>>()\n\nvoid f() {\n  system(\"x\");\n}\n"
+    hits = [f for f in scan_cpp(source, policy) if f.rule == "concurrency"]
+    assert [f.line for f in hits] == [5], describe(hits)
