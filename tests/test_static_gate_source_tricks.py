@@ -77,3 +77,39 @@ def test_a_finding_after_continued_lines_keeps_its_line(policy):
     source = "#define LAUNCH(k) \\\n  k<<<1, 32>>>()\n\nvoid f() {\n  system(\"x\");\n}\n"
     hits = [f for f in scan_cpp(source, policy) if f.rule == "concurrency"]
     assert [f.line for f in hits] == [5], describe(hits)
+
+
+# load_inline's sources as compiled: split over literals, computed from an innocent one, or given a -D macro.
+BUILT_PY = {
+    "split_literals": ('SRC = "int f() { return sys" + "tem(\\"x\\"); }"\n', "concurrency"),
+    "format_inserts_a_name": ('SRC = "int f() {{ return {}(\\"x\\"); }}".format("sys" "tem")\n', "concurrency"),
+    "rot13": ('import codecs\nSRC = codecs.decode("vag s() { erghea flfgrz(\\"k\\"); }", "rot13")\n', "dynamic_code"),
+    "reversed": ('SRC = "};)\\"x\\"(metsys nruter { )(f tni"[::-1]\n', "dynamic_code"),
+    "from_bytes": ('SRC = bytes([105, 110, 116]).decode() + " f() { return 0; }"\n', "dynamic_code"),
+    "inserted_from_bytes": ('SRC = "int f() {{ return {n}(0); }}".format(n=bytes([115]).decode())\n',
+                            "dynamic_code"),
+    "define_flag": ('SRC = "int f() { return safe(\\"x\\"); }"\nFLAGS = ["-O3", "-Dsafe=system"]\n', "concurrency"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_PY))
+def test_load_inline_sources_are_judged_as_compiled(policy, name):
+    prelude, rule = BUILT_PY[name]
+    flags = "FLAGS" if "FLAGS" in prelude else "[]"
+    source = ("from torch.utils.cpp_extension import load_inline\n" + prelude
+              + f"mod = load_inline('m', cpp_sources=[SRC], functions=['f'], extra_cflags={flags})\n")
+    findings = scan_py(source, policy)
+    assert any(f.rule == rule and f.severity == "error" for f in findings), describe(findings)
+
+
+def test_honest_templates_for_load_inline_still_pass(policy):
+    source = ("import os\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n"
+              "HEAD_DIM, WARPS = 128, 4\nHERE = os.path.dirname(os.path.abspath(__file__))\n"
+              "TEMPLATE = '''\n#include <torch/extension.h>\n__global__ void k(float* o) {{ o[0] = {head_dim}; }}\n'''\n"
+              "def build(block):\n"
+              "    cuda = TEMPLATE.format(head_dim=HEAD_DIM * 2) + f'\\n// block {block} of {str(WARPS)}\\n'\n"
+              "    other = open(os.path.join(HERE, 'kernel.cu')).read()\n"
+              "    return load_inline(name=f'k{block}', cpp_sources='', cuda_sources=[cuda, other],\n"
+              "                       extra_cuda_cflags=['-O3', f'-DBLOCK={block}'])\n")
+    findings = scan_py(source, policy)
+    assert not [f for f in findings if f.severity == "error"], describe(findings)

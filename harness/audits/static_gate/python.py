@@ -29,6 +29,7 @@ from .common import (
     _Hit,
 )
 from .embedded import _EmbeddedSources
+from .embedded_fold import _FoldedSources
 from .policy import _CompiledPolicy
 from .python_calls import _CallChecks
 from .python_env import _EnvChecks
@@ -55,7 +56,8 @@ _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_ignores"})
 _VISITED_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-class _PythonScanner(_EmbeddedSources, _StateChecks, _CallChecks, _EnvChecks, _ReferenceChecks, ast.NodeVisitor):
+class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks, _EnvChecks, _ReferenceChecks,
+                     ast.NodeVisitor):
     def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy,
                  package: tuple[str, ...] = ()):
         self.tree = tree
