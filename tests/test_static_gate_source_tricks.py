@@ -113,3 +113,11 @@ def test_honest_templates_for_load_inline_still_pass(policy):
               "                       extra_cuda_cflags=['-O3', f'-DBLOCK={block}'])\n")
     findings = scan_py(source, policy)
     assert not [f for f in findings if f.severity == "error"], describe(findings)
+
+
+def test_a_define_flag_that_names_a_banned_call_is_judged_for_load_too(policy):
+    source = ("from torch.utils.cpp_extension import load\n"
+              "mod = load('m', sources=['kernel.cu'], extra_cflags=['-O3', '-Dsafe=system', '-DBLOCK=64'])\n")
+    findings = scan_py(source, policy)
+    hits = [f for f in findings if f.rule == "concurrency" and f.severity == "error"]
+    assert len(hits) == 1 and "safe" in hits[0].message, describe(findings)

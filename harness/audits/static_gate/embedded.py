@@ -131,12 +131,12 @@ class _EmbeddedSources:
             for value in values:
                 for node in self._string_nodes(value):
                     self._check_build_flag(node, function, rules)
-        if function == "load_inline":  # the sources as one text, with the flags' -D macros (embedded_fold.py)
-            flags = [f for p in ("extra_cflags", "extra_cuda_cflags") for v in arguments.get(p, ())
-                     for f in (v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v])]
-            self._scan_folded_sources(call, function, {p: [*arguments.get(p, ()), *spread]
-                                                       for p in _SOURCE_PARAMETERS[function]
-                                                       if arguments.get(p) or spread}, flags)
+        # the sources as one text, with the flags' -D macros (embedded_fold.py)
+        flags = [f for p in ("extra_cflags", "extra_cuda_cflags") for v in arguments.get(p, ())
+                 for f in (v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v])]
+        self._scan_folded_sources(call, function, {p: [*arguments.get(p, ()), *spread]
+                                                   for p in _SOURCE_PARAMETERS[function]
+                                                   if arguments.get(p) or spread}, flags)
 
     def _temp_build_directory(self, expr: ast.AST) -> list[ast.Call] | None:
         """The tempfile calls that make `expr` (`tempfile.mkdtemp()`, `TemporaryDirectory().name`, a name bound only

@@ -160,6 +160,10 @@ class _FoldedSources:
                 m = _DEFINE_FLAG_RE.match(text.strip())
                 if m:
                     defines[m.group(1)] = m.group(2) if m.group(2) is not None else "1"
+                    # `-Dsafe=system` makes every `safe(...)` of the sources (files of load() too) a call of system
+                    for hit in scan_cpp(f"{defines[m.group(1)]}(0);", self.policy):
+                        self.hits.append(_Hit(hit.rule, flag.lineno, flag.col_offset + 1,
+                                              f"the macro {m.group(1)} of {function}()'s flags: {hit.message}"))
         for parameter, values in sources.items():
             for value in values:
                 texts = self._source_texts(value)
