@@ -3,7 +3,8 @@
 - Python: the gate parsed each source as the text it is, but Python decodes the file with its PEP 263 coding
   declaration: under ``# coding: utf-7`` the comment ``# +AAo-import gc`` is a newline and an import. A solution
   using gc, inspect or anything else passed the gate with no finding (run through the harness: PASSED, promotable).
-- C++: a backslash-newline ends a comment the gate kept open (``*\\`` + newline + ``/``), joins a name (``sys\\`` +
+- C++: a call written without its name, through a macro (``#define S system``) or a function pointer
+  (``&system``), was not one; a backslash-newline ends a comment the gate kept open (``*\\`` + newline + ``/``), joins a name (``sys\\`` +
   newline + ``tem``) or a directive; a digit separator (``1'000``) read as a character literal blanked the code up to
   the next quote; ``##`` pasted a name (``CAT(sys, tem)``) no token of the file spells.
 """
@@ -48,6 +49,11 @@ HIDDEN_CPP = {
     "pasted_object_macro": '#define S sys##tem\nint z = S("a");\n',
     "pasted_stream": ('#define C(a) cuda##a\nvoid f() { cudaStream_t s; C(StreamCreate)(&s); }\n',
                       "stream_event_graph", 2),
+    "macro_alias": ('#define S system\nvoid f() { S("a"); }\n', "concurrency", 1),
+    "macro_argument": ('#define RUN(f, x) f(x)\nvoid g() { RUN(system, "a"); }\n', "concurrency", 2),
+    "function_pointer": 'int (*p)(const char*) = &system;\nvoid g() { p("a"); }\n',
+    "using_declaration": "using std::system;\n",
+    "syscall_pointer": ('auto s = syscall;\n', "harness_internals", 1),
 }
 
 

@@ -128,6 +128,13 @@ def _cpp_token_rules() -> list[tuple[str, re.Pattern[str], str, str]]:
         ("concurrency", re.compile(
             r"(?:pthread_create|fork|vfork|posix_spawnp?|popen|system|execv|execve|execvp|execvpe|execl|execle|"
             r"execlp)\s*\("), _CALL, "process/thread API"),
+        # the same functions taken without a call (a pointer, an argument, `using ::system`), to be called elsewhere
+        ("concurrency", re.compile(
+            r"(?:system|fork|vfork|popen|posix_spawnp?|pthread_create|execv|execve|execvp|execvpe|execl|execle|"
+            r"execlp)\b(?!\s*\()"), _CALL, "process/thread API taken as a value"),
+        ("harness_internals", re.compile(
+            r"(?:syscall|ptrace|prctl|unshare|setns|keyctl|add_key|request_key)\b(?!\s*\()"), _CALL,
+         "system call or process-control API taken as a value"),
         ("env_probe", re.compile(
             r"(?:getenv|secure_getenv|setenv|putenv|unsetenv|gethostname|getpid|getppid|uname|getlogin)\s*\("),
          _CALL, "environment probe"),
@@ -283,7 +290,7 @@ class _CppScanner:
                 for m in pattern.finditer(text):
                     if _starts_token(text, m.start(), boundary) and rule != "env_read":
                         token = m.group(0).rstrip("( \t")
-                        self._hit(rule, offset, token, f"`{macro}` pastes tokens into `{token}` ({kind})")
+                        self._hit(rule, offset, token, f"`{macro}` expands to `{token}` ({kind})")
         self._scan_includes()
         self._scan_open_calls()
         self._scan_aten()

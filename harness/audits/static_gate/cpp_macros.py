@@ -1,4 +1,4 @@
-"""Token pasting in the C++ scanner: a name the source never spells, made by the preprocessor.
+"""Macros in the C++ scanner: a call the source never spells, made by the preprocessor.
 
 ``#define CAT(a, b) a##b`` then ``CAT(sys, tem)("...")`` calls ``system`` while no token of the file reads
 ``system``. The token rules see the file as written, so each use of a macro is expanded here as the preprocessor
@@ -44,10 +44,11 @@ def _substitute(params: list[str], body: str, args: list[str]) -> str:
 
 def expansions(code: str, split_args: Callable[[str], list[str]],
                matching_paren: Callable[[str, int], int]) -> Iterator[tuple[int, str, str]]:
-    """(offset of a macro's use, the macro's name, what the use expands to) for every use whose expansion pastes
-    tokens (``##`` in the macro or in one it uses). ``code``: comments and literals blanked."""
+    """(offset of a macro's use, the macro's name, what the use expands to) for every use that expands to other text
+    (a pasted name, ``##`` in the macro or one it uses, or an argument or body put in). ``code``: comments and
+    literals blanked."""
     functions, objects, spans = _parse(code)
-    if "##" not in "".join(body for _, body in functions.values()) + "".join(objects.values()):
+    if not functions and not objects:
         return
     pasted: list[bool] = []
 
@@ -87,5 +88,5 @@ def expansions(code: str, split_args: Callable[[str], list[str]],
             use = rest[:close + 1] if close > 0 else name
             pasted.clear()
             expanded = expand(use, 0)
-            if pasted:
+            if pasted or expanded != use:  # pasted, or a name put in (`#define S system`, `RUN(system, x)`)
                 yield w.start(), name, expanded + rest[len(use):len(use) + 40]
