@@ -83,13 +83,20 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("torch_compute", "w.div_("), ("torch_compute", "w.mul_("), ("torch_compute", "torch.nonzero(")]),
     # split-KV GQA decode as a nested package: star re-exports, `from . import kernels as K`, `from ..common import`
     "triton_nested_package": ("triton", []),
+    # GDN decode whose gate math is a torch.compile'd function (mode="max-autotune-no-cudagraphs") beside a Triton
+    # kernel: the pointwise glue attribution budgets on a GPU
+    "triton_compiled_gates": ("triton", [("torch_compute", "@torch.compile("), ("torch_compute", "decay = torch.exp("),
+                                         ("torch_compute", "F.softplus("), ("torch_compute", "g = torch.exp("),
+                                         ("torch_compute", "torch.sigmoid(")]),
+    # GDN prefill with a setup plan that depends on cu_seqlens' content: a longest-first schedule made with numpy
+    "triton_setup_schedule": ("triton", []),
 }
 # Warnings that block nothing and await nothing (a debug flag read by its literal name).
 NOT_LIBRARY = {"env_read"}
 
 # Solutions whose honest calls are allowed by the shipped policy's lists (torch_calls: torch.library.triton_op,
 # wrap_triton, torch.from_numpy, torch.arange), not by the gate's own catalogue.
-NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package", "triton_custom_op_mutates"}
+NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package", "triton_custom_op_mutates", "triton_setup_schedule"}
 
 POLICIES = {
     "shipped": lambda: load_policy(),
