@@ -39,13 +39,11 @@ def test_there_is_a_promoted_example_per_recorded_definition():
     assert [is_dispatch(solution(p)) for p in PROMOTED] == [True, True, True, True]
 
 
-# Where a run's promoted variant differs from the skill's round-1 dispatch of today, per regime. Runs 16-17 started
-# the latency-bound kernel at CHUNK_BLOCKS 8 and promoted it as it was; run 18 (kv8 ps64) promoted CHUNK_BLOCKS 16 in
-# round 2 (rule 6b: 16 x 8192 1.018x, a gap closed), which is the starting point since.
+# Where a run's promoted variant differs from the skill's round-1 dispatch of today, per regime. Run 17 started kv8
+# page 1's latency-bound kernel at CHUNK_BLOCKS 8 and promoted it as it was; since run 18 the skill starts it at 16.
+# Run 20 promoted kv4 page 1 and 64 and kv8 page 64 from their definitions' own starting points, as they are today.
 RUN_STARTED_AT_CHUNK_8 = {"latency-bound": {"CHUNK_BLOCKS": 8}}
 AS_RUN = {
-    "gqa_paged_decode_h32_kv4_d128_ps1": RUN_STARTED_AT_CHUNK_8,
-    "gqa_paged_decode_h32_kv4_d128_ps64": RUN_STARTED_AT_CHUNK_8,
     "gqa_paged_decode_h32_kv8_d128_ps1": RUN_STARTED_AT_CHUNK_8,
 }
 
