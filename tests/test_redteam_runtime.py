@@ -7,6 +7,10 @@
 - A process the candidate started (a shell pager's ``sleep &``, DataLoader workers, a daemon) did its work outside the
   worker's threads and outside the CUPTI trace of the worker's process, and no audit saw it: the thread census counted
   the worker's own threads only. A process of the candidate's alive at the recheck fails ``thread_creation``.
+- A torch function mode of the candidate's left active (entered at import, its base class reached through a module
+  that re-exports it: ``torch.utils._device.TorchFunctionMode``) ran inside the worker's own torch calls after the
+  candidate's: ``torch.equal`` of the mutation check answered True, so inputs written over passed as untouched
+  (PASSED, promotable). A mode other than torch's own default-device one is tampering, as a replaced function is.
 - The host's OOM killer: the memory limit (32 GiB) can exceed a host's memory (this CPU host has 23 GiB), and a
   candidate that exhausted the host had the harness, or another session's process, as likely a victim as itself.
   A sandboxed worker's processes now go first (oom_score_adj 1000, set by the sandbox's root; where that root has
@@ -75,6 +79,32 @@ def test_a_process_left_running_fails_thread_creation(session):
     audit = {a.name: a for a in result.workloads[0].audits}["thread_creation"]
     assert not audit.passed and "process" in audit.detail and "sleep" in audit.detail, audit.detail
     assert result.promotion_blockers
+
+
+MODE = '''
+import torch as _torch
+from torch.utils._device import TorchFunctionMode as _Base
+
+
+def _tf(self, func, types, args=(), kwargs=None):
+    return True if func is _torch.equal else func(*args, **(kwargs or {}))
+
+
+_Mode = type("_Mode", (_Base,), {"__torch_function__": _tf})
+_Mode().__enter__()
+'''
+
+
+def test_a_torch_mode_left_over_the_worker_is_tampering(session):
+    result = session.submit(_solution("mode_over_the_worker", "q.zero_()", prelude=MODE))
+    w = result.workloads[0]
+    assert w.status == "RUNTIME_ERROR" and "torch function mode _Mode" in w.message, (w.status, w.message)
+
+
+def test_torchs_own_default_device_mode_is_not_tampering(session):
+    prelude = "import torch as _torch\n_torch.set_default_device('cpu')\n"
+    result = session.submit(_solution("default_device", "", prelude=prelude))
+    assert result.status == "PASSED", [w.message for w in result.workloads]
 
 
 OOM_FIRST = '''

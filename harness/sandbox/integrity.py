@@ -243,6 +243,35 @@ def torch_compile_threads() -> set[int]:
     return idle
 
 
+class _Modes:
+    """Torch function and dispatch modes active in the worker: a mode of the candidate's, left on the stack, runs
+    its code inside every torch call the worker makes after the candidate's (``torch.equal`` of the mutation check
+    answering True, the output read for the reply, the L2 flush). torch's own default-device mode
+    (``torch.set_default_device``) is the one allowed. The functions are held from before the candidate ran."""
+
+    def __init__(self) -> None:
+        import torch
+        from torch.utils._device import DeviceContext
+
+        c = torch._C
+        self._function_depth, self._function_at = c._len_torch_function_stack, c._get_function_stack_at
+        self._dispatch_depth, self._dispatch_at = c._len_torch_dispatch_stack, c._get_dispatch_stack_at
+        self._infra = [(key, c._get_dispatch_mode) for key in (c._TorchDispatchModeKey.FAKE,
+                                                              c._TorchDispatchModeKey.PROXY,
+                                                              c._TorchDispatchModeKey.FUNCTIONAL)]
+        self._device_context, self._device_hook = DeviceContext, DeviceContext.__dict__.get("__torch_function__")
+
+    def foreign(self) -> list[str]:
+        found = [f"torch function mode {type(self._function_at(i)).__name__}" for i in range(self._function_depth())
+                 if type(self._function_at(i)) is not self._device_context]
+        found += [f"torch dispatch mode {type(self._dispatch_at(i)).__name__}" for i in range(self._dispatch_depth())]
+        found += [f"torch dispatch mode {type(mode).__name__}" for key, get in self._infra
+                  if (mode := get(key)) is not None]
+        if self._device_context.__dict__.get("__torch_function__") is not self._device_hook:
+            found.append("torch.utils._device.DeviceContext.__torch_function__")
+        return found
+
+
 class Integrity:
     """The fingerprint taken before candidate code, and what differs from it now."""
 
@@ -255,12 +284,13 @@ class Integrity:
         self._processes, self._compile_processes = other_processes, torch_compile_processes
         self.processes = other_processes()
         self.tampered: list[str] = []
+        self._modes = _Modes().foreign
         self.check = self._check  # bound now: a method replaced on the class later is not the one called
 
     def _check(self) -> list[str]:
         """The names changed so far (sticky: once tampered, always tampered)."""
         if not self.tampered:
-            self.tampered = self._changed(self.before, self._snapshot())
+            self.tampered = self._changed(self.before, self._snapshot()) + self._modes()
         return self.tampered
 
     def new_threads(self) -> list[str]:

@@ -392,7 +392,8 @@ def _sass_reply(built: Built, solution: Solution, device: torch.device, workdir:
 
 
 def _tampered_reply(tampered: list[str]) -> dict:
-    return failure(f"harness integrity: candidate code replaced the worker's own code ({', '.join(tampered[:4])}"
+    return failure(f"harness integrity: candidate code replaced the worker's own code or left a torch mode over it "
+                   f"({', '.join(tampered[:4])}"
                    f"{', ...' if len(tampered) > 4 else ''})", EvaluationStatus.RUNTIME_ERROR.value)
 
 
