@@ -14,8 +14,9 @@ template_sweep_<date>.json and .md in DIR.
 
 A configuration may instead be a dispatching solution, {"template": "dispatch", "variants": {REGIME: {PARAM:
 VALUE...}}}: the skill's round-1 dispatch (its starting point per regime) with those regimes' kernels changed, judged
-on every workload as a promotion would judge it (benchmarks/configs/promotion_candidates.json). `"definitions":
-[NAME...]` limits a configuration to those definitions, so one sweep times each definition's own candidates.
+on every workload as a promotion would judge it (benchmarks/configs/run21_candidates.json; run 20's are kept in
+its record). `"definitions": [NAME...]` limits a configuration to those definitions, so one sweep times each
+definition's own candidates.
 """
 
 from __future__ import annotations

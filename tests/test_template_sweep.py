@@ -102,7 +102,7 @@ def test_a_dispatch_configuration_is_the_skills_round_one_dispatch_with_the_regi
 
     skills = load_skills(ROOT / "skills")
     seed = OfflineProvider(skills).generator_for(KV4).seed_dispatch([], naive_incumbent(skills, KV4).origin)
-    change = {"KV_LOAD": 2, "SATURATING_PROGRAMS_PER_SM": 2}
+    change = {"KV_LOAD": 1, "CHUNK_BLOCKS": 64}  # neither is the definition's own start
     configs = [{"template": "dispatch", "variants": {}},
                {"template": "dispatch", "variants": {"latency-bound": change}, "definitions": [KV4]},
                {"template": "dispatch", "variants": {"latency-bound": change},
