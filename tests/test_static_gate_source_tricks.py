@@ -127,3 +127,25 @@ def test_a_define_flag_that_names_a_banned_call_is_judged_for_load_too(policy):
     findings = scan_py(source, policy)
     hits = [f for f in findings if f.rule == "concurrency" and f.severity == "error"]
     assert len(hits) == 1 and "safe" in hits[0].message, describe(findings)
+
+
+@pytest.mark.parametrize("source", [
+    "from torch._subclasses.fake_tensor import TorchFunctionMode as _B\n_M = type('M', (_B,), {})\n_M().__enter__()\n",
+    "from torch.utils.checkpoint import TorchDispatchMode as _D\nclass M(_D):\n    pass\n",
+    "import torch\ntorch._C._push_on_torch_function_stack(object())\n",
+])
+def test_a_mode_reached_through_a_module_that_reexports_it(policy, source):
+    """torch.overrides and torch.utils._python_dispatch were refused by name; their classes re-exported by other torch
+    modules (imported with torch) were not (the worker now refuses any mode left active: test_redteam_runtime.py)."""
+    import torch  # noqa: F401  (the gate looks re-exports up in the modules the harness has imported)
+
+    findings = scan_py(source, policy)
+    assert any(f.rule == "monkeypatch" and f.severity == "error" for f in findings), describe(findings)
+
+
+def test_allowed_queries_stay_allowed_under_their_real_names(policy):
+    import torch  # noqa: F401
+
+    source = ("import torch\ndef run(q):\n    if torch.cuda.is_current_stream_capturing():\n        return q\n"
+              "    return torch.empty_like(q)\n")
+    assert not [f for f in scan_py(source, policy) if f.severity == "error"]

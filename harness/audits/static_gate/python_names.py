@@ -81,6 +81,7 @@ _STREAM_NAMES = (
 _MONKEYPATCH_NAMES = (
     "unittest.mock", "mock", "torch.library.Library", "torch.library.impl", "torch.library.register_kernel",
     "torch.overrides", "torch.utils._python_dispatch", "torch._C._set_torch_function_mode",
+    "torch._C._push_on_torch_function_stack", "torch._C._push_on_torch_dispatch_stack", "torch._C._set_dispatch_mode",
 )
 _SUBCLASS_NAMES = (
     "torch.Tensor._make_subclass", "torch.Tensor.as_subclass", "torch._C._disabled_torch_function_impl",

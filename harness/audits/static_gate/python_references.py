@@ -107,6 +107,10 @@ class _ReferenceChecks:
                 self._hit("torch_compute", node, f"{how} `{resolved}` (the `@` operator) outside a Triton kernel")
             return
         entry = _longest_prefix(_PY_BANNED, resolved)
+        real = (_defined_as(resolved) if entry is None and not _is_torch_constant_or_helper(resolved)
+                and not self.policy.torch_calls(resolved) else None)
+        if real is not None and (entry := _longest_prefix(_PY_BANNED, real)) is not None:
+            resolved = f"{resolved}` (which is `{real}`"
         if entry is not None:
             self._hit(entry[1], node, f"{how} `{resolved}`")
             return
@@ -266,3 +270,32 @@ class _ReferenceChecks:
         if isinstance(node, ast.Call) and self._resolve(node.func) == "builtins.vars" and node.args:
             return self._resolve(node.args[0])
         return None
+
+
+_REEXPORT_ROOTS = ("torch.", "triton.")
+
+
+def _defined_as(resolved: str) -> str | None:
+    """Where a class or function that a module of torch or Triton re-exports is defined
+    (`torch._subclasses.fake_tensor.TorchFunctionMode` is `torch.overrides.TorchFunctionMode`), looked up in the
+    modules the harness process has imported (nothing is imported for it: a module's import can change the trusted
+    process); None where it is its own or unknown."""
+    import sys
+
+    if not resolved.startswith(_REEXPORT_ROOTS):
+        return None
+    module_name, _, attr = resolved.rpartition(".")
+    while module_name and module_name not in sys.modules:
+        module_name, _, head = module_name.rpartition(".")
+        attr = f"{head}.{attr}"
+    obj = sys.modules.get(module_name)
+    for part in attr.split("."):  # static lookups: a module's __getattr__ (torch's lazy submodules) is never run
+        spaces = [vars(k) for k in obj.__mro__] if isinstance(obj, type) else [getattr(obj, "__dict__", {})]
+        obj = next((space[part] for space in spaces if part in space), None)
+        if obj is None:
+            return None
+    home, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(home, str) or not isinstance(name, str) or "<" in name:
+        return None
+    real = f"{home}.{name}"
+    return real if real != resolved else None
