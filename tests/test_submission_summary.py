@@ -92,3 +92,31 @@ def test_evaluation_processes_count_this_definitions_live_baselines():
     processes = evaluation_processes(worker(10), None, baselines, {"h1": "fi_a", "h2": "fi_b", "h4": "fi_d"})
     assert processes == {"candidate": (10, 1), "baseline fi_a": (30, 1)}
     assert evaluation_processes(worker(10), worker(20), {}, {})["reference"] == (20, 1)
+
+
+def test_a_long_recurrence_is_skipped_on_cpu_however_small_its_inputs():
+    """GDN prefill updates a 128 x 128 state per token and head: under the Triton interpreter the family's own
+    recurrent example ran out of its 300 s on t1377_n1 (3 MiB of inputs; 257 s on t294_n3), a TIMEOUT that made an
+    honest submission unpromotable on CPU. Such a workload is skipped there, as large inputs are."""
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.families import family_for
+    from harness.pipeline.evaluate import input_bytes
+
+    assert cpu_skip_message(1 << 20, 12.0, 201, 200) == (
+        "skipped on CPU: a recurrence of 201 steps (tokens) > 200, too slow for the Triton interpreter "
+        "(--all-workloads runs it)")
+    assert cpu_skip_message(1 << 20, 12.0, 200, 200) is None and cpu_skip_message(1 << 20, 12.0, 10 ** 6) is None
+    options, ds = SubmitOptions(), Dataset()
+    for name, runs, skipped in [("gdn_prefill_qk4_v8_d128_k_last", {"t134_n1_0", "t185_n2", "t6_n1"},
+                                 {"t1377_n1", "t294_n3", "t983_n2_0"}),
+                                ("gdn_decode_qk4_v8_d128_k_last", {"b1_0", "b16_0"}, set())]:
+        definition = ds.definition(name)
+        family = family_for(definition.op_type)
+        by_label = {ds.label(w): w for w in ds.workloads[name]}
+        for label in runs | skipped:
+            workload = by_label[label]
+            message = cpu_skip_message(input_bytes(definition, workload), options.cpu_max_input_mib,
+                                       family.serial_steps(definition, workload), options.cpu_max_serial_steps)
+            assert (message is not None) == (label in skipped), (label, message)
+            assert message is None or "recurrence" in message

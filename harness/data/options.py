@@ -19,6 +19,9 @@ class SubmitOptions:
     timeout_s: Optional[float] = None  # per workload, build included; default from the preset (300 s)
     all_workloads_on_cpu: bool = False
     cpu_max_input_mib: float = 12.0  # larger workloads are too slow for the Triton interpreter
+    # so are longer recurrences (GDN prefill's tokens: OperatorFamily.serial_steps): the family's own recurrent
+    # example took 98 s on 134 tokens and 257 s on 294 (its calls and the checks) of a workload's 300 s
+    cpu_max_serial_steps: int = 200
     timing: bool = True
     baselines: bool = True  # measure FlashInfer baselines (cached per GPU, toolchain and workload)
     # Time the Python reference too (the speedup a FlashInfer-Bench trace stores): minutes on large workloads,

@@ -103,6 +103,13 @@ class OperatorFamily:
         """
         return generic_cost(definition, workload)
 
+    def serial_steps(self, definition: Definition, workload: Workload) -> int:
+        """The steps of a recurrence one call must take (a sequence's tokens, one after another), where the inputs'
+        size does not say the work: on a host without a GPU the Triton interpreter runs every program in turn and
+        each step as numpy calls, so such a workload is too slow there however small its inputs. Generic: none
+        (0: the inputs' size says it)."""
+        return 0
+
     def request_lengths(self, definition: Definition, workload: Workload, root: Path) -> Optional[list[int]]:
         """Per-request lengths (tokens) of a batched workload where its blobs say them, else None.
 

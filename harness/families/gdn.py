@@ -102,6 +102,14 @@ class GdnFamily(OperatorFamily):
                       tokens: Optional[int] = None) -> WorkloadCost:
         return gdn_cost(definition, workload)
 
+    def serial_steps(self, definition: Definition, workload: Workload) -> int:
+        """Prefill: the recurrence updates a 128 x 128 state per token and head, token after token; the interpreter
+        runs the sequences' programs in turn, so every token of the call is a step (3 MiB of inputs at 1377
+        tokens). Decode: one token per state, its work said by the states' size."""
+        if "batch_size" in {**definition.const_axes, **workload.axes}:
+            return 0
+        return tokens_and_sequences(definition, workload)[0]
+
     def request_lengths(self, definition: Definition, workload: Workload, root: Path) -> Optional[list[int]]:
         """Prefill: each sequence's length from the captured ``cu_seqlens``; None without the blob (the drawn
         stand-in differs per trial) and for decode (one token per request; the history behind each state is

@@ -318,7 +318,9 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                 self.progress("workload", {"label": label, "uuid": workload.uuid})
                 size = input_bytes(definition, workload)
                 on_cpu = not self.has_gpu and not self.options.all_workloads_on_cpu
-                skip = cpu_skip_message(size, self.options.cpu_max_input_mib) if on_cpu else None
+                skip = cpu_skip_message(size, self.options.cpu_max_input_mib,
+                                        family_for(definition.op_type).serial_steps(definition, workload),
+                                        self.options.cpu_max_serial_steps) if on_cpu else None
                 if len(timed_out) >= TIMEOUTS_IN_A_ROW:  # each more would cost the whole limit again
                     skip = (f"not run: the solution ran out of time on {' and '.join(timed_out)} in a row "
                             f"(each in a fresh process, {timeout_s:.0f} s limit)")
