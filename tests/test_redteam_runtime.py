@@ -11,6 +11,8 @@
   that re-exports it: ``torch.utils._device.TorchFunctionMode``) ran inside the worker's own torch calls after the
   candidate's: ``torch.equal`` of the mutation check answered True, so inputs written over passed as untouched
   (PASSED, promotable). A mode other than torch's own default-device one is tampering, as a replaced function is.
+- The builtins module, reached as ``len.__self__`` (no name the gate knew), was not fingerprinted: the worker's
+  checks call ``isinstance``, ``type`` and ``len`` by name, and a candidate could answer for them.
 - The host's OOM killer: the memory limit (32 GiB) can exceed a host's memory (this CPU host has 23 GiB), and a
   candidate that exhausted the host had the harness, or another session's process, as likely a victim as itself.
   A sandboxed worker's processes now go first (oom_score_adj 1000, set by the sandbox's root; where that root has
@@ -105,6 +107,13 @@ def test_torchs_own_default_device_mode_is_not_tampering(session):
     prelude = "import torch as _torch\n_torch.set_default_device('cpu')\n"
     result = session.submit(_solution("default_device", "", prelude=prelude))
     assert result.status == "PASSED", [w.message for w in result.workloads]
+
+
+def test_a_replaced_builtin_is_tampering(session):
+    prelude = "_bm = len.__self__\n_real = _bm.isinstance\nsetattr(_bm, 'isinstance', lambda o, c: _real(o, c))\n"
+    result = session.submit(_solution("builtin_replaced", "", prelude=prelude))
+    w = result.workloads[0]
+    assert w.status == "RUNTIME_ERROR" and "builtins.isinstance" in w.message, (w.status, w.message)
 
 
 OOM_FIRST = '''

@@ -149,3 +149,15 @@ def test_allowed_queries_stay_allowed_under_their_real_names(policy):
     source = ("import torch\ndef run(q):\n    if torch.cuda.is_current_stream_capturing():\n        return q\n"
               "    return torch.empty_like(q)\n")
     assert not [f for f in scan_py(source, policy) if f.severity == "error"]
+
+
+@pytest.mark.parametrize("source", ["def run(q):\n    setattr(len.__self__, 'isinstance', lambda o, c: True)\n",
+                                    "_b = abs.__self__\n_b.__dict__['type'] = 1\n"])
+def test_the_builtins_module_through_a_builtins_self(policy, source):
+    findings = scan_py(source, policy)
+    assert any(f.rule == "harness_internals" and f.severity == "error" for f in findings), describe(findings)
+
+
+def test_self_of_a_bound_method_is_fine(policy):
+    source = "class K:\n    def f(self):\n        return self\n\ndef run(q, k=K()):\n    return k.f.__self__\n"
+    assert not [f for f in scan_py(source, policy) if f.severity == "error"]

@@ -38,6 +38,9 @@ THIRD_PARTY = (("torch", ("equal", "allclose", "isfinite", "empty", "zeros", "st
                ("time", ("perf_counter", "perf_counter_ns", "monotonic", "time", "sleep")),
                ("threading", ("active_count", "enumerate", "Thread")),
                ("os", ("listdir", "getpid", "_exit", "write", "read")),
+               # every builtin the worker's checks call by name (isinstance, type, len...): `len.__self__` is the
+               # builtins module, reached without naming it
+               ("builtins", ("*",)),
                # the framing of every reply (harness.sandbox.protocol): JSON headers, safetensors payloads
                ("json", ("*",)), ("json.encoder", ("*",)), ("json.decoder", ("*",)),
                ("json.encoder.JSONEncoder", ("*",)), ("json.decoder.JSONDecoder", ("*",)), ("struct", ("*",)),

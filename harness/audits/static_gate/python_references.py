@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .common import _longest_prefix
 from .python_fields import own_field_reads
-from .python_modules import canonical
+from .python_modules import _absolute, canonical
 from .python_names import (
     _COMPUTE_ROOTS,
     _FRAME_ATTRS,
@@ -202,6 +202,9 @@ class _ReferenceChecks:
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         parts = _chain_parts(node)
+        if (node.attr == "__self__" and isinstance(node.value, ast.Name) and node.value.id in _BUILTIN_NAMES
+                and node.value.id not in self.aliases and node.value.id not in self.assignments):
+            self._hit("harness_internals", node, f"reaches the builtins module through `{node.value.id}.__self__`")
         if not isinstance(node.ctx, ast.Load) and node.attr == "__class__":
             self._hit("tensor_subclass", node, f"assigns the class of `{ast.unparse(node.value)}`")
         if not isinstance(node.ctx, ast.Load) and self._is_class_of_value(node.value):
@@ -245,7 +248,11 @@ class _ReferenceChecks:
         when first needed."""
         reads = getattr(self, "_field_reads", None)
         if reads is None:
-            reads = self._field_reads = own_field_reads(self.tree, self._resolve)
+            def imported_class(node: ast.AST) -> bool:
+                resolved = self._resolve(node)
+                return resolved is not None and _absolute(resolved, self.package) in self.own.classes
+            reads = self._field_reads = own_field_reads(self.tree, self._resolve, imported_class,
+                                                        self.own.classes_reached)
         return reads
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
@@ -272,6 +279,7 @@ class _ReferenceChecks:
         return None
 
 
+_BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 _REEXPORT_ROOTS = ("torch.", "triton.")
 
 
