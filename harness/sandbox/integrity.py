@@ -34,6 +34,7 @@ THIRD_PARTY = (("torch", ("equal", "allclose", "isfinite", "empty", "zeros", "st
                # the Python half of torch.Tensor (clone, copy_, equal... of the mutation check; TensorBase, its C
                # half, cannot be assigned to)
                ("torch.Tensor", ("*",)),
+               ("torch.UntypedStorage", ("*",)),  # data_ptr of the aliasing check
                ("torch.cuda", ("synchronize", "Event", "current_stream", "Stream", "is_available")),
                ("time", ("perf_counter", "perf_counter_ns", "monotonic", "time", "sleep")),
                ("threading", ("active_count", "enumerate", "Thread")),
@@ -109,7 +110,12 @@ def snapshot() -> dict[str, tuple]:
             names = [a for a in vars(module) if not a.startswith("__")]
         for attr in names:
             try:
-                marks[f"{module_name}.{attr}"] = _marks(getattr(module, attr))
+                if isinstance(module, type):  # what the class holds, not what a lookup makes of it (a C classmethod
+                    # is a new bound object on every lookup)
+                    value = next(vars(k)[attr] for k in module.__mro__ if attr in vars(k))
+                else:
+                    value = getattr(module, attr)
+                marks[f"{module_name}.{attr}"] = _marks(value)
             except Exception:  # a descriptor that refuses the class itself: nothing to fingerprint
                 continue
     return marks
