@@ -90,6 +90,9 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
                                          ("torch_compute", "torch.sigmoid(")]),
     # GDN prefill with a setup plan that depends on cu_seqlens' content: a longest-first schedule made with numpy
     "triton_setup_schedule": ("triton", []),
+    # the DSA indexer as a package whose own files are named like standard modules (types.py, platform.py,
+    # select.py), reached by relative imports, and a NamedTuple of types.py whose field `topk` is read in api.py
+    "triton_stdlib_named_files": ("triton", []),
 }
 # Warnings that block nothing and await nothing (a debug flag read by its literal name).
 NOT_LIBRARY = {"env_read"}

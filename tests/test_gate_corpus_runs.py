@@ -2,7 +2,8 @@
 passes every workload, every audit, and is promotable, or waits only for a GPU's attribution where it really uses
 PyTorch. Those here once were false alarms or exercise what only a run shows: a NamedTuple field named `topk`
 read as torch.topk, `torch.compiler.disable` read as torch compute, a custom op that mutates its outputs, a setup
-plan that depends on cu_seqlens' content, a package whose entry point is its `__init__`."""
+plan that depends on cu_seqlens' content, a package whose entry point is its `__init__`, own files named like
+standard modules (types.py, select.py, platform.py) reached relatively."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def verdict(result) -> str:
     ("triton_host_knobs", "gdn_session", DECODE, "gdn_decode.py::run", None),
     ("triton_setup_schedule", "gdn_session", PREFILL, "prefill.py::run", "schedule.py::plan"),
     ("triton_pkg_init_entry", "gdn_session", PREFILL, "gdn_scan/__init__.py::run", None),
+    ("triton_stdlib_named_files", "dsa_session", TINY_INDEXER, "main.py::run", None),
 ])
 def test_the_honest_corpus_solution_is_promotable(request, name, session_name, definition, entry_point, setup):
     result = request.getfixturevalue(session_name).submit(corpus_solution(name, definition, entry_point, setup))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.audits.static_gate import awaits_attribution, gate_passed
+from harness.audits.static_gate import awaits_attribution, gate_passed, scan_sources
 
 from static_gate_support import describe, scan_py
 
@@ -171,3 +171,90 @@ def test_tensor_methods_and_torch_callables_beside_them_are_still_judged(name, p
     compute = [f for f in findings if f.rule == "torch_compute"]
     assert compute, describe(findings)
     assert all(awaits_attribution(f) for f in compute) and gate_passed(compute)
+
+
+# --------------------------------------------------------------------------------------------------
+# The solution's own files named like standard modules, reached relatively: `from . import signal` in a package is
+# its own signal.py (the solution is imported as a package; only an absolute `import signal` is the standard one).
+
+OWN_FILES = {
+    "root_file": {"main.py": "from . import signal as sig\nfrom .platform import NUM_SMS\n"
+                             "def run(q, out):\n    return sig.BLOCK * NUM_SMS\n",
+                  "signal.py": "BLOCK = 64\n", "platform.py": "NUM_SMS = 132\n"},
+    "package_file": {"main.py": "from .pkg import shapes\nfrom .pkg.inspect import shapes as s2\n"
+                                "def run(q, out):\n    return shapes(q), s2(q)\n",
+                     "pkg/__init__.py": "from .inspect import shapes\n",
+                     "pkg/inspect.py": "def shapes(x):\n    return x.shape\n"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN_FILES))
+def test_own_files_named_like_standard_modules_are_own_when_imported_relatively(name, policy):
+    findings = scan_sources(OWN_FILES[name], "triton", policy)
+    assert findings == [], describe(findings)
+
+
+OWN_FILES_HOSTILE = {
+    # the root package's __init__ binds the standard module: `from . import signal` then gets it, not a file
+    "root_init_binds_it": {"__init__.py": "import signal\n", "main.py": "from . import signal\n"
+                           "def run(q, out):\n    signal.alarm(1)\n"},
+    "package_init_binds_it": {"pkg/__init__.py": "import inspect\n", "main.py": "from .pkg import inspect\n"
+                              "def run(q, out):\n    return inspect.currentframe()\n"},
+    "own_module_reexports_it": {"helpers.py": "import signal as _s\nalarm = _s.alarm\n",
+                                "main.py": "from . import helpers\ndef run(q, out):\n    helpers.alarm(1)\n"},
+    "absolute_import_beside_a_namesake": {"signal.py": "BLOCK = 64\n",
+                                          "main.py": "import signal\ndef run(q, out):\n    signal.alarm(1)\n"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN_FILES_HOSTILE))
+def test_standard_modules_reached_beside_own_namesakes_are_still_judged(name, policy):
+    findings = scan_sources(OWN_FILES_HOSTILE[name], "triton", policy)
+    assert not gate_passed(findings), describe(findings)
+
+
+def test_a_relative_import_out_of_the_solution_is_judged_by_its_name(policy):
+    """`from .. import signal` from the solution's root climbs out of its package: never one of its files."""
+    findings = scan_sources({"main.py": "from .. import signal\ndef run(q, out):\n    signal.alarm(1)\n",
+                             "signal.py": "BLOCK = 64\n"}, "triton", policy)
+    assert not gate_passed(findings), describe(findings)
+
+
+# Classes of another of the solution's modules: made there, read here; reached through the class from another module,
+# their `self` is not trusted in the module that defines them.
+
+_SHAPES = "from typing import NamedTuple\nclass Shapes(NamedTuple):\n    batch: int\n    topk: int\n"
+_LAUNCHER = ("class Launcher:\n    def __init__(self, topk):\n        self.topk = topk\n"
+             "    def grab(self):\n        return self.topk\n")
+CROSS_MODULE_HONEST = {
+    "imported_namedtuple": {"pkg/types.py": _SHAPES, "pkg/__init__.py": "",
+                            "main.py": "from .pkg.types import Shapes\ndef run(q, out):\n"
+                                       "    shapes = Shapes(q.shape[0], out.shape[1])\n"
+                                       "    kernel[(1,)](q, out, TOPK=shapes.topk)\n"},
+    "imported_launcher": {"launcher.py": _LAUNCHER,
+                          "main.py": "from .launcher import Launcher\nL = Launcher(2048)\ndef run(q, out):\n"
+                                     "    kernel[(1,)](q, out, TOPK=L.topk)\n    return L.grab()\n"},
+}
+CROSS_MODULE_HOSTILE = {
+    "unbound_through_the_import": {"launcher.py": _LAUNCHER, "main.py": "from .launcher import Launcher\n"
+                                   "def run(q, out):\n    return Launcher.grab(q)(4)\n"},
+    "unbound_through_the_module": {"launcher.py": _LAUNCHER, "main.py": "from . import launcher as L\n"
+                                   "def run(q, out):\n    return L.Launcher.grab(q)(4)\n"},
+    "class_handed_on": {"launcher.py": _LAUNCHER, "main.py": "from .launcher import Launcher as B\n"
+                        "def run(q, out):\n    g = B\n    return g.grab(q)(4)\n"},
+    "instance_rebound": {"pkg/types.py": _SHAPES, "pkg/__init__.py": "",
+                         "main.py": "from .pkg.types import Shapes\nshapes = Shapes(1, 2)\ndef run(q, out):\n"
+                                    "    shapes = q\n    f = shapes.topk\n    return f(4)\n"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CROSS_MODULE_HONEST))
+def test_fields_of_classes_from_other_modules_are_not_torch_compute(name, policy):
+    findings = scan_sources(CROSS_MODULE_HONEST[name], "triton", policy)
+    assert findings == [], describe(findings)
+
+
+@pytest.mark.parametrize("name", sorted(CROSS_MODULE_HOSTILE))
+def test_tensor_methods_through_classes_of_other_modules_are_still_judged(name, policy):
+    findings = scan_sources(CROSS_MODULE_HOSTILE[name], "triton", policy)
+    assert any(f.rule == "torch_compute" for f in findings), describe(findings)

@@ -58,6 +58,7 @@ from .policy import (
     policy_from_mapping,
 )
 from .python import _finish_python, _prepare_python, _PythonScanner
+from .python_fields import collect_own_classes
 from .python_modules import _absolute, _OwnNames, main_blocks_never_run, module_of
 
 PYTHON_SUFFIXES = frozenset({".py", ".pyi"})
@@ -152,7 +153,9 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
     # the solution's modules resolves to what that module imported.
     prepared = {path: _prepare_python(source, own, compiled, module_of(path)[1])
                 for path, source in sources.items() if kinds[path] == "python"}
-    _collect_exports(own, {p: s for p, s in prepared.items() if isinstance(s, _PythonScanner)})
+    scanners = {p: s for p, s in prepared.items() if isinstance(s, _PythonScanner)}
+    _collect_exports(own, scanners)
+    collect_own_classes(own, scanners)  # `shapes.topk` of a class another module defines (python_fields)
     findings: dict[tuple[str, int, int, str], Finding] = {}
     for path, source in sources.items():
         kind = kinds[path]

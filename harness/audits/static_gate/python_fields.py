@@ -15,28 +15,72 @@ tensor_subclass error anyway.
 from __future__ import annotations
 
 import ast
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from .python_modules import _absolute, module_of
+
+if TYPE_CHECKING:
+    from .python_modules import _OwnNames
 
 _RECORD_BASES = frozenset({"builtins.object", "typing.NamedTuple", "enum.Enum", "enum.IntEnum", "enum.Flag",
                            "enum.IntFlag", "typing.Generic"})
 _NOT_INSTANCE_METHODS = frozenset({"staticmethod", "classmethod", "builtins.staticmethod", "builtins.classmethod"})
 
 
-def own_field_reads(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> set[int]:
-    """ids of the Attribute nodes `x.attr` whose `x` is proven an instance of a class this module defines."""
+def own_field_reads(tree: ast.Module, resolve: Callable[[ast.AST], str | None],
+                    imported_class: Callable[[ast.AST], bool] = lambda node: False,
+                    unsafe_elsewhere: frozenset[int] | set[int] = frozenset()) -> set[int]:
+    """ids of the Attribute nodes `x.attr` whose `x` is proven an instance of a class the solution defines: one of
+    this module, or one another module of it defines that `imported_class` recognises (`from .types import Shapes`).
+    `unsafe_elsewhere`: ids of this module's classes that another module reaches otherwise than by making one
+    (`types.A.grab(q)`), whose `self` is then not trusted."""
     classes = _own_classes(tree, resolve)
-    if not classes:
-        return set()
     reads: set[int] = set()
-    instances = _names_bound_only_to(tree, classes)
+    instances = _names_bound_only_to(tree, classes, imported_class)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in instances:
             reads.add(id(node))
     unbound_calls = _classes_called_unbound(tree, classes)
     for name, cls in classes.items():
-        if name not in unbound_calls:
+        if name not in unbound_calls and id(cls) not in unsafe_elsewhere:
             reads.update(_self_reads(cls, resolve))
     return reads
+
+
+def module_classes(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> list[ast.ClassDef]:
+    """The module-level own classes of a module (those another module can import)."""
+    own = _own_classes(tree, resolve)
+    return [s for s in tree.body if isinstance(s, ast.ClassDef) and own.get(s.name) is s]
+
+
+def classes_reached_elsewhere(tree: ast.Module, resolve_absolute: Callable[[ast.AST], str | None],
+                              classes: dict[str, ast.ClassDef]) -> set[int]:
+    """ids of the classes (``classes``: absolute dotted path -> class, of other modules) that this module reaches
+    otherwise than by making one or naming it in an annotation (`A.grab(q)`, `g = A`, `getattr(A, "grab")`)."""
+    allowed: set[int] = set()
+    parent_attribute: dict[int, ast.Attribute] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            allowed.add(id(node.func))
+        elif isinstance(node, ast.Attribute):
+            parent_attribute[id(node.value)] = node
+        annotations = ([node.annotation] if isinstance(node, (ast.arg, ast.AnnAssign)) else
+                       [node.returns] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [])
+        for annotation in annotations:
+            if annotation is not None:
+                allowed.update(id(n) for n in ast.walk(annotation))
+    unsafe: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load):
+            continue
+        cls = classes.get(resolve_absolute(node) or "")
+        if cls is None or id(node) in allowed:
+            continue
+        parent = parent_attribute.get(id(node))
+        if parent is not None and parent.attr in _static_or_class_methods(cls):
+            continue  # `Shapes.from_plan(...)`, `Cfg.BLOCK`: a class or static method, a class attribute
+        unsafe.add(id(cls))
+    return unsafe
 
 
 def _own_classes(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> dict[str, ast.ClassDef]:
@@ -60,7 +104,8 @@ def _own_classes(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> 
     return own
 
 
-def _names_bound_only_to(tree: ast.Module, classes: dict[str, ast.ClassDef]) -> set[str]:
+def _names_bound_only_to(tree: ast.Module, classes: dict[str, ast.ClassDef],
+                         imported_class: Callable[[ast.AST], bool]) -> set[str]:
     """Names every binding of which is `OwnClass(...)` as the whole value of a plain assignment."""
     constructed: set[str] = set()
     other: set[str] = set()
@@ -69,7 +114,8 @@ def _names_bound_only_to(tree: ast.Module, classes: dict[str, ast.ClassDef]) -> 
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             value = node.value
-            builds = (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes)
+            builds = isinstance(value, ast.Call) and (
+                (isinstance(value.func, ast.Name) and value.func.id in classes) or imported_class(value.func))
             for target in targets:
                 if isinstance(target, ast.Name):
                     plain_targets.add(id(target))
@@ -150,3 +196,19 @@ def _self_reads(cls: ast.ClassDef, resolve: Callable[[ast.AST], str | None]) -> 
                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == first:
                     reads.add(id(n))
     return reads
+
+
+def collect_own_classes(own: _OwnNames, scanners: Mapping[str, Any]) -> None:
+    """Fill ``own.classes`` and ``own.classes_reached`` from every module of the solution (`scanners`: path -> its
+    Python scanner, aliases collected)."""
+    for path, scanner in scanners.items():
+        module = module_of(path)[0]
+        for cls in module_classes(scanner.tree, scanner._resolve):
+            own.classes[f"{module}.{cls.name}" if module else cls.name] = cls
+    if not own.classes:
+        return
+    for path, scanner in scanners.items():
+        def absolute(node: ast.AST, scanner: Any = scanner) -> str | None:
+            resolved = scanner._resolve(node)
+            return _absolute(resolved, scanner.package) if resolved is not None else None
+        own.classes_reached.update(classes_reached_elsewhere(scanner.tree, absolute, own.classes))

@@ -38,6 +38,10 @@ class _OwnNames:
     exports: dict[str, dict[str, str]] = field(default_factory=dict)
     main_blocks_inert: bool = False
     shadows: bool = False  # a .py path's first component names a real module (torch.py, time/)
+    # module-level classes of the solution ("pkg.types.Shapes" -> its ClassDef), and the ids of those another module
+    # reaches otherwise than by making one (python_fields)
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    classes_reached: set[int] = field(default_factory=set)
 
 
 def module_of(path: str) -> tuple[str, tuple[str, ...]]:
@@ -77,12 +81,16 @@ def canonical(name: str, package: tuple[str, ...], own: _OwnNames) -> str:
     if root in _IMPLEMENTATION_MODULES:  # `posix.write` is `os.write`
         name = _IMPLEMENTATION_MODULES[root] + dot + rest
     for _ in range(8):
-        name = _reexported(name)
+        # a relative name is the solution's own (its `signal.py` reached by `from . import signal`): never a module
+        # re-exported as an attribute, and the root package's __init__ ("") says what it binds there
+        relative = name.startswith(".") and _absolute(name, package) is not None
+        if not relative:
+            name = _reexported(name)
         absolute = _absolute(name, package)
         if absolute is None or not own.exports:
             return name
         parts = absolute.split(".")
-        for i in range(len(parts) - 1, 0, -1):
+        for i in range(len(parts) - 1, -1 if relative else 0, -1):
             module = ".".join(parts[:i])
             exports = own.exports.get(module)
             if exports is None:
@@ -93,7 +101,8 @@ def canonical(name: str, package: tuple[str, ...], own: _OwnNames) -> str:
             resolved = _absolute(target, own.packages.get(module, ()))
             if resolved is None:
                 return target  # a relative name out of the solution: left as it is
-            name = ".".join([resolved, *parts[i + 1:]])
+            # what a relative import bound stays relative: the solution's own (`pkg.inspect` is its pkg/inspect.py)
+            name = ("." if target.startswith(".") else "") + ".".join([resolved, *parts[i + 1:]])
             package = ()
             break
         else:

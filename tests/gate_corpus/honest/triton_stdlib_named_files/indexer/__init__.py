@@ -1,0 +1,1 @@
+from .api import run  # noqa: F401

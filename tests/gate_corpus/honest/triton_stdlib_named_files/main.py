@@ -1,0 +1,1 @@
+from .indexer import run  # noqa: F401
