@@ -162,3 +162,21 @@ def test_native_names_that_only_look_alike_are_not_flagged(policy):
               "  int alarm_count = 0; (void)alarm_count; }\n")
     findings = scan_cpp(source, policy)
     assert not [f for f in findings if f.severity == "error"], describe(findings)
+
+
+
+# A finalizer or the torch-function protocol bound without `def __del__` / `def __torch_function__`.
+HOOKS = {
+    "type_dict": "def _f(self):\n    pass\nK = type('K', (), {'__del__': _f})\n",
+    "assigned_after": "class K:\n    pass\ndef _f(self):\n    pass\nK.__del__ = _f\n",
+    "setattr": "class K:\n    pass\nsetattr(K, '__del__', lambda self: None)\n",
+    "class_body": "class K:\n    __del__ = lambda self: None\n",
+    "torch_function_assigned": "class K:\n    pass\nK.__torch_function__ = classmethod(lambda *a: None)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOOKS))
+def test_hooks_bound_by_other_spellings(policy, name):
+    findings = scan_py(HOOKS[name], policy)
+    rule = "tensor_subclass" if "torch_function" in name else "concurrency"
+    assert any(f.rule == rule and f.severity == "error" for f in findings), describe(findings)

@@ -276,6 +276,12 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
         for deco in node.decorator_list:
             self.called.add(id(deco))
         self.class_attributes.update(id(s) for s in node.body if isinstance(s, (ast.Assign, ast.AnnAssign)))
+        for stmt in node.body:  # `__del__ = _finalize` in a class body, as `def __del__` is
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
+                stmt, ast.AnnAssign) else []
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in _HOOK_NAMES:
+                    self._hit(_HOOK_NAMES[target.id], target, f"class `{node.name}` binds the hook `{target.id}`")
         for base in node.bases:
             resolved = self._resolve(base)
             if resolved in _TENSOR_BASES:
@@ -333,11 +339,18 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
             return  # prose, or C++ source already scanned with the C++ rules
         if value in _INTERNAL_STRINGS:
             self._hit("harness_internals", node, f"names interpreter internal `{value}` in a string")
+        if value in _HOOK_NAMES:  # type("K", (), {"__del__": f}), setattr(K, "__torch_function__", f)
+            self._hit(_HOOK_NAMES[value], node, f"names the hook `{value}` in a string")
         marker = _ENV_MARKER_RE.search(value) if id(node) not in self.message_literals else None
         if marker:
             self._hit("env_probe", node, f"string mentions `{marker.group(0).strip(_QUOTES_AND_SPACE)}`")
         if _TEMP_PATH_RE.search(value):
             self._hit("file_cache", node, f"string names a shared temp/cache path ({value[:60]!r})")
+
+
+# Hooks that run the candidate's code outside its call: a finalizer, and the torch-function/dispatch protocol.
+_HOOK_NAMES = {"__del__": "concurrency", "__torch_function__": "tensor_subclass",
+               "__torch_dispatch__": "tensor_subclass"}
 
 
 def _prepare_python(source: str, own: _OwnNames, policy: _CompiledPolicy,

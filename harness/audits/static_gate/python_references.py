@@ -207,6 +207,10 @@ class _ReferenceChecks:
             self._hit("harness_internals", node, f"reaches the builtins module through `{node.value.id}.__self__`")
         if not isinstance(node.ctx, ast.Load) and node.attr == "__class__":
             self._hit("tensor_subclass", node, f"assigns the class of `{ast.unparse(node.value)}`")
+        hook = {"__del__": "concurrency", "__torch_function__": "tensor_subclass",
+                "__torch_dispatch__": "tensor_subclass"}.get(node.attr)
+        if hook is not None and not isinstance(node.ctx, ast.Load):  # `K.__del__ = f` after the class
+            self._hit(hook, node, f"assigns the hook `{node.attr}` of `{ast.unparse(node.value)}`")
         if not isinstance(node.ctx, ast.Load) and self._is_class_of_value(node.value):
             # `type(q).allclose = f`, `q.__class__.allclose = f`: a tensor's class is torch.Tensor
             self._hit("monkeypatch", node,
