@@ -67,6 +67,15 @@ HONEST = {
         def run2(q, out):
             kernel[(1,)](q, out)
         ''',
+    "autocast_decorators": '''
+        import functools
+        import torch
+        autocast_custom_fwd = functools.partial(torch.amp.custom_fwd, device_type="cuda")
+        autocast_custom_bwd = functools.partial(torch.amp.custom_bwd, device_type="cuda")
+        def run(q, out):
+            with torch.autocast("cuda", enabled=False):
+                kernel[(1,)](q, out)
+        ''',
     "deterministic_switch": '''
         import torch
         torch.use_deterministic_algorithms(False)
@@ -153,6 +162,12 @@ HOSTILE = {
     "compiler_disable_of_a_torch_callable": '''
         import torch
         mm = torch.compiler.disable(torch.matmul)
+        def run(a, b, out):
+            out.copy_(mm(a, b))
+        ''',
+    "autocast_decorator_of_a_torch_callable": '''
+        import torch
+        mm = torch.amp.custom_fwd(torch.matmul, device_type="cuda")
         def run(a, b, out):
             out.copy_(mm(a, b))
         ''',

@@ -260,6 +260,10 @@ _TORCH_NEVER_COMPUTE = frozenset({
     # keeping a function out of torch.compile's graphs (FLA's launchers): a decorator, no kernel; what it wraps is
     # judged as itself (`torch.compiler.disable(torch.matmul)` still names torch.matmul)
     "torch.compiler", "torch.compiler.disable", "torch._dynamo.disable",
+    # autocast regions and the autograd decorators that set them (FLA's utils define autocast_custom_fwd at import):
+    # they change the dtype torch's own ops run in, and launch nothing themselves
+    "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.is_autocast_enabled",
+    "torch.amp.custom_fwd", "torch.amp.custom_bwd", "torch.cuda.amp.custom_fwd", "torch.cuda.amp.custom_bwd",
     # seeding, profiler annotations, allocator housekeeping, matmul precision: no kernel of their own
     "torch.manual_seed", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.seed",
     "torch.cuda.empty_cache", "torch.set_float32_matmul_precision", "torch.get_float32_matmul_precision",
