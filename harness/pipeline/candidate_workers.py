@@ -26,7 +26,7 @@ class CandidateWorkers:
 
     ``options``: the session's (read for ``spare_worker``); ``worker_options(role, cpu_only=None)``: the session's
     options for a worker of that role; ``phase(name)``: the session's time accounting; ``extensions``: where the
-    torch extensions a solution built are kept for its next worker (harness.sandbox.extension_cache), or None.
+    torch/TVM-FFI extensions a solution built are kept for its next worker (harness.sandbox.extension_cache), or None.
     """
 
     def __init__(self, options: SubmitOptions, worker_options: Callable[..., WorkerOptions],
@@ -132,7 +132,7 @@ class CandidateWorkers:
         worker.compile_only = reply.compile_only
         worker.compile_only_note = reply.note
         reused = getattr(reply, "extensions", "")
-        worker.build_log = reply.log + (f"\n[crucible] torch extensions put back before the import: {reused}"
+        worker.build_log = reply.log + (f"\n[crucible] torch/TVM-FFI extensions put back before the import: {reused}"
                                         if reused else "")
         return worker, None
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from ..data.schema import Definition, Language, Solution
 from . import cuda_check
+from .extension_cache import EXTENSION_FOLDERS
 
 DEFAULT_CUDA_ARCH = os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
 CUDA_SUFFIXES = {".cu"}
@@ -171,7 +172,8 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
         sys.path.insert(0, str(src_root))
     module_name = package + "." + solution.spec.entry_file.removesuffix(".py").replace("/", ".")
     # torch.utils.cpp_extension.load_inline / load at import time is a build: into the worker's private
-    # TORCH_EXTENSIONS_DIR, its compiler output in the build log, its failure a COMPILE_ERROR with that log.
+    # TORCH_EXTENSIONS_DIR (tvm_ffi.cpp's load_inline / build_inline / load / build: its TVM_FFI_CACHE_DIR), its
+    # compiler output in the build log, its failure a COMPILE_ERROR with that log.
     log_path = workdir / "build.log"
     try:
         with captured_fds(log_path):
@@ -179,9 +181,10 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
     except BaseException as err:  # SyntaxError, ImportError, SystemExit from module level...
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
         tb = traceback.format_exc()
-        if not have_gpu and "cpp_extension" in tb:  # a CUDA extension needs the GPU host's toolchain
+        builder = _extension_builder(tb)
+        if not have_gpu and builder:  # a CUDA extension needs the GPU host's toolchain
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
-                         note="a torch CUDA extension (load_inline/load): built and run on a GPU host only")
+                         note=f"a {builder} CUDA extension (load_inline/load): built and run on a GPU host only")
         limit = None if have_gpu else (_missing_gpu_package(err) or _gpu_asked_for_at_import(tb))
         if limit:  # what this host has not got (torch's and Triton's own errors), not the candidate's mistake
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=limit)
@@ -203,6 +206,16 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
             raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
     return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
+
+
+def _extension_builder(tb: str) -> Optional[str]:
+    """The extension builder a failed import's traceback went through (torch's cpp_extension, tvm_ffi.cpp), or None."""
+    tb = tb.replace("\\", "/")
+    if "cpp_extension" in tb:
+        return "torch"
+    if "tvm_ffi/cpp/" in tb:
+        return "TVM-FFI"
+    return None
 
 
 # Packages of the contest's GPU environment (its image: FlashInfer, CuTe DSL, cuda-python, TVM-FFI, DeepGEMM...)
@@ -236,11 +249,18 @@ def _gpu_asked_for_at_import(tb: str) -> Optional[str]:
 
 
 def extension_binaries() -> dict[str, str]:
-    """The shared objects torch's cpp_extension built in this worker's private TORCH_EXTENSIONS_DIR."""
-    folder = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if not folder or not Path(folder).is_dir():
-        return {}
-    return {f"so:{p.relative_to(folder).as_posix()}": str(p) for p in sorted(Path(folder).rglob("*.so"))}
+    """The shared objects the candidate's extension builders made in this worker's private folders: torch's
+    cpp_extension in TORCH_EXTENSIONS_DIR (``so:NAME/...``), TVM-FFI's tvm_ffi.cpp in TVM_FFI_CACHE_DIR
+    (``so:tvm-ffi/NAME_HASH/...``); a folder the environment does not name is not looked at."""
+    found = {}
+    for label, variable, _ in EXTENSION_FOLDERS:
+        folder = os.environ.get(variable)
+        if not folder or not Path(folder).is_dir():
+            continue
+        prefix = "" if label == "torch" else f"{label}/"
+        found.update({f"so:{prefix}{p.relative_to(folder).as_posix()}": str(p)
+                      for p in sorted(Path(folder).rglob("*.so"))})
+    return found
 
 
 def _sources_by_kind(pkg_dir: Path, solution: Solution) -> tuple[list[str], list[str]]:

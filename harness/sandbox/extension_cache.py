@@ -1,19 +1,23 @@
-"""The torch extensions a solution built, kept for its next evaluation.
+"""The extensions a solution built (torch's and TVM-FFI's), kept for its next evaluation.
 
 A Python solution that calls ``torch.utils.cpp_extension.load_inline`` (or ``load``) at import compiles with nvcc in
-its worker's private ``TORCH_EXTENSIONS_DIR``, and every worker is new: the same source is compiled again for each
-screening rung, the full evaluation, the full-audit evaluation and any later submission. On the H200 that was 52-64 s
-each time for the skill's CUDA template, 178 s of a 267 s loop round spent compiling one unchanged source three
-times (run 13). So the worker hands the folder back right after the build, before it has seen any workload, and the
-harness keeps it under a key of the solution's content hash and the toolchain; the next worker of the same solution
-on the same toolchain gets it back before the import, and ninja finds nothing to do.
+its worker's private ``TORCH_EXTENSIONS_DIR``; one that calls ``tvm_ffi.cpp.load_inline`` (``build_inline``, ``load``,
+``build``) without a ``build_directory`` compiles in ``TVM_FFI_CACHE_DIR`` (tvm_ffi's own variable; unset, it would be
+``~/.cache/tvm-ffi``), which the harness sets to a private folder of the worker as well (``EXTENSION_FOLDERS``,
+``folder_environment``). Every worker is new: the same source is compiled again for each screening rung, the full
+evaluation, the full-audit evaluation and any later submission. On the H200 that was 52-64 s each time for the skill's
+CUDA template, 178 s of a 267 s loop round spent compiling one unchanged source three times (run 13). So the worker
+hands the folders back right after the build, before it has seen any workload, and the harness keeps them (one tar,
+each folder under its label) under a key of the solution's content hash and the toolchain; the next worker of the
+same solution on the same toolchain gets them back before the import, and ninja finds nothing to do.
 
 What a folder may carry is bounded on both sides: only the build's own file kinds (sources, objects, the library,
 ninja's files), no links, no path outside the folder, at most ``MAX_BYTES``. It is written by a worker that ran the
 candidate's import, so it is the candidate's own data: it is only ever handed to a later evaluation of the same
 solution (the key holds its content hash), never to another solution, and it is taken before any workload ran, so it
-cannot hold the outputs of one. A sandboxed worker builds in the same folder every time (``/tmp/work``), which is what
-lets ninja reuse the build; without the sandbox the folder differs per worker and ninja compiles again (harmless).
+cannot hold the outputs of one. A sandboxed worker builds in the same folders every time (under ``/tmp/work``), which
+is what lets ninja reuse the build; without the sandbox the folder differs per worker and ninja compiles again
+(harmless).
 """
 
 from __future__ import annotations
@@ -24,44 +28,72 @@ import json
 import os
 import tarfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Mapping, Optional, Union
 
 if TYPE_CHECKING:  # the harness side imports this module before torch
     import torch
 
 MAX_BYTES = 512 << 20  # a CUDA extension's objects and library are a few MB; FlashInfer-sized ones stay under this
 MAX_TOTAL_BYTES = 4 << 30  # the whole store: the least recently used copies go first (many candidates, one disk)
-# What a torch extension build folder holds: ninja's files, the sources load_inline writes, objects, the library.
-KEPT_SUFFIXES = (".ninja", ".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".o", ".so", ".d")
+# What a torch or TVM-FFI extension build folder holds: ninja's files, the sources load_inline writes, objects, the
+# cubins tvm_ffi's embed_cubin writes, the library.
+KEPT_SUFFIXES = (".ninja", ".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".o", ".so", ".d", ".cubin")
 KEPT_NAMES = (".ninja_log", ".ninja_deps")
 MTIMES = ".crucible-mtimes.json"  # the files' modification times in nanoseconds
+LAYOUT = "2"  # the copies' layout (each folder under its label), in the key: copies of another layout are never read
+
+# The folders a worker's extension builders write into: the label of each in a kept copy, the variable that names it
+# (set for every worker by harness.sandbox.runner.scrubbed_environment), and its folder under the worker's home.
+EXTENSION_FOLDERS = (("torch", "TORCH_EXTENSIONS_DIR", ".torch_extensions"),
+                     ("tvm-ffi", "TVM_FFI_CACHE_DIR", ".tvm_ffi"))
+Folders = Union[Path, Mapping[str, Path]]
+
+
+def folder_environment(home: Path) -> dict[str, str]:
+    """The variables that put each builder's folder under ``home`` (the worker's own folder)."""
+    return {variable: str(home / name) for _, variable, name in EXTENSION_FOLDERS}
+
+
+def extension_folders(workdir: Path, environ: Optional[Mapping[str, str]] = None) -> dict[str, Path]:
+    """This worker's extension folders by label: where its environment names them, else under ``workdir``."""
+    environ = os.environ if environ is None else environ
+    return {label: Path(environ.get(variable) or Path(workdir) / name) for label, variable, name in EXTENSION_FOLDERS}
 
 
 def _kept(path: Path) -> bool:
     return path.name in KEPT_NAMES or path.suffix in KEPT_SUFFIXES
 
 
-def pack(folder: Path, max_bytes: int = MAX_BYTES) -> tuple[Optional[bytes], str]:
-    """A tar of ``folder``'s build files (modification times kept: ninja compares them), or None and why not."""
-    if not folder.is_dir():
+def _labelled(folders: Folders) -> dict[str, Path]:
+    """Label -> folder; one folder alone is the tar's root (label "")."""
+    return {"": Path(folders)} if isinstance(folders, (str, os.PathLike)) else {k: Path(v) for k, v in folders.items()}
+
+
+def pack(folders: Folders, max_bytes: int = MAX_BYTES) -> tuple[Optional[bytes], str]:
+    """A tar of the build files of ``folders`` (one folder, or label -> folder: each under its label), modification
+    times kept (ninja compares them), or None and why not."""
+    present = {label: folder for label, folder in _labelled(folders).items() if folder.is_dir()}
+    if not present:
         return None, "no extension folder"
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and _kept(p))
+    files = {(f"{label}/" if label else "") + p.relative_to(folder).as_posix(): p
+             for label, folder in present.items()
+             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink() and _kept(p)}
     if not files:
         return None, "nothing built"
-    total = sum(p.stat().st_size for p in files)
+    total = sum(p.stat().st_size for p in files.values())
     if total > max_bytes:
         return None, f"{total / 2**20:.0f} MiB of build files, over the {max_bytes / 2**20:.0f} MiB kept"
     buffer = io.BytesIO()
     # Nanoseconds, not tar's float seconds: ninja's deps log holds each object's time to the nanosecond and calls
     # an object whose time came back even 1 ns later "out of date", compiling everything again.
-    times = {p.relative_to(folder).as_posix(): p.stat().st_mtime_ns for p in files}
+    times = {name: p.stat().st_mtime_ns for name, p in files.items()}
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         manifest = json.dumps(times).encode()
         info = tarfile.TarInfo(MTIMES)
         info.size = len(manifest)
         tar.addfile(info, io.BytesIO(manifest))
-        for path in files:
-            info = tar.gettarinfo(str(path), arcname=path.relative_to(folder).as_posix())
+        for name, path in files.items():
+            info = tar.gettarinfo(str(path), arcname=name)
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             with path.open("rb") as handle:
@@ -69,10 +101,11 @@ def pack(folder: Path, max_bytes: int = MAX_BYTES) -> tuple[Optional[bytes], str
     return buffer.getvalue(), f"{len(files)} files, {total / 2**20:.1f} MiB"
 
 
-def unpack(data: bytes, folder: Path) -> int:
-    """Extract a ``pack`` into ``folder``: regular files of the kept kinds only, inside ``folder`` (tarfile's
-    ``data`` filter refuses absolute paths, ``..``, links and devices). Returns the files written."""
-    folder.mkdir(parents=True, exist_ok=True)
+def unpack(data: bytes, folders: Folders) -> int:
+    """Extract a ``pack`` into ``folders`` (as packed: one folder, or label -> folder, a member under a label no
+    folder has is skipped): regular files of the kept kinds only, each inside its own folder (tarfile's ``data``
+    filter refuses absolute paths, ``..``, links and devices). Returns the files written."""
+    targets = _labelled(folders)
     written, times = [], {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar.getmembers():
@@ -80,11 +113,15 @@ def unpack(data: bytes, folder: Path) -> int:
                 times = json.loads(tar.extractfile(member).read())
             if not member.isfile() or not _kept(Path(member.name)):
                 continue
-            tar.extract(member, folder, filter="data")
-            written.append(member.name)
-    for name in written:
+            label, _, rest = member.name.partition("/") if "" not in targets else ("", "", member.name)
+            folder = targets.get(label)
+            if folder is None or not rest:
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            tar.extract(member.replace(name=rest, deep=False), folder, filter="data")
+            written.append((member.name, folder / rest, folder))
+    for name, target, folder in written:
         ns = times.get(name) if isinstance(times, dict) else None
-        target = folder / name
         if isinstance(ns, int) and folder.resolve() in target.resolve().parents:
             os.utime(target, ns=(ns, ns), follow_symlinks=False)
     return len(written)
@@ -110,7 +147,7 @@ class ExtensionCache:
 
     @staticmethod
     def key(solution_hash: str, toolchain: str) -> str:
-        return hashlib.sha256(f"{solution_hash}\n{toolchain}".encode()).hexdigest()[:32]
+        return hashlib.sha256(f"{solution_hash}\n{toolchain}\nlayout {LAYOUT}".encode()).hexdigest()[:32]
 
     def _path(self, key: str) -> Path:
         return self.folder / f"{key}.tar"

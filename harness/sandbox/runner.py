@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from . import protocol
 from .messages import ExitRequest, HelloRequest, MalformedReply, Reply, Request, parse_reply
 from .bytecode import worker_bytecode
-from .extension_cache import MAX_BYTES as EXTENSION_BYTES
+from .extension_cache import MAX_BYTES as EXTENSION_BYTES, folder_environment
 from .isolation import Sandbox, SandboxPolicy, human_bytes, make_sandbox
 
 if TYPE_CHECKING:  # annotations only: the harness launches workers before it imports torch
@@ -92,8 +92,10 @@ def scrubbed_environment(extra: Optional[dict[str, str]] = None, home: Optional[
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if home is not None:
+        # the extension builders' folders too (torch's TORCH_EXTENSIONS_DIR, TVM-FFI's TVM_FFI_CACHE_DIR, never the
+        # shared ~/.cache/tvm-ffi): private to the worker, collected for the SASS audit and kept (extension_cache)
         env.update(HOME=str(home), TMPDIR=str(home), TRITON_CACHE_DIR=str(home / ".triton"),
-                   TORCH_EXTENSIONS_DIR=str(home / ".torch_extensions"), XDG_CACHE_HOME=str(home / ".cache"))
+                   XDG_CACHE_HOME=str(home / ".cache"), **folder_environment(home))
     env.update(extra)
     return env
 

@@ -27,7 +27,7 @@ import torch
 
 from . import protocol
 from .build import Built, BuildError, build
-from .extension_cache import as_bytes, as_tensor, pack, unpack
+from .extension_cache import as_bytes, as_tensor, extension_folders, pack, unpack
 from .integrity import Integrity, preload
 from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
                        RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
@@ -110,13 +110,16 @@ class Worker:
     def build(self, req: BuildRequest) -> tuple[dict, dict]:
         self.solution, self.definition = req.solution, req.definition
         started = time.perf_counter()
-        extensions = Path(os.environ.get("TORCH_EXTENSIONS_DIR", self.workdir / ".torch_extensions"))
+        extensions = extension_folders(self.workdir)  # torch's and TVM-FFI's, each private to this worker
         seed, reused = self._request_tensors.get("extension_seed"), ""
         if seed is not None:  # what an earlier worker of this solution built (harness.sandbox.extension_cache)
             try:
-                reused = f"{unpack(as_bytes(seed), extensions)} files of an earlier build"
+                written = unpack(as_bytes(seed), extensions)
+                reused = f"{written} files of an earlier build"
             except Exception as err:  # a damaged copy: build from scratch, and hand the new build back
-                reused, seed = f"not reused ({type(err).__name__}: {err})", None
+                written, reused = 0, f"not reused ({type(err).__name__}: {err})"
+            if not written:  # nothing put back (no file for these folders): this build is kept instead
+                seed, reused = None, reused if reused.startswith("not reused") else "not reused (no files)"
         try:
             self.built = build(self.solution, self.definition, self.workdir, have_gpu=self.device.type == "cuda")
         except BuildError as err:

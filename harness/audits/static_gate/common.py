@@ -85,6 +85,7 @@ _ENV_MARKER_RE = re.compile(
 # env_read (harness/audits/static_gate/python_env.py).
 _REVEALING_ENV_NAME_RE = re.compile(
     _ENV_MARKER_RE.pattern + r"|^(?:HOME|TMPDIR|TMP|TEMP|USER|LOGNAME|HOSTNAME|PWD|PATH|SLURM\w*|XDG_\w+|"
-    r"TORCH_EXTENSIONS_DIR|TRITON_CACHE_DIR|TRITON_\w*INTERPRET\w*|PYTHON\w*|LD_\w+|CI|GITHUB_\w+)$", re.IGNORECASE)
+    r"TORCH_EXTENSIONS_DIR|TVM_FFI_CACHE_DIR|TRITON_CACHE_DIR|TRITON_\w*INTERPRET\w*|PYTHON\w*|LD_\w+|CI|GITHUB_\w+)$",
+    re.IGNORECASE)
 _TEMP_PATH_RE = re.compile(r"(?:^|[\s\"'=])/(?:tmp|dev/shm|var/tmp)(?:/|$)|~/\.cache")
 _QUOTES_AND_SPACE = "\"' \t"
