@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import sys
 import tarfile
 import types
 
@@ -85,6 +86,34 @@ def test_the_sass_audit_gets_the_library_tvm_ffi_built(tmp_path, monkeypatch):
     header, _ = _sass_reply(Built(fn=None), solution, torch.device("cpu"), tmp_path, 10.0)
     assert header["ok"] and sorted(given) == sorted([torch_so, tvm_so]), (header, given)
     assert f"{PROBE_NAME}.so" in header["files"]
+
+
+def test_a_tvm_ffi_build_that_fails_without_a_gpu_is_skipped_as_torchs_is(tmp_path, monkeypatch):
+    """On a host without a GPU, a build that failed inside tvm_ffi.cpp (here a stand-in for the package, raising
+    what tvm_ffi raises where it finds no GPU to build for) says so, never a COMPILE_ERROR."""
+    from harness.data.schema import Definition, Solution, load_model
+    from harness.sandbox.build import build
+
+    from support import DEFINITIONS, solution_dict
+
+    fake = tmp_path / "site" / "tvm_ffi" / "cpp"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("from .extension import load_inline\n")
+    (fake / "extension.py").write_text("def load_inline(name, **kwargs):\n    raise RuntimeError('Could not detect "
+                                       "CUDA compute_cap automatically. Please set TVM_FFI_CUDA_ARCH_LIST')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    saved = {m: sys.modules.pop(m) for m in list(sys.modules) if m.split(".")[0] == "tvm_ffi"}
+    source = "import tvm_ffi.cpp\n\n_ext = tvm_ffi.cpp.load_inline('k', cuda_sources='', functions=['f'])\n"
+    definition = load_model(Definition, DEFINITIONS / "definitions" / "gqa_paged" / f"{KV8_PS1}.json")
+    try:
+        built = build(Solution.model_validate(solution_dict(source)), definition, tmp_path / "work", have_gpu=False)
+    finally:  # the stand-in leaves with this test
+        for name in [m for m in sys.modules if m.split(".")[0] == "tvm_ffi"]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+    assert built.compile_only and built.fn is None
+    assert built.note.startswith("a TVM-FFI CUDA extension") and "TVM_FFI_CUDA_ARCH_LIST" in built.log
 
 
 def test_one_kept_copy_carries_both_builders_folders(tmp_path):
