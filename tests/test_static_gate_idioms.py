@@ -29,6 +29,7 @@ POLICY_IDIOMS = [
     # build settings written before load_inline
     "import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0a'\n",
     "import os\nos.environ.setdefault('TORCH_CUDA_ARCH_LIST', '9.0a')\nos.environ.update(MAX_JOBS='4')\n",
+    "import os\nos.environ['TVM_FFI_CUDA_ARCH_LIST'] = '9.0a'  # before tvm_ffi.cpp.load_inline\n",
     # a CuTe DSL kernel's launch on the current stream (FlashInfer's GDN kernels, vendored)
     ("import cuda.bindings.driver as cuda\nimport torch\n\n\ndef launch(stream: cuda.CUstream = None):\n"
      "    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)\n"),
@@ -190,7 +191,7 @@ def test_ops_registered_in_python_are_the_solutions_own(policy):
     assert "torch_compute" in {f.rule for f in scan_sources(aten, "python", policy) if f.path == "main.py"}
 
 
-def test_env_writes_is_a_policy_allow_list():
+def test_env_writes_is_a_policy_allow_list(policy):
     source = "import os\nos.environ['CUDA_MODULE_LOADING'] = 'LAZY'\n"
     assert [f.rule for f in scan_py(source, builtin_policy())] == ["env_probe"]
     layered = policy_from_mapping({"definition": {"d": {"allow": {"env_writes": ["CUDA_MODULE_LOADING"]}}}},
@@ -198,6 +199,8 @@ def test_env_writes_is_a_policy_allow_list():
     assert scan_py(source, layered) == []
     assert [f.rule for f in scan_py("import os\nos.environ['TORCH_CUDA_ARCH_LIST'] = '9.0a'\n",
                                     builtin_policy())] == ["env_probe"]  # the shipped list is the YAML's
+    for folder in ("TVM_FFI_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):  # a build folder that outlives the worker
+        assert "env_probe" in {f.rule for f in scan_py(f"import os\nos.environ['{folder}'] = 'build'\n", policy)}
 
 
 # --------------------------------------------------------------------------------------------------
