@@ -154,7 +154,11 @@ def python_threads() -> dict[int, str]:
 def _processes() -> dict[int, tuple[int, str, str]]:
     """pid -> (parent pid, state, command name) of every process this worker's /proc shows."""
     out = {}
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (not Linux): nothing to count
+        return out
+    for entry in entries:
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
@@ -162,7 +166,10 @@ def _processes() -> dict[int, tuple[int, str, str]]:
             except OSError:  # gone meanwhile
                 continue
             name = stat[stat.find("(") + 1:stat.rfind(")")]
-            state, ppid = stat[stat.rfind(")") + 2:].split()[:2]
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) < 2 or not fields[1].isdigit():
+                continue
+            state, ppid = fields[:2]
             out[int(entry)] = (int(ppid), state, "".join(c if c.isprintable() and c.isascii() else "?" for c in name))
     return out
 
