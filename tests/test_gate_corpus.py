@@ -93,6 +93,8 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
     # the DSA indexer as a package whose own files are named like standard modules (types.py, platform.py,
     # select.py), reached by relative imports, and a NamedTuple of types.py whose field `topk` is read in api.py
     "triton_stdlib_named_files": ("triton", []),
+    # GQA decode in CUDA through load_inline with CUB's BlockReduce (max and sum), cuda_bf16 and a device guard
+    "cuda_cub_block_reduce": ("python", []),
 }
 # Warnings that block nothing and await nothing (a debug flag read by its literal name).
 NOT_LIBRARY = {"env_read"}
