@@ -76,6 +76,19 @@ HONEST = {
             with torch.autocast("cuda", enabled=False):
                 kernel[(1,)](q, out)
         ''',
+    "collections_namedtuple": '''
+        import collections
+        Shapes = collections.namedtuple("Shapes", ["batch", "topk"])
+        def run(q, out):
+            s = Shapes(q.shape[0], out.shape[1])
+            kernel[(1,)](q, out, TOPK=s.topk)
+        ''',
+    "simple_namespace": '''
+        from types import SimpleNamespace
+        cfg = SimpleNamespace(topk=2048, mean=0.0)
+        def run(q, out):
+            kernel[(1,)](q, out, TOPK=cfg.topk, M=cfg.mean)
+        ''',
     "deterministic_switch": '''
         import torch
         torch.use_deterministic_algorithms(False)
@@ -158,6 +171,30 @@ HOSTILE = {
                 self.topk = q.topk
         def run(q, out):
             return Holder(q).topk(4)
+        ''',
+    "namedtuple_type_rebound": '''
+        import collections
+        Shapes = collections.namedtuple("Shapes", ["topk"])
+        def run(q, out):
+            Shapes = type(q)
+            s = Shapes(q)
+            f = s.topk
+            return f(4)
+        ''',
+    "namedtuple_made_from_a_tensor_method": '''
+        import collections
+        Shapes = collections.namedtuple("Shapes", ["topk"])
+        def run(q, out):
+            s = Shapes(q.topk)
+            return s.topk(4)
+        ''',
+    "namespace_reassigned": '''
+        from types import SimpleNamespace
+        cfg = SimpleNamespace(topk=1)
+        def run(q, out):
+            for cfg in (q,):
+                f = cfg.topk
+            return f(4)
         ''',
     "compiler_disable_of_a_torch_callable": '''
         import torch

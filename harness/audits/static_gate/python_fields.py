@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 _RECORD_BASES = frozenset({"builtins.object", "typing.NamedTuple", "enum.Enum", "enum.IntEnum", "enum.Flag",
                            "enum.IntFlag", "typing.Generic"})
+# Library calls that make a record type (its fields are the arguments it is made with) or such a record itself.
+_RECORD_FACTORIES = frozenset({"collections.namedtuple", "typing.NamedTuple"})
+_RECORD_INSTANCES = frozenset({"types.SimpleNamespace", "argparse.Namespace"})
 _NOT_INSTANCE_METHODS = frozenset({"staticmethod", "classmethod", "builtins.staticmethod", "builtins.classmethod"})
 
 
@@ -36,7 +39,13 @@ def own_field_reads(tree: ast.Module, resolve: Callable[[ast.AST], str | None],
     (`types.A.grab(q)`), whose `self` is then not trusted."""
     classes = _own_classes(tree, resolve)
     reads: set[int] = set()
-    instances = _names_bound_only_to(tree, classes, imported_class)
+    records = _record_types(tree, resolve)
+
+    def makes_record(func: ast.AST) -> bool:
+        return imported_class(func) or (isinstance(func, ast.Name) and func.id in records) or (
+            resolve(func) in _RECORD_INSTANCES)
+
+    instances = _names_bound_only_to(tree, classes, makes_record)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in instances:
             reads.add(id(node))
@@ -104,8 +113,35 @@ def _own_classes(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> 
     return own
 
 
+def _record_types(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> set[str]:
+    """Names bound, every time, to a record type made by a library call (`Shapes = collections.namedtuple(...)`)."""
+    made: set[str] = set()
+    spoiled: set[str] = set()
+    plain: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            makes = (len(node.targets) == 1 and isinstance(node.value, ast.Call)
+                     and resolve(node.value.func) in _RECORD_FACTORIES)
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    plain.add(id(target))
+                    (made if makes else spoiled).add(target.id)
+        elif isinstance(node, ast.arg):
+            spoiled.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            spoiled.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            spoiled.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            spoiled.update(node.names)
+    for node in ast.walk(tree):  # loops, with, walrus, unpacking, annotated assignments...
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in plain:
+            spoiled.add(node.id)
+    return made - spoiled
+
+
 def _names_bound_only_to(tree: ast.Module, classes: dict[str, ast.ClassDef],
-                         imported_class: Callable[[ast.AST], bool]) -> set[str]:
+                         makes_record: Callable[[ast.AST], bool]) -> set[str]:
     """Names every binding of which is `OwnClass(...)` as the whole value of a plain assignment."""
     constructed: set[str] = set()
     other: set[str] = set()
@@ -115,7 +151,7 @@ def _names_bound_only_to(tree: ast.Module, classes: dict[str, ast.ClassDef],
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             value = node.value
             builds = isinstance(value, ast.Call) and (
-                (isinstance(value.func, ast.Name) and value.func.id in classes) or imported_class(value.func))
+                (isinstance(value.func, ast.Name) and value.func.id in classes) or makes_record(value.func))
             for target in targets:
                 if isinstance(target, ast.Name):
                     plain_targets.add(id(target))
