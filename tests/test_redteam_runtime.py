@@ -13,6 +13,8 @@
   (PASSED, promotable). A mode other than torch's own default-device one is tampering, as a replaced function is.
 - The builtins module, reached as ``len.__self__`` (no name the gate knew), was not fingerprinted: the worker's
   checks call ``isinstance``, ``type`` and ``len`` by name, and a candidate could answer for them.
+- ``torch.cuda.get_device_properties`` (the L2 size the cold-L2 flush is sized by), ``empty_cache`` and the memory
+  figures were not fingerprinted: a card reported with no L2 makes every flush a no-op (a warm-L2 timing).
 - The host's OOM killer: the memory limit (32 GiB) can exceed a host's memory (this CPU host has 23 GiB), and a
   candidate that exhausted the host had the harness, or another session's process, as likely a victim as itself.
   A sandboxed worker's processes now go first (oom_score_adj 1000, set by the sandbox's root; where that root has
@@ -114,6 +116,14 @@ def test_a_replaced_builtin_is_tampering(session):
     result = session.submit(_solution("builtin_replaced", "", prelude=prelude))
     w = result.workloads[0]
     assert w.status == "RUNTIME_ERROR" and "builtins.isinstance" in w.message, (w.status, w.message)
+
+
+def test_the_device_queries_the_timer_sizes_its_flush_by_are_fingerprinted(session):
+    prelude = "import torch as _t\n_real = _t.cuda.get_device_properties\nsetattr(_t.cuda, 'get_device_properties', _real)\n"
+    prelude = prelude.replace("_real)", "lambda *a, **k: _real(*a, **k))")
+    result = session.submit(_solution("l2_hidden", "", prelude=prelude))
+    w = result.workloads[0]
+    assert w.status == "RUNTIME_ERROR" and "torch.cuda.get_device_properties" in w.message, (w.status, w.message)
 
 
 OOM_FIRST = '''
