@@ -119,8 +119,8 @@ def test_a_replaced_builtin_is_tampering(session):
 
 
 def test_the_device_queries_the_timer_sizes_its_flush_by_are_fingerprinted(session):
-    prelude = "import torch as _t\n_real = _t.cuda.get_device_properties\nsetattr(_t.cuda, 'get_device_properties', _real)\n"
-    prelude = prelude.replace("_real)", "lambda *a, **k: _real(*a, **k))")
+    prelude = ("import torch as _t\n_real = _t.cuda.get_device_properties\n"
+               "setattr(_t.cuda, 'get_device_properties', lambda *a, **k: _real(*a, **k))\n")
     result = session.submit(_solution("l2_hidden", "", prelude=prelude))
     w = result.workloads[0]
     assert w.status == "RUNTIME_ERROR" and "torch.cuda.get_device_properties" in w.message, (w.status, w.message)
