@@ -111,11 +111,15 @@ def test_torchs_own_default_device_mode_is_not_tampering(session):
     assert result.status == "PASSED", [w.message for w in result.workloads]
 
 
-def test_a_replaced_builtin_is_tampering(session):
-    prelude = "_bm = len.__self__\n_real = _bm.isinstance\nsetattr(_bm, 'isinstance', lambda o, c: _real(o, c))\n"
-    result = session.submit(_solution("builtin_replaced", "", prelude=prelude))
+@pytest.mark.parametrize("module, name", [("len.__self__", "isinstance"), ("__import__('bisect')", "bisect_left"),
+                                          ("__import__('math')", "fsum")])
+def test_a_replaced_builtin_or_timer_helper_is_tampering(session, module, name):
+    """The builtins, and the stdlib the timer computes spans and means with (bisect, math.fsum)."""
+    prelude = f"_m = {module}\n_real = _m.{name}\nsetattr(_m, '{name}', lambda *a: _real(*a))\n"
+    result = session.submit(_solution(f"replaced_{name}", "", prelude=prelude))
     w = result.workloads[0]
-    assert w.status == "RUNTIME_ERROR" and "builtins.isinstance" in w.message, (w.status, w.message)
+    shown = "builtins" if name == "isinstance" else module.split("'")[1]
+    assert w.status == "RUNTIME_ERROR" and f"{shown}.{name}" in w.message, (w.status, w.message)
 
 
 def test_the_device_queries_the_timer_sizes_its_flush_by_are_fingerprinted(session):
