@@ -35,6 +35,7 @@ THIRD_PARTY = (("torch", ("equal", "allclose", "isfinite", "empty", "zeros", "st
                # half, cannot be assigned to)
                ("torch.Tensor", ("*",)),
                ("torch.UntypedStorage", ("*",)),  # data_ptr of the aliasing check
+               ("torch.cuda.Event", ("*",)), ("torch.cuda.Stream", ("*",)),  # record/elapsed_time of the wall clocks
                ("torch.cuda", ("synchronize", "Event", "current_stream", "Stream", "is_available",
                                # what the L2 flush, the memory figures and the GPU state are read with: a card that
                                # reports no L2 would make the cold-L2 flush a no-op
