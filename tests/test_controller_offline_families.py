@@ -224,6 +224,7 @@ def test_the_gqa_generator_never_offers_a_tma_box_at_page_size_1():
     for definition, allowed in [(GQA_PS64, [0, 1, 2]), (GQA_PS64.replace("ps64", "ps1"), [0, 1])]:
         generator = OfflineGenerator(skills["gqa-decode"], definition)
         start = generator.starting_point("latency-bound")
+        start = {**start, "params": {**start["params"], "KV_LOAD": 1}}  # one step from both 0 and 2
         assert generator.templates["triton-split-kv-fused"].placeholders["KV_LOAD"] == allowed
         values = {m["params"].get("KV_LOAD") for m in generator.neighbours(start, "latency-bound", 0)
                   + generator.tactic_options(start, "memory-bandwidth") + generator.far_moves(start)}
@@ -280,7 +281,8 @@ def test_a_configurations_name_fits_a_file_name_and_stays_unique():
     """The fused template's every parameter spelled out runs past a file name's 255 bytes (a sweep writes
     `sweep3_<name>.json`): past SLUG_MAX the rest is a digest of the whole configuration; short names stay as
     they were."""
-    generator = OfflineGenerator(load_skills(ROOT / "skills")["gqa-decode"], GQA_PS64)
+    # kv8 page 1: the skill's own latency-bound start (the page-64 definitions lay theirs over it)
+    generator = OfflineGenerator(load_skills(ROOT / "skills")["gqa-decode"], GQA_PS64.replace("ps64", "ps1"))
     start = generator.starting_point("latency-bound")
     configurations = [start, *generator.neighbours(start, "latency-bound", 0)]
     names = {slug(m) for m in configurations}
