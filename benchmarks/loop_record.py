@@ -186,6 +186,8 @@ def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extr
         if result is not None:
             modes, rows = rows_of(result, latest_baseline_figures(Archive.open_existing(archive).db,
                                                                   report["definition"]))
+            # written now and again after ncu: a profile cut by the caller's time limit keeps the table and goals
+            (out / "record.md").write_text(markdown(report, result, modes, rows))
             if profile:
                 _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive), "--json"],
                      out / "ncu_digest.json")

@@ -161,3 +161,48 @@ def test_record_profiles_every_miss_after_the_regimes_and_writes_their_limiters(
     text = (tmp_path / "out" / "record.md").read_text()
     assert "| uniform_b16_kv2048 | 0.980x | 62.0% | `_chunk_then_merge_kernel` 42.5 us; SOL mem 67%" in text
     assert (tmp_path / "out" / "ncu_misses.json").is_file()
+
+
+def test_a_profile_cut_short_keeps_the_table_and_goals(tmp_path, monkeypatch):
+    """ncu is the slow step: a caller's time limit that kills the record during it still leaves record.md with the
+    submission's table and the goals (run 20 switched profiling off for want of this)."""
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    import loop_record
+
+    exported = tmp_path / "promoted.json"
+    exported.write_text("{}")
+    submit = {"submission_id": 7, "status": "PASSED", "promotable": True, "workloads": [
+        {"workload": "u1", "label": "uniform_b16_kv2048", "status": "PASSED", "kernel_latency_ms": 0.05,
+         "floor_ms": 0.031, "fraction_of_floor": 0.62, "audits": []}]}
+
+    class Killed(BaseException):  # what the caller's timeout does to the record mid-profile
+        pass
+
+    monkeypatch.setattr(loop_record.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, json.dumps(submit), ""))
+    monkeypatch.setattr(loop_record.Archive, "open_existing", lambda path: SimpleNamespace(db=None))
+    monkeypatch.setattr(loop_record, "latest_baseline_figures",
+                        lambda db, definition: [{"solution_name": "fi", "workload_uuid": "u1", "kernel_ms": 0.049}])
+    report = {"definition": "d", "run_id": "r", "provider": "offline", "status": "DONE",
+              "totals": {"wall_s": 170.0, "evaluated": 9, "candidates": 9},
+              "incumbent": {"name": "x", "promoted": True, "exported": str(exported)}}
+    # the trajectory step runs first through _run too: let it through, kill the first profile
+    calls = []
+
+    def trajectory_then_killed(args, out):
+        calls.append(args[1])
+        if args[1] == "profile":
+            raise Killed
+        out.write_text("")
+        return 0
+
+    monkeypatch.setattr(loop_record, "_run", trajectory_then_killed)
+    with pytest.raises(Killed):
+        loop_record.record(report, tmp_path / "archive", tmp_path / "out", True, [])
+    assert calls == ["trajectory", "profile"]
+    text = (tmp_path / "out" / "record.md").read_text()
+    assert "| uniform_b16_kv2048 | mid-size | PASSED | 50 |" in text
+    assert "| >= 1x FlashInfer on every workload | no | missed: uniform_b16_kv2048 0.980x |" in text
