@@ -281,8 +281,8 @@ def test_a_configurations_name_fits_a_file_name_and_stays_unique():
     """The fused template's every parameter spelled out runs past a file name's 255 bytes (a sweep writes
     `sweep3_<name>.json`): past SLUG_MAX the rest is a digest of the whole configuration; short names stay as
     they were."""
-    # kv8 page 1: the skill's own latency-bound start (the page-64 definitions lay theirs over it)
-    generator = OfflineGenerator(load_skills(ROOT / "skills")["gqa-decode"], GQA_PS64.replace("ps64", "ps1"))
+    # the skill's own latency-bound start (each definition lays its own over it)
+    generator = OfflineGenerator(load_skills(ROOT / "skills")["gqa-decode"])
     start = generator.starting_point("latency-bound")
     configurations = [start, *generator.neighbours(start, "latency-bound", 0)]
     names = {slug(m) for m in configurations}

@@ -6,7 +6,7 @@ on the interpreter's workloads with every fast audit clean and promotable, and e
 configuration it records, so a reader can find the design it came from: each is the offline provider's round-1
 dispatch of the skill's starting points and regime rule as they are now (a placeholder the template gained since
 renders at its default, which keeps the run's behaviour: `MAX_REGISTERS` 0 passes no `maxnreg`), with the
-parameters where the run's promoted variant differs from it (AS_RUN). The run's own source is its record's
+parameters where the run's promoted variant differs from it (AS_RUN, empty today). The run's own source is its record's
 `promoted_solution.json`."""
 
 from __future__ import annotations
@@ -39,13 +39,10 @@ def test_there_is_a_promoted_example_per_recorded_definition():
     assert [is_dispatch(solution(p)) for p in PROMOTED] == [True, True, True, True]
 
 
-# Where a run's promoted variant differs from the skill's round-1 dispatch of today, per regime. Run 17 started kv8
-# page 1's latency-bound kernel at CHUNK_BLOCKS 8 and promoted it as it was; since run 18 the skill starts it at 16.
-# Run 20 promoted kv4 page 1 and 64 and kv8 page 64 from their definitions' own starting points, as they are today.
-RUN_STARTED_AT_CHUNK_8 = {"latency-bound": {"CHUNK_BLOCKS": 8}}
-AS_RUN = {
-    "gqa_paged_decode_h32_kv8_d128_ps1": RUN_STARTED_AT_CHUNK_8,
-}
+# Where a run's promoted variant differs from the skill's round-1 dispatch of today, per regime: none. Run 17 promoted
+# kv8 page 1's latency-bound kernel at CHUNK_BLOCKS 8, its definition's own starting point since (14/14 in runs 17
+# and 19); run 20 promoted kv4 page 1 and 64 and kv8 page 64 from their definitions' own starting points.
+AS_RUN: dict[str, dict[str, dict]] = {}
 
 
 def rebuild_as_run(example):
