@@ -161,3 +161,15 @@ def test_the_builtins_module_through_a_builtins_self(policy, source):
 def test_self_of_a_bound_method_is_fine(policy):
     source = "class K:\n    def f(self):\n        return self\n\ndef run(q, k=K()):\n    return k.f.__self__\n"
     assert not [f for f in scan_py(source, policy) if f.severity == "error"]
+
+
+@pytest.mark.parametrize("header", ["<sys/syscall.h>", "<sys/prctl.h>", "<linux/keyctl.h>", '"fork_join.cuh"'])
+def test_a_headers_name_is_no_use_of_the_function_it_is_named_after(policy, header):
+    """The rules for a function taken as a value (`auto p = syscall`) read an include line's `syscall.h` as one:
+    every honest extension that includes <sys/syscall.h> (for SYS_gettid in a log line) was an error. The header
+    itself is judged by the include rules; a real use beside it is still found."""
+    source = f"#include {header}\n#include <cstdio>\nint lanes() {{ return 32; }}\n"
+    findings = [f for f in scan_cpp(source, policy) if f.severity == "error" and f.line == 1]
+    assert not [f for f in findings if f.rule in ("harness_internals", "concurrency")], describe(findings)
+    used = scan_cpp(source + "auto p = syscall;\n", policy)
+    assert any(f.rule == "harness_internals" and f.line == 4 for f in used), describe(used)

@@ -276,8 +276,12 @@ class _CppScanner:
 
     def scan(self) -> list[_Hit]:
         code = self.code
+        # a header's name is no use of a function (`#include <sys/syscall.h>`): the include rules judge headers
+        includes = {self._position(m.start())[0] for m in _CPP_INCLUDE_RE.finditer(self.with_strings)}
         for rule, pattern, boundary, kind in _CPP_TOKEN_RULES:
             for m in pattern.finditer(code):
+                if self._position(m.start())[0] in includes:
+                    continue
                 if _starts_token(code, m.start(), boundary) and not self._tensor_map_encoder(rule, m.end()):
                     token = m.group(0).rstrip("( \t")
                     name = self._debug_flag_read(rule, token, m.end())
