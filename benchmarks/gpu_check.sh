@@ -47,7 +47,7 @@ has() { case "$STAGES" in *" $1 "*) return 0;; esac; return 1; }
 # marker per finished stage, so the same command on the same host continues with what is left (a stage cut by
 # the caller's limit has no marker and runs again). Both off by default.
 T0=$(date +%s); DONE_DIR=${DONE_DIR:-}; [ -n "$DONE_DIR" ] && mkdir -p "$DONE_DIR"
-declare -A EST=([gputests]=420 [examples]=150 [parity]=150 [throughput]=300 [adversarial]=220 [judge_set]=360
+declare -A EST=([gputests]=560 [examples]=150 [parity]=150 [throughput]=300 [adversarial]=220 [judge_set]=360
   [judge_families]=560 [judge_scale]=560 [slow_timing]=280 [families]=600 [family_records]=560 [audit_cost]=300
   [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60 [moe_prebuild]=10 [sweep]=300 [promoted]=600
   [loop_record]=480)
@@ -90,7 +90,7 @@ if stage gputests; then
   # -v and the whole output kept: a run cut short by its timeout still says which tests passed and how long each took
   # one slow test must not hide the others: each has GPUTEST_EACH_S (where pytest-timeout is installed)
   EACH=(); python3 -c "import pytest_timeout" 2>/dev/null && EACH=(--timeout "${GPUTEST_EACH_S:-150}")
-  timeout ${GPUTESTS_TIMEOUT:-420} python3 -m pytest -v -rA --durations=0 -m gpu tests/ -p no:cacheprovider \
+  timeout ${GPUTESTS_TIMEOUT:-540} python3 -m pytest -v -rA --durations=0 -m gpu tests/ -p no:cacheprovider \
     "${EACH[@]}" -k "${GPUTESTS_K:-not spread}" > "$OUT/gputests.log" 2>&1
   grep -E "(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|^E |s call " "$OUT/gputests.log" | tee -a "$LOG"
 fi

@@ -76,14 +76,24 @@ def limiters(digest: dict[str, Any]) -> dict[str, str]:
     """Per profiled workload (`controller profile --json`), its kernels' ncu digest in one line, as the evidence
     writes it (controller/evidence/kernel_digest.py: time, SOL, occupancy and what limits it, registers, waves,
     stalls, classification and limiter); or why it was not profiled."""
-    found = {}
+    return {label: line for _, label, line in _profile_lines(digest)}
+
+
+def regime_digests(digest: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(regime, workload, ncu digest in one line) for each regime's profiled workload (`controller profile`)."""
+    return _profile_lines(digest)
+
+
+def _profile_lines(digest: dict[str, Any]) -> list[tuple[str, str, str]]:
+    found = []
     for prof in digest.get("profiles", []):
         label = prof.get("workload_label") or prof.get("label") or prof.get("workload")
         if prof.get("status") != "ok":
-            found[label] = f"not profiled: {prof.get('reason') or prof.get('status')}"
+            found.append((prof.get("regime") or "", label,
+                          f"not profiled: {prof.get('reason') or prof.get('status')}"))
             continue
         lines = [KernelDigest.from_json(d).line().removeprefix("- ") for d in prof.get("digests", [])]
-        found[label] = " / ".join(lines) or "no kernel profiled"
+        found.append((prof.get("regime") or "", label, " / ".join(lines) or "no kernel profiled"))
     return found
 
 
@@ -121,7 +131,8 @@ def _us(ms: Optional[float]) -> str:
 
 
 def markdown(report: dict[str, Any], result: Optional[dict[str, Any]], modes: list[str],
-             rows: list[dict[str, Any]], miss_limiters: Optional[dict[str, str]] = None) -> str:
+             rows: list[dict[str, Any]], miss_limiters: Optional[dict[str, str]] = None,
+             per_regime: Optional[list[tuple[str, str, str]]] = None) -> str:
     inc = report["incumbent"]
     lines = [f"# {report['definition']}: the loop's promoted solution", "",
              f"Run `{report['run_id']}` ({report['provider']}, {report['status']}), loop wall "
@@ -153,6 +164,9 @@ def markdown(report: dict[str, Any], result: Optional[dict[str, Any]], modes: li
             frac = "n/a" if r["fraction_of_floor"] is None else f"{r['fraction_of_floor']:.1%}"
             lines.append(f"| {label} | {r['speedup']:.3f}x | {frac} | "
                          f"{miss_limiters.get(label, 'not profiled')} |")
+    if per_regime:  # profiled: one workload per regime, as `controller profile` picks it
+        lines += ["", "ncu digest per regime (`ncu_digest.json`):", "", "| regime | workload | ncu |", "|---|---|---|"]
+        lines += [f"| {regime} | {label} | {line} |" for regime, label, line in per_regime]
     return "\n".join(lines + [""])
 
 
@@ -175,7 +189,7 @@ def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extr
     _run(["controller", "trajectory", report["run_id"], "--archive", str(archive), "--out", str(out / "trajectory")],
          out / "trajectory.txt")
     exported = report["incumbent"].get("exported")
-    result, modes, rows, miss_limiters = None, [], [], None
+    result, modes, rows, miss_limiters, per_regime = None, [], [], None, None
     if report["incumbent"]["promoted"] and exported and Path(exported).is_file():
         solution = out / "promoted_solution.json"
         shutil.copyfile(exported, solution)
@@ -191,13 +205,14 @@ def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extr
             if profile:
                 _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive), "--json"],
                      out / "ncu_digest.json")
+                per_regime = regime_digests(_json_or_empty(out / "ncu_digest.json"))
                 if misses(rows):  # #19: every miss with its limiter, not only one workload per regime
                     _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive),
                           "--json", "-w", ",".join(misses(rows))], out / "ncu_misses.json")
                     miss_limiters = limiters(_json_or_empty(out / "ncu_misses.json"))
         else:
             (out / "submit.log").write_text(proc.stderr[-4000:])
-    (out / "record.md").write_text(markdown(report, result, modes, rows, miss_limiters))
+    (out / "record.md").write_text(markdown(report, result, modes, rows, miss_limiters, per_regime))
     return {"definition": report["definition"], "goals": [list(g) for g in goals(rows)] if rows else None}
 
 

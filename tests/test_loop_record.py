@@ -161,6 +161,24 @@ def test_record_profiles_every_miss_after_the_regimes_and_writes_their_limiters(
     text = (tmp_path / "out" / "record.md").read_text()
     assert "| uniform_b16_kv2048 | 0.980x | 62.0% | `_chunk_then_merge_kernel` 42.5 us; SOL mem 67%" in text
     assert (tmp_path / "out" / "ncu_misses.json").is_file()
+    per_regime = text.split("ncu digest per regime")[1]  # every regime's representative, with its regime
+    assert "| small-batch latency-bound | uniform_b1_kv8192 | " in per_regime
+    assert per_regime.count("\n| ") == 1 + 4  # the header and the four profiled regimes
+
+
+def test_regime_digests_name_each_regime_with_its_workload_and_digest():
+    import json
+
+    from loop_record import regime_digests
+
+    found = regime_digests(json.loads(RUN18_DIGEST.read_text()))
+    assert sorted(label for _, label, _ in found) == \
+        ["skewed_b64", "uniform_b16_kv2048", "uniform_b1_kv8192", "uniform_b256_kv512"]
+    regimes = {label: regime for regime, label, _ in found}
+    assert all(regimes.values()), regimes  # a real digest names each profile's regime
+    assert regimes["skewed_b64"] == "skewed"
+    line = {label: text for _, label, text in found}["uniform_b16_kv2048"]
+    assert line.startswith("`_chunk_then_merge_kernel` 42.5 us")
 
 
 def test_a_profile_cut_short_keeps_the_table_and_goals(tmp_path, monkeypatch):
