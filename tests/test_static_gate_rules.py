@@ -54,7 +54,7 @@ PYTHON_POSITIVES = [
     ("concurrency", 2, "class Deferred:\n    def __del__(self):\n        pass\n"),
     # harness internals
     ("harness_internals", 1, "import gc\n"),
-    ("harness_internals", 1, "import inspect\n"),
+    ("harness_internals", 2, "import inspect\nf = inspect.currentframe()\n"),  # inspect.signature alone is no finding
     ("harness_internals", 2, "import sys\nmods = sys.modules\n"),
     ("harness_internals", 2, "import sys\ncaller = sys._getframe(1)\n"),
     ("harness_internals", 1, "x = frame.f_back.f_locals['expected']\n"),

@@ -58,6 +58,7 @@ from .policy import (
     policy_from_mapping,
 )
 from .python import _finish_python, _prepare_python, _PythonScanner
+from .python_device_lib import confirm_device_libraries
 from .python_fields import collect_own_classes
 from .python_modules import _absolute, _OwnNames, main_blocks_never_run, module_of
 
@@ -155,6 +156,7 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
                 for path, source in sources.items() if kinds[path] == "python"}
     scanners = {p: s for p, s in prepared.items() if isinstance(s, _PythonScanner)}
     _collect_exports(own, scanners)
+    confirm_device_libraries(scanners, sources)  # a device module looked up by name, kept only where no file undoes it
     collect_own_classes(own, scanners)  # `shapes.topk` of a class another module defines (python_fields)
     findings: dict[tuple[str, int, int, str], Finding] = {}
     for path, source in sources.items():

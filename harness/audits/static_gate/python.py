@@ -32,6 +32,7 @@ from .embedded import _EmbeddedSources
 from .embedded_fold import _FoldedSources
 from .policy import _CompiledPolicy
 from .python_calls import _CallChecks
+from .python_device_lib import JUDGED_AS, device_libraries
 from .python_env import _EnvChecks
 from .python_modules import _OwnNames, canonical, statements_that_run
 from .python_names import (
@@ -87,7 +88,11 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
         self.message_literals: set[int] = set()  # ids of string literals of an error or log message
         self.attribute_stores: list[tuple[ast.AST, ast.AST]] = []  # (target, value) of `x.attr = value`
         self._handlers: dict[type, Any] = {}
+        # names that hold a device's torch module looked up by a computed name, used only for device attributes
+        # (python_device_lib): `name.device` is judged as `torch.cuda.device`; confirmed across files by scan_sources
+        self.device_libs: dict[str, set[int]] = {}
         self._collect_module_facts(tree)
+        self.device_libs, self.computed_lookups = device_libraries(tree, source, self._resolve)
 
     def scan(self) -> list[_Hit]:
         """The scan proper, once the solution's own modules are known (`own.exports`)."""
@@ -193,6 +198,8 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
             return resolved
         if name in _WATCHED_BUILTINS and name not in self.rebound_builtins:
             return f"builtins.{name}"
+        if name in self.device_libs:
+            return JUDGED_AS
         return None
 
     def _resolve_parts(self, parts: list[str]) -> str | None:

@@ -75,6 +75,7 @@ class _CallChecks:
     called: set[int]
     handed_over: set[int]
     policy: _CompiledPolicy
+    device_libs: dict[str, set[int]]
 
     def _reads_own_file(self, path_expr: ast.AST) -> bool:
         """A path next to the module (`__file__`) naming a source file of the solution, which is scanned too."""
@@ -166,6 +167,10 @@ class _CallChecks:
                 self.judged.add(id(node.func))
         elif resolved in _NAMED_LOOKUPS:
             self._check_named_lookup(resolved, node)
+        elif resolved in ("inspect.signature", "inspect.Signature.from_callable") and any(
+                k.arg in (None, "eval_str") for k in node.keywords):
+            # string annotations evaluated: `def f(x: "__import__('os')...")` runs code no scan of the call sees
+            self._hit("dynamic_code", node, f"`{resolved}()` may evaluate annotations (`eval_str=`)")
         elif resolved in ("builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
                           "builtins.object.__delattr__", "builtins.type.__setattr__",
                           "builtins.type.__delattr__") and args:
@@ -223,7 +228,8 @@ class _CallChecks:
                     self._hit("torch_compute", node, f"getattr() reaches tensor method `.{name}()`")
             elif len(args) > 1:
                 self._check_computed_name(args[1], node, "getattr()")
-                if target is not None and not self._is_own(target):
+                if target is not None and not self._is_own(target) and not any(
+                        id(node) in lookups for lookups in self.device_libs.values()):  # python_device_lib
                     self._hit("dynamic_code", node, f"getattr() on module `{target}` with a computed attribute name")
 
     def _check_named_lookup(self, resolved: str, node: ast.Call) -> None:

@@ -174,9 +174,14 @@ _PACKAGE_NOT_FOUND = "importlib.metadata.PackageNotFoundError"
 # `cuda.CUstream(torch.cuda.current_stream().cuda_stream)`, a typed handle of the current stream; any other use of
 # the driver API is native_ffi.
 _CUDA_STREAM_HANDLES = frozenset({"cuda.bindings.driver.CUstream", "cuda.cuda.CUstream"})
+# inspect's signatures: FLA's input_guard names each argument after the decorated function's parameters, and its utils
+# ask `inspect.signature(triton.autotune)` which keywords this Triton takes. A signature holds a callable's parameter
+# names, defaults and annotations: no frame, no module namespace. The rest of inspect (frames, stacks, getmembers,
+# getattr_static, getsource) stays harness_internals, and evaluating annotations (`eval_str=`) is dynamic code.
+_SIGNATURE_NAMES = frozenset({"inspect.signature", "inspect.Signature", "inspect.Parameter", "inspect.BoundArguments"})
 _IMPORTED_BY_USE = (frozenset({"glob", "tempfile", "ctypes", "importlib.metadata", "importlib.util",
-                               _PACKAGE_NOT_FOUND, "cuda.bindings.driver", "cuda.cuda"})
-                    | _CUDA_STREAM_HANDLES
+                               _PACKAGE_NOT_FOUND, "cuda.bindings.driver", "cuda.cuda", "inspect"})
+                    | _CUDA_STREAM_HANDLES | _SIGNATURE_NAMES
                     | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES | _PACKAGE_QUERIES)
 
 # Modules that other modules re-export as attributes (`torch.sys`, `os.sys`, `np.os`, `torch.os`): an attribute of

@@ -27,6 +27,7 @@ from .python_names import (
     _TORCH_SETTINGS,
     _MATMUL_OPERATORS,
     _PY_BANNED,
+    _SIGNATURE_NAMES,
     _SUPPORTED_BUILD_NAMES,
     _TENSOR_COMPUTE_METHODS,
     _TIMER_ANCESTORS,
@@ -102,6 +103,8 @@ class _ReferenceChecks:
             self._hit("monkeypatch", node, f"{how} the namespace of `{owner}` (`{resolved}`): any of its names can be "
                                            "read or replaced by a computed key")
             return
+        if resolved.partition(".")[0] == "inspect" and ".".join(resolved.split(".")[:2]) in _SIGNATURE_NAMES:
+            return  # a callable's parameters (python_names); `eval_str=` is judged at the call (python_calls)
         if resolved in _MATMUL_OPERATORS:  # `@` by name, called or handed over (functools.reduce(operator.matmul..))
             if not self._in_triton_kernel:
                 self._hit("torch_compute", node, f"{how} `{resolved}` (the `@` operator) outside a Triton kernel")

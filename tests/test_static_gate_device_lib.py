@@ -1,0 +1,192 @@
+"""Static gate: FLA's utils idioms in GDN solutions. The torch module of the device looked up by its name
+(`device_torch_lib = getattr(torch, device)`) is no dynamic_code finding where it is used only for device attributes
+(python_device_lib); any other use of it, or anything that could reach it unseen, keeps the lookup dynamic_code.
+`inspect.signature` (an input guard mapping arguments to parameter names) is no harness_internals finding; the rest
+of inspect still is, and a signature that evaluates annotations is dynamic code."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from harness.audits.static_gate import gate_passed, load_policy, scan_sources
+
+from static_gate_support import describe
+
+HEAD = """\
+import functools
+import torch
+import triton
+
+
+@functools.lru_cache(maxsize=None)
+def get_available_device() -> str:
+    return triton.runtime.driver.active.get_current_target().backend
+
+
+device = get_available_device()
+"""
+
+
+def _utils(body: str) -> str:
+    return HEAD + "device_torch_lib = getattr(torch, device)\n" + textwrap.dedent(body)
+
+
+MAIN_IMPORTS_HELPER = "from .utils import custom_device_ctx\n\n\ndef run(x):\n    with custom_device_ctx(0):\n" \
+                      "        return x\n"
+
+# case -> sources. Each must scan with no error at all.
+HONEST = {
+    "module_level_device_context": {"utils.py": _utils("""
+        def custom_device_ctx(index: int):
+            return device_torch_lib.device(index)
+        """), "main.py": MAIN_IMPORTS_HELPER},
+    "queries_and_counts": {"utils.py": _utils("""
+        def custom_device_ctx(index: int):
+            return device_torch_lib.device(index)
+
+
+        def shared_mem() -> list:
+            if not device_torch_lib.is_available():
+                return [-1]
+            return [triton.runtime.driver.active.utils.get_device_properties(i)["max_shared_mem"]
+                    for i in range(device_torch_lib.device_count())]
+
+
+        def index() -> int:
+            return device_torch_lib.current_device()
+
+
+        HOPPER = device_torch_lib.is_available() and device_torch_lib.get_device_capability()[0] >= 9
+        NAME = device_torch_lib.get_device_name(0) if device_torch_lib.is_available() else ""
+        """), "main.py": MAIN_IMPORTS_HELPER},
+    # FLA on torch before 2.4: the autocast decorators of the device module
+    "old_torch_autocast_decorators": {"utils.py": _utils("""
+        autocast_custom_fwd = device_torch_lib.amp.custom_fwd
+        autocast_custom_bwd = device_torch_lib.amp.custom_bwd
+
+
+        def custom_device_ctx(index: int):
+            return torch.cuda.device(index)
+        """), "main.py": MAIN_IMPORTS_HELPER},
+    # bound in a function instead of at module level
+    "local_binding": {"main.py": HEAD + textwrap.dedent("""
+        def run(x):
+            lib = getattr(torch, get_available_device())
+            with lib.device(x.device.index):
+                return x
+        """)},
+    # FLA's input guard names each argument after the decorated function's parameters
+    "input_guard_signature": {"main.py": textwrap.dedent("""
+        import functools
+        import inspect
+        import torch
+
+
+        def input_guard(fn):
+            names = list(inspect.signature(fn).parameters)
+
+            @functools.wraps(fn)
+            def wrapper(*args):
+                return fn(*(a.contiguous() if isinstance(a, torch.Tensor) and names[i] != "state" else a
+                            for i, a in enumerate(args)))
+            return wrapper
+        """)},
+    "signature_of_a_library_callable": {"main.py": "import inspect\nimport triton\n"
+                                                   "CACHE = 'cache_results' in inspect.signature(triton.autotune)"
+                                                   ".parameters\nEMPTY = inspect.Parameter.empty\n"},
+}
+
+_TAIL = "\n\ndef custom_device_ctx(index: int):\n    return device_torch_lib.device(index)\n"
+
+# case -> (sources, the error rules the gate must report). The lookup stays dynamic_code wherever the module it
+# returned could be used for anything but device attributes.
+HOSTILE = {
+    "compute_on_the_lookup": ({"main.py": HEAD + "def run(a, b):\n    return getattr(torch, device).matmul(a, b)\n"},
+                              {"dynamic_code"}),
+    "compute_attribute": ({"main.py": _utils("def run(a, b):\n    return device_torch_lib.matmul(a, b)\n")},
+                          {"dynamic_code"}),
+    "ops_namespace": ({"main.py": _utils("def run(a, b):\n    return device_torch_lib.aten.mm(a, b)\n")},
+                      {"dynamic_code"}),
+    "aliased": ({"main.py": _utils("ops = device_torch_lib\n\n\ndef run(a, b):\n    return ops.mm(a, b)\n")},
+                {"dynamic_code"}),
+    "returned": ({"main.py": _utils("def lib():\n    return device_torch_lib\n")}, {"dynamic_code"}),
+    "passed_on": ({"main.py": _utils("def run(f, a):\n    return f(device_torch_lib, a)\n")}, {"dynamic_code"}),
+    "in_a_container": ({"main.py": _utils("LIBS = [device_torch_lib]\n")}, {"dynamic_code"}),
+    "stored_as_attribute": ({"main.py": _utils("class K:\n    pass\n\n\nK.lib = device_torch_lib\n")},
+                            {"dynamic_code"}),
+    "class_attribute": ({"main.py": HEAD + "class K:\n    lib = getattr(torch, device)\n"}, {"dynamic_code"}),
+    "called_directly": ({"main.py": _utils("X = device_torch_lib('mm')\n")}, {"dynamic_code"}),
+    "further_computed_lookup": ({"main.py": _utils("def run(n):\n    return getattr(device_torch_lib, n)\n")},
+                                {"dynamic_code"}),
+    "attribute_assigned": ({"main.py": _utils("device_torch_lib.device = None\n")}, {"dynamic_code"}),
+    "rebound_by_a_loop": ({"main.py": _utils("for device_torch_lib in (torch.nn.functional,):\n    pass\n" + _TAIL)},
+                          {"dynamic_code"}),
+    "shadowed_by_a_parameter": ({"main.py": _utils("def run(device_torch_lib, a):\n    return device_torch_lib.mm(a)\n"
+                                                   + _TAIL)}, {"dynamic_code"}),
+    "walrus_alias": ({"main.py": _utils("def run(a):\n    return (f := device_torch_lib).mm(a)\n")},
+                     {"dynamic_code"}),
+    "chained_assignment": ({"main.py": HEAD + "lib = ops = getattr(torch, device)\nX = lib.device(0)\n"},
+                           {"dynamic_code"}),
+    "named_in_a_string": ({"main.py": _utils("__all__ = ['device_torch_lib']\n" + _TAIL)}, {"dynamic_code"}),
+    "unused_lookup": ({"main.py": HEAD + "lib = getattr(torch, device)\n"}, {"dynamic_code"}),
+    "a_graph_attribute": ({"main.py": _utils("G = device_torch_lib.CUDAGraph()\n")}, {"dynamic_code"}),
+    # the name is only ever `torch.ops` spelled by a decoder: no device attribute, so still dynamic code
+    "decoded_ops_namespace": ({"main.py": "import codecs\nimport torch\n"
+                                          "lib = getattr(torch, codecs.decode('bcf', 'rot13'))\n"
+                                          "def run(a, b):\n    return lib.aten.mm(a, b)\n"}, {"dynamic_code"}),
+    # another file imports the name and uses it freely
+    "imported_elsewhere": ({"utils.py": _utils(_TAIL), "main.py": "from .utils import device_torch_lib as L\n\n\n"
+                                                                  "def run(a, b):\n    return L.aten.mm(a, b)\n"},
+                           {"dynamic_code"}),
+    # another file fetches it by a computed name from the module
+    "fetched_by_computed_name": ({"utils.py": _utils(_TAIL), "main.py": "from . import utils\n\n\ndef run(a, b):\n"
+                                  "    return getattr(utils, 'device_' + 'torch_lib').aten.mm(a, b)\n"},
+                                 {"dynamic_code"}),
+    "fetched_through_dict": ({"utils.py": _utils(_TAIL), "main.py": "from . import utils\n\n\ndef run(a, b, n):\n"
+                              "    return utils.__dict__[n].aten.mm(a, b)\n"}, {"dynamic_code"}),
+    # allowed attributes are judged as torch.cuda's: a side stream is a stream finding, the lookup no longer
+    "side_stream": ({"main.py": _utils("S = device_torch_lib.Stream()\n")}, {"stream_event_graph"}),
+    "event": ({"main.py": _utils("def run():\n    return device_torch_lib.Event(enable_timing=True)\n")},
+              {"stream_event_graph"}),
+    # the rest of inspect still reaches frames and the harness
+    "inspect_frames": ({"main.py": "import inspect\nF = inspect.currentframe().f_back\n"}, {"harness_internals"}),
+    "inspect_members": ({"main.py": "import inspect\nimport torch\nM = dict(inspect.getmembers(torch))\n"},
+                        {"harness_internals"}),
+    "inspect_handed_on": ({"main.py": "import inspect\n\n\ndef run(f):\n    return f(inspect)\n"},
+                          {"harness_internals"}),
+    "from_inspect_import": ({"main.py": "from inspect import stack\nS = stack()\n"}, {"harness_internals"}),
+    # a signature that evaluates string annotations runs code the gate never saw
+    "signature_evaluates_annotations": ({"main.py": "import inspect\n\n\ndef f(x: \"__import__('os')\"):\n"
+                                         "    pass\n\n\nS = inspect.signature(f, eval_str=True)\n"}, {"dynamic_code"}),
+    "signature_keywords_unseen": ({"main.py": "import inspect\n\n\ndef f(x):\n    pass\n\n\n"
+                                   "S = inspect.signature(f, **{'eval_str': True})\n"}, {"dynamic_code"}),
+}
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_policy()
+
+
+@pytest.mark.parametrize("case", sorted(HONEST))
+def test_honest_fla_idiom_has_no_gate_error(case, shipped):
+    findings = scan_sources(HONEST[case], "triton", shipped)
+    assert gate_passed(findings), describe(findings)
+    assert not [f for f in findings if f.rule in ("dynamic_code", "harness_internals")], describe(findings)
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_variant_is_still_an_error(case, shipped):
+    sources, rules = HOSTILE[case]
+    findings = scan_sources(sources, "triton", shipped)
+    assert {f.rule for f in findings if f.severity == "error"} == rules, describe(findings)
+
+
+def test_the_exemption_names_no_compute_attribute():
+    """The device attributes are queries, contexts, streams and events: none of torch.cuda's compute or graphs."""
+    from harness.audits.static_gate.python_device_lib import DEVICE_ATTRS
+
+    assert not DEVICE_ATTRS & {"graph", "CUDAGraph", "make_graphed_callables", "set_stream", "comm", "jiterator",
+                               "_sleep", "random", "manual_seed", "memory", "nvtx", "profiler", "amp"}
