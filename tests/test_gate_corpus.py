@@ -95,6 +95,10 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "triton_stdlib_named_files": ("triton", []),
     # GQA decode in CUDA through load_inline with CUB's BlockReduce (max and sum), cuda_bf16 and a device guard
     "cuda_cub_block_reduce": ("python", []),
+    # GDN decode with an FLA-style utils module: the device's torch module looked up by name (`getattr(torch, device)`)
+    # for device contexts and queries, inspect.signature in an input guard, Triton driver queries behind a broad
+    # except, lru_cache/cache on scalars, packaging version checks, FLA_* knobs read by name
+    "triton_fla_device_lib": ("triton", [("env_read", "FLA_GDN_DEBUG"), ("env_read", "FLA_USE_CUDA_GRAPH")]),
 }
 # Warnings that block nothing and await nothing (a debug flag read by its literal name).
 NOT_LIBRARY = {"env_read"}

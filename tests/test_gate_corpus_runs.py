@@ -61,6 +61,7 @@ def verdict(result) -> str:
     ("triton_indexer_threshold_select", "dsa_session", TINY_INDEXER, "indexer.py::run", None),
     ("triton_custom_op_mutates", "dsa_session", TINY_ATTENTION, "sparse_mla.py::run", None),
     ("triton_host_knobs", "gdn_session", DECODE, "gdn_decode.py::run", None),
+    ("triton_fla_device_lib", "gdn_session", DECODE, "main.py::run", None),  # FLA's utils: device module by name
     ("triton_setup_schedule", "gdn_session", PREFILL, "prefill.py::run", "schedule.py::plan"),
     ("triton_pkg_init_entry", "gdn_session", PREFILL, "gdn_scan/__init__.py::run", None),
     ("triton_stdlib_named_files", "dsa_session", TINY_INDEXER, "main.py::run", None),

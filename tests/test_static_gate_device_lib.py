@@ -2,7 +2,8 @@
 (`device_torch_lib = getattr(torch, device)`) is no dynamic_code finding where it is used only for device attributes
 (python_device_lib); any other use of it, or anything that could reach it unseen, keeps the lookup dynamic_code.
 `inspect.signature` (an input guard mapping arguments to parameter names) is no harness_internals finding; the rest
-of inspect still is, and a signature that evaluates annotations is dynamic code."""
+of inspect still is, and a signature that evaluates annotations is dynamic code. A broad `except` around queries of
+Triton's driver alone (FLA's fallback to "cpu") is no silent_fallback warning; around anything else it still is."""
 
 from __future__ import annotations
 
@@ -190,3 +191,27 @@ def test_the_exemption_names_no_compute_attribute():
 
     assert not DEVICE_ATTRS & {"graph", "CUDAGraph", "make_graphed_callables", "set_stream", "comm", "jiterator",
                                "_sleep", "random", "manual_seed", "memory", "nvtx", "profiler", "amp"}
+
+
+_PROBE = "import torch\nimport triton\n\n\ndef probe(index=0):\n    try:\n{body}    except {caught}:\n" \
+         "        return {fallback}\n"
+# case -> (try body, caught, fallback, whether silent_fallback is reported)
+SILENT = {
+    "backend": ("        return triton.runtime.driver.active.get_current_target().backend\n", "BaseException", "'cpu'",
+                False),
+    "sm_count": ("        props = triton.runtime.driver.active.utils.get_device_properties(index)\n"
+                 "        return props['multiprocessor_count']\n", "Exception", "1", False),
+    "kernel_launch": ("        triton.runtime.driver.active.get_current_target()\n        kernel[(1,)](index)\n",
+                      "Exception", "None", True),
+    "torch_fallback": ("        return triton.runtime.driver.active.get_current_target().backend + index.sum()\n",
+                       "Exception", "torch.matmul(index, index)", True),
+    "no_call": ("        return index[0]\n", "Exception", "0", True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SILENT))
+def test_broad_except_around_driver_queries_alone_is_no_silent_fallback(case, shipped):
+    body, caught, fallback, flagged = SILENT[case]
+    findings = scan_sources({"main.py": _PROBE.format(body=body, caught=caught, fallback=fallback)}, "triton", shipped)
+    assert any(f.rule == "silent_fallback" for f in findings) == flagged, describe(findings)
+

@@ -32,7 +32,7 @@ from .embedded import _EmbeddedSources
 from .embedded_fold import _FoldedSources
 from .policy import _CompiledPolicy
 from .python_calls import _CallChecks
-from .python_device_lib import JUDGED_AS, device_libraries
+from .python_device_lib import JUDGED_AS, device_libraries, driver_queries_only
 from .python_env import _EnvChecks
 from .python_modules import _OwnNames, canonical, statements_that_run
 from .python_names import (
@@ -316,7 +316,8 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
                 broad = handler.type.id in _BROAD_EXCEPTIONS
             elif isinstance(handler.type, ast.Tuple):
                 broad = any(isinstance(e, ast.Name) and e.id in _BROAD_EXCEPTIONS for e in handler.type.elts)
-            if broad and not any(isinstance(s, ast.Raise) for st in handler.body for s in ast.walk(st)):
+            if (broad and not any(isinstance(s, ast.Raise) for st in handler.body for s in ast.walk(st))
+                    and not driver_queries_only(node.body, self._resolve)):  # FLA's device probe (python_device_lib)
                 caught = "everything" if handler.type is None else ast.unparse(handler.type)
                 self._hit("silent_fallback", handler, f"`except` catches {caught} and does not re-raise")
         self.generic_visit(node)

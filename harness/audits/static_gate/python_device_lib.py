@@ -44,6 +44,13 @@ _AMP_ATTRS = frozenset({"custom_fwd", "custom_bwd"})
 # What the use is judged as: the contest's devices are CUDA devices
 JUDGED_AS = "torch.cuda"
 
+# Queries of Triton's active driver (FLA's `get_available_device`, `get_multiprocessor_count`): which backend, which
+# device, its properties. They raise where there is no GPU driver, and FLA catches that broadly to fall back to "cpu"
+# or a default count; with nothing but these in the `try`, no kernel's failure can hide behind the `except`.
+_DRIVER_QUERIES = frozenset(f"triton.runtime.driver.active.{q}" for q in (
+    "get_current_target", "get_current_device", "get_device_capability", "get_active_torch_device",
+    "utils.get_device_properties"))
+
 # fields of AST nodes that bind a name given as a string (parameters, defs, imports, except/match captures)
 _BINDING_FIELDS = ("name", "asname", "arg", "rest")
 # a module's namespace reached without naming what is read in it
@@ -134,3 +141,10 @@ def confirm_device_libraries(scanners: Mapping[str, Any], sources: Mapping[str, 
             word = re.compile(rf"\b{re.escape(name)}\b")
             if unseen or any(word.search(text) for other, text in sources.items() if other != path):
                 del scanner.device_libs[name]
+
+
+def driver_queries_only(body: list[ast.stmt], resolve: Callable[[ast.AST], str | None]) -> bool:
+    """A `try` body whose every call is a query of Triton's driver (and that makes one): its broad `except` falls
+    back from a missing GPU driver, not from a failing kernel (the silent_fallback rule's concern)."""
+    calls = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+    return bool(calls) and all(resolve(c.func) in _DRIVER_QUERIES for c in calls)
