@@ -110,6 +110,16 @@ def decide_rung(results: Sequence[Screened], eta: int, finalists: int, rung: int
                 {r.name: r.score for r in results}, depth)
 
 
+def budget_cut(before: Rung, finalists: int, rung: int, why: str, depth: int = 0) -> Rung:
+    """Halving stopped by the wall budget before rung ``rung``: the fastest ``finalists`` of the rung ``before``
+    (its survivors, fastest first) go on to the full evaluation, each other survivor is cut with ``why``. The
+    record has no iterations: no screen ran in it."""
+    kept = before.kept[:max(finalists, 1)]
+    cut = {name: f"{why}; the fastest {len(kept)} of rung {before.rung} go on"
+           for name in before.kept if name not in kept}
+    return Rung(rung, 0, before.kept, kept, cut, {name: before.scores.get(name) for name in before.kept}, depth)
+
+
 def rungs_of(records: Sequence[dict[str, Any]]) -> list[Rung]:
     """The distinct rungs in archived rung records (each cut candidate's decision carries its rung's record),
     ordered by depth, then rung."""

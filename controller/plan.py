@@ -166,6 +166,21 @@ def wall_budget_stop(spent_s: float, budget_s: Optional[float], expected_s: floa
     return None
 
 
+def finalist_room_stop(spent_s: float, budget_s: Optional[float], rung_s: float,
+                       evaluation_s: float) -> Optional[str]:
+    """Why successive halving should stop before its next rung, or None: the rung (``rung_s`` expected) and the
+    finalist's full evaluation after it (``evaluation_s``) would not both fit in the budget, while the evaluation
+    alone would. Where even that does not fit the cut saves nothing (the round ends NOT_EVALUATED either way), and
+    with no evaluation measured yet there is nothing to reserve."""
+    if budget_s is None or evaluation_s <= 0:
+        return None
+    left = budget_s - spent_s
+    if evaluation_s > left or rung_s + evaluation_s <= left:
+        return None
+    return (f"budget: {left:.0f} s left of {budget_s:.0f} s holds the finalist's evaluation (~{evaluation_s:.0f} s) "
+            f"but not the next rung before it (~{rung_s:.0f} s)")
+
+
 def request_budget(max_output_tokens: int, candidates: int, request_wall_s: float, spent: dict[str, float],
                    budget_tokens: Optional[int], budget_cost_usd: Optional[float],
                    budget_wall_s: Optional[float]) -> Budget:

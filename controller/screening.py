@@ -8,7 +8,8 @@ correctness trial, a short timing run, audits off); the fastest ``ceil(n / eta)`
 ``eta`` times longer, and so on until ``finalists`` remain. Each cut candidate gets an archived decision (verdict
 ``SCREENED_OUT``, rule ``halving``, the rung's record in its details) and its screening submission: one that failed
 its screen keeps the harness's failing status, so it can be repaired like any failed candidate. Finalists go on to
-the evaluation and promotion below, unchanged. With halving off every candidate is evaluated as before.
+the evaluation and promotion below, unchanged (the rungs: controller/halving_rounds.py). With halving off every
+candidate is evaluated as before.
 
 A wall-time budget (``--budget-wall-s``) is checked before each screen and each evaluation, not only between
 rounds: once it is spent, or the next step would run past it (it is expected to take as long as the longest step of
@@ -30,14 +31,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from harness.data.schema import Solution, dump_json
-from harness.data.statuses import EvaluationStatus, NO_VERDICT, SubmissionStatus
+from harness.data.statuses import NO_VERDICT, SubmissionStatus
 
-from .halving import HALVING_RULE, SCREENED_OUT, Rung, Screened, decide_rung, needs_screening
 from .dispatch import unchanged_regimes
 from .plan import wall_budget_stop
 from .promote import (REJECTED as NOT_PROMOTED, Decision, FullEvaluation, PairedMeasurement, confirm, decide,
                       decisive_speedups, gate_failure, screen_failure, versus_baseline)
-from .rounds import RunView
+from .halving_rounds import HalvingRounds
 from .search import HalvingSettings, SearchSettings
 from .providers.offline import offline_generator
 from .skills import PromotionThresholds, Skill, SkillError
@@ -78,7 +78,7 @@ def search_settings(skills: dict[str, Skill], definition: Any) -> SearchSettings
 BUDGET_RULE = "budget"
 
 
-class RoundEvaluation(RunView):
+class RoundEvaluation(HalvingRounds):
     """The evaluation steps of a round; the Loop sets what they use (see RunView, and ``halving``)."""
 
     emit: Callable[[str, dict[str, Any]], None]
@@ -114,85 +114,6 @@ class RoundEvaluation(RunView):
                 self.store.set_candidate(c["id"], NOT_EVALUATED, reason=self.budget_stop)
                 self.emit("candidate", {"round": round_number, "name": c["solution_name"], "status": NOT_EVALUATED})
         return True
-
-    # -- successive halving ------------------------------------------------------------------------------
-
-    def halving_active(self) -> Optional[HalvingSettings]:
-        """The halving settings where they apply here: on in the skill, an evaluator that screens, and timing (a
-        screen ranks by latency). None otherwise: every candidate is then evaluated in full."""
-        if self.halving is None or not callable(getattr(self.evaluator, "screen", None)):
-            return None
-        return self.halving if self.evaluator.why_no_timing() is None else None
-
-    def screen_workloads(self, round_number: int) -> Optional[list[str]]:
-        """The round's planned regime's workloads (as archived with the round); None (the run's) for a plan on
-        every regime or a regime none of the run's workloads is in."""
-        row = self.store.round(self.run_id, round_number) or {}
-        plan = row.get("plan") or {}
-        regime = (json.loads(plan) if isinstance(plan, str) else plan).get("regime")
-        chosen = [w.uuid for w in self.workloads if regime and self.regimes.get(w.uuid) == regime]
-        return chosen or None
-
-    def screening_rungs(self, round_number: int, depth: int) -> list[Rung]:
-        """The archived rungs of one depth of a round, from its screened-out decisions."""
-        decisions = [d for d in self.store.decisions(self.run_id) if d["round"] == round_number]
-        return [r for r in self.round_rungs(decisions) if r.depth == depth]
-
-    def screen_batch(self, round_number: int, depth: int, batch: list[dict[str, Any]],
-                     halving: HalvingSettings) -> None:
-        """Rungs of halving on ``batch`` (pending candidates of one depth) until ``finalists`` remain."""
-        rung = max((r.rung for r in self.screening_rungs(round_number, depth)), default=-1) + 1
-        workloads = self.screen_workloads(round_number)
-        while needs_screening(len(batch), halving.finalists):
-            if self.out_of_wall_time(round_number):
-                return
-            iterations = halving.iterations(rung)
-            labels = _labels(batch)
-            results = []
-            for c in batch:  # the budget is asked before each screen: one rung of CUDA builds takes minutes
-                kind = self.step_kind("screen", c)
-                if self.out_of_wall_time(round_number, kind):
-                    return
-                results.append(self.timed_step(
-                    kind, lambda c=c: self.screen_one(round_number, c, labels[c["id"]], workloads, iterations,
-                                                      halving.screen_trials)))
-            decided = decide_rung(results, halving.eta, halving.finalists, rung, iterations, depth)
-            for c, result in zip(batch, results):
-                if result.name in decided.cut:
-                    self.screen_out(round_number, c, result, decided)
-            self.emit("screen", {"round": round_number, "rung": rung, "iterations": iterations,
-                                 "entered": len(batch), "kept": list(decided.kept)})
-            batch = [c for c in batch if labels[c["id"]] in decided.kept]
-            rung += 1
-
-    def screen_one(self, round_number: int, candidate: dict[str, Any], label: str, workloads: Optional[list[str]],
-                   iterations: int, trials: int) -> Screened:
-        self.emit("screen_run", {"round": round_number, "name": candidate["solution_name"], "iterations": iterations})
-        submission_id = self.evaluator.screen(self.store.solution(candidate), workloads,  # type: ignore[attr-defined]
-                                              iterations, trials)
-        records = self.store.eval_records(submission_id, self.regimes, self.thresholds.ranked_figure)
-        failing = next((r for r in records if r.status != EvaluationStatus.PASSED), None)
-        if failing is not None:
-            status, message = failing.status, failing.message
-        elif not records:  # nothing ran (refused before the first workload)
-            status, message = self.store.submission_status(submission_id) or "UNKNOWN", "no workload evaluated"
-        else:
-            status, message = EvaluationStatus.PASSED.value, ""
-        return Screened(label, str(status), {r.workload: r.latency_ms for r in records}, message, submission_id)
-
-    def screen_out(self, round_number: int, candidate: dict[str, Any], result: Screened,
-                   rung: Rung) -> None:
-        """Archive why ``candidate`` was cut: its status (the failing one, else SCREENED_OUT), its screening
-        submission, and a decision with the rung's record."""
-        why = f"rung {rung.rung} ({rung.iterations} iterations): {rung.cut[result.name]}"
-        status = SCREENED_OUT if result.status == EvaluationStatus.PASSED.value else result.status
-        self.store.set_candidate(candidate["id"], status, submission_id=result.submission_id, reason=why)
-        details = {"halving": rung.to_json(), "screening_submission": result.submission_id,
-                   "status": result.status}
-        self.store.add_decision(self.run_id, round_number, candidate["id"], self.incumbent()["id"], SCREENED_OUT,
-                                HALVING_RULE, [why], details)
-        self.emit("candidate", {"round": round_number, "name": candidate["solution_name"], "status": status,
-                                "screened_out": why})
 
     # -- evaluation ----------------------------------------------------------------------------------------
 
@@ -377,10 +298,3 @@ class RoundEvaluation(RunView):
                                 decision.rule, list(decision.reasons), details, exported)
         self.emit("decision", {"round": round_number, "name": candidate["solution_name"],
                                "verdict": decision.verdict, "reasons": list(decision.reasons)})
-
-
-def _labels(batch: list[dict[str, Any]]) -> dict[int, str]:
-    """Candidate id -> the name a rung's record gives it: its solution's name, with its id where names repeat."""
-    names = [c["solution_name"] for c in batch]
-    return {c["id"]: c["solution_name"] if names.count(c["solution_name"]) == 1 else f"{c['solution_name']}#{c['id']}"
-            for c in batch}
