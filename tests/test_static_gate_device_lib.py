@@ -2,7 +2,8 @@
 (`device_torch_lib = getattr(torch, device)`) is no dynamic_code finding where it is used only for device attributes
 (python_device_lib); any other use of it, or anything that could reach it unseen, keeps the lookup dynamic_code.
 `inspect.signature` (an input guard mapping arguments to parameter names) is no harness_internals finding; the rest
-of inspect still is, and a signature that evaluates annotations is dynamic code. A broad `except` around queries of
+of inspect still is, and a signature that evaluates annotations is dynamic code; so are `sys.platform` and
+`platform.machine()` (FLA's host checks) for env_probe, and the rest of platform is not. A broad `except` around queries of
 Triton's driver alone (FLA's fallback to "cpu") is no silent_fallback warning; around anything else it still is."""
 
 from __future__ import annotations
@@ -94,6 +95,19 @@ HONEST = {
                             for i, a in enumerate(args)))
             return wrapper
         """)},
+    # FLA's host checks: the OS and CPU architecture, the metadata of a package named literally
+    "host_checks": {"main.py": textwrap.dedent("""
+        import platform
+        import sys
+
+        IS_ARM = platform.machine().lower() in ("aarch64", "arm64")
+        if sys.platform == "win32":
+            from importlib.metadata import PackageNotFoundError, metadata
+            try:
+                metadata("triton-windows")
+            except PackageNotFoundError:
+                pass
+        """)},
     "signature_of_a_library_callable": {"main.py": "import inspect\nimport triton\n"
                                                    "CACHE = 'cache_results' in inspect.signature(triton.autotune)"
                                                    ".parameters\nEMPTY = inspect.Parameter.empty\n"},
@@ -158,6 +172,13 @@ HOSTILE = {
     "inspect_handed_on": ({"main.py": "import inspect\n\n\ndef run(f):\n    return f(inspect)\n"},
                           {"harness_internals"}),
     "from_inspect_import": ({"main.py": "from inspect import stack\nS = stack()\n"}, {"harness_internals"}),
+    # the rest of platform tells one host from another; a package named by a computed name is dynamic
+    "platform_node": ({"main.py": "import platform\nH = platform.node()\n"}, {"env_probe"}),
+    "platform_handed_on": ({"main.py": "import platform\n\n\ndef run(f):\n    return f(platform)\n"},
+                           {"env_probe"}),
+    "platform_reexported": ({"main.py": "import os\nU = os.platform.uname()\n"}, {"env_probe"}),
+    "metadata_computed_name": ({"main.py": "from importlib.metadata import metadata\n\n\ndef run(n):\n"
+                                           "    return metadata(n)\n"}, {"dynamic_code"}),
     # a signature that evaluates string annotations runs code the gate never saw
     "signature_evaluates_annotations": ({"main.py": "import inspect\n\n\ndef f(x: \"__import__('os')\"):\n"
                                          "    pass\n\n\nS = inspect.signature(f, eval_str=True)\n"}, {"dynamic_code"}),

@@ -71,7 +71,7 @@ PYTHON_POSITIVES = [
     ("env_probe", 2, "import os\nseed = os.environ[name]\n"),
     ("env_probe", 2, "import os\nhome = os.getenv('HOME')\n"),
     ("env_probe", 1, "from os import environ\n"),
-    ("env_probe", 1, "import platform\n"),
+    ("env_probe", 2, "import platform\nh = platform.node()\n"),  # platform.machine() alone is no finding
     ("env_probe", 1, "import socket\n"),
     ("env_probe", 1, "import getpass\n"),
     ("env_probe", 1, "status = open('/proc/self/status').read()\n"),

@@ -167,7 +167,7 @@ _TEMP_BUILD_DIRECTORIES = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDire
 # Which version of a package is installed, or whether one is (`importlib.metadata.version("triton")`,
 # `importlib.util.find_spec("flashinfer")`), asked by a literal top-level name: the installation's metadata, none of
 # the package's code run (python_calls judges the call); any other use of importlib stays dynamic code.
-_PACKAGE_QUERIES = frozenset({"importlib.metadata.version", "importlib.util.find_spec"})
+_PACKAGE_QUERIES = frozenset({"importlib.metadata.version", "importlib.metadata.metadata", "importlib.util.find_spec"})
 _PACKAGE_NOT_FOUND = "importlib.metadata.PackageNotFoundError"
 # ctypes too: the starter kit's CUDA binding template imports it and never uses it; every use is native_ffi.
 # cuda-python's driver module likewise: CuTe DSL kernels (FlashInfer's GDN ones, vendored) take their stream as
@@ -179,9 +179,12 @@ _CUDA_STREAM_HANDLES = frozenset({"cuda.bindings.driver.CUstream", "cuda.cuda.CU
 # names, defaults and annotations: no frame, no module namespace. The rest of inspect (frames, stacks, getmembers,
 # getattr_static, getsource) stays harness_internals, and evaluating annotations (`eval_str=`) is dynamic code.
 _SIGNATURE_NAMES = frozenset({"inspect.signature", "inspect.Signature", "inspect.Parameter", "inspect.BoundArguments"})
+# The host's CPU architecture (FLA's IS_ARM): the same for every call of an evaluation, so it tells a test from a
+# timed call no more than a constant does. The rest of platform (node, uname, system details) stays env_probe.
+_HOST_ARCH = frozenset({"platform.machine"})
 _IMPORTED_BY_USE = (frozenset({"glob", "tempfile", "ctypes", "importlib.metadata", "importlib.util",
-                               _PACKAGE_NOT_FOUND, "cuda.bindings.driver", "cuda.cuda", "inspect"})
-                    | _CUDA_STREAM_HANDLES | _SIGNATURE_NAMES
+                               _PACKAGE_NOT_FOUND, "cuda.bindings.driver", "cuda.cuda", "inspect", "platform"})
+                    | _CUDA_STREAM_HANDLES | _SIGNATURE_NAMES | _HOST_ARCH
                     | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES | _PACKAGE_QUERIES)
 
 # Modules that other modules re-export as attributes (`torch.sys`, `os.sys`, `np.os`, `torch.os`): an attribute of
@@ -192,7 +195,8 @@ _REEXPORTED_MODULES = frozenset({
     "subprocess", "multiprocessing", "weakref", "tempfile", "shutil", "pickle", "socket", "platform", "runpy",
     "marshal", "io", "glob", "time", "operator",
 })
-_REAL_SUBMODULES = frozenset({"torch.signal", "scipy.signal", "scipy.io", "torch.multiprocessing"})
+# (and `sys.platform`, the name of the OS, a string: not the platform module)
+_REAL_SUBMODULES = frozenset({"torch.signal", "scipy.signal", "scipy.io", "torch.multiprocessing", "sys.platform"})
 # The C modules behind standard ones, judged as the module they implement: `posix.write`, `posix.fork`,
 # `posix.environ` are `os.write`, `os.fork`, `os.environ`; `_operator.matmul` is `operator.matmul`.
 _IMPLEMENTATION_MODULES = {

@@ -21,6 +21,7 @@ from .python_modules import _absolute, canonical
 from .python_names import (
     _COMPUTE_ROOTS,
     _FRAME_ATTRS,
+    _HOST_ARCH,
     _CUDA_STREAM_HANDLES,
     _IMPORTED_BY_USE,
     _PACKAGE_NOT_FOUND,
@@ -103,8 +104,9 @@ class _ReferenceChecks:
             self._hit("monkeypatch", node, f"{how} the namespace of `{owner}` (`{resolved}`): any of its names can be "
                                            "read or replaced by a computed key")
             return
-        if resolved.partition(".")[0] == "inspect" and ".".join(resolved.split(".")[:2]) in _SIGNATURE_NAMES:
-            return  # a callable's parameters (python_names); `eval_str=` is judged at the call (python_calls)
+        if resolved in _HOST_ARCH or (resolved.partition(".")[0] == "inspect"
+                                      and ".".join(resolved.split(".")[:2]) in _SIGNATURE_NAMES):
+            return  # the CPU's architecture; a callable's parameters (`eval_str=` is judged at the call: python_calls)
         if resolved in _MATMUL_OPERATORS:  # `@` by name, called or handed over (functools.reduce(operator.matmul..))
             if not self._in_triton_kernel:
                 self._hit("torch_compute", node, f"{how} `{resolved}` (the `@` operator) outside a Triton kernel")
