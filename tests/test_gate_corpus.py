@@ -99,13 +99,37 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
     # for device contexts and queries, inspect.signature in an input guard, Triton driver queries behind a broad
     # except, lru_cache/cache on scalars, packaging version checks, FLA_* knobs read by name
     "triton_fla_device_lib": ("triton", [("env_read", "FLA_GDN_DEBUG"), ("env_read", "FLA_USE_CUDA_GRAPH")]),
+    # GDN decode: libdevice math on a GPU, tl math without one (picked by torch.cuda.is_available at import),
+    # triton.cdiv, __all__, logger.debug
+    "triton_libdevice_cpu_switch": ("triton", []),
+    # GQA decode: TYPE_CHECKING imports, an Enum of GPU generations picking config sets, a NamedTuple plan from an
+    # lru_cache planner annotated with that Enum, a shape-keyed plan dict, triton's driver device properties
+    "triton_typed_planner": ("triton", []),
+    # DSA sparse attention: autotune keyed on (topk, heads) pruned by shared memory per capability, heuristics
+    "triton_autotune_prune_dsa": ("triton", []),
+    # GDN prefill: block pointers over tokens moved by tl.advance, a heuristic block size
+    "triton_block_ptr_advance": ("triton", []),
+    # the DSA indexer: scores and token mapping as torch.library.triton_op/wrap_triton, the top-k by torch.topk
+    "triton_op_indexer": ("triton", [("torch_compute", "torch.topk(scores")]),
+    # GQA decode ps64 in CUDA: cp.async inline PTX double buffering in dynamic shared memory, __launch_bounds__,
+    # templates, if constexpr, -gencode sm_90a and -lineinfo, sources next to the module
+    "cuda_cp_async_pages": ("python", []),
+    # MoE FP8 in CUDA: cuda_fp8.h's __nv_fp8_e4m3, ops by TORCH_LIBRARY/TORCH_LIBRARY_IMPL built with pathlib
+    # (is_python_module=False), routing and the expert sort (argsort, bincount, cumsum) in PyTorch
+    "cuda_fp8_moe_torch_library": ("python", [
+        ("torch_compute", ".sigmoid()"), ("torch_compute", "group_scores = grouped.topk("),
+        ("torch_compute", "best_groups = group_scores.topk("), ("torch_compute", "keep = torch.zeros_like"),
+        ("torch_compute", "masked = biased.masked_fill("), ("torch_compute", "topk_ids = masked.topk("),
+        ("torch_compute", "w = w / (w.sum("), ("torch_compute", "torch.where(local"),
+        ("torch_compute", "torch.argsort("), ("torch_compute", "torch.bincount("), ("torch_compute", "torch.cumsum(")]),
 }
 # Warnings that block nothing and await nothing (a debug flag read by its literal name).
 NOT_LIBRARY = {"env_read"}
 
 # Solutions whose honest calls are allowed by the shipped policy's lists (torch_calls: torch.library.triton_op,
 # wrap_triton, torch.from_numpy, torch.arange), not by the gate's own catalogue.
-NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package", "triton_custom_op_mutates", "triton_setup_schedule"}
+NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package", "triton_custom_op_mutates", "triton_setup_schedule",
+                    "triton_op_indexer"}
 
 POLICIES = {
     "shipped": lambda: load_policy(),

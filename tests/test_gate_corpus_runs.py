@@ -3,7 +3,8 @@ passes every workload, every audit, and is promotable, or waits only for a GPU's
 PyTorch. Those here once were false alarms or exercise what only a run shows: a NamedTuple field named `topk`
 read as torch.topk, `torch.compiler.disable` read as torch compute, a custom op that mutates its outputs, a setup
 plan that depends on cu_seqlens' content, a package whose entry point is its `__init__`, own files named like
-standard modules (types.py, select.py, platform.py) reached relatively."""
+standard modules (types.py, select.py, platform.py) reached relatively; and round three's libdevice switched off
+without a GPU, block pointers advanced per token, and autotune pruned by capability with heuristics."""
 
 from __future__ import annotations
 
@@ -65,6 +66,9 @@ def verdict(result) -> str:
     ("triton_setup_schedule", "gdn_session", PREFILL, "prefill.py::run", "schedule.py::plan"),
     ("triton_pkg_init_entry", "gdn_session", PREFILL, "gdn_scan/__init__.py::run", None),
     ("triton_stdlib_named_files", "dsa_session", TINY_INDEXER, "main.py::run", None),
+    ("triton_libdevice_cpu_switch", "gdn_session", DECODE, "gdn_decode.py::run", None),
+    ("triton_block_ptr_advance", "gdn_session", PREFILL, "prefill.py::run", None),
+    ("triton_autotune_prune_dsa", "dsa_session", TINY_ATTENTION, "sparse_mla.py::run", None),
 ])
 def test_the_honest_corpus_solution_is_promotable(request, name, session_name, definition, entry_point, setup):
     result = request.getfixturevalue(session_name).submit(corpus_solution(name, definition, entry_point, setup))

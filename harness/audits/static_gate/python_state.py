@@ -235,7 +235,9 @@ class _StateChecks:
         """A memoised function whose every argument is a scalar (annotated so, or so at every call in the
         module) cannot key its cache by tensor identity."""
         params = _parameters(node)
-        if not params or all(_scalar_annotation(p.annotation) for p in params):
+        enums = self._module_enums()
+        if not params or all(_scalar_annotation(p.annotation) or _enum_annotation(p.annotation, enums)
+                             for p in params):
             return True
         calls = self._calls_by_name().get(node.name)
         if not calls:
@@ -247,6 +249,12 @@ class _StateChecks:
             if not all(self._is_clean(a, tainted, through_metadata=True) for a in arguments):
                 return False
         return True
+
+    def _module_enums(self) -> frozenset[str]:
+        """This module's own Enum classes (`class Arch(enum.Enum)`): a member is one of a fixed set of singletons,
+        so a cache keyed by one holds at most that many entries and never a tensor's identity."""
+        return frozenset(stmt.name for stmt in self.body if isinstance(stmt, ast.ClassDef) and stmt.bases
+                         and all(self._resolve(base) in _ENUM_BASES for base in stmt.bases))
 
     def _calls_by_name(self) -> dict[str, list[tuple[ast.Call, FunctionNode | None]] | None]:
         """Calls of a plain name anywhere in the module, with the function they are made in (None: module level).
@@ -295,6 +303,16 @@ class _StateChecks:
         if carried:
             self._hit("global_state", facts.first_global_statement or frame.node,
                       f"`{frame.node.name}()` rebinds module state {carried} via global/nonlocal")
+
+
+_ENUM_BASES = frozenset({"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag"})
+
+
+def _enum_annotation(annotation: ast.AST | None, enums: frozenset[str]) -> bool:
+    """`arch: Arch` or `arch: "Arch"`, Arch one of the module's own Enum classes (trusted as annotations are)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.strip() in enums
+    return isinstance(annotation, ast.Name) and annotation.id in enums
 
 
 def _scalar_annotation(annotation: ast.AST | None) -> bool:
