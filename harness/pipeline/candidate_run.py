@@ -14,6 +14,7 @@ is cut, its worker killed with its sandbox, and it ends TIMEOUT saying so; the w
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Optional
@@ -35,12 +36,45 @@ class CandidateRun:
     _budget: Optional[tuple[float, float]] = None  # the submission's budget: (seconds, time.monotonic() deadline)
 
     def _start_candidate(self, solution: Solution, definition: Definition, timeout_s: float,
-                         role: str = "candidate", deadline: Optional[float] = None
+                         role: str = "candidate", deadline: Optional[float] = None,
+                         result: Optional[SubmissionResult] = None
                          ) -> tuple[Optional[WorkerProcess], Optional[WorkloadResult]]:
         # A full-audit evaluation (what a promotion rests on) builds afresh: no file the solution wrote in an
         # earlier evaluation reaches it (harness.sandbox.extension_cache); screening and fast runs reuse the build.
-        return self.candidates.start(solution, definition, timeout_s, role,
-                                     reuse_build=self.audit_config.level != "full", deadline=deadline)
+        worker, failure = self.candidates.start(solution, definition, timeout_s, role,
+                                                reuse_build=self.audit_config.level != "full", deadline=deadline)
+        if worker is not None and result is not None:
+            failure = self._gate_compiled_sources(worker, solution, definition, result, role == "baseline")
+            if failure is not None:
+                worker.stop()
+                worker = None
+        return worker, failure
+
+    def _gate_compiled_sources(self, worker: WorkerProcess, solution: Solution, definition: Definition,
+                               result: SubmissionResult, library_is_own: bool) -> Optional[WorkloadResult]:
+        """The static gate's C++ rules on what the build compiled (harness.audits.compiled_gate), in this process
+        on the text the worker read back: new findings join the submission's static findings (its promotion
+        blockers), and an error one fails the build as the gate's refusal, a COMPILE_ERROR with the findings as its
+        log (the archived options' static_gate were written before the build)."""
+        from ..audits.compiled_gate import compiled_findings
+        from ..audits.static_gate import policy_from_mapping
+
+        files, unread = getattr(worker, "compiled_sources", ([], []))
+        if not files and not unread:
+            return None
+        policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
+        new = [f.model_dump() for f in compiled_findings(files, unread, {s.path: s.content for s in solution.sources},
+                                                         policy, result.static_findings, library_is_own)]
+        if not new:
+            return None
+        result.static_findings.extend(new)
+        error = next((f for f in new if f["severity"] == "error"), None)
+        if error is None:
+            return None
+        message = (f"static gate on the sources the build compiled: {error['rule']} at {error['path']}:"
+                   f"{error['line']}: {error['message']}")
+        return WorkloadResult("", "", EvaluationStatus.COMPILE_ERROR.value, message=message,
+                              log=json.dumps(new, indent=1))
 
     def _past_budget(self) -> Optional[str]:
         """Why the next workload is not run (the submission's wall-time budget is spent), or None."""

@@ -333,7 +333,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                         # session's FlashInfer JIT cache, not compiling FlashInfer again in a private folder.
                         candidate, failure = self._start_candidate(
                             solution, definition, timeout_s, role="baseline" if library_is_own else "candidate",
-                            deadline=self._budget[1] if self._budget else None)
+                            deadline=self._budget[1] if self._budget else None, result=result)
                         if candidate is not None and first_build and candidate.build_log.strip():
                             from ..archive.views import add_artifact
 

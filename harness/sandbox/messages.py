@@ -256,6 +256,14 @@ class HelloReply(Reply):
                                         description="versions, device and GPU state of the worker (archived as is)")
 
 
+class CompiledSource(_Message):
+    """A C++/CUDA source the build compiled, read back after the import (harness.sandbox.compiled_sources)."""
+
+    path: str = Field(description="where the worker read it")
+    text: str = Field(description="its text")
+    defines: dict[str, str] = Field(default_factory=dict, description="the -D macros of the build that compiled it")
+
+
 class BuildReply(Reply):
     compile_only: bool = Field(False, description="built but not callable on this host (CUDA without a GPU)")
     note: str = Field("", description="why a build is compile-only, or another remark of the build")
@@ -263,6 +271,9 @@ class BuildReply(Reply):
     artifacts: dict[str, str] = Field(default_factory=dict, description="kind -> path of what the build made")
     build_s: Optional[float] = Field(None, ge=0, description="seconds the build took")
     extensions: str = Field("", description="an earlier build's torch extensions put back before the import, if any")
+    compiled_sources: list[CompiledSource] = Field(default_factory=list,
+                                                   description="the C++/CUDA sources the build compiled, as text")
+    compiled_unread: list[str] = Field(default_factory=list, description="sources it compiled that it could not read")
 
 
 class RunReply(Reply):

@@ -27,6 +27,7 @@ import torch
 
 from . import protocol
 from .build import Built, BuildError, build
+from .compiled_sources import collect as collect_compiled
 from .extension_cache import as_bytes, as_tensor, extension_folders, pack, unpack
 from .integrity import Integrity, preload
 from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
@@ -129,8 +130,12 @@ class Worker:
             data, _ = pack(extensions)
             if data is not None:
                 tensors["extension_build"] = as_tensor(data)
+        # what the import compiled, as text, for the harness's static gate (harness.audits.compiled_gate): a source
+        # decoded at run time is read here as the compiler read it, before any workload ran
+        compiled = collect_compiled(self.workdir, extensions)
         return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
                 "log": self.built.log, "extensions": reused,
+                "compiled_sources": compiled["files"], "compiled_unread": compiled["unread"],
                 "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, tensors
 
     def _workload_inputs(self, req: Any, seed: Optional[int] = None) -> tuple[Definition, Workload, dict[str, Any]]:

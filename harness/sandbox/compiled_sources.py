@@ -1,0 +1,160 @@
+"""The C++/CUDA sources a worker's import actually compiled, read back for the static gate (worker side).
+
+The static gate judges ``load_inline`` sources by folding the Python that makes them; a source decoded at run time
+(through a helper's parameter, base64, rot13, ``bytes.fromhex``, a data file) folds to nothing the gate can read,
+and is ``dynamic_code`` only where the gate sees the call. What the builders wrote is the ground truth: torch's
+``load_inline`` writes ``main.cpp`` and ``cuda.cu`` into its build folder, TVM-FFI's the same, and each build's
+``build.ninja`` names every source it compiles (``load(sources=[path])`` included, wherever the file lies) with the
+flags' ``-D`` macros. So after the import the worker reads them back as text and hands them to the harness, which
+judges them with the C++ rules in its own process (``harness.audits.compiled_gate``): no candidate code runs there.
+
+What is read: every ``build.ninja`` under the worker's folder (its ``TMPDIR`` too, so a ``tempfile`` build folder is
+found) and under the extension builders' folders, each compile input it names, the source files of those folders,
+and the quoted ``#include``s of what was read, from the including file's folder. Not under the worker's caches
+(``.cache``: FlashInfer's own JIT; ``.triton``). A source a ``build.ninja`` names that is gone, or text past the
+bounds, is reported as unread: the harness cannot clear what it could not read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+SOURCE_SUFFIXES = frozenset({".cpp", ".cc", ".cxx", ".c", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"})
+MAX_FILE_BYTES = 4 << 20  # the largest generated cuda.cu of an honest extension is well under a megabyte
+MAX_TOTAL_BYTES = 24 << 20  # the reply's header is at most 64 MiB (harness.sandbox.protocol.MAX_HEADER)
+MAX_FILES = 400
+MAX_WALKED = 50_000  # entries looked at while looking for build.ninja files
+SKIPPED_FOLDERS = frozenset({".cache", ".triton", "__pycache__"})  # library JIT caches, not the candidate's builds
+_COMPILE_RULE_RE = re.compile(r"^build\s+(.+?)(?<!\$):\s*(\w*compile\w*)\s+(.*)$")
+_FLAGS_RE = re.compile(r"^\s*(\w*flags)\s*=(.*)$")
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
+
+
+def _ninja_paths(text: str) -> list[str]:
+    """The paths of a ninja path list (``$ `` an escaped blank, ``$:`` a colon, ``|`` the end of the inputs)."""
+    paths, current, i = [], "", 0
+    while i < len(text):
+        c = text[i]
+        if c == "$" and i + 1 < len(text):
+            current += text[i + 1]
+            i += 2
+            continue
+        if c in " \t":
+            if current:
+                paths.append(current)
+            current = ""
+        elif c == "|":
+            break
+        else:
+            current += c
+        i += 1
+    return paths + ([current] if current else [])
+
+
+def _defines(flags: str) -> dict[str, str]:
+    """The ``-D`` macros of a flags line (``-DNAME``, ``-DNAME=VALUE``, ``-D NAME``)."""
+    try:
+        words = shlex.split(flags)
+    except ValueError:
+        words = flags.split()
+    found: dict[str, str] = {}
+    for i, word in enumerate(words):
+        text = word[2:] if word.startswith("-D") and len(word) > 2 else (
+            words[i + 1] if word == "-D" and i + 1 < len(words) else None)
+        if text:
+            name, _, value = text.partition("=")
+            if re.fullmatch(r"[A-Za-z_]\w*", name):
+                found[name] = value if "=" in text else "1"
+    return found
+
+
+def read_ninja(path: Path) -> tuple[list[Path], dict[str, str]]:
+    """The sources a ``build.ninja`` compiles (absolute paths) and the ``-D`` macros of its flags."""
+    sources: list[Path] = []
+    defines: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        flags = _FLAGS_RE.match(line)
+        if flags:
+            defines.update(_defines(flags.group(2)))
+            continue
+        rule = _COMPILE_RULE_RE.match(line)
+        if rule:
+            sources += [path.parent / p for p in _ninja_paths(rule.group(3))]
+    return sources, defines
+
+
+def _ninja_files(roots: Iterable[Path]) -> list[Path]:
+    found, walked = [], 0
+    for root in roots:
+        for folder, subfolders, files in os.walk(root):
+            walked += len(subfolders) + len(files)
+            if walked > MAX_WALKED:
+                return found
+            subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED_FOLDERS)
+            if "build.ninja" in files:
+                found.append(Path(folder) / "build.ninja")
+    return found
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.files: dict[str, dict[str, Any]] = {}
+        self.unread: list[str] = []
+        self.total = 0
+
+    def read(self, path: Path, defines: Mapping[str, str], why: str) -> None:
+        key = os.path.abspath(path)
+        if key in self.files:
+            self.files[key]["defines"].update(defines)
+            return
+        if not path.is_file():
+            self.unread.append(f"{key} ({why}) is gone: it was compiled, then removed")
+            return
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES or self.total + size > MAX_TOTAL_BYTES or len(self.files) >= MAX_FILES:
+            self.unread.append(f"{key} ({why}): past the {MAX_TOTAL_BYTES >> 20} MiB / {MAX_FILES} files read back")
+            return
+        self.total += size
+        self.files[key] = {"path": key, "text": path.read_text(errors="replace"), "defines": dict(defines)}
+
+    def follow_includes(self) -> None:
+        """The quoted ``#include``s of what was read, from the including file's folder (a header written beside a
+        source at import time is compiled into it)."""
+        queue = list(self.files.values())
+        while queue:
+            entry = queue.pop()
+            for name in _INCLUDE_RE.findall(entry["text"]):
+                target = Path(entry["path"]).parent / name.strip()
+                if os.path.abspath(target) not in self.files and target.is_file():
+                    self.read(target, {}, f"included by {entry['path']}")
+                    added = self.files.get(os.path.abspath(target))
+                    if added is not None:
+                        queue.append(added)
+
+
+def collect(workdir: Path, folders: Mapping[str, Path]) -> dict[str, Any]:
+    """``{"files": [{"path", "text", "defines"}], "unread": [why]}``: what this worker's builds compiled."""
+    reader = _Reader()
+    roots = [Path(workdir), *(f for f in folders.values() if Path(workdir) not in Path(f).parents)]
+    for ninja in _ninja_files(r for r in roots if Path(r).is_dir()):
+        try:
+            sources, defines = read_ninja(ninja)
+        except OSError as err:
+            reader.unread.append(f"{ninja}: {err}")
+            continue
+        for source in sources:
+            if source.suffix.lower() in SOURCE_SUFFIXES:
+                reader.read(source, defines, f"compiled by {ninja}")
+    for folder in folders.values():
+        folder = Path(folder)
+        if folder.is_dir():
+            for path in sorted(folder.rglob("*")):
+                if path.suffix.lower() in SOURCE_SUFFIXES and path.is_file():
+                    reader.read(path, {}, f"in the build folder {folder}")
+    reader.follow_includes()
+    return {"files": list(reader.files.values()), "unread": reader.unread}
