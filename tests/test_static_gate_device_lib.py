@@ -145,6 +145,11 @@ HOSTILE = {
     "chained_assignment": ({"main.py": HEAD + "lib = ops = getattr(torch, device)\nX = lib.device(0)\n"},
                            {"dynamic_code"}),
     "named_in_a_string": ({"main.py": _utils("__all__ = ['device_torch_lib']\n" + _TAIL)}, {"dynamic_code"}),
+    "through_its_own_module": ({"utils.py": _utils("from . import utils\n\n\ndef run(a, b):\n"
+                                                   "    return utils.device_torch_lib.aten.mm(a, b)\n" + _TAIL)},
+                               {"dynamic_code"}),
+    "read_past_a_device_attribute": ({"main.py": _utils("def run(a, b):\n    return device_torch_lib.device.mm(a, b)\n")},
+                                     {"dynamic_code"}),
     "unused_lookup": ({"main.py": HEAD + "lib = getattr(torch, device)\n"}, {"dynamic_code"}),
     "a_graph_attribute": ({"main.py": _utils("G = device_torch_lib.CUDAGraph()\n")}, {"dynamic_code"}),
     # the name is only ever `torch.ops` spelled by a decoder: no device attribute, so still dynamic code

@@ -9,9 +9,10 @@ not here when the gate can prove that what the lookup returned is used for nothi
 - the lookup is `getattr(torch, <computed>)` (two arguments) assigned on its own to a plain name, at module level
   or in a function (never a class body: `C.lib` would be reachable by attribute);
 - every other appearance of that name in the module, in any scope, is `name.<attr>` read with `attr` on
-  DEVICE_ATTRS (or `name.amp.custom_fwd`/`custom_bwd`), never the name alone (passed, returned, stored, aliased,
-  called, put in a container, looked up further by a computed name), never bound by anything else (a parameter, an
-  import, a loop, `with`, `except`, a def), never named in a string of the module;
+  DEVICE_ATTRS (or `name.amp.custom_fwd`/`custom_bwd`) and nothing read from it in turn; never the name alone
+  (passed, returned, stored, aliased, called, put in a container, looked up further by a computed name), never
+  bound by anything else (a parameter, an import, a loop, `with`, `except`, a def), never named in a string of the
+  module nor reached as an attribute (`utils.device_torch_lib` through the module itself), and used at least once;
 - no other file of the solution names it, and nothing in the solution can fetch a module's names unseen: a
   getattr with a computed name other than such lookups, `__dict__`, `__getattribute__` (confirm_device_libraries).
 
@@ -109,6 +110,8 @@ def _only_device_uses(tree: ast.Module, name: str, parents: dict[int, ast.AST], 
                 return False
             else:
                 used = True
+        elif isinstance(node, ast.Attribute) and node.attr == name:
+            return False  # `utils.device_torch_lib` through the module itself (`from . import utils` inside utils)
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             continue  # a function rebinding the module's name still binds it only by the vetted assignments
         elif any(getattr(node, f, None) == name for f in _BINDING_FIELDS):
@@ -119,12 +122,15 @@ def _only_device_uses(tree: ast.Module, name: str, parents: dict[int, ast.AST], 
 
 
 def _device_attribute(node: ast.Name, parent: ast.AST | None, parents: dict[int, ast.AST]) -> bool:
+    """`name.<device attribute>` read, and nothing read from that attribute in turn (`name.device.x`: whatever module
+    the name really holds, only its own device attributes are vouched for), but `name.amp.custom_fwd`."""
     if not (isinstance(parent, ast.Attribute) and parent.value is node and isinstance(parent.ctx, ast.Load)):
         return False
+    outer = parents.get(id(parent))
     if parent.attr == "amp":
-        outer = parents.get(id(parent))
-        return (isinstance(outer, ast.Attribute) and outer.attr in _AMP_ATTRS and isinstance(outer.ctx, ast.Load))
-    return parent.attr in DEVICE_ATTRS
+        return (isinstance(outer, ast.Attribute) and outer.attr in _AMP_ATTRS and isinstance(outer.ctx, ast.Load)
+                and not isinstance(parents.get(id(outer)), ast.Attribute))
+    return parent.attr in DEVICE_ATTRS and not isinstance(outer, ast.Attribute)
 
 
 def confirm_device_libraries(scanners: Mapping[str, Any], sources: Mapping[str, str]) -> None:
