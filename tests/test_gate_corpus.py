@@ -122,6 +122,17 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("torch_compute", "masked = biased.masked_fill("), ("torch_compute", "topk_ids = masked.topk("),
         ("torch_compute", "w = w / (w.sum("), ("torch_compute", "torch.where(local"),
         ("torch_compute", "torch.argsort("), ("torch_compute", "torch.bincount("), ("torch_compute", "torch.cumsum(")]),
+    # MoE FP8 as a package: routing and a block-padded expert sort in PyTorch (a frozen slotted dataclass, Final
+    # constants), Triton grouped GEMMs with per-K-block scales, an IntEnum of tile sizes, fp8 views
+    "triton_moe_sorted_blocks": ("triton", [
+        ("torch_compute", "sig = torch.sigmoid("), ("torch_compute", "top2 = torch.topk("),
+        ("torch_compute", "group_score = top2.sum("), ("torch_compute", "chosen_groups = torch.topk("),
+        ("torch_compute", "candidates = torch.where("), ("torch_compute", "topk_ids = torch.topk("),
+        ("torch_compute", "torch.gather(sig"), ("torch_compute", "w.sum(dim=-1"),
+        ("torch_compute", "local.masked_fill("), ("torch_compute", "torch.argsort(local"),
+        ("torch_compute", "torch.bincount(local"), ("torch_compute", "starts = torch.cumsum(counts"),
+        ("torch_compute", "padded_starts = torch.cumsum("), ("torch_compute", "int(padded.sum()"),
+        ("torch_compute", "torch.repeat_interleave("), ("torch_compute", "functional.pad(")]),
 }
 # Warnings that block nothing and await nothing (a debug flag read by its literal name).
 NOT_LIBRARY = {"env_read"}
@@ -129,7 +140,7 @@ NOT_LIBRARY = {"env_read"}
 # Solutions whose honest calls are allowed by the shipped policy's lists (torch_calls: torch.library.triton_op,
 # wrap_triton, torch.from_numpy, torch.arange), not by the gate's own catalogue.
 NEEDS_THE_POLICY = {"triton_custom_op_plan", "triton_moe_package", "triton_custom_op_mutates", "triton_setup_schedule",
-                    "triton_op_indexer"}
+                    "triton_op_indexer", "triton_moe_sorted_blocks"}
 
 POLICIES = {
     "shipped": lambda: load_policy(),
