@@ -35,6 +35,7 @@ def _utils(body: str) -> str:
     return HEAD + "device_torch_lib = getattr(torch, device)\n" + textwrap.dedent(body)
 
 
+_TAIL = "\n\ndef custom_device_ctx(index: int):\n    return device_torch_lib.device(index)\n"
 MAIN_IMPORTS_HELPER = "from .utils import custom_device_ctx\n\n\ndef run(x):\n    with custom_device_ctx(0):\n" \
                       "        return x\n"
 
@@ -72,6 +73,9 @@ HONEST = {
         def custom_device_ctx(index: int):
             return torch.cuda.device(index)
         """), "main.py": MAIN_IMPORTS_HELPER},
+    # prose that names it is no code that could reach it
+    "named_in_a_readme": {"utils.py": _utils(_TAIL), "main.py": MAIN_IMPORTS_HELPER,
+                          "README.md": "`device_torch_lib` is the device's torch module\n"},
     # bound in a function instead of at module level
     "local_binding": {"main.py": HEAD + textwrap.dedent("""
         def run(x):
@@ -113,8 +117,6 @@ HONEST = {
                                                    ".parameters\nEMPTY = inspect.Parameter.empty\n"},
 }
 
-_TAIL = "\n\ndef custom_device_ctx(index: int):\n    return device_torch_lib.device(index)\n"
-
 # case -> (sources, the error rules the gate must report). The lookup stays dynamic_code wherever the module it
 # returned could be used for anything but device attributes.
 HOSTILE = {
@@ -148,6 +150,10 @@ HOSTILE = {
     "through_its_own_module": ({"utils.py": _utils("from . import utils\n\n\ndef run(a, b):\n"
                                                    "    return utils.device_torch_lib.aten.mm(a, b)\n" + _TAIL)},
                                {"dynamic_code"}),
+    "matched_through_its_own_module": ({"utils.py": _utils("from . import utils\n\n\ndef run(a, b):\n"
+                                                           "    match utils:\n        case object(device_torch_lib=L):\n"
+                                                           "            return L.aten.mm(a, b)\n" + _TAIL)},
+                                       {"dynamic_code"}),
     "read_past_a_device_attribute": ({"main.py": _utils("def run(a, b):\n    return device_torch_lib.device.mm(a, b)\n")},
                                      {"dynamic_code"}),
     "unused_lookup": ({"main.py": HEAD + "lib = getattr(torch, device)\n"}, {"dynamic_code"}),

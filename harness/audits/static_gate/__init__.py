@@ -149,14 +149,15 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
     compiled = _CompiledPolicy.of(policy)
     builds_native = any(Path(p).suffix in PYTHON_SUFFIXES and "cpp_extension" in text for p, text in sources.items())
     kinds = {path: _source_kind(path, language, builds_native) for path in sources}
-    own = _own_names(sources, {path: text for path, text in sources.items() if kinds[path] is not None})
+    code = {path: text for path, text in sources.items() if kinds[path] is not None}
+    own = _own_names(sources, code)
     # Two passes over the Python files: every module's aliases first, so that a name reached through another of
     # the solution's modules resolves to what that module imported.
     prepared = {path: _prepare_python(source, own, compiled, module_of(path)[1])
                 for path, source in sources.items() if kinds[path] == "python"}
     scanners = {p: s for p, s in prepared.items() if isinstance(s, _PythonScanner)}
     _collect_exports(own, scanners)
-    confirm_device_libraries(scanners, sources)  # a device module looked up by name, kept only where no file undoes it
+    confirm_device_libraries(scanners, code)  # a device module looked up by name, kept only where no file undoes it
     collect_own_classes(own, scanners)  # `shapes.topk` of a class another module defines (python_fields)
     findings: dict[tuple[str, int, int, str], Finding] = {}
     for path, source in sources.items():

@@ -110,8 +110,9 @@ def _only_device_uses(tree: ast.Module, name: str, parents: dict[int, ast.AST], 
                 return False
             else:
                 used = True
-        elif isinstance(node, ast.Attribute) and node.attr == name:
-            return False  # `utils.device_torch_lib` through the module itself (`from . import utils` inside utils)
+        elif (isinstance(node, ast.Attribute) and node.attr == name
+              or isinstance(node, ast.MatchClass) and name in node.kwd_attrs):
+            return False  # `utils.device_torch_lib` or `case object(device_torch_lib=x)` through the module itself
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             continue  # a function rebinding the module's name still binds it only by the vetted assignments
         elif any(getattr(node, f, None) == name for f in _BINDING_FIELDS):
@@ -136,7 +137,8 @@ def _device_attribute(node: ast.Name, parent: ast.AST | None, parents: dict[int,
 def confirm_device_libraries(scanners: Mapping[str, Any], sources: Mapping[str, str]) -> None:
     """Withdraw every exemption that another file could undo: a file that names the module's device name (it could
     import it and use it freely), or anything in the solution that fetches names unseen (a getattr with a computed
-    name that is not one of the vetted lookups, `__dict__`, `__getattribute__`: `getattr(utils, "device_" + x)`)."""
+    name that is not one of the vetted lookups, `__dict__`, `__getattribute__`: `getattr(utils, "device_" + x)`).
+    `sources` are the files that are code (Python, and C++ that could name it to Python's C API); prose is not."""
     holders = {path: s for path, s in scanners.items() if s.device_libs}
     if not holders:
         return
