@@ -89,11 +89,12 @@ class _CallChecks:
         lets the solution import its own modules absolutely and shadows nothing."""
         if self.own.shadows or depth > 4:
             return False
+        while _path_wrapper(expr, self._resolve):
+            expr = expr.args[0]
+        # a name is looked through after the conversions: `str(HERE)`, HERE = Path(__file__).resolve().parent
         if isinstance(expr, ast.Name) and expr.id != "__file__":
             values = self.assignments.get(expr.id, ())
             return bool(values) and all(self._own_folder(v, depth + 1) for v in values)
-        while _path_wrapper(expr, self._resolve):
-            expr = expr.args[0]
         if isinstance(expr, ast.Call) and len(expr.args) == 1 and self._resolve(expr.func) == "os.path.dirname":
             return _is_this_file(expr.args[0], self._resolve)
         if isinstance(expr, ast.Attribute) and expr.attr == "parent":
