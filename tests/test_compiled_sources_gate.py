@@ -102,6 +102,21 @@ def test_a_decoded_source_that_calls_a_forbidden_function_is_caught_after_the_bu
 
 
 @needs_compiler
+def test_a_decoded_source_built_at_the_first_call_is_caught_after_the_workload(tiny_dataset_root, tmp_path):
+    """The same source built lazily, in the first call rather than at import: read back after the workload, the
+    workload fails with the rule's name."""
+    cpp = _fast("crucible_lazy_bad", 'int crucible_run() { return std::system("true"); }')
+    solution = _decoded_solution("crucible_lazy_bad", cpp)
+    module = solution["sources"][0]["content"].replace("EXTENSION = build(SOURCE)\n", "")
+    module = module.replace("    batch, heads, dim = q.shape\n", "    build(SOURCE)\n    batch, heads, dim = q.shape\n")
+    solution["sources"][0]["content"] = module
+    result = _submit(tiny_dataset_root, tmp_path, solution)
+    assert [w.status for w in result.workloads] == ["COMPILE_ERROR"], result.workloads[0].message
+    assert "static gate on the sources the build compiled: concurrency" in result.workloads[0].message
+    assert any(f["path"].endswith("/crucible_lazy_bad/main.cpp") for f in result.static_findings)
+
+
+@needs_compiler
 def test_the_same_solution_with_an_honest_decoded_source_passes(tiny_dataset_root, tmp_path):
     """The same helper with an honest source, torch's own header and `functions=` (torch writes
     `#include <torch/extension.h>` and a PYBIND11_MODULE block of `torch::wrap_pybind_function` into main.cpp):

@@ -30,10 +30,10 @@ from harness.measure.correctness import Tolerance
 from harness.measure.timing_records import TrialTiming
 from harness.pipeline.workload_evaluation import CLOCK_TRUTH_CALLS, WorkloadEvaluation
 from harness.sandbox import messages
-from harness.sandbox.messages import (OPS, REPLIES, BuildRequest, CeilingsRequest, ExitRequest, HelloRequest,
-                                      JudgeRequest, MalformedReply, OracleRequest, RecheckRequest, ReferenceRequest,
-                                      RequestError, RunReply, RunRequest, SassRequest, TimeRequest, parse_reply,
-                                      parse_request)
+from harness.sandbox.messages import (OPS, REPLIES, BuildRequest, CeilingsRequest, CompiledRequest, ExitRequest,
+                                      HelloRequest, JudgeRequest, MalformedReply, OracleRequest, RecheckRequest,
+                                      ReferenceRequest, RequestError, RunReply, RunRequest, SassRequest, TimeRequest,
+                                      parse_reply, parse_request)
 from harness.sandbox.protocol import encode, read_message, write_message
 from harness.sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess
 from harness.sandbox.worker import Worker
@@ -55,6 +55,7 @@ REQUESTS = [
     (ExitRequest(), {"op": "exit"}),
     (CeilingsRequest(), {"op": "ceilings"}),
     (SassRequest(), {"op": "sass"}),
+    (CompiledRequest(), {"op": "compiled"}),
     (BuildRequest(solution=SOLUTION, definition=DEFINITION),
      {"op": "build", "solution": dump_json(SOLUTION), "definition": D}),
     (RunRequest(workload=WORKLOAD, seed=3, dataset_root=ROOT),

@@ -44,14 +44,17 @@ class CandidateRun:
         worker, failure = self.candidates.start(solution, definition, timeout_s, role,
                                                 reuse_build=self.audit_config.level != "full", deadline=deadline)
         if worker is not None and result is not None:
-            failure = self._gate_compiled_sources(worker, solution, definition, result, role == "baseline")
+            self._compiled_into = result  # where _on_candidate puts what the calls compiled
+            files, unread = getattr(worker, "compiled_sources", ([], []))
+            failure = self._gate_compiled_sources(files, unread, solution, definition, result, role == "baseline")
             if failure is not None:
                 worker.stop()
                 worker = None
         return worker, failure
 
-    def _gate_compiled_sources(self, worker: WorkerProcess, solution: Solution, definition: Definition,
-                               result: SubmissionResult, library_is_own: bool) -> Optional[WorkloadResult]:
+    def _gate_compiled_sources(self, files: list[dict[str, Any]], unread: list[str], solution: Solution,
+                               definition: Definition, result: SubmissionResult,
+                               library_is_own: bool) -> Optional[WorkloadResult]:
         """The static gate's C++ rules on what the build compiled (harness.audits.compiled_gate), in this process
         on the text the worker read back: new findings join the submission's static findings (its promotion
         blockers), and an error one fails the build as the gate's refusal, a COMPILE_ERROR with the findings as its
@@ -59,7 +62,6 @@ class CandidateRun:
         from ..audits.compiled_gate import compiled_findings
         from ..audits.static_gate import policy_from_mapping
 
-        files, unread = getattr(worker, "compiled_sources", ([], []))
         if not files and not unread:
             return None
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
@@ -75,6 +77,33 @@ class CandidateRun:
                    f"{error['line']}: {error['message']}")
         return WorkloadResult("", "", EvaluationStatus.COMPILE_ERROR.value, message=message,
                               log=json.dumps(new, indent=1))
+
+    def _gate_compiled_by_calls(self, candidate: WorkerProcess, solution: Solution, definition: Definition,
+                                wr: WorkloadResult, library_is_own: bool) -> bool:
+        """After a workload: what its calls compiled (a load_inline built at the first call, not at import), gated
+        as the build's is; False (the worker stopped, the workload failed) where that refused it."""
+        from ..sandbox.messages import CompiledRequest
+        from ..sandbox.runner import WorkerCrashed, WorkerTimeout
+
+        result = getattr(self, "_compiled_into", None)
+        if result is None or candidate.compile_only or not candidate.alive:
+            return True
+        try:
+            reply, _ = candidate.request(CompiledRequest(), timeout_s=120)
+        except (WorkerTimeout, WorkerCrashed) as err:
+            failure = WorkloadResult("", "", EvaluationStatus.RUNTIME_ERROR.value,
+                                     message=f"the worker did not say what its calls compiled: {err}")
+        else:
+            failure = (WorkloadResult("", "", EvaluationStatus.RUNTIME_ERROR.value, message=reply.error or "")
+                       if not reply.ok else self._gate_compiled_sources(
+                           [s.model_dump() for s in reply.compiled_sources], list(reply.compiled_unread), solution,
+                           definition, result, library_is_own))
+        if failure is None:
+            return True
+        wr.status, wr.message = failure.status, failure.message
+        wr.log = (wr.log + "\n" + failure.log).strip() if failure.log else wr.log
+        candidate.stop()
+        return False
 
     def _past_budget(self) -> Optional[str]:
         """Why the next workload is not run (the submission's wall-time budget is spent), or None."""
@@ -93,6 +122,9 @@ class CandidateRun:
                 + os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")) + "; no GPU on this host to run it"), candidate
         wr = self._evaluate_workload(candidate, definition, workload, label, run_preset, tol, timeout_s,
                                      run_audits=self.audit_config.level != "off")
+        if not self._gate_compiled_by_calls(candidate, solution, definition, wr, library_is_own):
+            wr.memory = self._memory_record(definition, workload, candidate)
+            return wr, None
         if wr.status == EvaluationStatus.PASSED.value and wr.latency_ms is not None:
             self._compare(definition, workload, preset, tol, timeout_s, wr)
             suspicious = (wr.speedup_vs_fi_kernel or 0) > self.audit_config.speedup_bound

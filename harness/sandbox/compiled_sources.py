@@ -22,7 +22,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 SOURCE_SUFFIXES = frozenset({".cpp", ".cc", ".cxx", ".c", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc"})
 MAX_FILE_BYTES = 4 << 20  # the largest generated cuda.cu of an honest extension is well under a megabyte
@@ -102,10 +102,11 @@ def _ninja_files(roots: Iterable[Path]) -> list[Path]:
 
 
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, seen: dict[str, Any]) -> None:
         self.files: dict[str, dict[str, Any]] = {}
         self.unread: list[str] = []
         self.total = 0
+        self.seen = seen  # path -> (size, mtime) of what an earlier collect reported: not sent again unchanged
 
     def read(self, path: Path, defines: Mapping[str, str], why: str) -> None:
         key = os.path.abspath(path)
@@ -113,9 +114,15 @@ class _Reader:
             self.files[key]["defines"].update(defines)
             return
         if not path.is_file():
-            self.unread.append(f"{key} ({why}) is gone: it was compiled, then removed")
+            if self.seen.get(key, ()) is not None:
+                self.seen[key] = None
+                self.unread.append(f"{key} ({why}) is gone: it was compiled, then removed")
             return
-        size = path.stat().st_size
+        stat = path.stat()
+        size = stat.st_size
+        if self.seen.get(key) == (size, stat.st_mtime_ns):
+            return
+        self.seen[key] = (size, stat.st_mtime_ns)
         if size > MAX_FILE_BYTES or self.total + size > MAX_TOTAL_BYTES or len(self.files) >= MAX_FILES:
             self.unread.append(f"{key} ({why}): past the {MAX_TOTAL_BYTES >> 20} MiB / {MAX_FILES} files read back")
             return
@@ -137,9 +144,11 @@ class _Reader:
                         queue.append(added)
 
 
-def collect(workdir: Path, folders: Mapping[str, Path]) -> dict[str, Any]:
-    """``{"files": [{"path", "text", "defines"}], "unread": [why]}``: what this worker's builds compiled."""
-    reader = _Reader()
+def collect(workdir: Path, folders: Mapping[str, Path], seen: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """``{"files": [{"path", "text", "defines"}], "unread": [why]}``: what this worker's builds compiled; ``seen``
+    (kept by the caller between calls): what an earlier call reported, left out unless it changed (a load_inline
+    made at the candidate's first call is read after the workload, the import's build not sent again)."""
+    reader = _Reader({} if seen is None else seen)
     roots = [Path(workdir), *(f for f in folders.values() if Path(workdir) not in Path(f).parents)]
     for ninja in _ninja_files(r for r in roots if Path(r).is_dir()):
         try:

@@ -85,6 +85,12 @@ class SassRequest(_Request):
     timeout_s: float = Field(120.0, gt=0, description="time limit of the disassembler, seconds")
 
 
+class CompiledRequest(_Request):
+    """The C++/CUDA sources the candidate's builds compiled since the last report (its calls' load_inline)."""
+
+    op: Literal["compiled"] = Field("compiled", description="the request's kind")
+
+
 class BuildRequest(_Request):
     """Build one solution against its definition; later requests of a candidate worker call what it built."""
 
@@ -191,10 +197,11 @@ class RecheckRequest(_OnWorkload):
 
 
 Request = Annotated[Union[HelloRequest, ExitRequest, CeilingsRequest, SassRequest, BuildRequest, RunRequest,
-                          ReferenceRequest, OracleRequest, JudgeRequest, TimeRequest, RecheckRequest],
+                          ReferenceRequest, OracleRequest, JudgeRequest, TimeRequest, RecheckRequest, CompiledRequest],
                     Field(discriminator="op")]
 _REQUEST = TypeAdapter(Request)
-OPS = ("hello", "exit", "ceilings", "sass", "build", "run", "reference", "oracle", "judge", "time", "recheck")
+OPS = ("hello", "exit", "ceilings", "sass", "build", "run", "reference", "oracle", "judge", "time", "recheck",
+       "compiled")
 
 
 def parse_request(header: dict[str, Any]) -> Request:
@@ -262,6 +269,12 @@ class CompiledSource(_Message):
     path: str = Field(description="where the worker read it")
     text: str = Field(description="its text")
     defines: dict[str, str] = Field(default_factory=dict, description="the -D macros of the build that compiled it")
+
+
+class CompiledReply(Reply):
+    compiled_sources: list[CompiledSource] = Field(default_factory=list,
+                                                   description="the C++/CUDA sources compiled since the last report")
+    compiled_unread: list[str] = Field(default_factory=list, description="sources compiled that could not be read")
 
 
 class BuildReply(Reply):
@@ -371,7 +384,7 @@ class CeilingsReply(Reply):
 REPLIES: dict[str, type[Reply]] = {
     "hello": HelloReply, "exit": Reply, "ceilings": CeilingsReply, "sass": SassReply, "build": BuildReply,
     "run": RunReply, "reference": ReferenceReply, "oracle": ReferenceReply, "judge": JudgeReply, "time": TimeReply,
-    "recheck": RecheckReply}
+    "recheck": RecheckReply, "compiled": CompiledReply}
 
 
 def parse_reply(op: str, header: Any) -> Reply:

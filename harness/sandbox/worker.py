@@ -30,8 +30,8 @@ from .build import Built, BuildError, build
 from .compiled_sources import collect as collect_compiled
 from .extension_cache import as_bytes, as_tensor, extension_folders, pack, unpack
 from .integrity import Integrity, preload
-from .messages import (BuildRequest, CeilingsRequest, HelloRequest, JudgeRequest, OracleRequest, ReferenceRequest,
-                       RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
+from .messages import (BuildRequest, CeilingsRequest, CompiledRequest, HelloRequest, JudgeRequest, OracleRequest,
+                       ReferenceRequest, RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
 from .worker_calls import as_output_dict, recheck_calls, require_plain
 from .worker_environment import environment, nvml_index
@@ -89,6 +89,7 @@ class Worker:
         self._request_tensors: dict[str, torch.Tensor] = {}  # what the current request brought (judge)
         self.workdir = Path.cwd()
         self._spent: dict[str, float] = {}  # the current request's steps, seconds (the reply's spent_s)
+        self._compiled_seen: dict[str, Any] = {}  # the compiled sources already reported (compiled_sources.collect)
         # the worker's own code, fingerprinted before any candidate code runs (harness.sandbox.integrity)
         self.integrity = Integrity()
 
@@ -130,13 +131,17 @@ class Worker:
             data, _ = pack(extensions)
             if data is not None:
                 tensors["extension_build"] = as_tensor(data)
-        # what the import compiled, as text, for the harness's static gate (harness.audits.compiled_gate): a source
-        # decoded at run time is read here as the compiler read it, before any workload ran
-        compiled = collect_compiled(self.workdir, extensions)
+        # what the import compiled, as text, for the harness's static gate (harness.audits.compiled_gate)
+        compiled = collect_compiled(self.workdir, extensions, self._compiled_seen)
         return {"ok": True, "compile_only": self.built.compile_only, "note": self.built.note,
                 "log": self.built.log, "extensions": reused,
                 "compiled_sources": compiled["files"], "compiled_unread": compiled["unread"],
                 "artifacts": self.built.artifacts, "build_s": time.perf_counter() - started}, tensors
+
+    def compiled(self, req: CompiledRequest) -> tuple[dict, dict]:
+        """What the calls compiled since the last report (a load_inline at the first call), as text for the gate."""
+        found = collect_compiled(self.workdir, extension_folders(self.workdir), self._compiled_seen)
+        return {"ok": True, "compiled_sources": found["files"], "compiled_unread": found["unread"]}, {}
 
     def _workload_inputs(self, req: Any, seed: Optional[int] = None) -> tuple[Definition, Workload, dict[str, Any]]:
         """The inputs of a request on a workload: its seed's (or ``seed``'s), for its definition (else the build's)."""
@@ -326,7 +331,7 @@ class Worker:
         """Answer requests until ``exit`` or the harness closes the channel (harness.sandbox.messages)."""
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
                     "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
-                    "oracle": self.oracle, "sass": self.sass, "judge": self.judge}
+                    "oracle": self.oracle, "sass": self.sass, "judge": self.judge, "compiled": self.compiled}
         while True:
             try:
                 header, self._request_tensors = protocol.read_message(rfd)
