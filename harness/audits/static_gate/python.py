@@ -31,6 +31,7 @@ from .common import (
 from .embedded import _EmbeddedSources
 from .embedded_fold import _FoldedSources
 from .policy import _CompiledPolicy
+from .python_annotations import check_string_annotations
 from .python_calls import _CallChecks
 from .python_device_lib import JUDGED_AS, device_libraries, driver_queries_only
 from .python_env import _EnvChecks
@@ -99,6 +100,7 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
         self._scan_embedded_sources(self.body)
         for stmt in self.body:
             self.visit(stmt)
+        check_string_annotations(self)  # annotations kept as strings are evaluated later by eval (python_annotations)
         return self.hits
 
     # ---- traversal: ast.NodeVisitor's, minus the string building per node and the visits of

@@ -1,0 +1,97 @@
+"""String annotations, for the Python scanner.
+
+An annotation written as a string (`def f(x: "Optional[torch.Tensor]")`, every annotation under
+`from __future__ import annotations` is kept as one too) is evaluated later by whoever resolves it:
+`typing.get_type_hints`, pydantic's models, torch.library's schema inference call `eval` on its text. The scan
+reads it as a string literal, so `def f(x: "__import__('os').system('...')")` with `typing.get_type_hints(f)` would
+run code the gate never saw. A string annotation must therefore be type syntax (names, attributes, subscripts,
+`X | Y`, tuples and lists of those, None, nested strings of the same), and its names are judged as code is
+(`"sys.modules"` is sys.modules). Anything else (a call, a lambda, an operator, a comprehension) is dynamic_code.
+The strings given to `Literal[...]` are values, never evaluated: they are left alone.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+_MAX_NESTING = 4  # `"Optional['Optional[\"X\"]']"`: each level is one more eval
+
+
+def _literal(expr: ast.AST) -> bool:
+    target = expr.value if isinstance(expr, ast.Subscript) else None
+    return (isinstance(target, ast.Name) and target.id == "Literal"
+            or isinstance(target, ast.Attribute) and target.attr == "Literal")
+
+
+def _strings(expr: ast.AST | None) -> list[ast.Constant]:
+    """The string constants of an annotation, but the values given to Literal[...]."""
+    if expr is None or _literal(expr):
+        return []
+    if isinstance(expr, ast.Constant):
+        return [expr] if isinstance(expr.value, str) else []
+    return [s for child in ast.iter_child_nodes(expr) for s in _strings(child)]
+
+
+def annotation_strings(tree: ast.Module) -> list[ast.Constant]:
+    found: list[ast.Constant] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            found += _strings(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found += _strings(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            found += _strings(node.annotation)
+    return found
+
+
+def _type_syntax(node: ast.AST, depth: int) -> bool:
+    if isinstance(node, ast.Name):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _type_syntax(node.value, depth)
+    if isinstance(node, ast.Subscript):
+        return _type_syntax(node.value, depth) and (_literal(node) or _type_syntax(node.slice, depth))
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_type_syntax(e, depth) for e in node.elts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _type_syntax(node.left, depth) and _type_syntax(node.right, depth)
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, str):
+            return depth < _MAX_NESTING and _parsed(node.value, depth + 1) is not False
+        return node.value is None or node.value is Ellipsis or isinstance(node.value, (int, bool))
+    return False
+
+
+def _parsed(text: str, depth: int = 0) -> ast.expr | None | bool:
+    """The annotation's expression; None where it does not parse (evaluating it raises before running anything);
+    False where it is not type syntax."""
+    try:
+        expr = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return expr if _type_syntax(expr, depth) else False
+
+
+def check_string_annotations(scanner: Any) -> None:
+    """Judge every string annotation of the scanner's module (see the module docstring)."""
+    if "'" not in scanner.source and '"' not in scanner.source:
+        return
+    for const in annotation_strings(scanner.tree):
+        expr = _parsed(const.value)
+        if expr is False:
+            scanner._hit("dynamic_code", const, "a string annotation holds code (typing.get_type_hints, pydantic and "
+                                                "torch.library's schema inference evaluate it)")
+        elif expr is not None:
+            _judge_names(scanner, expr, const, 0)
+
+
+def _judge_names(scanner: Any, expr: ast.expr, const: ast.Constant, depth: int) -> None:
+    """Visit the annotation's names as code, at the string's place; and those of the strings nested in it."""
+    for node in ast.walk(expr):
+        node.lineno, node.col_offset = const.lineno, const.col_offset
+    scanner.visit(expr)
+    for inner in _strings(expr):
+        nested = _parsed(inner.value, depth + 1) if depth < _MAX_NESTING else None
+        if isinstance(nested, ast.expr):
+            _judge_names(scanner, nested, const, depth + 1)
