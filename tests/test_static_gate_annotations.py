@@ -18,6 +18,8 @@ HONEST = {
                            "    pass\n",
     "literal_values_are_not_code": "from typing import Literal\n\n\ndef f(mode: Literal['a(b)', 'x + y'] = 'a(b)'):\n"
                                    "    pass\n",
+    "annotated_metadata_are_values": "from typing import Annotated\n\n\n"
+                                     "def f(x: \"Annotated['int', 'ge(0)']\"):\n    pass\n",
     "class_fields": "from dataclasses import dataclass\n\n\n@dataclass\nclass Plan:\n    blocks: 'list[int]'\n"
                     "    name: 'str' = 'p'\n",
     "nested_forward_reference": "from typing import Optional\n\n\ndef f(x: \"Optional['Plan']\"):\n    pass\n",
@@ -32,6 +34,8 @@ HOSTILE = {
     "call_in_class_field": ("class M:\n    x: 'print(1) or int'\n", {"dynamic_code"}),
     "call_nested_in_a_generic": ("from typing import Optional\n\n\ndef f(x: \"Optional['exec(s)']\"):\n    pass\n",
                                  {"dynamic_code"}),
+    "call_as_annotated_type": ("from typing import Annotated\n\n\ndef f(x: \"Annotated[exec(s), 'ok']\"):\n"
+                               "    pass\n", {"dynamic_code"}),
     "comprehension": ("def f(x: '[a for a in b]'):\n    pass\n", {"dynamic_code"}),
     "watched_name": ("import sys\n\n\ndef f(x: 'sys.modules'):\n    pass\n", {"harness_internals"}),
     "watched_name_nested": ("import sys\nfrom typing import Optional\n\n\n"

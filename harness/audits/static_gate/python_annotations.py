@@ -7,7 +7,7 @@ reads it as a string literal, so `def f(x: "__import__('os').system('...')")` wi
 run code the gate never saw. A string annotation must therefore be type syntax (names, attributes, subscripts,
 `X | Y`, tuples and lists of those, None, nested strings of the same), and its names are judged as code is
 (`"sys.modules"` is sys.modules). Anything else (a call, a lambda, an operator, a comprehension) is dynamic_code.
-The strings given to `Literal[...]` are values, never evaluated: they are left alone.
+The strings given to `Literal[...]` and `Annotated`'s metadata are values, never evaluated: they are left alone.
 """
 
 from __future__ import annotations
@@ -18,16 +18,29 @@ from typing import Any
 _MAX_NESTING = 4  # `"Optional['Optional[\"X\"]']"`: each level is one more eval
 
 
-def _literal(expr: ast.AST) -> bool:
+def _subscript_of(expr: ast.AST, name: str) -> bool:
     target = expr.value if isinstance(expr, ast.Subscript) else None
-    return (isinstance(target, ast.Name) and target.id == "Literal"
-            or isinstance(target, ast.Attribute) and target.attr == "Literal")
+    return (isinstance(target, ast.Name) and target.id == name
+            or isinstance(target, ast.Attribute) and target.attr == name)
+
+
+def _literal(expr: ast.AST) -> bool:
+    return _subscript_of(expr, "Literal")
+
+
+def _annotated_type(expr: ast.AST) -> ast.AST | None:
+    """`T` of `Annotated[T, *metadata]`: its metadata are values, never evaluated."""
+    if not _subscript_of(expr, "Annotated"):
+        return None
+    return expr.slice.elts[0] if isinstance(expr.slice, ast.Tuple) and expr.slice.elts else expr.slice
 
 
 def _strings(expr: ast.AST | None) -> list[ast.Constant]:
-    """The string constants of an annotation, but the values given to Literal[...]."""
+    """The string constants of an annotation, but the values given to Literal[...] and Annotated's metadata."""
     if expr is None or _literal(expr):
         return []
+    if _annotated_type(expr) is not None:
+        return _strings(_annotated_type(expr))
     if isinstance(expr, ast.Constant):
         return [expr] if isinstance(expr.value, str) else []
     return [s for child in ast.iter_child_nodes(expr) for s in _strings(child)]
@@ -51,7 +64,8 @@ def _type_syntax(node: ast.AST, depth: int) -> bool:
     if isinstance(node, ast.Attribute):
         return _type_syntax(node.value, depth)
     if isinstance(node, ast.Subscript):
-        return _type_syntax(node.value, depth) and (_literal(node) or _type_syntax(node.slice, depth))
+        return _type_syntax(node.value, depth) and (_literal(node) or _type_syntax(
+            _annotated_type(node) or node.slice, depth))
     if isinstance(node, (ast.Tuple, ast.List)):
         return all(_type_syntax(e, depth) for e in node.elts)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
