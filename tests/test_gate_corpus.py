@@ -122,7 +122,7 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("torch_compute", "masked = biased.masked_fill("), ("torch_compute", "topk_ids = masked.topk("),
         ("torch_compute", "w = w / (w.sum("), ("torch_compute", "torch.where(local"),
         ("torch_compute", "torch.argsort("), ("torch_compute", "torch.bincount("), ("torch_compute", "torch.cumsum(")]),
-    # GDN decode in CUDA: the .cu next to the module read with read_text for load_inline, and the module's folder
+    # GDN decode in CUDA: the .cu next to the module read in a with-statement for load_inline, and the module's folder
     # (a Path kept in a name, converted with str()) put on sys.path for an absolute import of its launch table
     "cuda_gdn_read_text_sys_path": ("python", []),
     # MoE FP8 as a package: routing and a block-padded expert sort in PyTorch (a frozen slotted dataclass, Final

@@ -6,19 +6,29 @@ fixed set of members, never by a tensor's identity; a class that is no Enum, an 
 it, or an Enum of another module is still a memoised function of unknown arguments. The module's folder kept in a
 name and converted where it is used (`sys.path.append(str(HERE))`, HERE = Path(__file__).parent) is the folder
 itself, as `str(Path(__file__).parent)` inline was; its parent, a child, a fixed path or a name bound to anything
-else still reaches the interpreter's import path."""
+else still reaches the interpreter's import path. A .cu file of the solution read in a with-statement (`with
+open(HERE / "k.cu") as f: SRC = f.read()`) folds into load_inline's sources as `open(...).read()` did; a file from
+elsewhere, a name also bound otherwise, or a file the solution does not ship is still C++ the gate cannot read."""
 
 from __future__ import annotations
 
 import pytest
 
-from static_gate_support import describe, scan_py
+from harness.audits.static_gate import scan_sources
+
+from static_gate_support import describe
 
 ENUM = "import enum\nimport functools\n\n\nclass Arch(enum.Enum):\n    AMPERE = 80\n    HOPPER = 90\n\n\n"
 
 PATH = "import sys\nfrom pathlib import Path\n"
 
+BUILD = ("import os\nfrom torch.utils.cpp_extension import load_inline\n"
+         "HERE = os.path.dirname(os.path.abspath(__file__))\n")
+LOAD = "ext = load_inline('k', cpp_sources='', cuda_sources=[SRC])\n"
+KERNEL = {"k.cu": "__global__ void k(float* y) { y[0] = 1.f; }\n"}
+
 HONEST = {
+    "with_open_read_into_load_inline": BUILD + "with open(os.path.join(HERE, 'k.cu')) as f:\n    SRC = f.read()\n" + LOAD,
     "own_folder_name_str": PATH + "HERE = Path(__file__).parent\nif str(HERE) not in sys.path:\n"
                                   "    sys.path.append(str(HERE))\n",
     "own_folder_resolved_name": PATH + "HERE = Path(__file__).resolve().parent\nsys.path.insert(0, str(HERE))\n",
@@ -30,6 +40,14 @@ HONEST = {
 }
 
 HOSTILE = {
+    # C++ read from outside the solution, through a name bound otherwise too, or from a file it does not ship
+    "with_open_elsewhere": ("dynamic_code", BUILD + "with open('/etc/hosts') as f:\n    SRC = f.read()\n" + LOAD),
+    "with_open_then_rebound": ("dynamic_code", BUILD + "import io\nwith open(os.path.join(HERE, 'k.cu')) as f:\n"
+                                                       "    pass\nf = io.StringIO('x')\nSRC = f.read()\n" + LOAD),
+    "with_open_twice": ("dynamic_code", BUILD + "with open(os.path.join(HERE, 'k.cu')) as f:\n    pass\n"
+                                                "with open('/opt/x.cu') as f:\n    SRC = f.read()\n" + LOAD),
+    "with_open_not_shipped": ("dynamic_code", BUILD + "with open(os.path.join(HERE, 'k.txt')) as f:\n"
+                                                      "    SRC = f.read()\n" + LOAD),
     # a folder above the solution's, one below it, a fixed one, a name rebound: the interpreter's own paths
     "path_parent_of_folder": ("harness_internals", PATH + "HERE = Path(__file__).parent.parent\n"
                                                           "sys.path.insert(0, str(HERE))\n"),
@@ -54,12 +72,12 @@ HOSTILE = {
 @pytest.mark.parametrize("policy_name", ["policy", "gqa_policy"])
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_honest_idiom_is_no_finding(name, policy_name, request):
-    findings = scan_py(HONEST[name], request.getfixturevalue(policy_name))
+    findings = scan_sources({"main.py": HONEST[name], **KERNEL}, "python", request.getfixturevalue(policy_name))
     assert findings == [], describe(findings)
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_neighbour_is_still_caught(name, gqa_policy):
     rule, source = HOSTILE[name]
-    findings = scan_py(source, gqa_policy)
-    assert [f.rule for f in findings] == [rule], describe(findings)
+    findings = scan_sources({"main.py": source, **KERNEL}, "python", gqa_policy)
+    assert rule in {f.rule for f in findings}, describe(findings)

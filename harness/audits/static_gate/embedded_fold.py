@@ -148,9 +148,17 @@ class _FoldedSources:
                 and expr.func.attr in ("read", "read_text")):
             return False
         target = expr.func.value
-        if isinstance(target, ast.Call) and self._resolve(target.func) in ("builtins.open", "io.open") and target.args:
-            return self._reads_own_file(target.args[0])
-        return self._reads_own_file(target)
+        if isinstance(target, ast.Name) and target.id not in self.assignments:
+            # `with open(HERE / "k.cu") as f: SRC = f.read()`: f is bound by with-statements alone, each opening one
+            opened = [item.context_expr for stmt in self.body for node in ast.walk(stmt)
+                      if isinstance(node, (ast.With, ast.AsyncWith)) for item in node.items
+                      if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == target.id]
+            return bool(opened) and all(self._opens_own_file(o) for o in opened)
+        return self._opens_own_file(target) or self._reads_own_file(target)
+
+    def _opens_own_file(self, expr: ast.AST) -> bool:
+        return (isinstance(expr, ast.Call) and self._resolve(expr.func) in ("builtins.open", "io.open")
+                and bool(expr.args) and self._reads_own_file(expr.args[0]))
 
     def _scan_folded_sources(self, call: ast.Call, function: str, sources: dict[str, list[ast.AST]],
                              flags: list[ast.AST]) -> None:

@@ -1,5 +1,6 @@
 # ruff: noqa  (written the way contestants write it; linting it is not the point)
-"""GDN decode in CUDA: the kernel lives in gdn_decode.cu next to this file, read and built with load_inline; the
+"""GDN decode in CUDA: the kernel lives in gdn_decode.cu next to this file, read in a with-statement and built
+with load_inline; the
 launch table is a plain module of this folder imported absolutely (the folder goes on sys.path once)."""
 
 import sys
@@ -20,10 +21,13 @@ void gdn_decode(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor
                 torch::Tensor new_state, int64_t threads);
 """
 
+with open(HERE / "gdn_decode.cu", encoding="utf-8") as f:
+    _CUDA_SRC = f.read()
+
 _ext = load_inline(
     name="gdn_decode_read_text",
     cpp_sources=[_CPP_DECL],
-    cuda_sources=[(HERE / "gdn_decode.cu").read_text()],
+    cuda_sources=[_CUDA_SRC],
     functions=["gdn_decode"],
     extra_cuda_cflags=["-O3", "--use_fast_math", "-lineinfo", "-gencode=arch=compute_90a,code=sm_90a"],
     verbose=False,
