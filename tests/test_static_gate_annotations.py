@@ -1,6 +1,7 @@
 """Static gate: annotations kept as strings are evaluated later (typing.get_type_hints, pydantic models,
 torch.library's schema inference call eval on them), so a string annotation must be type syntax and its names are
-judged as code (python_annotations). Honest forward references pass; code hidden in one is dynamic_code."""
+judged as code (python_annotations). Honest forward references pass; code hidden in one is dynamic_code, and so
+are the evaluators of forward references themselves (typing.get_type_hints, typing.ForwardRef)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ HOSTILE = {
     "call_as_annotated_type": ("from typing import Annotated\n\n\ndef f(x: \"Annotated[exec(s), 'ok']\"):\n"
                                "    pass\n", {"dynamic_code"}),
     "comprehension": ("def f(x: '[a for a in b]'):\n    pass\n", {"dynamic_code"}),
+    # the evaluators of forward references themselves: a ForwardRef made by hand, or nested in an alias, is no
+    # string annotation the gate reads
+    "forward_ref_by_hand": ("import typing\n\n\ndef f(x: typing.ForwardRef('exec(s)')):\n    pass\n",
+                            {"dynamic_code"}),
+    "type_hints_of_an_alias": ("import typing\nfrom typing import Optional\nX = Optional['exec(s)']\n\n\n"
+                               "def f(x: X):\n    pass\n\n\nH = typing.get_type_hints(f)\n", {"dynamic_code"}),
     "watched_name": ("import sys\n\n\ndef f(x: 'sys.modules'):\n    pass\n", {"harness_internals"}),
     "watched_name_nested": ("import sys\nfrom typing import Optional\n\n\n"
                             "def f(x: \"Optional['sys.modules']\"):\n    pass\n", {"harness_internals"}),

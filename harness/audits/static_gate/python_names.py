@@ -66,6 +66,9 @@ _FILE_NAMES = (
 _DYNAMIC_NAMES = (
     "builtins.exec", "builtins.eval", "builtins.compile", "builtins.__import__", "importlib", "imp", "runpy",
     "zipimport", "pkgutil", "marshal", "code", "codeop", "types.CodeType", "types.FunctionType",
+    # what evaluates annotations and forward references (eval of their text, nested ones in aliases included):
+    # string annotations are judged where they are written (python_annotations), a ForwardRef made by hand is not
+    "typing.get_type_hints", "typing.ForwardRef", "typing._eval_type", "typing.evaluate_forward_ref", "annotationlib",
 )
 _FFI_NAMES = (
     "ctypes", "_ctypes", "cffi", "torch.utils.cpp_extension", "torch.ops.load_library",
