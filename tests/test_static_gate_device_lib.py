@@ -112,6 +112,10 @@ HONEST = {
             except PackageNotFoundError:
                 pass
         """)},
+    # FLA's precision setting for cards without TF32 (the shipped policy's env_writes)
+    "triton_fp32_default": {"main.py": "import os\nimport torch\n\nif torch.cuda.is_available() and "
+                                       "torch.cuda.get_device_capability(0)[0] < 8:\n"
+                                       "    os.environ['TRITON_F32_DEFAULT'] = 'ieee'\n"},
     "signature_of_a_library_callable": {"main.py": "import inspect\nimport triton\n"
                                                    "CACHE = 'cache_results' in inspect.signature(triton.autotune)"
                                                    ".parameters\nEMPTY = inspect.Parameter.empty\n"},
@@ -190,6 +194,8 @@ HOSTILE = {
     "platform_reexported": ({"main.py": "import os\nU = os.platform.uname()\n"}, {"env_probe"}),
     "metadata_computed_name": ({"main.py": "from importlib.metadata import metadata\n\n\ndef run(n):\n"
                                            "    return metadata(n)\n"}, {"dynamic_code"}),
+    # Triton's other settings stay unwritable (the interpreter, its cache folder)
+    "triton_interpret_written": ({"main.py": "import os\nos.environ['TRITON_INTERPRET'] = '1'\n"}, {"env_probe"}),
     # a signature that evaluates string annotations runs code the gate never saw
     "signature_evaluates_annotations": ({"main.py": "import inspect\n\n\ndef f(x: \"__import__('os')\"):\n"
                                          "    pass\n\n\nS = inspect.signature(f, eval_str=True)\n"}, {"dynamic_code"}),
