@@ -8,7 +8,10 @@ name and converted where it is used (`sys.path.append(str(HERE))`, HERE = Path(_
 itself, as `str(Path(__file__).parent)` inline was; its parent, a child, a fixed path or a name bound to anything
 else still reaches the interpreter's import path. A .cu file of the solution read in a with-statement (`with
 open(HERE / "k.cu") as f: SRC = f.read()`) folds into load_inline's sources as `open(...).read()` did; a file from
-elsewhere, a name also bound otherwise, or a file the solution does not ship is still C++ the gate cannot read."""
+elsewhere, a name also bound otherwise, or a file the solution does not ship is still C++ the gate cannot read.
+threading imported for its locks alone (a lazily built extension under `threading.Lock()`) starts no work; an
+import with no use, a Thread or Timer beside the lock, or the module handed on or looked up by getattr still is
+concurrency."""
 
 from __future__ import annotations
 
@@ -27,7 +30,12 @@ BUILD = ("import os\nfrom torch.utils.cpp_extension import load_inline\n"
 LOAD = "ext = load_inline('k', cpp_sources='', cuda_sources=[SRC])\n"
 KERNEL = {"k.cu": "__global__ void k(float* y) { y[0] = 1.f; }\n"}
 
+LOCKED = "import threading\n_lock = threading.Lock()\n"
+
 HONEST = {
+    "lock_guards_lazy_build": LOCKED + "_ext = None\ndef ext():\n    global _ext\n    with _lock:\n"
+                                       "        if _ext is None:\n            _ext = 1\n    return _ext\n",
+    "rlock_imported_from": "from threading import RLock\n_lock = RLock()\n",
     "with_open_read_into_load_inline": BUILD + "with open(os.path.join(HERE, 'k.cu')) as f:\n    SRC = f.read()\n" + LOAD,
     "own_folder_name_str": PATH + "HERE = Path(__file__).parent\nif str(HERE) not in sys.path:\n"
                                   "    sys.path.append(str(HERE))\n",
@@ -40,6 +48,12 @@ HONEST = {
 }
 
 HOSTILE = {
+    "threading_unused": ("concurrency", "import threading\n"),
+    "thread_beside_lock": ("concurrency", LOCKED + "threading.Thread(target=print).start()\n"),
+    "timer_beside_lock": ("concurrency", LOCKED + "threading.Timer(1.0, print).start()\n"),
+    "thread_imported_beside_lock": ("concurrency", "from threading import Lock, Thread\n"),
+    "threading_by_getattr": ("concurrency", LOCKED + "T = getattr(threading, 'Thread')\n"),
+    "threading_handed_on": ("concurrency", LOCKED + "start(threading)\n"),
     # C++ read from outside the solution, through a name bound otherwise too, or from a file it does not ship
     "with_open_elsewhere": ("dynamic_code", BUILD + "with open('/etc/hosts') as f:\n    SRC = f.read()\n" + LOAD),
     "with_open_then_rebound": ("dynamic_code", BUILD + "import io\nwith open(os.path.join(HERE, 'k.cu')) as f:\n"

@@ -39,6 +39,9 @@ from .python_names import (
     _str_const,
 )
 
+# threading's locks: they start nothing (the lock of a lazily built extension); the rest of threading is concurrency
+_LOCKS = frozenset({"threading.Lock", "threading.RLock"})
+
 if TYPE_CHECKING:
     from .policy import _CompiledPolicy
 
@@ -94,7 +97,8 @@ class _ReferenceChecks:
     def _check_reference(self, resolved: str, node: ast.AST, how: str = "uses") -> None:
         """A load of a resolved name (a use, a call target, an import, a base class...)."""
         if (self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES
-                or id(node) in self.judged or resolved == _PACKAGE_NOT_FOUND or resolved in _CUDA_STREAM_HANDLES):
+                or id(node) in self.judged or resolved == _PACKAGE_NOT_FOUND or resolved in _CUDA_STREAM_HANDLES
+                or resolved in _LOCKS):
             return
         if ".__dict__" in resolved:
             # `json.__dict__` in hand (`d = j.__dict__`, `torch.__dict__.update(...)`): an imported module's or
@@ -176,7 +180,9 @@ class _ReferenceChecks:
         # glob, tempfile and os.getenv (_IMPORTED_BY_USE: honest uses exist, every other use is a finding).
         resolved = canonical(resolved, self.package, self.own)
         if (self._is_own(resolved) or self.policy.python_names(resolved) or resolved in _SUPPORTED_BUILD_NAMES
-                or (not star and (resolved in _IMPORTED_BY_USE or resolved == "os.getenv"))):
+                or (not star and (resolved in _IMPORTED_BY_USE or resolved == "os.getenv" or resolved in _LOCKS))):
+            return
+        if resolved == "threading" and not star and isinstance(node, ast.alias) and self._only_locks(node):
             return
         if resolved.split(".")[0] == "builtins":  # the module; implicit builtins resolve to builtins.* too
             self._hit("harness_internals", node, f"imports `{resolved}`")
@@ -184,6 +190,18 @@ class _ReferenceChecks:
         entry = _longest_prefix(_PY_BANNED, resolved)
         if entry is not None:
             self._hit(entry[1], node, f"imports `{resolved}`")
+
+    def _only_locks(self, alias: ast.alias) -> bool:
+        """`import threading` whose every use is `threading.Lock`/`RLock` (a lazy build guarded by a lock): a lock
+        starts no work and, in the worker's one thread, never waits; any other use, or none, leaves the import a
+        finding."""
+        bound = alias.asname or alias.name
+        if bound in self.assignments:
+            return False
+        loads = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == bound]
+        locks = [n for n in ast.walk(self.tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                 and n.value.id == bound and n.attr in ("Lock", "RLock")]
+        return bool(loads) and len(loads) == len(locks) and all(isinstance(n.ctx, ast.Load) for n in loads)
 
     # ---- names and attributes
 
