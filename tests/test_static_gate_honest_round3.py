@@ -8,7 +8,9 @@ name and converted where it is used (`sys.path.append(str(HERE))`, HERE = Path(_
 itself, as `str(Path(__file__).parent)` inline was; its parent, a child, a fixed path or a name bound to anything
 else still reaches the interpreter's import path. A .cu file of the solution read in a with-statement (`with
 open(HERE / "k.cu") as f: SRC = f.read()`) folds into load_inline's sources as `open(...).read()` did; a file from
-elsewhere, a name also bound otherwise, or a file the solution does not ship is still C++ the gate cannot read.
+elsewhere, a name also bound otherwise, or a file the solution does not ship is still C++ the gate cannot read; so
+does an own helper called with the file's literal name (`_read("k.cu")`, opening os.path.join(HERE, name)), while
+one called with another path, a computed name, or one that rebinds its parameter or returns other text does not.
 threading imported for its locks alone (a lazily built extension under `threading.Lock()`) starts no work; an
 import with no use, a Thread or Timer beside the lock, or the module handed on or looked up by getattr still is
 concurrency."""
@@ -32,6 +34,15 @@ KERNEL = {"k.cu": "__global__ void k(float* y) { y[0] = 1.f; }\n"}
 
 LOCKED = "import threading\n_lock = threading.Lock()\n"
 
+READ = "def _read(name):\n    with open(os.path.join(HERE, name)) as f:\n        return f.read()\n"
+
+# honest, but its open() of a computed path is a file_read warning (blocks nothing): no error is what matters
+NO_ERROR = {
+    "helper_reads_named_file": BUILD + READ + "SRC = _read('k.cu')\n" + LOAD,
+    "helper_without_arguments": BUILD + "def _src():\n    with open(os.path.join(HERE, 'k.cu')) as fh:\n"
+                                        "        return fh.read()\nSRC = _src()\n" + LOAD,
+}
+
 HONEST = {
     "lock_guards_lazy_build": LOCKED + "_ext = None\ndef ext():\n    global _ext\n    with _lock:\n"
                                        "        if _ext is None:\n            _ext = 1\n    return _ext\n",
@@ -48,6 +59,16 @@ HONEST = {
 }
 
 HOSTILE = {
+    "helper_reads_elsewhere": ("dynamic_code", BUILD + READ + "SRC = _read('/etc/hosts')\n" + LOAD),
+    "helper_climbs_out": ("dynamic_code", BUILD + READ + "SRC = _read('../x.cu')\n" + LOAD),
+    "helper_computed_name": ("dynamic_code", BUILD + READ + "SRC = _read(NAME)\n" + LOAD),
+    "helper_rebinds_parameter": ("dynamic_code", BUILD + "def _read(name):\n    name = '/etc/hosts'\n"
+                                                         "    with open(name) as f:\n        return f.read()\n"
+                                                         "SRC = _read('k.cu')\n" + LOAD),
+    "helper_returns_text_too": ("dynamic_code", BUILD + "def _read(name):\n    if name:\n        return 'x'\n"
+                                                        "    with open(os.path.join(HERE, name)) as f:\n"
+                                                        "        return f.read()\nSRC = _read('k.cu')\n" + LOAD),
+    "helper_text_added": ("dynamic_code", BUILD + READ + "SRC = _read('k.cu') + EVIL\n" + LOAD),
     "threading_unused": ("concurrency", "import threading\n"),
     "thread_beside_lock": ("concurrency", LOCKED + "threading.Thread(target=print).start()\n"),
     "timer_beside_lock": ("concurrency", LOCKED + "threading.Timer(1.0, print).start()\n"),
@@ -88,6 +109,13 @@ HOSTILE = {
 def test_honest_idiom_is_no_finding(name, policy_name, request):
     findings = scan_sources({"main.py": HONEST[name], **KERNEL}, "python", request.getfixturevalue(policy_name))
     assert findings == [], describe(findings)
+
+
+@pytest.mark.parametrize("name", sorted(NO_ERROR))
+def test_honest_idiom_is_no_error(name, gqa_policy):
+    findings = scan_sources({"main.py": NO_ERROR[name], **KERNEL}, "python", gqa_policy)
+    assert not [f for f in findings if f.severity == "error"], describe(findings)
+    assert {f.rule for f in findings} <= {"file_read"}, describe(findings)
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))

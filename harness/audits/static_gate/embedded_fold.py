@@ -13,6 +13,7 @@ as a file of its own) is unreadable to the gate: dynamic_code.
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from typing import Optional
 
@@ -138,9 +139,46 @@ class _FoldedSources:
         if isinstance(expr, (ast.List, ast.Tuple)):
             parts = [self._source_texts(e) for e in expr.elts]
             return None if None in parts else [t for p in parts for t in p]
-        if self._reads_solution_file(expr):
+        if self._reads_solution_file(expr) or self._helper_reads_solution_file(expr):
             return []
         return self._fold(expr)
+
+    def _helper_reads_solution_file(self, expr: ast.AST) -> bool:
+        """`_read("k.cu")`: the module's one helper of that name, its parameters taken as the call's literal
+        arguments, whose every return reads a file of the solution (`with open(os.path.join(HERE, name)) as f:
+        return f.read()`)."""
+        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and not expr.keywords
+                and expr.func.id not in self.assignments
+                and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in expr.args)):
+            return False
+        functions = self.module_functions.get(expr.func.id, ())
+        if len(functions) != 1:
+            return False
+        arguments = functions[0].args
+        params = [a.arg for a in arguments.posonlyargs + arguments.args]
+        if len(params) != len(expr.args) or arguments.vararg or arguments.kwarg or arguments.kwonlyargs:
+            return False
+        stored = {n.id for n in ast.walk(functions[0]) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        if stored & set(params):
+            return False  # a parameter rebound in the body is no longer the call's literal
+        helper = _Bind(dict(zip(params, expr.args))).visit(copy.deepcopy(functions[0]))
+        returns = [n.value for n in ast.walk(helper) if isinstance(n, ast.Return)]
+        return bool(returns) and all(r is not None and self._returns_own_file(r, helper, stored) for r in returns)
+
+    def _returns_own_file(self, value: ast.AST, helper: ast.AST, stored: set[str]) -> bool:
+        if self._reads_solution_file(value):
+            return True
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "read"
+                and isinstance(value.func.value, ast.Name)):
+            return False
+        name = value.func.value.id
+        opened = [item.context_expr for node in ast.walk(helper) if isinstance(node, (ast.With, ast.AsyncWith))
+                  for item in node.items if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == name]
+        # bound by its with-statements alone (a with target is a store too: one per with)
+        binders = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.comprehension)
+        assigned = [n for n in ast.walk(helper) if isinstance(n, binders)
+                    and name in {t.id for t in ast.walk(n) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}]
+        return bool(opened) and not assigned and all(self._opens_own_file(o) for o in opened)
 
     def _reads_solution_file(self, expr: ast.AST) -> bool:
         """`open(HERE / "k.cu").read()`, `Path(...).read_text()` of a file next to the module."""
@@ -188,3 +226,15 @@ class _FoldedSources:
                     what = f"C++ source in `{parameter}` of {function}() as compiled"
                     for hit in scan_cpp(text, self.policy):
                         self.hits.append(_Hit(hit.rule, value.lineno, value.col_offset + 1, f"{what}: {hit.message}"))
+
+
+class _Bind(ast.NodeTransformer):
+    """A helper's parameters replaced by the literal arguments of one call."""
+
+    def __init__(self, bound: dict[str, ast.AST]):
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if isinstance(node.ctx, ast.Load) and node.id in self.bound:
+            return copy.deepcopy(self.bound[node.id])
+        return node
