@@ -13,7 +13,9 @@ does an own helper called with the file's literal name (`_read("k.cu")`, opening
 one called with another path, a computed name, or one that rebinds its parameter or returns other text does not.
 threading imported for its locks alone (a lazily built extension under `threading.Lock()`) starts no work; an
 import with no use, a Thread or Timer beside the lock, or the module handed on or looked up by getattr still is
-concurrency."""
+concurrency. A torch.library.Library of the solution's own namespace ("DEF" or "FRAGMENT", the older op API) only
+defines its ops; "IMPL", PyTorch's namespaces (aten, prims), a computed namespace, or the class handed on can
+replace the ops the harness computes with, and stay monkeypatch."""
 
 from __future__ import annotations
 
@@ -44,6 +46,12 @@ NO_ERROR = {
 }
 
 HONEST = {
+    "own_library_def": ("import torch\nlib = torch.library.Library('mylib', 'DEF')\n"
+                        "lib.define('f(Tensor x) -> Tensor')\n"),
+    "own_library_op_called": ("import torch\nlib = torch.library.Library('mylib', 'DEF')\n"
+                              "lib.define('f(Tensor x) -> Tensor')\ndef run(x):\n    return torch.ops.mylib.f(x)\n"),
+    "own_library_fragment_by_keyword": "import torch\nlib = torch.library.Library(ns='mylib', kind='FRAGMENT')\n",
+    "own_library_imported": "from torch.library import Library\nlib = Library('mylib', 'DEF')\n",
     "lock_guards_lazy_build": LOCKED + "_ext = None\ndef ext():\n    global _ext\n    with _lock:\n"
                                        "        if _ext is None:\n            _ext = 1\n    return _ext\n",
     "rlock_imported_from": "from threading import RLock\n_lock = RLock()\n",
@@ -59,6 +67,15 @@ HONEST = {
 }
 
 HOSTILE = {
+    "library_aten_impl": ("monkeypatch", "import torch\nlib = torch.library.Library('aten', 'IMPL')\n"),
+    "library_aten_fragment": ("monkeypatch", "import torch\nlib = torch.library.Library('aten', 'FRAGMENT')\n"),
+    "library_prims_def": ("monkeypatch", "import torch\nlib = torch.library.Library('prims', 'DEF')\n"),
+    "library_own_impl": ("monkeypatch", "import torch\nlib = torch.library.Library('mylib', 'IMPL', 'CUDA')\n"),
+    "library_computed_namespace": ("monkeypatch", "import torch\nlib = torch.library.Library(NS, 'DEF')\n"),
+    "library_aliased": ("monkeypatch", "import torch\nL = torch.library.Library\nlib = L('mylib', 'DEF')\n"),
+    "library_imported_beside_aten": ("monkeypatch", "from torch.library import Library\nok = Library('mylib', 'DEF')\n"
+                                                    "bad = Library('aten', 'IMPL')\n"),
+    "library_imported_unused": ("monkeypatch", "from torch.library import Library\n"),
     "helper_reads_elsewhere": ("dynamic_code", BUILD + READ + "SRC = _read('/etc/hosts')\n" + LOAD),
     "helper_climbs_out": ("dynamic_code", BUILD + READ + "SRC = _read('../x.cu')\n" + LOAD),
     "helper_computed_name": ("dynamic_code", BUILD + READ + "SRC = _read(NAME)\n" + LOAD),

@@ -72,6 +72,9 @@ CPP_LANGUAGES = frozenset({"cuda", "cpp", "c++"})
 _TORCH_LIBRARY_RE = re.compile(r"TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)")
 # An op defined in Python (torch.library.custom_op("mylib::x", ...), triton_op, define) is the candidate's own too.
 _PYTHON_OP_RE = re.compile(r"\b(?:custom_op|triton_op|define)\s*\(\s*[rR]?[\"'](\w+)::")
+# torch.library.Library("mylib", "DEF") / "FRAGMENT": its lib.define("op(...)") ops are torch.ops.mylib.op
+_PYTHON_LIBRARY_RE = re.compile(r"\bLibrary\s*\(\s*(?:ns\s*=\s*)?[rR]?[\"'](\w+)[\"']\s*,\s*(?:kind\s*=\s*)?"
+                                r"[\"'](?:DEF|FRAGMENT)[\"']")
 # Namespaces of PyTorch's own operators: registering into them does not make their ops the candidate's.
 _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "c10d", "_c10d_functional",
                                "mkldnn", "mkl", "cuda", "sparse", "profiler", "inductor", "higher_order"})
@@ -102,6 +105,9 @@ def _own_names(sources: Mapping[str, str], code: Mapping[str, str]) -> _OwnNames
             shadows = shadows or bool(parts and parts[0] in _real_modules())
             if "::" in text:
                 prefixes.update(f"torch.ops.{ns}." for ns in _PYTHON_OP_RE.findall(text) if ns not in _TORCH_NAMESPACES)
+            if "Library" in text:
+                prefixes.update(f"torch.ops.{ns}." for ns in _PYTHON_LIBRARY_RE.findall(text)
+                                if ns not in _TORCH_NAMESPACES)
         if "TORCH_LIBRARY" in text:
             prefixes.update(f"torch.ops.{ns}." for ns in _TORCH_LIBRARY_RE.findall(text) if ns not in _TORCH_NAMESPACES)
     return _OwnNames(frozenset(modules), tuple(sorted(prefixes)), main_blocks_inert=main_blocks_never_run(code),

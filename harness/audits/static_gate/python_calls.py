@@ -69,6 +69,20 @@ def _is_this_file(expr: ast.AST, resolve) -> bool:
             return False
 
 
+def _own_library(node: ast.Call) -> bool:
+    """`torch.library.Library("mylib", "DEF")` (or "FRAGMENT"): ops defined in a namespace that is not PyTorch's.
+    "IMPL", or any of PyTorch's namespaces (aten, prims...), can replace the ops the harness computes with."""
+    from . import _TORCH_NAMESPACES  # the package's table; imported here, the package imports this module
+
+    given = dict(zip(("ns", "kind"), node.args))
+    given.update({k.arg: k.value for k in node.keywords if k.arg in ("ns", "kind")})
+    if len(node.args) > 2 or len(given) != 2 or any(k.arg not in ("ns", "kind") for k in node.keywords):
+        return False
+    ns, kind = _str_const(given["ns"]), _str_const(given["kind"])
+    return (ns is not None and re.fullmatch(r"[A-Za-z_]\w*", ns) is not None and ns not in _TORCH_NAMESPACES
+            and kind in ("DEF", "FRAGMENT"))
+
+
 class _CallChecks:
     """visit_Call and the checks of special calls, open() modes and method calls (see the module docstring)."""
 
@@ -160,6 +174,8 @@ class _CallChecks:
                 self.judged.add(id(node.func))  # lists the solution's own sources (for load()): a read of its own
         elif resolved in ("sys.path.insert", "sys.path.append") and args and self._own_folder(args[-1]):
             self.judged.add(id(node.func))  # the solution's folder, for absolute imports of its own modules
+        elif resolved == "torch.library.Library" and _own_library(node):
+            self.judged.add(id(node.func))  # a namespace of the solution's own, where it defines its ops
         elif resolved == "tvm_ffi.load_module" and len(args) == 1 and self._built_here(args[0]):
             self.judged.add(id(node.func))  # the module tvm_ffi.cpp.build just built from the solution's sources
         elif resolved in _PACKAGE_QUERIES:

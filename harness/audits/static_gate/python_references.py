@@ -16,6 +16,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from .common import _longest_prefix
+from .python_calls import _own_library
 from .python_fields import own_field_reads
 from .python_modules import _absolute, canonical
 from .python_names import (
@@ -184,6 +185,8 @@ class _ReferenceChecks:
             return
         if resolved == "threading" and not star and isinstance(node, ast.alias) and self._only_locks(node):
             return
+        if resolved == "torch.library.Library" and isinstance(node, ast.alias) and self._only_own_libraries(node):
+            return
         if resolved.split(".")[0] == "builtins":  # the module; implicit builtins resolve to builtins.* too
             self._hit("harness_internals", node, f"imports `{resolved}`")
             return
@@ -202,6 +205,17 @@ class _ReferenceChecks:
         locks = [n for n in ast.walk(self.tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
                  and n.value.id == bound and n.attr in ("Lock", "RLock")]
         return bool(loads) and len(loads) == len(locks) and all(isinstance(n.ctx, ast.Load) for n in loads)
+
+    def _only_own_libraries(self, alias: ast.alias) -> bool:
+        """`from torch.library import Library` whose every use makes a library of the solution's own namespace
+        (python_calls._own_library); any other use, or none, leaves the import a finding."""
+        bound = alias.asname or alias.name
+        if bound in self.assignments:
+            return False
+        loads = [n for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id == bound]
+        calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                 and n.func.id == bound and _own_library(n)]
+        return bool(loads) and len(loads) == len(calls)
 
     # ---- names and attributes
 

@@ -72,6 +72,20 @@ def gdn_decode(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
     return output, new_state
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
+# registered as a torch op (the older torch.library.Library API) so that a serving stack can call it by name
+_lib = torch.library.Library("gdn_rt", "DEF")
+_lib.define("decode(Tensor q, Tensor k, Tensor v, Tensor state, Tensor A_log, Tensor a, Tensor dt_bias, Tensor b, "
+            "float scale, Tensor(a!) output, Tensor(b!) new_state) -> ()")
+
+
+def _decode_impl(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
     gdn_decode(q.contiguous(), k.contiguous(), v.contiguous(), state.contiguous(), A_log, a.contiguous(), dt_bias,
                b.contiguous(), scale, output, new_state)
+
+
+_lib.impl("decode", _decode_impl, "CUDA")
+_lib.impl("decode", _decode_impl, "CPU")
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
+    torch.ops.gdn_rt.decode(q, k, v, state, A_log, a, dt_bias, b, float(scale or 0.0), output, new_state)
