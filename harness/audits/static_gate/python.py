@@ -31,7 +31,7 @@ from .common import (
 from .embedded import _EmbeddedSources
 from .embedded_fold import _FoldedSources
 from .policy import _CompiledPolicy
-from .python_annotations import check_string_annotations
+from .python_annotations import _AnnotationChecks
 from .python_calls import _CallChecks
 from .python_device_lib import JUDGED_AS, device_libraries, driver_queries_only
 from .python_env import _EnvChecks
@@ -58,8 +58,8 @@ _SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "type_ignores"})
 _VISITED_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks, _EnvChecks, _ReferenceChecks,
-                     ast.NodeVisitor):
+class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks, _EnvChecks, _AnnotationChecks,
+                     _ReferenceChecks, ast.NodeVisitor):
     def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy,
                  package: tuple[str, ...] = ()):
         self.tree = tree
@@ -100,7 +100,6 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
         self._scan_embedded_sources(self.body)
         for stmt in self.body:
             self.visit(stmt)
-        check_string_annotations(self)  # annotations kept as strings are evaluated later by eval (python_annotations)
         return self.hits
 
     # ---- traversal: ast.NodeVisitor's, minus the string building per node and the visits of
@@ -269,6 +268,7 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
             self._hit("concurrency", node, "defines a finalizer `__del__`, which runs code outside the timed call")
         elif node.name in ("__torch_function__", "__torch_dispatch__"):
             self._hit("tensor_subclass", node, f"defines `{node.name}`")
+        self._check_annotation(node.returns)  # `-> "T"`, evaluated later (python_annotations)
         frame = _FunctionFrame(node, is_kernel or self._in_triton_kernel)
         self.functions.append(frame)
         try:

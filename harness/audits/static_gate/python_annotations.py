@@ -13,8 +13,6 @@ The strings given to `Literal[...]` and `Annotated`'s metadata are values, never
 from __future__ import annotations
 
 import ast
-from typing import Any
-
 _MAX_NESTING = 4  # `"Optional['Optional[\"X\"]']"`: each level is one more eval
 
 
@@ -46,18 +44,6 @@ def _strings(expr: ast.AST | None) -> list[ast.Constant]:
     return [s for child in ast.iter_child_nodes(expr) for s in _strings(child)]
 
 
-def annotation_strings(tree: ast.Module) -> list[ast.Constant]:
-    found: list[ast.Constant] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.arg):
-            found += _strings(node.annotation)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found += _strings(node.returns)
-        elif isinstance(node, ast.AnnAssign):
-            found += _strings(node.annotation)
-    return found
-
-
 def _type_syntax(node: ast.AST, depth: int) -> bool:
     if isinstance(node, ast.Name):
         return True
@@ -87,25 +73,33 @@ def _parsed(text: str, depth: int = 0) -> ast.expr | None | bool:
     return expr if _type_syntax(expr, depth) else False
 
 
-def check_string_annotations(scanner: Any) -> None:
-    """Judge every string annotation of the scanner's module (see the module docstring)."""
-    if "'" not in scanner.source and '"' not in scanner.source:
-        return
-    for const in annotation_strings(scanner.tree):
-        expr = _parsed(const.value)
-        if expr is False:
-            scanner._hit("dynamic_code", const, "a string annotation holds code (typing.get_type_hints, pydantic and "
-                                                "torch.library's schema inference evaluate it)")
-        elif expr is not None:
-            _judge_names(scanner, expr, const, 0)
+class _AnnotationChecks:
+    """Judged where the scan meets them: a parameter's annotation, a function's return annotation (python.py's
+    _visit_function calls _check_annotation), a variable's (`x: "T" = ...`, a class field)."""
 
+    def visit_arg(self, node: ast.arg) -> None:
+        self._check_annotation(node.annotation)
+        self.generic_visit(node)
 
-def _judge_names(scanner: Any, expr: ast.expr, const: ast.Constant, depth: int) -> None:
-    """Visit the annotation's names as code, at the string's place; and those of the strings nested in it."""
-    for node in ast.walk(expr):
-        node.lineno, node.col_offset = const.lineno, const.col_offset
-    scanner.visit(expr)
-    for inner in _strings(expr):
-        nested = _parsed(inner.value, depth + 1) if depth < _MAX_NESTING else None
-        if isinstance(nested, ast.expr):
-            _judge_names(scanner, nested, const, depth + 1)
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_annotation(node.annotation)
+        super().visit_AnnAssign(node)  # python_references: the value stored
+
+    def _check_annotation(self, annotation: ast.expr | None) -> None:
+        for const in _strings(annotation):
+            expr = _parsed(const.value)
+            if expr is False:
+                self._hit("dynamic_code", const, "a string annotation holds code (typing.get_type_hints, pydantic and "
+                                                 "torch.library's schema inference evaluate it)")
+            elif expr is not None:
+                self._judge_names(expr, const, 0)
+
+    def _judge_names(self, expr: ast.expr, const: ast.Constant, depth: int) -> None:
+        """Visit the annotation's names as code, at the string's place; and those of the strings nested in it."""
+        for node in ast.walk(expr):
+            node.lineno, node.col_offset = const.lineno, const.col_offset
+        self.visit(expr)
+        for inner in _strings(expr):
+            nested = _parsed(inner.value, depth + 1) if depth < _MAX_NESTING else None
+            if isinstance(nested, ast.expr):
+                self._judge_names(nested, const, depth + 1)
