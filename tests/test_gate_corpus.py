@@ -135,10 +135,11 @@ CORPUS_TABLE: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("torch_compute", "local.masked_fill("), ("torch_compute", "torch.argsort(local"),
         ("torch_compute", "torch.bincount(local"), ("torch_compute", "starts = torch.cumsum(counts"),
         ("torch_compute", "padded_starts = torch.cumsum("), ("torch_compute", "int(padded.sum()"),
-        ("torch_compute", "torch.repeat_interleave("), ("torch_compute", "functional.pad(")]),
+        ("torch_compute", "torch.repeat_interleave("), ("torch_compute", "functional.pad("),
+        ("file_read", "with open(path")]),  # vLLM-style tuned configs/*.json shipped beside it, asked after first
 }
-# Warnings that block nothing and await nothing (a debug flag read by its literal name).
-NOT_LIBRARY = {"env_read"}
+# Warnings that block nothing and await nothing (a debug flag read by its literal name, a shipped config file read).
+NOT_LIBRARY = {"env_read", "file_read"}
 
 # Solutions whose honest calls are allowed by the shipped policy's lists (torch_calls: torch.library.triton_op,
 # wrap_triton, torch.from_numpy, torch.arange), not by the gate's own catalogue.

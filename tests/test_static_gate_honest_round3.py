@@ -15,7 +15,9 @@ threading imported for its locks alone (a lazily built extension under `threadin
 import with no use, a Thread or Timer beside the lock, or the module handed on or looked up by getattr still is
 concurrency. A torch.library.Library of the solution's own namespace ("DEF" or "FRAGMENT", the older op API) only
 defines its ops; "IMPL", PyTorch's namespaces (aten, prims), a computed namespace, or the class handed on can
-replace the ops the harness computes with, and stay monkeypatch."""
+replace the ops the harness computes with, and stay monkeypatch. Asking whether a file under the module's folder
+exists (vLLM's configs/E=..,N=..,device_name=...json lookup) tells no more than opening it would; a path
+elsewhere, one climbing out, or one in an unknown variable is still a file-system probe."""
 
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ NO_ERROR = {
 }
 
 HONEST = {
+    "exists_of_shipped_config": BUILD + "ok = os.path.exists(os.path.join(HERE, 'configs', f'E={E},N={N}.json'))\n",
+    "pathlib_is_file_of_shipped_config": BUILD + "from pathlib import Path\nok = (Path(HERE) / 'c.json').is_file()\n",
     "own_library_def": ("import torch\nlib = torch.library.Library('mylib', 'DEF')\n"
                         "lib.define('f(Tensor x) -> Tensor')\n"),
     "own_library_op_called": ("import torch\nlib = torch.library.Library('mylib', 'DEF')\n"
@@ -67,6 +71,11 @@ HONEST = {
 }
 
 HOSTILE = {
+    "exists_in_tmp": ("file_cache", BUILD + "ok = os.path.exists('/tmp/cache.pt')\n"),
+    "exists_climbing_out": ("file_cache", BUILD + "ok = os.path.exists(os.path.join(HERE, '..', 'cache.pt'))\n"),
+    "exists_absolute_join": ("file_cache", BUILD + "ok = os.path.isfile(os.path.join(HERE, '/tmp/c.pt'))\n"),
+    "exists_of_variable": ("file_cache", BUILD + "ok = os.path.exists(path)\n"),
+    "pathlib_exists_elsewhere": ("file_cache", BUILD + "from pathlib import Path\nok = Path('/dev/shm/x').exists()\n"),
     "library_aten_impl": ("monkeypatch", "import torch\nlib = torch.library.Library('aten', 'IMPL')\n"),
     "library_aten_fragment": ("monkeypatch", "import torch\nlib = torch.library.Library('aten', 'FRAGMENT')\n"),
     "library_prims_def": ("monkeypatch", "import torch\nlib = torch.library.Library('prims', 'DEF')\n"),

@@ -46,6 +46,9 @@ _WATCHED_ATTRS = _FRAME_ATTRS | _INTERNAL_STRINGS
 _OWN_FILE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".py")
 
 
+# Existence checks of one path (a file the solution ships, next to the module, is looked up: python_calls)
+_EXISTS_CHECKS = frozenset({"os.path.exists", "os.path.isfile"})
+
 # Conversions that keep a path the same folder: str(p), os.fspath(p), os.path.abspath/realpath(p), Path(p).
 _PATH_WRAPPERS = frozenset({"builtins.str", "os.fspath", "os.path.abspath", "os.path.realpath", "pathlib.Path"})
 
@@ -96,6 +99,12 @@ class _CallChecks:
         literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         return (self._is_file_relative(path_expr) and any(s.endswith(_OWN_FILE_SUFFIXES) for s in literals)
                 and not any(s.startswith("/") or ".." in s for s in literals))
+
+    def _in_own_folder(self, path_expr: ast.AST) -> bool:
+        """A path under the module's folder (`os.path.join(HERE, f"E={E}.json")`): asking whether the solution
+        ships it tells no more than opening it for reading would (a file_read at the open); no literal climbs out."""
+        literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        return (self._is_file_relative(path_expr) and not any(s.startswith(("/", "~")) or ".." in s for s in literals))
 
     def _own_folder(self, expr: ast.AST, depth: int = 0) -> bool:
         """The folder of this module (`os.path.dirname(os.path.abspath(__file__))`, `str(Path(__file__).parent)`,
@@ -174,6 +183,8 @@ class _CallChecks:
                 self.judged.add(id(node.func))  # lists the solution's own sources (for load()): a read of its own
         elif resolved in ("sys.path.insert", "sys.path.append") and args and self._own_folder(args[-1]):
             self.judged.add(id(node.func))  # the solution's folder, for absolute imports of its own modules
+        elif resolved in _EXISTS_CHECKS and len(args) == 1 and not node.keywords and self._in_own_folder(args[0]):
+            self.judged.add(id(node.func))  # vLLM's tuned-config lookup: a file the solution may ship, asked after
         elif resolved == "torch.library.Library" and _own_library(node):
             self.judged.add(id(node.func))  # a namespace of the solution's own, where it defines its ops
         elif resolved == "tvm_ffi.load_module" and len(args) == 1 and self._built_here(args[0]):
@@ -193,6 +204,8 @@ class _CallChecks:
                           "builtins.type.__delattr__") and args:
             how = "setattr" if "setattr" in resolved else "delattr"
             target = self._resolve(args[0])
+            if any(isinstance(a, ast.Starred) for a in args):  # `setattr(*(torch, "matmul", f))`: neither is shown
+                self._hit("monkeypatch", node, f"{how}() with unpacked arguments: the object and name are not shown")
             if len(args) > 1 and _str_const(args[1]) == "__class__":
                 self._hit("tensor_subclass", node, f"{how}() replaces the class of `{ast.unparse(args[0])}`")
             if self._is_class_of_value(args[0]):
@@ -233,6 +246,9 @@ class _CallChecks:
 
     def _check_getattr(self, args: list[ast.expr], node: ast.Call) -> None:
         """getattr(target, name): the attribute judged as if written out; a computed name on a module is dynamic."""
+        if any(isinstance(a, ast.Starred) for a in args):  # `getattr(*(torch, "mat" + "mul"))`
+            self._hit("dynamic_code", node, "getattr() with unpacked arguments: the object and the name are not shown")
+            return
         if args:
             target = self._resolve(args[0])
             name = _str_const(args[1]) if len(args) > 1 else None
@@ -306,7 +322,9 @@ class _CallChecks:
             if id(func) not in self._own_field_reads():  # `stats.sum(xs)`: a method of the module's own class
                 self._hit("torch_compute", node, f"calls tensor method `.{method}()`")
         elif method in _FILE_WRITE_METHODS:
-            if id(func) not in self.judged:  # `.mkdir()` of a load() build folder: judged in embedded.py
+            if id(func) not in self.judged and not (method in ("exists", "is_file") and not node.args
+                                                     and self._in_own_folder(func.value)):
+                # (`.mkdir()` of a load() build folder: judged in embedded.py)
                 self._hit("file_cache", node, f"calls `.{method}()` (a file-system write or probe)")
         elif method in _FILE_READ_METHODS:
             if not self._reads_own_file(func.value):
