@@ -174,6 +174,13 @@ HOSTILE = {
     "fetched_by_computed_name": ({"utils.py": _utils(_TAIL), "main.py": "from . import utils\n\n\ndef run(a, b):\n"
                                   "    return getattr(utils, 'device_' + 'torch_lib').aten.mm(a, b)\n"},
                                  {"dynamic_code"}),
+    "fetched_by_unpacked_getattr": ({"utils.py": _utils(_TAIL), "main.py": "from . import utils\n\n\n"
+                                     "def run(a, b):\n    pair = [utils, 'device_' + 'torch_lib']\n"
+                                     "    return getattr(*pair).aten.mm(a, b)\n"}, {"dynamic_code"}),
+    # getattr/setattr whose object and name are not shown at all
+    "getattr_unpacked": ({"main.py": "import torch\n\n\ndef run(a, b):\n"
+                                     "    return getattr(*(torch, 'mat' + 'mul'))(a, b)\n"}, {"dynamic_code"}),
+    "setattr_unpacked": ({"main.py": "import torch\nsetattr(*(torch, 'matmul', print))\n"}, {"monkeypatch"}),
     "fetched_through_dict": ({"utils.py": _utils(_TAIL), "main.py": "from . import utils\n\n\ndef run(a, b, n):\n"
                               "    return utils.__dict__[n].aten.mm(a, b)\n"}, {"dynamic_code"}),
     # allowed attributes are judged as torch.cuda's: a side stream is a stream finding, the lookup no longer

@@ -67,8 +67,9 @@ def _computed_torch_lookup(node: ast.AST, resolve: Callable[[ast.AST], str | Non
 
 
 def _computed_lookups(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> list[ast.Call]:
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and len(n.args) > 1
-            and _str_const(n.args[1]) is None and resolve(n.func) == "builtins.getattr"]
+    """getattr calls whose name is not a literal, or not shown at all (`getattr(*pair)`)."""
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and resolve(n.func) == "builtins.getattr" and (
+        any(isinstance(a, ast.Starred) for a in n.args) or len(n.args) > 1 and _str_const(n.args[1]) is None)]
 
 
 def device_libraries(tree: ast.Module, source: str,
