@@ -1,10 +1,14 @@
-"""Static gate: FLA's utils idioms in GDN solutions. The torch module of the device looked up by its name
-(`device_torch_lib = getattr(torch, device)`) is no dynamic_code finding where it is used only for device attributes
-(python_device_lib); any other use of it, or anything that could reach it unseen, keeps the lookup dynamic_code.
-`inspect.signature` (an input guard mapping arguments to parameter names) is no harness_internals finding; the rest
-of inspect still is, and a signature that evaluates annotations is dynamic code; so are `sys.platform` and
-`platform.machine()` (FLA's host checks) for env_probe, and the rest of platform is not. A broad `except` around queries of
-Triton's driver alone (FLA's fallback to "cpu") is no silent_fallback warning; around anything else it still is."""
+"""Static gate: FLA's utils idioms in GDN solutions, each honest form beside hostile variants that must still fail.
+
+- The device's torch module looked up by its name (`device_torch_lib = getattr(torch, device)`) is no dynamic_code
+  where it is used only for device attributes (python_device_lib); any other use of it, or anything that could reach
+  it unseen, keeps the lookup dynamic_code.
+- `inspect.signature` (an input guard naming arguments after parameters) is no harness_internals finding; the rest of
+  inspect still is, and a signature that evaluates annotations (`eval_str=`) is dynamic_code.
+- `sys.platform` and `platform.machine()` (FLA's host checks) are no env_probe; the rest of platform still is.
+- A broad `except` around queries of Triton's driver alone (FLA's fallback to "cpu") is no silent_fallback warning;
+  around anything else it still is.
+- getattr/setattr with unpacked arguments show neither object nor name: dynamic_code, monkeypatch."""
 
 from __future__ import annotations
 
