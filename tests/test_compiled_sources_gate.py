@@ -243,3 +243,23 @@ def test_honest_corpus_cpp_passes_the_compiled_gate(name):
     assert files, f"{name} holds no C++"
     errors = [f for f in compiled_findings(files, [], {}, policy, earlier) if f.severity == "error"]
     assert not errors, errors
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cuda_load_inline", "cuda_load_sources", "cuda_load_glob"])
+def test_honest_cuda_extensions_pass_the_compiled_gate_on_a_gpu(tmp_path, name):
+    """On a GPU host, honest corpus extensions really built by torch (nvcc's cuda.cu, load_inline's main.cpp and
+    binding, load() of the solution's own files): the compiled gate adds no finding and the workload passes."""
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions
+
+    folder = CORPUS / name
+    sources = {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+    solution = solution_dict(sources.pop("main.py"), name=f"corpus_{name}", entry="main.py::run",
+                             extra_sources=sources)
+    with Session(Dataset(), Archive(tmp_path / "archive"),
+                 SubmitOptions(workloads=["uniform_b1_kv512"], timing=False, baselines=False)) as session:
+        result = session.submit(Solution.model_validate(solution))
+    assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
+    assert not [f for f in result.static_findings if f["path"].startswith("/")], result.static_findings

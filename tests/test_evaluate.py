@@ -364,7 +364,7 @@ def test_the_datasets_own_baseline_submitted_as_a_candidate_runs_as_a_baseline_w
     roles = []
     with Session(shipped, Archive(tmp_path / "a"), SubmitOptions(workloads=["uniform_b1_kv512"], timing=False,
                                                                  baselines=False)) as s:
-        def start(solution, definition, timeout_s, role="candidate", deadline=None):
+        def start(solution, definition, timeout_s, role="candidate", deadline=None, result=None):
             roles.append((solution.name, role))
             return None, WorkloadResult("", "", "COMPILE_ERROR", message="not built in this test")
 

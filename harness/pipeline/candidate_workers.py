@@ -129,7 +129,8 @@ class CandidateWorkers:
                                         message=reply.error or "", log=log.strip())
         if key is not None and "extension_build" in built:  # built here: no copy given, or one that did not unpack
             self.extensions.put(key, as_bytes(built["extension_build"]))
-        worker.compiled_sources = ([s.model_dump() for s in reply.compiled_sources], list(reply.compiled_unread))
+        worker.compiled_sources = ([s.model_dump() for s in getattr(reply, "compiled_sources", [])],
+                                   list(getattr(reply, "compiled_unread", [])))  # for the compiled-sources gate
         worker.compile_only = reply.compile_only
         worker.compile_only_note = reply.note
         reused = getattr(reply, "extensions", "")
