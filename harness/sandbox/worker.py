@@ -33,7 +33,7 @@ from .integrity import Integrity, preload
 from .messages import (BuildRequest, CeilingsRequest, CompiledRequest, HelloRequest, JudgeRequest, OracleRequest,
                        ReferenceRequest, RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
-from .worker_calls import as_output_dict, recheck_calls, require_plain
+from .worker_calls import as_output_dict, interpreted_launches, recheck_calls, require_own_kernel, require_plain
 from .worker_environment import environment, nvml_index
 from ..measure.device_measure import (l2_flush, memory_mark, memory_release, sync,
                              wall_call)
@@ -167,6 +167,7 @@ class Worker:
             digests = {k: content_digest(v) for k, v in inputs.items()
                        if isinstance(v, torch.Tensor) and v.numel() * v.element_size() > _CLONE_LIMIT_BYTES}
             args = {k: v.clone() if isinstance(v, torch.Tensor) and k not in digests else v for k, v in inputs.items()}
+        launched = interpreted_launches(self.solution.spec.language.value)
         started = time.perf_counter()
         state = (self.built.setup(*args.values()),) if self.built.setup is not None else ()
         if self.solution.spec.destination_passing_style:
@@ -180,6 +181,7 @@ class Worker:
         elapsed = time.perf_counter() - started
         self._add("call", elapsed)
         require_plain(outputs, "outputs")  # before anything reads them: a subclass's code would run there
+        require_own_kernel(self.solution.spec.language.value, launched, outputs)
         require_plain(args, "inputs")  # the mutation check compares them with torch.equal
         with self._step("digest"):
             mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)

@@ -56,6 +56,27 @@ def require_plain(tensors: dict[str, Any], what: str) -> None:
                         + ", ".join(f"{k} is {n}" for k, n in list(odd.items())[:4]))
 
 
+def interpreted_launches(language: str) -> int | None:
+    """Kernels the Triton interpreter has run in this process, for a Triton solution on the CPU; None elsewhere (on a
+    GPU the CUPTI records name every kernel, and attribution wants at least one of the candidate's own)."""
+    if language != "triton" or os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    from . import triton_interp
+
+    return triton_interp.LAUNCHES[0] if triton_interp._PATCHED else None
+
+
+def require_own_kernel(language: str, before: int | None, outputs: dict[str, Any]) -> None:
+    """A checked call of a Triton solution on the CPU launched a kernel of its own. Without this a solution that
+    computes in numpy (torch.from_numpy on the way back: no torch compute the static gate knows, no kernel) PASSED,
+    promotable, where a GPU's attribution would have found no own kernel. Outputs with no element need no kernel."""
+    if before is None or not any(isinstance(v, torch.Tensor) and v.numel() for v in outputs.values()):
+        return
+    if interpreted_launches(language) == before:
+        raise RuntimeError("no Triton kernel of the solution ran in this call: the work was done by something else "
+                           "(host code, a library); attribution on a GPU wants at least one kernel of its own")
+
+
 def thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
