@@ -190,6 +190,19 @@ def test_a_source_removed_after_its_build_is_unreadable_dynamic_code(tmp_path, p
     assert [(f.rule, f.severity) for f in findings] == [("dynamic_code", "error")], findings
 
 
+@needs_compiler
+def test_a_source_rewritten_after_its_build_is_not_taken_for_what_was_compiled(tmp_path, policy):
+    """Compile a decoded file that calls `system`, then write an honest text over it: the text read back is newer
+    than its object, so it is not what was compiled."""
+    bad = _fast("crucible_written", 'int crucible_run() { return std::system("true"); }')
+    module = (WRITTEN.replace("HEADER", "''").replace("SOURCE", repr(bad)).replace("FLAGS", "[]")
+              + f"(_folder / 'written.cpp').write_text({_fast('crucible_written', '')!r})\n")
+    collected = _import_and_collect(tmp_path, module)
+    assert [w for w in collected["unread"] if "changed after it was compiled" in w], collected["unread"]
+    findings = compiled_findings(collected["files"], collected["unread"], {}, policy)
+    assert [(f.rule, f.severity) for f in findings] == [("dynamic_code", "error")], findings
+
+
 def test_torchs_generated_binding_is_left_out_and_nothing_else():
     """Only the block load_inline writes (each line as torch writes it) is blanked, lines kept; a line of the
     candidate's after it keeps the whole text judged."""

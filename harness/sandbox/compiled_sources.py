@@ -73,9 +73,9 @@ def _defines(flags: str) -> dict[str, str]:
     return found
 
 
-def read_ninja(path: Path) -> tuple[list[Path], dict[str, str]]:
-    """The sources a ``build.ninja`` compiles (absolute paths) and the ``-D`` macros of its flags."""
-    sources: list[Path] = []
+def read_ninja(path: Path) -> tuple[list[tuple[Path, Path]], dict[str, str]]:
+    """The (source, object) pairs a ``build.ninja`` compiles (absolute paths) and the ``-D`` macros of its flags."""
+    sources: list[tuple[Path, Path]] = []
     defines: dict[str, str] = {}
     for line in path.read_text(errors="replace").splitlines():
         flags = _FLAGS_RE.match(line)
@@ -84,21 +84,24 @@ def read_ninja(path: Path) -> tuple[list[Path], dict[str, str]]:
             continue
         rule = _COMPILE_RULE_RE.match(line)
         if rule:
-            sources += [path.parent / p for p in _ninja_paths(rule.group(3))]
+            outputs = _ninja_paths(rule.group(1))
+            sources += [(path.parent / p, path.parent / outputs[0]) for p in _ninja_paths(rule.group(3)) if outputs]
     return sources, defines
 
 
-def _ninja_files(roots: Iterable[Path]) -> list[Path]:
+def _ninja_files(roots: Iterable[Path]) -> tuple[list[Path], bool]:
+    """The build.ninja files under ``roots``, and whether all were looked through (a folder padded with files could
+    otherwise put a build past the bound)."""
     found, walked = [], 0
     for root in roots:
         for folder, subfolders, files in os.walk(root):
             walked += len(subfolders) + len(files)
             if walked > MAX_WALKED:
-                return found
+                return found, False
             subfolders[:] = sorted(d for d in subfolders if d not in SKIPPED_FOLDERS)
             if "build.ninja" in files:
                 found.append(Path(folder) / "build.ninja")
-    return found
+    return found, True
 
 
 class _Reader:
@@ -129,6 +132,17 @@ class _Reader:
         self.total += size
         self.files[key] = {"path": key, "text": path.read_text(errors="replace"), "defines": dict(defines)}
 
+    def changed_after(self, source: Path, built: Path) -> None:
+        """A source written after its object was compiled is not what was compiled (rewritten to look honest)."""
+        try:
+            later = source.stat().st_mtime_ns > built.stat().st_mtime_ns
+        except OSError:
+            return  # gone (said by read) or not built (a failed build: the build's error)
+        key = f"(changed) {os.path.abspath(source)}"
+        if later and self.seen.get(key) is None:
+            self.seen[key] = True
+            self.unread.append(f"{os.path.abspath(source)} (compiled into {built}) changed after it was compiled")
+
     def follow_includes(self) -> None:
         """The quoted ``#include``s of what was read, from the including file's folder (a header written beside a
         source at import time is compiled into it)."""
@@ -150,15 +164,20 @@ def collect(workdir: Path, folders: Mapping[str, Path], seen: Optional[dict[str,
     made at the candidate's first call is read after the workload, the import's build not sent again)."""
     reader = _Reader({} if seen is None else seen)
     roots = [Path(workdir), *(f for f in folders.values() if Path(workdir) not in Path(f).parents)]
-    for ninja in _ninja_files(r for r in roots if Path(r).is_dir()):
+    ninjas, complete = _ninja_files(r for r in roots if Path(r).is_dir())
+    if not complete and reader.seen.get("(walk)") is None:
+        reader.seen["(walk)"] = True
+        reader.unread.append(f"{workdir} (over {MAX_WALKED} entries): not every build in it could be found")
+    for ninja in ninjas:
         try:
             sources, defines = read_ninja(ninja)
         except OSError as err:
             reader.unread.append(f"{ninja}: {err}")
             continue
-        for source in sources:
+        for source, built in sources:
             if source.suffix.lower() in SOURCE_SUFFIXES:
                 reader.read(source, defines, f"compiled by {ninja}")
+                reader.changed_after(source, built)
     for folder in folders.values():
         folder = Path(folder)
         if folder.is_dir():
