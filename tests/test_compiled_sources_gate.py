@@ -228,6 +228,11 @@ def test_what_the_gate_already_found_or_the_solution_ships_is_not_reported_twice
                              earlier) == []
     shipped = "int g() { return system(\"y\"); }\n"
     assert compiled_findings([{"path": "/w/src/k.cu", "text": shipped}], [], {"k.cu": shipped}, policy) == []
+    # a shipped file is judged again where the build's macros change it: `CALL` is `system` only in the flags
+    hidden = "int g() { return CALL(\"y\"); }\n"
+    found = compiled_findings([{"path": "/w/src/k.cu", "text": hidden, "defines": {"CALL": "system"}}], [],
+                              {"k.cu": hidden}, policy)
+    assert {(f.rule, f.line) for f in found} == {("concurrency", 1)}, found
 
 
 def _cpp_strings(text: str) -> list[str]:
@@ -246,11 +251,14 @@ def test_honest_corpus_cpp_passes_the_compiled_gate(name):
     folder = CORPUS / name
     shipped = {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
     earlier = [f.model_dump() for f in scan_sources(shipped, "python", policy)]
-    files = [{"path": f"/w/{path}", "text": text} for path, text in shipped.items() if not path.endswith(".py")]
+    torch_defines = {"TORCH_EXTENSION_NAME": name, "TORCH_API_INCLUDE_EXTENSION_H": "1",
+                     "PYBIND11_COMPILER_TYPE": '"_gcc"', "__CUDA_NO_HALF_OPERATORS__": "1"}  # torch's own flags
+    files = [{"path": f"/w/{path}", "text": text, "defines": torch_defines} for path, text in shipped.items()
+             if not path.endswith(".py")]
     for i, text in enumerate(s for path, t in shipped.items() if path.endswith(".py") for s in _cpp_strings(t)):
         files.append({"path": f"/w/{i}/main.cpp", "text": "#include <torch/extension.h>\n" + text
                       + '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\nm.def("run", torch::wrap_pybind_function(run)'
-                        ', "run");\n}', "defines": {"TORCH_EXTENSION_NAME": name}})
+                        ', "run");\n}', "defines": torch_defines})
         files.append({"path": f"/w/{i}/cuda.cu",
                       "text": "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" + text})
     assert files, f"{name} holds no C++"
