@@ -215,6 +215,33 @@ def test_torchs_generated_binding_is_left_out_and_nothing_else():
     assert without_generated_binding(renamed) == renamed
 
 
+def test_build_ninja_names_its_sources_objects_and_macros(tmp_path):
+    """torch's and tvm_ffi's build.ninja: compile rules of every name, escaped paths, -D macros of every flags line."""
+    from harness.sandbox.compiled_sources import read_ninja
+
+    ninja = tmp_path / "build.ninja"
+    ninja.write_text("cflags = -DTORCH_EXTENSION_NAME=k -DA -D B=2 -isystem /x\n"
+                     "cuda_post_cflags = '-DCALL=std::system' -O3\n"
+                     "build main.o: compile /w/k/main.cpp\n"
+                     "build cuda_0.o: compile_cuda /w/my$ dir/c$:d.cu | /w/dep.h\n"
+                     "build k.so: link main.o cuda_0.o\n")
+    sources, defines = read_ninja(ninja)
+    assert sources == [(tmp_path / "/w/k/main.cpp", tmp_path / "main.o"),
+                       (tmp_path / "/w/my dir/c:d.cu", tmp_path / "cuda_0.o")]
+    assert defines == {"TORCH_EXTENSION_NAME": "k", "A": "1", "B": "2", "CALL": "std::system"}
+
+
+def test_tvm_ffis_generated_exports_pass(policy):
+    """main.cpp as tvm_ffi.cpp.load_inline writes it (its headers, the source, an export macro per function and its
+    docstring) holds no finding of its own."""
+    main = ("#include <tvm/ffi/container/tensor.h>\n#include <tvm/ffi/dtype.h>\n#include <tvm/ffi/error.h>\n"
+            "#include <tvm/ffi/extra/c_env_api.h>\n#include <tvm/ffi/function.h>\n\n"
+            "void add_one(tvm::ffi::TensorView x, tvm::ffi::TensorView y) {}\n"
+            "TVM_FFI_DLL_EXPORT_TYPED_FUNC(add_one, add_one);\n"
+            'TVM_FFI_DLL_EXPORT_TYPED_FUNC_DOC(add_one, "adds one");\n')
+    assert compiled_findings([{"path": "/w/.tvm_ffi/k_0123/main.cpp", "text": main}], [], {}, policy) == []
+
+
 def test_what_the_gate_already_found_or_the_solution_ships_is_not_reported_twice(policy):
     """A literal load_inline source is judged at its line by the gate; its compiled main.cpp repeats nothing, and a
     shipped .cu that load() compiled is the gate's too."""
