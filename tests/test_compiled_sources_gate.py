@@ -311,3 +311,35 @@ def test_honest_cuda_extensions_pass_the_compiled_gate_on_a_gpu(tmp_path, name):
         result = session.submit(Solution.model_validate(solution))
     assert [w.status for w in result.workloads] == ["PASSED"], result.workloads[0].message
     assert not [f for f in result.static_findings if f["path"].startswith("/")], result.static_findings
+
+
+@pytest.mark.parametrize("definition", ["gqa_paged_decode_h32_kv8_d128_ps1", "gqa_paged_decode_h32_kv4_d128_ps64"])
+def test_the_skills_cuda_template_as_torch_writes_it_has_no_finding(tmp_path, definition):
+    """The gqa-decode skill's CUDA template, imported for real: torch's load_inline writes its main.cpp (header and
+    generated binding) and cuda.cu (torch's three headers) before it builds, so a CPU host, where the build then
+    stops, reads back exactly what a GPU host compiles. The compiled gate finds nothing in them."""
+    import os
+
+    from controller.providers.offline import offline_generator
+    from controller.skills import load_skills
+    from harness.sandbox.compiled_sources import collect
+
+    generator = offline_generator(load_skills(ROOT / "skills"), definition)
+    origin = {"template": "cuda-mma-split-kv-fused", "params": generator.complete("cuda-mma-split-kv-fused", {})}
+    solution = generator.render(origin, definition, "cuda_probe", "tests", "H200")  # the solution as a dict
+    (tmp_path / "sol").mkdir()
+    for f in solution["sources"]:
+        (tmp_path / "sol" / f["path"]).write_text(f["content"])
+    module = solution["spec"]["entry_point"].split("::")[0].removesuffix(".py")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "TMPDIR": str(tmp_path), "MAX_JOBS": "1"}
+    subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(tmp_path / 'sol')!r}); "
+                    f"import {module}"], env=env, capture_output=True, timeout=600, cwd=tmp_path)
+    read = collect(tmp_path, {"TORCH_EXTENSIONS_DIR": tmp_path / "ext"})
+    names = sorted(Path(f["path"]).name for f in read["files"])
+    if "cuda.cu" not in names:
+        pytest.skip(f"torch wrote no CUDA sources here ({names})")
+    assert "main.cpp" in names and not read["unread"], read
+    policy = load_policy(ROOT / "definitions" / "audit_policy.yaml")
+    shipped = {f["path"]: f["content"] for f in solution["sources"]}
+    earlier = [f.model_dump() for f in scan_sources(shipped, "python", policy)]
+    assert compiled_findings(read["files"], read["unread"], shipped, policy, earlier) == []
