@@ -35,7 +35,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from .common import SNIPPET_MAX_CHARS, _Hit, _snippet
+from .common import _TORCH_NAMESPACES, SNIPPET_MAX_CHARS, _Hit, _snippet
 from .cpp import scan_cpp
 from .policy import (
     ALLOW_LIST_NAMES,
@@ -75,9 +75,6 @@ _PYTHON_OP_RE = re.compile(r"\b(?:custom_op|triton_op|define)\s*\(\s*[rR]?[\"'](
 # torch.library.Library("mylib", "DEF") / "FRAGMENT": its lib.define("op(...)") ops are torch.ops.mylib.op
 _PYTHON_LIBRARY_RE = re.compile(r"\bLibrary\s*\(\s*(?:ns\s*=\s*)?[rR]?[\"'](\w+)[\"']\s*,\s*(?:kind\s*=\s*)?"
                                 r"[\"'](?:DEF|FRAGMENT)[\"']")
-# Namespaces of PyTorch's own operators: registering into them does not make their ops the candidate's.
-_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "c10d", "_c10d_functional",
-                               "mkldnn", "mkl", "cuda", "sparse", "profiler", "inductor", "higher_order"})
 
 
 @functools.cache

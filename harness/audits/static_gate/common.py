@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 SNIPPET_MAX_CHARS = 240
+# Namespaces of PyTorch's own operators: registering into them does not make their ops the candidate's.
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "c10d", "_c10d_functional",
+                               "mkldnn", "mkl", "cuda", "sparse", "profiler", "inductor", "higher_order"})
 
 
 @dataclass

@@ -15,6 +15,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+from .common import _TORCH_NAMESPACES
 from .python_names import (
     _CACHE_ACCESS_METHODS,
     _FILE_MODE_RE,
@@ -75,8 +76,6 @@ def _is_this_file(expr: ast.AST, resolve) -> bool:
 def _own_library(node: ast.Call) -> bool:
     """`torch.library.Library("mylib", "DEF")` (or "FRAGMENT"): ops defined in a namespace that is not PyTorch's.
     "IMPL", or any of PyTorch's namespaces (aten, prims...), can replace the ops the harness computes with."""
-    from . import _TORCH_NAMESPACES  # the package's table; imported here, the package imports this module
-
     given = dict(zip(("ns", "kind"), node.args))
     given.update({k.arg: k.value for k in node.keywords if k.arg in ("ns", "kind")})
     if len(node.args) > 2 or len(given) != 2 or any(k.arg not in ("ns", "kind") for k in node.keywords):
