@@ -129,6 +129,10 @@ class WorkloadEvaluation:
                 if reply.aliased_outputs:
                     audits.append(Audit(name="output_aliasing", passed=False,
                                         detail=f"trial {trial}: {'; '.join(reply.aliased_outputs)}"))
+                if reply.own_kernels == 0:
+                    audits.append(Audit(name="own_kernel", passed=False,
+                                        detail=f"trial {trial}: no Triton kernel of the solution ran in the call; "
+                                               "the work was done by something else (host code, a library)"))
                 # Definition order, not the payload's (safetensors sorts names).
                 trusted_since = time.monotonic()
                 with self._phase("compare"):

@@ -296,6 +296,8 @@ class RunReply(Reply):
                                        description="outputs sharing memory with an input or another output")
     elapsed_s: Optional[float] = Field(None, ge=0, description="wall seconds of the call (not the official timer)")
     note: str = Field("", description="a remark on the call (a DPS entry point that returned a value)")
+    own_kernels: Optional[int] = Field(None, ge=0, description="Triton kernels of the solution the interpreter "
+                                       "launched in the call (CPU); None where not counted")
     when_ok: ClassVar[tuple[str, ...]] = ("input_fingerprint",)
 
 

@@ -19,7 +19,8 @@ import numpy as np
 _PATCHED = False
 # Kernels the interpreter has launched in this process: on a GPU attribution wants at least one own kernel per
 # workload, and on the CPU this count is the one witness that a call of a Triton solution ran any kernel of its own
-# (worker_calls.require_own_kernel); a list, so the count is data the worker's fingerprint does not freeze.
+# (worker_calls.own_kernels, the `own_kernel` audit); a list, so the count is data the worker's fingerprint does
+# not freeze.
 LAUNCHES = [0]
 
 

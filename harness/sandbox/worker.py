@@ -33,7 +33,7 @@ from .integrity import Integrity, preload
 from .messages import (BuildRequest, CeilingsRequest, CompiledRequest, HelloRequest, JudgeRequest, OracleRequest,
                        ReferenceRequest, RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
-from .worker_calls import as_output_dict, interpreted_launches, recheck_calls, require_own_kernel, require_plain
+from .worker_calls import as_output_dict, interpreted_launches, own_kernels, recheck_calls, require_plain
 from .worker_environment import environment, nvml_index
 from ..measure.device_measure import (l2_flush, memory_mark, memory_release, sync,
                              wall_call)
@@ -181,7 +181,7 @@ class Worker:
         elapsed = time.perf_counter() - started
         self._add("call", elapsed)
         require_plain(outputs, "outputs")  # before anything reads them: a subclass's code would run there
-        require_own_kernel(self.solution.spec.language.value, launched, outputs)
+        own = own_kernels(self.solution.spec.language.value, launched, outputs)
         require_plain(args, "inputs")  # the mutation check compares them with torch.equal
         with self._step("digest"):
             mutated = [k for k, v in inputs.items() if isinstance(v, torch.Tensor)
@@ -191,7 +191,7 @@ class Worker:
         if bad:
             raise TypeError(f"outputs must be tensors, got {bad}")
         return ({"ok": True, "input_fingerprint": input_fp, "mutated_inputs": mutated, "aliased_outputs": aliased,
-                 "elapsed_s": elapsed, "note": note}, {k: v for k, v in outputs.items()})
+                 "elapsed_s": elapsed, "note": note, "own_kernels": own}, {k: v for k, v in outputs.items()})
 
     def recheck(self, req: RecheckRequest) -> tuple[dict, dict]:
         """The fresh-input recheck (harness.audits.verdicts.plan_recheck): ``worker_calls.recheck_calls``."""

@@ -66,15 +66,16 @@ def interpreted_launches(language: str) -> int | None:
     return triton_interp.LAUNCHES[0] if triton_interp._PATCHED else None
 
 
-def require_own_kernel(language: str, before: int | None, outputs: dict[str, Any]) -> None:
-    """A checked call of a Triton solution on the CPU launched a kernel of its own. Without this a solution that
-    computes in numpy (torch.from_numpy on the way back: no torch compute the static gate knows, no kernel) PASSED,
-    promotable, where a GPU's attribution would have found no own kernel. Outputs with no element need no kernel."""
+def own_kernels(language: str, before: int | None, outputs: dict[str, Any]) -> int | None:
+    """Kernels of its own a checked call of a Triton solution launched on the CPU (the interpreter's count since
+    ``before``); None where not counted (a GPU, another language) or where outputs have no element (nothing to
+    compute). Zero is the `own_kernel` audit's failure: a solution computing in numpy (torch.from_numpy on the way
+    back: no torch compute the static gate knows, no kernel) PASSED promotable, where a GPU's attribution would have
+    found no own kernel. An audit, not an error: a solution whose work PyTorch does is judged as on a GPU."""
     if before is None or not any(isinstance(v, torch.Tensor) and v.numel() for v in outputs.values()):
-        return
-    if interpreted_launches(language) == before:
-        raise RuntimeError("no Triton kernel of the solution ran in this call: the work was done by something else "
-                           "(host code, a library); attribution on a GPU wants at least one kernel of its own")
+        return None
+    after = interpreted_launches(language)
+    return None if after is None else after - before
 
 
 def thread_count() -> int:
