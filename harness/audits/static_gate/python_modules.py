@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -127,6 +128,10 @@ _LITERAL_GETATTR_RE = re.compile(r"""\bgetattr\s*\(\s*[\w.]+\s*,\s*(['"])\w+\1\s
 def _binds_name(text: str) -> bool:
     """Does this Python source bind `__name__` (assign, delete, import as, define, declare global)? Reading it,
     as `logging.getLogger(__name__)` does, changes nothing."""
+    # No `__name__` in the text, none bound: the parse and walk (half a large file's scan) are skipped. NFKC first,
+    # as Python's parser folds identifiers (a fullwidth `__ｎａｍｅ__` is `__name__`).
+    if "__name__" not in unicodedata.normalize("NFKC", text):
+        return False
     try:
         tree = ast.parse(text)
     except SyntaxError:
