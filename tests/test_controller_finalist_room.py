@@ -97,7 +97,7 @@ def test_a_rung_that_would_leave_no_room_is_not_run_and_the_finalist_is_evaluate
     finalist = rungs[0]["kept"][0]  # the fastest of rung 0
     assert rungs[1]["kept"] == [finalist]
     assert {it for _, it, _, _ in fake.screens} == {10}  # no screen of rung 1 ran
-    assert fake.calls == ["naive_per-kv-head_bn16_w1_s1_dot0_kv_load0", finalist]
+    assert fake.calls == ["naive_per-kv-head_bn16_w1_s1_dot0_kv_load0_klmpps0", finalist]
     assert r1["decision"] == f"promoted {finalist}"
     budget_cuts = [d for d in report["decisions"] if d["rule"] == "halving" and "budget: " in d["reasons"][0]]
     assert len(budget_cuts) == len(rungs[0]["kept"]) - 1

@@ -187,7 +187,7 @@ def test_a_round_proposes_more_screens_them_and_evaluates_only_the_finalist(tiny
         KV8_PS1, [WORKLOAD])[0].uuid,)}
     # Only the baseline and the finalist got a full evaluation; the finalist is the fastest screened one.
     finalist = rungs[-1]["kept"][0]
-    assert fake.calls == ["naive_per-kv-head_bn16_w1_s1_dot0_kv_load0", finalist]
+    assert fake.calls == ["naive_per-kv-head_bn16_w1_s1_dot0_kv_load0_klmpps0", finalist]
     assert min(rungs[0]["scores"], key=lambda k: rungs[0]["scores"][k]) == finalist
     # Each cut candidate: status SCREENED_OUT, its last screening run, a decision saying why.
     cut = [d for d in report["decisions"] if d["rule"] == "halving"]
@@ -284,7 +284,7 @@ def test_the_wall_budget_stops_inside_a_rung_before_a_screen_that_would_not_fit(
     assert "the next step would not fit (~1 s, the longest of its kind so far), in round 1" in report["stop_reason"]
     # the baseline's evaluation, the round's proposals (up to 1 s on a loaded host) and two or three 0.6 s screens
     # fit in 2.2 s; the next would not
-    assert 2 <= len(fake.screens) <= 3 and fake.calls == ["naive_per-kv-head_bn16_w1_s1_dot0_kv_load0"]
+    assert 2 <= len(fake.screens) <= 3 and fake.calls == ["naive_per-kv-head_bn16_w1_s1_dot0_kv_load0_klmpps0"]
     statuses = [c["status"] for c in store.candidates(report["run_id"], 1)]
     assert statuses.count("NOT_EVALUATED") == len(statuses)  # no rung finished: nothing was decided
     assert report["rounds"][1]["screening"] == []

@@ -26,6 +26,14 @@ from support import KV8_PS1
 
 # -- offline, the real harness, the CLI ----------------------------------------------------------------------
 
+# The offline generator's names of the per-KV-head candidates these tests follow (controller.providers.offline.slug)
+R1_BN32 = "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0_klmpps0"
+R2_BN32_W2 = "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0_klmpps0"
+R1_BN16_W2 = "r1_per-kv-head_bn16_w2_s1_dot0_kv_load0_klmpps0"
+R2_BN16_W4 = "r2_per-kv-head_bn16_w4_s1_dot0_kv_load0_klmpps0"
+NAIVE = "naive_per-kv-head_bn16_w1_s1_dot0_kv_load0_klmpps0"
+
+
 
 def test_cli_loop_offline_end_to_end_correctness_only(tiny_dataset_root, tmp_path, monkeypatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
@@ -219,29 +227,29 @@ def test_with_timing_a_clear_win_is_promoted_exported_and_becomes_the_incumbent(
                       evaluator=fake)
     promoted = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
     # Round 1 (from the naive kernel): bn32 wins; w2 then only ties the new incumbent. Round 2 (from bn32): w2 wins.
-    assert [d["candidate"] for d in promoted] == ["r1_per-kv-head_bn32_w1_s1_dot0_kv_load0",
-                                                  "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"]
-    assert report["incumbent"]["promoted"] and report["incumbent"]["name"] == "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"
+    assert [d["candidate"] for d in promoted] == [R1_BN32,
+                                                  R2_BN32_W2]
+    assert report["incumbent"]["promoted"] and report["incumbent"]["name"] == R2_BN32_W2
     exported = json.loads(open(report["incumbent"]["exported"]).read())
-    assert Solution.model_validate(exported).name == "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"
-    assert seen[1].incumbent.name == "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"  # round 2 starts from the promoted one
+    assert Solution.model_validate(exported).name == R2_BN32_W2
+    assert seen[1].incumbent.name == R1_BN32  # round 2 starts from the promoted one
     assert seen[1].evidence.kind == "latency-only" and "0.8" in seen[1].evidence.markdown
     # Paired measurements only for candidates past the gates and the screen; the decision rests on them.
     # Round 2 explores the population: a neighbour of the runner-up w2 (bn16_w4: 1.0 ms, screened out) beside
     # one of the incumbent (bn32_w2: promoted).
     assert [(d["candidate"], d["rule"]) for d in report["decisions"][1:]] == [
-        ("r1_per-kv-head_bn32_w1_s1_dot0_kv_load0", "promoted"),
-        ("r1_per-kv-head_bn16_w2_s1_dot0_kv_load0", "noise_floor"),
-        ("r2_per-kv-head_bn16_w4_s1_dot0_kv_load0", "screen"), ("r2_per-kv-head_bn32_w2_s1_dot0_kv_load0", "promoted")]
+        (R1_BN32, "promoted"),
+        (R1_BN16_W2, "noise_floor"),
+        (R2_BN16_W4, "screen"), (R2_BN32_W2, "promoted")]
     assert len(fake.paired) == 3
     # Each promotion rests on an evaluation at the full audit level, made only for the two it promoted.
-    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0_kv_load0", "r2_per-kv-head_bn32_w2_s1_dot0_kv_load0"]
+    assert fake.full_calls == [R1_BN32, R2_BN32_W2]
     decision = Store(archive).decisions(report["run_id"])[1]
     assert decision["details"]["measurement"]["order"] == "ABBA" and decision["details"]["repeats"] == 2
     assert decision["details"]["mean_speedup"] == pytest.approx(1.25)
     full = archive.submission(decision["details"]["full_audit_submission"])
     assert full["options"]["audit_level"] == "full"
-    assert full["solution_name"] == "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"
+    assert full["solution_name"] == R1_BN32
     assert report["rounds"][1]["best_latency_ms"] == pytest.approx(0.8)
     assert report["rounds"][1]["speedup_vs_flashinfer"] == pytest.approx(0.025)
 
@@ -256,17 +264,17 @@ def test_a_decisive_win_on_the_same_card_skips_the_paired_measurement(tiny_datas
     report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
                       provider=OfflineProvider(unseeded_skills(tmp_path / "skills")), evaluator=fake)
     (promoted,) = [d for d in report["decisions"] if d["verdict"] == "PROMOTED"]
-    assert promoted["candidate"] == "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"
-    assert fake.full_calls == ["r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"]
+    assert promoted["candidate"] == R1_BN32
+    assert fake.full_calls == [R1_BN32]
     (details,) = [d["details"] for d in Store(archive).decisions(report["run_id"]) if d["verdict"] == "PROMOTED"]
     assert details["mean_speedup"] == pytest.approx(2.5)
     if paired:
-        assert ("naive_per-kv-head_bn16_w1_s1_dot0_kv_load0", "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0") in \
+        assert (NAIVE, R1_BN32) in \
             fake.paired
         assert details["measurement"]["order"] == "ABBA"
     else:
-        assert ("naive_per-kv-head_bn16_w1_s1_dot0_kv_load0",
-                "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0") not in fake.paired
+        assert (NAIVE,
+                R1_BN32) not in fake.paired
         assert details["decisive"] is True and details["measurement"] is None
         assert "no paired measurement needed" in promoted["reasons"][0]
 
@@ -292,17 +300,17 @@ def test_a_candidate_whose_full_audit_evaluation_fails_is_not_promoted(tiny_data
     def judge(s):  # naive 1.0 ms; every neighbour 0.8 ms
         return "PASSED", 1.0 if s is not None and "naive" in s.name else 0.8
 
-    first = "r1_per-kv-head_bn32_w1_s1_dot0_kv_load0"
+    first = R1_BN32
     fake = FakeEvaluator(archive, dataset, [WORKLOAD], judge,
                          full_judge=lambda s: full_result if s.name == first else ("PASSED", CLEAN_AUDITS))
     report = run_loop(config(tiny_dataset_root, rounds=1, candidates=2), tmp_path / "a",
                       provider=OfflineProvider(unseeded_skills(tmp_path / "skills")), evaluator=fake)
     assert [(d["candidate"], d["verdict"], d["rule"]) for d in report["decisions"][1:]] == [
-        (first, "REJECTED", "full_audit"), ("r1_per-kv-head_bn16_w2_s1_dot0_kv_load0", "PROMOTED", "promoted")]
+        (first, "REJECTED", "full_audit"), (R1_BN16_W2, "PROMOTED", "promoted")]
     rejected = report["decisions"][1]["reasons"]
     assert rejected[0].startswith("full-audit evaluation (submission ") and reason in rejected[0], rejected
-    assert fake.full_calls == [first, "r1_per-kv-head_bn16_w2_s1_dot0_kv_load0"]
-    assert report["incumbent"]["name"] == "r1_per-kv-head_bn16_w2_s1_dot0_kv_load0"
+    assert fake.full_calls == [first, R1_BN16_W2]
+    assert report["incumbent"]["name"] == R1_BN16_W2
     details = Store(archive).decisions(report["run_id"])[1]["details"]
     assert details["mean_speedup"] == pytest.approx(1.25)  # what it would have won on is kept
     assert archive.submission(details["full_audit_submission"])["options"]["audit_level"] == "full"

@@ -16,7 +16,8 @@ from support import DEFINITIONS, KV8_PS1, KV8_PS64, ROOT
 
 # The gqa naive kernel, as it has always been: the skill's `naive:` entry must keep giving exactly this.
 NAIVE_ORIGIN = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 16, "NUM_WARPS": 1, "NUM_STAGES": 1,
-                                                             "USE_DOT": 0, "KV_LOAD": 0}}
+                                                             "USE_DOT": 0, "KV_LOAD": 0,
+                                                             "KV_LOAD_MIN_PROGRAMS_PER_SM": 0}}
 PS1_SIGNATURE = ["q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "sm_scale", "output", "lse"]
 SKILLS_DIR = ROOT / "skills"
 

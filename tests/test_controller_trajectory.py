@@ -108,7 +108,7 @@ def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, t
     out_dir = tmp_path / "traj"
     result = CliRunner().invoke(main, ["trajectory", "--archive", str(tmp_path / "a"), "--out", str(out_dir)])
     assert result.exit_code == 0, result.output
-    assert "| 2 | `r2_per-kv-head_bn32_w2_s1_dot0_kv_load0` | 0.64 | 0.0312x | 0% |" in result.output
+    assert "| 2 | `r2_per-kv-head_bn32_w2_s1_dot0_kv_load0_klmpps0` | 0.64 | 0.0312x | 0% |" in result.output
     data = json.loads((out_dir / "trajectory.json").read_text())
     assert data["run_id"] == report["run_id"] and len(data["rounds"]) == 3
     assert (out_dir / "trajectory.md").read_text() == result.output.split("wrote ")[0].rstrip("\n") + "\n"

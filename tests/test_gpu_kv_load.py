@@ -24,6 +24,8 @@ CONFIGS = [
     {"template": "triton-split-kv-fused", "KV_LOAD": 1, "BLOCK_N": 64, "NUM_STAGES": 3, "MERGE_FANIN": 8,
      "SATURATING_PROGRAMS_PER_SM": 2, "WAVE_SLOTS_PER_SM": -1},
     {"template": "triton-per-kv-head", "KV_LOAD": 2, "NUM_STAGES": 3},
+    # TMA boxes from one program per SM up (64 requests x 4 KV heads, skewed_b64), pointer loads below it (batch 1)
+    {"template": "triton-per-kv-head", "KV_LOAD": 2, "NUM_STAGES": 3, "KV_LOAD_MIN_PROGRAMS_PER_SM": 1},
 ]
 
 
@@ -34,7 +36,11 @@ def session(tmp_path_factory):
         yield s
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c['template']}-load{c['KV_LOAD']}")
+def config_id(c):
+    return f"{c['template']}-load{c['KV_LOAD']}-min{c.get('KV_LOAD_MIN_PROGRAMS_PER_SM', 0)}"
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=config_id)
 def test_a_kv_load_variant_passes_the_harness_on_the_gpu(session, config):
     generator = offline_generator(load_skills(ROOT / "skills"), KV4_PS64)
     name = config["template"]

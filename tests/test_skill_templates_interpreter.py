@@ -98,7 +98,8 @@ print(json.dumps({
 # One rendered template of each kind, covering both page sizes, both KV-head counts, both
 # inner-product paths, an empty request (page size 1) and a multi-page partial last page (64).
 INTERPRETER_CASES = [
-    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0, "KV_LOAD": 0},
+    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0, "KV_LOAD": 0,
+                            "KV_LOAD_MIN_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [5, 0]}),
     ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 4},
      {"kv_heads": 4, "lengths": [70, 3]}),
@@ -122,7 +123,7 @@ INTERPRETER_CASES = [
      {"kv_heads": 4, "lengths": [300, 0, 64], "setup": True}),
     # bf16 tiles straight to tl.dot (P rounded to bf16), under the harness's interpreter fixes
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
-                            "KV_LOAD": 0},
+                            "KV_LOAD": 0, "KV_LOAD_MIN_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [70, 0], "patch_interpreter": True}),
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 2, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
@@ -142,7 +143,8 @@ INTERPRETER_CASES = [
      {"kv_heads": 8, "lengths": [150, 80, 0, 40], "setup": True}),
     # the tokens on the MMA's M, the group on N (USE_DOT 3): 4 query heads per KV head (kv8, padded to N 8 by Triton)
     # and 8 (kv4, exact), one program per KV head and the fused plan, both page sizes
-    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3, "KV_LOAD": 0},
+    ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3, "KV_LOAD": 0,
+                            "KV_LOAD_MIN_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [37, 0], "patch_interpreter": True}),
     ("triton-split-kv", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 3, "SPLIT_KV": 4},
      {"kv_heads": 4, "lengths": [70, 3], "patch_interpreter": True}),
@@ -222,11 +224,19 @@ INTERPRETER_CASES = [
     # the per-KV-head kernel with TMA boxes (KV_LOAD 2): 32-token boxes, whole requests of 300 and 64 tokens and a
     # partial one, NaN past every request's end; and with the page indices ahead over pages of 1
     ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
-                            "KV_LOAD": 2},
+                            "KV_LOAD": 2, "KV_LOAD_MIN_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [300, 0, 64, 7], "patch_interpreter": True, "nan_tail": True}),
     ("triton-per-kv-head", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
-                            "KV_LOAD": 1},
+                            "KV_LOAD": 1, "KV_LOAD_MIN_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [70, 0, 5], "patch_interpreter": True}),
+    # one kernel, both load paths (KV_LOAD_MIN_PROGRAMS_PER_SM 1: boxes from 132 programs, the interpreter's SM count):
+    # 33 requests x 4 KV heads take the boxes, 3 requests the pointer loads
+    ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
+                            "KV_LOAD": 2, "KV_LOAD_MIN_PROGRAMS_PER_SM": 1},
+     {"kv_heads": 4, "lengths": [300, 0, 64, 7] + [33] * 29, "patch_interpreter": True, "nan_tail": True}),
+    ("triton-per-kv-head", {"PAGE_SIZE": 64, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
+                            "KV_LOAD": 2, "KV_LOAD_MIN_PROGRAMS_PER_SM": 1},
+     {"kv_heads": 4, "lengths": [300, 0, 7], "patch_interpreter": True, "nan_tail": True}),
     # page indices a step ahead with pointer loads (KV_LOAD 1): 32-token steps over pages of 64, chunks of 4 steps
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 3, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 4, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
@@ -257,6 +267,7 @@ def _triton_available() -> bool:
                               f"{'-direct' if c[1].get('SINGLE_CHUNK_DIRECT') else ''}"
                               f"{'-wave' if c[1].get('WAVE_SLOTS_PER_SM') else ''}"
                               f"{'-load' + str(c[1]['KV_LOAD']) if c[1].get('KV_LOAD') else ''}"
+                              f"{'-min' + str(len(c[2]['lengths'])) if c[1].get('KV_LOAD_MIN_PROGRAMS_PER_SM') else ''}"
                               for c in INTERPRETER_CASES])
 def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):
     (block,) = machine_blocks(gqa)
