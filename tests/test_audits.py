@@ -9,7 +9,8 @@ import pytest
 from harness.audits.attribution import OwnKernels
 from harness.audits.model import Audit
 from harness.audits.thresholds import policy_thresholds
-from harness.audits.verdicts import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback, plan_recheck,
+from harness.audits.verdicts import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback,
+                                     known_input_verdict, plan_recheck,
                             precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
                             thread_verdict)
 
@@ -66,6 +67,37 @@ def test_replay_verdict(same, fresh, passed):
     v = replay_verdict(same, fresh, CFG)
     assert (v is None) if passed is None else v.passed is passed
 
+
+
+@pytest.mark.parametrize("known, new, repeats, passed", [
+    # H100 (2026-12-05, run 22): an honest dispatch on batch 1, 0.59 ms on the timed content, one never-seen call
+    # caught a host stall (1.38 ms); its repeat on the same content did not (0.6 ms)
+    (0.5891, [1.38], [0.60], True),
+    (0.5891, [1.38], None, False),  # without the repeat, the stall alone is judged (the fast level's one sample)
+    # a table learnt before the run: the timed content answered at once, anything new computed, its repeat too
+    (0.01, [0.30], [0.30], False),
+    (0.01, [0.30, 0.31], [0.29, 0.30], False),
+    # a cache filled at run time: new content computed once, then served; the timed content served at once. The
+    # cheaper of the pair is the cache hit, so this audit passes it; replay_verdict is the one that fails it
+    (0.02, [0.30], [0.02], True),
+    # honest, both sides alike
+    (0.31, [0.32, 0.30], [0.31, 0.31], True),
+    (0.31, [], [], None),  # no never-seen call was timed: no verdict
+])
+def test_known_input_verdict(known, new, repeats, passed):
+    v = known_input_verdict(known, new, CFG, repeats)
+    if passed is None:
+        assert v is None
+        return
+    assert v.passed is passed, v.detail
+    if not passed:
+        assert "answered without the work" in v.detail
+
+
+def test_a_run_time_cache_passes_the_known_content_audit_only_because_the_replay_audit_fails_it():
+    """The pair (0.30 new, 0.02 repeat) is the replay audit's own signature."""
+    assert replay_verdict([0.02], [0.30], CFG).passed is False
+    assert known_input_verdict(0.02, [0.30], CFG, [0.02]).passed is True
 
 @pytest.mark.parametrize("wall, span, launches, passed, text", [
     ([0.32, 0.33], [0.30], 1, True, "limit"),

@@ -250,7 +250,8 @@ class SessionAudits:
         wr.audits.append(replay_verdict([repeat[i] for i in timed], [content[i] for i in timed], cfg))
         known_step = next((i for i, s in enumerate(steps) if s["kind"] == "known"), None)
         if known_step is not None:
-            verdict = known_input_verdict(content[known_step], [content[i] for i in timed], cfg)
+            verdict = known_input_verdict(content[known_step], [content[i] for i in timed], cfg,
+                                          [repeat[i] for i in timed])
             if verdict is not None:
                 wr.audits.append(verdict)
 

@@ -167,7 +167,8 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
                         f"limit {limit:.4g} ms{note})")
 
 
-def known_input_verdict(known_wall_ms: float, new_wall_ms: list[float], cfg: AuditConfig) -> Optional[Audit]:
+def known_input_verdict(known_wall_ms: float, new_wall_ms: list[float], cfg: AuditConfig,
+                        new_repeat_wall_ms: Optional[list[float]] = None) -> Optional[Audit]:
     """Is the candidate faster on the content the official timer timed than on content it never saw?
 
     A table of answers built before the run (outputs read from an earlier submission's log, for inputs drawn
@@ -175,14 +176,24 @@ def known_input_verdict(known_wall_ms: float, new_wall_ms: list[float], cfg: Aud
     anything new: the timer then measured the lookup. The known content is written into warm buffers and timed
     exactly as the never-seen content of the reuse calls (cold L2, synchronised wall clock), so an honest
     kernel costs the same on both; the same bound as ``replay_verdict``.
+
+    ``new_repeat_wall_ms`` (each never-seen call's repeat on the same content): a never-seen call costs the cheaper
+    of itself and its repeat. One wall-clock sample of a sub-millisecond call can be a host stall (H100, 2026-12-05:
+    an honest dispatch at 0.59 ms on the known content measured 1.38 ms once on new content); its repeat is not. A
+    table learnt before the run computes the repeat too, so it stays expensive; a cache filled at run time makes the
+    repeat cheap and the new call not, which ``replay_verdict`` fails.
     """
     if not new_wall_ms:
         return None
-    new = statistics.median(new_wall_ms)
+    repeats = list(new_repeat_wall_ms or [])
+    costs = [min(w, r) for w, r in zip(new_wall_ms, repeats)] + list(new_wall_ms[len(repeats):])
+    new = statistics.median(costs)
     limit = cfg.replay_ratio * known_wall_ms + cfg.replay_slack_ms
+    spread = (f" (each the cheaper of the call, {statistics.median(new_wall_ms):.4g} ms, and its repeat)"
+              if repeats and new != statistics.median(new_wall_ms) else "")
     return Audit(name="known_input_timing", passed=new <= limit,
-                 detail=f"never-seen content {new:.4g} ms vs {known_wall_ms:.4g} ms on the content the timer timed "
-                        f"(wall per call; limit {limit:.4g} ms)"
+                 detail=f"never-seen content {new:.4g} ms{spread} vs {known_wall_ms:.4g} ms on the content the timer "
+                        f"timed (wall per call; limit {limit:.4g} ms)"
                         + ("" if new <= limit else ": the timed content was answered without the work"))
 
 
