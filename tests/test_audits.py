@@ -10,7 +10,7 @@ from harness.audits.attribution import OwnKernels
 from harness.audits.model import Audit
 from harness.audits.thresholds import policy_thresholds
 from harness.audits.verdicts import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback,
-                                     known_input_verdict, plan_recheck,
+                                     confirmed_timing, known_input_verdict, needs_confirmation, plan_recheck,
                             precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
                             thread_verdict)
 
@@ -98,6 +98,57 @@ def test_a_run_time_cache_passes_the_known_content_audit_only_because_the_replay
     """The pair (0.30 new, 0.02 repeat) is the replay audit's own signature."""
     assert replay_verdict([0.02], [0.30], CFG).passed is False
     assert known_input_verdict(0.02, [0.30], CFG, [0.02]).passed is True
+
+
+def audit(name, passed, detail=""):
+    return Audit(name=name, passed=passed, detail=detail or name)
+
+
+RIGHT = audit("fresh_input_recheck", True)
+FAST = audit("fresh_input_timing", True)
+SLOW_KNOWN = audit("known_input_timing", False, "never-seen 1.44 ms vs 0.46 ms")
+
+
+@pytest.mark.parametrize("audits, needed", [
+    ([RIGHT, FAST, SLOW_KNOWN], True),                        # every call right, one wall-clock audit failed
+    ([RIGHT, audit("fresh_input_timing", False), audit("known_input_timing", True)], True),
+    ([RIGHT, FAST, audit("known_input_timing", True)], False),  # nothing failed
+    ([audit("fresh_input_recheck", False), FAST, SLOW_KNOWN], False),  # a wrong answer is never re-asked
+    ([RIGHT, audit("thread_creation", False), SLOW_KNOWN], False),
+    ([RIGHT], False),                                         # no GPU: no wall-clock audit
+])
+def test_needs_confirmation(audits, needed):
+    assert needs_confirmation(audits) is needed
+
+
+@pytest.mark.parametrize("second, passed, words", [
+    # the second recheck passes: a host stall on one sample, withdrawn with both on record
+    ([RIGHT, FAST, audit("known_input_timing", True, "never-seen 0.47 ms vs 0.46 ms")], True,
+     "not confirmed: a second recheck on other never-seen content passed (never-seen 0.47 ms vs 0.46 ms); "
+     "the first: never-seen 1.44 ms vs 0.46 ms"),
+    # the second fails it too: replay or a table shows on every recheck
+    ([RIGHT, FAST, audit("known_input_timing", False, "never-seen 1.5 ms vs 0.45 ms")], False,
+     "confirmed by a second recheck on other never-seen content (never-seen 1.5 ms vs 0.45 ms)"),
+    # the second was cut short (a crash, a protocol break): the first stands
+    ([], False, "a second recheck gave no verdict"),
+])
+def test_confirmed_timing(second, passed, words):
+    judged = confirmed_timing([RIGHT, FAST, SLOW_KNOWN], second)
+    assert [a.name for a in judged] == ["fresh_input_recheck", "fresh_input_timing", "known_input_timing"]
+    assert judged[:2] == [RIGHT, FAST]
+    assert judged[2].passed is passed and words in judged[2].detail, judged[2].detail
+
+
+def test_a_wrong_answer_on_the_second_recheck_is_kept():
+    wrong = audit("fresh_input_recheck", False, "1 of 4 recheck calls wrong")
+    judged = confirmed_timing([RIGHT, FAST, SLOW_KNOWN], [wrong, FAST, audit("known_input_timing", True)])
+    assert [(a.name, a.passed) for a in judged] == [("fresh_input_recheck", False), ("fresh_input_timing", True),
+                                                    ("known_input_timing", True)]
+    assert judged[0] is wrong
+    # and one only the second has
+    threads = audit("thread_creation", False, "2 threads left running")
+    judged = confirmed_timing([RIGHT, FAST, SLOW_KNOWN], [RIGHT, FAST, audit("known_input_timing", True), threads])
+    assert judged[-1] is threads and [a.passed for a in judged] == [True, True, True, False]
 
 @pytest.mark.parametrize("wall, span, launches, passed, text", [
     ([0.32, 0.33], [0.30], 1, True, "limit"),
