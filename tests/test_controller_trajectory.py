@@ -102,8 +102,9 @@ def test_a_run_records_its_trajectory_and_the_cli_writes_it(tiny_dataset_root, t
     assert all(set(r["incumbent"]["regimes"]) == {"latency-bound"} for r in report["rounds"])
     # the search's decisions are on record per round: round 2 explores the incumbent and the runner-up
     assert report["rounds"][0]["search"] == ""
-    assert report["rounds"][2]["search"].startswith("latency-bound: population per-kv-head_bn32_kv_load0_s1_w1_dot0, "
-                                                    "per-kv-head_bn16_kv_load0_s1_w2_dot0")
+    assert report["rounds"][2]["search"].startswith(
+        "latency-bound: population per-kv-head_bn32_kv_load0_klmpps0_s1_w1_dot0, "
+        "per-kv-head_bn16_kv_load0_klmpps0_s1_w2_dot0")
 
     out_dir = tmp_path / "traj"
     result = CliRunner().invoke(main, ["trajectory", "--archive", str(tmp_path / "a"), "--out", str(out_dir)])

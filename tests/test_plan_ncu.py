@@ -132,7 +132,8 @@ def test_request_evidence_kinds():
 # -- the offline provider acts on the limiter -------------------------------------------------------------
 
 PER_HEAD = {"template": "triton-per-kv-head",
-            "params": {"BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "KV_LOAD": 0}}
+            "params": {"BLOCK_N": 32, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "KV_LOAD": 0,
+                       "KV_LOAD_MIN_PROGRAMS_PER_SM": 0}}
 SPLIT = {"template": "triton-split-kv",
          "params": {"BLOCK_N": 64, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 1, "SPLIT_KV": 16}}
 FUSED = {"template": "triton-split-kv-fused",
@@ -157,7 +158,9 @@ def moved(origin: dict, template: str = "", **params) -> dict:
 
 @pytest.mark.parametrize("origin, limiter, first", [
     # to the fused plan, with the skill's defaults for what the old template lacked (SPLIT_KV has no place there)
-    (PER_HEAD, "grid-too-small", [moved(PER_HEAD, "triton-split-kv-fused", **FUSED_DEFAULTS)]),
+    (PER_HEAD, "grid-too-small", [{"template": "triton-split-kv-fused",
+                                   "params": {**{k: v for k, v in PER_HEAD["params"].items()
+                                                 if k != "KV_LOAD_MIN_PROGRAMS_PER_SM"}, **FUSED_DEFAULTS}}]),
     (SPLIT, "grid-too-small", [{"template": "triton-split-kv-fused",
                                 "params": {**{k: v for k, v in SPLIT["params"].items() if k != "SPLIT_KV"},
                                            **FUSED_DEFAULTS}}]),
