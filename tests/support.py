@@ -119,3 +119,20 @@ def paged_decode_reference(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_p
             lse[b, h] = torch.logsumexp(logits, 0) / math.log(2.0)
             output[b, h] = torch.softmax(logits, 0) @ values[:, h // group]
     return output, lse
+
+
+def rendered_gqa_template(tmp_path: Path, template_name: str, **params):
+    """The gqa-decode skill's ``template_name`` rendered with its defaults and ``params``, imported as a module (host
+    code only runs: its kernels are called by tests that choose their device)."""
+    import importlib.util
+
+    from controller.skills import kernel_templates, load_skills, render_skill_template
+
+    gqa = load_skills(ROOT / "skills")["gqa-decode"]
+    template = kernel_templates(gqa)[template_name]
+    path = tmp_path / f"{template_name.replace('-', '_')}_{abs(hash(tuple(sorted(params.items()))))}.py"
+    path.write_text(render_skill_template(gqa, template, {**template.defaults, **params}), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

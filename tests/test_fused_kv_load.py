@@ -4,26 +4,16 @@ and when it loads K/V tiles as TMA boxes, decided on the host per call from the 
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from controller.skills import kernel_templates, load_skills, render_skill_template
-from support import ROOT
+from support import rendered_gqa_template
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 
 def rendered(tmp_path, **params):
-    gqa = load_skills(ROOT / "skills")["gqa-decode"]
-    template = kernel_templates(gqa)["triton-split-kv-fused"]
-    path = tmp_path / f"kernel_{abs(hash(tuple(sorted(params.items()))))}.py"
-    path.write_text(render_skill_template(gqa, template, {**template.defaults, **params}), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return rendered_gqa_template(tmp_path, "triton-split-kv-fused", **params)
 
 
 def caches(page_size, pages=6, kv_heads=4, offset=0, expanded=False):

@@ -6,26 +6,16 @@ reference on the interpreter: tests/test_skill_templates_interpreter.py."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from controller.skills import kernel_templates, load_skills, render_skill_template
-from support import ROOT
+from support import rendered_gqa_template
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 
 def rendered(tmp_path, **params):
-    gqa = load_skills(ROOT / "skills")["gqa-decode"]
-    template = kernel_templates(gqa)["triton-per-kv-head"]
-    path = tmp_path / f"per_kv_head_{abs(hash(tuple(sorted(params.items()))))}.py"
-    path.write_text(render_skill_template(gqa, template, {**template.defaults, **params}), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return rendered_gqa_template(tmp_path, "triton-per-kv-head", **params)
 
 
 def launch(module, batch, kv_heads):
