@@ -179,6 +179,51 @@ def test_a_source_written_at_import_and_loaded_by_path_is_judged(tmp_path, polic
     assert rules == [("written.cpp", "concurrency"), ("written.h", "file_cache")], findings
 
 
+
+INCLUDED = r'''
+import pathlib
+import tempfile
+
+from torch.utils.cpp_extension import load
+
+_folder = pathlib.Path(tempfile.mkdtemp())
+(_folder / "inc").mkdir()
+(_folder / "inc" / "helpers.h").write_text(HEADER)
+(_folder / "written.cpp").write_text(SOURCE)
+EXTENSION = load(name="crucible_included", sources=[str(_folder / "written.cpp")], extra_include_paths=[INCLUDE])
+'''
+
+
+@needs_compiler
+@pytest.mark.parametrize("where, read", [("inside", True), ("outside", False)])
+def test_a_header_found_through_an_include_folder_is_judged_where_the_worker_wrote_it(tmp_path, policy, where, read):
+    """`#include <helpers.h>` with the header written at run time into a folder the build's -I names: read and
+    judged like the source. The same include from a folder outside the worker's (a library's, a toolkit's) is not
+    the candidate's text and is not read."""
+    header = '#include <cstdlib>\ninline int crucible_helper() { return std::system("true"); }\n'
+    source = _fast("crucible_included", "#include <helpers.h>\nint crucible_run() { return crucible_helper(); }")
+    outside = tmp_path / "library"
+    (outside / "inc").mkdir(parents=True)
+    (outside / "inc" / "helpers.h").write_text(header)
+    include = "str(_folder / 'inc')" if where == "inside" else repr(str(outside / "inc"))
+    module = (INCLUDED.replace("HEADER", repr(header)).replace("SOURCE", repr(source))
+              .replace("INCLUDE", include))
+    collected = _import_and_collect(tmp_path, module)
+    names = sorted(Path(f["path"]).name for f in collected["files"])
+    assert names == (["helpers.h", "written.cpp"] if read else ["written.cpp"]), collected["files"]
+    findings = compiled_findings(collected["files"], collected["unread"], {"probe_module.py": module}, policy)
+    rules = sorted({(Path(f.path).name, f.rule) for f in findings if f.severity == "error"})
+    assert rules == ([("helpers.h", "concurrency")] if read else []), findings
+
+
+def test_include_folders_of_a_build_ninja(tmp_path):
+    from harness.sandbox.compiled_sources import include_folders
+
+    ninja = tmp_path / "build.ninja"
+    ninja.write_text("cflags = -DX -I/w/inc -I rel -isystem /usr/include/torch -I'/w/my dir'\n"
+                     "cuda_cflags = -I/w/inc -I/w/cuda_inc\nbuild a.o: compile /w/a.cpp\n")
+    assert include_folders(ninja) == [Path("/w/inc"), tmp_path / "rel", Path("/w/my dir"), Path("/w/cuda_inc")]
+
 @needs_compiler
 def test_a_source_removed_after_its_build_is_unreadable_dynamic_code(tmp_path, policy):
     """Compile a decoded file, then delete it: what was compiled cannot be cleared unread."""

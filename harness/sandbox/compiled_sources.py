@@ -10,7 +10,9 @@ judges them with the C++ rules in its own process (``harness.audits.compiled_gat
 
 What is read: every ``build.ninja`` under the worker's folder (its ``TMPDIR`` too, so a ``tempfile`` build folder is
 found) and under the extension builders' folders, each compile input it names, the source files of those folders,
-and the quoted ``#include``s of what was read, from the including file's folder. Not under the worker's caches
+and the ``#include``s of what was read: quoted ones from the including file's folder, then (quoted or in angle
+brackets) from the build's ``-I`` folders that lie in the worker's own folders, where a header written at run time
+can be put (a toolkit's or a library's include folder is not the candidate's text). Not under the worker's caches
 (``.cache``: FlashInfer's own JIT; ``.triton``). A source a ``build.ninja`` names that is gone, or text past the
 bounds, is reported as unread: the harness cannot clear what it could not read.
 """
@@ -32,7 +34,7 @@ MAX_WALKED = 50_000  # entries looked at while looking for build.ninja files
 SKIPPED_FOLDERS = frozenset({".cache", ".triton", "__pycache__"})  # library JIT caches, not the candidate's builds
 _COMPILE_RULE_RE = re.compile(r"^build\s+(.+?)(?<!\$):\s*(\w*compile\w*)\s+(.*)$")
 _FLAGS_RE = re.compile(r"^\s*(\w*flags)\s*=(.*)$")
-_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
 
 
 def _ninja_paths(text: str) -> list[str]:
@@ -73,6 +75,26 @@ def _defines(flags: str) -> dict[str, str]:
     return found
 
 
+def _include_flags(flags: str) -> list[str]:
+    """The ``-I`` folders of a flags line (``-Ipath``, ``-I path``), in order."""
+    try:
+        words = shlex.split(flags)
+    except ValueError:
+        words = flags.split()
+    return [word[2:] if len(word) > 2 else words[i + 1] for i, word in enumerate(words)
+            if word.startswith("-I") and (len(word) > 2 or i + 1 < len(words))]
+
+
+def include_folders(path: Path) -> list[Path]:
+    """The ``-I`` folders of a ``build.ninja``'s flags lines (absolute; relative ones from its folder), in order."""
+    folders: list[Path] = []
+    for line in path.read_text(errors="replace").splitlines():
+        flags = _FLAGS_RE.match(line)
+        if flags:
+            folders += [path.parent / f for f in _include_flags(flags.group(2)) if path.parent / f not in folders]
+    return folders
+
+
 def read_ninja(path: Path) -> tuple[list[tuple[Path, Path]], dict[str, str]]:
     """The (source, object) pairs a ``build.ninja`` compiles (absolute paths) and the ``-D`` macros of its flags."""
     sources: list[tuple[Path, Path]] = []
@@ -110,9 +132,12 @@ class _Reader:
         self.unread: list[str] = []
         self.total = 0
         self.seen = seen  # path -> (size, mtime) of what an earlier collect reported: not sent again unchanged
+        self.search: dict[str, list[Path]] = {}  # path -> the -I folders its build searched (the worker's own)
 
-    def read(self, path: Path, defines: Mapping[str, str], why: str) -> None:
+    def read(self, path: Path, defines: Mapping[str, str], why: str, search: Iterable[Path] = ()) -> None:
         key = os.path.abspath(path)
+        folders = self.search.setdefault(key, [])
+        folders += [f for f in search if f not in folders]
         if key in self.files:
             self.files[key]["defines"].update(defines)
             return
@@ -144,18 +169,30 @@ class _Reader:
             self.unread.append(f"{os.path.abspath(source)} (compiled into {built}) changed after it was compiled")
 
     def follow_includes(self) -> None:
-        """The quoted ``#include``s of what was read, from the including file's folder (a header written beside a
-        source at import time is compiled into it)."""
+        """The ``#include``s of what was read, as the compiler finds them: a quoted one from the including file's
+        folder first, then either kind from the build's -I folders in order (a header written beside a source at
+        import time, or into a folder the build was pointed at, is compiled into it). An include found nowhere here
+        is a toolkit's or a library's header."""
         queue = list(self.files.values())
         while queue:
             entry = queue.pop()
-            for name in _INCLUDE_RE.findall(entry["text"]):
-                target = Path(entry["path"]).parent / name.strip()
-                if os.path.abspath(target) not in self.files and target.is_file():
-                    self.read(target, {}, f"included by {entry['path']}")
-                    added = self.files.get(os.path.abspath(target))
-                    if added is not None:
-                        queue.append(added)
+            search = self.search.get(entry["path"], [])
+            for quoted, angled in _INCLUDE_RE.findall(entry["text"]):
+                name = (quoted or angled).strip()
+                folders = ([Path(entry["path"]).parent] if quoted else []) + search
+                target = next((f / name for f in folders if (f / name).is_file()), None)
+                if target is None or os.path.abspath(target) in self.files:
+                    continue
+                self.read(target, {}, f"included by {entry['path']}", search)
+                added = self.files.get(os.path.abspath(target))
+                if added is not None:
+                    queue.append(added)
+
+
+def _inside(folder: Path, roots: Iterable[Path]) -> bool:
+    """Is ``folder`` (links resolved) one of ``roots`` or under one: the worker's folders, not a library's."""
+    real = Path(os.path.realpath(folder))
+    return any(real == Path(os.path.realpath(r)) or Path(os.path.realpath(r)) in real.parents for r in roots)
 
 
 def collect(workdir: Path, folders: Mapping[str, Path], seen: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -171,12 +208,13 @@ def collect(workdir: Path, folders: Mapping[str, Path], seen: Optional[dict[str,
     for ninja in ninjas:
         try:
             sources, defines = read_ninja(ninja)
+            search = [f for f in include_folders(ninja) if _inside(f, roots)]
         except OSError as err:
             reader.unread.append(f"{ninja}: {err}")
             continue
         for source, built in sources:
             if source.suffix.lower() in SOURCE_SUFFIXES:
-                reader.read(source, defines, f"compiled by {ninja}")
+                reader.read(source, defines, f"compiled by {ninja}", search)
                 reader.changed_after(source, built)
     for folder in folders.values():
         folder = Path(folder)
