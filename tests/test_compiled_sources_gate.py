@@ -195,25 +195,36 @@ EXTENSION = load(name="crucible_included", sources=[str(_folder / "written.cpp")
 
 
 @needs_compiler
-@pytest.mark.parametrize("where, read", [("inside", True), ("outside", False)])
-def test_a_header_found_through_an_include_folder_is_judged_where_the_worker_wrote_it(tmp_path, policy, where, read):
-    """`#include <helpers.h>` with the header written at run time into a folder the build's -I names: read and
-    judged like the source. The same include from a folder outside the worker's (a library's, a toolkit's) is not
-    the candidate's text and is not read."""
+@pytest.mark.parametrize("where", ["worker", "scratch"])
+def test_a_header_found_through_an_include_folder_is_judged_where_the_candidate_wrote_it(tmp_path, policy, where):
+    """`#include <helpers.h>` with the header written at run time into a folder the build's -I names (the worker's
+    own, or /tmp outside it): read and judged like the source."""
     header = '#include <cstdlib>\ninline int crucible_helper() { return std::system("true"); }\n'
     source = _fast("crucible_included", "#include <helpers.h>\nint crucible_run() { return crucible_helper(); }")
-    outside = tmp_path / "library"
-    (outside / "inc").mkdir(parents=True)
-    (outside / "inc" / "helpers.h").write_text(header)
-    include = "str(_folder / 'inc')" if where == "inside" else repr(str(outside / "inc"))
-    module = (INCLUDED.replace("HEADER", repr(header)).replace("SOURCE", repr(source))
-              .replace("INCLUDE", include))
-    collected = _import_and_collect(tmp_path, module)
+    module = INCLUDED.replace("HEADER", repr(header)).replace("SOURCE", repr(source))
+    if where == "scratch":  # a folder of /tmp's own, not the worker's TMPDIR
+        module = module.replace("tempfile.mkdtemp()", "tempfile.mkdtemp(dir='/tmp')")
+    collected = _import_and_collect(tmp_path, module.replace("INCLUDE", "str(_folder / 'inc')"))
     names = sorted(Path(f["path"]).name for f in collected["files"])
-    assert names == (["helpers.h", "written.cpp"] if read else ["written.cpp"]), collected["files"]
+    assert names == ["helpers.h", "written.cpp"], collected["files"]
     findings = compiled_findings(collected["files"], collected["unread"], {"probe_module.py": module}, policy)
     rules = sorted({(Path(f.path).name, f.rule) for f in findings if f.severity == "error"})
-    assert rules == ([("helpers.h", "concurrency")] if read else []), findings
+    assert rules == [("helpers.h", "concurrency")], findings
+
+
+@needs_compiler
+def test_a_librarys_include_folder_is_not_the_candidates_text(tmp_path, policy):
+    """torch's own include folder named by -I (as a CUTLASS or CUDA folder would be) and a header of it included in
+    angle brackets: nothing of the library is read, and the honest source has no finding."""
+    import torch.utils.cpp_extension as cpp
+
+    include = cpp.include_paths()[0]
+    source = _fast("crucible_included", "#include <c10/macros/Macros.h>\nint crucible_run() { return 0; }")
+    module = (INCLUDED.replace("HEADER", "''").replace("SOURCE", repr(source)).replace("INCLUDE", repr(include)))
+    collected = _import_and_collect(tmp_path, module)
+    assert sorted(Path(f["path"]).name for f in collected["files"]) == ["written.cpp"], collected["files"]
+    findings = compiled_findings(collected["files"], collected["unread"], {"probe_module.py": module}, policy)
+    assert [f for f in findings if f.severity == "error"] == []
 
 
 def test_include_folders_of_a_build_ninja(tmp_path):

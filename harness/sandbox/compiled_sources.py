@@ -11,8 +11,9 @@ judges them with the C++ rules in its own process (``harness.audits.compiled_gat
 What is read: every ``build.ninja`` under the worker's folder (its ``TMPDIR`` too, so a ``tempfile`` build folder is
 found) and under the extension builders' folders, each compile input it names, the source files of those folders,
 and the ``#include``s of what was read: quoted ones from the including file's folder, then (quoted or in angle
-brackets) from the build's ``-I`` folders that lie in the worker's own folders, where a header written at run time
-can be put (a toolkit's or a library's include folder is not the candidate's text). Not under the worker's caches
+brackets) from the build's ``-I`` folders that lie in the worker's own folders or the scratch folders (``/tmp``,
+``/dev/shm``, ``/var/tmp``, private to the worker), where a header written at run time can be put (a toolkit's or a
+library's include folder is not the candidate's text). Not under the worker's caches
 (``.cache``: FlashInfer's own JIT; ``.triton``). A source a ``build.ninja`` names that is gone, or text past the
 bounds, is reported as unread: the harness cannot clear what it could not read.
 """
@@ -32,6 +33,7 @@ MAX_TOTAL_BYTES = 24 << 20  # the reply's header is at most 64 MiB (harness.sand
 MAX_FILES = 400
 MAX_WALKED = 50_000  # entries looked at while looking for build.ninja files
 SKIPPED_FOLDERS = frozenset({".cache", ".triton", "__pycache__"})  # library JIT caches, not the candidate's builds
+SCRATCH_FOLDERS = ("/tmp", "/dev/shm", "/var/tmp")  # writable by any process: no library's headers live there
 _COMPILE_RULE_RE = re.compile(r"^build\s+(.+?)(?<!\$):\s*(\w*compile\w*)\s+(.*)$")
 _FLAGS_RE = re.compile(r"^\s*(\w*flags)\s*=(.*)$")
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
@@ -208,7 +210,7 @@ def collect(workdir: Path, folders: Mapping[str, Path], seen: Optional[dict[str,
     for ninja in ninjas:
         try:
             sources, defines = read_ninja(ninja)
-            search = [f for f in include_folders(ninja) if _inside(f, roots)]
+            search = [f for f in include_folders(ninja) if _inside(f, [*roots, *SCRATCH_FOLDERS])]
         except OSError as err:
             reader.unread.append(f"{ninja}: {err}")
             continue
