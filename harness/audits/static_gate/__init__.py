@@ -24,7 +24,8 @@ Modules: `policy` (rule catalogue, YAML policy, findings), `python` (the Python/
 `python_references` for imports, name/attribute loads and stores into imported modules, `python_state` for
 caches/memoisation/globals, `python_calls` for setattr/getattr/open() and method calls, `python_env` for one
 environment variable read or written by name, `python_modules` for names through the solution's own modules and
-main guards that never run, and `embedded` for C++ held in strings and the torch.utils.cpp_extension build path),
+main guards that never run, `python_device_lib` and `python_self_aliases` for FLA's device module by name and its
+flags' aliases, and `embedded` for C++ held in strings and the torch.utils.cpp_extension build path),
 `cpp` (the C/C++/CUDA scanner), `python_names` and `common` (tables).
 """
 

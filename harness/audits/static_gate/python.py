@@ -34,6 +34,7 @@ from .policy import _CompiledPolicy
 from .python_annotations import _AnnotationChecks
 from .python_calls import _CallChecks
 from .python_device_lib import JUDGED_AS, device_libraries, driver_queries_only
+from .python_self_aliases import self_alias_loops
 from .python_env import _EnvChecks
 from .python_modules import _OwnNames, canonical, statements_that_run
 from .python_names import (
@@ -89,11 +90,13 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
         self.message_literals: set[int] = set()  # ids of string literals of an error or log message
         self.attribute_stores: list[tuple[ast.AST, ast.AST]] = []  # (target, value) of `x.attr = value`
         self._handlers: dict[type, Any] = {}
-        # names that hold a device's torch module looked up by a computed name, used only for device attributes
-        # (python_device_lib): `name.device` is judged as `torch.cuda.device`; confirmed across files by scan_sources
-        self.device_libs: dict[str, set[int]] = {}
+        self.device_libs: dict[str, set[int]] = {}  # names of a device's torch module looked up by name (FLA)
         self._collect_module_facts(tree)
-        self.device_libs, self.computed_lookups = device_libraries(tree, source, self._resolve)
+        # FLA's flags aliased through sys.modules[__name__] (python_self_aliases): that read judged there, the loops'
+        # getattr calls no lookups of unseen names; `name.device` of a device module judged as torch.cuda's
+        aliases, alias_lookups = self_alias_loops(tree, self._resolve) if "sys" in source else (set(), set())
+        self.judged |= aliases
+        self.device_libs, self.computed_lookups = device_libraries(tree, source, self._resolve, alias_lookups)
 
     def scan(self) -> list[_Hit]:
         """The scan proper, once the solution's own modules are known (`own.exports`)."""

@@ -72,13 +72,14 @@ def _computed_lookups(tree: ast.Module, resolve: Callable[[ast.AST], str | None]
         any(isinstance(a, ast.Starred) for a in n.args) or len(n.args) > 1 and _str_const(n.args[1]) is None)]
 
 
-def device_libraries(tree: ast.Module, source: str,
-                     resolve: Callable[[ast.AST], str | None]) -> tuple[dict[str, set[int]], int]:
+def device_libraries(tree: ast.Module, source: str, resolve: Callable[[ast.AST], str | None],
+                     proven: set[int] = frozenset()) -> tuple[dict[str, set[int]], int]:
     """(name proven to hold a device module -> ids of its lookups, how many other computed getattr calls the module
-    makes), on this module alone; confirm_device_libraries adds what the other files say."""
+    makes), on this module alone; confirm_device_libraries adds what the other files say. ``proven``: getattr calls
+    another analysis proved to read only known names (python_self_aliases), not counted."""
     if "getattr" not in source:  # every spelling of getattr (an alias `g = getattr`, __getattribute__) names it
         return {}, 0
-    lookups = _computed_lookups(tree, resolve)
+    lookups = [c for c in _computed_lookups(tree, resolve) if id(c) not in proven]
     parents: dict[int, ast.AST] = {}
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):

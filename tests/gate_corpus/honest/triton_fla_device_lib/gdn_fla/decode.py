@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import check_shared_mem, get_multiprocessor_count, input_guard, is_nvidia_hopper
+from .utils import USE_CUDA_GRAPH, check_shared_mem, get_multiprocessor_count, input_guard, is_nvidia_hopper
 
 
 @triton.jit
@@ -49,7 +49,7 @@ def fused_recurrent_gdn_decode(q, k, v, state, A_log, a, dt_bias, b, scale: Opti
     v_heads, head_v = v.shape[2], v.shape[3]
     if scale is None or float(scale) == 0.0:
         scale = 1.0 / math.sqrt(head_k)
-    num_warps = 4 if is_nvidia_hopper and check_shared_mem("hopper") else 2
+    num_warps = 4 if is_nvidia_hopper and check_shared_mem("hopper") and not USE_CUDA_GRAPH else 2
     sms = get_multiprocessor_count(q.device.index or 0)
 
     def grid(meta):

@@ -8,6 +8,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import warnings
 from enum import Enum
 from typing import Any, Callable, Optional
@@ -136,3 +137,15 @@ def input_guard(fn: Callable[..., Any] = None, *, keep_strides: tuple = ()):
 
 if FLA_GDN_DEBUG:
     logger.info("GDN helpers: device=%s hopper=%s cuda graphs=%s", device, is_nvidia_hopper, use_cuda_graph)
+
+
+def _upper_case_aliases():
+    """The flags again under the upper-case names that newer kernels import."""
+    module = sys.modules[__name__]
+    for flag in ("is_nvidia", "is_intel", "use_cuda_graph"):
+        if hasattr(module, flag):
+            setattr(module, flag.upper(), getattr(module, flag))
+
+
+_upper_case_aliases()
+del _upper_case_aliases
