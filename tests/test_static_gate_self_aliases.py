@@ -109,3 +109,23 @@ def test_sys_modules_stays_harness_internals_wherever_the_loop_is_not_proven(sou
 
 def test_a_module_elsewhere_reading_sys_modules_is_still_caught():
     assert ("harness_internals", "other.py", 3) in errors(utils(), {"other.py": "import sys\n\nm = sys.modules\n"})
+
+
+@pytest.mark.parametrize("other", [
+    # stored into a flag before the loop runs (a module the holder imports first): the alias would be torch
+    "from . import utils\n\nutils.ON_HOPPER = __import__('torch')\n",
+    "import utils\n\nutils.ON_HOPPER  = 1\n",
+    "import utils\n\nutils.ON_HOPPER |= True\n",
+    # names set or read unseen elsewhere
+    "import utils\n\nsetattr(utils, 'ON_' + 'HOPPER', None)\n",
+    "import utils\n\nutils.__dict__['ON_HOPPER'] = None\n",
+    "import utils\n\nvars(utils)['ON_HOPPER'] = None\n",
+])
+def test_another_file_that_could_change_a_flag_withdraws_the_exemption(other):
+    assert SYS_MODULES in [(rule, path) for rule, path, _ in errors(utils(), {"other.py": other})], other
+
+
+def test_other_files_reading_the_flags_and_their_aliases_keep_it():
+    reader = ("from .utils import ON_HOPPER, on_hopper\n\n\ndef pick(x):\n"
+              "    return x if ON_HOPPER == on_hopper else x\n")
+    assert errors(utils(), {"pick.py": reader}) == []

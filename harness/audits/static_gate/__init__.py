@@ -60,6 +60,7 @@ from .policy import (
 )
 from .python import _finish_python, _prepare_python, _PythonScanner
 from .python_device_lib import confirm_device_libraries
+from .python_self_aliases import confirm_self_aliases
 from .python_fields import collect_own_classes
 from .python_modules import _absolute, _OwnNames, main_blocks_never_run, module_of
 
@@ -162,6 +163,7 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
     scanners = {p: s for p, s in prepared.items() if isinstance(s, _PythonScanner)}
     _collect_exports(own, scanners)
     confirm_device_libraries(scanners, code)  # a device module looked up by name, kept only where no file undoes it
+    confirm_self_aliases(scanners, code)  # FLA's flags' aliases, likewise
     collect_own_classes(own, scanners)  # `shapes.topk` of a class another module defines (python_fields)
     findings: dict[tuple[str, int, int, str], Finding] = {}
     for path, source in sources.items():

@@ -94,8 +94,8 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
         self._collect_module_facts(tree)
         # FLA's flags aliased through sys.modules[__name__] (python_self_aliases): that read judged there, the loops'
         # getattr calls no lookups of unseen names; `name.device` of a device module judged as torch.cuda's
-        aliases, alias_lookups = self_alias_loops(tree, self._resolve) if "sys" in source else (set(), set())
-        self.judged |= aliases
+        self.alias_keys, alias_lookups = self_alias_loops(tree, self._resolve) if "sys" in source else ({}, set())
+        self.judged |= self.alias_keys.keys()
         self.device_libs, self.computed_lookups = device_libraries(tree, source, self._resolve, alias_lookups)
 
     def scan(self) -> list[_Hit]:

@@ -24,7 +24,9 @@ names (python_device_lib counts the others).
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .python_names import _str_const
 
@@ -32,14 +34,16 @@ _BOOL_BUILTINS = frozenset({"hasattr", "isinstance", "callable", "bool", "issubc
 _CASES = frozenset({"lower", "upper"})
 
 
-def self_alias_loops(tree: ast.Module, resolve: Callable[[ast.AST], str | None]) -> tuple[set[int], set[int]]:
-    """(ids of the `sys.modules` reads of proven alias bindings, ids of their loops' getattr calls)."""
+def self_alias_loops(tree: ast.Module,
+                     resolve: Callable[[ast.AST], str | None]) -> tuple[dict[int, frozenset[str]], set[int]]:
+    """({id of the `sys.modules` read of a proven alias binding: the flags its loops read}, ids of their loops'
+    getattr calls), on this module alone; confirm_self_aliases adds what the other files say."""
     holders = [(function, *holder) for function in tree.body
                if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
                for holder in [_self_module_binding(s, resolve) for s in function.body] if holder is not None]
     if not holders or any(isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load)
                           or isinstance(n, ast.arg) and n.arg == "__name__" for n in ast.walk(tree)):
-        return set(), set()  # the whole module is walked only where the form is there at all
+        return {}, set()  # the whole module is walked only where the form is there at all
     module_bindings = _module_bindings(tree)
     bound = _bound_anywhere(tree)
 
@@ -47,7 +51,8 @@ def self_alias_loops(tree: ast.Module, resolve: Callable[[ast.AST], str | None])
         """The builtin a call target names (a name bound nowhere in the module), else None."""
         return node.id if isinstance(node, ast.Name) and node.id not in bound else None
 
-    exempt, getattrs = set(), set()
+    exempt: dict[int, frozenset[str]] = {}
+    getattrs: set[int] = set()
     for function, name, read in holders:
         loops = [s for s in function.body if isinstance(s, ast.For)]
         proven = [_alias_loop(loop, name, builtin) for loop in loops]
@@ -60,7 +65,7 @@ def self_alias_loops(tree: ast.Module, resolve: Callable[[ast.AST], str | None])
                 or not all(_is_flag(k, module_bindings, builtin, set()) for k in keys)
                 or any(not t.isidentifier() or t.startswith("__") or t in module_bindings for t in targets)):
             continue
-        exempt.add(id(read))
+        exempt[id(read)] = frozenset(keys)
         getattrs |= {g for p in proven for g in p[2]}
     return exempt, getattrs
 
@@ -201,3 +206,24 @@ def _boolean_shaped(node: ast.AST, bindings, builtin, seen: set[str]) -> bool:
     if isinstance(node, ast.Name):
         return _is_flag(node.id, bindings, builtin, seen)
     return False
+
+
+# What another file could use to change a flag after the module set it, or read names unseen: setattr by any name,
+# a namespace dict, vars(), __getattribute__ (a flag stored into as `utils.FLAG = torch` is matched by its name).
+_UNDOING_RE = re.compile(r"\bsetattr\b|__dict__|\bvars\s*\(|__getattribute__|__setattr__")
+
+
+def confirm_self_aliases(scanners: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Withdraw an exemption that another file could undo: one that stores into a flag's name as an attribute
+    (`utils.FLAG = torch` run before the loop, by a module the holder imports first, would make the alias torch), or
+    that can set or read names unseen. Reading the flags or their aliases (`from .utils import IS_HOPPER`) is fine.
+    `sources`: the files that are code."""
+    holders = {path: s for path, s in scanners.items() if s.alias_keys}
+    for path, scanner in holders.items():
+        others = [text for other, text in sources.items() if other != path]
+        for read, keys in list(scanner.alias_keys.items()):
+            names = "|".join(map(re.escape, sorted(keys)))
+            store = re.compile(rf"\.\s*(?:{names})\s*(?:[-+*/%@&|^]|//|\*\*|<<|>>)?=(?!=)")
+            if any(_UNDOING_RE.search(text) or store.search(text) for text in others):
+                del scanner.alias_keys[read]
+                scanner.judged.discard(read)
