@@ -227,6 +227,24 @@ def test_a_librarys_include_folder_is_not_the_candidates_text(tmp_path, policy):
     assert [f for f in findings if f.severity == "error"] == []
 
 
+
+@pytest.mark.parametrize("library_on_pythonpath", [False, True])
+def test_a_scratch_folder_that_holds_installed_packages_is_a_librarys(tmp_path, monkeypatch, library_on_pythonpath):
+    """An -I folder under /tmp is read as the candidate's, unless it lies where this interpreter finds packages
+    (a virtual environment or packages unpacked under /tmp and put on PYTHONPATH): CI's clone lives there too."""
+    from harness.sandbox.compiled_sources import collect
+
+    work, site = tmp_path / "work", tmp_path / "site"
+    (work / "build").mkdir(parents=True)
+    (site / "lib" / "include").mkdir(parents=True)
+    (site / "lib" / "include" / "lib.h").write_text("inline int lib_call() { return std::system(\"x\"); }\n")
+    (work / "k.cpp").write_text("#include <lib.h>\nint f() { return lib_call(); }\n")
+    (work / "build" / "build.ninja").write_text(f"cflags = -I{site / 'lib' / 'include'}\n"
+                                                f"build k.o: compile {work / 'k.cpp'}\n")
+    monkeypatch.setenv("PYTHONPATH", str(site) if library_on_pythonpath else "")
+    names = sorted(Path(f["path"]).name for f in collect(work, {})["files"])
+    assert names == (["k.cpp"] if library_on_pythonpath else ["k.cpp", "lib.h"])
+
 def test_include_folders_of_a_build_ninja(tmp_path):
     from harness.sandbox.compiled_sources import include_folders
 

@@ -12,8 +12,9 @@ What is read: every ``build.ninja`` under the worker's folder (its ``TMPDIR`` to
 found) and under the extension builders' folders, each compile input it names, the source files of those folders,
 and the ``#include``s of what was read: quoted ones from the including file's folder, then (quoted or in angle
 brackets) from the build's ``-I`` folders that lie in the worker's own folders or the scratch folders (``/tmp``,
-``/dev/shm``, ``/var/tmp``, private to the worker), where a header written at run time can be put (a toolkit's or a
-library's include folder is not the candidate's text). Not under the worker's caches
+``/dev/shm``, ``/var/tmp``), where a header written at run time can be put; but not in the interpreter's prefix, its
+site-packages or a ``PYTHONPATH`` folder, where libraries are installed (a virtual environment or packages unpacked
+under ``/tmp``: a toolkit's or a library's include folder is not the candidate's text). Not under the worker's caches
 (``.cache``: FlashInfer's own JIT; ``.triton``). A source a ``build.ninja`` names that is gone, or text past the
 bounds, is reported as unread: the harness cannot clear what it could not read.
 """
@@ -33,7 +34,7 @@ MAX_TOTAL_BYTES = 24 << 20  # the reply's header is at most 64 MiB (harness.sand
 MAX_FILES = 400
 MAX_WALKED = 50_000  # entries looked at while looking for build.ninja files
 SKIPPED_FOLDERS = frozenset({".cache", ".triton", "__pycache__"})  # library JIT caches, not the candidate's builds
-SCRATCH_FOLDERS = ("/tmp", "/dev/shm", "/var/tmp")  # writable by any process: no library's headers live there
+SCRATCH_FOLDERS = ("/tmp", "/dev/shm", "/var/tmp")  # writable by any process, but a library may be installed there
 _COMPILE_RULE_RE = re.compile(r"^build\s+(.+?)(?<!\$):\s*(\w*compile\w*)\s+(.*)$")
 _FLAGS_RE = re.compile(r"^\s*(\w*flags)\s*=(.*)$")
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
@@ -191,6 +192,17 @@ class _Reader:
                     queue.append(added)
 
 
+def _library_roots() -> list[str]:
+    """Where this interpreter's packages are installed: its prefixes, site-packages and ``PYTHONPATH`` folders (the
+    environment's, which the static gate keeps a candidate from rewriting)."""
+    import site
+    import sys
+
+    roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()]
+    roots += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [r for r in roots if r and os.path.isdir(r)]
+
+
 def _inside(folder: Path, roots: Iterable[Path]) -> bool:
     """Is ``folder`` (links resolved) one of ``roots`` or under one: the worker's folders, not a library's."""
     real = Path(os.path.realpath(folder))
@@ -210,7 +222,8 @@ def collect(workdir: Path, folders: Mapping[str, Path], seen: Optional[dict[str,
     for ninja in ninjas:
         try:
             sources, defines = read_ninja(ninja)
-            search = [f for f in include_folders(ninja) if _inside(f, [*roots, *SCRATCH_FOLDERS])]
+            search = [f for f in include_folders(ninja)
+                      if _inside(f, roots) or _inside(f, SCRATCH_FOLDERS) and not _inside(f, _library_roots())]
         except OSError as err:
             reader.unread.append(f"{ninja}: {err}")
             continue
