@@ -219,11 +219,12 @@ def collect(workdir: Path, folders: Mapping[str, Path], seen: Optional[dict[str,
     if not complete and reader.seen.get("(walk)") is None:
         reader.seen["(walk)"] = True
         reader.unread.append(f"{workdir} (over {MAX_WALKED} entries): not every build in it could be found")
+    libraries = _library_roots()  # once: the interpreter's, not the build's
     for ninja in ninjas:
         try:
             sources, defines = read_ninja(ninja)
             search = [f for f in include_folders(ninja)
-                      if _inside(f, roots) or _inside(f, SCRATCH_FOLDERS) and not _inside(f, _library_roots())]
+                      if _inside(f, roots) or _inside(f, SCRATCH_FOLDERS) and not _inside(f, libraries)]
         except OSError as err:
             reader.unread.append(f"{ninja}: {err}")
             continue
