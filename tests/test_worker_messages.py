@@ -372,6 +372,33 @@ def test_a_failed_wall_clock_audit_is_rechecked_once_before_it_stands(second_kno
     assert "1.437 ms" in known.detail  # the first recheck's figures stay on record either way
 
 
+class _SlowJudgedSession(_JudgedSession):
+    """Judging takes 0.15 s a call: the first recheck costs most of a short deadline."""
+
+    def _judge(self, *args):
+        time.sleep(0.15)
+        return super()._judge(*args)
+
+
+def test_a_failed_wall_clock_audit_stands_unconfirmed_when_the_deadline_has_no_room_for_a_second_recheck():
+    """One reply only: a second recheck would find the fake worker without an answer (a crash). The failure stands,
+    saying why it was not confirmed, and the worker is left alive for the next workload."""
+    wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
+    reply = {"ok": True, "wall_ms": [0.46, 0.47, 1.58, 0.46], "repeat_wall_ms": [0.46, 0.46, 1.437, 0.46],
+             "input_fingerprints": ["f"] * 4, "threads_before": 1, "threads_after": 1}
+    with fake_worker(reply) as worker:
+        began = time.monotonic()
+        # four judged calls of 0.15 s leave under 0.4 s of 1.0 s: less than 1.5 x what the first recheck took
+        _SlowJudgedSession()._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, began + 1.0)
+        assert worker.alive
+    assert time.monotonic() - began < 1.0
+    assert wr.status == EvaluationStatus.PASSED.value, wr.message
+    known = [a for a in wr.audits if a.name == "known_input_timing"]
+    assert len(known) == 1 and not known[0].passed, wr.audits
+    assert known[0].detail.endswith("; no time left to confirm it") and "1.437 ms" in known[0].detail
+    assert all(a.passed for a in wr.audits if a.name not in ("known_input_timing", "fresh_input_timing"))
+
+
 def test_no_second_recheck_when_the_first_passes_or_a_call_was_wrong():
     """One reply only: a second request would find the fake worker without an answer (a crash)."""
     wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
@@ -381,6 +408,7 @@ def test_no_second_recheck_when_the_first_passes_or_a_call_was_wrong():
         _JudgedSession()._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
         assert worker.alive
     assert wr.status == EvaluationStatus.PASSED.value and all(a.passed for a in wr.audits), wr.audits
+
 
 def test_reuse_calls_take_never_seen_content_where_they_are_timed():
     from harness.audits.verdicts import plan_recheck
