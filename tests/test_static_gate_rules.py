@@ -231,6 +231,14 @@ PYTHON_POSITIVES = [
     ("harness_internals", 2, "from torch import sys as s\nm = s.modules\n"),
     ("concurrency", 2, "import numpy as np\nnp.os.system('ls')\n"),
     ("env_probe", 2, "import torch\nx = torch.os.environ.copy()\n"),
+    # ...and so are the modules a library holds under a private name of its own (red team round 4: looked up in the
+    # module as this interpreter has it), or, in a module not looked into, one named `_sys`, `_os`...
+    ("harness_internals", 3, "import collections\nS = collections._sys\nf = S._getframe(1)\n"),
+    ("harness_internals", 2, "from pprint import _sys\nm = _sys.modules['torch']\n"),
+    ("harness_internals", 2, "import somelib\nm = somelib._sys.modules\n"),
+    ("env_probe", 2, "import random\nenv = random._os.environ\n"),
+    ("concurrency", 2, "import argparse as a\na._os.fork()\n"),
+    ("dynamic_code", 2, "import enum\nenum.bltns.exec(src)\n"),
     # the `@` operator by any other name, tensor methods reached by name
     ("torch_compute", 2, "import operator\nc = operator.matmul(a, b)\n"),
     ("torch_compute", 1, "c = a.__matmul__(b)\n"),

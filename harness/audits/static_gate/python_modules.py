@@ -24,6 +24,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .python_held_modules import held_module
 from .python_names import _IMPLEMENTATION_MODULES, _REAL_SUBMODULES, _REEXPORTED_MODULES
 
 
@@ -64,14 +65,19 @@ def _absolute(name: str, package: tuple[str, ...]) -> str | None:
     return ".".join([*package[:len(package) - (level - 1)], *([rest] if rest else [])]) or None
 
 
-def _reexported(name: str) -> str:
+def _reexported(name: str, own_roots: frozenset[str] = frozenset()) -> str:
     """`torch.sys.modules` -> `sys.modules`: from the last attribute that names a re-exported module (not a module's
-    namesake function or class: `glob.glob`, `time.time`, `signal.signal`, `socket.socket`)."""
+    namesake function or class: `glob.glob`, `time.time`, `signal.signal`, `socket.socket`), or that a library module
+    holds under a name of its own (`collections._sys.modules` -> `sys.modules`: python_held_modules)."""
     parts = name.split(".")
+    own = parts[0] in own_roots
     for i in range(len(parts) - 1, 0, -1):
         if (parts[i] in _REEXPORTED_MODULES and parts[i] != parts[i - 1]
                 and ".".join(parts[:i + 1]) not in _REAL_SUBMODULES):
             return ".".join(parts[i:])
+        held = None if own else held_module(".".join(parts[:i]), parts[i])
+        if held is not None:
+            return ".".join([held, *parts[i + 1:]])
     return name
 
 
@@ -86,7 +92,7 @@ def canonical(name: str, package: tuple[str, ...], own: _OwnNames) -> str:
         # re-exported as an attribute, and the root package's __init__ ("") says what it binds there
         relative = name.startswith(".") and _absolute(name, package) is not None
         if not relative:
-            name = _reexported(name)
+            name = _reexported(name, own.modules)
         absolute = _absolute(name, package)
         if absolute is None or not own.exports:
             return name
