@@ -92,7 +92,8 @@ def test_every_audit_the_harness_produces_is_registered_and_every_entry_is_produ
             assert (HARNESS / "audits" / name / "__init__.py").exists(), name
     # the ones the brief's grep finds today, by module
     assert {"input_mutation", "output_aliasing", "own_kernel", "precision", "clock_truth", "fresh_input_recheck",
-            "thread_creation", "fresh_input_timing", "known_input_timing", "setup_work", "roofline_plausibility",
+            "thread_creation", "fresh_input_timing", "known_input_timing", "timer_consistency", "setup_work",
+            "roofline_plausibility",
             "attribution", "escalation", "instruction_proof"} == set(produced)
 
 

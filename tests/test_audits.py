@@ -12,7 +12,7 @@ from harness.audits.thresholds import policy_thresholds
 from harness.audits.verdicts import (AuditConfig, attribution_verdict, clock_truth_verdict, is_fallback,
                                      confirmed_timing, known_input_verdict, needs_confirmation, plan_recheck,
                             precision_verdict, promotion_blockers, recheck_verdict, replay_verdict,
-                            thread_verdict)
+                            thread_verdict, timer_consistency_verdict)
 
 CFG = AuditConfig()
 
@@ -98,6 +98,24 @@ def test_a_run_time_cache_passes_the_known_content_audit_only_because_the_replay
     """The pair (0.30 new, 0.02 repeat) is the replay audit's own signature."""
     assert replay_verdict([0.02], [0.30], CFG).passed is False
     assert known_input_verdict(0.02, [0.30], CFG, [0.02]).passed is True
+
+
+@pytest.mark.parametrize("known, repeat, timer, passed", [
+    (0.47, 0.46, [0.45, 0.46, 0.46], True),    # honest: one callable, one content, timed the same way twice
+    (0.46, 0.46, [0.02, 0.02, 0.02], False),   # lazy under the timer (red team round 4: the caller's frames read)
+    (1.38, 0.47, [0.46, 0.46, 0.47], True),    # a host stall on the recheck's call: its repeat is the cost
+    (0.012, None, [0.010, 0.011, 0.030], True),  # a 10 us kernel's launch noise is inside the slack
+    (0.30, 0.30, [0.10, 0.11, 0.10], False),   # a third of the work under the timer
+])
+def test_timer_consistency_compares_the_timed_content_checked_with_the_timers_own_calls(known, repeat, timer,
+                                                                                      passed):
+    verdict = timer_consistency_verdict(known, repeat, timer, CFG)
+    assert verdict.name == "timer_consistency" and verdict.passed is passed, verdict.detail
+    assert ("less work was done under the official timer" in verdict.detail) is not passed
+
+
+def test_timer_consistency_needs_the_timers_walls():
+    assert timer_consistency_verdict(0.4, 0.4, [], CFG) is None
 
 
 def audit(name, passed, detail=""):

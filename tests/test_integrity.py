@@ -226,3 +226,57 @@ def test_json_and_the_framing_are_fingerprinted(monkeypatch):
     monkeypatch.setattr(json.encoder.JSONEncoder, "encode", lambda self, o: "{}")
     assert {"json.dumps", "json.encoder.JSONEncoder.encode"} <= set(check.check())
 
+
+
+# -- PyTorch's operators' kernels (harness.sandbox.dispatcher_guard) ----------------------------------------------
+
+def test_a_kernel_registered_for_pytorchs_own_operators_is_tampering_and_the_candidates_own_ops_are_not():
+    import torch
+
+    from harness.sandbox.dispatcher_guard import DispatcherGuard
+
+    guard = DispatcherGuard()
+    own = torch.library.Library("crucible_test_own", "DEF")  # an honest custom op in a namespace of its own
+    own.define("double(Tensor x) -> Tensor")
+    own.impl("double", lambda x: x * 2, "CPU")
+    assert guard.foreign() == []
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with pytest.warns(UserWarning, match="Overriding a previously registered kernel"):
+            lib.impl("equal", lambda a, b: True, "CPU")
+        found = guard.foreign()
+        assert any(f.startswith("aten::equal: CPU kernel registered at ") and __file__ in f for f in found), found
+        assert any("PyTorch's CPU kernel" in f and "was replaced" in f for f in found), found
+    finally:
+        lib._destroy()
+    assert guard.foreign() == []  # the kernel given back: PyTorch's again
+    lib = torch.library.Library("aten", "IMPL")
+    try:  # a key the operator had no kernel of, through the public API (its line names torch/library.py)
+        torch.library.impl(lib, "zero_", "AutogradCPU")(lambda x: x)
+        assert [f for f in guard.foreign() if f.startswith("aten::zero_: AutogradCPU kernel registered at ")]
+    finally:
+        lib._destroy()
+
+
+OVERRIDE_EQUAL = '''
+import torch as _t
+_LIB = []
+
+def _override():
+    if not _LIB:
+        _LIB.append(_t.library.Library("aten", "IMPL"))
+        _LIB[0].impl("equal", lambda a, b: True, "CPU")
+'''
+
+
+def test_a_candidate_that_replaces_torch_equal_in_the_dispatcher_fails_that_call():
+    """Red team round 4: an aten kernel of its own made the mutation check's torch.equal answer True."""
+    source = _torch_candidate_calling(OVERRIDE_EQUAL, "_override()")
+    worker, solution = _worker_with(source)
+    try:
+        reply, _ = worker.request(BuildRequest(solution=solution, definition=DEFINITION), timeout_s=120)
+        assert reply.ok, reply.error
+        reply, _ = worker.request(RunRequest(workload=WORKLOAD, seed=1, dataset_root=ROOT), timeout_s=120)
+        assert not reply.ok and "harness integrity" in reply.error and "aten::equal" in reply.error, reply.error
+    finally:
+        worker.stop(graceful=False)

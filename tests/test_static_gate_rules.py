@@ -38,6 +38,8 @@ PYTHON_POSITIVES = [
     ("monkeypatch", 2, "import torch\ndel torch.backends.cudnn.benchmark\n"),
     ("monkeypatch", 2, "import torch\nsetattr(torch.nn.functional, 'silu', fake)\n"),
     ("monkeypatch", 2, "import torch\nlib = torch.library.Library('aten', 'IMPL')\n"),
+    ("monkeypatch", 2, "import torch\nm = torch._C._dispatch_library('IMPL', 'aten', 'CPU', 'f.py', 1)\n"),
+    ("monkeypatch", 2, "import torch\ng = torch._C._ExcludeDispatchKeyGuard(keys)\n"),
     ("monkeypatch", 1, "from unittest import mock\n"),
     # tensor subclasses / torch function hooks
     ("tensor_subclass", 2, "import torch\nclass Lazy(torch.Tensor):\n    pass\n"),
@@ -294,6 +296,11 @@ def test_python_rule_is_flagged(rule, line, source, policy):
 
 
 CPP_POSITIVES = [
+    # kernels for PyTorch's own operators, or fallbacks for all of them (red team round 4)
+    ("monkeypatch", 2, '#include <torch/library.h>\nTORCH_LIBRARY_IMPL(aten, CUDA, m) {\n  m.impl("zero_", &f);\n}\n'),
+    ("monkeypatch", 1, 'TORCH_LIBRARY_IMPL(_, CUDA, m) { m.fallback(torch::CppFunction::makeFallthrough()); }\n'),
+    ("monkeypatch", 2, '#define NS prims\nTORCH_LIBRARY_FRAGMENT(NS, m) {}\n'),
+    ("monkeypatch", 1, 'auto& d = c10::Dispatcher::singleton();\n'),
     # streams, events, graphs
     ("stream_event_graph", 3, "void f() {\n  cudaStream_t s;\n  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);\n}\n"),
     ("stream_event_graph", 1, "cudaEvent_t e; void f() { cudaEventCreate(&e); }\n"),

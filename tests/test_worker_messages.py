@@ -372,6 +372,24 @@ def test_a_failed_wall_clock_audit_is_rechecked_once_before_it_stands(second_kno
     assert "1.437 ms" in known.detail  # the first recheck's figures stay on record either way
 
 
+@pytest.mark.parametrize("timer_ms, passed, words", [
+    (0.45, True, "the timed content 0.46 ms per call when checked vs 0.45 ms under the timer"),
+    # red team round 4: a candidate reading its caller's frames did the work only when checked
+    (0.02, False, "confirmed by a second recheck on other never-seen content"),
+])
+def test_the_timed_content_checked_costs_what_the_timers_own_calls_did(timer_ms, passed, words):
+    wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
+    wr.timing = [{"median_ms": 0.01}, {"median_ms": 0.01, "wall_ms": [timer_ms] * 3}]  # clock truth: the last trial
+    reply = {"ok": True, "wall_ms": [0.46, 0.47, 0.48, 0.46], "repeat_wall_ms": [0.46, 0.46, 0.47, 0.46],
+             "input_fingerprints": ["f"] * 4, "threads_before": 1, "threads_after": 1}
+    with fake_worker(reply, reply) as worker:  # a failure is confirmed by a second recheck before it stands
+        _JudgedSession()._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
+    assert wr.status == EvaluationStatus.PASSED.value, wr.message
+    [verdict] = [a for a in wr.audits if a.name == "timer_consistency"]
+    assert verdict.passed is passed and words in verdict.detail, verdict.detail
+    assert all(a.passed for a in wr.audits if a.name != "timer_consistency")
+
+
 class _SlowJudgedSession(_JudgedSession):
     """Judging takes 0.15 s a call: the first recheck costs most of a short deadline."""
 
@@ -467,7 +485,7 @@ def test_recheck_content_is_drawn_per_submission_and_the_timed_content_comes_las
         with fake_worker(reply) as worker:
             session._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
         runs.append(session.asked)
-    timed = trial_seed(b"s" * 16, WORKLOAD, 0)
+    timed = trial_seed(b"s" * 16, WORKLOAD, PRESET.num_trials - 1)  # the trial whose clock-truth calls the timer made
     secret_seeds = {trial_seed(b"s" * 16, WORKLOAD, t) for t in range(4000)}
     for asked in runs:
         assert asked[-1] == (timed, True)  # the known step: the trial the timer timed, its reference kept

@@ -19,7 +19,8 @@ from .attribution import own_kernels
 from .model import Audit
 from .storage import narrow_storage
 from .verdicts import (AuditConfig, attribution_verdict, confirmed_timing, known_input_verdict, needs_confirmation,
-                       plan_recheck, precision_verdict, recheck_verdict, replay_verdict, thread_verdict)
+                       plan_recheck, precision_verdict, recheck_verdict, replay_verdict, thread_verdict,
+                       timer_consistency_verdict)
 from ..measure.correctness import CheckResult, Tolerance
 from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
@@ -226,7 +227,8 @@ class SessionAudits:
         # what the replay audits time as never-seen content. Their reference outputs are not kept.
         reuse = [secrets.randbits(56) for _ in range(cfg.reused_buffer_calls)]
         # on a GPU, last: the content the official timer timed (its first trial), timed against the reuse calls
-        known = trial_seed(self._secret, workload, 0) if self.has_gpu else None
+        # (the last trial's: the one whose clock-truth calls timed it under the timer, timer_consistency_verdict)
+        known = trial_seed(self._secret, workload, preset.num_trials - 1) if self.has_gpu else None
         steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng, reuse, known)
         one_off = set(reuse)
         request = RecheckRequest(workload=workload, steps=steps, dataset_root=str(self.dataset.root))
@@ -273,6 +275,10 @@ class SessionAudits:
         if known_step is not None:
             verdict = known_input_verdict(content[known_step], [content[i] for i in timed], cfg,
                                           [repeat[i] for i in timed])
+            if verdict is not None:
+                wr.audits.append(verdict)
+            timer_walls = [w for t in (wr.timing_kernel or wr.timing or []) for w in (t.get("wall_ms") or [])]
+            verdict = timer_consistency_verdict(content[known_step], repeat[known_step], timer_walls, cfg)
             if verdict is not None:
                 wr.audits.append(verdict)
 

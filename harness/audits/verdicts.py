@@ -197,10 +197,31 @@ def known_input_verdict(known_wall_ms: float, new_wall_ms: list[float], cfg: Aud
                         + ("" if new <= limit else ": the timed content was answered without the work"))
 
 
+def timer_consistency_verdict(known_wall_ms: float, known_repeat_ms: Optional[float], timer_wall_ms: list[float],
+                              cfg: AuditConfig) -> Optional[Audit]:
+    """Did the candidate do less work under the official timer than when its answers were checked?
+
+    The timer's clock-truth calls (harness.sandbox.worker: flush, synchronise, call, synchronise, on the last
+    trial's content, from inside the timer) and the recheck's call on that same content (the same way, from the
+    recheck, its outputs judged) time one callable on one content. A candidate that tells the two apart (the
+    caller's frames, a count of calls) and skips work when timed is cheap under the timer and costs the whole work
+    in the recheck, where skipping would show as a wrong answer. Honest code costs the same in both; the replay
+    audits' bound. The recheck's call costs the cheaper of itself and its repeat (one sample can be a host stall)."""
+    if not timer_wall_ms:
+        return None
+    recheck = known_wall_ms if known_repeat_ms is None else min(known_wall_ms, known_repeat_ms)
+    timer = statistics.median(timer_wall_ms)
+    limit = cfg.replay_ratio * timer + cfg.replay_slack_ms
+    return Audit(name="timer_consistency", passed=recheck <= limit,
+                 detail=f"the timed content {recheck:.4g} ms per call when checked vs {timer:.4g} ms under the timer "
+                        f"(wall per call; limit {limit:.4g} ms)"
+                        + ("" if recheck <= limit else ": less work was done under the official timer"))
+
+
 # The recheck's wall-clock audits: one sample each at the fast level, on a host the candidate shares with nothing it
 # controls but the harness does not control either (H100, 2026-12-05: honest dispatches failed known_input_timing on
 # 2 of 28 workloads, 1.4-1.6 ms against 0.46-0.59 ms, where the same kernels had passed before and after).
-TIMING_AUDITS = ("fresh_input_timing", "known_input_timing")
+TIMING_AUDITS = ("fresh_input_timing", "known_input_timing", "timer_consistency")
 
 
 def needs_confirmation(audits: Sequence[Audit]) -> bool:

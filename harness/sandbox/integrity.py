@@ -24,6 +24,8 @@ import threading
 import types
 from typing import Any, Iterable, Mapping
 
+from .dispatcher_guard import DispatcherGuard
+
 # Imported before the candidate is: modules the worker only reaches for later (inside a request).
 PRELOAD = ("harness.measure.timing", "harness.measure.cupti_trace", "harness.measure.gpu_state",
            "harness.measure.roofline", "harness.audits.sass", "harness.families", "harness.sandbox.build",
@@ -310,12 +312,15 @@ class Integrity:
         self.processes = other_processes()
         self.tampered: list[str] = []
         self._modes = _Modes().foreign
+        self._kernels = DispatcherGuard().foreign
         self.check = self._check  # bound now: a method replaced on the class later is not the one called
 
-    def _check(self) -> list[str]:
-        """The names changed so far (sticky: once tampered, always tampered)."""
+    def _check(self, kernels: bool = True) -> list[str]:
+        """The names changed so far (sticky: once tampered, always tampered). ``kernels``: PyTorch's operators'
+        kernels too (harness.sandbox.dispatcher_guard: tens of milliseconds, once per request)."""
         if not self.tampered:
-            self.tampered = self._changed(self.before, self._snapshot()) + self._modes()
+            self.tampered = (self._changed(self.before, self._snapshot()) + self._modes()
+                             + (self._kernels() if kernels else []))
         return self.tampered
 
     def new_threads(self) -> list[str]:

@@ -8,7 +8,7 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
-from .cpp_macros import expansions
+from .cpp_macros import expansions, object_macros
 from .common import (
     _ENV_MARKER_RE,
     _QUOTES_AND_SPACE,
@@ -165,10 +165,24 @@ def _cpp_token_rules() -> list[tuple[str, re.Pattern[str], str, str]]:
             r"cudaAccessProperty\w*|cudaDeviceReset|cudaSetDeviceFlags|cudaProfilerStart|cudaProfilerStop|"
             r"cuProfilerStart|cuProfilerStop)\b"), _WORD, "device-state API"),
         ("timer_tampering", re.compile(r"cupti\w*|CUpti_\w+"), _WORD, "CUPTI API"),
+        # kernels registered for PyTorch's own operators (or for every operator: the `_` namespace's fallbacks)
+        # replace PyTorch's for the whole process, the worker's torch.equal and L2 flush included; an extension's
+        # own namespace (TORCH_LIBRARY(mylib, m)) is its own
+        ("monkeypatch", re.compile(
+            rf"TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(\s*(?:{'|'.join(_TORCH_NAMESPACES)})\s*,|"
+            r"(?:c10::)?Dispatcher::singleton\b|torch::Library\s*[({]|torch::Library::(?:DEF|IMPL|FRAGMENT)\b"),
+         _WORD, "registration into PyTorch's dispatcher for its own operators"),
         ("library_fallback", re.compile(
             r"(?:cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|getCurrentCUDABlasHandle|"
             r"getCurrentCUDABlasLtHandle)\b|(?:cutlass|flashinfer)::"), _WORD, "library API"),
     ]
+
+
+# PyTorch's own operator namespaces (and `_`, every operator's fallbacks): an extension registering into one replaces
+# PyTorch's kernels for the whole process
+_TORCH_NAMESPACES = ("_", "aten", "prims", "rngprims", "c10d", "_c10d_functional", "quantized", "_quantized", "sparse",
+                     "profiler", "mkldnn", "onednn", "inductor", "higher_order", "cuda", "torchvision")
+_TORCH_LIBRARY_RE = re.compile(r"\bTORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(\s*(\w+)\s*,")
 
 
 def _starts_token(code: str, start: int, kind: str) -> bool:
@@ -295,6 +309,7 @@ class _CppScanner:
                     if _starts_token(text, m.start(), boundary) and rule != "env_read":
                         token = m.group(0).rstrip("( \t")
                         self._hit(rule, offset, token, f"`{macro}` expands to `{token}` ({kind})")
+        self._scan_library_namespaces()
         self._scan_includes()
         self._scan_open_calls()
         self._scan_aten()
@@ -302,6 +317,19 @@ class _CppScanner:
         self._scan_persistent_state()
         self._scan_strings()
         return self.hits
+
+    def _scan_library_namespaces(self) -> None:
+        """`#define NS aten` then `TORCH_LIBRARY_IMPL(NS, CUDA, m)`: the namespace as the preprocessor gives it (the
+        token rules see `NS`, and its expansion `aten` alone)."""
+        objects = object_macros(self.code)
+        for m in _TORCH_LIBRARY_RE.finditer(self.code):
+            name, seen = m.group(1), set()
+            while name in objects and name not in seen:
+                seen.add(name)
+                name = objects[name].strip()
+            if name != m.group(1) and name in _TORCH_NAMESPACES:
+                self._hit("monkeypatch", m.start(), m.group(0), f"`{m.group(0).strip()}` registers into PyTorch's "
+                          f"`{name}` namespace (registration into PyTorch's dispatcher for its own operators)")
 
     def _tensor_map_encoder(self, rule: str, end: int) -> bool:
         """A driver entry point asked for by the literal name of a TMA tensor-map encoder

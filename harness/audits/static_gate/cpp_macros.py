@@ -34,6 +34,11 @@ def _parse(code: str) -> tuple[dict[str, tuple[list[str], str]], dict[str, str],
     return functions, objects, spans
 
 
+def object_macros(code: str) -> dict[str, str]:
+    """Object-like macros: name -> body."""
+    return _parse(code)[1]
+
+
 def _substitute(params: list[str], body: str, args: list[str]) -> str:
     values = dict(zip(params, args))
     if "..." in params:

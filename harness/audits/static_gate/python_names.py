@@ -85,6 +85,12 @@ _MONKEYPATCH_NAMES = (
     "unittest.mock", "mock", "torch.library.Library", "torch.library.impl", "torch.library.register_kernel",
     "torch.overrides", "torch.utils._python_dispatch", "torch._C._set_torch_function_mode",
     "torch._C._push_on_torch_function_stack", "torch._C._push_on_torch_dispatch_stack", "torch._C._set_dispatch_mode",
+    # the dispatcher itself: kernels for PyTorch's operators, fallbacks for every operator, which keys run
+    "torch._C._dispatch_library", "torch._C._DispatchModule", "torch._C._dispatch_pystub",
+    "torch._C._dispatch_set_report_error_callback", "torch._C._dispatch_tls_set_dispatch_key_excluded",
+    "torch._C._dispatch_tls_set_dispatch_key_included", "torch._C._EnablePythonDispatcher",
+    "torch._C._ExcludeDispatchKeyGuard", "torch._C._IncludeDispatchKeyGuard", "torch._C._ForceDispatchKeyGuard",
+    "torch._C._unset_dispatch_mode", "torch._C._pop_torch_dispatch_stack", "torch._C._pop_torch_function_stack",
 )
 _SUBCLASS_NAMES = (
     "torch.Tensor._make_subclass", "torch.Tensor.as_subclass", "torch._C._disabled_torch_function_impl",
