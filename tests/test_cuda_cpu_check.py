@@ -148,8 +148,10 @@ def test_honest_cuda_is_skipped_on_cpu_and_a_type_error_is_a_compile_error(tiny_
         data["spec"]["binding"] = "torch"
         return s.submit(Solution.model_validate(data)).workloads[0]
 
+    # every workload over the CPU size limit (the Triton interpreter's): CUDA is compiled all the same (red team
+    # round 4: a MoE solution in CUDA was skipped unbuilt, "too slow for the Triton interpreter")
     with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
-                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=600)) as s:
+                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=600, cpu_max_input_mib=0.0)) as s:
         honest, broken = submit(s, TORCH_CUDA), submit(s, TYPE_ERROR)
     assert honest.status == "SKIPPED" and "compiled with nvcc for sm_90a" in honest.message, honest.message
     assert broken.status == "COMPILE_ERROR" and "nvcc failed on kernel.cu" in broken.message

@@ -40,7 +40,7 @@ from ..measure.memory import tensor_bytes
 from ..data.options import SubmitOptions
 from .phases import PhaseClock
 from ..sandbox.runner import WorkerOptions, WorkerProcess
-from ..data.schema import Definition, EvaluationStatus, Solution, Workload, dump_json
+from ..data.schema import Definition, EvaluationStatus, Language, Solution, Workload, dump_json
 from ..sandbox.isolation import load_sandbox_policy
 from ..sandbox.stale import remove_stale
 from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
@@ -317,7 +317,10 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                 label = self.dataset.label(workload)
                 self.progress("workload", {"label": label, "uuid": workload.uuid})
                 size = input_bytes(definition, workload)
-                on_cpu = not self.has_gpu and not self.options.all_workloads_on_cpu
+                # the size rule is the Triton interpreter's: a CUDA solution is compiled on this host (nvcc, for
+                # sm_90a) and then skipped for want of a GPU, whatever its inputs weigh, so its build is checked
+                on_cpu = (not self.has_gpu and not self.options.all_workloads_on_cpu
+                          and solution.spec.language != Language.cuda)
                 skip = cpu_skip_message(size, self.options.cpu_max_input_mib,
                                         family_for(definition.op_type).serial_steps(definition, workload),
                                         self.options.cpu_max_serial_steps) if on_cpu else None
