@@ -402,8 +402,10 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
                   + (f" ({present})" if present else ""), highlight=False)
 
 
-# Source files `harness pack` takes from a folder: Python, CUDA and C++ sources and headers.
-PACKED_SUFFIXES = {".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".inc"}
+# Files `harness pack` takes from a folder: Python, CUDA and C++ sources and headers, and the text data a solution
+# reads at import (a tuning table in JSON or YAML next to its module).
+PACKED_SUFFIXES = {".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hh", ".hxx", ".inl", ".inc",
+                   ".json", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".ini", ".csv"}
 
 
 @main.command()
@@ -430,9 +432,14 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
     from .sandbox.isolation import SandboxPolicy, human_bytes
 
     root, limit, total = Path(folder), SandboxPolicy().solution_bytes, 0
-    sources = []
+    sources, left_out = [], []
     for p in sorted(root.rglob("*")):
-        if not (p.suffix in PACKED_SUFFIXES and "__pycache__" not in p.parts) or (p.is_dir() and not p.is_symlink()):
+        parts = p.relative_to(root).parts
+        if "__pycache__" in parts or any(part.startswith(".") for part in parts[:-1]) or (
+                p.is_dir() and not p.is_symlink()):
+            continue  # bytecode, and hidden folders (.git, a virtual environment, caches)
+        if p.suffix not in PACKED_SUFFIXES:
+            left_out.append(str(p.relative_to(root)))
             continue
         if p.is_symlink():  # a link may point anywhere (/etc/passwd): a solution holds its own files only
             fail(f"{p}: a link; copy the file into the folder instead")
@@ -456,6 +463,9 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
     except SchemaError as e:
         fail(str(e))
     text = json.dumps(data, indent=2) + "\n"
+    if left_out:  # said, not failed: a README or a build output belongs in no solution
+        shown = ", ".join(left_out[:10]) + (f" and {len(left_out) - 10} more" if len(left_out) > 10 else "")
+        click.echo(f"left out (not source or text data, {' '.join(sorted(PACKED_SUFFIXES))}): {shown}", err=True)
     if output:
         try:
             Path(output).write_text(text)

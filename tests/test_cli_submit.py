@@ -284,6 +284,18 @@ def test_pack_builds_a_solution_from_a_folder(tmp_path):
     spec = json.loads(out.read_text())["spec"]
     assert spec["setup"] == "plan.py::plan" and spec["instruction_claims"] == ["hmma"]
     assert "helpers.inl" in {s["path"] for s in json.loads(out.read_text())["sources"]}
+    # the text data a module reads at import is packed (red team round 4: a dropped tuning.json made an honest
+    # solution a COMPILE_ERROR); the rest is said, and hidden folders and bytecode are not walked
+    (src / "tuning.json").write_text('{"BLOCK_N": 64}\n')
+    (src / "README.md").write_text("# notes\n")
+    (src / ".venv" / "lib").mkdir(parents=True)
+    (src / ".venv" / "lib" / "site.py").write_text("x = 1\n")
+    data_packed = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language",
+                          "python", "--name", "packed", "--author", "me", "-o", str(out))
+    assert data_packed.returncode == 0, data_packed.stderr
+    paths = {s["path"] for s in json.loads(out.read_text())["sources"]}
+    assert "tuning.json" in paths and "README.md" not in paths and not any(".venv" in p for p in paths), paths
+    assert "left out" in data_packed.stderr and "README.md" in data_packed.stderr
     missing = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language",
                       "python", "--name", "packed", "--author", "me", "--setup", "nowhere.py::plan")
     assert missing.returncode == 2 and "setup file 'nowhere.py'" in missing.stderr
