@@ -75,6 +75,9 @@ PYTHON_NEGATIVES = [
     "import torch\nprops = torch.cuda.get_device_properties(0).multi_processor_count\n",
     "import torch\nstream = torch.cuda.current_stream()\n",
     "import os\nhere = os.path.join(os.path.dirname(__file__), 'kernel.cu')\n",
+    # the solution's own package data through the standard library (red team round 4), a source of its own
+    "import pkgutil\nSRC = pkgutil.get_data(__package__, 'kernel.cu')\n",
+    "from importlib import resources\nSRC = resources.read_text(__spec__.parent, 'helpers.cuh')\n",
     "def f():\n    '''Mentions pytest, /proc/self and TRITON_INTERPRET in prose only.'''\n    return 1\n",
     "try:\n    x = int(s)\nexcept ValueError:\n    x = 0\n",
     "try:\n    run()\nexcept Exception as exc:\n    raise RuntimeError('kernel failed') from exc\n",

@@ -241,6 +241,15 @@ PYTHON_POSITIVES = [
     ("env_probe", 2, "import random\nenv = random._os.environ\n"),
     ("concurrency", 2, "import argparse as a\na._os.fork()\n"),
     ("dynamic_code", 2, "import enum\nenum.bltns.exec(src)\n"),
+    # package data only from the solution's own package, by a literal name that climbs nowhere
+    ("file_read", 3, "import json\nimport pkgutil\nT = json.loads(pkgutil.get_data(__package__ or __name__, 't.json'))\n"),
+    ("file_read", 2, "from importlib import resources\nT = resources.files(__package__).joinpath('t.json').read_text()\n"),
+    ("dynamic_code", 2, "import pkgutil\nT = pkgutil.get_data('harness', 'archive/schema.sql')\n"),
+    ("dynamic_code", 2, "import pkgutil\nT = pkgutil.get_data(__package__, '../../seal.key')\n"),
+    ("dynamic_code", 2, "import pkgutil\nT = pkgutil.get_data(__package__, name)\n"),
+    ("dynamic_code", 2, "import pkgutil\nm = pkgutil.resolve_name('os')\n"),
+    ("dynamic_code", 2, "from importlib import resources\nT = resources.files('torch').joinpath('x').read_text()\n"),
+    ("dynamic_code", 2, "from importlib import resources\nfiles = resources.files\n"),
     # the `@` operator by any other name, tensor methods reached by name
     ("torch_compute", 2, "import operator\nc = operator.matmul(a, b)\n"),
     ("torch_compute", 1, "c = a.__matmul__(b)\n"),

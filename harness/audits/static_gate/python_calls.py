@@ -26,6 +26,7 @@ from .python_names import (
     _INTERNAL_STRINGS,
     _NAMED_LOOKUPS,
     _OPEN_FUNCTIONS,
+    _PACKAGE_DATA_READS,
     _PACKAGE_QUERIES,
     _TENSOR_BASES,
     _TENSOR_COMPUTE_METHODS,
@@ -45,6 +46,14 @@ _WATCHED_ATTRS = _FRAME_ATTRS | _INTERNAL_STRINGS
 
 # A file the solution ships (its sources are scanned too) may be read next to the module (`__file__`).
 _OWN_FILE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".py")
+
+
+def _is_own_package_name(node: ast.AST) -> bool:
+    """`__package__`, `__name__` or `__spec__.parent`: the module's own package (or itself), as the import gave it."""
+    if isinstance(node, ast.Name):
+        return node.id in ("__package__", "__name__")
+    return (isinstance(node, ast.Attribute) and node.attr == "parent" and isinstance(node.value, ast.Name)
+            and node.value.id == "__spec__")
 
 
 # Existence checks of one path (a file the solution ships, next to the module, is looked up: python_calls)
@@ -98,6 +107,23 @@ class _CallChecks:
         literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         return (self._is_file_relative(path_expr) and any(s.endswith(_OWN_FILE_SUFFIXES) for s in literals)
                 and not any(s.startswith("/") or ".." in s for s in literals))
+
+    def _own_package_data(self, node: ast.Call) -> bool:
+        """`files(__package__)`, `read_text(__name__, "x.json")`, `pkgutil.get_data(__package__ or __name__,
+        "tuning.json")`: anchored at this module's own package, a resource named by a literal that climbs nowhere."""
+        anchor = node.args[0] if node.args else next(
+            (k.value for k in node.keywords if k.arg in ("anchor", "package")), None)
+        if anchor is None or any(isinstance(a, ast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords):
+            return False
+        anchors = anchor.values if isinstance(anchor, ast.BoolOp) else [anchor]
+        if not all(_is_own_package_name(a) for a in anchors):
+            return False
+        for arg in node.args[1:]:
+            text = _str_const(arg)
+            if text is None or text.startswith("/") or ".." in text:
+                return False
+        return True
 
     def _in_own_folder(self, path_expr: ast.AST) -> bool:
         """A path under the module's folder (`os.path.join(HERE, f"E={E}.json")`): asking whether the solution
@@ -188,6 +214,11 @@ class _CallChecks:
             self.judged.add(id(node.func))  # a namespace of the solution's own, where it defines its ops
         elif resolved == "tvm_ffi.load_module" and len(args) == 1 and self._built_here(args[0]):
             self.judged.add(id(node.func))  # the module tvm_ffi.cpp.build just built from the solution's sources
+        elif resolved in _PACKAGE_DATA_READS and self._own_package_data(node):
+            self.judged.add(id(node.func))
+            resource = _str_const(node.args[1]) if len(node.args) > 1 else None
+            if resource is not None and not resource.endswith(_OWN_FILE_SUFFIXES):
+                self._hit("file_read", node, f"`{resolved}()` reads the solution's package data `{resource}`")
         elif resolved in _PACKAGE_QUERIES:
             name = _str_const(args[0]) if len(args) == 1 and not node.keywords else None
             if name is not None and re.fullmatch(r"[A-Za-z_][\w-]*", name):  # a top-level name: no parent imported

@@ -178,6 +178,14 @@ _TEMP_BUILD_DIRECTORIES = frozenset({"tempfile.mkdtemp", "tempfile.TemporaryDire
 # the package's code run (python_calls judges the call); any other use of importlib stays dynamic code.
 _PACKAGE_QUERIES = frozenset({"importlib.metadata.version", "importlib.metadata.metadata", "importlib.util.find_spec"})
 _PACKAGE_NOT_FOUND = "importlib.metadata.PackageNotFoundError"
+# The solution's own package data read through the standard library (`importlib.resources.files(__package__)`,
+# `pkgutil.get_data(__package__, "tuning.json")`): allowed with the module's own package as the anchor, read like a
+# file next to the module (a file_read warning unless it is one of the solution's sources); any other use of
+# importlib.resources or pkgutil stays dynamic code.
+_PACKAGE_DATA_READS = frozenset({
+    "importlib.resources.files", "importlib.resources.read_text", "importlib.resources.read_binary",
+    "importlib.resources.open_text", "importlib.resources.open_binary", "importlib.resources.is_resource",
+    "importlib.resources.path", "pkgutil.get_data"})
 # ctypes too: the starter kit's CUDA binding template imports it and never uses it; every use is native_ffi.
 # cuda-python's driver module likewise: CuTe DSL kernels (FlashInfer's GDN ones, vendored) take their stream as
 # `cuda.CUstream(torch.cuda.current_stream().cuda_stream)`, a typed handle of the current stream; any other use of
@@ -192,9 +200,10 @@ _SIGNATURE_NAMES = frozenset({"inspect.signature", "inspect.Signature", "inspect
 # timed call no more than a constant does. The rest of platform (node, uname, system details) stays env_probe.
 _HOST_ARCH = frozenset({"platform.machine"})
 _IMPORTED_BY_USE = (frozenset({"glob", "tempfile", "ctypes", "importlib.metadata", "importlib.util",
+                               "importlib.resources", "pkgutil",
                                _PACKAGE_NOT_FOUND, "cuda.bindings.driver", "cuda.cuda", "inspect", "platform"})
                     | _CUDA_STREAM_HANDLES | _SIGNATURE_NAMES | _HOST_ARCH
-                    | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES | _PACKAGE_QUERIES)
+                    | _GLOB_FUNCTIONS | _TEMP_BUILD_DIRECTORIES | _PACKAGE_QUERIES | _PACKAGE_DATA_READS)
 
 # Modules that other modules re-export as attributes (`torch.sys`, `os.sys`, `np.os`, `torch.os`): an attribute of
 # an imported module with one of these names is that module, so `torch.sys.modules` is `sys.modules`. Real
