@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .common import _TORCH_NAMESPACES, SNIPPET_MAX_CHARS, _Hit, _snippet
 from .cpp import scan_cpp
+from .python_reach import never_imported
 from .policy import (
     ALLOW_LIST_NAMES,
     DECLARED_LIBRARY_NOTE,
@@ -54,6 +55,7 @@ from .policy import (
     awaits_attribution,
     builtin_policy,
     declared_library,
+    in_a_file_never_imported,
     gate_passed,
     load_policy,
     policy_from_mapping,
@@ -188,6 +190,8 @@ __all__ = [
     "CPP_LANGUAGES",
     "CPP_SUFFIXES",
     "DECLARED_LIBRARY_NOTE",
+    "in_a_file_never_imported",
+    "never_imported",
     "DEFAULT_POLICY_PATH",
     "DOCUMENT_SUFFIXES",
     "LIBRARY_RULES",

@@ -293,9 +293,22 @@ def awaits_attribution(finding: Finding | Mapping[str, Any]) -> bool:
     """True for a library-compute warning (LIBRARY_RULES) that run-time attribution is to confirm or clear; not for
     an error (a policy that forbids library compute outright) nor for a baseline's declared library use.
     Accepts a Finding or its model_dump() (as archived with an evaluation)."""
+    from .python_reach import NEVER_IMPORTED_NOTE
+
     data = finding.model_dump() if isinstance(finding, Finding) else finding
+    message = str(data.get("message", ""))
     return (data.get("rule") in LIBRARY_RULES and data.get("severity") == "warning"
-            and DECLARED_LIBRARY_NOTE not in str(data.get("message", "")))
+            and DECLARED_LIBRARY_NOTE not in message and NEVER_IMPORTED_NOTE not in message)
+
+
+def in_a_file_never_imported(finding: Finding) -> Finding:
+    """A finding in a Python file that no import of the solution reaches (python_reach: a repository's tests and
+    benchmarks packed beside the kernel): shown, as a warning that blocks nothing and awaits no attribution."""
+    from .python_reach import NEVER_IMPORTED_NOTE
+
+    if NEVER_IMPORTED_NOTE in finding.message:
+        return finding
+    return finding.model_copy(update={"severity": "warning", "message": finding.message + NEVER_IMPORTED_NOTE})
 
 
 def declared_library(finding: Finding) -> Finding:
