@@ -253,6 +253,9 @@ PYTHON_POSITIVES = [
     # the `@` operator by any other name, tensor methods reached by name
     ("torch_compute", 2, "import operator\nc = operator.matmul(a, b)\n"),
     ("torch_compute", 1, "c = a.__matmul__(b)\n"),
+    ("torch_compute", 1, "S.baddbmm_(Q, K, beta=0.0, alpha=scale)\n"),
+    ("torch_compute", 1, "l = P.nansum(-1, keepdim=True)\n"),
+    ("torch_compute", 1, "O = O.addcmul_(P, V)\n"),
     ("torch_compute", 1, "mm = getattr(q, 'matmul')\n"),
     ("torch_compute", 3, "import functools\nimport operator\nc = functools.reduce(operator.matmul, mats)\n"),
     ("torch_compute", 2, "import operator\nf = operator.methodcaller('matmul', k)\n"),

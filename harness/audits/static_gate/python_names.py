@@ -140,6 +140,15 @@ _TENSOR_COMPUTE_METHODS = frozenset({
     "topk", "cumsum", "argsort", "argmax", "argmin", "masked_fill", "masked_fill_", "index_select", "index_add",
     "index_add_", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "mul", "mul_", "div",
     "div_", "einsum", "outer", "kron", "tensordot", "prod", "var", "std", "__matmul__", "__rmatmul__", "__imatmul__",
+    # in-place and private spellings of the same, and other reductions and products (red team round 4: attention
+    # written with `S.baddbmm_` and `P.nansum` raised nothing). Host glue that shares a name with a Python method
+    # (`.sort()`, `.max()`, `.index()`) stays out: attribution on a GPU judges every kernel whatever called it.
+    "baddbmm_", "addmm_", "addbmm_", "addmv_", "addr", "addr_", "inner", "vdot", "nansum", "nanmean",
+    "logcumsumexp", "cumsum_", "cumprod", "cumprod_", "cummax", "cummin", "kthvalue", "trace", "std_mean",
+    "var_mean", "addcmul", "addcmul_", "addcdiv", "addcdiv_", "_softmax", "_log_softmax", "exp_", "exp2_", "sqrt_",
+    "rsqrt_", "tanh_", "sigmoid_", "relu_", "expm1", "expm1_", "logaddexp", "logaddexp2", "dist", "cross", "lerp",
+    "lerp_", "renorm", "matrix_power", "median", "nanmedian", "quantile", "nanquantile", "histc", "index_put",
+    "index_put_", "index_reduce", "index_reduce_", "scatter_reduce_", "logit", "softplus", "gelu", "silu", "mish",
 })
 
 _FRAME_ATTRS = frozenset({
