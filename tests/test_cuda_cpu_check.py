@@ -107,6 +107,16 @@ def test_calling_a_library_whose_headers_are_stood_in_for_is_not_checkable_here(
     assert "kernel.cu uses cublas, whose headers this host lacks" in built.note
 
 
+def test_a_library_header_included_by_a_header_of_the_solutions_own_is_named_with_it(definition, tmp_path):
+    """Red team round 4: the note named the .cu while the CUTLASS include stood in one of the solution's headers."""
+    kernel = '#include "include/mma_helpers.cuh"\n__global__ void k(float* x) { x[0] = 1.0f; }\n'
+    helpers = "#pragma once\n#include <cute/tensor.hpp>\n"
+    built = build(cuda(kernel, extra={"include/mma_helpers.cuh": helpers}), definition, tmp_path, have_gpu=False)
+    assert built.compile_only and not built.artifacts
+    assert "includes <cute/tensor.hpp> (through include/mma_helpers.cuh), which CUTLASS provides" in built.note, \
+        built.note
+
+
 def test_torch_binding_gets_torch_extension_flags_tvm_ffi_does_not(definition, tmp_path):
     """--expt-relaxed-constexpr is torch's: a constexpr host function in a kernel builds under torch's builder."""
     kernel = ("#include <limits>\n__global__ void k(float* x) { x[0] = std::numeric_limits<float>::infinity(); }\n")

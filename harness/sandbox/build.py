@@ -308,7 +308,8 @@ def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str,
         if proc.returncode == 0:
             artifacts[f"cubin:{rel.as_posix()}"] = str(cubin)
             continue
-        why = _not_checkable_here(output, used)
+        why = _not_checkable_here(output, used, pkg_dir)
+        why = why and why.replace(f" (through {rel.as_posix()})", "")  # the file itself: said already
         if why is None:
             raise BuildError(f"nvcc failed on {Path(f).name} (exit {proc.returncode})", "\n".join(log))
         unchecked.append(f"{rel.as_posix()} {why}")
@@ -320,13 +321,18 @@ def _nvcc_cubins(cuda_files: list[str], pkg_dir: Path, out_dir: Path, arch: str,
     return Built(fn=None, log="\n".join(log), compile_only=True, artifacts=artifacts, note=note)
 
 
-def _not_checkable_here(output: str, used: set[str]) -> Optional[str]:
-    """Why a failed compile says nothing about the candidate's code, or None when it is the candidate's error."""
+def _not_checkable_here(output: str, used: set[str], root: Optional[Path] = None) -> Optional[str]:
+    """Why a failed compile says nothing about the candidate's code, or None when it is the candidate's error.
+    ``root``: the solution's folder, to name a header of its own that did the including."""
     external = [(h, cuda_check.provider(h)) for h in cuda_check.missing_headers(output)]
     external = [(h, who) for h, who in external if who]
     if external:
         header, who = external[0]
-        return f"includes <{header}>, which {who} provides and this host lacks"
+        where = cuda_check.including_file(output, header)
+        if where and root is not None and Path(where).is_absolute() and Path(where).is_relative_to(root):
+            where = Path(where).relative_to(root).as_posix()
+        through = f" (through {where})" if where and not Path(where).is_absolute() else ""
+        return f"includes <{header}>{through}, which {who} provides and this host lacks"
     library = cuda_check.partial_stand_in_failure(used, output)
     if library:
         return f"uses {library}, whose headers this host lacks"

@@ -115,6 +115,18 @@ def missing_headers(output: str) -> list[str]:
     return [m for pattern in _MISSING for m in pattern.findall(output)]
 
 
+def including_file(output: str, header: str) -> Optional[str]:
+    """The file whose #include of ``header`` failed (``include/helpers.cuh:3:10: fatal error: cute/tensor.hpp: ...``,
+    nvcc's ``include/helpers.cuh(3): catastrophic error: cannot open source file "cute/tensor.hpp"``)."""
+    quoted = re.escape(header)
+    for pattern in (rf"^(\S+?):\d+:\d+: fatal error: {quoted}: No such file",
+                    rf'^(\S+?)\(\d+\): catastrophic error: cannot open source file "{quoted}"'):
+        m = re.search(pattern, output, re.MULTILINE)
+        if m:
+            return m.group(1)
+    return None
+
+
 def provider(header: str) -> Optional[str]:
     """Who provides a header this host lacks, if it is not the candidate's to ship."""
     return next((who for pattern, who in _EXTERNAL if pattern.search(header)), None)
