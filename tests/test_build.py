@@ -187,6 +187,19 @@ def test_build_python_can_import_its_own_modules(definition, tmp_path):
     assert built.fn(*range(8)) == 17
 
 
+def test_a_file_no_import_reaches_is_never_written(definition, tmp_path):
+    """Its findings blocked nothing (harness/audits/static_gate/python_reach.py), so it must not be there for any
+    loader to find: the build's folder holds the kernel and what it imports, not the packed tests."""
+    source = f"from .helpers.consts import SCALE\n\ndef run({DPS_PARAMS}):\n    return SCALE\n"
+    built = build(solution(source, extra_sources={"helpers/consts.py": "SCALE = 17\n",
+                                                  "tests/test_kernel.py": "import pytest\n"}),
+                  definition, tmp_path, have_gpu=False)
+    assert built.fn(*range(8)) == 17
+    written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.py")}
+    assert any(p.endswith("helpers/consts.py") for p in written), written
+    assert not any("test_kernel" in p for p in written), written
+
+
 @pytest.mark.parametrize("source, error, log_words", [
     ("import crucible_no_such_module_xyz\n", "ModuleNotFoundError", "No module named 'crucible_no_such_module_xyz'"),
     ("def run(:\n    pass\n", "SyntaxError", "SyntaxError"),

@@ -82,3 +82,22 @@ def test_a_packed_test_files_findings_block_nothing_and_the_same_code_reached_st
                                                     extra_sources={"tests/test_main.py": test_file}))
     assert any(f["severity"] == "error" and f["path"] == "tests/test_main.py" for f in gate._static_gate(reached,
                                                                                                       definition))
+
+
+@pytest.mark.parametrize("init, main_tail", [
+    # red team round 5: a computed `__all__` and a star import of the root package loaded a file named nowhere
+    ('__all__ = ["".join(reversed("kcah"))]\n', "from . import *\n"),
+    ('__all__ = []\n__all__.append("kcah"[::-1])\n', "from . import *\n"),
+    ("", 'import pydoc\npydoc.locate(__package__ + "." + "kcah"[::-1])\n'),
+    ("", 'import logging.config as lc\nlc.dictConfig({"version": 1, "handlers": {"h": {"()": name}}})\n'),
+    ("", "import unittest\nunittest.defaultTestLoader.loadTestsFromName(name)\n"),
+])
+def test_loaders_by_name_and_computed_star_imports_make_every_file_reachable(init, main_tail):
+    sources = {"__init__.py": init, "main.py": "def run(*a):\n    pass\n" + main_tail, "hack.py": "import torch\n"}
+    assert never_imported(sources, ["main.py"]) == set()
+
+
+def test_a_star_import_reaches_the_whole_package_and_nothing_outside_it():
+    sources = {"pkg/__init__.py": '__all__ = ["ops"]\n', "pkg/ops.py": "", "pkg/extra.py": "",
+               "main.py": "from .pkg import *\n", "bench.py": ""}
+    assert never_imported(sources, ["main.py"]) == {"bench.py"}

@@ -43,15 +43,14 @@ class SessionAudits:
                      ) -> list[dict[str, Any]]:
         """Findings of the static gate (before any build), archived as an audit on every workload.
         ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
-        from .static_gate import (declared_library, in_a_file_never_imported, never_imported, policy_from_mapping,
-                                  scan_sources)
+        from ..sandbox.build import never_imported_files
+        from .static_gate import declared_library, in_a_file_never_imported, policy_from_mapping, scan_sources
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
             sources = {s.path: s.content for s in solution.sources}
             findings = scan_sources(sources, solution.spec.language.value, policy)
-            entries = [solution.spec.entry_file] + ([solution.spec.setup.split("::")[0]] if solution.spec.setup else [])
-            unreached = never_imported(sources, entries)
+            unreached = never_imported_files(solution)  # never written for the build either
             findings = [in_a_file_never_imported(f) if f.path in unreached else f for f in findings]
         if library_is_own:
             findings = [declared_library(f) for f in findings]

@@ -130,10 +130,23 @@ def _names_bound(node: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
-def write_sources(solution: Solution, dest: Path) -> Path:
+def never_imported_files(solution: Solution) -> set[str]:
+    """The Python files of a Python solution that no import from its entry point or setup file reaches."""
+    from ..audits.static_gate.python_reach import never_imported
+
+    entries = [solution.spec.entry_file] + ([solution.spec.setup.split("::")[0]] if solution.spec.setup else [])
+    if not solution.spec.entry_file.endswith(".py"):
+        return set()
+    return never_imported({s.path: s.content for s in solution.sources}, entries)
+
+
+def write_sources(solution: Solution, dest: Path, omit: frozenset[str] = frozenset()) -> Path:
+    """The solution's files under ``dest``; ``omit``: paths left unwritten."""
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     for src in solution.sources:
+        if src.path in omit:
+            continue
         target = (dest / src.path).resolve()
         if root not in target.parents:
             raise BuildError(f"source path {src.path!r} escapes the solution folder")
@@ -165,7 +178,9 @@ def captured_fds(log_path: Path):
 def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> Built:
     package = f"crucible_solution_{solution.content_hash[:12]}"
     src_root = workdir / "src"
-    pkg_dir = write_sources(solution, src_root / package)
+    # Python files no import of the solution reaches (its tests, its benchmarks: their findings blocked nothing,
+    # harness.audits.static_gate.python_reach) are not written at all: whatever loader could name one finds nothing
+    pkg_dir = write_sources(solution, src_root / package, frozenset(never_imported_files(solution)))
     for d in [pkg_dir, *[p for p in pkg_dir.rglob("*") if p.is_dir()]]:
         (d / "__init__.py").touch(exist_ok=True)
     if str(src_root) not in sys.path:

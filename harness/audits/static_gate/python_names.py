@@ -69,6 +69,9 @@ _DYNAMIC_NAMES = (
     # what evaluates annotations and forward references (eval of their text, nested ones in aliases included):
     # string annotations are judged where they are written (python_annotations), a ForwardRef made by hand is not
     "typing.get_type_hints", "typing.ForwardRef", "typing._eval_type", "typing.evaluate_forward_ref", "annotationlib",
+    # what imports a module named by a string (red team round 5: `pydoc.locate("torch." + name)`, logging's
+    # dictConfig `"()"` factories, a test loader by name) or runs code held in text (doctest)
+    "pydoc", "logging.config", "unittest", "doctest", "xmlrpc", "pickletools", "copyreg", "shelve",
 )
 _FFI_NAMES = (
     "ctypes", "_ctypes", "cffi", "torch.utils.cpp_extension", "torch.ops.load_library",

@@ -28,7 +28,9 @@ NEVER_IMPORTED_NOTE = " (in a file the entry point never imports: it never runs,
 # Ways to load a module other than an import statement: where a reachable file holds one, no file is unreachable.
 _LOADERS = re.compile(r"importlib|__import__|import_module|runpy|pickle|torch\.load|\bhub\b|\bexec\b|\beval\b|"
                       r"ModuleType|meta_path|path_hooks|zipimport|marshal|dill|joblib|shelve|load_module|"
-                      r"exec_module|spec_from|SourceFileLoader|sys\.modules|__loader__|__spec__\.loader")
+                      r"exec_module|spec_from|SourceFileLoader|sys\.modules|__loader__|__spec__\.loader|"
+                      r"pydoc|locate|resolve_name|logging\.config|dictConfig|fileConfig|unittest|doctest|"
+                      r"walk_packages|iter_modules|serialization|xmlrpc|copyreg|pkgutil\.(?!get_data)")
 _ALWAYS_RUN = frozenset({"sitecustomize.py", "usercustomize.py"})
 
 
@@ -67,6 +69,27 @@ def _imported_names(tree: ast.AST, package: tuple[str, ...]) -> Iterable[tuple[t
                     yield base + (alias.name,), relative, False
 
 
+def _literal_all(tree: ast.AST) -> bool:
+    """Every binding of `__all__` is a literal list or tuple of strings, and nothing else touches it (a star import
+    then loads named modules only, and their names are in the text)."""
+    literal: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            if (all(isinstance(t, ast.Name) for t in targets) and isinstance(value, (ast.List, ast.Tuple))
+                    and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)):
+                literal.update(id(t) for t in targets)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "__all__" and id(node) not in literal:
+            return False  # bound otherwise, or read (`__all__.append(name)`, handed on)
+        if isinstance(node, ast.Constant) and node.value == "__all__":
+            return False  # by name (`globals()["__all__"]`, setattr)
+        if isinstance(node, ast.Attribute) and node.attr == "__all__":
+            return False  # another module's (`pkg.__all__ = [...]`)
+    return True
+
+
 def never_imported(sources: Mapping[str, str], entry_files: Iterable[str]) -> set[str]:
     """The .py paths of `sources` that no import from `entry_files` can reach (see the module's rules)."""
     written = {PurePosixPath(p.replace("\\", "/")).as_posix(): p for p in sources if p.endswith(".py")}
@@ -101,10 +124,12 @@ def never_imported(sources: Mapping[str, str], entry_files: Iterable[str]) -> se
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
             return set()
+        if not _literal_all(tree):
+            return set()  # `__all__` computed: what a star import of this package loads is not in the text
         package = _parts(path)[:-1]
         for dotted, relative, star in _imported_names(tree, package):
             for other, parts in modules.items():
-                if other in reached or not dotted:
+                if other in reached or not (dotted or star):
                     continue
                 # relative: exactly that module or package (or inside it, for a star); absolute: the name at any depth
                 # of the solution's folders, or a package it goes through
