@@ -250,6 +250,13 @@ PYTHON_POSITIVES = [
     ("dynamic_code", 2, "import pkgutil\nm = pkgutil.resolve_name('os')\n"),
     ("dynamic_code", 2, "from importlib import resources\nT = resources.files('torch').joinpath('x').read_text()\n"),
     ("dynamic_code", 2, "from importlib import resources\nfiles = resources.files\n"),
+    # imports and attribute chains by name (red team round 5: pydoc.locate("torch." + name) passed unseen)
+    ("dynamic_code", 2, "import pydoc\nf = pydoc.locate('torch.' + name)\n"),
+    ("dynamic_code", 2, "import logging.config\nlogging.config.dictConfig({'handlers': {'h': {'()': name}}})\n"),
+    ("dynamic_code", 2, "import unittest\nunittest.defaultTestLoader.loadTestsFromName(name)\n"),
+    ("dynamic_code", 2, "import site\nsite.addsitedir(here)\n"),
+    ("dynamic_code", 2, "import torch\nm = torch.package.PackageImporter(here).import_module('x')\n"),
+    ("dynamic_code", 2, "import string\ns = string.Formatter().get_field('0.__globals__[sys]', (f,), {})[0]\n"),
     # the `@` operator by any other name, tensor methods reached by name
     ("torch_compute", 2, "import operator\nc = operator.matmul(a, b)\n"),
     ("torch_compute", 1, "c = a.__matmul__(b)\n"),

@@ -230,8 +230,8 @@ class SessionAudits:
         # answers fails here; one that computes what it does not know passes, and on a GPU these calls are also
         # what the replay audits time as never-seen content. Their reference outputs are not kept.
         reuse = [secrets.randbits(56) for _ in range(cfg.reused_buffer_calls)]
-        # on a GPU, last: the content the official timer timed (its first trial), timed against the reuse calls
-        # (the last trial's: the one whose clock-truth calls timed it under the timer, timer_consistency_verdict)
+        # on a GPU, last: the content the official timer timed, timed against the reuse calls; its last trial's, the
+        # one whose clock-truth calls timed it under the timer too (timer_consistency_verdict)
         known = trial_seed(self._secret, workload, preset.num_trials - 1) if self.has_gpu else None
         steps = plan_recheck(fresh, cfg.reused_buffer_calls, self._rng, reuse, known)
         one_off = set(reuse)

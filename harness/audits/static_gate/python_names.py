@@ -71,7 +71,10 @@ _DYNAMIC_NAMES = (
     "typing.get_type_hints", "typing.ForwardRef", "typing._eval_type", "typing.evaluate_forward_ref", "annotationlib",
     # what imports a module named by a string (red team round 5: `pydoc.locate("torch." + name)`, logging's
     # dictConfig `"()"` factories, a test loader by name) or runs code held in text (doctest)
-    "pydoc", "logging.config", "unittest", "doctest", "xmlrpc", "pickletools", "copyreg", "shelve",
+    "pydoc", "logging.config", "unittest", "doctest", "xmlrpc", "pickletools", "copyreg",
+    # `.pth` files' import lines run by site.addsitedir, modules imported from a torch.package, and
+    # string.Formatter().get_field, which walks an attribute chain written in text (`"0.__globals__[sys]"`)
+    "site", "torch.package", "string.Formatter",
 )
 _FFI_NAMES = (
     "ctypes", "_ctypes", "cffi", "torch.utils.cpp_extension", "torch.ops.load_library",
