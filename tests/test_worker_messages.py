@@ -201,9 +201,11 @@ def read(n):
             sys.exit(0)
         data += chunk
     return data
+import time
 for reply in json.loads(sys.argv[1]):
     read(struct.unpack(">Q", read(8))[0])
     read(struct.unpack(">Q", read(8))[0])
+    time.sleep(reply.pop("_sleep_s", 0))  # a worker that takes this long to answer
     head = json.dumps(reply).encode()
     os.write(1, struct.pack(">Q", len(head)) + head + struct.pack(">Q", 0))
 read(1)
@@ -388,6 +390,36 @@ def test_the_timed_content_checked_costs_what_the_timers_own_calls_did(timer_ms,
     [verdict] = [a for a in wr.audits if a.name == "timer_consistency"]
     assert verdict.passed is passed and words in verdict.detail, verdict.detail
     assert all(a.passed for a in wr.audits if a.name != "timer_consistency")
+
+
+@pytest.mark.parametrize("inputs_s, status", [
+    (0.5, EvaluationStatus.PASSED.value),   # the worker drew the inputs: the harness's time, the deadline moves
+    (0.0, EvaluationStatus.TIMEOUT.value),  # the candidate's own call took it: three of them do not fit
+])
+def test_the_workers_own_steps_move_the_deadline(inputs_s, status):
+    """Round 5: MoE's 1.3 GiB of inputs took 106 s to draw inside the candidate's worker on a CPU host, and the third
+    trial timed out with 24 s left of 300 (its own calls: 159 s)."""
+    call_s = 0.6 - min(inputs_s, 0.5)
+    run = {"ok": True, "input_fingerprint": "f", "elapsed_s": call_s, "_sleep_s": 0.6,
+           "spent_s": {"inputs": inputs_s, "call": call_s}}
+    session = _JudgedSession()
+    session.options = SimpleNamespace(timing=False)
+    with fake_worker(run, run, run) as worker:
+        wr = session._evaluate_workload(worker, DEFINITION, WORKLOAD, "w", PRESET, TOL, 1.5, run_audits=False)
+    assert wr.status == status, wr.message
+
+
+@pytest.mark.parametrize("spent, took, moved", [
+    ({"inputs": 0.5, "digest": 0.1, "call": 0.2}, 1.0, 0.6),
+    ({"inputs": 9.0, "call": 0.2}, 1.0, 1.0),          # never more than the request took
+    ({"call": 0.9, "other": 0.1}, 1.0, 0.0),           # the candidate's call and the rest are not the harness's
+    ({"inputs": -5.0, "integrity": 0.2}, 1.0, 0.2),    # nothing negative
+    (None, 1.0, 0.0),
+])
+def test_harness_seconds(spent, took, moved):
+    from harness.pipeline.workload_evaluation import harness_seconds
+
+    assert harness_seconds(spent, took) == pytest.approx(moved)
 
 
 class _SlowJudgedSession(_JudgedSession):

@@ -69,6 +69,16 @@ def interpreter_limit(error: Optional[str], traceback: Optional[str] = None) -> 
     return next((what for pattern, what in _INTERPRETER_LIMITS if pattern.search(text)), None)
 
 
+# The worker's steps of a run request that are the harness's work, not the candidate's (harness.sandbox.worker)
+HARNESS_STEPS = ("inputs", "fingerprint", "digest", "integrity", "release")
+
+
+def harness_seconds(spent_s: Optional[dict[str, float]], took_s: float) -> float:
+    """The seconds of a request the worker spent on the harness's own steps, at most what the request took."""
+    own = sum(max(float((spent_s or {}).get(step, 0.0)), 0.0) for step in HARNESS_STEPS)
+    return min(own, max(took_s, 0.0))
+
+
 class WorkloadEvaluation:
     """The per-workload evaluation of ``Session`` (see the module docstring); not used on its own.
 
@@ -89,6 +99,7 @@ class WorkloadEvaluation:
         reference on the first trial's inputs only, enough to know its figure is of a correct call, and timed
         without the clock-truth calls; its timing, the official figure, draws every trial's inputs as always."""
         deadline = time.monotonic() + timeout_s
+        moved_by_worker = 0.0  # seconds the deadline moved by the worker's own steps (at most timeout_s)
         log_offset = worker.log_size()
         seeds = self._seeds(workload, preset)
         merged: Optional[CheckResult] = None
@@ -102,9 +113,15 @@ class WorkloadEvaluation:
                 ref_fp, ref_out = self.reference_outputs(definition, workload, seed)
                 deadline += time.monotonic() - trusted_since
                 with self._phase("correctness"):
+                    asked = time.monotonic()
                     reply, outputs = worker.request(
                         RunRequest(workload=workload, seed=seed, dataset_root=str(self.dataset.root)),
                         timeout_s=max(deadline - time.monotonic(), 0.001))
+                # ...and so is the worker's: drawing the inputs (1.3 GiB for MoE: 106 s on a CPU host), hashing and
+                # digesting them, the integrity check; never more than the request took, at most once the limit
+                own = harness_seconds(reply.spent_s, time.monotonic() - asked)
+                moved = min(own, timeout_s - moved_by_worker)
+                deadline, moved_by_worker = deadline + moved, moved_by_worker + moved
                 limit = None if self.has_gpu or reply.ok else interpreter_limit(reply.error, reply.traceback)
                 if limit:  # what Triton's CPU interpreter cannot run: said, not blamed on the candidate
                     wr.status = SubmissionStatus.SKIPPED
