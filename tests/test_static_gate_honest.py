@@ -75,6 +75,10 @@ PYTHON_NEGATIVES = [
     "import torch\nprops = torch.cuda.get_device_properties(0).multi_processor_count\n",
     "import torch\nstream = torch.cuda.current_stream()\n",
     "import os\nhere = os.path.join(os.path.dirname(__file__), 'kernel.cu')\n",
+    # dtype and shape arithmetic launches nothing (round 5)
+    ("import torch\nassert torch.promote_types(q.dtype, torch.float32) == torch.float32\n"
+     "assert torch.broadcast_shapes(q.shape[:2], k.shape[:2]) == torch.Size([B, T])\n"
+     "assert torch.result_type(q, 1.0) == torch.bfloat16 and torch.can_cast(torch.bfloat16, torch.float32)\n"),
     # the solution's own package data through the standard library (red team round 4), a source of its own
     "import pkgutil\nSRC = pkgutil.get_data(__package__, 'kernel.cu')\n",
     "from importlib import resources\nSRC = resources.read_text(__spec__.parent, 'helpers.cuh')\n",

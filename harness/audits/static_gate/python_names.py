@@ -297,6 +297,9 @@ _TORCH_NEVER_COMPUTE = frozenset({
     "torch.Generator", "torch.SymInt", "torch.SymFloat", "torch.SymBool", "torch.finfo", "torch.iinfo",
     "torch.is_tensor", "torch.is_floating_point", "torch.is_complex", "torch.numel", "torch.get_default_dtype",
     "torch.get_default_device", "torch.typename", "torch.types", "torch.__version__", "torch.version",
+    # dtype and shape arithmetic, no kernel (round 5: an assert on them was unconfirmed compute)
+    "torch.promote_types", "torch.result_type", "torch.can_cast", "torch.broadcast_shapes", "torch.is_same_size",
+    "torch.is_storage", "torch.is_inference_mode_enabled",
     "torch._assert", "torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling",
     "torch._dynamo.is_compiling", "torch.jit.is_scripting", "torch.jit.is_tracing",
     # keeping a function out of torch.compile's graphs (FLA's launchers): a decorator, no kernel; what it wraps is
