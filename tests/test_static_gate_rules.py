@@ -40,6 +40,7 @@ PYTHON_POSITIVES = [
     ("monkeypatch", 2, "import torch\nlib = torch.library.Library('aten', 'IMPL')\n"),
     ("monkeypatch", 2, "import torch\nm = torch._C._dispatch_library('IMPL', 'aten', 'CPU', 'f.py', 1)\n"),
     ("monkeypatch", 2, "import torch\ng = torch._C._ExcludeDispatchKeyGuard(keys)\n"),
+    ("monkeypatch", 2, "import torch\n@torch.ops.aten.equal.default.py_impl(torch._C.DispatchKey.CPU)\ndef f(a, b):\n    return True\n"),
     ("monkeypatch", 1, "from unittest import mock\n"),
     # tensor subclasses / torch function hooks
     ("tensor_subclass", 2, "import torch\nclass Lazy(torch.Tensor):\n    pass\n"),

@@ -109,6 +109,11 @@ class _ReferenceChecks:
             self._hit("monkeypatch", node, f"{how} the namespace of `{owner}` (`{resolved}`): any of its names can be "
                                            "read or replaced by a computed key")
             return
+        if resolved.startswith("torch.") and _PY_KERNEL_ATTRS & set(resolved.split(".")[1:]):
+            # a Python kernel for one of PyTorch's operators (`torch.ops.aten.equal.default.py_impl(key)`): what the
+            # worker's own torch calls run under the Python dispatcher
+            self._hit("monkeypatch", node, f"{how} `{resolved}`: a Python kernel for a PyTorch operator")
+            return
         if resolved in _HOST_ARCH or (resolved.partition(".")[0] == "inspect"
                                       and ".".join(resolved.split(".")[:2]) in _SIGNATURE_NAMES):
             return  # the CPU's architecture; a callable's parameters (`eval_str=` is judged at the call: python_calls)
@@ -322,6 +327,7 @@ class _ReferenceChecks:
 
 _BUILTIN_NAMES = frozenset(dir(__import__("builtins")))
 _REEXPORT_ROOTS = ("torch.", "triton.")
+_PY_KERNEL_ATTRS = frozenset({"py_impl", "py_kernels", "_py_impl", "python_key_table"})
 
 
 def _defined_as(resolved: str) -> str | None:
