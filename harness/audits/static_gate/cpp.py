@@ -145,12 +145,25 @@ def _cpp_token_rules() -> list[tuple[str, re.Pattern[str], str, str]]:
             r"close_range|sendfile|sendfile64|splice|tee|vmsplice|pipe2?|syscall|kill|tgkill|tkill|ptrace|prctl|"
             r"clone3?|unshare|setns|keyctl|add_key|request_key)\s*\("), _CALL,
          "raw descriptor, system call or process-control API"),
-        ("env_probe", re.compile(r"environ\b"), _WORD, "environment probe"),
-        ("file_cache", re.compile(r"(?:ofstream|fstream|filesystem)\b"), _WORD, "file-system API"),
+        ("env_probe", re.compile(r"_{0,2}environ\b"), _WORD, "environment probe"),  # `extern char** __environ`
+        ("file_cache", re.compile(r"(?:basic_)?(?:ofstream|fstream|filebuf)\b|filesystem\b"), _WORD,
+         "file-system API"),
+        ("file_cache", re.compile(r"(?:openat2?|open64|fdopen|fopen64|creat64|mkstemps?|renameat2?|linkat|symlinkat)"
+                                  r"\s*\("), _CALL, "file-system write"),
         ("file_cache", re.compile(
             r"(?:freopen|mkstemp|mkdtemp|tmpfile|tmpnam|shm_open|mmap|creat|mkdir|unlink|rename|fwrite)\s*\("),
          _CALL, "file-system write"),
-        ("file_read", re.compile(r"ifstream\b"), _WORD, "file read"),
+        ("file_read", re.compile(r"(?:basic_)?ifstream\b"), _WORD, "file read"),
+        # host clocks: a candidate has no need to time itself, and the reading tells warmup from timed calls
+        ("clock_read", re.compile(r"(?:clock_gettime|gettimeofday|timespec_get|__rdtsc|__rdtscp|"
+                                  r"QueryPerformanceCounter)\s*\(|(?:steady_clock|system_clock|high_resolution_clock)\b"),
+         _WORD,
+         "host clock"),
+        # the interpreter through its C API: modules, frames, thread state (pybind11's `py::` wrappers are judged by
+        # their names above)
+        ("harness_internals", re.compile(r"Py(?:Sys|ThreadState|Frame|InterpreterState|Object_(?:Get|Set|Del)Attr|"
+                                         r"Traceback)_?\w*\s*\("),
+         _CALL, "the Python interpreter's C API"),
         ("file_read", re.compile(r"fread\s*\("), _CALL, "file read"),
         ("native_ffi", re.compile(
             r"(?:dlopen|dlsym|dlmopen|dlvsym|LoadLibrary\w*|GetProcAddress|cudaGetDriverEntryPoint\w*|"
@@ -170,7 +183,8 @@ def _cpp_token_rules() -> list[tuple[str, re.Pattern[str], str, str]]:
         # own namespace (TORCH_LIBRARY(mylib, m)) is its own
         ("monkeypatch", re.compile(
             rf"TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\s*\(\s*(?:{'|'.join(_TORCH_NAMESPACES)})\s*,|"
-            r"(?:c10::)?Dispatcher::singleton\b|torch::Library\s*[({]|torch::Library::(?:DEF|IMPL|FRAGMENT)\b"),
+            r"\bDispatcher::(?:singleton|realSingleton)\b|\bc10::Dispatcher\b|\btorch::Library\b|"
+            r"\bc10::impl::OperatorEntry\b"),
          _WORD, "registration into PyTorch's dispatcher for its own operators"),
         ("library_fallback", re.compile(
             r"(?:cublas\w*|cudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|getCurrentCUDABlasHandle|"
@@ -219,7 +233,9 @@ _CPP_NEVER_COMPUTE = frozenset(f"{ns}::{name}" for ns in ("at", "torch") for nam
 _CPP_NEVER_COMPUTE_PREFIXES = ("at::cuda::", "torch::cuda::")
 _CPP_ATEN_METHOD_RE = re.compile(
     r"(?:\.|->)\s*(matmul|mm|bmm|addmm|baddbmm|einsum|softmax|log_softmax|scaled_dot_product_attention|"
-    r"index_select|masked_fill)\s*\(")
+    r"index_select|masked_fill|topk|sort|argsort|sum|mean|amax|amin|max|min|logsumexp|exp|exp2|cumsum|argmax|"
+    r"argmin|mul|div|tanh|sigmoid|relu|gelu|silu|norm|sqrt|rsqrt|prod|var|std|scatter|scatter_add|index_add|"
+    r"gather|outer|dot|addmm_|baddbmm_|mul_|div_|exp_|softmax_)\s*\(")
 # A definition (not a call) of a CUDA runtime/driver/CUPTI/NVTX function interposes on the real symbol.
 # Only families of real API names are matched, so a helper such as `cudaCheck(...)` is not mistaken for one.
 _CPP_RUNTIME_SYMBOL_RE = re.compile(
@@ -399,8 +415,10 @@ class _CppScanner:
 
     def _scan_aten(self) -> None:
         for m in _CPP_ATEN_CALL_RE.finditer(self.code):
-            if m.start() > 0 and (_is_word_char(self.code[m.start() - 1]) or self.code[m.start() - 1] == ":"):
-                continue  # c10::at::..., my_at::...
+            start, code = m.start(), self.code
+            global_scope = code[max(start - 2, 0):start] == "::" and (start < 3 or not _is_word_char(code[start - 3]))
+            if start > 0 and (_is_word_char(code[start - 1]) or code[start - 1] == ":") and not global_scope:
+                continue  # c10::at::..., my_at::... (but `::at::matmul` is at::matmul)
             name = m.group(1)
             if not (name in _CPP_NEVER_COMPUTE or name.startswith(_CPP_NEVER_COMPUTE_PREFIXES)
                     or self.policy.cpp_calls(name)):

@@ -56,7 +56,7 @@ RULES: dict[str, RuleSpec] = {
         _rule("timer_tampering", "error", "python,cpp",
               "Replacing or talking to the timing machinery (torch.cuda, torch.cuda.Event, time, CUPTI, "
               "triton.testing, flashinfer, the harness) or defining CUDA runtime symbols that would interpose on it."),
-        _rule("monkeypatch", "error", "python",
+        _rule("monkeypatch", "error", "python,cpp",
               "Assigning attributes of imported modules (torch, torch.Tensor, torch.nn.functional, ...), "
               "overriding torch ops, or using mock patching."),
         _rule("tensor_subclass", "error", "python",
@@ -114,7 +114,7 @@ RULES: dict[str, RuleSpec] = {
               "or from the global itself: state that survives between calls."),
         _rule("silent_fallback", "warning", "python",
               "A bare or broad `except` that does not re-raise: it can hide a failing kernel behind a fallback path."),
-        _rule("clock_read", "warning", "python",
+        _rule("clock_read", "warning", "python,cpp",
               "Reading host clocks or benchmarking itself; a candidate has no need to, and it can use the "
               "reading to tell warmup from timed calls."),
     )

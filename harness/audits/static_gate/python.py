@@ -50,6 +50,7 @@ from .python_names import (
     _names_in,
     _str_const,
 )
+from .python_module_values import _ModuleValueChecks
 from .python_references import _ReferenceChecks
 from .python_state import _FunctionFrame, _may_key_by_identity, _StateChecks
 
@@ -60,7 +61,7 @@ _VISITED_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks, _EnvChecks, _AnnotationChecks,
-                     _ReferenceChecks, ast.NodeVisitor):
+                     _ReferenceChecks, _ModuleValueChecks, ast.NodeVisitor):
     def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy,
                  package: tuple[str, ...] = ()):
         self.tree = tree

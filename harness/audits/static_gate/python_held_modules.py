@@ -84,3 +84,8 @@ def held_module(owner: str, attr: str) -> str | None:
     if bare != attr and bare in _REEXPORTED_MODULES:  # `somelib._sys` where somelib is not looked into
         return bare
     return None
+
+
+def is_live_module(name: str) -> bool:
+    """`name` is a module of the standard library or of a library the harness imported (a class or function is not)."""
+    return _live_module(name) is not None

@@ -25,7 +25,7 @@ _HARNESS_NAMES = (
     "sys.setprofile", "sys.gettrace", "sys.getprofile", "sys.addaudithook", "sys.monitoring", "sys.meta_path",
     "sys.path_hooks", "sys.path_importer_cache", "sys.path", "sys.exc_info", "sys.exception", "sys.last_traceback",
     "traceback.walk_stack", "traceback.extract_stack", "traceback.walk_tb", "types.FrameType",
-    "builtins.globals", "builtins.locals", "builtins.vars",
+    "builtins.globals", "builtins.locals", "builtins.vars", "builtins.breakpoint",
     # the caller's stack by other means: its file and function names tell the official timer's calls
     # (harness/measure/timing.py) from the checked ones
     "traceback.format_stack", "traceback.print_stack", "logging.currentframe", "logging.captureWarnings",
@@ -250,10 +250,12 @@ _BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
 
 # Builtins that are resolved to "builtins.<name>" unless the module rebinds them.
 _WATCHED_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "open",
-                               "setattr", "getattr", "delattr", "id", "hash", "object", "type", "print"})
+                               "setattr", "getattr", "delattr", "id", "hash", "object", "type", "print",
+                               "breakpoint"})
 
 _INTERNAL_STRINGS = frozenset({"__builtins__", "__globals__", "__code__", "__import__", "__subclasses__",
-                               "f_back", "f_locals", "f_globals", "tb_frame", "_getframe"})
+                               "f_back", "f_locals", "f_globals", "tb_frame", "_getframe",
+                               "__self__"})  # `getattr(len, "__self__")` is the builtins module
 
 
 # --------------------------------------------------------------------------------------------------

@@ -70,8 +70,8 @@ def _imported_names(tree: ast.AST, package: tuple[str, ...]) -> Iterable[tuple[t
 
 
 def _literal_all(tree: ast.AST) -> bool:
-    """Every binding of `__all__` is a literal list or tuple of strings, and nothing else touches it (a star import
-    then loads named modules only, and their names are in the text)."""
+    """Every binding of `__all__` is a literal list or tuple of strings, and nothing changes it in place (a star
+    import then loads named modules only, and their names are in the text)."""
     literal: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -80,9 +80,11 @@ def _literal_all(tree: ast.AST) -> bool:
             if (all(isinstance(t, ast.Name) for t in targets) and isinstance(value, (ast.List, ast.Tuple))
                     and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts)):
                 literal.update(id(t) for t in targets)
+    changed = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}  # `__all__.append(name)`
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == "__all__" and id(node) not in literal:
-            return False  # bound otherwise, or read (`__all__.append(name)`, handed on)
+        if (isinstance(node, ast.Name) and node.id == "__all__" and id(node) not in literal
+                and (not isinstance(node.ctx, ast.Load) or id(node) in changed)):
+            return False  # bound otherwise, or changed in place (reading it, `name in __all__`, is FLA's lazy API)
         if isinstance(node, ast.Constant) and node.value == "__all__":
             return False  # by name (`globals()["__all__"]`, setattr)
         if isinstance(node, ast.Attribute) and node.attr == "__all__":

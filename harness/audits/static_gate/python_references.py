@@ -233,7 +233,10 @@ class _ReferenceChecks:
             return
         resolved = self.aliases.get(name)
         if resolved is not None:
-            self._check_reference(canonical(resolved, self.package, self.own), node)
+            resolved = canonical(resolved, self.package, self.own)
+            self._check_reference(resolved, node)
+            self._check_module_handed_on(resolved, node)
+            self._check_alternative_bindings([name], node)
         elif name in _WATCHED_BUILTINS and name not in self.rebound_builtins:
             rule = _PY_BANNED.get(f"builtins.{name}")  # exec, eval, compile, __import__, globals, ...
             if rule is not None:
@@ -271,6 +274,8 @@ class _ReferenceChecks:
             resolved = self._resolve_parts(parts)
             if resolved is not None:
                 self._check_reference(resolved, node)
+                self._check_module_handed_on(resolved, node)
+                self._check_alternative_bindings(parts, node)
             else:
                 self._check_method_reference(node)
             return
