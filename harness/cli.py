@@ -452,11 +452,8 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
         except (OSError, UnicodeDecodeError) as err:
             fail(f"{p}: cannot be packed as source text: {getattr(err, 'strerror', None) or err}")
     spec = {"language": language, "target_hardware": list(targets), "entry_point": entry_point,
-            "dependencies": [], "destination_passing_style": not value_returning, "binding": binding}
-    if setup:
-        spec["setup"] = setup
-    if claims:
-        spec["instruction_claims"] = list(claims)
+            "dependencies": [], "destination_passing_style": not value_returning, "binding": binding,
+            **({"setup": setup} if setup else {}), **({"instruction_claims": list(claims)} if claims else {})}
     data = {"name": name, "definition": definition, "author": author, "spec": spec, "sources": sources}
     try:
         parse_model(Solution, data, folder)
