@@ -203,11 +203,16 @@ def read(n):
     return data
 import time
 for reply in json.loads(sys.argv[1]):
-    read(struct.unpack(">Q", read(8))[0])
+    request = json.loads(read(struct.unpack(">Q", read(8))[0]))
     read(struct.unpack(">Q", read(8))[0])
     time.sleep(reply.pop("_sleep_s", 0))  # a worker that takes this long to answer
+    if reply.pop("_forged", False):  # a frame written by someone who does not know the request's nonce
+        reply["nonce"] = "0" * 32
+    elif "nonce" in request:  # as the worker's loop does
+        reply["nonce"] = request["nonce"]
+    extra = reply.pop("_twice", False)  # a second frame after the worker's own, written by someone else
     head = json.dumps(reply).encode()
-    os.write(1, struct.pack(">Q", len(head)) + head + struct.pack(">Q", 0))
+    os.write(1, (struct.pack(">Q", len(head)) + head + struct.pack(">Q", 0)) * (2 if extra else 1))
 read(1)
 """
 
@@ -236,6 +241,21 @@ def test_the_runner_kills_a_worker_that_breaks_the_protocol():
         with pytest.raises(WorkerCrashed, match="the worker broke the protocol: malformed run reply: "
                                                 "input_fingerprint: Input should be a valid string"):
             worker.request(RunRequest(workload=WORKLOAD, seed=2, dataset_root=ROOT), timeout_s=30)
+        assert not worker.alive
+
+
+@pytest.mark.parametrize("first, words", [
+    ({"ok": True, "input_fingerprint": "f", "_forged": True}, "a reply the worker's loop did not write"),
+    ({"ok": True, "input_fingerprint": "f", "_twice": True}, "the worker.s channel held bytes before a request was sent"),
+])
+def test_a_frame_the_workers_loop_did_not_write_ends_the_worker(first, words):
+    """Candidate code shares the worker's process and descriptors: a frame it writes (ahead of the worker's reply,
+    or after it) lacks its request's nonce or arrives unasked, and is never taken as the worker's reply."""
+    with fake_worker(first, {"ok": True, "input_fingerprint": "g"}) as worker:
+        with pytest.raises(WorkerCrashed, match=f"the worker broke the protocol: {words}.*harness's channel"):
+            for seed in (1, 2):
+                reply, _ = worker.request(RunRequest(workload=WORKLOAD, seed=seed, dataset_root=ROOT), timeout_s=30)
+                assert reply.input_fingerprint == "f"  # the first reply is the worker's own where it was twice
         assert not worker.alive
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import select
 import struct
+import sys
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -24,6 +25,11 @@ MAX_NESTING = 32  # every message the harness and its workers exchange is a few 
 
 class ProtocolError(RuntimeError):
     pass
+
+
+class ForeignFrame(ProtocolError):
+    """A frame whose nonce is not its request's: written into the channel by someone other than the worker's loop
+    (candidate code shares the worker's process, and so its descriptors)."""
 
 
 class Timeout(RuntimeError):
@@ -92,10 +98,23 @@ def _nesting(value: Any) -> int:
     return deepest
 
 
-def read_message(fd: int, deadline: Optional[float] = None,
-                 max_payload: int = MAX_PAYLOAD) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def pending(fd: int) -> int:
+    """How many bytes are waiting to be read on the pipe ``fd`` now (0 at its end: a closed peer is no data)."""
+    import fcntl
+    import termios
+
+    if not select.select([fd], [], [], 0)[0]:
+        return 0
+    count = bytearray(4)
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return int.from_bytes(count, sys.byteorder)
+
+
+def read_message(fd: int, deadline: Optional[float] = None, max_payload: int = MAX_PAYLOAD,
+                 nonce: Optional[str] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """One message; ``max_payload``: the most payload bytes this message may honestly carry (a larger length is
-    refused before a byte of it is read)."""
+    refused before a byte of it is read). ``nonce``: the value the header's ``nonce`` must hold (it is removed);
+    any other raises ForeignFrame before the payload is read."""
     (head_len,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
     if head_len > MAX_HEADER:
         raise ProtocolError(f"header of {head_len} bytes is larger than allowed")
@@ -113,6 +132,9 @@ def read_message(fd: int, deadline: Optional[float] = None,
     (body_len,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
     if body_len > min(max_payload, MAX_PAYLOAD):
         raise ProtocolError(f"payload of {body_len} bytes is larger than allowed ({min(max_payload, MAX_PAYLOAD)})")
+    if nonce is not None and header.pop("nonce", None) != nonce:
+        raise ForeignFrame("a reply the worker's loop did not write (its request's nonce is missing or wrong): code "
+                           "in the worker wrote into the harness's channel")
     tensors: dict[str, torch.Tensor] = {}
     if body_len:
         from safetensors.torch import load

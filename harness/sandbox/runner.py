@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -429,17 +430,26 @@ class WorkerProcess:
         if cut and self.deadline is not None:
             deadline = self.deadline
         sent = time.perf_counter()
+        # A nonce per request, echoed by the worker's loop: candidate code shares that process and its descriptors,
+        # so a frame it writes into the reply channel (a forged timing) is told apart by the nonce it cannot know
+        nonce = secrets.token_hex(16)
         try:
-            protocol.write_message(self._w, message.wire(), tensors)
+            if protocol.pending(self._r):  # the worker answers once per request: anything more was written by another
+                raise protocol.ForeignFrame("the worker's channel held bytes before a request was sent: code in the "
+                                            "worker wrote into the harness's channel")
+            protocol.write_message(self._w, {**message.wire(), "nonce": nonce}, tensors)
             if message.op == "build":
                 self._definition = message.definition
             limit = reply_payload_limit(message, getattr(self, "_definition", None), self.options.policy.memory_bytes)
-            header, tensors = protocol.read_message(self._r, deadline, max_payload=limit)
+            header, tensors = protocol.read_message(self._r, deadline, max_payload=limit, nonce=nonce)
         except protocol.Timeout:
             self.kill()
             if cut:
                 raise WorkerPastDeadline("no answer before the evaluation's deadline", self.log_text()) from None
             raise WorkerTimeout(f"no answer within {timeout_s:.0f} s", self.log_text()) from None
+        except protocol.ForeignFrame as err:
+            self.kill()
+            raise WorkerBrokeProtocol(f"the worker broke the protocol: {err}", self.log_text()) from None
         except (protocol.PeerClosed, BrokenPipeError, protocol.ProtocolError) as err:
             if isinstance(err, protocol.ProtocolError):
                 self.kill()  # it speaks garbage: whatever it is doing, it is done

@@ -339,22 +339,25 @@ class Worker:
                 header, self._request_tensors = protocol.read_message(rfd)
             except protocol.PeerClosed:
                 return
+            # echoed in the reply, never handed to a handler: the harness takes no frame without it (runner.request)
+            nonce = {"nonce": n} if (n := header.pop("nonce", None)) is not None else {}
             try:
                 req: Request = parse_request(header)
             except RequestError as err:  # the harness's mistake: said, not a crash
-                protocol.write_message(wfd, failure(str(err)))
+                protocol.write_message(wfd, {**failure(str(err)), **nonce})
                 continue
             if req.op == "exit":
-                protocol.write_message(wfd, {"ok": True})
+                protocol.write_message(wfd, {"ok": True, **nonce})
                 return
             header, tensors = self.answer(handlers[req.op], req)
             if self.role == "candidate" and not self.integrity.tampered and self.integrity.check(kernels=False):
                 # changed while this reply was made (after answer()'s check): nothing of it is sent
                 header, tensors = _tampered_reply(self.integrity.tampered), {}
             try:
-                protocol.write_message(wfd, header, tensors)
+                protocol.write_message(wfd, {**header, **nonce}, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
-                protocol.write_message(wfd, failure(f"could not send the reply: {type(err).__name__}: {err}"))
+                protocol.write_message(wfd, {**failure(f"could not send the reply: {type(err).__name__}: {err}"),
+                                             **nonce})
 
     def answer(self, handler: Callable[[Any], tuple[dict, dict]], req: Request) -> tuple[dict, dict]:
         """A handler's reply, or what it raised (candidate code may raise anything, SystemExit included)."""
