@@ -26,8 +26,9 @@ from harness.cli import main as harness_cli
 from harness.data.dataset import Dataset
 from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.sandbox.runner import LOG_LIMIT, LogSink
-from harness.sandbox.isolation import (UID_BASE, UID_SPAN, MountPlan, SandboxPolicy, init_script, load_sandbox_policy,
-                             visible_paths)
+from harness.sandbox.isolation import (UID_BASE, UID_SPAN, MountPlan, SandboxPolicy, host_memory_bytes, init_script,
+                                      load_sandbox_policy, memory_for_host,
+                                      visible_paths)
 from harness.sandbox.stale import remove_stale
 from harness.data.schema import Solution
 from sandbox_attacks import hostile_solution, outcomes, plant_key, revoke_key, write_solution
@@ -360,6 +361,21 @@ def test_the_shipped_policy_loads_and_rejects_typos(tmp_path):
     (tmp_path / "sandbox.yaml").write_text("memory_byte: 5\n")
     with pytest.raises(ValueError, match="memory_byte"):
         load_sandbox_policy(tmp_path)
+
+
+@pytest.mark.parametrize("asked, host, expected", [
+    (32 << 30, 23 << 30, int((23 << 30) * 0.75)),  # the policy asks more than the host has: 3/4 of the host
+    (32 << 30, 128 << 30, 32 << 30),  # a large host: the policy as written
+    (1 << 30, 2 << 30, 1 << 30),
+    (32 << 30, None, 32 << 30),  # the host does not say: as asked
+])
+def test_a_worker_never_gets_more_memory_than_the_host_has(asked, host, expected):
+    assert memory_for_host(asked, host) == expected
+
+
+def test_the_loaded_policy_fits_this_host():
+    host = host_memory_bytes()
+    assert host is not None and load_sandbox_policy().memory_bytes <= max(host * 0.75, 1)
 
 
 def test_visible_paths_never_expose_the_archive(tmp_path):

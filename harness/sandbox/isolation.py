@@ -72,9 +72,33 @@ def load_sandbox_policy(dataset_root: Optional[Path] = None) -> SandboxPolicy:
         path = DEFAULT_POLICY_PATH
     try:
         data = yaml.safe_load(path.read_text()) or {}
-        return SandboxPolicy.model_validate(data)
+        policy = SandboxPolicy.model_validate(data)
     except (OSError, yaml.YAMLError, ValueError) as err:
         raise ValueError(f"{path}: not a valid sandbox policy: {err}") from None
+    policy.memory_bytes = memory_for_host(policy.memory_bytes, host_memory_bytes())
+    return policy
+
+
+# The share of the host's memory one worker may have at most: a limit above the memory there is never meets the
+# worker's own cgroup; the kernel's out-of-memory killer meets it first, and may choose another process (a 32 GiB
+# policy on a 23 GiB host, red team round 7).
+HOST_MEMORY_SHARE = 0.75
+
+
+def memory_for_host(asked: int, host_total: Optional[int]) -> int:
+    """The policy's memory limit, lowered to HOST_MEMORY_SHARE of the host's memory where that is less (unknown: as
+    asked)."""
+    if not host_total:
+        return asked
+    return min(asked, int(host_total * HOST_MEMORY_SHARE))
+
+
+def host_memory_bytes() -> Optional[int]:
+    """The host's physical memory (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def human_bytes(n: int) -> str:
