@@ -428,7 +428,7 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
          claims: tuple[str, ...], output: Optional[str]) -> None:
     """Pack the source files of FOLDER into a solution JSON."""
     from .data.schema import parse_model
-
+    from .sandbox.build import require_native_entry
     from .sandbox.isolation import SandboxPolicy, human_bytes
 
     root, limit, total = Path(folder), SandboxPolicy().solution_bytes, 0
@@ -455,8 +455,8 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
             "dependencies": [], "destination_passing_style": not value_returning, "binding": binding,
             **({"setup": setup} if setup else {}), **({"instruction_claims": list(claims)} if claims else {})}
     data = {"name": name, "definition": definition, "author": author, "spec": spec, "sources": sources}
-    try:
-        parse_model(Solution, data, folder)
+    try:  # a Python entry point with language cuda is refused as the build would refuse it
+        require_native_entry(parse_model(Solution, data, folder))
     except SchemaError as e:
         fail(str(e))
     text = json.dumps(data, indent=2) + "\n"

@@ -67,7 +67,7 @@ def test_the_catalogue_loads_and_every_entry_is_complete():
         assert entry.recorded_as in ("audit", "static_findings") and entry.scope in ("workload", "submission")
     assert registry["static_gate"].recorded_as == "static_findings"
     assert registry["instruction_proof"].scope == "submission" and "sass" in registry["instruction_proof"].evidence
-    assert registry["attribution"].evidence == ("cupti",)
+    assert registry["attribution"].evidence == ("cupti", "worker")  # a GPU's CUPTI records; a CPU's ATen count
 
 
 def test_an_incomplete_entry_does_not_load(tmp_path):

@@ -84,6 +84,25 @@ def test_static_check_skips_native_languages(definition):
     assert static_signature_problem(s, definition) is None
 
 
+PYTHON_ENTRY = ("entry point main.py is Python: language cuda builds .cu/.cpp sources natively; a Python entry point "
+                "that compiles CUDA with load()/load_inline() is language python (or triton)")
+
+
+def test_a_native_language_with_a_python_entry_point_is_refused_at_once(definition, tmp_path):
+    """Red team round 7 (c01, c02c): language cuda with main.py::run was "needs .cu/.cpp sources; none were given",
+    or, with .cu files beside it, a native build that never imported main.py."""
+    alone = solution(f"def run({DPS_PARAMS}):\n    pass\n", entry="main.py::run", language="cuda")
+    beside = solution(f"def run({DPS_PARAMS}):\n    pass\n", entry="main.py::run", language="cuda",
+                      extra_sources={"csrc/k.cu": "__global__ void k() {}\n"})
+    for s in (alone, beside):
+        assert static_signature_problem(s, definition) == PYTHON_ENTRY
+        with pytest.raises(BuildError) as err:
+            build(s, definition, tmp_path / s.content_hash[:8], have_gpu=False)
+        assert str(err.value) == PYTHON_ENTRY
+    cpp = solution("def run(*a):\n    pass\n", entry="main.py::run", language="cpp")
+    assert "language cpp builds .cu/.cpp sources natively" in static_signature_problem(cpp, definition)
+
+
 def test_static_check_uses_the_last_definition(definition):
     source = ("def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale):\n    pass\n\n\n"
               f"def run({DPS_PARAMS}):\n    pass\n")
@@ -268,7 +287,7 @@ def test_build_refuses_unsupported_languages(definition, tmp_path):
 
 def test_native_solution_without_native_sources(definition, tmp_path):
     with pytest.raises(BuildError, match="needs .cu/.cpp sources; none were given"):
-        build(solution("x = 1\n", entry="kernel.py::run", language="cuda"), definition, tmp_path, have_gpu=False)
+        build(solution("int x;\n", entry="kernel.cuh::run", language="cuda"), definition, tmp_path, have_gpu=False)
 
 
 # -- CUDA, compile-only ---------------------------------------------------------------------------------

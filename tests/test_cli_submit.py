@@ -127,6 +127,21 @@ def test_missing_symbol_and_wrong_signature_are_recorded_compile_errors(tmp_path
     assert out["status"] == "COMPILE_ERROR" and "must take 8 positional parameters" in out["workloads"][0]["message"]
 
 
+PYTHON_ENTRY = ("entry point main.py is Python: language cuda builds .cu/.cpp sources natively; a Python entry point "
+                "that compiles CUDA with load()/load_inline() is language python (or triton)")
+
+
+def test_a_cuda_solution_with_a_python_entry_point_is_a_recorded_compile_error(tmp_path, archive_dir,
+                                                                              tiny_dataset_root):
+    data = solution_dict(TORCH_CANDIDATE, entry="main.py::run", language="cuda",
+                         extra_sources={"csrc/k.cu": "__global__ void k() {}\n"})
+    proc = harness("submit", str(write(tmp_path, data)), "--archive", str(archive_dir), "--dataset",
+                   str(tiny_dataset_root), "-w", "tiny_b2_t40", "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 1 and out["status"] == "COMPILE_ERROR", proc.stderr
+    assert out["workloads"][0]["message"] == PYTHON_ENTRY
+
+
 def test_nonexistent_archive_folder_and_unknown_workload_are_clear_errors(tmp_path):
     sol = write(tmp_path, solution_dict(TORCH_CANDIDATE))
     proc = harness("submit", str(sol), "--archive", str(tmp_path / "nope"))
@@ -303,6 +318,18 @@ def test_pack_builds_a_solution_from_a_folder(tmp_path):
     linked = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "kernel.py::run", "--language",
                      "python", "--name", "packed", "--author", "me")
     assert linked.returncode == 2 and "passwd.py: a link" in linked.stderr and "root:" not in linked.stdout
+
+
+def test_pack_refuses_language_cuda_with_a_python_entry_point(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.py").write_text(TORCH_CANDIDATE)
+    proc = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "main.py::run", "--language", "cuda",
+                   "--name", "packed", "--author", "me", "--binding", "torch")
+    assert proc.returncode == 2 and proc.stderr == f"error: {PYTHON_ENTRY}\n" and not proc.stdout
+    python = harness("pack", str(src), "--definition", KV8_PS1, "--entry-point", "main.py::run", "--language",
+                     "python", "--name", "packed", "--author", "me")
+    assert python.returncode == 0, python.stderr
 
 
 def test_the_time_line_names_the_largest_phases_and_worker_steps():

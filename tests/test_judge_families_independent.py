@@ -1,7 +1,7 @@
 """The families' independently written judge solutions (benchmarks/solutions/judge/families/, in
 `judge_set.py --set families`) through the harness on CPU (Triton interpreter): the honest ones pass every workload
-with no static-gate error and no failed audit (their PyTorch use stays "unconfirmed" until a GPU's attribution
-settles it); the dishonest ones are not promotable, for their own reason."""
+with no static-gate error and no failed audit, promotable (the CPU's attribution, the worker's count of ATen
+operators, settles their PyTorch glue); the dishonest ones are not promotable, for their own reason."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ pytest.importorskip("triton")
 
 GDN_WORKLOADS = {DECODE: ["b1_0", "b4_0"], PREFILL: ["t6_n1", "t28_n2"]}
 UNCONFIRMED = "unconfirmed: run-time attribution"
+# the CPU's attribution failing: the library did the work, or did what only a GPU's attribution can time
+CPU_ATTRIBUTION = ("audit attribution failed: fallback: CPU: ", "audit attribution failed: unsettled: CPU: ")
 
 
 @pytest.fixture(scope="module")
@@ -79,36 +81,40 @@ def test_every_independent_solution_is_in_the_family_set_and_fits_its_definition
     ("moe_vllm_style_torch_routing", "moe_session", TINY_MOE),
     ("dsa_sparse_triton_heads_as_rows", "dsa_session", TINY_ATTENTION),
 ])
-def test_the_honest_ones_pass_everywhere_and_only_wait_for_attribution(request, name, session_name, definition):
+def test_the_honest_ones_pass_everywhere_and_are_promotable(request, name, session_name, definition):
     result = request.getfixturevalue(session_name).submit(solution(name, definition))
     assert len(result.workloads) == 2 and all(w.status == "PASSED" for w in result.workloads), verdict(result)
     errors = [f for f in result.static_findings if f["severity"] == "error"]
     assert not errors, errors
     failed = [(w.label, a.name, a.detail) for w in result.workloads for a in w.audits if not a.passed]
     assert not failed, failed
-    # what only a GPU settles: the static gate's PyTorch findings, left "unconfirmed" without CUPTI records
-    assert all(UNCONFIRMED in b for b in result.promotion_blockers), result.promotion_blockers
-    uses_torch = any(f["severity"] == "warning" for f in result.static_findings)
-    assert bool(result.promotion_blockers) == uses_torch, (result.static_findings, result.promotion_blockers)
+    # the CPU's attribution ran on every workload and settled the static gate's PyTorch findings (gates, routing)
+    attributed = [a.detail for w in result.workloads for a in w.audits if a.name == "attribution"]
+    assert len(attributed) == 2 and all(d.startswith("CPU: ") for d in attributed), attributed
+    assert not result.promotion_blockers, result.promotion_blockers
 
 
 def test_a_library_top_k_keeps_the_indexer_from_promotion(dsa_session):
-    """Correct, but its selection is torch.topk's: a static-gate warning that stays "unconfirmed" on CPU and that
-    run-time attribution confirms on a GPU (top-k kernels are not glue). Never promotable."""
+    """Correct, but its selection is torch.topk's: a static-gate warning that the CPU's attribution leaves unsettled
+    (a top-k reads few elements, and only a GPU can time it) and a GPU's confirms (top-k kernels are not glue).
+    Never promotable."""
     result = dsa_session.submit(solution("dsa_indexer_torch_topk", TINY_INDEXER))  # top-k 96: the interpreter's size
     assert len(result.workloads) == 2 and all(w.status == "PASSED" for w in result.workloads), verdict(result)
     warned = [f for f in result.static_findings if f["severity"] == "warning" and "topk" in json.dumps(f)]
     assert warned, result.static_findings
-    assert result.promotion_blockers and all(UNCONFIRMED in b for b in result.promotion_blockers), verdict(result)
+    assert result.promotion_blockers, verdict(result)
+    # the CPU's attribution sees the library's top-k run, which is no glue outside MoE's routing: unsettled
+    assert all(CPU_ATTRIBUTION[1] in b and "aten::topk" in b for b in result.promotion_blockers), verdict(result)
 
 
 def test_sparse_attention_whose_kernel_only_gathers_is_not_promotable(dsa_session):
     """Correct, its Triton kernel runs, but the logits, softmax and weighted sum are PyTorch's batched matmuls: the
-    static gate's PyTorch finding blocks it on CPU ("unconfirmed"), and attribution confirms it on a GPU."""
+    CPU's attribution fails it (a GPU's confirms it)."""
     result = dsa_session.submit(solution("dsa_sparse_triton_gather_torch_math", TINY_ATTENTION))
     assert len(result.workloads) == 2 and all(w.status == "PASSED" for w in result.workloads), verdict(result)
     assert "torch_compute" in {f["rule"] for f in result.static_findings}, result.static_findings
-    assert result.promotion_blockers and all(UNCONFIRMED in b for b in result.promotion_blockers), verdict(result)
+    assert result.promotion_blockers and all(any(p in b for p in CPU_ATTRIBUTION) and "aten::bmm" in b
+                                             for b in result.promotion_blockers), verdict(result)
 
 
 def test_writing_over_the_input_state_and_returning_it_is_caught(gdn_session):
@@ -130,12 +136,13 @@ def test_pytorch_through_computed_names_is_not_promotable(gdn_session):
 
 
 def test_moe_gemms_in_pytorch_are_not_promotable(moe_session):
-    """Correct, its own Triton kernel runs, but the GEMMs are PyTorch's: the static gate's library finding blocks it
-    on CPU ("unconfirmed"), and on a GPU attribution confirms it (cuBLAS is never MoE's ATen glue)."""
+    """Correct, its own Triton kernel runs, but the GEMMs are PyTorch's: the CPU's attribution fails it (matrix
+    products are never glue, as cuBLAS is never MoE's ATen glue on a GPU)."""
     result = moe_session.submit(solution("moe_triton_dequant_torch_gemm", TINY_MOE))
     assert all(w.status == "PASSED" for w in result.workloads), verdict(result)
     assert {f["rule"] for f in result.static_findings} >= {"torch_compute"}, result.static_findings
-    assert result.promotion_blockers and all(UNCONFIRMED in b for b in result.promotion_blockers), verdict(result)
+    assert result.promotion_blockers and all(any(p in b for p in CPU_ATTRIBUTION) for b in result.promotion_blockers), \
+        verdict(result)
 
 
 @pytest.mark.parametrize("uuid", ["30cecff1-7ea4-474b-90fc-7f4a87206d8e",  # B=1, one page: fewer positions than k

@@ -61,8 +61,10 @@ def _submit(session, sol: dict):
 
 def test_numpy_doing_the_whole_operator_is_no_kernel_of_its_own(session):
     result, w = _submit(session, solution("numpy_host", NUMPY))
-    assert not [f for f in result.static_findings if f["severity"] == "error" or awaits_attribution(f)], \
-        result.static_findings  # the gate sees nothing: the run time is what catches it
+    assert not [f for f in result.static_findings if f["severity"] == "error"], result.static_findings
+    # numpy's math on arrays is library compute to the gate (red team round 7); the run time catches it as well
+    assert any(f["rule"] == "torch_compute" and "numpy" in f["message"] for f in result.static_findings), \
+        result.static_findings
     own = [a for a in w.audits if a.name == "own_kernel"]
     assert own and not own[0].passed and "no Triton kernel of the solution ran" in own[0].detail, w.audits
     assert w.status == "PASSED" and any("own_kernel" in str(b) for b in result.promotion_blockers), \
@@ -93,7 +95,9 @@ def test_aten_through_operator_attrgetter_is_library_compute(session):
     result, w = _submit(session, solution("attrgetter_aten", ATTRGETTER))
     library = {f["rule"] for f in result.static_findings if awaits_attribution(f)}
     assert "torch_compute" in library, result.static_findings
-    assert any("unconfirmed" in b for b in result.promotion_blockers), result.promotion_blockers
+    # the CPU's attribution sees the batched matmul it reached (never glue): the finding is not cleared
+    assert any("audit attribution failed" in b and "aten::bmm" in b for b in result.promotion_blockers), \
+        result.promotion_blockers
 
 
 @needs_sandbox

@@ -9,7 +9,9 @@ import contextlib
 import pytest
 
 from harness.audits.session_audits import SessionAudits
-from harness.audits.static_gate import never_imported
+from harness.audits.static_gate import Finding, awaits_attribution, never_imported
+from harness.audits.static_gate.policy import in_a_function_never_called
+from harness.audits.static_gate.python_reach import never_called
 from harness.data.dataset import Dataset
 from harness.data.schema import Solution
 from support import KV8_PS1, solution_dict
@@ -24,6 +26,10 @@ REPO = {
     "setup.py": "from setuptools import setup\n",
     "tuning.json": "{}",
 }
+
+
+MAIN = "from .pkg.ops import run\n"
+GUARD = "if __name__ == '__main__':\n"
 
 
 @pytest.mark.parametrize("change, unreached", [
@@ -45,6 +51,24 @@ REPO = {
     # the setup's file is an entry point too; a file the interpreter runs at start is always reachable
     ({"setup.py": "def plan(*a):\n    return None\n"}, {"tests/test_ops.py", "benchmarks/bench_ops.py"}),
     ({"sitecustomize.py": "import os\n"}, {"tests/test_ops.py", "benchmarks/bench_ops.py", "setup.py"}),
+    # red team round 7: a main guard's body never runs on import, so its imports and names reach nothing...
+    ({"main.py": MAIN + GUARD + "    from tests.test_ops import run as check\n    check()\n"},
+     {"tests/test_ops.py", "benchmarks/bench_ops.py", "setup.py"}),
+    ({"main.py": MAIN + GUARD + "    import importlib\n    importlib.import_module('bench_ops')\n"},
+     {"tests/test_ops.py", "benchmarks/bench_ops.py", "setup.py"}),
+    # ...but its `else:` runs, and where anything could make `__name__` "__main__" the body is as any other code
+    ({"main.py": MAIN + GUARD + "    pass\nelse:\n    from tests import test_ops\n"},
+     {"benchmarks/bench_ops.py", "setup.py"}),
+    ({"main.py": MAIN + GUARD + "    from tests import test_ops\n", "pkg/kern.py": "globals()['x'] = 1\n"},
+     {"benchmarks/bench_ops.py", "setup.py"}),
+    ({"main.py": MAIN + GUARD + "    from tests import test_ops\n", "pkg/kern.py": "__name__ = '__main__'\n"},
+     {"benchmarks/bench_ops.py", "setup.py"}),
+    # the guard's lines as the parser counts them: a form feed before it shifts nothing onto live code
+    ({"main.py": "# \x0c\n" + MAIN + "import importlib\n" + GUARD + "    pass\n"}, set()),
+    # pydoc's locate is a loader; "preallocated" in a docstring is not
+    ({"pkg/kern.py": '"""Writes into preallocated outputs."""\n'},
+     {"tests/test_ops.py", "benchmarks/bench_ops.py", "setup.py"}),
+    ({"pkg/kern.py": "from pydoc import locate\n"}, set()),
 ])
 def test_a_file_is_unreachable_only_where_no_import_and_no_loader_can_reach_it(change, unreached):
     entries = ["main.py"] + (["setup.py"] if "plan" in change.get("setup.py", "") else [])
@@ -84,6 +108,18 @@ def test_a_packed_test_files_findings_block_nothing_and_the_same_code_reached_st
                                                                                                       definition))
 
 
+def test_a_self_test_module_imported_only_by_the_main_guard_blocks_nothing():
+    """Red team round 7 (s13): `if __name__ == "__main__": from selftest import check` made the self-test's PyTorch
+    reference unconfirmed torch compute, which kept an honest solution from promotion on CPU."""
+    selftest = "import torch\n\ndef check(run):\n    torch.testing.assert_close(torch.einsum('ij->i', x), y)\n"
+    gate, definition = _Gate(), Dataset().definition(KV8_PS1)
+    packed = Solution.model_validate(solution_dict(KERNEL + GUARD + "    from selftest import check\n    check(run)\n",
+                                                   entry="main.py::run", extra_sources={"selftest.py": selftest}))
+    findings = gate._static_gate(packed, definition)
+    in_selftest = [f for f in findings if f["path"] == "selftest.py"]
+    assert in_selftest and all("never imports" in f["message"] for f in in_selftest), in_selftest
+
+
 @pytest.mark.parametrize("init, main_tail", [
     # red team round 5: a computed `__all__` and a star import of the root package loaded a file named nowhere
     ('__all__ = ["".join(reversed("kcah"))]\n', "from . import *\n"),
@@ -109,3 +145,49 @@ def test_a_star_import_reaches_the_whole_package_and_nothing_outside_it():
     sources = {"pkg/__init__.py": '__all__ = ["ops"]\n', "pkg/ops.py": "", "pkg/extra.py": "",
                "main.py": "from .pkg import *\n", "bench.py": ""}
     assert never_imported(sources, ["main.py"]) == {"bench.py"}
+
+
+# A self-test in the module: run (the entry point), a PyTorch reference on lines 8-9 and a checker on lines 12-13 that
+# only the main guard calls.
+SELF_TEST = ("import torch\n\n\ndef run(q):\n    return q\n\n\ndef _reference(q):\n    return torch.einsum('i->', q)\n"
+             "\n\ndef _check():\n    assert run(1) == _reference(1)\n\n\nif __name__ == '__main__':\n    _check()\n")
+
+
+@pytest.mark.parametrize("change, entries, spans", [
+    # red team round 7 (s07): the reference and the checker only the main guard reaches never run on import
+    ({}, ["main.py::run"], {"main.py": [(9, 9), (13, 13)]}),
+    ({"main.py": SELF_TEST + "\n\ndef _a():\n    return _b()\n\n\ndef _b():\n    return _a()\n"}, ["main.py::run"],
+     {"main.py": [(9, 9), (13, 13), (21, 21), (25, 25)]}),  # two functions only each other names: dead too
+    # the harness calls the entry point (and the setup) by name: `_check` as the entry keeps both alive
+    ({}, ["main.py::_check"], {}),
+    # named anywhere else: by live code, a default, a string, another file, a fullwidth spelling Python folds
+    ({"main.py": SELF_TEST.replace("    return q\n", "    return _reference(q)\n")}, ["main.py::run"],
+     {"main.py": [(13, 13)]}),
+    ({"main.py": SELF_TEST.replace("def run(q):", "def run(q, f=_check):")}, ["main.py::run"], {}),
+    ({"main.py": SELF_TEST + "__all__ = ['run', '_check']\n"}, ["main.py::run"], {}),
+    ({"bench.py": "from main import _check\n"}, ["main.py::run"], {}),
+    ({"main.py": SELF_TEST.replace("    return q\n", "    return _\uff52\uff45\uff46\uff45\uff52\uff45\uff4e\uff43\uff45(q)\n")},
+     ["main.py::run"], {"main.py": [(13, 13)]}),
+    # a decorator runs at the definition and may hand the function on; a dunder is called by Python itself
+    ({"main.py": SELF_TEST.replace("def _check", "@register\ndef _check")}, ["main.py::run"], {}),
+    ({"main.py": SELF_TEST.replace("_check", "__getattr__")}, ["main.py::run"], {}),
+    # where a main guard may run, or names may be listed and looked up unwritten, every function may run
+    ({"main.py": SELF_TEST + "globals()['x'] = 1\n"}, ["main.py::run"], {}),
+    ({"main.py": SELF_TEST + "NAMES = dir()\n"}, ["main.py::run"], {}),
+    ({"k.cpp": "PyObject* f(PyObject* m, PyObject* n) { return PyObject_GetAttr(m, n); }\n"}, ["main.py::run"], {}),
+])
+def test_a_function_never_runs_only_where_nothing_but_a_main_guard_names_it(change, entries, spans):
+    assert never_called({"main.py": SELF_TEST, **change}, entries) == spans
+
+
+def test_a_finding_in_a_never_called_function_blocks_nothing_and_awaits_nothing():
+    def finding(line: int, rule: str = "torch_compute", severity: str = "warning") -> Finding:
+        return Finding(rule=rule, severity=severity, path="main.py", line=line, col=5, message="m", snippet="s")
+
+    spans = never_called({"main.py": SELF_TEST}, ["main.py::run"])
+    inside, error, outside = (in_a_function_never_called(finding(9), spans),
+                              in_a_function_never_called(finding(13, "clock_read", "error"), spans),
+                              in_a_function_never_called(finding(5), spans))
+    assert not awaits_attribution(inside) and "__main__" in inside.message
+    assert error.severity == "warning"
+    assert outside == finding(5) and awaits_attribution(outside)

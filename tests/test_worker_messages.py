@@ -246,13 +246,13 @@ def test_the_runner_kills_a_worker_that_breaks_the_protocol():
 
 @pytest.mark.parametrize("first, words", [
     ({"ok": True, "input_fingerprint": "f", "_forged": True}, "a reply the worker's loop did not write"),
-    ({"ok": True, "input_fingerprint": "f", "_twice": True}, "the worker.s channel held bytes before a request was sent"),
+    ({"ok": True, "input_fingerprint": "f", "_twice": True}, "channel held bytes before a request was sent"),
 ])
 def test_a_frame_the_workers_loop_did_not_write_ends_the_worker(first, words):
     """Candidate code shares the worker's process and descriptors: a frame it writes (ahead of the worker's reply,
     or after it) lacks its request's nonce or arrives unasked, and is never taken as the worker's reply."""
     with fake_worker(first, {"ok": True, "input_fingerprint": "g"}) as worker:
-        with pytest.raises(WorkerCrashed, match=f"the worker broke the protocol: {words}.*harness's channel"):
+        with pytest.raises(WorkerCrashed, match=f"the worker broke the protocol: .*{words}.*harness.s channel"):
             for seed in (1, 2):
                 reply, _ = worker.request(RunRequest(workload=WORKLOAD, seed=seed, dataset_root=ROOT), timeout_s=30)
                 assert reply.input_fingerprint == "f"  # the first reply is the worker's own where it was twice

@@ -24,6 +24,7 @@ from typing import Any
 from .static_gate import Finding, GatePolicy, declared_library
 from .static_gate.common import _snippet
 from .static_gate.cpp import scan_cpp
+from .static_gate.cpp_aten import defined_functions
 from .static_gate.policy import _CompiledPolicy
 
 # The block load_inline appends for `functions=`: torch.utils.cpp_extension.load_inline writes exactly these lines.
@@ -74,6 +75,9 @@ def compiled_findings(files: Sequence[Mapping[str, Any]], unread: Sequence[str],
     ``earlier``: the gate's findings on the solution (as archived dicts); ``library_is_own``: as the gate's."""
     compiled = _CompiledPolicy.of(policy)
     own_texts = {text.strip() for text in shipped.values()}
+    # helpers named like ATen's functions (`__device__ float silu(...)`) that the solution or the build defines in
+    # another file are its own, as at the gate
+    defined = defined_functions([*shipped.values(), *(str(entry.get("text", "")) for entry in files)])
     findings: dict[tuple[str, int, int, str], Finding] = {}
 
     def add(rule: str, path: str, line: int, col: int, message: str, lines: list[str]) -> None:
@@ -89,7 +93,7 @@ def compiled_findings(files: Sequence[Mapping[str, Any]], unread: Sequence[str],
         lines = judged.splitlines()
         # a file the solution ships was judged by the gate, unless the build's macros change what it compiles
         if not (text.strip() in own_texts and judged == text):
-            for hit in scan_cpp(judged, compiled):
+            for hit in scan_cpp(judged, compiled, defined=defined):
                 if not _already_found(hit.rule, hit.message, earlier):
                     add(hit.rule, path, hit.line, hit.col, f"{_WHAT}: {hit.message}", lines)
         for name, body in defines.items():  # `-DCALL=system`: every `CALL(...)` of the source is a call of system

@@ -45,6 +45,8 @@ class SessionAudits:
         ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
         from ..sandbox.build import never_imported_files
         from .static_gate import declared_library, in_a_file_never_imported, policy_from_mapping, scan_sources
+        from .static_gate.policy import in_a_function_never_called
+        from .static_gate.python_reach import never_called
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
@@ -52,6 +54,11 @@ class SessionAudits:
             findings = scan_sources(sources, solution.spec.language.value, policy)
             unreached = never_imported_files(solution)  # never written for the build either
             findings = [in_a_file_never_imported(f) if f.path in unreached else f for f in findings]
+            # a self-test's reference and checker, named only by a main guard that never runs on import
+            entries = [solution.spec.entry_point] + ([solution.spec.setup] if solution.spec.setup else [])
+            if solution.spec.language.value != "cuda":
+                idle = never_called(sources, entries)
+                findings = [in_a_function_never_called(f, idle) for f in findings]
         if library_is_own:
             findings = [declared_library(f) for f in findings]
         return [f.model_dump() for f in findings]
@@ -262,6 +269,7 @@ class SessionAudits:
             result = self._judge(definition, workload, int(step["seed"]), got, expected, tol)
             checks.append((step, result.passed, result.message))
         wr.audits.append(recheck_verdict(checks))
+        wr.library_compute.extend(reply.library_compute)  # its calls count for the CPU's attribution as well
         wr.audits.append(thread_verdict(reply.threads_before, reply.threads_after, reply.candidate_threads,
                                         reply.candidate_processes))
         # a call on never-seen content in warm buffers against its repeat (verdicts.replay_verdict)

@@ -13,10 +13,12 @@ POLICY_THRESHOLDS = ("precision_error_multiple", "precision_error_floor", "preci
                      "clock_slack_ms", "clock_floor_ratio", "replay_ratio", "replay_slack_ms", "setup_work_ratio",
                      "setup_work_slack_ms", "attribution_min_share",
                      "attribution_allowance_us", "attribution_pointwise_us",
-                     "attribution_aten_glue_us", "attribution_aten_glue_share", "speedup_bound", "roofline_margin")
+                     "attribution_aten_glue_us", "attribution_aten_glue_share", "attribution_cpu_max_share",
+                     "speedup_bound", "roofline_margin")
 
 # Thresholds that are shares, with their largest value (a roofline margin of 1 would leave no floor).
-SHARES = {"attribution_min_share": 1.0, "attribution_aten_glue_share": 1.0, "roofline_margin": 0.99}
+SHARES = {"attribution_min_share": 1.0, "attribution_aten_glue_share": 1.0, "attribution_cpu_max_share": 1.0,
+          "roofline_margin": 0.99}
 
 
 def policy_thresholds(data: Optional[dict[str, Any]], definition: Optional[str],

@@ -26,6 +26,7 @@ from typing import Sequence, Any, Iterable, Mapping, Optional, Union
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from . import attribution
 from .attribution import OwnKernels
+from .cpu_attribution import MAX_SHARE, cpu_attribution_verdict, is_cpu_variant, settles
 from .model import AUDIT_LEVELS, Audit, as_audits
 
 
@@ -67,6 +68,9 @@ class AuditConfig:
     # ...or up to this share of the call's compute (MoE: a vLLM-style wrapper's sum over the top-k in PyTorch grows
     # with the tokens, past any fixed budget, while staying a small part of the call)
     attribution_aten_glue_share: float = 0.0
+    # on a host without a GPU: the share of the inputs' float elements library operators may read (its reasons:
+    # harness.audits.cpu_attribution.MAX_SHARE)
+    attribution_cpu_max_share: float = MAX_SHARE
     speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
     # a latency below the roofline floor by more than this share is impossible (roofline_plausibility). The floor
     # stands on the bandwidth this GPU achieved for torch.sum (H200: 4274 GB/s, 89% of the data sheet's 4.8 TB/s), and
@@ -368,6 +372,15 @@ def attribution_verdict(kernel_ns: dict[str, float], own: OwnKernels, cfg: Audit
                                            cfg.attribution_aten_glue_share)
 
 
+def cpu_attribution_audit(calls: Sequence[Any], cfg: AuditConfig, library_is_own: bool = False) -> Optional[Audit]:
+    """Who did the work on a host without a GPU, with this level's thresholds (harness.audits.cpu_attribution), from
+    the ATen compute the worker counted in each checked call (harness.sandbox.messages.LibraryCompute); None where
+    none was counted (a GPU without timing). A family with ATen glue on a GPU (MoE's routing) has it here too."""
+    glue = cfg.attribution_aten_glue_us > 0 or cfg.attribution_aten_glue_share > 0
+    judged = [(c.input_elements, {name: (op.kind, op.elements) for name, op in c.ops.items()}) for c in calls]
+    return cpu_attribution_verdict(judged, glue, library_is_own, cfg.attribution_cpu_max_share)
+
+
 def is_fallback(audits: Iterable[Audit]) -> bool:
     """Did attribution find the work done outside the candidate's own kernels?"""
     return any(a.name == "attribution" and not a.passed and a.detail.startswith("fallback") for a in audits)
@@ -381,19 +394,23 @@ AuditLike = Union[Audit, Mapping[str, Any]]  # an Audit, or one as archived
 def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: list[dict[str, Any]]) -> list[str]:
     """The static gate saw library or PyTorch compute; the attribution audit settles it on every workload it
     ran on (a pass clears it, a failure is already a blocker). A PASSED workload where attribution could not
-    run leaves the finding standing: it blocks, as "unconfirmed"."""
+    run leaves the finding standing: it blocks, as "unconfirmed". A CPU's attribution (the worker's count of ATen
+    operators: harness.audits.cpu_attribution) settles PyTorch findings only, never another library's (FlashInfer:
+    where it is missing, a CPU runs what the solution does instead)."""
     from .static_gate import awaits_attribution
 
-    found = [f for f in static_findings if awaits_attribution(f)]
-    if not found:
-        return []
-    unsettled = [w["label"] for w in evaluated if w["status"] == EvaluationStatus.PASSED
-                 and not any(a.name == "attribution" for a in as_audits(w.get("audits", [])))]
-    if not unsettled:
-        return []
-    f = found[0]
-    return [f"static gate: {f['rule']} at {f['path']}:{f['line']} unconfirmed: run-time attribution (CUPTI on a GPU) "
-            f"did not run on {len(unsettled)} workload(s), first {unsettled[0]}"]
+    def settled(w: dict[str, Any], f: dict[str, Any]) -> bool:
+        return any(a.name == "attribution" and (settles(f) or not is_cpu_variant(a))
+                   for a in as_audits(w.get("audits", [])))
+
+    passed = [w for w in evaluated if w["status"] == EvaluationStatus.PASSED]
+    for f in (f for f in static_findings if awaits_attribution(f)):
+        unsettled = [w["label"] for w in passed if not settled(w, f)]
+        if unsettled:
+            return [f"static gate: {f['rule']} at {f['path']}:{f['line']} unconfirmed: run-time attribution (CUPTI "
+                    f"on a GPU; on a CPU, of PyTorch compute only) did not settle it on {len(unsettled)} "
+                    f"workload(s), first {unsettled[0]}"]
+    return []
 
 
 # The message of a workload SKIPPED because the solution's own call stopped Triton's CPU interpreter

@@ -54,6 +54,10 @@ class WorkloadResult:
     # timing, audits, baselines...), seconds; a submission's phases_s is their sum plus what lies between workloads
     phases_s: dict[str, float] = field(default_factory=dict)
     evaluation_id: Optional[int] = None
+    # on a host without a GPU, the ATen compute of every checked call (harness.sandbox.messages.LibraryCompute): the
+    # evidence the CPU's attribution audit is judged from (harness.audits.cpu_attribution); the audit is archived,
+    # this is not
+    library_compute: list[Any] = field(default_factory=list, repr=False)
 
     @property
     def evaluated(self) -> bool:

@@ -19,6 +19,7 @@ import os
 import time
 from typing import Any, Optional
 
+from ..audits.verdicts import cpu_attribution_audit
 from ..data import records
 from ..data.dataset import EvalPreset
 from ..data.results import SubmissionResult, WorkloadResult
@@ -132,6 +133,10 @@ class CandidateRun:
                 self._attribution(solution, wr, library_is_own)
             if suspicious and self.audit_config.level == "fast":
                 self._escalate(candidate, definition, workload, preset, tol, timeout_s, wr, library_is_own)
+        elif wr.status == EvaluationStatus.PASSED.value and self.audit_config.level != "off":
+            # no timing (a CPU): who did the work, from the worker's count of library compute in every checked call
+            verdict = cpu_attribution_audit(wr.library_compute, self.audit_config, library_is_own)
+            wr.audits += [verdict] if verdict is not None else []
         wr.memory = self._memory_record(definition, workload, candidate)
         if not candidate.alive or wr.status in (EvaluationStatus.RUNTIME_ERROR.value, EvaluationStatus.TIMEOUT.value):
             candidate.stop()  # a fresh process (and CUDA context) for the next workload

@@ -70,6 +70,28 @@ def input_bytes(definition: Definition, workload: Workload) -> int:
     return tensor_bytes(definition, definition.inputs, workload)
 
 
+def builds_extension(solution: Solution) -> bool:
+    """A Python solution that builds native code when imported (torch.utils.cpp_extension load/load_inline,
+    tvm_ffi.cpp), as the static gate tells one (harness.audits.static_gate ``builds_native``)."""
+    return any(s.path.endswith(".py") and ("cpp_extension" in s.content or "tvm_ffi" in s.content)
+               for s in solution.sources)
+
+
+def cpu_size_rule(solution: Solution, definition: Definition, workload: Workload, options: SubmitOptions,
+                  has_gpu: bool) -> tuple[Optional[str], Optional[str]]:
+    """(deferred, skip): why a workload is too large to run on a host without a GPU. The size rule is the Triton
+    interpreter's: a CUDA solution is compiled on this host (nvcc, for sm_90a) and then skipped for want of a GPU,
+    whatever its inputs weigh, so its build is checked. A Python solution that builds an extension is built first
+    too: where the build says it cannot run here (a CUDA extension), that is the workload's reason; the size reason
+    (``deferred``) holds only where the extension does run here."""
+    if has_gpu or options.all_workloads_on_cpu or solution.spec.language == Language.cuda:
+        return None, None
+    skip = cpu_skip_message(input_bytes(definition, workload), options.cpu_max_input_mib,
+                            family_for(definition.op_type).serial_steps(definition, workload),
+                            options.cpu_max_serial_steps)
+    return (skip, None) if skip and builds_extension(solution) else (None, skip)
+
+
 def definition_scores(workloads: list[WorkloadResult]) -> dict[str, Optional[float]]:
     """The definition's scores (harness.measure.scores), without the list of workloads a partial one misses."""
     return scores.definition_scores(workloads)[0]
@@ -316,14 +338,7 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                 phases_before = dict(self.phase_s)
                 label = self.dataset.label(workload)
                 self.progress("workload", {"label": label, "uuid": workload.uuid})
-                size = input_bytes(definition, workload)
-                # the size rule is the Triton interpreter's: a CUDA solution is compiled on this host (nvcc, for
-                # sm_90a) and then skipped for want of a GPU, whatever its inputs weigh, so its build is checked
-                on_cpu = (not self.has_gpu and not self.options.all_workloads_on_cpu
-                          and solution.spec.language != Language.cuda)
-                skip = cpu_skip_message(size, self.options.cpu_max_input_mib,
-                                        family_for(definition.op_type).serial_steps(definition, workload),
-                                        self.options.cpu_max_serial_steps) if on_cpu else None
+                deferred, skip = cpu_size_rule(solution, definition, workload, self.options, self.has_gpu)
                 if len(timed_out) >= TIMEOUTS_IN_A_ROW:  # each more would cost the whole limit again
                     skip = (f"not run: the solution ran out of time on {' and '.join(timed_out)} in a row "
                             f"(each in a fresh process, {timeout_s:.0f} s limit)")
@@ -347,8 +362,11 @@ class Session(WorkloadEvaluation, SessionAudits, CandidateRun):
                                                 log=failure.log)
                             self._record(result, definition, solution, workload, wr, env_id)
                             continue
-                    wr, candidate = self._on_candidate(candidate, solution, definition, workload, label, run_preset,
-                                                       preset, tol, timeout_s, library_is_own)
+                    if deferred and not candidate.compile_only:  # its extension runs here: the size rule holds
+                        wr = unrun_result(workload, label, deferred, None, None)
+                    else:
+                        wr, candidate = self._on_candidate(candidate, solution, definition, workload, label,
+                                                           run_preset, preset, tol, timeout_s, library_is_own)
                 wr.phases_s = self.clock.since(phases_before)
                 if wr.status == EvaluationStatus.TIMEOUT.value:
                     timed_out.append(label)

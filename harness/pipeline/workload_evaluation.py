@@ -48,11 +48,32 @@ def cpu_host_hint(error: Optional[str], has_gpu: bool) -> str:
 # Only interpreter errors: a kernel's own mistakes under the interpreter stay the candidate's RUNTIME_ERROR.
 _INTERPRETER_LIMITS = (
     (re.compile(r"inline_asm not supported in interpreter mode"), "inline PTX (tl.inline_asm_elementwise)"),
-    (re.compile(r"_semantic. argument must be provided outside of JIT functions"), "a libdevice (extern) call"),
     (re.compile(r"libdevice's __nv_\w+ is not available under Triton's CPU interpreter"), "a libdevice (extern) call"),
     (re.compile(r"ufunc 'bitwise_(and|or|xor)' not supported for the input types"),
      "a bitwise operation on a block of booleans and a scalar boolean"),
 )
+# A Triton builtin the interpreter does not hand its semantic to (`tl.extra.cuda.smid()`, `globaltimer()`...): the
+# error names no function, the traceback's frame above Triton's builtin wrapper does (its caret marks the call).
+_NO_SEMANTIC = re.compile(r"_semantic. argument must be provided outside of JIT functions")
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<function>\S+)\s*$')
+_CALLED = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+
+
+def _builtin_called(traceback: str) -> Optional[str]:
+    """The dotted name of the call whose frame entered Triton's builtin wrapper (triton/language/core.py)."""
+    lines = traceback.splitlines()
+    for i, line in enumerate(lines):
+        m = _FRAME.match(line)
+        if m is None or m["function"] != "wrapper" or not m["file"].replace("\\", "/").endswith("language/core.py"):
+            continue
+        code = lines[i - 1] if i else ""  # the caller's source line, or (Python 3.11+) the carets under its call
+        if i >= 2 and code.strip() and set(code.strip()) <= set("^~"):
+            start = len(code) - len(code.lstrip())
+            code = lines[i - 2][start:start + len(code.strip())]
+        called = _CALLED.search(code)
+        if called:
+            return called.group(1)
+    return None
 
 
 def interpreter_limit(error: Optional[str], traceback: Optional[str] = None) -> Optional[str]:
@@ -66,6 +87,10 @@ def interpreter_limit(error: Optional[str], traceback: Optional[str] = None) -> 
         return None  # raised by the interpreter itself, not a message a candidate wrote
     if "libdevice" in text and "cannot convert None" in text:
         return "a libdevice (extern) call"
+    if _NO_SEMANTIC.search(text):
+        called = _builtin_called(traceback or "")
+        return (f"`{called}`, a Triton builtin the interpreter cannot call" if called
+                else "a Triton builtin the interpreter cannot call")
     return next((what for pattern, what in _INTERPRETER_LIMITS if pattern.search(text)), None)
 
 
@@ -150,6 +175,8 @@ class WorkloadEvaluation:
                     audits.append(Audit(name="own_kernel", passed=False,
                                         detail=f"trial {trial}: no Triton kernel of the solution ran in the call; "
                                                "the work was done by something else (host code, a library)"))
+                if reply.library_compute is not None:  # the CPU's attribution (SessionAudits._cpu_attribution)
+                    wr.library_compute.append(reply.library_compute)
                 # Definition order, not the payload's (safetensors sorts names).
                 trusted_since = time.monotonic()
                 with self._phase("compare"):

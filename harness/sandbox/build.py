@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..data.schema import Definition, Language, Solution
+from ..data.schema import Definition, Language, SchemaError, Solution
 from . import cuda_check
 from .extension_cache import EXTENSION_FOLDERS
 
@@ -68,10 +68,32 @@ def signature_problem(fn: Callable[..., Any], definition: Definition, dps: bool,
     return None
 
 
-def static_signature_problem(solution: Solution, definition: Definition) -> Optional[str]:
-    """The same check from the source text alone, before any process is started (python/triton only)."""
-    if solution.spec.language not in (Language.python, Language.triton):
+def python_entry_problem(solution: Solution) -> Optional[str]:
+    """Why a cuda/cpp solution's entry point cannot be what it builds, or None: those languages compile the .cu/.cpp
+    sources into a module (a main.py beside them is never imported, and without them there is nothing to build), so a
+    Python entry point that compiles CUDA itself (torch's load()/load_inline()) was meant as language python."""
+    spec = solution.spec
+    if spec.language not in (Language.cuda, Language.cpp) or not spec.entry_file.endswith(".py"):
         return None
+    return (f"entry point {spec.entry_file} is Python: language {spec.language.value} builds .cu/.cpp sources "
+            f"natively; a Python entry point that compiles CUDA with load()/load_inline() is language python "
+            f"(or triton)")
+
+
+def require_native_entry(solution: Solution) -> Solution:
+    """``solution``, or a SchemaError saying ``python_entry_problem`` (``harness pack``: refused before it is
+    written)."""
+    problem = python_entry_problem(solution)
+    if problem:
+        raise SchemaError(problem)
+    return solution
+
+
+def static_signature_problem(solution: Solution, definition: Definition) -> Optional[str]:
+    """The same check from the source text alone, before any process is started (python/triton only; a cuda/cpp
+    solution's Python entry point is refused here too)."""
+    if solution.spec.language not in (Language.python, Language.triton):
+        return python_entry_problem(solution)
     source = next(s.content for s in solution.sources if s.path == solution.spec.entry_file)
     try:
         tree = ast.parse(source)
@@ -355,6 +377,9 @@ def _not_checkable_here(output: str, used: set[str], root: Optional[Path] = None
 
 
 def _build_native(solution: Solution, workdir: Path, have_gpu: bool) -> Built:
+    problem = python_entry_problem(solution)
+    if problem:  # said before any compile: nvcc would build the .cu files and the entry point would never be found
+        raise BuildError(problem)
     pkg_dir = write_sources(solution, workdir / "src" / "native")
     build_dir = workdir / "build"
     build_dir.mkdir(parents=True, exist_ok=True)

@@ -289,6 +289,26 @@ class BuildReply(Reply):
     compiled_unread: list[str] = Field(default_factory=list, description="sources it compiled that it could not read")
 
 
+class LibraryOp(_Message):
+    """One ATen operator's computing, or one way values left PyTorch, in a call on a host without a GPU
+    (harness.sandbox.library_ops)."""
+
+    kind: Literal["pointwise", "reduction", "matmul", "host"] = Field(
+        description="pointwise: an elementwise map; matmul: a matrix product, convolution, attention or linear "
+                    "algebra; reduction: any other computing operator (reductions, scans, sorts, top-k, softmax); "
+                    "host: values taken out of PyTorch (Tensor.numpy, tolist...), computed on where no count sees")
+    elements: int = Field(ge=0, description="floating-point elements it read over the call")
+
+
+class LibraryCompute(_Message):
+    """The ATen compute of one checked call of a Triton or Python solution under Triton's CPU interpreter: the
+    evidence of the CPU's attribution (harness.audits.cpu_attribution)."""
+
+    input_elements: int = Field(ge=0, description="floating-point elements of the call's inputs (the definition's)")
+    ops: dict[str, LibraryOp] = Field(default_factory=dict,
+                                      description="operator (aten::mul) -> its kind and the float elements it read")
+
+
 class RunReply(Reply):
     input_fingerprint: Optional[str] = Field(None, description="the content hash of the inputs the call got")
     mutated_inputs: list[str] = Field(default_factory=list, description="inputs the call modified")
@@ -298,6 +318,8 @@ class RunReply(Reply):
     note: str = Field("", description="a remark on the call (a DPS entry point that returned a value)")
     own_kernels: Optional[int] = Field(None, ge=0, description="Triton kernels of the solution the interpreter "
                                        "launched in the call (CPU); None where not counted")
+    library_compute: Optional[LibraryCompute] = Field(
+        None, description="the ATen compute of the call (a Triton or Python solution on a CPU); None where not counted")
     when_ok: ClassVar[tuple[str, ...]] = ("input_fingerprint",)
 
 
@@ -359,6 +381,8 @@ class RecheckReply(Reply):
     candidate_processes: list[str] = Field(
         default_factory=list, description="processes alive beside the worker that were not when it started: the "
                                           "candidate's (harness.sandbox.integrity.other_processes)")
+    library_compute: list[LibraryCompute] = Field(
+        default_factory=list, description="on a CPU, the ATen compute of each step's call (RunReply's)")
     when_ok: ClassVar[tuple[str, ...]] = ("wall_ms", "input_fingerprints", "threads_before", "threads_after")
 
 

@@ -110,6 +110,14 @@ def pending(fd: int) -> int:
     return int.from_bytes(count, sys.byteorder)
 
 
+def require_quiet(fd: int) -> None:
+    """ForeignFrame where bytes wait on ``fd`` before a request is sent: the worker's loop writes one reply per
+    request, so they were written by someone else."""
+    if pending(fd):
+        raise ForeignFrame("the worker's channel held bytes before a request was sent: code in the worker wrote into "
+                           "the harness's channel")
+
+
 def read_message(fd: int, deadline: Optional[float] = None, max_payload: int = MAX_PAYLOAD,
                  nonce: Optional[str] = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """One message; ``max_payload``: the most payload bytes this message may honestly carry (a larger length is

@@ -434,9 +434,7 @@ class WorkerProcess:
         # so a frame it writes into the reply channel (a forged timing) is told apart by the nonce it cannot know
         nonce = secrets.token_hex(16)
         try:
-            if protocol.pending(self._r):  # the worker answers once per request: anything more was written by another
-                raise protocol.ForeignFrame("the worker's channel held bytes before a request was sent: code in the "
-                                            "worker wrote into the harness's channel")
+            protocol.require_quiet(self._r)  # the worker answers once per request: more was written by another
             protocol.write_message(self._w, {**message.wire(), "nonce": nonce}, tensors)
             if message.op == "build":
                 self._definition = message.definition

@@ -10,6 +10,10 @@ Each fix converts through exact bit arithmetic or torch's own (correctly rounded
 has not got ("0 active drivers"): under the interpreter the autotuner is given a benchmarker that times nothing,
 so it keeps the first config that survives ``prune_configs_by`` (see ``_patch_autotuner``). libdevice, which the
 interpreter has not got, is evaluated with numpy (``triton_libdevice``).
+
+Programmatic dependent launch (``tl.extra.cuda.gdc_wait()`` / ``gdc_launch_dependents()``, inline PTX
+``griddepcontrol``) orders a kernel after the writes of the one launched before it: under the interpreter every launch
+has finished before the next one starts, so both are done already and are no-ops here (``_patch_grid_dependency``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ _PATCHED = False
 # (worker_calls.own_kernels, the `own_kernel` audit); a list, so the count is data the worker's fingerprint does
 # not freeze.
 LAUNCHES = [0]
+# Launches in progress: the interpreter's own reads of a launch's tensors (numpy views of its arguments, the fp8 casts
+# above) are not host work of the candidate's (harness.sandbox.library_ops leaves them out of the CPU's attribution).
+IN_LAUNCH = [0]
 
 
 def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -97,6 +104,34 @@ def _patch_autotuner() -> None:
     Autotuner.do_bench = replacement
 
 
+def _patch_grid_dependency() -> None:
+    """``gdc_wait`` and ``gdc_launch_dependents`` as no-ops (see the module docstring), in the module kernels reach
+    them through (``tl.extra.cuda``) and the one that defines them; the launch's ``launch_pdl=True`` is accepted by
+    the interpreter already."""
+    import importlib
+
+    def gdc_wait(_semantic=None):
+        return None
+
+    def gdc_launch_dependents(_semantic=None):
+        return None
+
+    try:
+        import triton.language as tl
+
+        cuda = importlib.import_module("triton.language.extra.cuda")
+    except Exception:  # a Triton without the CUDA extras: nothing to stand in for
+        return
+    # `triton.language.extra` executes its backends' packages itself, so `tl.extra.cuda` may be another module object
+    # than the one `import triton.language.extra.cuda` gives: both, and the `gdc` module of each
+    packages = {id(m): m for m in (cuda, getattr(getattr(tl, "extra", None), "cuda", None)) if m is not None}
+    modules = [*packages.values(), *(getattr(m, "gdc", None) for m in packages.values())]
+    for module in (m for m in modules if m is not None):
+        for no_op in (gdc_wait, gdc_launch_dependents):
+            if callable(getattr(module, no_op.__name__, None)):
+                setattr(module, no_op.__name__, no_op)
+
+
 def apply() -> bool:
     """Patch the interpreter once per process. Returns False when Triton is not importable."""
     global _PATCHED
@@ -155,12 +190,17 @@ def apply() -> bool:
 
     def counted_launch(self, *args, **kwargs):
         LAUNCHES[0] += 1
-        return original_launch(self, *args, **kwargs)
+        IN_LAUNCH[0] += 1
+        try:
+            return original_launch(self, *args, **kwargs)
+        finally:
+            IN_LAUNCH[0] -= 1
 
     interp.GridExecutor.__call__ = counted_launch
     from . import triton_libdevice
 
     triton_libdevice.apply(tl, interp)
     _patch_autotuner()
+    _patch_grid_dependency()
     _PATCHED = True
     return True

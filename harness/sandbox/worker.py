@@ -33,7 +33,8 @@ from .integrity import Integrity, preload
 from .messages import (BuildRequest, CeilingsRequest, CompiledRequest, HelloRequest, JudgeRequest, OracleRequest,
                        ReferenceRequest, RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
-from .worker_calls import as_output_dict, interpreted_launches, own_kernels, recheck_calls, require_plain
+from .worker_calls import (as_output_dict, checked_call, interpreted_launches, own_kernels, recheck_calls,
+                           require_plain)
 from .worker_environment import environment, nvml_index
 from ..measure.device_measure import (l2_flush, memory_mark, memory_release, sync,
                              wall_call)
@@ -169,14 +170,7 @@ class Worker:
             args = {k: v.clone() if isinstance(v, torch.Tensor) and k not in digests else v for k, v in inputs.items()}
         launched = interpreted_launches(self.solution.spec.language.value)
         started = time.perf_counter()
-        state = (self.built.setup(*args.values()),) if self.built.setup is not None else ()
-        if self.solution.spec.destination_passing_style:
-            outputs = allocate_outputs(definition, workload, self.device)
-            returned = self.built.fn(*args.values(), *outputs.values(), *state)
-            note = "" if returned is None else "the DPS entry point returned a value; it was ignored"
-        else:
-            outputs = as_output_dict(definition, self.built.fn(*args.values(), *state))
-            note = ""
+        outputs, note, library = checked_call(self.built, self.solution.spec, definition, workload, args, self.device)
         sync(self.device)
         elapsed = time.perf_counter() - started
         self._add("call", elapsed)
@@ -191,13 +185,14 @@ class Worker:
         if bad:
             raise TypeError(f"outputs must be tensors, got {bad}")
         return ({"ok": True, "input_fingerprint": input_fp, "mutated_inputs": mutated, "aliased_outputs": aliased,
-                 "elapsed_s": elapsed, "note": note, "own_kernels": own}, {k: v for k, v in outputs.items()})
+                 "elapsed_s": elapsed, "note": note, "own_kernels": own, "library_compute": library},
+                {k: v for k, v in outputs.items()})
 
     def recheck(self, req: RecheckRequest) -> tuple[dict, dict]:
         """The fresh-input recheck (harness.audits.verdicts.plan_recheck): ``worker_calls.recheck_calls``."""
         assert self.built is not None and self.built.fn is not None, "build first"
         header, tensors = recheck_calls(self.built, self.solution.spec.destination_passing_style, self.definition,
-                                        req, self.device)
+                                        req, self.device, self.solution.spec.language.value)
         if header.get("ok"):
             header["candidate_threads"] = self.integrity.new_threads()
             header["candidate_processes"] = self.integrity.new_processes()

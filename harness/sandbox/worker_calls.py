@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
+from . import library_ops
 from .build import Built
 from .messages import RecheckRequest, RecheckStep
 from ..data.inputs import allocate_outputs, fingerprint, generate_inputs
@@ -78,6 +79,26 @@ def own_kernels(language: str, before: int | None, outputs: dict[str, Any]) -> i
     return None if after is None else after - before
 
 
+def checked_call(built: Built, spec: Any, definition: Definition, workload: Any, args: dict[str, Any],
+                 device: torch.device) -> tuple[dict[str, Any], str, Optional[dict[str, Any]]]:
+    """The run request's call of the candidate (its setup, then its entry point) on ``args``: its outputs by name, a
+    note, and on a CPU the ATen compute it dispatched (``library_ops``: the CPU's attribution; the mode is popped
+    before any of the worker's own steps, and before its integrity check, which fails a dispatch mode left over)."""
+    library = library_ops.counter(spec.language.value, device)
+    with library_ops.counting(library):
+        state = (built.setup(*args.values()),) if built.setup is not None else ()
+    if spec.destination_passing_style:
+        outputs = allocate_outputs(definition, workload, device)
+        with library_ops.counting(library):
+            returned = built.fn(*args.values(), *outputs.values(), *state)
+        note = "" if returned is None else "the DPS entry point returned a value; it was ignored"
+    else:
+        with library_ops.counting(library):
+            returned = built.fn(*args.values(), *state)
+        outputs, note = as_output_dict(definition, returned), ""
+    return outputs, note, library.report(args) if library is not None else None
+
+
 def thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -102,14 +123,15 @@ def last_reuse(steps: list[RecheckStep]) -> dict[int, int]:
 
 
 def recheck_calls(built: Built, destination_passing_style: bool, definition: Definition, req: RecheckRequest,
-                  device: torch.device) -> tuple[dict, dict]:
+                  device: torch.device, language: str = "") -> tuple[dict, dict]:
     """The fresh-input recheck (harness.audits.verdicts.plan_recheck): outputs of every step go back to be judged.
 
     On a GPU every step's call is followed by a repeat of the same call on the same buffers, both timed
     the same way (L2 flushed, synchronised wall clock): the repeat is what the official timer sees on
     its reused inputs, so a repeat much cheaper than the fresh call is the mark of replay or skip-if-
     written. The GPU is kept busy first, and a call on new content in reused buffers comes right after a call
-    on the content they held, so neither timed call meets idle clocks or a cold host path.
+    on the content they held, so neither timed call meets idle clocks or a cold host path. On a CPU, each step's
+    library compute is counted as the run request's is (``library_ops``; the CPU's attribution takes every call).
     """
     workload = req.workload
     root = Path(req.dataset_root)
@@ -120,6 +142,7 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
     buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     out_tensors: dict[str, torch.Tensor] = {}
     wall_ms, repeat_ms, fingerprints = [], [], []
+    library: list[dict[str, Any]] = []  # per step, on a CPU (harness.sandbox.library_ops)
     flush = l2_flush(device)
     raise_clocks(device, flush)
 
@@ -133,12 +156,13 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
             return outputs
         return as_output_dict(definition, built.fn(*inputs.values(), *state))
 
-    def timed_call(state: tuple[Any, ...]) -> tuple[float, dict[str, Any]]:
+    def timed_call(state: tuple[Any, ...], ops: Optional[library_ops.Counter] = None) -> tuple[float, dict]:
         """One call on a cold L2, timed by the host between two synchronisations."""
         flush()
         sync(device)
         started = time.perf_counter()
-        result = call(state)
+        with library_ops.counting(ops):
+            result = call(state)
         sync(device)
         return (time.perf_counter() - started) * 1e3, result
 
@@ -165,8 +189,12 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
                     inputs[name] = value
             del fresh
 
-        state = setup()
-        ms, outputs = timed_call(state)
+        ops = library_ops.counter(language, device)
+        with library_ops.counting(ops):
+            state = setup()
+        ms, outputs = timed_call(state, ops)
+        if ops is not None:
+            library.append(ops.report(inputs))
         require_plain(outputs, f"outputs of recheck step {i}")
         require_plain(inputs, f"inputs of recheck step {i}")
         wall_ms.append(ms)
@@ -180,4 +208,5 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
         # this step's tensors go now, not when the next ones exist
         fresh = inputs = outputs = state = None
     return ({"ok": True, "wall_ms": wall_ms, "repeat_wall_ms": repeat_ms, "input_fingerprints": fingerprints,
-             "threads_before": threads_before, "threads_after": thread_count()}, out_tensors)
+             "threads_before": threads_before, "threads_after": thread_count(), "library_compute": library},
+            out_tensors)

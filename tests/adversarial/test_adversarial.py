@@ -21,7 +21,8 @@ from attacks import ATTACKS, attack_solution, honest_solutions
 
 # attack -> what must catch it on CPU: "status" (not PASSED), "static:<rule>" (a static-gate error),
 # "library:<rule>" (a library-compute warning of the static gate that run-time attribution must confirm; on CPU
-# it cannot run, so the finding blocks promotion as unconfirmed), or "audit:<name>";
+# its count of ATen operators settles PyTorch's, never another library's: that finding blocks as unconfirmed), or
+# "audit:<name>";
 # "a|b" means either (on a GPU the official timer may stop a cheat before the recheck runs: a call that
 # launches nothing, or other kernels than before, is a RUNTIME_ERROR there)
 GPU_STATUS = "|status"

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .common import _TORCH_NAMESPACES, SNIPPET_MAX_CHARS, _Hit, _snippet
 from .cpp import scan_cpp
+from .cpp_aten import defined_functions
 from .python_reach import never_imported
 from .policy import (
     ALLOW_LIST_NAMES,
@@ -168,11 +169,13 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
     confirm_self_aliases(scanners, code)  # FLA's flags' aliases, likewise
     collect_own_classes(own, scanners)  # `shapes.topk` of a class another module defines (python_fields)
     findings: dict[tuple[str, int, int, str], Finding] = {}
+    defined = defined_functions(code.values())  # a helper named like ATen's (`softmax`) in another file: its own
     for path, source in sources.items():
         kind = kinds[path]
         if kind is None:
             continue
-        hits: list[_Hit] = _finish_python(prepared[path]) if kind == "python" else scan_cpp(source, compiled, path)
+        hits: list[_Hit] = (_finish_python(prepared[path]) if kind == "python"
+                            else scan_cpp(source, compiled, path, defined))
         lines = source.splitlines()
         for hit in hits:
             setting = policy.setting(hit.rule)

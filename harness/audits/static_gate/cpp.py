@@ -8,6 +8,7 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
+from .cpp_aten import aten_hits
 from .cpp_macros import expansions, object_macros
 from .common import (
     _ENV_MARKER_RE,
@@ -223,19 +224,6 @@ _CPP_INCLUDE_RULES = (
     ("native_ffi", re.compile(r"dlfcn")),
     ("timer_tampering", re.compile(r"cupti")),
 )
-_CPP_ATEN_CALL_RE = re.compile(r"((?:at|torch)::(?:\w+::)*\w+)\s*(?:<[^;(){}<>]*>\s*)?\(")
-# at::/torch:: calls that are never compute, whatever the policy's cpp_calls allow-list says: allocation,
-# tensor options and metadata, and at::cuda (current stream, device guards, device properties).
-_CPP_NEVER_COMPUTE = frozenset(f"{ns}::{name}" for ns in ("at", "torch") for name in (
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "from_blob", "device", "dtype", "TensorOptions", "elementSize", "ceil_div", "device_of", "scalarTypeToTypeMeta",
-    "typeMetaToScalarType", "toString"))
-_CPP_NEVER_COMPUTE_PREFIXES = ("at::cuda::", "torch::cuda::")
-_CPP_ATEN_METHOD_RE = re.compile(
-    r"(?:\.|->)\s*(matmul|mm|bmm|addmm|baddbmm|einsum|softmax|log_softmax|scaled_dot_product_attention|"
-    r"index_select|masked_fill|topk|sort|argsort|sum|mean|amax|amin|max|min|logsumexp|exp|exp2|cumsum|argmax|"
-    r"argmin|mul|div|tanh|sigmoid|relu|gelu|silu|norm|sqrt|rsqrt|prod|var|std|scatter|scatter_add|index_add|"
-    r"gather|outer|dot|addmm_|baddbmm_|mul_|div_|exp_|softmax_)\s*\(")
 # A definition (not a call) of a CUDA runtime/driver/CUPTI/NVTX function interposes on the real symbol.
 # Only families of real API names are matched, so a helper such as `cudaCheck(...)` is not mistaken for one.
 _CPP_RUNTIME_SYMBOL_RE = re.compile(
@@ -286,8 +274,10 @@ def _split_top_level_args(text: str) -> list[str]:
 
 
 class _CppScanner:
-    def __init__(self, source: str, policy: _CompiledPolicy, path: str | None = None):
+    def __init__(self, source: str, policy: _CompiledPolicy, path: str | None = None,
+                 defined: frozenset[str] = frozenset()):
         self.policy = policy
+        self.defined = defined  # functions of ATen's names the solution's other files define (cpp_aten)
         self.path = path.replace("\\", "/") if path is not None else None  # in the solution; None: a Python string
         source = _without_digit_separators(_splice(source))
         self.code, self.with_strings, self.strings = _strip_cpp(source)
@@ -414,19 +404,8 @@ class _CppScanner:
                 self._hit("file_read", m.start(), name, f"`{name}` opens a file")
 
     def _scan_aten(self) -> None:
-        for m in _CPP_ATEN_CALL_RE.finditer(self.code):
-            start, code = m.start(), self.code
-            global_scope = code[max(start - 2, 0):start] == "::" and (start < 3 or not _is_word_char(code[start - 3]))
-            if start > 0 and (_is_word_char(code[start - 1]) or code[start - 1] == ":") and not global_scope:
-                continue  # c10::at::..., my_at::... (but `::at::matmul` is at::matmul)
-            name = m.group(1)
-            if not (name in _CPP_NEVER_COMPUTE or name.startswith(_CPP_NEVER_COMPUTE_PREFIXES)
-                    or self.policy.cpp_calls(name)):
-                self._hit("torch_compute", m.start(), name,
-                          f"calls `{name}` (ATen/torch compute, not an allocation/metadata/stream helper nor on the "
-                          f"policy's cpp_calls allow-list)")
-        for m in _CPP_ATEN_METHOD_RE.finditer(self.code):
-            self._hit("torch_compute", m.start(1), m.group(1), f"calls tensor method `.{m.group(1)}()`")
+        for offset, token, what in aten_hits(self.code, self.policy, self.defined):
+            self._hit("torch_compute", offset, token, what)
 
     def _scan_runtime_symbol_definitions(self) -> None:
         code = self.code
@@ -481,12 +460,13 @@ class _CppScanner:
                           f"string literal names a shared temp/cache path ({content[:60]!r})")
 
 
-def scan_cpp(source: str, policy: _CompiledPolicy, path: str | None = None) -> list[_Hit]:
+def scan_cpp(source: str, policy: _CompiledPolicy, path: str | None = None,
+             defined: frozenset[str] = frozenset()) -> list[_Hit]:
     """Hits of one C/C++/CUDA text, by position; token and include patterns overlap, so one hit per rule and
-    line is kept."""
+    line is kept. ``defined``: functions the solution's other sources define (``cpp_aten.defined_functions``)."""
     seen: set[tuple[str, int]] = set()
     hits = []
-    for hit in sorted(_CppScanner(source, policy, path).scan(), key=lambda h: (h.line, h.col)):
+    for hit in sorted(_CppScanner(source, policy, path, defined).scan(), key=lambda h: (h.line, h.col)):
         if (hit.rule, hit.line) not in seen:
             seen.add((hit.rule, hit.line))
             hits.append(hit)

@@ -6,8 +6,9 @@ environment, files, dynamic code, native FFI, streams, monkeypatching, tensor su
 wherever they are used. Torch compute (torch_compute) is judged by use: a call of a torch function that is not
 a constant/allocation/view/metadata/device-query helper (python_names: _TORCH_NEVER_COMPUTE) nor on the
 policy's torch_calls allow-list, a torch callable handed to other code, a tensor compute method outside a
-Triton kernel, the `@` operator. An attribute that is only read (a dtype, a memory format, a layout, a type in
-an annotation) is never a finding.
+Triton kernel, the `@` operator; numpy's float math and linear algebra likewise. An attribute that is only read (a
+dtype, a memory format, a layout, a type in an annotation) is never a finding. A kernel's body is Triton's where it
+cannot run as Python on the host (python_kernels: `kernel.fn`, a kernel called without a grid, a non-constant global).
 
 Names are canonical through the solution's own modules (`honest.torch` is torch) and through modules re-exported
 by others (`torch.sys` is sys); the body of a top-level `if __name__ == "__main__":` is not scanned where nothing
@@ -36,6 +37,7 @@ from .python_calls import _CallChecks
 from .python_device_lib import JUDGED_AS, device_libraries, driver_queries_only
 from .python_self_aliases import self_alias_loops
 from .python_env import _EnvChecks
+from .python_kernels import _KernelChecks
 from .python_modules import _OwnNames, canonical, statements_that_run
 from .python_names import (
     _BROAD_EXCEPTIONS,
@@ -61,7 +63,7 @@ _VISITED_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks, _EnvChecks, _AnnotationChecks,
-                     _ReferenceChecks, _ModuleValueChecks, ast.NodeVisitor):
+                     _ReferenceChecks, _ModuleValueChecks, _KernelChecks, ast.NodeVisitor):
     def __init__(self, tree: ast.Module, source: str, own: _OwnNames, policy: _CompiledPolicy,
                  package: tuple[str, ...] = ()):
         self.tree = tree

@@ -1,12 +1,14 @@
 """Calls, for the Python scanner: setattr/delattr/__setattr__ and getattr on imported modules, open() and its
-mode (file_cache, file_read; a solution's own source file next to the module may be read), and methods called
-on values that are not imported modules (tensor compute methods outside a Triton kernel, file reads and writes
-through paths, dict-style cache access).
+mode (file_cache, file_read; a solution's own source file next to the module may be read; a mode in unpacked
+arguments is not shown, a descriptor is the worker's channel's kind), and methods called on values that are not
+imported modules (tensor compute methods outside a Triton kernel, file reads and writes through paths, dict-style
+cache access).
 
-A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py); it reads the scanner's alias resolution
-(``_resolve``, ``_is_own``, ``_is_file_relative``), its reporting (``_hit``; ``_check_reference``,
-``_check_store`` and ``_check_dynamic_store`` of python_references) and the cache checks of python_state
-(``_check_cache_access``).
+A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py), with the paths of the solution's own folder
+mixed in from python_paths; it reads the scanner's alias resolution (``_resolve``, ``_is_own``,
+``_is_file_relative``), its reporting (``_hit``; ``_check_reference``, ``_check_store`` and
+``_check_dynamic_store`` of python_references), the cache checks of python_state (``_check_cache_access``) and the
+jit functions of python_kernels (``_check_kernel_call``, ``_check_raw_kernel``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .python_names import (
     _GLOB_FUNCTIONS,
     _INTERNAL_STRINGS,
     _NAMED_LOOKUPS,
+    _NUMPY_REDUCTIONS,
     _OPEN_FUNCTIONS,
     _PACKAGE_DATA_READS,
     _PACKAGE_QUERIES,
@@ -32,6 +35,7 @@ from .python_names import (
     _TENSOR_COMPUTE_METHODS,
     _str_const,
 )
+from .python_paths import _LISTINGS, _OWN_FILE_SUFFIXES, _OwnPathChecks
 
 if TYPE_CHECKING:
     from .policy import _CompiledPolicy
@@ -44,42 +48,18 @@ _LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exceptio
 # Attribute names the gate watches (frames, interpreter internals) that a computed name may be assembled to.
 _WATCHED_ATTRS = _FRAME_ATTRS | _INTERNAL_STRINGS
 
-# A file the solution ships (its sources are scanned too) may be read next to the module (`__file__`).
-_OWN_FILE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hh", ".hpp", ".hxx", ".inl", ".inc", ".py")
-
-
-def _is_own_package_name(node: ast.AST) -> bool:
-    """`__package__`, `__name__` or `__spec__.parent`: the module's own package (or itself), as the import gave it."""
-    if isinstance(node, ast.Name):
-        return node.id in ("__package__", "__name__")
-    return (isinstance(node, ast.Attribute) and node.attr == "parent" and isinstance(node.value, ast.Name)
-            and node.value.id == "__spec__")
-
-
 # Existence checks of one path (a file the solution ships, next to the module, is looked up: python_calls)
 _EXISTS_CHECKS = frozenset({"os.path.exists", "os.path.isfile"})
 
-# Conversions that keep a path the same folder: str(p), os.fspath(p), os.path.abspath/realpath(p), Path(p).
-_PATH_WRAPPERS = frozenset({"builtins.str", "os.fspath", "os.path.abspath", "os.path.realpath", "pathlib.Path"})
-
-
-def _path_wrapper(expr: ast.AST, resolve) -> bool:
-    return (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
-            and (resolve(expr.func) in _PATH_WRAPPERS or isinstance(expr.func, ast.Name) and expr.func.id == "str"))
-
-
-def _is_this_file(expr: ast.AST, resolve) -> bool:
-    """`__file__`, `os.path.abspath(__file__)`, `Path(__file__).resolve()`: this module's own file."""
-    while True:
-        if isinstance(expr, ast.Name):
-            return expr.id == "__file__"
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and not expr.args \
-                and expr.func.attr in ("resolve", "absolute"):
-            expr = expr.func.value
-        elif _path_wrapper(expr, resolve):
-            expr = expr.args[0]
-        else:
-            return False
+def _current_stream(node: ast.Call, resolve) -> bool:
+    """`torch.cuda.stream(torch.cuda.current_stream())` (or the default stream, the current one wherever the harness
+    calls the candidate): makes the stream the work runs on anyway the current one, a no-op."""
+    if len(node.args) != 1 or node.keywords or not isinstance(node.args[0], ast.Call):
+        return False
+    inner = node.args[0]
+    return (resolve(inner.func) in ("torch.cuda.current_stream", "torch.cuda.default_stream")
+            and len(inner.args) + len(inner.keywords) < 2 and not any(isinstance(a, ast.Starred) for a in inner.args)
+            and all(k.arg == "device" for k in inner.keywords))
 
 
 def _own_library(node: ast.Call) -> bool:
@@ -94,60 +74,13 @@ def _own_library(node: ast.Call) -> bool:
             and kind in ("DEF", "FRAGMENT"))
 
 
-class _CallChecks:
+class _CallChecks(_OwnPathChecks):
     """visit_Call and the checks of special calls, open() modes and method calls (see the module docstring)."""
 
     called: set[int]
     handed_over: set[int]
     policy: _CompiledPolicy
     device_libs: dict[str, set[int]]
-
-    def _reads_own_file(self, path_expr: ast.AST) -> bool:
-        """A path next to the module (`__file__`) naming a source file of the solution, which is scanned too."""
-        literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-        return (self._is_file_relative(path_expr) and any(s.endswith(_OWN_FILE_SUFFIXES) for s in literals)
-                and not any(s.startswith("/") or ".." in s for s in literals))
-
-    def _own_package_data(self, node: ast.Call) -> bool:
-        """`files(__package__)`, `read_text(__name__, "x.json")`, `pkgutil.get_data(__package__ or __name__,
-        "tuning.json")`: anchored at this module's own package, a resource named by a literal that climbs nowhere."""
-        anchor = node.args[0] if node.args else next(
-            (k.value for k in node.keywords if k.arg in ("anchor", "package")), None)
-        if anchor is None or any(isinstance(a, ast.Starred) for a in node.args) or any(
-                k.arg is None for k in node.keywords):
-            return False
-        anchors = anchor.values if isinstance(anchor, ast.BoolOp) else [anchor]
-        if not all(_is_own_package_name(a) for a in anchors):
-            return False
-        for arg in node.args[1:]:
-            text = _str_const(arg)
-            if text is None or text.startswith("/") or ".." in text:
-                return False
-        return True
-
-    def _in_own_folder(self, path_expr: ast.AST) -> bool:
-        """A path under the module's folder (`os.path.join(HERE, f"E={E}.json")`): asking whether the solution
-        ships it tells no more than opening it for reading would (a file_read at the open); no literal climbs out."""
-        literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-        return (self._is_file_relative(path_expr) and not any(s.startswith(("/", "~")) or ".." in s for s in literals))
-
-    def _own_folder(self, expr: ast.AST, depth: int = 0) -> bool:
-        """The folder of this module (`os.path.dirname(os.path.abspath(__file__))`, `str(Path(__file__).parent)`,
-        a name bound only to one), where no file of the solution is named like a real module: put on `sys.path`, it
-        lets the solution import its own modules absolutely and shadows nothing."""
-        if self.own.shadows or depth > 4:
-            return False
-        while _path_wrapper(expr, self._resolve):
-            expr = expr.args[0]
-        # a name is looked through after the conversions: `str(HERE)`, HERE = Path(__file__).resolve().parent
-        if isinstance(expr, ast.Name) and expr.id != "__file__":
-            values = self.assignments.get(expr.id, ())
-            return bool(values) and all(self._own_folder(v, depth + 1) for v in values)
-        if isinstance(expr, ast.Call) and len(expr.args) == 1 and self._resolve(expr.func) == "os.path.dirname":
-            return _is_this_file(expr.args[0], self._resolve)
-        if isinstance(expr, ast.Attribute) and expr.attr == "parent":
-            return _is_this_file(expr.value, self._resolve)
-        return False
 
     def _built_here(self, expr: ast.AST, depth: int = 0) -> bool:
         """`expr` is what tvm_ffi.cpp.build returned (the call itself, or a name bound only to such calls)."""
@@ -173,6 +106,7 @@ class _CallChecks:
         for keyword in node.keywords:
             self.handed_over.add(id(keyword.value))
         resolved = self._resolve(func)
+        self._check_kernel_call(node)  # python_kernels: a jit function called on the host
         if isinstance(func, ast.Attribute) and func.attr in ("__getattribute__", "__getattr__") and node.args:
             # getattr by another spelling: `m.__getattribute__("write")`, `object.__getattribute__(m, "write")`,
             # `type(m).__getattribute__(m, "write")`
@@ -201,11 +135,8 @@ class _CallChecks:
                 self._check_dynamic_store(owner, node, f"{method}()")
         elif resolved in _OPEN_FUNCTIONS:
             self._check_open_mode(resolved, node, args[1] if len(args) > 1 else None)
-        elif resolved in _GLOB_FUNCTIONS:
-            pattern = args[0] if args else next((k.value for k in node.keywords if k.arg == "pathname"), None)
-            if (pattern is not None and self._reads_own_file(pattern)
-                    and not any(k.arg in ("root_dir", "dir_fd") for k in node.keywords)):
-                self.judged.add(id(node.func))  # lists the solution's own sources (for load()): a read of its own
+        elif resolved in _GLOB_FUNCTIONS or resolved in _LISTINGS:
+            self._check_listing(resolved, node)  # python_paths
         elif resolved in ("sys.path.insert", "sys.path.append") and args and self._own_folder(args[-1]):
             self.judged.add(id(node.func))  # the solution's folder, for absolute imports of its own modules
         elif resolved in _EXISTS_CHECKS and len(args) == 1 and not node.keywords and self._in_own_folder(args[0]):
@@ -223,8 +154,13 @@ class _CallChecks:
             name = _str_const(args[0]) if len(args) == 1 and not node.keywords else None
             if name is not None and re.fullmatch(r"[A-Za-z_][\w-]*", name):  # a top-level name: no parent imported
                 self.judged.add(id(node.func))
+        elif resolved == "torch.cuda.stream" and _current_stream(node, self._resolve):
+            self.judged.add(id(node.func))  # the current stream made current: a no-op
         elif resolved in _NAMED_LOOKUPS:
             self._check_named_lookup(resolved, node)
+        elif resolved in _NUMPY_REDUCTIONS and (len(args) > 1 or any(k.arg in ("axis", "keepdims")
+                                                                     for k in node.keywords)):
+            self._hit("torch_compute", node, f"calls `{resolved}` along an axis (numpy compute on an array)")
         elif resolved in ("inspect.signature", "inspect.Signature.from_callable") and any(
                 k.arg in (None, "eval_str") for k in node.keywords):
             # string annotations evaluated: `def f(x: "__import__('os')...")` runs code no scan of the call sees
@@ -283,6 +219,8 @@ class _CallChecks:
             target = self._resolve(args[0])
             name = _str_const(args[1]) if len(args) > 1 else None
             if name is not None:
+                self._check_raw_kernel(ast.Attribute(value=args[0], attr=name, ctx=ast.Load(), lineno=node.lineno,
+                                                     col_offset=node.col_offset))  # getattr(kernel, "fn")
                 if name in _WATCHED_ATTRS:
                     self._hit("harness_internals", node, f"reads attribute `{name}` through getattr()")
                 if target is not None:
@@ -327,8 +265,15 @@ class _CallChecks:
         for kw in node.keywords:
             if kw.arg == "mode":
                 mode_arg = kw.value
+        first = node.args[0] if node.args else None
+        if (resolved != "Path.open" and isinstance(first, ast.Constant) and type(first.value) is int):
+            # `open(14, "wb")`: a descriptor, not a path; the worker's channels to the harness are descriptors
+            self._hit("harness_internals", node, f"`{resolved}()` opens file descriptor {first.value}")
         mode = "r" if mode_arg is None else _str_const(mode_arg)
-        if mode is None:
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            # `open(fd, **{"mode": "wb"})`: the mode may be in what is unpacked
+            self._hit("file_cache", node, f"`{resolved}()` with unpacked arguments (its mode is not shown)")
+        elif mode is None:
             self._hit("file_cache", node, f"`{resolved}()` with a computed mode (cannot prove it only reads)")
         elif any(c in mode for c in "wax+"):
             self._hit("file_cache", node, f"`{resolved}()` opens a file for writing (mode {mode!r})")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from .python_kernels import collect_kernel_facts
 from .python_modules import _absolute, module_of
 
 if TYPE_CHECKING:
@@ -236,7 +237,9 @@ def _self_reads(cls: ast.ClassDef, resolve: Callable[[ast.AST], str | None]) -> 
 
 def collect_own_classes(own: _OwnNames, scanners: Mapping[str, Any]) -> None:
     """Fill ``own.classes`` and ``own.classes_reached`` from every module of the solution (`scanners`: path -> its
-    Python scanner, aliases collected)."""
+    Python scanner, aliases collected); and, as the last step before any scan, the jit functions and refused globals
+    of every module (python_kernels)."""
+    collect_kernel_facts(own, scanners)
     for path, scanner in scanners.items():
         module = module_of(path)[0]
         for cls in module_classes(scanner.tree, scanner._resolve):

@@ -44,6 +44,9 @@ class _OwnNames:
     # reaches otherwise than by making one (python_fields)
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     classes_reached: set[int] = field(default_factory=set)
+    # the solution's jit functions and the module globals a kernel may not read ("pkg.k._T"; python_kernels)
+    jit_functions: set[str] = field(default_factory=set)
+    refused_globals: set[str] = field(default_factory=set)
 
 
 def module_of(path: str) -> tuple[str, tuple[str, ...]]:

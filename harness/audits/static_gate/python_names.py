@@ -85,7 +85,8 @@ _STREAM_NAMES = (
     "torch.cuda.Stream", "torch.cuda.ExternalStream", "torch.cuda.Event", "torch.cuda.graph", "torch.cuda.graphs",
     "torch.cuda.CUDAGraph", "torch.cuda.make_graphed_callables", "torch.cuda.graph_pool_handle", "torch.cuda.stream",
     "torch.cuda.set_stream", "torch.cuda.StreamContext", "torch.cuda.streams", "torch.Stream", "torch.Event",
-    "triton.testing.do_bench_cudagraph",
+    "triton.testing.do_bench_cudagraph", "torch.accelerator.set_stream", "torch.accelerator.Graph",
+    "torch.accelerator.graphs",
 )
 _MONKEYPATCH_NAMES = (
     "unittest.mock", "mock", "torch.library.Library", "torch.library.impl", "torch.library.register_kernel",
@@ -156,6 +157,22 @@ _TENSOR_COMPUTE_METHODS = frozenset({
     "lerp_", "renorm", "matrix_power", "median", "nanmedian", "quantile", "nanquantile", "histc", "index_put",
     "index_put_", "index_reduce", "index_reduce_", "scatter_reduce_", "logit", "softplus", "gelu", "silu", "mish",
 })
+
+# numpy's (and scipy's) float math and linear algebra: the data computed on the host (red team round 7: GQA decode in
+# np.einsum/np.exp/np.log on the inputs copied out). numpy's planning helpers (cumsum, diff, argsort, repeat, ceil,
+# log2, maximum, prod of lengths and shapes) stay out, and so do reductions without an axis (`np.max(lengths)`);
+# `.numpy()`/`.tolist()` too: honest planners copy their index tensors out that way.
+_NUMPY_COMPUTE = frozenset({
+    "numpy.einsum", "numpy.matmul", "numpy.dot", "numpy.vdot", "numpy.tensordot", "numpy.inner", "numpy.outer",
+    "numpy.kron", "numpy.matvec", "numpy.vecmat", "numpy.vecdot", "numpy.linalg", "numpy.exp", "numpy.exp2",
+    "numpy.expm1", "numpy.log", "numpy.log1p", "numpy.logaddexp", "numpy.logaddexp2", "numpy.tanh", "numpy.sinh",
+    "numpy.cosh", "numpy.reciprocal", "numpy.convolve", "numpy.correlate", "numpy.fft", "scipy.special.softmax",
+    "scipy.special.log_softmax", "scipy.special.logsumexp", "scipy.special.expit", "scipy.linalg",
+})
+# numpy reductions: compute on an array where taken along an axis (`np.sum(p, axis=1, keepdims=True)`)
+_NUMPY_REDUCTIONS = frozenset({"numpy.sum", "numpy.max", "numpy.min", "numpy.amax", "numpy.amin", "numpy.mean",
+                               "numpy.nansum", "numpy.nanmax", "numpy.nanmin", "numpy.nanmean", "numpy.average",
+                               "numpy.std", "numpy.var", "numpy.median"})
 
 _FRAME_ATTRS = frozenset({
     "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "gi_frame",
@@ -328,6 +345,28 @@ _TORCH_NEVER_COMPUTE = frozenset({
     "torch.backends", "torch.version.cuda", "torch.version.hip",
     "torch.backends.cuda.is_built", "torch.backends.cudnn.is_available", "torch.backends.cudnn.version",
     "torch.backends.mps.is_available",
+    # torch.accelerator's device queries and selection, as torch.cuda's (its stream and synchronize: the policy's
+    # torch_calls, as torch.cuda's; set_stream and Graph: stream_event_graph)
+    "torch.accelerator", "torch.accelerator.is_available", "torch.accelerator.device_count",
+    "torch.accelerator.current_accelerator", "torch.accelerator.current_device_index",
+    "torch.accelerator.current_device_idx", "torch.accelerator.device_index", "torch.accelerator.set_device_index",
+    "torch.accelerator.set_device_idx", "torch.accelerator.get_device_capability", "torch.accelerator.get_memory_info",
+    "torch.accelerator.memory_allocated", "torch.accelerator.max_memory_allocated", "torch.accelerator.memory_reserved",
+    "torch.accelerator.max_memory_reserved", "torch.accelerator.memory_stats", "torch.accelerator.empty_cache",
+    "torch.accelerator.reset_peak_memory_stats", "torch.accelerator.reset_accumulated_memory_stats",
+    # which attention backend torch's own sdpa may use, and whether it may: switches of the candidate's process (the
+    # reference runs in a worker of its own), no kernel; the sdpa call itself stays compute
+    "torch.backends.cuda.enable_flash_sdp", "torch.backends.cuda.enable_mem_efficient_sdp",
+    "torch.backends.cuda.enable_math_sdp", "torch.backends.cuda.enable_cudnn_sdp",
+    "torch.backends.cuda.flash_sdp_enabled", "torch.backends.cuda.mem_efficient_sdp_enabled",
+    "torch.backends.cuda.math_sdp_enabled", "torch.backends.cuda.cudnn_sdp_enabled",
+    "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp",
+    "torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed",
+    "torch.backends.cuda.is_flash_attention_available", "torch.backends.cuda.can_use_flash_attention",
+    "torch.backends.cuda.can_use_efficient_attention", "torch.backends.cuda.can_use_cudnn_attention",
+    "torch.backends.cuda.sdp_kernel", "torch.nn.attention.sdpa_kernel", "torch.nn.attention.SDPBackend",
+    "torch.backends.cuda.preferred_linalg_library", "torch.backends.cuda.preferred_blas_library",
+    "torch.backends.cudnn.flags",
     # allocator statistics (a workspace sized by what is free): queries, no kernel
     "torch.cuda.memory_allocated", "torch.cuda.max_memory_allocated", "torch.cuda.memory_reserved",
     "torch.cuda.max_memory_reserved", "torch.cuda.memory_stats", "torch.cuda.reset_peak_memory_stats",
@@ -344,7 +383,7 @@ _TORCH_NEVER_COMPUTE = frozenset({
 })
 # prefixes of the same (torch.cuda.get_device_*, torch.backends.cudnn.version, ...)
 _TORCH_NEVER_COMPUTE_PREFIXES = ("torch.cuda.get_device_", "torch.version.", "torch.types.", "torch.__version__.",
-                                 "torch.cuda.nvtx.")
+                                 "torch.cuda.nvtx.", "torch.accelerator.memory.")
 
 
 def _is_torch_constant_or_helper(resolved: str) -> bool:

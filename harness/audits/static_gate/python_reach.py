@@ -15,23 +15,39 @@ doubt makes a file reachable:
 - a reachable file that can load modules some other way (`importlib`, `__import__`, `runpy`, pickles, `torch.hub`,
   `exec`, a module object made by hand...), or one that does not parse, makes every file reachable;
 - `sitecustomize.py` and `usercustomize.py` are always reachable.
+
+The body of a top-level `if __name__ == "__main__":` never runs when the harness imports the module, where nothing in
+the solution could make `__name__` "__main__" (python_modules.main_blocks_never_run, judged on every file): its
+imports reach nothing and its text names nothing (a self-test's `from selftest import check`). A top-level function
+that only such a body calls (the self-test's reference and checker) never runs either (``never_called``): its
+findings block nothing, as a never-imported file's do (NEVER_CALLED_NOTE).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 
+from .python_modules import is_main_guard, main_blocks_never_run, statements_that_run
+
 NEVER_IMPORTED_NOTE = " (in a file the entry point never imports: it never runs, so nothing of it blocks)"
+NEVER_CALLED_NOTE = (" (in a function only a `__main__` block calls, which never runs when the harness imports the "
+                     "module: nothing of it blocks)")
 # Ways to load a module other than an import statement: where a reachable file holds one, no file is unreachable.
+# (pydoc's `locate` as a word: "preallocated" in a docstring loads nothing)
 _LOADERS = re.compile(r"importlib|__import__|import_module|runpy|pickle|torch\.load|\bhub\b|\bexec\b|\beval\b|"
                       r"ModuleType|meta_path|path_hooks|zipimport|marshal|dill|joblib|shelve|load_module|"
                       r"exec_module|spec_from|SourceFileLoader|sys\.modules|__loader__|__spec__\.loader|"
-                      r"pydoc|locate|resolve_name|logging\.config|dictConfig|fileConfig|unittest|doctest|"
+                      r"pydoc|\blocate\b|resolve_name|logging\.config|dictConfig|fileConfig|unittest|doctest|"
                       r"walk_packages|iter_modules|serialization|xmlrpc|copyreg|pkgutil\.(?!get_data)")
 _ALWAYS_RUN = frozenset({"sitecustomize.py", "usercustomize.py"})
+# A module's names listed and looked up without being written (`dir(m)`, the C API's): any function may be called.
+_LISTS_NAMES = re.compile(r"\bdir\s*\(|getmembers|getattr_static|PyObject_Dir|PyObject_\w*GetAttr\w*")
+_DEF_RE = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
+_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 def _parts(path: str) -> tuple[str, ...]:
@@ -92,6 +108,27 @@ def _literal_all(tree: ast.AST) -> bool:
     return True
 
 
+def _lines(text: str) -> list[str]:
+    """The lines of `text` as the parser counts them (\\n, \\r\\n, \\r; not str.splitlines' form feeds and others)."""
+    return _LINE_RE.findall(text)
+
+
+def _main_block_lines(tree: ast.Module) -> Iterable[int]:
+    """1-based numbers of the lines of the module's top-level main guards' bodies (their `else:` runs)."""
+    for stmt in tree.body:
+        if is_main_guard(stmt):
+            yield from range(stmt.lineno, (stmt.orelse[0].lineno - 1 if stmt.orelse else stmt.end_lineno) + 1)
+
+
+def _without_main_blocks(tree: ast.Module, text: str) -> str:
+    """`text` with the lines of its top-level main guards' bodies blanked."""
+    lines = _lines(text)
+    for number in _main_block_lines(tree):
+        if number <= len(lines):
+            lines[number - 1] = "\n"
+    return "".join(lines)
+
+
 def never_imported(sources: Mapping[str, str], entry_files: Iterable[str]) -> set[str]:
     """The .py paths of `sources` that no import from `entry_files` can reach (see the module's rules)."""
     written = {PurePosixPath(p.replace("\\", "/")).as_posix(): p for p in sources if p.endswith(".py")}
@@ -117,14 +154,18 @@ def never_imported(sources: Mapping[str, str], entry_files: Iterable[str]) -> se
         frontier.remove(path)
         reach(path)
     other_text = "".join(t for p, t in sources.items() if p not in python)
+    inert = main_blocks_never_run(sources)
     while frontier:
         path = frontier.pop()
         text = sources[path]
-        if _LOADERS.search(text):
-            return set()
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
+            return set()
+        if inert:
+            text = _without_main_blocks(tree, text)
+            tree.body = statements_that_run(tree, True)
+        if _LOADERS.search(text):
             return set()
         if not _literal_all(tree):
             return set()  # `__all__` computed: what a star import of this package loads is not in the text
@@ -149,3 +190,56 @@ def never_imported(sources: Mapping[str, str], entry_files: Iterable[str]) -> se
             if name and name in mentioned:
                 reach(other)
     return {written[p] for p in python - reached}
+
+
+def never_called(sources: Mapping[str, str], entry_points: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
+    """path -> (first, last) lines of the bodies of top-level functions that only a main guard calls (a self-test's
+    reference and checker): where main guards never run, such a body never runs on import either, and what the gate
+    finds in it blocks nothing (policy.in_a_function_never_called). `entry_points`: "file.py::name" of the entry
+    point and the setup, which the harness calls by name.
+
+    A function qualifies only where its name is a word nowhere in the text of any file of the solution but in main
+    guards' bodies and in the bodies of functions that qualify (its own included); it has no decorator (one runs at
+    its definition and may hand it on) and is no dunder (a module's `__getattr__` is called by Python itself). Its
+    signature's defaults and annotations run at its definition: they are not in the span."""
+    if not main_blocks_never_run(sources) or any(_LISTS_NAMES.search(text) for text in sources.values()):
+        return {}
+    entries = {PurePosixPath(e.replace("\\", "/")).as_posix() for e in entry_points}
+    texts = {path: [unicodedata.normalize("NFKC", line) for line in _lines(text)] for path, text in sources.items()}
+    bodies: dict[str, list[tuple[str, int, int]]] = {}  # name -> (path, first, last) of each body
+    definitions: set[tuple[str, int, int]] = set()  # (path, line, column) of each candidate's name after `def`
+    allowed: dict[str, set[int]] = {}  # path -> main guards' lines
+    for path, text in sources.items():
+        if not path.endswith(".py"):
+            continue
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return {}
+        posix = PurePosixPath(path.replace("\\", "/")).as_posix()
+        allowed[path] = set(_main_block_lines(tree))
+        for node in tree.body:
+            if (not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list
+                    or node.name.startswith("__") or f"{posix}::{node.name}" in entries
+                    or node.body[0].lineno == node.lineno):
+                continue
+            head = _DEF_RE.match(texts[path][node.lineno - 1])
+            if head is not None and head.group(1) == node.name:  # else (`def \\` split lines) it stays live
+                bodies.setdefault(node.name, []).append((path, node.body[0].lineno, node.end_lineno))
+                definitions.add((path, node.lineno, head.start(1)))
+    if not bodies:
+        return {}
+    word = re.compile(r"\b(?:" + "|".join(map(re.escape, bodies)) + r")\b")
+    uses = {(m.group(0), path, number): m.start() for path, lines in texts.items()
+            for number, line in enumerate(lines, 1) for m in word.finditer(line)
+            if (path, number, m.start()) not in definitions}
+    dead = set(bodies)
+    while True:  # the largest set whose every use is in a main guard or in a body of the set
+        spans = [span for name in dead for span in bodies[name]]
+        live = {name for name, path, number in uses if name in dead and number not in allowed.get(path, ())
+                and not any(p == path and a <= number <= b for p, a, b in spans)}
+        if not live:
+            break
+        dead -= live
+    return {path: sorted(span[1:] for name in dead for span in bodies[name] if span[0] == path)
+            for path in sorted({span[0] for name in dead for span in bodies[name]})}

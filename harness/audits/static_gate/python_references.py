@@ -1,7 +1,9 @@
 """References to resolved names, for the Python scanner: imports, name and attribute loads, and stores into an
 imported module (an assigned or deleted attribute, a `__dict__`/`vars()` item, setattr/delattr with a computed
-name). Every use of a name ends in ``_check_reference`` (banned tables, then torch compute judged by use) or
-``_check_store`` (monkeypatch, timer_tampering); imports are checked against the banned tables only.
+name). Every use of a name ends in ``_check_reference`` (banned tables, then torch compute judged by use, numpy's
+float math and linear algebra as well, and `open` handed on as a value) or ``_check_store`` (monkeypatch,
+timer_tampering); imports are checked against the banned tables only. A Triton kernel's reads of module globals and
+the `.fn` of a jit function are judged by python_kernels from here.
 
 A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py), kept apart so the scanner's traversal,
 pre-pass and alias resolution read as one piece; it reads the scanner's alias resolution (``aliases``,
@@ -28,6 +30,8 @@ from .python_names import (
     _PACKAGE_NOT_FOUND,
     _TORCH_SETTINGS,
     _MATMUL_OPERATORS,
+    _NUMPY_COMPUTE,
+    _OPEN_FUNCTIONS,
     _PY_BANNED,
     _SIGNATURE_NAMES,
     _SUPPORTED_BUILD_NAMES,
@@ -42,6 +46,7 @@ from .python_names import (
 
 # threading's locks: they start nothing (the lock of a lazily built extension); the rest of threading is concurrency
 _LOCKS = frozenset({"threading.Lock", "threading.RLock"})
+_NUMPY_TABLE = dict.fromkeys(_NUMPY_COMPUTE, True)  # for _longest_prefix: `numpy.linalg.norm` is numpy.linalg's
 
 if TYPE_CHECKING:
     from .policy import _CompiledPolicy
@@ -117,6 +122,9 @@ class _ReferenceChecks:
         if resolved in _HOST_ARCH or (resolved.partition(".")[0] == "inspect"
                                       and ".".join(resolved.split(".")[:2]) in _SIGNATURE_NAMES):
             return  # the CPU's architecture; a callable's parameters (`eval_str=` is judged at the call: python_calls)
+        if resolved in _OPEN_FUNCTIONS and id(node) in self.handed_over and id(node) not in self.called:
+            # `functools.partial(open, mode="wb")(path)`, `[open][0](14, "wb")`: opened where no call shows the mode
+            self._hit("file_cache", node, f"hands `{resolved}` on as a value: its mode is not shown where it is called")
         if resolved in _MATMUL_OPERATORS:  # `@` by name, called or handed over (functools.reduce(operator.matmul..))
             if not self._in_triton_kernel:
                 self._hit("torch_compute", node, f"{how} `{resolved}` (the `@` operator) outside a Triton kernel")
@@ -130,6 +138,10 @@ class _ReferenceChecks:
             self._hit(entry[1], node, f"{how} `{resolved}`")
             return
         root, _, rest = resolved.partition(".")
+        if _longest_prefix(_NUMPY_TABLE, resolved) and (id(node) in self.called or id(node) in self.handed_over):
+            verb = "calls" if id(node) in self.called and how == "uses" else how
+            self._hit("torch_compute", node, f"{verb} `{resolved}` (the {root} library's compute: float math or "
+                                             "linear algebra on arrays, on the host)")
         if not rest or root not in _COMPUTE_ROOTS or self.policy.torch_calls(resolved):
             return
         called = id(node) in self.called
@@ -228,6 +240,7 @@ class _ReferenceChecks:
         if not isinstance(node.ctx, ast.Load):
             return
         name = node.id
+        self._check_kernel_global(node)  # python_kernels
         if name in _FRAME_ATTRS:  # `__builtins__`
             self._hit("harness_internals", node, f"reads `{name}`")
             return
@@ -244,9 +257,12 @@ class _ReferenceChecks:
             elif name in ("getattr", "setattr", "delattr") and id(node) in self.handed_over:
                 # `functools.reduce(getattr, ["environ"], os)`: the lookup happens where no name shows
                 self._hit("dynamic_code", node, f"hands builtin `{name}` on, to look attributes up out of sight")
+            elif name == "open":
+                self._check_reference("builtins.open", node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         parts = _chain_parts(node)
+        self._check_raw_kernel(node)  # python_kernels: `kernel.fn`
         if (node.attr == "__self__" and isinstance(node.value, ast.Name) and node.value.id in _BUILTIN_NAMES
                 and node.value.id not in self.aliases and node.value.id not in self.assignments):
             self._hit("harness_internals", node, f"reaches the builtins module through `{node.value.id}.__self__`")
@@ -271,6 +287,7 @@ class _ReferenceChecks:
                 self._hit("harness_internals", node, f"reads attribute `{attr}` in `{'.'.join(parts)}`")
                 break
         if isinstance(node.ctx, ast.Load):
+            self._check_kernel_global(node)  # a chain's root name is not visited on its own
             resolved = self._resolve_parts(parts)
             if resolved is not None:
                 self._check_reference(resolved, node)

@@ -1,0 +1,200 @@
+"""CPU run-time attribution, the worker's half: the ATen operators a candidate's call dispatches, and how many
+floating-point elements those that compute read (``harness.audits.cpu_attribution`` judges them).
+
+On a GPU the official timer's CUPTI records say who did the work (``harness.audits.attribution``). A host without
+one has no such records, and Triton's interpreter computes a kernel's body with numpy, never through ATen: so every
+ATen operator that computes during a checked call of a Triton solution is the library's work, not the solution's
+kernels'. Without this count a solution that computed attention with PyTorch operators the static gate does not list
+(``(q * k).sum_to_size(...)``, ``s.max(dim=2)``, ``math.e ** s``) and launched one Triton kernel that only copied the
+result PASSED promotable: its one launch satisfied the `own_kernel` audit.
+
+What counts: operators that compute (arithmetic, reductions, scans, selections such as top-k, matrix products) and
+read a floating-point tensor. Not compute: allocation, views, copies and casts, fills, and gathers, scatters and
+other indexing that only moves data; an operator that reads only integer tensors (index arithmetic on page tables,
+a cumsum of lengths) reads no float element and is never counted. Triton's interpreter moves a launch's arguments
+with ``new_empty``, ``set_`` and ``copy_`` (measured on this Triton), all data movement, so ATen operators need no
+exception for launches: one dispatched while a launch runs (a grid function's, a pre-run hook's, a helper a kernel body
+calls) is counted as any other, as PyTorch work hidden in a grid function would otherwise go unseen.
+
+Compute on the host outside ATen (numpy, Python lists) is invisible to that count, so the float elements the call takes
+out of PyTorch (``Tensor.numpy``, ``__array__``, ``tolist``, ``item``, its storage...) are counted too, as ``host``
+reads, by a ``TorchFunctionMode``: a call that took none cannot have computed on its inputs' values anywhere but in
+ATen and its kernels, which is what lets a pass settle the static gate's warnings on tensor methods (a numpy array has
+``.sum()`` too). The interpreter itself reads a launch's tensors through numpy (``triton_interp.IN_LAUNCH``): those
+are left out.
+
+The counter (``Counter``: both modes) is held by the worker around the candidate's calls only (never around its own
+steps); its ``TorchDispatchMode`` also sees operators a C++ extension calls through the dispatcher. A custom operator
+of the solution (``torch.library.custom_op``, ``triton_op``) is its own code: the counter looks inside it (the
+operators its implementation dispatches), never at the custom operator as one op. The modes pass every call through
+unchanged and are popped before the worker's integrity check (which fails any torch mode left over).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import Any, ContextManager, Iterable, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import triton_interp
+
+# Operators that move, make or describe data without computing on it (base names, an in-place "_" removed).
+DATA_MOVEMENT = frozenset({
+    "_to_copy", "to", "copy", "_copy_from", "_copy_from_and_resize", "clone", "contiguous", "fill", "zero",
+    "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "new_empty", "new_empty_strided",
+    "new_zeros", "new_ones", "new_full", "empty", "empty_strided", "zeros", "ones", "full", "arange", "linspace",
+    "scalar_tensor", "set", "resize", "resize_as", "lift_fresh", "lift_fresh_copy", "detach", "alias",
+    "_local_scalar_dense", "item", "index", "index_select", "gather", "take", "take_along_dim", "masked_select",
+    "nonzero", "nonzero_static", "cat", "stack", "hstack", "vstack", "flip", "roll", "repeat", "repeat_interleave",
+    "tile", "constant_pad_nd", "pad", "masked_fill", "index_fill", "masked_scatter", "select_scatter",
+    "slice_scatter", "diagonal_scatter", "as_strided_scatter", "tril", "triu", "embedding", "reshape", "view",
+    "flatten", "unflatten", "_unsafe_view", "uniform", "normal", "random", "bernoulli", "exponential", "geometric",
+    "log_normal", "cauchy", "record_stream", "pin_memory", "_pin_memory", "_assert_async", "_assert_tensor_metadata",
+    "is_same_size", "equal_size", "split", "chunk", "unbind", "narrow", "expand", "expand_as", "permute", "t",
+    "transpose", "squeeze", "unsqueeze", "movedim", "view_as", "resolve_conj", "resolve_neg", "conj",
+})
+# index_put_ and scatter_ move data unless they accumulate (then they add: scatter-add is compute)
+_MOVES_UNLESS_REDUCING = {"index_put": "accumulate", "_index_put_impl": "accumulate", "scatter": "reduce"}
+# Matrix products, convolutions, attention and linear algebra: never an honest wrapper's glue on a GPU either
+# (cuBLAS, cuDNN and attention kernels are never glue: harness.audits.attribution).
+_MATMUL = re.compile(r"(?:^|_)(?:mm|bmm|addmm|addbmm|baddbmm|matmul|dot|vdot|mv|addmv|addr|linear|einsum|tensordot|"
+                     r"bilinear|outer|inner|ger|kron|chain_matmul|cdist|convolution|conv\d\w*|conv_\w+)(?:_|$)|"
+                     r"attention|linalg_(?!vector_norm)|_fft|pack_mm|grouped_mm|scaled_mm|_int_mm")
+# Tensor methods that hand a tensor's values to the host, outside PyTorch (numpy, Python numbers and lists, DLPack, the
+# raw storage): what is computed on them afterwards no count of ATen operators can see.
+HOST_READS = frozenset({"numpy", "__array__", "tolist", "item", "__float__", "__int__", "__index__", "__complex__",
+                        "__bool__", "__dlpack__", "untyped_storage", "storage", "_typed_storage"})
+_AFTER_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
+_HOST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (v for v in value if isinstance(v, torch.Tensor))
+
+
+def op_kind(func: Any, args: tuple, kwargs: dict) -> Optional[str]:
+    """``pointwise`` (elementwise maps: ``torch.Tag.pointwise``), ``matmul`` (matrix products, convolutions, attention,
+    linear algebra), ``reduction`` (every other computing operator: reductions, scans, sorts and top-k, softmax,
+    scatter-adds), or None: not compute (data movement, a view)."""
+    base = func._schema.name.split("::", 1)[-1]
+    base = base[:-1] if base.endswith("_") and not base.endswith("__") else base
+    if func.is_view or base in DATA_MOVEMENT or base.endswith("_copy"):
+        return None
+    if base in _MOVES_UNLESS_REDUCING:
+        key = _MOVES_UNLESS_REDUCING[base]
+        position = next((i for i, a in enumerate(func._schema.arguments) if a.name == key), None)
+        value = kwargs.get(key, args[position] if position is not None and position < len(args) else None)
+        if not value:
+            return None
+    if _MATMUL.search(base):
+        return "matmul"
+    return "pointwise" if torch.Tag.pointwise in func.tags else "reduction"
+
+
+def float_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
+    """Elements of the floating-point tensors an operator reads: its arguments, less the ``out=`` buffers it only
+    writes (an in-place operator's own tensor is read as well as written, and counts)."""
+    outs = {a.name for a in func._schema.arguments if a.is_out}
+    read = list(args) + [v for k, v in kwargs.items() if k not in outs]
+    return sum(t.numel() for t in _tensors(read) if t.is_floating_point())
+
+
+class LibraryOps(TorchDispatchMode):
+    """Counts, per operator (``aten::mul``), the float elements read by the computing ATen operators dispatched while
+    it is entered. Every operator runs exactly as it would without the mode (``func(*args, **kwargs)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, tuple[str, int]] = {}  # operator -> (kind, float elements read)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if func.namespace not in ("aten", "prims"):
+            return self._inside(func, args, kwargs)
+        kind = op_kind(func, args, kwargs)
+        if kind is not None:
+            read = float_elements_read(func, args, kwargs)
+            if read:
+                name = func._schema.name
+                self.ops[name] = (kind, self.ops.get(name, (kind, 0))[1] + read)
+        return func(*args, **kwargs)
+
+    def _inside(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """A custom operator (the solution's own, or an extension's): its kernel run with this mode entered again,
+        so the operators it dispatches are seen (called plainly, the mode is off while an operator it sees runs)."""
+        keys = _HOST_KEYS
+        for t in _tensors([*args, *kwargs.values()]):
+            keys = keys | torch._C._dispatch_keys(t)
+        keys = keys & _AFTER_PYTHON
+        backend = keys.highestPriorityTypeId().name
+        if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), backend):
+            return func(*args, **kwargs)  # no kernel below the mode to run it by: one opaque operator
+        with self:
+            return func.redispatch(keys, *args, **kwargs)
+
+
+class HostReads(TorchFunctionMode):
+    """Counts, per method (``host: Tensor.numpy``), the float elements a call took out of PyTorch to the host outside
+    Triton's launches (``HOST_READS``); every call runs exactly as it would without the mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, tuple[str, int]] = {}
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        self._seen(getattr(func, "__name__", ""), args)
+        return func(*args, **(kwargs or {}))
+
+    def _seen(self, name: str, args: tuple) -> None:
+        if name in HOST_READS and not triton_interp.IN_LAUNCH[0] and args and isinstance(args[0], torch.Tensor) \
+                and args[0].is_floating_point():
+            key = f"host: Tensor.{name}"
+            self.ops[key] = ("host", self.ops.get(key, ("host", 0))[1] + args[0].numel())
+
+
+class Counter:
+    """Both counts for one checked call, entered around each of its parts (its setup, its entry point)."""
+
+    def __init__(self) -> None:
+        self.aten, self.host = LibraryOps(), HostReads()
+
+    def __enter__(self) -> "Counter":
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.host)
+            stack.enter_context(self.aten)
+            self._entered = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._entered.__exit__(*exc)  # the dispatch mode first, then the function mode, whatever the call raised
+
+    def report(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """What the reply carries (``harness.sandbox.messages.LibraryCompute``): the float elements of the call's
+        inputs (the definition's), and per operator (or host read) its kind and the float elements it read."""
+        ops = {**self.aten.ops, **self.host.ops}
+        return {"input_elements": sum(t.numel() for t in _tensors(inputs.values()) if t.is_floating_point()),
+                "ops": {name: {"kind": kind, "elements": n} for name, (kind, n) in ops.items()}}
+
+
+def counter(language: str, device: torch.device) -> Optional[Counter]:
+    """A counter for one checked call of a Triton or Python solution run by Triton's CPU interpreter; None elsewhere
+    (on a GPU the CUPTI records say who did the work; CUDA solutions are not run on a CPU)."""
+    if language not in ("triton", "python") or device.type == "cuda" or os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    return Counter()
+
+
+def counting(ops: Optional[Counter]) -> ContextManager[Any]:
+    """``ops`` entered, or nothing where there is no counter."""
+    return ops if ops is not None else contextlib.nullcontext()

@@ -1,0 +1,91 @@
+"""Programmatic dependent launch under Triton's CPU interpreter: `tl.extra.cuda.gdc_wait()` and
+`gdc_launch_dependents()` are no-ops there (every launch has finished before the next starts), so a PDL kernel is
+checked instead of SKIPPED; and a Triton builtin the interpreter cannot call is named in the SKIPPED reason (it was
+always "a libdevice (extern) call")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.pipeline.workload_evaluation import interpreter_limit
+
+from support import ROOT
+
+pytest.importorskip("triton")
+
+KERNELS = textwrap.dedent('''
+    import json, sys, traceback
+    import torch, triton, triton.language as tl
+    sys.path.insert(0, sys.argv[1])
+    from harness.sandbox import triton_interp
+    triton_interp.apply()
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    @triton.jit
+    def pdl(x_ptr, y_ptr, N: tl.constexpr):
+        tl.extra.cuda.gdc_wait()
+        o = tl.arange(0, N)
+        tl.store(y_ptr + o, tl.load(x_ptr + o) * 2)
+        tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
+    def pdl_imported(x_ptr, y_ptr, N: tl.constexpr):
+        gdc_wait()
+        o = tl.arange(0, N)
+        tl.store(y_ptr + o, tl.load(x_ptr + o) + 1)
+        gdc_launch_dependents()
+
+    @triton.jit
+    def sm_id(y_ptr):
+        s = tl.extra.cuda.smid()
+        tl.store(y_ptr, s)
+
+    out = {}
+    x = torch.arange(8, dtype=torch.float32)
+    y, z = torch.empty(8), torch.empty(8)
+    pdl[(1,)](x, y, 8, launch_pdl=True)
+    pdl_imported[(1,)](y, z, 8, launch_pdl=True)
+    out["pdl"] = z.tolist()
+    try:
+        sm_id[(1,)](torch.zeros(1, dtype=torch.int32))
+        out["smid"] = None
+    except BaseException as e:
+        out["smid"] = [f"{type(e).__name__}: {e}", traceback.format_exc()]
+    print(json.dumps(out))
+''')
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    script = tmp_path_factory.mktemp("pdl") / "kernels.py"  # a file: its tracebacks show the kernel's source lines
+    script.write_text(KERNELS)
+    proc = subprocess.run([sys.executable, str(script), str(ROOT)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_grid_dependency_control_is_a_no_op_under_the_interpreter(results):
+    assert results["pdl"] == [2.0 * i + 1 for i in range(8)]
+
+
+def test_a_builtin_the_interpreter_cannot_call_is_named(results):
+    assert results["smid"] is not None
+    limit = interpreter_limit(*results["smid"])
+    assert limit == "`tl.extra.cuda.smid`, a Triton builtin the interpreter cannot call", limit
+
+
+def test_the_builtin_is_named_without_carets_and_unnamed_without_a_frame():
+    error = "InterpreterError: ValueError('(`_semantic` argument must be provided outside of JIT functions.)')"
+    frames = ('  File "/x/triton/runtime/interpreter.py", line 1357, in __call__\n    self.fn(**args)\n'
+              '  File "/w/pkg/main.py", line 8, in k\n    tl.extra.cuda.globaltimer()\n'
+              '  File "/x/triton/language/core.py", line 41, in wrapper\n    raise ValueError("Did you forget")\n')
+    assert interpreter_limit(error, frames).startswith("`tl.extra.cuda.globaltimer`")
+    assert interpreter_limit(error, '  File "/x/triton/runtime/interpreter.py", line 1, in f\n') == \
+        "a Triton builtin the interpreter cannot call"
