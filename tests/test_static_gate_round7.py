@@ -38,6 +38,12 @@ HOSTILE = {
     "aliased_open_handed_on": ("file_cache", 3, 'import functools\nw = open\nf = functools.partial(w, mode="wb")\n'),
     "codecs_open_in_a_dict": ("file_cache", 2, 'import codecs\nOPS = {"o": codecs.open}\n'),
     "open_descriptor": ("harness_internals", 1, 'f = open(14, "rb")\n'),
+    # stepping past the modes the CPU's run-time attribution holds around a checked call
+    "disable_torch_dispatch": ("monkeypatch", 3, "import torch\ndef f(q):\n    with torch._C._DisableTorchDispatch():\n"
+                               "        return q.sum()\n"),
+    "disable_torch_function_imported": ("monkeypatch", 1, "from torch._C import _DisableTorchFunction as D\n"),
+    "dispatch_stack_probe": ("monkeypatch", 2, "import torch\nn = torch._C._len_torch_dispatch_stack()\n"),
+    "python_dispatcher_off": ("monkeypatch", 2, "import torch._C as C\ng = C._DisablePythonDispatcher()\n"),
     "io_open_descriptor": ("harness_internals", 2, 'import io\nf = io.open(3)\n'),
     "fileio_descriptor": ("harness_internals", 2, "import io\nf = io.FileIO(15)\n"),
     # the body of a jit function run on the host

@@ -98,6 +98,15 @@ _MONKEYPATCH_NAMES = (
     "torch._C._dispatch_tls_set_dispatch_key_included", "torch._C._EnablePythonDispatcher",
     "torch._C._ExcludeDispatchKeyGuard", "torch._C._IncludeDispatchKeyGuard", "torch._C._ForceDispatchKeyGuard",
     "torch._C._unset_dispatch_mode", "torch._C._pop_torch_dispatch_stack", "torch._C._pop_torch_function_stack",
+    # what steps past the modes the worker holds around a checked call (the CPU's attribution counts library ops
+    # through a TorchDispatchMode and values leaving PyTorch through a TorchFunctionMode)
+    "torch._C._DisableTorchDispatch", "torch._C._DisableTorchFunction", "torch._C._DisableTorchFunctionSubclass",
+    "torch._C._DisablePythonDispatcher", "torch._C._DisableFuncTorch", "torch._C._get_dispatch_mode",
+    "torch._C._get_dispatch_stack_at", "torch._C._len_torch_dispatch_stack", "torch._C._len_torch_function_stack",
+    "torch._C._get_function_stack_at", "torch._C._is_torch_function_mode_enabled",
+    "torch._C._is_torch_function_enabled", "torch._C._is_torch_function_all_disabled",
+    "torch._C._dispatch_tls_is_dispatch_key_excluded", "torch._C._dispatch_tls_is_dispatch_key_included",
+    "torch._C._dispatch_tls_local_exclude_set", "torch._C._dispatch_tls_local_include_set",
 )
 _SUBCLASS_NAMES = (
     "torch.Tensor._make_subclass", "torch.Tensor.as_subclass", "torch._C._disabled_torch_function_impl",
