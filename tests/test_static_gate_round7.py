@@ -87,6 +87,8 @@ HOSTILE = {
     "np_tensordot": ("torch_compute", 2, "import numpy as np\ns = np.tensordot(q, k, 1)\n"),
     "np_exp": ("torch_compute", 2, "import numpy as np\np = np.exp(s - m)\n"),
     "np_log": ("torch_compute", 2, "import numpy as np\nl = np.log(s)\n"),
+    "np_exp_of_a_name": ("torch_compute", 2, "import numpy as np\nl = np.exp(float)\n"),  # not the builtin call
+    "np_log_of_arithmetic": ("torch_compute", 2, "import numpy as np\nl = np.log(s + 1.0)\n"),
     "np_linalg": ("torch_compute", 2, "import numpy as np\nn = np.linalg.norm(s, axis=1)\n"),
     "np_sum_along_axis": ("torch_compute", 2, "import numpy as np\nl = np.sum(p, axis=1, keepdims=True)\n"),
     "np_max_positional_axis": ("torch_compute", 2, "import numpy as np\nm = np.max(s, 1)\n"),
@@ -118,6 +120,9 @@ HOSTILE = {
 
 # name -> (files, the rules it may earn: warnings that block nothing)
 HONEST = {
+    # numpy's math on numbers written out: constants, no array
+    "numpy_on_constants": ("import numpy as np\nLOG2E = 1.0 / np.log(2)\nE2 = np.exp(2.0)\nR = np.log2(np.e)\n"
+                           "def run(q, sm_scale):\n    return q, np.log(float(sm_scale)), np.exp(-1 * 3)\n", set()),
     # a kernel reading literal constants (and Triton's own values); decorators reading a list of configs
     "kernel_reads_constants": (TL + "BLOCK = 64\nLOG2E = 1.4426950408889634\nPAIR = (16, 32)\nNEG = -1\nM, N2 = 64, 32\n"
                                "QB: tl.constexpr = tl.constexpr(128)\nX: tl.constexpr = 128\nINF = float('inf')\n"

@@ -52,11 +52,23 @@ _NOT_GLUE = {"matmul": "matrix products", "reduction": "reductions, sorts or top
              "host": "values taken out of PyTorch (numpy, lists)"}
 
 
+# numpy's (and scipy's) compute on the host (python_references, python_calls): no attribution sees it, neither the
+# GPU's CUPTI records nor this count of ATen operators, which a value taken out through a reinterpreting view
+# (`q.view(torch.int16).numpy()`, red team round 7) leaves at zero float elements
+_HOST_LIBRARY = re.compile(r"\(the (?:numpy|scipy) library's compute|\(numpy compute on an array\)")
+
+
+def host_library(finding: Mapping[str, Any]) -> bool:
+    """A static-gate finding of numpy or scipy compute on the host, which no attribution settles."""
+    return finding.get("rule") == "torch_compute" and bool(_HOST_LIBRARY.search(str(finding.get("message", ""))))
+
+
 def settles(finding: Mapping[str, Any]) -> bool:
     """Whether a pass of this variant settles a static-gate library finding: PyTorch compute (a torch call, a tensor
     method, ``@``; numpy's too, as no value left PyTorch in a call that passed), never another library's nor a GPU
     library's (`library_fallback`)."""
-    return finding.get("rule") == "torch_compute" and not _OTHER_LIBRARY.search(str(finding.get("message", "")))
+    return (finding.get("rule") == "torch_compute" and not _OTHER_LIBRARY.search(str(finding.get("message", "")))
+            and not host_library(finding))
 
 
 def is_cpu_variant(audit: Audit) -> bool:

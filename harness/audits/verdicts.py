@@ -26,7 +26,7 @@ from typing import Sequence, Any, Iterable, Mapping, Optional, Union
 from ..data.statuses import EvaluationStatus, SubmissionStatus
 from . import attribution
 from .attribution import OwnKernels
-from .cpu_attribution import MAX_SHARE, cpu_attribution_verdict, is_cpu_variant, settles
+from .cpu_attribution import MAX_SHARE, cpu_attribution_verdict, host_library, is_cpu_variant, settles
 from .model import AUDIT_LEVELS, Audit, as_audits
 
 
@@ -400,13 +400,17 @@ def unconfirmed_library_use(evaluated: list[dict[str, Any]], static_findings: li
     from .static_gate import awaits_attribution
 
     def settled(w: dict[str, Any], f: dict[str, Any]) -> bool:
-        return any(a.name == "attribution" and (settles(f) or not is_cpu_variant(a))
-                   for a in as_audits(w.get("audits", [])))
+        return not host_library(f) and any(a.name == "attribution" and (settles(f) or not is_cpu_variant(a))
+                                           for a in as_audits(w.get("audits", [])))
 
     passed = [w for w in evaluated if w["status"] == EvaluationStatus.PASSED]
     for f in (f for f in static_findings if awaits_attribution(f)):
         unsettled = [w["label"] for w in passed if not settled(w, f)]
         if unsettled:
+            if host_library(f):
+                return [f"static gate: {f['rule']} at {f['path']}:{f['line']} unconfirmed: numpy/scipy compute on "
+                        "the host, which no run-time attribution sees (CUPTI records GPU kernels; a CPU counts "
+                        "PyTorch's operators)"]
             return [f"static gate: {f['rule']} at {f['path']}:{f['line']} unconfirmed: run-time attribution (CUPTI "
                     f"on a GPU; on a CPU, of PyTorch compute only) did not settle it on {len(unsettled)} "
                     f"workload(s), first {unsettled[0]}"]

@@ -17,7 +17,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from .common import _TORCH_NAMESPACES
+from .common import _TORCH_NAMESPACES, _longest_prefix
 from .python_names import (
     _CACHE_ACCESS_METHODS,
     _FILE_MODE_RE,
@@ -27,6 +27,7 @@ from .python_names import (
     _GLOB_FUNCTIONS,
     _INTERNAL_STRINGS,
     _NAMED_LOOKUPS,
+    _NUMPY_COMPUTE,
     _NUMPY_REDUCTIONS,
     _OPEN_FUNCTIONS,
     _PACKAGE_DATA_READS,
@@ -60,6 +61,10 @@ def _current_stream(node: ast.Call, resolve) -> bool:
     return (resolve(inner.func) in ("torch.cuda.current_stream", "torch.cuda.default_stream")
             and len(inner.args) + len(inner.keywords) < 2 and not any(isinstance(a, ast.Starred) for a in inner.args)
             and all(k.arg == "device" for k in inner.keywords))
+
+_NUMPY_TABLE = dict.fromkeys(_NUMPY_COMPUTE, True)  # for _longest_prefix: `numpy.linalg.norm` is numpy.linalg's
+_NUMERIC_CONSTANTS = frozenset({"math.e", "math.pi", "math.tau", "math.inf", "numpy.e", "numpy.pi", "numpy.inf",
+                                "numpy.euler_gamma"})
 
 
 def _own_library(node: ast.Call) -> bool:
@@ -158,6 +163,8 @@ class _CallChecks(_OwnPathChecks):
             self.judged.add(id(node.func))  # the current stream made current: a no-op
         elif resolved in _NAMED_LOOKUPS:
             self._check_named_lookup(resolved, node)
+        elif _longest_prefix(_NUMPY_TABLE, resolved) and args and all(self._is_scalar(a) for a in args):
+            self.judged.add(id(node.func))  # `1.0 / np.log(2)`: a constant, no array
         elif resolved in _NUMPY_REDUCTIONS and (len(args) > 1 or any(k.arg in ("axis", "keepdims")
                                                                      for k in node.keywords)):
             self._hit("torch_compute", node, f"calls `{resolved}` along an axis (numpy compute on an array)")
@@ -232,6 +239,19 @@ class _CallChecks(_OwnPathChecks):
                 if target is not None and not self._is_own(target) and not any(
                         id(node) in lookups for lookups in self.device_libs.values()):  # python_device_lib
                     self._hit("dynamic_code", node, f"getattr() on module `{target}` with a computed attribute name")
+
+    def _is_scalar(self, node: ast.AST) -> bool:
+        """A number written out: literals, their arithmetic, math's and numpy's constants, float()/int() of anything."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+        if isinstance(node, ast.UnaryOp):
+            return self._is_scalar(node.operand)
+        if isinstance(node, ast.BinOp):
+            return self._is_scalar(node.left) and self._is_scalar(node.right)
+        if isinstance(node, ast.Call):
+            return (isinstance(node.func, ast.Name) and node.func.id in ("float", "int") and len(node.args) <= 1
+                    and node.func.id not in self.aliases and node.func.id not in self.assignments)
+        return self._resolve(node) in _NUMERIC_CONSTANTS
 
     def _check_named_lookup(self, resolved: str, node: ast.Call) -> None:
         """operator.methodcaller("matmul") / operator.attrgetter("f_back"): the name judged like an attribute."""
