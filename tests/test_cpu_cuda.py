@@ -51,19 +51,7 @@ def test_a_gpu_solutions_cuda_queries_run_in_the_candidates_worker():
     dataset = Dataset()
     workload = dataset.workloads_for(KV8_PS1)[0]
     source = GPU_HABITS + TORCH_CANDIDATE.rstrip("\n") + "\n" + AFTER_THE_WORK
-    solution = Solution.model_validate(solution_dict(source))
-    worker = WorkerProcess(WorkerOptions(cpu_only=True, dataset_root=str(dataset.root), sandbox=False,
-                                         isolate_network=False))
-    worker.start()
-    try:
-        reply, _ = worker.request(BuildRequest(solution=solution, definition=dataset.definition(KV8_PS1)),
-                                  timeout_s=120)
-        assert reply.ok, reply.error
-        reply, _ = worker.request(RunRequest(workload=workload, seed=1, dataset_root=str(dataset.root)),
-                                  timeout_s=120)
-        assert reply.ok, reply.error
-    finally:
-        worker.stop(graceful=False)
+    _build_and_run(dataset, workload, Solution.model_validate(solution_dict(source)))
 
 
 def test_torch_accelerator_queries_are_answered_as_torch_cuda_s():
@@ -159,7 +147,11 @@ def test_a_cuda_only_custom_op_and_torch_accelerator_run_in_the_candidates_worke
     dataset = Dataset()
     workload = dataset.workloads_for(KV8_PS1)[0]
     source = TORCH_CANDIDATE.replace("def run(", "def _run(") + CUSTOM_OP_SOLUTION
-    solution = Solution.model_validate(solution_dict(source))
+    _build_and_run(dataset, workload, Solution.model_validate(solution_dict(source)))
+
+
+def _build_and_run(dataset, workload, solution):
+    """The solution built and run once in a candidate worker on this CPU host: both replies must be ok."""
     worker = WorkerProcess(WorkerOptions(cpu_only=True, dataset_root=str(dataset.root), sandbox=False,
                                          isolate_network=False))
     worker.start()
