@@ -8,6 +8,7 @@ import json
 import pytest
 
 from harness.archive.database import Archive
+from harness.audits.verdicts import is_fallback
 from harness.data.dataset import Dataset
 from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.data.schema import Solution
@@ -212,5 +213,7 @@ def test_the_sparse_attention_may_return_its_output_alone(session, returned, exp
                                                      dps=False))
     result = session.submit(solution, audit_level="fast")
     assert [w.status for w in result.workloads] == [expected] * 2, [w.message for w in result.workloads]
-    if expected == "PASSED":
-        assert all(a.passed for w in result.workloads for a in w.audits), [w.audits for w in result.workloads]
+    if expected == "PASSED":  # PyTorch does the work here: the CPU's attribution says so, every other audit passes
+        assert all(a.passed for w in result.workloads for a in w.audits if a.name != "attribution"), \
+            [w.audits for w in result.workloads]
+        assert all(is_fallback(w.audits) for w in result.workloads), [w.audits for w in result.workloads]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import types
+import warnings
 
 import pytest
 
@@ -242,7 +243,8 @@ def test_a_kernel_registered_for_pytorchs_own_operators_is_tampering_and_the_can
     assert guard.foreign() == []
     lib = torch.library.Library("aten", "IMPL")
     try:
-        with pytest.warns(UserWarning, match="Overriding a previously registered kernel"):
+        with warnings.catch_warnings():  # PyTorch warns of the override once per process: another test may have
+            warnings.simplefilter("ignore")  # had it; the dispatcher's own record is what is judged
             lib.impl("equal", lambda a, b: True, "CPU")
         found = guard.foreign()
         assert any(f.startswith("aten::equal: CPU kernel registered at ") and __file__ in f for f in found), found
