@@ -107,10 +107,8 @@ class _OwnPathChecks:
         if isinstance(expr, ast.Name) and expr.id != "__file__":
             values = self.assignments.get(expr.id, ())
             return bool(values) and all(self._own_folder(v, depth + 1) for v in values)
-        if isinstance(expr, ast.Call) and len(expr.args) == 1 and self._resolve(expr.func) == "os.path.dirname":
-            return _is_this_file(expr.args[0], self._resolve)
-        if isinstance(expr, ast.Attribute) and expr.attr == "parent":
-            return _is_this_file(expr.value, self._resolve)
+        if _names_a_folder(expr, self._resolve):
+            return _is_this_file(_folder_of(expr), self._resolve)
         return False
 
     def _under_own_folder(self, expr: ast.AST, depth: int = 0) -> bool:
@@ -124,10 +122,8 @@ class _OwnPathChecks:
         if isinstance(expr, ast.Name) and expr.id != "__file__":
             values = self.assignments.get(expr.id, ())
             return bool(values) and all(self._under_own_folder(v, depth + 1) for v in values)
-        if isinstance(expr, ast.Call) and len(expr.args) == 1 and self._resolve(expr.func) == "os.path.dirname":
-            return _is_this_file(expr.args[0], self._resolve)
-        if isinstance(expr, ast.Attribute) and expr.attr == "parent":
-            return _is_this_file(expr.value, self._resolve)
+        if _names_a_folder(expr, self._resolve):
+            return _is_this_file(_folder_of(expr), self._resolve)
         if isinstance(expr, ast.Call) and self._resolve(expr.func) == "os.path.join" and expr.args and not (
                 expr.keywords or any(isinstance(a, ast.Starred) for a in expr.args)):
             return (self._under_own_folder(expr.args[0], depth + 1)
@@ -155,3 +151,13 @@ class _OwnPathChecks:
         elif self._under_own_folder(pattern):
             self.judged.add(id(node.func))
             self._hit("file_read", node, f"`{resolved}()` lists the solution's own folder")
+
+
+def _names_a_folder(expr: ast.AST, resolve) -> bool:
+    """`os.path.dirname(x)` or `x.parent`: the folder of what `_folder_of` returns."""
+    return ((isinstance(expr, ast.Call) and len(expr.args) == 1 and resolve(expr.func) == "os.path.dirname")
+            or (isinstance(expr, ast.Attribute) and expr.attr == "parent"))
+
+
+def _folder_of(expr: ast.AST) -> ast.AST:
+    return expr.args[0] if isinstance(expr, ast.Call) else expr.value
