@@ -143,9 +143,9 @@ def dump_stacks_from_env() -> None:
         seconds = math.nan
     if not (math.isfinite(seconds) and 0 < seconds < 1e9):
         fail(f"{STACKS_ENV}={printable(value)[:40]!r}: expected a number of seconds above 0")
-    import faulthandler
+    from . import stack_dumps
 
-    faulthandler.dump_traceback_later(seconds, repeat=True, file=sys.stderr)
+    stack_dumps.start(seconds)
 
 
 def open_archive(path: Optional[str], reading: bool = False) -> Archive:

@@ -79,7 +79,12 @@ def test_a_hidden_library_call_is_not_promotable_on_a_cpu_host(tiny_dataset_root
     result = json.loads(proc.stdout)
     assert result["status"] == "PASSED"
     assert result["promotable"] is False
-    assert any("torch_compute" in b for b in result["promotion_blockers"]), result["promotion_blockers"]
+    # the gate's torch_compute warning awaits the run's attribution, which counted the product on the CPU: a matrix
+    # product is never glue, so it blocks (harness.audits.cpu_attribution), named
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "_mm=torch.matmul" in text)  # the binding
+    assert any(f["rule"] == "torch_compute" and f["line"] == line for f in result["static_findings"]), line
+    blockers = result["promotion_blockers"]
+    assert any("attribution" in b and "aten::mm" in b for b in blockers), blockers
 
 
 @pytest.mark.parametrize("module, use, rule", [

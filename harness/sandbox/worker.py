@@ -437,7 +437,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         _die_with_parent(args.parent_pid)
     faulthandler.enable()  # a segfault prints the Python stack into the log
     if os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S"):  # a slow request shows where it is, in the log
-        faulthandler.dump_traceback_later(float(os.environ["CRUCIBLE_DUMP_STACKS_AFTER_S"]), repeat=True)
+        from .. import stack_dumps
+
+        stack_dumps.start(float(os.environ["CRUCIBLE_DUMP_STACKS_AFTER_S"]))
     try:
         import resource
 
