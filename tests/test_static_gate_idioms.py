@@ -93,6 +93,13 @@ GATE_IDIOMS = [
     ("_plans = {}\ndef plan(q, indptr):\n    B, H = q.shape[0], q.shape[1]\n    key = hash((B, H, q.dtype))\n"
      "    if key not in _plans:\n        _plans[key] = object()\n    return _plans[key]\n"),
     "_ws = {}\ndef ws(x):\n    return _ws.setdefault(hash(tuple(x.shape)), x.new_empty(4))\n",
+    # compiled launchers cached per kernel: id() of the function launched, or of a def of the module
+    ("_launchers = {}\ndef launch(fn, grid, *args, key=0):\n    k = (id(fn), key)\n    if k not in _launchers:\n"
+     "        _launchers[k] = fn[grid](*args)\n    return _launchers[k]\n"),
+    ("import triton\n@triton.jit\ndef _k(x):\n    pass\n_plans = {}\ndef run(q):\n"
+     "    return _plans.setdefault((id(_k), q.shape[0]), 1)\n"),
+    ("def _k():\n    pass\n_l = {}\ndef _launcher(fn, b):\n    key = (id(fn), b)\n    if key not in _l:\n"
+     "        _l[key] = fn[(b,)]\n    return _l[key]\ndef run(q):\n    _launcher(_k, q.shape[0])(q)\n"),
     # the solution's own folder on sys.path, for absolute imports of its own modules
     "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n",
     ("import os\nimport sys\nHERE = os.path.dirname(os.path.realpath(__file__))\nif HERE not in sys.path:\n"

@@ -177,6 +177,12 @@ PYTHON_POSITIVES = [
     ("output_cache", 3, "_seen = {}\ndef run(q):\n    _seen[id(q)] = q\n    return q\n"),
     ("output_cache", 3, "class Op:\n    def __call__(self, q, k):\n        self._results[(q.data_ptr(), k.data_ptr())] = 1\n"),
     ("output_cache", 2, "def run(q, _memo={}):\n    return _memo.setdefault(hash(q), q)\n"),
+    # id() of a parameter the function never launches, or of a module name rebound to an input
+    ("output_cache", 3, "_l = {}\ndef launch(fn, t):\n    return _l.setdefault(id(t), fn[1](t))\n"),
+    ("output_cache", 5, "def f():\n    pass\n_c = {}\ndef run(q):\n    return _c.get(id(f))\nf = None\n"),
+    ("output_cache", 5, "def k():\n    pass\n_l = {}\ndef g(fn):\n    return _l.get(id(fn))\ndef run(q):\n"
+     "    return g(k) or g(q)\n"),
+    ("output_cache", 5, "def k():\n    pass\n_c = {}\ndef run(q, k):\n    return _c.get(id(k))\n"),
     # hash() of a tensor, or of what it holds, whatever the shapes beside it
     ("output_cache", 3, "_out = {}\ndef run(q, out):\n    return _out.get(hash((q, q.shape)))\n"),
     ("output_cache", 3, "_out = {}\ndef run(q, out):\n    return _out.get(hash((q.data_ptr(), 3)))\n"),

@@ -61,8 +61,9 @@ _WHY = {
     "file_cache": "files outlive the process and can carry outputs between runs (cross-process cache)",
     "file_read": "a kernel needs no files at run time; reading one can pick up state left by another run",
     "dynamic_code": "code built or looked up at run time is invisible to this gate",
-    "native_ffi": "native code loaded this way bypasses the harness's build and artifact checks "
-                  "(torch.utils.cpp_extension load/load_inline is the supported way to build C++/CUDA)",
+    "native_ffi": "native code loaded, or process memory reached by address, this way bypasses the harness's "
+                  "build and artifact checks and can reach its state in this process (torch.utils.cpp_extension "
+                  "load/load_inline is the supported way to build C++/CUDA)",
     "stream_event_graph": "work on candidate-owned streams, events or graphs can escape per-call timing",
     "device_state_tamper": "device-wide cache/limit state persists across calls and can defeat the cold-L2 flush",
     "output_cache": "it can replay an earlier output when the harness reuses a buffer instead of computing the result",

@@ -105,6 +105,8 @@ class _StateChecks:
                 resolved = self._resolve(sub.func)
                 if resolved == "builtins.hash" and self._hashes_by_value(sub, facts, node):
                     continue  # hash((B, H)), hash(tuple(q.shape)): shapes and sizes hash by value
+                if resolved in ("builtins.id", "builtins.hash") and self._names_code(sub, facts, node):
+                    continue  # id(kernel): a launcher cache per kernel, never keyed by an input
                 if resolved in ("builtins.id", "builtins.hash"):
                     return f"{resolved.split('.')[1]}()"
             elif isinstance(sub, ast.Attribute) and sub.attr == "_cdata":
@@ -120,6 +122,45 @@ class _StateChecks:
                 for c in ast.walk(call.args[0])):
             return False  # `.item()` reads a tensor's content: a hash of it keys by what an input holds
         return self._is_clean(call.args[0], self._tainted_names(node, facts, through_metadata=True), True)
+
+    def _names_code(self, call: ast.Call, facts: _FunctionFacts, node: FunctionNode | None) -> bool:
+        """`id(f)` / `hash(f)` of a function or kernel, not of a tensor: `f` is a def or class of the module that the
+        function does not rebind, or what the function launches as a Triton kernel (`f[grid](...)`: a tensor's
+        subscript is a tensor, never called). Launch-path caches (compiled launchers per kernel) key so."""
+        if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Name):
+            return False
+        name = call.args[0].id
+        if node is not None and any(isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript)
+                                    and isinstance(sub.func.value, ast.Name) and sub.func.value.id == name
+                                    for sub in ast.walk(node)):
+            return True
+        if name not in facts.local_names:
+            return name in self._module_code_names()
+        return node is not None and self._always_passed_code(node, name)
+
+    def _always_passed_code(self, node: FunctionNode, param: str) -> bool:
+        """Every call of `node` (a module-level function whose calls are all visible) passes a def or class of the
+        module as its parameter `param`: `_launcher(_decode, B, H)`."""
+        positional = [p.arg for p in (*node.args.posonlyargs, *node.args.args)]
+        calls = self._calls_by_name().get(node.name) if node in self.body else None
+        if not calls or param not in positional + [p.arg for p in node.args.kwonlyargs]:
+            return False
+        code = self._module_code_names()
+        for call, _caller in calls:
+            given = [k.value for k in call.keywords if k.arg == param]
+            if param in positional and positional.index(param) < len(call.args):
+                given.append(call.args[positional.index(param)])
+            if len(given) != 1 or not (isinstance(given[0], ast.Name) and given[0].id in code):
+                return False
+        return True
+
+    def _module_code_names(self) -> frozenset[str]:
+        """Names the module binds only by `def` or `class` (a name also assigned elsewhere may hold anything)."""
+        defined = {stmt.name for stmt in self.body
+                   if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        rebound = {name for stmt in self.body for names in [_targets_of(stmt)[0]] for t in names
+                   for name in _names_in(t)}
+        return frozenset(defined - rebound)
 
     @staticmethod
     def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
