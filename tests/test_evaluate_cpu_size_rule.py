@@ -28,7 +28,7 @@ __global__ void k(float* x) { x[threadIdx.x] *= 2.f; }
 void scale(torch::Tensor x) { k<<<1, 32>>>(x.data_ptr<float>()); }
 """, functions=["scale"])
 '''
-TOO_SLOW = "too slow for the Triton interpreter"
+TOO_SLOW = "too slow to check without a GPU"
 
 
 def solution(source: str, **kw) -> Solution:
@@ -66,3 +66,32 @@ def test_an_extension_that_cannot_run_here_says_so_and_one_that_can_keeps_the_si
     assert runs_here.status == "SKIPPED" and TOO_SLOW in runs_here.message, runs_here.message
     assert "build" in runs_here.phases_s  # built first: the build is what decided
     assert plain.status == "SKIPPED" and TOO_SLOW in plain.message and "build" not in plain.phases_s
+
+
+LAZY_CUDA = LOAD_INLINE_CUDA.replace('_ext = load_inline(name="scale_ext"', '''_built = []
+
+
+def _scale_ext():  # built at the first call, not at import
+    if not _built:
+        _built.append(_load())
+    return _built[0]
+
+
+def _load():
+    return load_inline(name="lazy_scale_ext"''')
+
+
+def test_an_extension_built_at_the_first_call_is_skipped_as_one_built_at_import(tiny_dataset_root, tmp_path):
+    """Red team of real contestants' code: a load_inline inside the entry point failed as the candidate's
+    RUNTIME_ERROR here, with a hint about CUDA tensors, where the same build at import is SKIPPED."""
+    assert "_load()" in LAZY_CUDA and "def _load():\n    return load_inline(" in LAZY_CUDA
+    lazy = LAZY_CUDA + TORCH_CANDIDATE.replace("    batch, heads, dim = q.shape",
+                                               "    _scale_ext()\n    batch, heads, dim = q.shape")
+    assert "    _scale_ext()\n" in lazy
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as s:
+        result = s.submit(solution(lazy, name="lazy")).workloads[0]
+    assert result.status == "SKIPPED", result.message
+    assert "CUDA extension (load_inline/load) built at its first call: built and run on a GPU host only" in \
+        result.message
+    assert "CUDA tensors" not in result.message

@@ -37,7 +37,7 @@ def test_the_first_failure_decides_and_skips_never_pass():
 def test_a_workload_not_run_says_why_in_order():
     assert cpu_skip_message(1 << 20, 1.0) is None  # at the limit it runs
     message = cpu_skip_message(3 << 20, 1.0)
-    assert message == ("skipped on CPU: 3 MiB of inputs > 1 MiB, too slow for the Triton interpreter "
+    assert message == ("skipped on CPU: 3 MiB of inputs > 1 MiB, too slow to check without a GPU "
                        "(--all-workloads runs it)")
     assert unrun_result(WORKLOAD, "w", None, None, None) is None
     skipped = unrun_result(WORKLOAD, "w", message, "bad signature", None)
@@ -104,7 +104,7 @@ def test_a_long_recurrence_is_skipped_on_cpu_however_small_its_inputs():
     from harness.pipeline.evaluate import input_bytes
 
     assert cpu_skip_message(1 << 20, 12.0, 201, 200) == (
-        "skipped on CPU: a recurrence of 201 steps (tokens) > 200, too slow for the Triton interpreter "
+        "skipped on CPU: a recurrence of 201 steps (tokens) > 200, too slow to check without a GPU "
         "(--all-workloads runs it)")
     assert cpu_skip_message(1 << 20, 12.0, 200, 200) is None and cpu_skip_message(1 << 20, 12.0, 10 ** 6) is None
     options, ds = SubmitOptions(), Dataset()

@@ -46,8 +46,22 @@ KERNELS = textwrap.dedent('''
         s = tl.extra.cuda.smid()
         tl.store(y_ptr, s)
 
+    @triton.jit
+    def staged_sum(x_ptr, y_ptr, N: tl.constexpr):
+        acc = tl.zeros([1], dtype=tl.float32)
+        for i in range(0, N, num_stages=2, loop_unroll_factor=1):  # the compiler drops a builtin range's keywords
+            acc += tl.load(x_ptr + i + tl.arange(0, 1))
+        for i in range(N, step=2):  # step too: the compiler reads positional bounds only
+            acc += tl.load(x_ptr + i + tl.arange(0, 1))
+        for i in tl.range(0, N, 4, num_stages=2):  # tl.range keeps its own
+            acc += tl.load(x_ptr + i + tl.arange(0, 1))
+        tl.store(y_ptr + tl.arange(0, 1), acc)
+
     out = {}
     x = torch.arange(8, dtype=torch.float32)
+    s = torch.empty(1)
+    staged_sum[(1,)](x, s, 8)
+    out["staged"] = s.tolist()
     y, z = torch.empty(8), torch.empty(8)
     pdl[(1,)](x, y, 8, launch_pdl=True)
     pdl_imported[(1,)](y, z, 8, launch_pdl=True)
@@ -73,6 +87,10 @@ def results(tmp_path_factory):
 
 def test_grid_dependency_control_is_a_no_op_under_the_interpreter(results):
     assert results["pdl"] == [2.0 * i + 1 for i in range(8)]
+
+
+def test_a_builtin_range_with_loop_keywords_runs_as_the_compiler_runs_it(results):
+    assert results["staged"] == [sum(range(8)) * 2 + 0 + 4]
 
 
 def test_a_builtin_the_interpreter_cannot_call_is_named(results):

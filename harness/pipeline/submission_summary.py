@@ -21,15 +21,16 @@ from ..measure import scores
 
 def cpu_skip_message(size: int, limit_mib: float, serial_steps: int = 0, max_serial_steps: int = 0) -> Optional[str]:
     """Why a workload is skipped on a host without a GPU (None: it runs). The Triton interpreter runs a kernel
-    in numpy, far too slowly for large inputs, so only workloads up to ``limit_mib`` of inputs are run there, and
+    in numpy, and the reference and a PyTorch solution run on the CPU, far too slowly for large inputs, so only
+    workloads up to ``limit_mib`` of inputs are run there, and
     only those whose recurrence (``serial_steps``: its tokens, one after another) is at most ``max_serial_steps``
     steps long (0: no bound)."""
     if size > limit_mib * (1 << 20):
-        return (f"skipped on CPU: {size / (1 << 20):.0f} MiB of inputs > {limit_mib:g} MiB, too slow for the "
-                f"Triton interpreter (--all-workloads runs it)")
+        return (f"skipped on CPU: {size / (1 << 20):.0f} MiB of inputs > {limit_mib:g} MiB, too slow to check "
+                f"without a GPU (--all-workloads runs it)")
     if max_serial_steps and serial_steps > max_serial_steps:
-        return (f"skipped on CPU: a recurrence of {serial_steps} steps (tokens) > {max_serial_steps}, too slow for "
-                f"the Triton interpreter (--all-workloads runs it)")
+        return (f"skipped on CPU: a recurrence of {serial_steps} steps (tokens) > {max_serial_steps}, too slow to "
+                f"check without a GPU (--all-workloads runs it)")
     return None
 
 

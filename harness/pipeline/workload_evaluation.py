@@ -20,6 +20,7 @@ from ..measure.correctness import CheckResult, Tolerance, merge_results
 from ..data.dataset import EvalPreset
 from ..data.inputs import trial_seed
 from ..data.results import WorkloadResult
+from ..sandbox.build import extension_builder, gpu_only_extension
 from ..sandbox.messages import Reply, Request, RunRequest, TimeRequest
 from ..sandbox.runner import WorkerCrashed, WorkerPastDeadline, WorkerProcess, WorkerTimeout
 from ..data.statuses import SubmissionStatus
@@ -42,6 +43,13 @@ def cpu_host_hint(error: Optional[str], has_gpu: bool) -> str:
         return ""
     return (" (this host has no GPU: inputs are CPU tensors and Triton runs in its interpreter, so a check for "
             "CUDA tensors fails here; it passes on a GPU host)")
+
+
+def extension_built_at_call(traceback: Optional[str]) -> Optional[str]:
+    """Why a call failed on a host without a GPU where the solution builds its CUDA extension at its first call
+    (load_inline in the entry point, not at import), or None: the failure went through the extension builder."""
+    builder = extension_builder(traceback or "")
+    return gpu_only_extension(builder, " built at its first call") if builder else None
 
 
 # What Triton's interpreter cannot run though a GPU runs it (the error of an honest kernel, with a name for it).
@@ -147,6 +155,10 @@ class WorkloadEvaluation:
                 own = harness_seconds(reply.spent_s, time.monotonic() - asked)
                 moved = min(own, timeout_s - moved_by_worker)
                 deadline, moved_by_worker = deadline + moved, moved_by_worker + moved
+                built_late = None if self.has_gpu or reply.ok else extension_built_at_call(reply.traceback)
+                if built_late:  # as an import-time build of a CUDA extension is on this host (sandbox.build)
+                    wr.status, wr.message = SubmissionStatus.SKIPPED, f"{built_late}; {(reply.error or '')[:200]}"
+                    break
                 limit = None if self.has_gpu or reply.ok else interpreter_limit(reply.error, reply.traceback)
                 if limit:  # what Triton's CPU interpreter cannot run: said, not blamed on the candidate
                     wr.status = SubmissionStatus.SKIPPED

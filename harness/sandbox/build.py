@@ -218,10 +218,9 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
     except BaseException as err:  # SyntaxError, ImportError, SystemExit from module level...
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
         tb = traceback.format_exc()
-        builder = _extension_builder(tb)
+        builder = extension_builder(tb)
         if not have_gpu and builder:  # a CUDA extension needs the GPU host's toolchain
-            return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(),
-                         note=f"a {builder} CUDA extension (load_inline/load): built and run on a GPU host only")
+            return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=gpu_only_extension(builder))
         limit = None if have_gpu else (_missing_gpu_package(err) or _gpu_asked_for_at_import(tb))
         if limit:  # what this host has not got (torch's and Triton's own errors), not the candidate's mistake
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=limit)
@@ -245,7 +244,12 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
     return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
 
 
-def _extension_builder(tb: str) -> Optional[str]:
+def gpu_only_extension(builder: str, when: str = "") -> str:
+    """Why a workload of a solution whose CUDA extension could not be built on a host without a GPU is skipped."""
+    return f"a {builder} CUDA extension (load_inline/load){when}: built and run on a GPU host only"
+
+
+def extension_builder(tb: str) -> Optional[str]:
     """The extension builder a failed import's traceback went through (torch's cpp_extension, tvm_ffi.cpp), or None."""
     tb = tb.replace("\\", "/")
     if "cpp_extension" in tb:

@@ -14,6 +14,11 @@ interpreter has not got, is evaluated with numpy (``triton_libdevice``).
 Programmatic dependent launch (``tl.extra.cuda.gdc_wait()`` / ``gdc_launch_dependents()``, inline PTX
 ``griddepcontrol``) orders a kernel after the writes of the one launched before it: under the interpreter every launch
 has finished before the next one starts, so both are done already and are no-ops here (``_patch_grid_dependency``).
+
+A ``for`` over Python's own ``range`` inside a kernel may carry Triton's loop options as keywords
+(``range(0, n, num_stages=2)``): the compiler reads only the positional bounds of a builtin ``range`` and drops its
+keywords, while the interpreter runs the loop as plain Python, whose ``range`` takes no keywords. The interpreter's
+copy of such a kernel drops them too (``_patch_builtin_range_keywords``).
 """
 
 from __future__ import annotations
@@ -132,6 +137,37 @@ def _patch_grid_dependency() -> None:
                 setattr(module, no_op.__name__, no_op)
 
 
+def _patch_builtin_range_keywords() -> None:
+    """Keywords of a builtin ``range`` a kernel loops over are dropped in the interpreter's rewrite of the kernel,
+    as the compiler drops them (see the module docstring); a module that binds ``range`` to ``tl.range`` keeps them
+    (``tl.range`` takes them, under the interpreter too)."""
+    import ast
+    import builtins
+
+    from triton.runtime import interpreter as interp
+
+    rewriter = getattr(interp, "FunctionRewriter", None)
+    original = getattr(rewriter, "_transform_ast", None)
+    if original is None:  # another Triton's interpreter: nothing known to patch
+        return
+
+    class DropKeywords(ast.NodeTransformer):
+        def visit_For(self, node: ast.For) -> ast.For:
+            self.generic_visit(node)
+            loop = node.iter
+            if isinstance(loop, ast.Call) and isinstance(loop.func, ast.Name) and loop.func.id == "range":
+                loop.keywords = []
+            return node
+
+    def transform(self, src):
+        tree = original(self, src)
+        if getattr(self.fn, "__globals__", {}).get("range", builtins.range) is builtins.range:
+            tree = DropKeywords().visit(tree)
+        return tree
+
+    rewriter._transform_ast = transform
+
+
 def apply() -> bool:
     """Patch the interpreter once per process. Returns False when Triton is not importable."""
     global _PATCHED
@@ -202,5 +238,6 @@ def apply() -> bool:
     triton_libdevice.apply(tl, interp)
     _patch_autotuner()
     _patch_grid_dependency()
+    _patch_builtin_range_keywords()
     _PATCHED = True
     return True
