@@ -45,7 +45,8 @@ class SessionAudits:
         ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
         from ..sandbox.build import never_imported_files
         from .static_gate import declared_library, in_a_file_never_imported, policy_from_mapping, scan_sources
-        from .static_gate.policy import in_a_function_never_called
+        from .static_gate.policy import in_a_function_never_called, in_code_never_run
+        from .static_gate.python_env_flags import dead_branches
         from .static_gate.python_reach import never_called
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
@@ -59,6 +60,9 @@ class SessionAudits:
             if solution.spec.language.value != "cuda":
                 idle = never_called(sources, entries)
                 findings = [in_a_function_never_called(f, idle) for f in findings]
+                # an opt-in profiling or debug path under a variable no worker has (`if _PROFILE:`)
+                dead = dead_branches(sources, entries)
+                findings = [in_code_never_run(f, dead) for f in findings]
         if library_is_own:
             findings = [declared_library(f) for f in findings]
         return [f.model_dump() for f in findings]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from . import protocol
 from .messages import ExitRequest, HelloRequest, MalformedReply, Reply, Request, parse_reply
 from .bytecode import worker_bytecode
+from .environment_filter import passes
 from .extension_cache import MAX_BYTES as EXTENSION_BYTES, folder_environment
 from .isolation import Sandbox, SandboxPolicy, human_bytes, make_sandbox
 
@@ -35,10 +35,6 @@ if TYPE_CHECKING:  # annotations only: the harness launches workers before it im
 LOG_LIMIT = 5 << 20  # the official evaluator keeps at most 5 MiB of log
 
 # Variables a worker may inherit; everything else (API keys, tokens, cloud credentials) stays behind.
-_PASS_PREFIXES = ("CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "NCCL_", "NVSHMEM_", "LC_", "OMP_", "MKL_", "OPENBLAS_",
-                  "FLASHINFER_", "LD_LIBRARY_PATH", "PYTHONPATH", "PATH", "LANG", "TERM", "TZ",
-                  "CRUCIBLE_CUDA_ARCH", "MAX_JOBS", "CC", "CXX")
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.I)
 
 
 _SPENT_LOCK = threading.Lock()
@@ -84,8 +80,7 @@ def compile_jobs(memory_bytes: int, requested: Optional[str], cpus: int) -> str:
 def scrubbed_environment(extra: Optional[dict[str, str]] = None, home: Optional[Path] = None) -> dict[str, str]:
     """The worker's environment: the host's variables that pass the filter, never a secret, the harness package
     first on the path; ``extra`` on top, its ``PYTHONPATH`` put before the others rather than replacing them."""
-    env = {k: v for k, v in os.environ.items()
-           if k.startswith(_PASS_PREFIXES) and not _SECRET.search(k)}
+    env = {k: v for k, v in os.environ.items() if passes(k)}
     extra = dict(extra or {})
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding the harness package
     env["PYTHONPATH"] = os.pathsep.join(p for p in [extra.pop("PYTHONPATH", ""), package_root,

@@ -293,13 +293,14 @@ def awaits_attribution(finding: Finding | Mapping[str, Any]) -> bool:
     """True for a library-compute warning (LIBRARY_RULES) that run-time attribution is to confirm or clear; not for
     an error (a policy that forbids library compute outright) nor for a baseline's declared library use.
     Accepts a Finding or its model_dump() (as archived with an evaluation)."""
+    from .python_env_flags import DEAD_BRANCH_NOTE
     from .python_reach import NEVER_CALLED_NOTE, NEVER_IMPORTED_NOTE
 
     data = finding.model_dump() if isinstance(finding, Finding) else finding
     message = str(data.get("message", ""))
     return (data.get("rule") in LIBRARY_RULES and data.get("severity") == "warning"
-            and DECLARED_LIBRARY_NOTE not in message and NEVER_IMPORTED_NOTE not in message
-            and NEVER_CALLED_NOTE not in message)
+            and not any(note in message for note in (DECLARED_LIBRARY_NOTE, NEVER_IMPORTED_NOTE, NEVER_CALLED_NOTE,
+                                                     DEAD_BRANCH_NOTE)))
 
 
 def in_a_file_never_imported(finding: Finding) -> Finding:
@@ -317,10 +318,22 @@ def in_a_function_never_called(finding: Finding, spans: Mapping[str, Iterable[tu
     spans): shown, as a warning that blocks nothing and awaits no attribution; any other finding as it is."""
     from .python_reach import NEVER_CALLED_NOTE
 
-    if NEVER_CALLED_NOTE in finding.message or not any(
-            first <= finding.line <= last for first, last in spans.get(finding.path, ())):
+    return _noted_in_spans(finding, spans, NEVER_CALLED_NOTE)
+
+
+def in_code_never_run(finding: Finding, spans: Mapping[str, Iterable[tuple[int, int]]]) -> Finding:
+    """A finding in a branch that runs only under an environment variable no worker has (python_env_flags: path ->
+    its line spans): shown, as a warning that blocks nothing and awaits no attribution; any other as it is."""
+    from .python_env_flags import DEAD_BRANCH_NOTE
+
+    return _noted_in_spans(finding, spans, DEAD_BRANCH_NOTE)
+
+
+def _noted_in_spans(finding: Finding, spans: Mapping[str, Iterable[tuple[int, int]]], note: str) -> Finding:
+    if note in finding.message or not any(first <= finding.line <= last
+                                          for first, last in spans.get(finding.path, ())):
         return finding
-    return finding.model_copy(update={"severity": "warning", "message": finding.message + NEVER_CALLED_NOTE})
+    return finding.model_copy(update={"severity": "warning", "message": finding.message + note})
 
 
 def declared_library(finding: Finding) -> Finding:
