@@ -58,6 +58,21 @@ def solution_dict(source: str, *, definition: str = KV8_PS1, entry: str = "kerne
             "sources": sources}
 
 
+def submit_triton_cli(source: str, name: str, folder: Path, dataset_root: Path, workloads: tuple[str, ...]) -> dict:
+    """`harness submit --json` of a one-file Triton solution of KV8_PS1 (kernel.py::run), in a fresh process, into
+    an archive in `folder`: the JSON result."""
+    import subprocess
+    import sys
+
+    (folder / f"{name}.json").write_text(json.dumps(solution_dict(source, name=name, language="triton")))
+    (folder / "archive").mkdir()
+    picks = [arg for w in workloads for arg in ("-w", w)]
+    proc = subprocess.run([sys.executable, "-m", "harness", "submit", str(folder / f"{name}.json"), "--archive",
+                           str(folder / "archive"), "--dataset", str(dataset_root), *picks, "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    return json.loads(proc.stdout)
+
+
 def example_solution(name: str) -> dict:
     path = EXAMPLES / name / "solution.json" if (EXAMPLES / name / "solution.json").exists() else EXAMPLES / name
     return json.loads(Path(path).read_text())

@@ -111,7 +111,7 @@ def test_a_workload_the_solution_made_unchecked_blocks_promotion(tiny_dataset_ro
     """A solution wrong on one workload can stop the interpreter there on purpose (inline PTX on that batch size
     only): the workload is SKIPPED, as an honest one's is, but it was never checked, so it is not promotable."""
     from sandbox_attacks import HONEST
-    from support import KV8_PS1, ROOT
+    from support import submit_triton_cli
 
     source = HONEST.replace(
         "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n",
@@ -127,16 +127,7 @@ def test_a_workload_the_solution_made_unchecked_blocks_promotion(tiny_dataset_ro
             tl.store(x_ptr, tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=tl.int32,
                                                       is_pure=True, pack=1))
         ''')
-    solution = {"name": "unchecked", "definition": KV8_PS1, "author": "hostile",
-                "spec": {"language": "triton", "target_hardware": ["cpu"], "entry_point": "kernel.py::run",
-                         "dependencies": [], "destination_passing_style": True},
-                "sources": [{"path": "kernel.py", "content": source}]}
-    (tmp_path / "unchecked.json").write_text(json.dumps(solution))
-    (tmp_path / "archive").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "harness", "submit", str(tmp_path / "unchecked.json"), "--archive",
-                           str(tmp_path / "archive"), "--dataset", str(tiny_dataset_root), "-w", "tiny_b2_t40",
-                           "-w", "tiny_b3_t96", "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    result = json.loads(proc.stdout)
+    result = submit_triton_cli(source, "unchecked", tmp_path, tiny_dataset_root, ("tiny_b2_t40", "tiny_b3_t96"))
     assert [w["status"] for w in result["workloads"]] == ["PASSED", "SKIPPED"], result["workloads"]
     assert result["promotable"] is False  # and for that alone: nothing else about it is wrong on this host
     assert [b.split(":")[0] for b in result["promotion_blockers"]] == ["tiny_b3_t96"], result["promotion_blockers"]

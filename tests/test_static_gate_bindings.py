@@ -5,15 +5,12 @@ promotable there."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import pytest
 
 from harness.audits.static_gate import scan_sources
 from sandbox_attacks import HONEST
-from support import KV8_PS1, ROOT
+from support import submit_triton_cli
 
 H = "import torch\n"
 HIDDEN = {
@@ -67,16 +64,7 @@ def test_a_hidden_library_call_is_not_promotable_on_a_cpu_host(tiny_dataset_root
         "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse, _mm=torch.matmul):\n"
         "    _mm(q[0], q[0].T)\n")
     assert "_mm=torch.matmul" in source
-    solution = {"name": "hidden", "definition": KV8_PS1, "author": "hostile",
-                "spec": {"language": "triton", "target_hardware": ["cpu"], "entry_point": "kernel.py::run",
-                         "dependencies": [], "destination_passing_style": True},
-                "sources": [{"path": "kernel.py", "content": source}]}
-    (tmp_path / "hidden.json").write_text(json.dumps(solution))
-    (tmp_path / "archive").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "harness", "submit", str(tmp_path / "hidden.json"), "--archive",
-                           str(tmp_path / "archive"), "--dataset", str(tiny_dataset_root), "-w", "tiny_b2_t40",
-                           "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    result = json.loads(proc.stdout)
+    result = submit_triton_cli(source, "hidden", tmp_path, tiny_dataset_root, ("tiny_b2_t40",))
     assert result["status"] == "PASSED"
     assert result["promotable"] is False
     # the gate's torch_compute warning awaits the run's attribution, which counted the product on the CPU: a matrix

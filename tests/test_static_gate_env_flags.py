@@ -4,9 +4,6 @@ code live, so nothing that can run is hidden from the gate."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +12,7 @@ from harness.audits.static_gate.policy import awaits_attribution, in_code_never_
 from harness.audits.static_gate.python_env_flags import DEAD_BRANCH_NOTE, dead_branches
 from harness.sandbox.environment_filter import never_in_worker, passes
 from sandbox_attacks import HONEST
-from support import KV8_PS1, ROOT
+from support import submit_triton_cli
 
 HEAD = "import os\nimport torch\n"
 
@@ -130,16 +127,7 @@ def test_an_opt_in_profiling_path_leaves_an_honest_kernel_promotable(tiny_datase
         "    if _PROFILE:\n        start = torch.cuda.Event(enable_timing=True)\n        start.record()\n")
     source = "import os\n" + source
     assert "    if _PROFILE:\n" in source
-    solution = {"name": "profiled", "definition": KV8_PS1, "author": "honest",
-                "spec": {"language": "triton", "target_hardware": ["cpu"], "entry_point": "kernel.py::run",
-                         "dependencies": [], "destination_passing_style": True},
-                "sources": [{"path": "kernel.py", "content": source}]}
-    (tmp_path / "profiled.json").write_text(json.dumps(solution))
-    (tmp_path / "archive").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "harness", "submit", str(tmp_path / "profiled.json"), "--archive",
-                           str(tmp_path / "archive"), "--dataset", str(tiny_dataset_root), "-w", "tiny_b2_t40",
-                           "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    result = json.loads(proc.stdout)
+    result = submit_triton_cli(source, "profiled", tmp_path, tiny_dataset_root, ("tiny_b2_t40",))
     events = [f for f in result["static_findings"] if f["rule"] == "stream_event_graph"]
     assert events and all(f["severity"] == "warning" and DEAD_BRANCH_NOTE in f["message"] for f in events)
     assert result["status"] == "PASSED" and result["promotable"] is True, result["promotion_blockers"]
