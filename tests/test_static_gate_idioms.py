@@ -93,6 +93,13 @@ GATE_IDIOMS = [
     ("_plans = {}\ndef plan(q, indptr):\n    B, H = q.shape[0], q.shape[1]\n    key = hash((B, H, q.dtype))\n"
      "    if key not in _plans:\n        _plans[key] = object()\n    return _plans[key]\n"),
     "_ws = {}\ndef ws(x):\n    return _ws.setdefault(hash(tuple(x.shape)), x.new_empty(4))\n",
+    # TVM-FFI's build handed to load_module as a string; the solution's own sources checked one by one before a build
+    ("import os\nimport tvm_ffi\nimport tvm_ffi.cpp\nHERE = os.path.dirname(os.path.abspath(__file__))\n"
+     "def _module():\n    so = tvm_ffi.cpp.build('m', cuda_files=[os.path.join(HERE, 'k.cu')])\n"
+     "    return tvm_ffi.load_module(str(so))\n"),
+    ("import pathlib\nfrom torch.utils.cpp_extension import load\nHERE = pathlib.Path(__file__).parent\n"
+     "SOURCES = [str(HERE / 'main.cpp'), str(HERE / 'kernel.cu')]\nfor src in SOURCES:\n"
+     "    if not pathlib.Path(src).exists():\n        raise RuntimeError(src)\nmod = load(name='k', sources=SOURCES)\n"),
     # compiled launchers cached per kernel: id() of the function launched, or of a def of the module
     ("_launchers = {}\ndef launch(fn, grid, *args, key=0):\n    k = (id(fn), key)\n    if k not in _launchers:\n"
      "        _launchers[k] = fn[grid](*args)\n    return _launchers[k]\n"),
@@ -135,6 +142,9 @@ ENV_READS = [
     "import os\nDEBUG = os.environ.get('MYKERNEL_DEBUG', '0') == '1'\n",
     "import os\nDEBUG = os.getenv('MYKERNEL_DEBUG')\n",
     "from os import getenv\nDEBUG = getenv(key='MYKERNEL_DEBUG')\n",
+    # a tuning helper every call hands a literal name (real contestants' `_get_env_int(name, default, lo, hi)`)
+    ("import os\ndef _env_int(name, default):\n    v = os.environ.get(name)\n    return int(v) if v else default\n"
+     "def run(q):\n    return _env_int('MYK_BLOCK', 64) + _env_int(name='MYK_WARPS', default=4)\n"),
     "import os\nDEBUG = os.environ['MYKERNEL_DEBUG'] if 'MYKERNEL_DEBUG' in os.environ else '0'\n",
 ]
 
@@ -154,21 +164,29 @@ def test_a_debug_flag_is_a_warning_that_blocks_nothing(source, policy):
 # The same debug flag in C++ (a .cu beside the solution, or the CUDA text given to load_inline); a name that reveals
 # the harness, a computed name or a write stays env_probe.
 CPP_FLAG = 'static bool debug() { const char* v = std::getenv("MOE_DEBUG"); return v && v[0] == \'1\'; }\n'
+CPP_HELPER = ('static int env_int(const char* name, int dflt) {\n  if (dflt) { const char* v = std::getenv(name); '
+              'if (v && *v) return atoi(v); }\n  return dflt;\n}\n'
+              'int block() { return env_int("MYK_BLOCK", 256) * env_int("MYK_SPLIT", 1); }\n')
 CPP_PROBES = ['bool f() { return std::getenv("PYTEST_CURRENT_TEST") != nullptr; }\n',
               'bool f(const char* n) { return getenv(n) != nullptr; }\n',
+              # a helper's parameter: one call passes a computed name, one a revealing one, or it is rebound
+              CPP_HELPER + 'int g(const char* k) { return env_int(k, 1); }\n',
+              CPP_HELPER.replace('"MYK_SPLIT"', '"PYTEST_CURRENT_TEST"'),
+              CPP_HELPER.replace("if (dflt) {", "if (dflt) { name = \"X\";"),
               'void f() { setenv("MOE_DEBUG", "1", 1); }\n']
 
 
 def test_a_debug_flag_read_in_cpp_is_a_warning(policy):
     inline = ("from torch.utils.cpp_extension import load_inline\nCUDA = r\"\"\"\n" + CPP_FLAG + "\"\"\"\n"
               "ext = load_inline('moe', cpp_sources='', cuda_sources=CUDA)\n")
-    for sources, language in (({"kernel.cu": CPP_FLAG}, "cuda"), ({"main.py": inline}, "python")):
+    for sources, language in (({"kernel.cu": CPP_FLAG}, "cuda"), ({"main.py": inline}, "python"),
+                              ({"kernel.cu": CPP_HELPER}, "cuda")):
         findings = scan_sources(sources, language, policy)
         assert [(f.rule, f.severity) for f in findings] == [("env_read", "warning")], describe(findings)
         assert gate_passed(findings)
     for probe in CPP_PROBES:
         findings = scan_sources({"kernel.cu": probe}, "cuda", policy)
-        assert [f.rule for f in findings] == ["env_probe"] and not gate_passed(findings), describe(findings)
+        assert "env_probe" in {f.rule for f in findings} and not gate_passed(findings), describe(findings)
 
 
 def test_a_header_of_the_solutions_own_folders_may_be_included_by_a_relative_path(policy):

@@ -177,6 +177,19 @@ PYTHON_POSITIVES = [
     ("output_cache", 3, "_seen = {}\ndef run(q):\n    _seen[id(q)] = q\n    return q\n"),
     ("output_cache", 3, "class Op:\n    def __call__(self, q, k):\n        self._results[(q.data_ptr(), k.data_ptr())] = 1\n"),
     ("output_cache", 2, "def run(q, _memo={}):\n    return _memo.setdefault(hash(q), q)\n"),
+    # an env helper one of whose calls passes a computed name; a loop over paths outside the solution; a string of
+    # something else than the build handed to load_module
+    ("env_probe", 3, "import os\ndef e(name):\n    return os.environ.get(name)\ndef run(k):\n"
+                     "    return e('MYK_A'), e(k)\n"),
+    ("env_probe", 3, "import os\ndef e(name):\n    return os.environ.get(name)\ndef run(k):\n"
+                     "    return e('CRUCIBLE_TIMING')\n"),
+    ("file_cache", 5, "import os\nHERE = os.path.dirname(__file__)\nPATHS = ['/tmp/out.bin', '/var/tmp/x']\n"
+                      "for p in PATHS:\n    os.path.exists(p)\n"),
+    ("native_ffi", 3, "import tvm_ffi\nso = '/tmp/prebuilt.so'\nm = tvm_ffi.load_module(str(so))\n"),
+    ("file_cache", 4, "import os\nHERE = os.path.dirname(__file__)\nup = os.path.join(HERE, '..', 'x')\n"
+                      "os.path.exists(up)\n"),
+    ("file_cache", 5, "import os\nHERE = os.path.dirname(__file__)\nPATHS = [os.path.join(HERE, '../../etc/x')]\n"
+                      "for p in PATHS:\n    os.path.exists(p)\n"),
     # id() of a parameter the function never launches, or of a module name rebound to an input
     ("output_cache", 3, "_l = {}\ndef launch(fn, t):\n    return _l.setdefault(id(t), fn[1](t))\n"),
     ("output_cache", 5, "def f():\n    pass\n_c = {}\ndef run(q):\n    return _c.get(id(f))\nf = None\n"),

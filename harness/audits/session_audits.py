@@ -43,26 +43,12 @@ class SessionAudits:
                      ) -> list[dict[str, Any]]:
         """Findings of the static gate (before any build), archived as an audit on every workload.
         ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
-        from ..sandbox.build import never_imported_files
-        from .static_gate import declared_library, in_a_file_never_imported, policy_from_mapping, scan_sources
-        from .static_gate.policy import in_a_function_never_called, in_code_never_run
-        from .static_gate.python_env_flags import dead_branches
-        from .static_gate.python_reach import never_called
+        from .static_gate import declared_library, policy_from_mapping, scan_sources
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
-            sources = {s.path: s.content for s in solution.sources}
-            findings = scan_sources(sources, solution.spec.language.value, policy)
-            unreached = never_imported_files(solution)  # never written for the build either
-            findings = [in_a_file_never_imported(f) if f.path in unreached else f for f in findings]
-            # a self-test's reference and checker, named only by a main guard that never runs on import
-            entries = [solution.spec.entry_point] + ([solution.spec.setup] if solution.spec.setup else [])
-            if solution.spec.language.value != "cuda":
-                idle = never_called(sources, entries)
-                findings = [in_a_function_never_called(f, idle) for f in findings]
-                # an opt-in profiling or debug path under a variable no worker has (`if _PROFILE:`)
-                dead = dead_branches(sources, entries)
-                findings = [in_code_never_run(f, dead) for f in findings]
+            findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
+            findings = _where_it_never_runs(findings, solution)
         if library_is_own:
             findings = [declared_library(f) for f in findings]
         return [f.model_dump() for f in findings]
@@ -331,3 +317,23 @@ class SessionAudits:
         calls = sum(int(t.get("iterations") or 1) for t in trials)
         own = own_kernels({s.path: s.content for s in solution.sources})
         wr.audits.append(attribution_verdict(kernel_ns, own, self.audit_config, calls, library_is_own))
+
+
+def _where_it_never_runs(findings: list[Any], solution: Solution) -> list[Any]:
+    """Findings in code that never runs when the harness imports the solution are warnings that block nothing: a
+    file no import reaches, a self-test's functions named only by a main guard, a branch under a variable no worker
+    has (`if _PROFILE:`, a contestant's opt-in profiling path)."""
+    from ..sandbox.build import never_imported_files
+    from .static_gate import in_a_file_never_imported
+    from .static_gate.policy import in_a_function_never_called, in_code_never_run
+    from .static_gate.python_env_flags import dead_branches
+    from .static_gate.python_reach import never_called
+
+    unreached = never_imported_files(solution)  # never written for the build either
+    findings = [in_a_file_never_imported(f) if f.path in unreached else f for f in findings]
+    if solution.spec.language.value == "cuda":
+        return findings
+    sources = {s.path: s.content for s in solution.sources}
+    entries = [solution.spec.entry_point] + ([solution.spec.setup] if solution.spec.setup else [])
+    idle, dead = never_called(sources, entries), dead_branches(sources, entries)
+    return [in_code_never_run(in_a_function_never_called(f, idle), dead) for f in findings]

@@ -8,6 +8,7 @@ import posixpath
 import re
 from typing import TYPE_CHECKING
 
+from .cpp_env import names_passed_to_parameter
 from .cpp_aten import aten_hits
 from .cpp_macros import expansions, object_macros
 from .common import (
@@ -350,9 +351,11 @@ class _CppScanner:
         if rule != "env_probe" or token not in ("getenv", "secure_getenv"):
             return None
         m = _CPP_LITERAL_ARGUMENT_RE.match(self.with_strings, end)
-        if m is None or _REVEALING_ENV_NAME_RE.search(m.group(1)):
+        names = [m.group(1)] if m is not None else names_passed_to_parameter(
+            self.code, self.with_strings, end, _split_top_level_args, _matching_paren)  # a helper's parameter
+        if not names or any(_REVEALING_ENV_NAME_RE.search(n) for n in names):
             return None
-        return m.group(1)
+        return "`, `".join(dict.fromkeys(names))
 
     def _scan_includes(self) -> None:
         for m in _CPP_INCLUDE_RE.finditer(self.with_strings):

@@ -174,6 +174,9 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
                             simple_assigns.append((target.id, parts))
                         if target.id in _WATCHED_BUILTINS:
                             self.rebound_builtins.add(target.id)
+            elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
+                # an element of what it loops over (`for src in SOURCES:`): a value of the name like any other
+                self.assignments.setdefault(node.target.id, []).append(node.iter)
             elif isinstance(node, ast.Expr) and _str_const(node.value) is not None:
                 self.docstrings.add(id(node.value))  # docstrings and bare string statements are prose
             elif isinstance(node, (ast.Global, ast.Nonlocal)):
@@ -191,13 +194,8 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
                     if name not in self.file_relative and any(self._is_file_relative(v) for v in values):
                         self.file_relative.add(name)
 
-    @staticmethod
-    def _from_base(node: ast.ImportFrom) -> str:
-        return "." * node.level + (node.module or "")
-
-    @staticmethod
-    def _join(base: str, name: str) -> str:
-        return f"{base}{name}" if (not base or base.endswith(".")) else f"{base}.{name}"
+    _from_base = staticmethod(lambda node: "." * node.level + (node.module or ""))  # `from ..a import b`: "..a"
+    _join = staticmethod(lambda base, name: f"{base}{name}" if (not base or base.endswith(".")) else f"{base}.{name}")
 
     def _resolve_name(self, name: str) -> str | None:
         resolved = self.aliases.get(name)

@@ -36,7 +36,7 @@ from .python_names import (
     _TENSOR_COMPUTE_METHODS,
     _str_const,
 )
-from .python_paths import _LISTINGS, _OWN_FILE_SUFFIXES, _OwnPathChecks
+from .python_paths import _LISTINGS, _OWN_FILE_SUFFIXES, _OwnPathChecks, _path_wrapper
 
 if TYPE_CHECKING:
     from .policy import _CompiledPolicy
@@ -89,6 +89,8 @@ class _CallChecks(_OwnPathChecks):
 
     def _built_here(self, expr: ast.AST, depth: int = 0) -> bool:
         """`expr` is what tvm_ffi.cpp.build returned (the call itself, or a name bound only to such calls)."""
+        if isinstance(expr, ast.Call) and _path_wrapper(expr, self._resolve) and depth < 4:
+            return self._built_here(expr.args[0], depth + 1)  # str(lib_path), os.fspath(...), Path(...)
         if isinstance(expr, ast.Call):
             return self._resolve(expr.func) == "tvm_ffi.cpp.build"
         if isinstance(expr, ast.Name) and depth < 4:

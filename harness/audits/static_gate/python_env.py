@@ -16,7 +16,7 @@ A mixin of ``_PythonScanner`` (harness/audits/static_gate/python.py); a node it 
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .common import _REVEALING_ENV_NAME_RE
 from .python_names import _str_const
@@ -33,9 +33,17 @@ class _EnvChecks:
 
     judged: set[int]
     policy: _CompiledPolicy
+    functions: list[Any]
+    _arguments_at_every_call: Callable[[Any, str], Optional[list[ast.AST]]]
 
     def _judge_env(self, name_node: ast.AST | None, node: ast.AST, write: bool) -> bool:
-        """Judge one variable; False (nothing judged) for a computed name, left to the reference check."""
+        """Judge one variable; False (nothing judged) for a computed name, left to the reference check. A parameter
+        of a helper that every call hands a literal name (`_env_int("MYKERNEL_BLOCK", 1024)`) is each of those."""
+        names = self._literal_arguments(name_node)
+        if names is not None:
+            for each in names:
+                self._judge_env(each, node, write)
+            return True
         name = _str_const(name_node)
         if name is None:
             return False
@@ -49,6 +57,14 @@ class _EnvChecks:
         else:
             self._hit("env_read", node, f"reads environment variable `{name}`")
         return True
+
+    def _literal_arguments(self, name_node: ast.AST | None) -> list[ast.AST] | None:
+        """The literal strings every call of the enclosing module-level function passes as the parameter `name_node`
+        names, or None (not such a parameter, or some call passes anything else)."""
+        if not isinstance(name_node, ast.Name) or not self.functions:
+            return None
+        given = self._arguments_at_every_call(self.functions[-1].node, name_node.id)
+        return given if given and all(_str_const(g) is not None for g in given) else None
 
     def _env_call(self, resolved: str, node: ast.Call) -> None:
         """os.environ.get / os.getenv / os.environ.setdefault / .pop / .update with literal names."""

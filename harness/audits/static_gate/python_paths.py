@@ -92,8 +92,20 @@ class _OwnPathChecks:
     def _in_own_folder(self, path_expr: ast.AST) -> bool:
         """A path under the module's folder (`os.path.join(HERE, f"E={E}.json")`): asking whether the solution
         ships it tells no more than opening it for reading would (a file_read at the open); no literal climbs out."""
-        literals = [n.value for n in ast.walk(path_expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        literals = self._literals_reached(path_expr)
         return (self._is_file_relative(path_expr) and not any(s.startswith(("/", "~")) or ".." in s for s in literals))
+
+    def _literals_reached(self, expr: ast.AST, depth: int = 0) -> list[str]:
+        """The string literals of `expr` and of every value of the names it reads (`p` of `for p in PATHS`,
+        `PATHS = [os.path.join(HERE, "..", "x")]`), a few names deep."""
+        out = []
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                out.append(node.value)
+            elif isinstance(node, ast.Name) and depth < 4:
+                for value in self.assignments.get(node.id, ()):
+                    out += self._literals_reached(value, depth + 1)
+        return out
 
     def _own_folder(self, expr: ast.AST, depth: int = 0) -> bool:
         """The folder of this module (`os.path.dirname(os.path.abspath(__file__))`, `str(Path(__file__).parent)`,

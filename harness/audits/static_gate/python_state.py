@@ -139,20 +139,33 @@ class _StateChecks:
         return node is not None and self._always_passed_code(node, name)
 
     def _always_passed_code(self, node: FunctionNode, param: str) -> bool:
-        """Every call of `node` (a module-level function whose calls are all visible) passes a def or class of the
-        module as its parameter `param`: `_launcher(_decode, B, H)`."""
+        """Every call of `node` passes a def or class of the module as its parameter `param`:
+        `_launcher(_decode, B, H)`."""
+        given = self._arguments_at_every_call(node, param)
+        code = self._module_code_names()
+        return given is not None and all(isinstance(g, ast.Name) and g.id in code for g in given)
+
+    def _arguments_at_every_call(self, node: FunctionNode, param: str) -> list[ast.AST] | None:
+        """What each call of `node` (a module-level function whose calls are all visible) passes as its parameter
+        `param`, which its body never rebinds; None where that is not known of every call (a default taken, `*args`
+        or `**kwargs` passed, no call seen)."""
         positional = [p.arg for p in (*node.args.posonlyargs, *node.args.args)]
         calls = self._calls_by_name().get(node.name) if node in self.body else None
-        if not calls or param not in positional + [p.arg for p in node.args.kwonlyargs]:
-            return False
-        code = self._module_code_names()
+        if not calls or param not in positional + [p.arg for p in node.args.kwonlyargs] or any(
+                isinstance(n, ast.Name) and n.id == param and not isinstance(n.ctx, ast.Load)
+                for stmt in node.body for n in ast.walk(stmt)):
+            return None
+        out = []
         for call, _caller in calls:
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                return None
             given = [k.value for k in call.keywords if k.arg == param]
             if param in positional and positional.index(param) < len(call.args):
                 given.append(call.args[positional.index(param)])
-            if len(given) != 1 or not (isinstance(given[0], ast.Name) and given[0].id in code):
-                return False
-        return True
+            if len(given) != 1:
+                return None
+            out.append(given[0])
+        return out
 
     def _module_code_names(self) -> frozenset[str]:
         """Names the module binds only by `def` or `class` (a name also assigned elsewhere may hold anything)."""
