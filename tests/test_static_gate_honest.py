@@ -119,6 +119,9 @@ CPP_NEGATIVES = [
     "void* fn = nullptr;\ncudaDriverEntryPointQueryResult st;\n"
     "cudaGetDriverEntryPoint(\"cuTensorMapEncodeTiled\", &fn, cudaEnableDefault, &st);\n",
     "cuGetProcAddress( \"cuTensorMapEncodeIm2col\" , &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr);\n",
+    # ...or through the loader, from the driver the process has loaded already
+    ("#include <dlfcn.h>\nvoid* enc() {\n  void* h = dlopen(\"libcuda.so.1\", RTLD_NOW | RTLD_GLOBAL);\n"
+     "  if (!h) { return nullptr; }\n  void* fn = dlsym(h, \"cuTensorMapEncodeTiled\");\n  dlerror();\n  return fn;\n}\n"),
     "CUtensorMap m;\nvoid f() { cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p, d, s, b, e,\n"
     "  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,\n"
     "  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE); }\n",

@@ -396,6 +396,11 @@ CPP_POSITIVES = [
     ("native_ffi", 2, "void f() {\n  void* h = dlopen(\"libcuda.so\", RTLD_NOW);\n}\n"),
     ("native_ffi", 2, "void f() {\n  auto real = dlsym(RTLD_NEXT, \"cudaLaunchKernel\");\n}\n"),
     ("native_ffi", 1, "#include <dlfcn.h>\n"),
+    # the encoder's loader idiom with another library, another symbol, or one more loader call beside it
+    ("native_ffi", 2, "void f() {\n  void* h = dlopen(\"/tmp/x.so\", 2);\n  dlsym(h, \"cuTensorMapEncodeTiled\");\n}\n"),
+    ("native_ffi", 3, "void f() {\n  void* h = dlopen(\"libcuda.so.1\", 2);\n  dlsym(h, \"cuCtxSetLimit\");\n}\n"),
+    ("native_ffi", 4, "void f() {\n  void* h = dlopen(\"libcuda.so.1\", 2);\n  dlsym(h, \"cuTensorMapEncodeTiled\");\n"
+                      "  dlsym(RTLD_NEXT, \"cudaLaunchKernel\");\n}\n"),
     # a driver entry point by any name but a tensor-map encoder's literal one (a computed name, a copy function)
     ("native_ffi", 2, "void f() {\n  cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &st);\n}\n"),
     ("native_ffi", 2, "void f() {\n  cudaGetDriverEntryPoint(\"cuMemcpyDtoH\", &fn, cudaEnableDefault, &st);\n}\n"),

@@ -213,9 +213,14 @@ def _starts_token(code: str, start: int, kind: str) -> bool:
 
 _CPP_TOKEN_RULES = _cpp_token_rules()
 # What follows a driver entry-point lookup that asks for a TMA tensor-map encoder by its literal name.
-_TENSOR_MAP_ENTRY_RE = re.compile(
-    r"\s*\(\s*\"(?:cuTensorMapEncodeTiled|cuTensorMapEncodeIm2col|cuTensorMapEncodeIm2colWide|"
-    r"cuTensorMapReplaceAddress)\"\s*,")
+_ENCODERS = (r"\"(?:cuTensorMapEncodeTiled|cuTensorMapEncodeIm2col|cuTensorMapEncodeIm2colWide|"
+             r"cuTensorMapReplaceAddress)\"")
+_TENSOR_MAP_ENTRY_RE = re.compile(r"\s*\(\s*" + _ENCODERS + r"\s*,")
+# The same encoder through the loader: `dlsym(handle, "cuTensorMapEncodeTiled")` of the driver the process has
+# loaded already (`dlopen("libcuda.so.1", RTLD_NOW)`): any other library or symbol stays a finding.
+_LOADER_CALL_RE = re.compile(r"\bdl(?:open|sym|mopen|vsym|info|addr|error|close|iterate_phdr)\w*\b")
+_TENSOR_MAP_LOADER_RE = {"dlsym": re.compile(r"\s*\(\s*[A-Za-z_][\w.>-]*\s*,\s*" + _ENCODERS + r"\s*\)"),
+                         "dlopen": re.compile(r"\s*\(\s*\"libcuda\.so(?:\.1)?\"\s*,")}
 # `("NAME")`: the one argument of a call, a plain string literal naming an environment variable.
 _CPP_LITERAL_ARGUMENT_RE = re.compile(r"\s*\"([A-Za-z_][A-Za-z0-9_]*)\"\s*\)")
 _CPP_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*([<\"])([^>\"\n]+)[>\"]", re.MULTILINE)
@@ -303,7 +308,7 @@ class _CppScanner:
             for m in pattern.finditer(code):
                 if self._position(m.start())[0] in includes:
                     continue
-                if _starts_token(code, m.start(), boundary) and not self._tensor_map_encoder(rule, m.end()):
+                if _starts_token(code, m.start(), boundary) and not self._tensor_map_encoder(rule, m.group(0), m.end()):
                     token = m.group(0).rstrip("( \t")
                     name = self._debug_flag_read(rule, token, m.end())
                     if name is not None:
@@ -338,12 +343,24 @@ class _CppScanner:
                 self._hit("monkeypatch", m.start(), m.group(0), f"`{m.group(0).strip()}` registers into PyTorch's "
                           f"`{name}` namespace (registration into PyTorch's dispatcher for its own operators)")
 
-    def _tensor_map_encoder(self, rule: str, end: int) -> bool:
+    def _tensor_map_encoder(self, rule: str, token: str, end: int) -> bool:
         """A driver entry point asked for by the literal name of a TMA tensor-map encoder
         (`cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", ...)`: the CUDA guide's and CUTLASS's way to build a TMA
-        descriptor without linking libcuda). Those functions only fill a descriptor on the host; any other or a
-        computed name stays a finding."""
-        return rule == "native_ffi" and _TENSOR_MAP_ENTRY_RE.match(self.with_strings, end) is not None
+        descriptor without linking libcuda; or `dlsym(libcuda, "cuTensorMapEncodeTiled")`). Those functions only
+        fill a descriptor on the host; any other or a computed name stays a finding."""
+        if rule != "native_ffi":
+            return False
+        if token.strip() in _TENSOR_MAP_LOADER_RE:  # dlopen/dlsym: only where every loader call is for the encoder
+            return self._loader_only_for_encoders()
+        return _TENSOR_MAP_ENTRY_RE.match(self.with_strings, end) is not None
+
+    def _loader_only_for_encoders(self) -> bool:
+        """The loader used for the TMA encoder alone: every loader call is `dlopen("libcuda.so.1", ...)`,
+        `dlsym(handle, "cuTensorMapEncode...")`, `dlerror()` or `dlclose(...)`, and a dlsym is one of them."""
+        uses = list(_LOADER_CALL_RE.finditer(self.code))
+        return any(m.group(0) == "dlsym" for m in uses) and all(
+            m.group(0) in ("dlerror", "dlclose") or (m.group(0) in _TENSOR_MAP_LOADER_RE and _TENSOR_MAP_LOADER_RE[
+                m.group(0)].match(self.with_strings, m.end()) is not None) for m in uses)
 
     def _debug_flag_read(self, rule: str, token: str, end: int) -> str | None:
         """The variable's name where `getenv("NAME")` reads one by its literal name that does not reveal the harness
@@ -361,7 +378,7 @@ class _CppScanner:
         for m in _CPP_INCLUDE_RE.finditer(self.with_strings):
             header = m.group(2).strip()
             for rule, pattern in _CPP_INCLUDE_RULES:
-                if pattern.search(header):
+                if pattern.search(header) and not (header == "dlfcn.h" and self._loader_only_for_encoders()):
                     self._hit(rule, m.start(2), header, f"includes `{header}`")
             if m.group(1) == '"' and not self._inside_the_solution(header):
                 self._hit("harness_internals", m.start(2), header,
