@@ -108,6 +108,23 @@ def test_a_packed_test_files_findings_block_nothing_and_the_same_code_reached_st
                                                                                                       definition))
 
 
+def test_the_python_files_of_a_cuda_solution_never_run_and_block_nothing():
+    """Real contestants' code: a TVM-FFI kernel.cu beside the starter kit's binding.py, filled in for local tests with
+    ctypes (`ctypes.CDLL("./kernel.so")`): the native build compiles the .cu and imports no Python file."""
+    cu = ("#include <tvm/ffi/function.h>\nvoid kernel(tvm::ffi::TensorView x) {}\n"
+          "TVM_FFI_DLL_EXPORT_TYPED_FUNC(kernel, kernel);\n")
+    binding = "import ctypes\nlib = ctypes.CDLL('./kernel.so')\nlib.kernel(ctypes.c_void_p(0))\n"
+    native = Solution.model_validate(solution_dict(cu, entry="kernel.cu::kernel", language="cuda",
+                                                   extra_sources={"binding.py": binding}))
+    findings = _Gate()._static_gate(native, Dataset().definition(KV8_PS1))
+    ffi = [f for f in findings if f["path"] == "binding.py"]
+    assert ffi and all(f["severity"] == "warning" and "never imports" in f["message"] for f in ffi), ffi
+    python = Solution.model_validate(solution_dict(binding + "def run(*a):\n    pass\n", entry="binding.py::run",
+                                                   language="python"))
+    assert any(f["severity"] == "error" and f["rule"] == "native_ffi" for f in _Gate()._static_gate(
+        python, Dataset().definition(KV8_PS1)))
+
+
 def test_a_self_test_module_imported_only_by_the_main_guard_blocks_nothing():
     """Red team round 7 (s13): `if __name__ == "__main__": from selftest import check` made the self-test's PyTorch
     reference unconfirmed torch compute, which kept an honest solution from promotion on CPU."""

@@ -153,12 +153,14 @@ def _names_bound(node: ast.stmt) -> set[str]:
 
 
 def never_imported_files(solution: Solution) -> set[str]:
-    """The Python files of a Python solution that no import from its entry point or setup file reaches."""
+    """The Python files of a Python solution that no import from its entry point or setup file reaches; every Python
+    file of a CUDA or C++ one (its build compiles the .cu/.cpp sources and imports nothing: a starter kit's
+    `binding.py` left beside them never runs)."""
     from ..audits.static_gate.python_reach import never_imported
 
     entries = [solution.spec.entry_file] + ([solution.spec.setup.split("::")[0]] if solution.spec.setup else [])
     if not solution.spec.entry_file.endswith(".py"):
-        return set()
+        return {s.path for s in solution.sources if s.path.endswith(".py")}
     return never_imported({s.path: s.content for s in solution.sources}, entries)
 
 
