@@ -67,6 +67,9 @@ LIVE = [  # every line marked LIVE may run: nothing is decided
     # a local bound to something unknown beside the constant
     HEAD + "P = os.getenv('K_P') == '1'\ndef run(q):\n    t = False\n    if q.numel():\n        t = bool(q.sum())\n"
            "    if t:\n        q = q + 1  # LIVE\n    return q\n",
+    # `os` rebound to a stand-in whose getenv answers
+    HEAD + "import types\nos = types.SimpleNamespace(getenv=lambda k: '1')\ndef run(q):\n    if os.getenv('K_P'):\n"
+           "        q = q + 1  # LIVE\n    return q\n",
     # an env read of a computed name, or a call that is no env read
     HEAD + "N = 'K_' + 'P'\ndef run(q):\n    if os.environ.get(N):\n        q = q + 1  # LIVE\n    return q\n",
     HEAD + "def run(q):\n    if q.get('K_P'):\n        q = q + 1  # LIVE\n    return q\n",
@@ -89,6 +92,9 @@ def test_a_flag_another_file_names_may_be_flipped_from_there():
     source = HEAD + "P = os.getenv('K_P') == '1'\ndef run(q):\n    if P:\n        q = q + 1  # LIVE\n    return q\n"
     assert lines_of(source, "# LIVE") & dead_lines(source, {"b.py": ""})
     assert not lines_of(source, "# LIVE") & dead_lines(source, {"b.py": "import kernel\nkernel.P = True\n"})
+    for flip in ("import sys\nsetattr(sys.modules['kernel'], 'P'[:1], True)\n",
+                 "import kernel\nkernel.__setattr__(chr(80), True)\n", "import kernel\nvars(kernel)[chr(80)] = 1\n"):
+        assert not lines_of(source, "# LIVE") & dead_lines(source, {"b.py": flip}), flip
 
 
 def test_the_worker_environment_filter_and_the_gate_agree():

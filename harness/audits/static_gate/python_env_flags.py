@@ -13,9 +13,9 @@ branch it never takes blocks nothing (a warning with DEAD_BRANCH_NOTE, as a self
 Only what is certain is decided, and every doubt leaves code live:
 - a condition is evaluated with the variable absent, through constants, comparisons, `not`/`and`/`or`, `bool`/`int`/
   `str`/`float` and `.lower()`/`.upper()`/`.strip()`; any other expression is unknown;
-- a module flag is a top-level name bound once, by a plain assignment of such a condition, in a module whose text
-  never says `globals`, `setattr`, `__dict__` or `vars(`, and named in no other file of the solution (an attribute
-  store `kernel._PROFILE = True` from there would flip it);
+- a module flag is a top-level name bound once, by a plain assignment of such a condition, in a solution whose text
+  never says `globals`, `setattr`, `__setattr__`, `__dict__`, `vars(` or `sys.modules`, and named in no other file
+  of the solution (an attribute store `kernel._PROFILE = True` from there would flip it);
 - a local of a function holds a known constant where every binding of it outside a branch never taken is that same
   constant (`profile_this_call = False`, set True only under the flag), and it is no parameter nor global;
 - a top-level function (no decorator, no dunder, not an entry point) whose name is a word only in branches never
@@ -36,7 +36,8 @@ DEAD_BRANCH_NOTE = (" (in a branch that runs only under an environment variable 
                     "it never runs, so nothing of it blocks)")
 
 _UNKNOWN = object()
-_REFLECTION = re.compile(r"\bglobals\b|\bsetattr\b|__dict__|\bvars\s*\(")
+# Ways to rebind a module's global without naming it where it is bound: in any file, they leave every flag unknown.
+_REFLECTION = re.compile(r"\bglobals\b|\bsetattr\b|__setattr__|__dict__|\bvars\s*\(|\bsys\.modules\b|\bmodules\[")
 _STR_METHODS = {"lower": str.lower, "upper": str.upper, "strip": str.strip}
 _CASTS: dict[str, Any] = {"bool": bool, "int": int, "str": str, "float": float}
 
@@ -46,10 +47,12 @@ class _Evaluator:
 
     def __init__(self, tree: ast.Module, known: Mapping[str, Any]):
         self.known = known
+        once = {name for name, count in _stores(tree).items() if count == 1}  # `os = stand_in` elsewhere: unknown
         self.os_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
-                         for a in n.names if a.name == "os"}
+                         for a in n.names if a.name == "os"} & once
         self.from_os = {a.asname or a.name: a.name for n in ast.walk(tree)
-                        if isinstance(n, ast.ImportFrom) and n.module == "os" and not n.level for a in n.names}
+                        if isinstance(n, ast.ImportFrom) and n.module == "os" and not n.level for a in n.names
+                        if (a.asname or a.name) in once}
 
     def _environ(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Attribute):
@@ -216,7 +219,7 @@ def _mark_constant_bindings(tree: ast.Module) -> None:
 
 
 def _module_flags(path: str, tree: ast.Module, text: str, others: str) -> dict[str, Any]:
-    if _REFLECTION.search(text):
+    if _REFLECTION.search(text) or _REFLECTION.search(others):
         return {}
     evaluator = _Evaluator(tree, {})
     stores = _stores(tree)
