@@ -67,6 +67,24 @@ LIVE = [  # every line marked LIVE may run: nothing is decided
     # a local bound to something unknown beside the constant
     HEAD + "P = os.getenv('K_P') == '1'\ndef run(q):\n    t = False\n    if q.numel():\n        t = bool(q.sum())\n"
            "    if t:\n        q = q + 1  # LIVE\n    return q\n",
+    # red team of the flags: a match capture or `except ... as` rebinds; an import binds a local; a class body's
+    # binding is not the function's; a nested function's parameter; a cast the module redefines
+    HEAD + "P = os.getenv('K_P') == '1'\nmatch True:\n    case P:\n        pass\ndef run(q):\n    if P:\n"
+           "        q = q + 1  # LIVE\n    return q\n",
+    HEAD + "def run(q):\n    on = False\n    try:\n        raise ValueError\n    except ValueError as on:\n"
+           "        if on:\n            q = q + 1  # LIVE\n    return q\n",
+    HEAD + "def run(q):\n    on = False\n    import math as on\n    if on:\n        q = q + 1  # LIVE\n    return q\n",
+    HEAD + "# environ\non = True\ndef run(q):\n    class C:\n        on = False\n    if on:\n"
+           "        q = q + 1  # LIVE\n    return q\n",
+    HEAD + "def run(q):\n    on = False\n    def inner(on):\n        if on:\n            return q + 1  # LIVE\n"
+           "    return inner(True)\n",
+    HEAD + "def bool(x):\n    return True\nP = bool(os.environ.get('K_P'))\ndef run(q):\n    if P:\n"
+           "        q = q + 1  # LIVE\n    return q\n",
+    # a function called live by its mangled name, or by a name spelled with other Unicode forms of its letters
+    HEAD + "def _K__dbg(q):\n    return q + 1  # LIVE\nP = os.getenv('K_P') == '1'\nclass K:\n    def go(q):\n"
+           "        return __dbg(q)\ndef run(q):\n    if P:\n        _K__dbg(q)\n    return K.go(q)\n",
+    HEAD + "def _dbg(q):\n    return q + 1  # LIVE\nP = os.getenv('K_P') == '1'\ndef run(q):\n    if P:\n"
+           "        _dbg(q)\n    return _\uff44bg(q)\n",
     # `os` rebound to a stand-in whose getenv answers
     HEAD + "import types\nos = types.SimpleNamespace(getenv=lambda k: '1')\ndef run(q):\n    if os.getenv('K_P'):\n"
            "        q = q + 1  # LIVE\n    return q\n",

@@ -38,6 +38,10 @@ DEAD_BRANCH_NOTE = (" (in a branch that runs only under an environment variable 
 _UNKNOWN = object()
 # Ways to rebind a module's global without naming it where it is bound: in any file, they leave every flag unknown.
 _REFLECTION = re.compile(r"\bglobals\b|\bsetattr\b|__setattr__|__dict__|\bvars\s*\(|\bsys\.modules\b|\bmodules\[")
+# Lookups of a function by a computed name: where any file has one, no function is called only in dead code.
+_LOOKUP = re.compile(r"\bgetattr\b|\bimportlib\b|__import__|\bsys\.modules\b|\bglobals\b|\bvars\s*\(|__dict__|"
+                     r"\beval\b|\bexec\b")
+_MANGLED = re.compile(r"_[A-Za-z0-9]\w*?__\w")
 _STR_METHODS = {"lower": str.lower, "upper": str.upper, "strip": str.strip}
 _CASTS: dict[str, Any] = {"bool": bool, "int": int, "str": str, "float": float}
 
@@ -45,8 +49,9 @@ _CASTS: dict[str, Any] = {"bool": bool, "int": int, "str": str, "float": float}
 class _Evaluator:
     """A condition's value with every never-set variable absent, or _UNKNOWN."""
 
-    def __init__(self, tree: ast.Module, known: Mapping[str, Any]):
+    def __init__(self, tree: ast.Module, known: Mapping[str, Any], shadowed: frozenset[str] = frozenset()):
         self.known = known
+        self.shadowed = shadowed or frozenset(name for name in _CASTS if name in _stores(tree))  # `def bool(x)`
         once = {name for name, count in _stores(tree).items() if count == 1}  # `os = stand_in` elsewhere: unknown
         self.os_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
                          for a in n.names if a.name == "os"} & once
@@ -100,7 +105,7 @@ class _Evaluator:
                 return _UNKNOWN
             return self._value(node.args[1]) if len(node.args) == 2 else None
         if isinstance(node.func, ast.Name) and node.func.id in _CASTS and len(node.args) == 1 \
-                and node.func.id not in self.known:
+                and node.func.id not in self.known and node.func.id not in self.shadowed:
             inner = self._value(node.args[0])
             return _UNKNOWN if inner is _UNKNOWN else _CASTS[node.func.id](inner)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _STR_METHODS and not node.args:
@@ -134,22 +139,33 @@ class _Evaluator:
         return table[type(op)](left, right) if type(op) in table else _UNKNOWN
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _bound(node: ast.AST) -> list[str]:
+    """The names one node binds, by every way Python binds one (an assignment, a loop, `with`/`except ... as`, a
+    match capture, an import, a def or class, a parameter, `global`/`nonlocal`, a type parameter)."""
+    if isinstance(node, ast.Name):
+        return [] if isinstance(node.ctx, ast.Load) else [node.id]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in node.names]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.MatchMapping):
+        return [node.rest] if node.rest else []
+    name = getattr(node, "name", None)  # ExceptHandler, MatchAs, MatchStar, TypeVar, ParamSpec, TypeVarTuple
+    return [name] if isinstance(name, str) and not isinstance(node, ast.alias) else []
+
+
 def _stores(tree: ast.AST) -> dict[str, int]:
-    """How many times each name is bound anywhere in `tree` (assignments, loops, imports, defs, globals...)."""
+    """How many times each name is bound anywhere in `tree`."""
     counts: dict[str, int] = {}
     for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names = [node.id]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [(a.asname or a.name).split(".")[0] for a in node.names]
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            names = list(node.names)
-        elif isinstance(node, ast.arg):
-            names = [node.arg]
-        for name in names:
+        for name in _bound(node):
             counts[name] = counts.get(name, 0) + 1
     return counts
 
@@ -162,55 +178,67 @@ def _span(body: list[ast.stmt]) -> tuple[int, int]:
     return body[0].lineno, max(getattr(s, "end_lineno", None) or s.lineno for s in body)
 
 
+def _own_scope(node: ast.AST) -> Iterable[ast.AST]:
+    """The nodes of `node`'s body, not descending into nested functions, classes or lambdas."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        child = stack.pop()
+        yield child
+        if not isinstance(child, _SCOPES):
+            stack.extend(ast.iter_child_nodes(child))
+
+
 class _File:
     def __init__(self, path: str, tree: ast.Module, flags: dict[str, Any], entries: set[str]):
         self.path, self.tree, self.flags, self.entries = path, tree, flags, entries
         self.spans: set[tuple[int, int]] = set()
 
-    def _functions(self) -> list[ast.AST]:
-        return [n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    def _plain_functions(self) -> list[ast.AST]:
+        """Functions whose names resolve to their own locals, then the module's globals: defined at module level or
+        as methods of a module-level class, holding no nested function, class or lambda (whose bindings would
+        need scopes of their own)."""
+        candidates = [n for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        candidates += [m for c in self.tree.body if isinstance(c, ast.ClassDef) for m in c.body
+                       if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        return [f for f in candidates if not any(isinstance(n, _SCOPES) for n in _own_scope(f))]
 
-    def _known_locals(self, function: ast.AST) -> dict[str, Any]:
-        """Locals of `function` bound only to one constant outside branches never taken."""
-        values: dict[str, set[Any]] = {}
-        excluded = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
-        for node in ast.walk(function):
-            if isinstance(node, (ast.Global, ast.Nonlocal)):
-                excluded.update(node.names)
-            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                if _inside(node.lineno, self.spans):
+    def _known_in(self, function: ast.AST) -> dict[str, Any]:
+        """What `function` knows: the module's flags it does not bind itself, and its locals whose every binding
+        outside a branch never taken is a plain `name = <the same constant>`; every other local is unknown."""
+        bindings: dict[str, set[Any]] = {}
+        for node in ast.walk(function):  # its parameters, decorators and defaults too: all bind or shadow
+            for name in _bound(node):
+                if node is function:
                     continue
-                parent_value = getattr(node, "_crucible_value", _UNKNOWN)
-                values.setdefault(node.id, set()).add(
-                    repr(parent_value) if parent_value is not _UNKNOWN else id(node))
-        known: dict[str, Any] = dict.fromkeys(excluded, _UNKNOWN)  # a parameter or global shadows a module flag
-        for name, seen in values.items():
-            only = next(iter(seen)) if len(seen) == 1 and name not in excluded else None
+                if isinstance(node, ast.Name) and _inside(node.lineno, self.spans):
+                    bindings.setdefault(name, set())
+                    continue
+                value = getattr(node, "_crucible_value", _UNKNOWN) if isinstance(node, ast.Name) else _UNKNOWN
+                bindings.setdefault(name, set()).add(repr(value) if value is not _UNKNOWN else id(node))
+        known: dict[str, Any] = {k: v for k, v in self.flags.items() if k not in bindings}
+        for name, seen in bindings.items():
+            only = next(iter(seen)) if len(seen) == 1 else None
             known[name] = ast.literal_eval(only) if isinstance(only, str) else _UNKNOWN
         return known
 
     def decide(self) -> bool:
         """One round: more branches never taken (True when any was added)."""
         before = len(self.spans)
-        scopes: list[tuple[ast.AST, dict[str, Any]]] = [(self.tree, dict(self.flags))]
-        scopes += [(f, {**self.flags, **self._known_locals(f)}) for f in self._functions()]
+        scopes = [(self.tree, dict(self.flags))] + [(f, self._known_in(f)) for f in self._plain_functions()]
         for scope, known in scopes:
             evaluator = _Evaluator(self.tree, known)
-            body = scope.body if isinstance(scope, ast.Module) else [scope]
-            for node in (n for stmt in body for n in ast.walk(stmt)):
+            for node in _own_scope(scope):
                 if not isinstance(node, ast.If) or _inside(node.lineno, self.spans):
                     continue
                 taken = evaluator.value(node.test)
-                if taken is _UNKNOWN:
-                    continue
-                branch = node.orelse if taken else node.body
+                branch = [] if taken is _UNKNOWN else (node.orelse if taken else node.body)
                 if branch:
                     self.spans.add(_span(branch))
         return len(self.spans) > before
 
 
 def _mark_constant_bindings(tree: ast.Module) -> None:
-    """Each simple `name = <constant>` target remembers its constant (read by _File._known_locals)."""
+    """Each `name = <constant>` target (a plain assignment) remembers its constant (read by _File._known_in)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
             for target in node.targets:
@@ -218,11 +246,11 @@ def _mark_constant_bindings(tree: ast.Module) -> None:
                     target._crucible_value = node.value.value  # type: ignore[attr-defined]
 
 
-def _module_flags(path: str, tree: ast.Module, text: str, others: str) -> dict[str, Any]:
+def _module_flags(tree: ast.Module, others: str, text: str) -> dict[str, Any]:
     if _REFLECTION.search(text) or _REFLECTION.search(others):
         return {}
-    evaluator = _Evaluator(tree, {})
     stores = _stores(tree)
+    evaluator = _Evaluator(tree, {}, frozenset(name for name in _CASTS if name in stores))
     flags = {}
     for stmt in tree.body:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
@@ -260,32 +288,39 @@ def dead_branches(sources: Mapping[str, str], entry_points: Iterable[str] = ()) 
     for path, tree in trees.items():
         others = "\n".join(text for other, text in sources.items() if other != path)
         _mark_constant_bindings(tree)
-        files.append(_File(path, tree, _module_flags(path, tree, sources[path], others), entries))
+        files.append(_File(path, tree, _module_flags(tree, others, sources[path]), entries))
+    dynamic = any(_LOOKUP.search(text) for text in sources.values())
     for _ in range(8):  # a branch decided can decide a local, whose branches decide a function's calls...
         changed = any([f.decide() for f in files])
-        changed = _functions_only_called_there(files, sources) or changed
+        changed = (not dynamic and _functions_only_called_there(files, sources)) or changed
         if not changed:
             break
     return {f.path: sorted(f.spans) for f in files if f.spans}
 
 
+def _occurrences(tree: ast.Module, name: str) -> list[int]:
+    """Lines where `name` is read, named as an attribute or spelled as a string (`getattr(m, "name")`)."""
+    return [n.lineno for n in ast.walk(tree)
+            if (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name)
+            or (isinstance(n, ast.Constant) and n.value == name)]
+
+
 def _functions_only_called_there(files: list[_File], sources: Mapping[str, str]) -> bool:
-    """Top-level functions named only inside branches never taken (their own bodies included): their bodies too."""
+    """Top-level functions named only inside branches never taken (their own bodies included): their bodies too.
+    A name a class body could reach by mangling (`__dbg` in class K is `_K__dbg`) is never decided."""
     added = False
     for f in files:
         posix = PurePosixPath(f.path.replace("\\", "/")).as_posix()
         for node in f.tree.body:
             if (not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list
-                    or node.name.startswith("__") or f"{posix}::{node.name}" in f.entries):
+                    or node.name.startswith("__") or _MANGLED.match(node.name)
+                    or f"{posix}::{node.name}" in f.entries or node.body[0].lineno == node.lineno):
                 continue
             body = _span(node.body)
-            if body in f.spans or node.body[0].lineno == node.lineno:
-                continue
             word = re.compile(rf"\b{re.escape(node.name)}\b")
-            if any(word.search(text) for path, text in sources.items() if path != f.path):
+            if body in f.spans or any(word.search(text) for path, text in sources.items() if path != f.path):
                 continue
-            lines = sources[f.path].splitlines()
-            uses = [i for i, line in enumerate(lines, 1) for _ in word.finditer(line) if i != node.lineno]
+            uses = _occurrences(f.tree, node.name)
             if uses and all(_inside(i, f.spans | {body}) for i in uses) and not all(_inside(i, {body}) for i in uses):
                 f.spans.add(body)
                 added = True
