@@ -119,6 +119,13 @@ def test_the_python_files_of_a_cuda_solution_never_run_and_block_nothing():
     findings = _Gate()._static_gate(native, Dataset().definition(KV8_PS1))
     ffi = [f for f in findings if f["path"] == "binding.py"]
     assert ffi and all(f["severity"] == "warning" and "never imports" in f["message"] for f in ffi), ffi
+    # ...unless an #include compiles it (red team): then it is C++ whatever its suffix, and scanned as such
+    evil = '#include <cstdlib>\nstatic const char* probe() { return std::getenv("PYTEST_CURRENT_TEST"); }\n'
+    for name in ("helper.py", "notes.txt"):
+        hidden = Solution.model_validate(solution_dict(f'#include "{name}"\n' + cu, entry="kernel.cu::kernel",
+                                                       language="cuda", extra_sources={name: evil}))
+        found = _Gate()._static_gate(hidden, Dataset().definition(KV8_PS1))
+        assert any(f["severity"] == "error" and f["rule"] == "env_probe" and f["path"] == name for f in found), found
     python = Solution.model_validate(solution_dict(binding + "def run(*a):\n    pass\n", entry="binding.py::run",
                                                    language="python"))
     assert any(f["severity"] == "error" and f["rule"] == "native_ffi" for f in _Gate()._static_gate(

@@ -156,11 +156,13 @@ def never_imported_files(solution: Solution) -> set[str]:
     """The Python files of a Python solution that no import from its entry point or setup file reaches; every Python
     file of a CUDA or C++ one (its build compiles the .cu/.cpp sources and imports nothing: a starter kit's
     `binding.py` left beside them never runs)."""
+    from ..audits.static_gate import included_files
     from ..audits.static_gate.python_reach import never_imported
 
     entries = [solution.spec.entry_file] + ([solution.spec.setup.split("::")[0]] if solution.spec.setup else [])
-    if not solution.spec.entry_file.endswith(".py"):
-        return {s.path for s in solution.sources if s.path.endswith(".py")}
+    if not solution.spec.entry_file.endswith(".py"):  # but what an #include compiles, whatever its suffix
+        included = included_files({s.path: s.content for s in solution.sources})
+        return {s.path for s in solution.sources if s.path.endswith(".py") and s.path not in included}
     return never_imported({s.path: s.content for s in solution.sources}, entries)
 
 

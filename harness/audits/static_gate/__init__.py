@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .common import _TORCH_NAMESPACES, SNIPPET_MAX_CHARS, _Hit, _snippet
 from .cpp import scan_cpp
@@ -145,6 +145,22 @@ def _source_kind(path: str, language: str, builds_native: bool) -> str | None:
     return "cpp" if builds_native or language.lower() in CPP_LANGUAGES else None
 
 
+_INCLUDE = re.compile(r"(?:#|%:)[ \t]*include[ \t]*(?:[\"<]([^\">\n]+)[\">]|([A-Za-z_]\w*))")
+
+
+def included_files(sources: Mapping[str, str]) -> set[str]:
+    """Files of the solution that an `#include` of any of its texts may name (C++ files, C++ held in Python strings),
+    whatever their suffix: `#include "helper.py"` compiles that file as C++. An include by a macro's name
+    (`#include HEADER`) may name any file: then every file."""
+    names: set[str] = set()
+    for text in sources.values():
+        for m in _INCLUDE.finditer(text):
+            if m.group(2):
+                return set(sources)
+            names.add(PurePosixPath(m.group(1).strip().replace("\\", "/")).name)
+    return {path for path in sources if PurePosixPath(path.replace("\\", "/")).name in names}
+
+
 def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) -> list[Finding]:
     """Scan every source file of one solution; return findings sorted by (path, line, col, rule).
 
@@ -170,12 +186,15 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
     collect_own_classes(own, scanners)  # `shapes.topk` of a class another module defines (python_fields)
     findings: dict[tuple[str, int, int, str], Finding] = {}
     defined = defined_functions(code.values())  # a helper named like ATen's (`softmax`) in another file: its own
+    included = included_files(sources)  # compiled as C++ where an #include names it, whatever its suffix
     for path, source in sources.items():
         kind = kinds[path]
-        if kind is None:
+        if kind is None and path not in included:
             continue
         hits: list[_Hit] = (_finish_python(prepared[path]) if kind == "python"
-                            else scan_cpp(source, compiled, path, defined))
+                            else scan_cpp(source, compiled, path, defined) if kind == "cpp" else [])
+        if path in included and kind != "cpp":
+            hits += scan_cpp(source, compiled, path, defined)
         lines = source.splitlines()
         for hit in hits:
             setting = policy.setting(hit.rule)
