@@ -101,12 +101,11 @@ GATE_IDIOMS = [
      "SOURCES = [str(HERE / 'main.cpp'), str(HERE / 'kernel.cu')]\nfor src in SOURCES:\n"
      "    if not pathlib.Path(src).exists():\n        raise RuntimeError(src)\nmod = load(name='k', sources=SOURCES)\n"),
     # compiled launchers cached per kernel: id() of the function launched, or of a def of the module
-    ("_launchers = {}\ndef launch(fn, grid, *args, key=0):\n    k = (id(fn), key)\n    if k not in _launchers:\n"
-     "        _launchers[k] = fn[grid](*args)\n    return _launchers[k]\n"),
+    ("_launchers = {}\ndef launch(fn, grid, *args, key=0):\n    k = (id(fn), key)\n    hit = _launchers.get(k)\n"
+     "    if hit is not None:\n        return hit(*args)\n    compiled = fn[grid](*args)\n    _launchers[k] = compiled\n"
+     "    return compiled\n"),
     ("import triton\n@triton.jit\ndef _k(x):\n    pass\n_plans = {}\ndef run(q):\n"
      "    return _plans.setdefault((id(_k), q.shape[0]), 1)\n"),
-    ("def _k():\n    pass\n_l = {}\ndef _launcher(fn, b):\n    key = (id(fn), b)\n    if key not in _l:\n"
-     "        _l[key] = fn[(b,)]\n    return _l[key]\ndef run(q):\n    _launcher(_k, q.shape[0])(q)\n"),
     # the solution's own folder on sys.path, for absolute imports of its own modules
     "import os, sys\nsys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n",
     ("import os\nimport sys\nHERE = os.path.dirname(os.path.realpath(__file__))\nif HERE not in sys.path:\n"
@@ -159,6 +158,16 @@ def test_a_debug_flag_is_a_warning_that_blocks_nothing(source, policy):
     compute = scan_py("import torch\ny = torch.matmul(a, b)\n", policy)  # the control: a library warning blocks
     assert promotion_blockers(passed, [f.model_dump() for f in compute])
 
+
+
+def test_an_env_helper_another_file_calls_is_judged_by_no_literal(policy):
+    """Red team: the helper's file calls it with a harmless name, another file with one that reveals the harness."""
+    util = "import os\ndef env(name):\n    return os.environ.get(name)\nBLOCK = env('MYKERNEL_BLOCK')\n"
+    alone = scan_sources({"util.py": util}, "triton", policy)
+    assert [(f.rule, f.severity) for f in alone] == [("env_read", "warning")], describe(alone)
+    both = scan_sources({"util.py": util, "kernel.py": "from .util import env\nT = env('PYTEST_CURRENT_TEST')\n"},
+                        "triton", policy)
+    assert any(f.rule == "env_probe" and f.severity == "error" and f.path == "util.py" for f in both), describe(both)
 
 
 # The same debug flag in C++ (a .cu beside the solution, or the CUDA text given to load_inline); a name that reveals

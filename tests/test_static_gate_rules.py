@@ -183,6 +183,10 @@ PYTHON_POSITIVES = [
                      "    return e('MYK_A'), e(k)\n"),
     ("env_probe", 3, "import os\ndef e(name):\n    return os.environ.get(name)\ndef run(k):\n"
                      "    return e('CRUCIBLE_TIMING')\n"),
+    ("env_probe", 5, "import os\ndef e(name):\n    match 'PYTEST_CURRENT_TEST':\n        case name: pass\n"
+                     "    return os.environ.get(name)\ndef run(k):\n    return e('MYK_A')\n"),
+    ("env_probe", 6, "import os\ndef reg(f):\n    return f\n@reg\ndef e(name):\n    return os.environ.get(name)\n"
+                     "def run(k):\n    return e('MYK_A')\n"),
     ("file_cache", 5, "import os\nHERE = os.path.dirname(__file__)\nPATHS = ['/tmp/out.bin', '/var/tmp/x']\n"
                       "for p in PATHS:\n    os.path.exists(p)\n"),
     ("native_ffi", 3, "import tvm_ffi\nso = '/tmp/prebuilt.so'\nm = tvm_ffi.load_module(str(so))\n"),
@@ -190,6 +194,15 @@ PYTHON_POSITIVES = [
                       "os.path.exists(up)\n"),
     ("file_cache", 5, "import os\nHERE = os.path.dirname(__file__)\nPATHS = [os.path.join(HERE, '../../etc/x')]\n"
                       "for p in PATHS:\n    os.path.exists(p)\n"),
+    # red team: a launch of the tensor no call reaches, a def rebound through `global`, a parameter a visible call
+    # hands a def (the harness calls the entry point with tensors), a decorated helper
+    ("output_cache", 3, "_c = {}\ndef run(q, out):\n    hit = _c.get(id(q))\n    if q is None:\n        q[0](0)\n"),
+    ("output_cache", 9, "def _cur():\n    pass\ndef _set(t):\n    global _cur\n    _cur = t\n_c = {}\n"
+                        "def run(q):\n    _set(q)\n    return _c.get(id(_cur))\n"),
+    ("output_cache", 3, "_c = {}\ndef run(q, out):\n    return _c.get(id(q))\ndef _k():\n    pass\n"
+                        "def _selftest():\n    run(_k, None)\n"),
+    ("output_cache", 6, "_c = {}\ndef reg(f):\n    return f\n@reg\ndef look(t):\n    return _c.get(id(t))\n"),
+    ("output_cache", 4, "_c = {}\ndef f(fn, q):\n    return 1\n    return _c.get(id(fn)), fn[1](q)\n"),
     # id() of a parameter the function never launches, or of a module name rebound to an input
     ("output_cache", 3, "_l = {}\ndef launch(fn, t):\n    return _l.setdefault(id(t), fn[1](t))\n"),
     ("output_cache", 5, "def f():\n    pass\n_c = {}\ndef run(q):\n    return _c.get(id(f))\nf = None\n"),

@@ -113,7 +113,7 @@ def _own_names(sources: Mapping[str, str], code: Mapping[str, str]) -> _OwnNames
         if "TORCH_LIBRARY" in text:
             prefixes.update(f"torch.ops.{ns}." for ns in _TORCH_LIBRARY_RE.findall(text) if ns not in _TORCH_NAMESPACES)
     return _OwnNames(frozenset(modules), tuple(sorted(prefixes)), main_blocks_inert=main_blocks_never_run(code),
-                     shadows=shadows)
+                     shadows=shadows, sources=dict(sources))
 
 
 def _collect_exports(own: _OwnNames, scanners: Mapping[str, _PythonScanner]) -> None:

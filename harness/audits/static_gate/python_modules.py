@@ -40,6 +40,7 @@ class _OwnNames:
     exports: dict[str, dict[str, str]] = field(default_factory=dict)
     main_blocks_inert: bool = False
     shadows: bool = False  # a .py path's first component names a real module (torch.py, time/)
+    sources: dict[str, str] = field(default_factory=dict)  # every file's text: what other files may name
     # module-level classes of the solution ("pkg.types.Shapes" -> its ClassDef), and the ids of those another module
     # reaches otherwise than by making one (python_fields)
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .common import _is_word_char
+from .python_env_flags import _bound, _stores
 from .python_names import (
     _IDENTITY_METHODS,
     _SCALAR_ANNOTATIONS,
@@ -89,6 +90,8 @@ class _StateChecks:
     functions: list[_FunctionFrame]
     may_key_by_identity: bool
     tree: ast.Module
+    source: str
+    own: Any  # python_modules._OwnNames: its `sources`, every file's text
 
     # ---- identity-keyed caches
 
@@ -124,26 +127,30 @@ class _StateChecks:
         return self._is_clean(call.args[0], self._tainted_names(node, facts, through_metadata=True), True)
 
     def _names_code(self, call: ast.Call, facts: _FunctionFacts, node: FunctionNode | None) -> bool:
-        """`id(f)` / `hash(f)` of a function or kernel, not of a tensor: `f` is a def or class of the module that the
-        function does not rebind, or what the function launches as a Triton kernel (`f[grid](...)`: a tensor's
-        subscript is a tensor, never called). Launch-path caches (compiled launchers per kernel) key so."""
+        """`id(f)` / `hash(f)` of a function or kernel, not of a tensor: `f` is a def or class of the module bound
+        nowhere else, or a parameter the function launches as a Triton kernel by a statement of its own body that
+        every call reaches (`ck = f[grid](...)`: a tensor's subscript is a tensor, and calling it raises on every
+        call). Launch-path caches (compiled launchers per kernel) key so."""
         if len(call.args) != 1 or call.keywords or not isinstance(call.args[0], ast.Name):
             return False
         name = call.args[0].id
-        if node is not None and any(isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript)
-                                    and isinstance(sub.func.value, ast.Name) and sub.func.value.id == name
-                                    for sub in ast.walk(node)):
-            return True
         if name not in facts.local_names:
             return name in self._module_code_names()
-        return node is not None and self._always_passed_code(node, name)
+        return node is not None and self._launched_by_its_body(node, name)
 
-    def _always_passed_code(self, node: FunctionNode, param: str) -> bool:
-        """Every call of `node` passes a def or class of the module as its parameter `param`:
-        `_launcher(_decode, B, H)`."""
-        given = self._arguments_at_every_call(node, param)
-        code = self._module_code_names()
-        return given is not None and all(isinstance(g, ast.Name) and g.id in code for g in given)
+    @staticmethod
+    def _launched_by_its_body(node: FunctionNode, param: str) -> bool:
+        if param not in {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} or any(
+                param in _bound(n) for stmt in node.body for n in ast.walk(stmt)):
+            return False  # a parameter the body never rebinds
+        for stmt in node.body:
+            if isinstance(stmt, (ast.Return, ast.Raise)):
+                return False  # what follows is never reached
+            value = getattr(stmt, "value", None) if isinstance(stmt, (ast.Assign, ast.Expr, ast.AnnAssign)) else None
+            if (isinstance(value, ast.Call) and isinstance(value.func, ast.Subscript)
+                    and isinstance(value.func.value, ast.Name) and value.func.value.id == param):
+                return True
+        return False
 
     def _arguments_at_every_call(self, node: FunctionNode, param: str) -> list[ast.AST] | None:
         """What each call of `node` (a module-level function whose calls are all visible) passes as its parameter
@@ -151,10 +158,11 @@ class _StateChecks:
         or `**kwargs` passed, no call seen)."""
         positional = [p.arg for p in (*node.args.posonlyargs, *node.args.args)]
         calls = self._calls_by_name().get(node.name) if node in self.body else None
-        if not calls or param not in positional + [p.arg for p in node.args.kwonlyargs] or any(
-                isinstance(n, ast.Name) and n.id == param and not isinstance(n.ctx, ast.Load)
-                for stmt in node.body for n in ast.walk(stmt)):
-            return None
+        word = re.compile(rf"\b{re.escape(node.name)}\b")
+        if (not calls or node.decorator_list or param not in positional + [p.arg for p in node.args.kwonlyargs]
+                or any(param in _bound(n) for stmt in node.body for n in ast.walk(stmt))
+                or any(word.search(text) for text in self.own.sources.values() if text != self.source)):
+            return None  # handed on by a decorator, called from another file, or its parameter rebound
         out = []
         for call, _caller in calls:
             if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -168,12 +176,12 @@ class _StateChecks:
         return out
 
     def _module_code_names(self) -> frozenset[str]:
-        """Names the module binds only by `def` or `class` (a name also assigned elsewhere may hold anything)."""
-        defined = {stmt.name for stmt in self.body
-                   if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        rebound = {name for stmt in self.body for names in [_targets_of(stmt)[0]] for t in names
-                   for name in _names_in(t)}
-        return frozenset(defined - rebound)
+        """Names the module binds once, by a top-level `def` or `class`, and by nothing else in any scope (a
+        `global` rebinding, an import, a match capture...: a name also bound elsewhere may hold anything)."""
+        stores = _stores(self.tree)
+        return frozenset(stmt.name for stmt in self.body
+                         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                         and stores.get(stmt.name) == 1)
 
     @staticmethod
     def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
