@@ -182,6 +182,12 @@ CPP_PROBES = ['bool f() { return std::getenv("PYTEST_CURRENT_TEST") != nullptr; 
               CPP_HELPER + 'int g(const char* k) { return env_int(k, 1); }\n',
               CPP_HELPER.replace('"MYK_SPLIT"', '"PYTEST_CURRENT_TEST"'),
               CPP_HELPER.replace("if (dflt) {", "if (dflt) { name = \"X\";"),
+              # red team: the helper as a function pointer's value or a macro's argument, its parameter written
+              # through its address or redeclared in a block
+              CPP_HELPER + 'static int (*probe)(const char*, int) = env_int;\nint h() { return probe("PYTEST_X", 0); }\n',
+              CPP_HELPER + '#define CALL(f, a) f(a, 0)\nint h() { return CALL(env_int, "PYTEST_X"); }\n',
+              CPP_HELPER.replace("if (dflt) {", "if (dflt) { const char** p = &name; *p = \"PYTEST_X\";"),
+              CPP_HELPER.replace("if (dflt) {", "if (dflt) { const char* name{\"PYTEST_X\"};"),
               'void f() { setenv("MOE_DEBUG", "1", 1); }\n']
 
 
@@ -196,6 +202,21 @@ def test_a_debug_flag_read_in_cpp_is_a_warning(policy):
     for probe in CPP_PROBES:
         findings = scan_sources({"kernel.cu": probe}, "cuda", policy)
         assert "env_probe" in {f.rule for f in findings} and not gate_passed(findings), describe(findings)
+
+
+def test_digraphs_and_another_files_macros_are_the_preprocessors(policy):
+    """Red team: `%:define` and `%:%:` paste as `#define` and `##` do; a macro of a header pastes in the file that
+    includes it; a helper a header defines is called from files its own scan never sees."""
+    digraph = "%:define CAT(a, b) a %:%: b\nvoid f() { void* h = CAT(dl, open)(\"libc.so.6\", 2); }\n"
+    assert "native_ffi" in {f.rule for f in scan_sources({"kernel.cu": digraph}, "cuda", policy)}
+    header = "#pragma once\n#define CAT(a, b) a##b\n"
+    use = '#include "util.h"\nvoid f() { void* h = CAT(dl, open)("libc.so.6", 2); }\n'
+    found = scan_sources({"util.h": header, "kernel.cu": use}, "cuda", policy)
+    assert any(f.rule == "native_ffi" and f.path == "kernel.cu" for f in found), describe(found)
+    helper = CPP_HELPER.replace("int block()", "inline int block()")
+    other = '#include "env.h"\nint g() { return env_int("PYTEST_CURRENT_TEST", 0); }\n'
+    both = scan_sources({"env.h": helper, "kernel.cu": other}, "cuda", policy)
+    assert any(f.rule == "env_probe" and f.path == "env.h" for f in both), describe(both)
 
 
 def test_a_header_of_the_solutions_own_folders_may_be_included_by_a_relative_path(policy):

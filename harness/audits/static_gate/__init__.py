@@ -191,10 +191,11 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
         kind = kinds[path]
         if kind is None and path not in included:
             continue
+        elsewhere = "\n".join(text for other, text in code.items() if other != path) if kind != "python" else ""
         hits: list[_Hit] = (_finish_python(prepared[path]) if kind == "python"
-                            else scan_cpp(source, compiled, path, defined) if kind == "cpp" else [])
+                            else scan_cpp(source, compiled, path, defined, elsewhere) if kind == "cpp" else [])
         if path in included and kind != "cpp":
-            hits += scan_cpp(source, compiled, path, defined)
+            hits += scan_cpp(source, compiled, path, defined, "\n".join(t for p, t in code.items() if p != path))
         lines = source.splitlines()
         for hit in hits:
             setting = policy.setting(hit.rule)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .cpp_env import names_passed_to_parameter
 from .cpp_aten import aten_hits
-from .cpp_macros import expansions, object_macros
+from .cpp_macros import digraphs, expansions, object_macros
 from .common import (
     _ENV_MARKER_RE,
     _QUOTES_AND_SPACE,
@@ -281,11 +281,12 @@ def _split_top_level_args(text: str) -> list[str]:
 
 class _CppScanner:
     def __init__(self, source: str, policy: _CompiledPolicy, path: str | None = None,
-                 defined: frozenset[str] = frozenset()):
+                 defined: frozenset[str] = frozenset(), elsewhere: str = ""):
         self.policy = policy
         self.defined = defined  # functions of ATen's names the solution's other files define (cpp_aten)
+        self.elsewhere = elsewhere  # the text of the solution's other files (their macros, their calls)
         self.path = path.replace("\\", "/") if path is not None else None  # in the solution; None: a Python string
-        source = _without_digit_separators(_splice(source))
+        source = _without_digit_separators(_splice(digraphs(source)))
         self.code, self.with_strings, self.strings = _strip_cpp(source)
         self.line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
         self.hits: list[_Hit] = []
@@ -315,7 +316,7 @@ class _CppScanner:
                         self._hit("env_read", m.start(), token, f"reads environment variable `{name}`")
                     else:
                         self._hit(rule, m.start(), token, f"uses `{token}` ({kind})")
-        for offset, macro, text in expansions(code, _split_top_level_args, _matching_paren):
+        for offset, macro, text in expansions(code, _split_top_level_args, _matching_paren, self.elsewhere):
             for rule, pattern, boundary, kind in _CPP_TOKEN_RULES:
                 for m in pattern.finditer(text):
                     if _starts_token(text, m.start(), boundary) and rule != "env_read":
@@ -369,7 +370,7 @@ class _CppScanner:
             return None
         m = _CPP_LITERAL_ARGUMENT_RE.match(self.with_strings, end)
         names = [m.group(1)] if m is not None else names_passed_to_parameter(
-            self.code, self.with_strings, end, _split_top_level_args, _matching_paren)  # a helper's parameter
+            self.code, self.with_strings, end, _split_top_level_args, _matching_paren, self.elsewhere)  # a helper's
         if not names or any(_REVEALING_ENV_NAME_RE.search(n) for n in names):
             return None
         return "`, `".join(dict.fromkeys(names))
@@ -481,12 +482,13 @@ class _CppScanner:
 
 
 def scan_cpp(source: str, policy: _CompiledPolicy, path: str | None = None,
-             defined: frozenset[str] = frozenset()) -> list[_Hit]:
+             defined: frozenset[str] = frozenset(), elsewhere: str = "") -> list[_Hit]:
     """Hits of one C/C++/CUDA text, by position; token and include patterns overlap, so one hit per rule and
-    line is kept. ``defined``: functions the solution's other sources define (``cpp_aten.defined_functions``)."""
+    line is kept. ``defined``: functions the solution's other sources define (``cpp_aten.defined_functions``);
+    ``elsewhere``: the text of its other files."""
     seen: set[tuple[str, int]] = set()
     hits = []
-    for hit in sorted(_CppScanner(source, policy, path, defined).scan(), key=lambda h: (h.line, h.col)):
+    for hit in sorted(_CppScanner(source, policy, path, defined, elsewhere).scan(), key=lambda h: (h.line, h.col)):
         if (hit.rule, hit.line) not in seen:
             seen.add((hit.rule, hit.line))
             hits.append(hit)

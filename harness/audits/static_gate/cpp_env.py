@@ -28,9 +28,12 @@ def _matching_brace(code: str, open_at: int) -> int:
 
 
 def names_passed_to_parameter(code: str, with_strings: str, end: int, split_arguments: Callable[[str], list[str]],
-                              matching_paren: Callable[[str, int], int]) -> Optional[list[str]]:
+                              matching_paren: Callable[[str, int], int], elsewhere: str = "") -> Optional[list[str]]:
     """`getenv(name)` whose argument starts at `end`: the literal names every call of the enclosing function passes
-    as its parameter `name`, or None. `code` has strings blanked, `with_strings` (same offsets) keeps them."""
+    as its parameter `name`, or None. `code` has strings blanked, `with_strings` (same offsets) keeps them;
+    `elsewhere`: the solution's other files, where the helper must not be named (a header's callers are unseen).
+    The parameter is used only as getenv's argument (no `&name`, no redeclaration), and the helper only called by
+    its name (never a function pointer's value nor a macro's argument)."""
     m = _NAME_ARGUMENT.match(code, end)
     if m is None:
         return None
@@ -45,16 +48,22 @@ def names_passed_to_parameter(code: str, with_strings: str, end: int, split_argu
     if enclosing is None:
         return None
     declared = [(_IDENTIFIER.findall(p.split("=")[0]) or [""])[-1] for p in split_arguments(enclosing.group(2))]
-    if declared.count(name) != 1 or re.search(rf"\b{name}\s*(?:[-+*/|&^]?=(?!=)|\+\+|--)",
-                                              code[enclosing.end():body_end]):
+    body = code[enclosing.end():body_end]
+    uses = len(re.findall(rf"\b{name}\b", body))
+    if declared.count(name) != 1 or uses != len(re.findall(rf"\bgetenv\s*\(\s*{name}\s*\)", body)):
         return None
     index, function = declared.index(name), enclosing.group(1)
+    if re.search(rf"\b{re.escape(function)}\b", elsewhere):
+        return None
     names = []
-    for call in re.finditer(rf"\b{re.escape(function)}\s*\(", code):
+    for call in re.finditer(rf"\b{re.escape(function)}\b", code):
         if call.start() == enclosing.start(1):
             continue
-        close = matching_paren(code, call.end() - 1)
-        arguments = split_arguments(with_strings[call.end():close]) if close > 0 else []
+        if not code.startswith("(", call.end() + len(code[call.end():]) - len(code[call.end():].lstrip())):
+            return None  # named without a call: a pointer's value, a macro's argument
+        open_at = code.index("(", call.end())
+        close = matching_paren(code, open_at)
+        arguments = split_arguments(with_strings[open_at + 1:close]) if close > 0 else []
         literal = _LITERAL.fullmatch(arguments[index]) if index < len(arguments) else None
         if literal is None:
             return None

@@ -18,6 +18,12 @@ _WORD_RE = re.compile(r"\w+")
 _DEPTH, _LENGTH = 6, 20000
 
 
+def digraphs(source: str) -> str:
+    """The preprocessor's digraphs in their usual spelling, offsets kept: `%:` is `#` and `%:%:` is `##`
+    (`%:define CAT(a, b) a %:%: b` pastes as `#define CAT(a, b) a ## b` does)."""
+    return source.replace("%:%:", "##  ").replace("%:", "# ") if "%:" in source else source
+
+
 def _parse(code: str) -> tuple[dict[str, tuple[list[str], str]], dict[str, str], list[tuple[int, int]]]:
     """Function-like macros (name -> (parameters, body)), object-like ones (name -> body), and the spans of the
     #define lines (their bodies are judged through their uses, not as code of their own)."""
@@ -47,12 +53,15 @@ def _substitute(params: list[str], body: str, args: list[str]) -> str:
     return _PASTE_RE.sub("", _STRINGIFY_RE.sub("", text))
 
 
-def expansions(code: str, split_args: Callable[[str], list[str]],
-               matching_paren: Callable[[str, int], int]) -> Iterator[tuple[int, str, str]]:
+def expansions(code: str, split_args: Callable[[str], list[str]], matching_paren: Callable[[str, int], int],
+               elsewhere: str = "") -> Iterator[tuple[int, str, str]]:
     """(offset of a macro's use, the macro's name, what the use expands to) for every use that expands to other text
     (a pasted name, ``##`` in the macro or one it uses, or an argument or body put in). ``code``: comments and
-    literals blanked."""
+    literals blanked; ``elsewhere``: the solution's other files, whose macros a header may bring in."""
     functions, objects, spans = _parse(code)
+    if "define" in elsewhere:
+        more_functions, more_objects, _ = _parse(digraphs(elsewhere))
+        functions, objects = {**more_functions, **functions}, {**more_objects, **objects}
     if not functions and not objects:
         return
     pasted: list[bool] = []
