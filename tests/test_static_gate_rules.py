@@ -190,6 +190,18 @@ PYTHON_POSITIVES = [
     ("file_cache", 5, "import os\nHERE = os.path.dirname(__file__)\nPATHS = ['/tmp/out.bin', '/var/tmp/x']\n"
                       "for p in PATHS:\n    os.path.exists(p)\n"),
     ("native_ffi", 3, "import tvm_ffi\nso = '/tmp/prebuilt.so'\nm = tvm_ffi.load_module(str(so))\n"),
+    # red team: a parameter, `:=` or a redefined `str` named like the build's result; a parameter named like the
+    # solution's folder, put on sys.path or probed
+    ("native_ffi", 3, "import tvm_ffi, tvm_ffi.cpp\ndef _load(lib):\n    return tvm_ffi.load_module(lib)\n"
+                      "def _build():\n    lib = tvm_ffi.cpp.build('k', cpp_files=['k.cpp'])\n    return lib\n"),
+    ("native_ffi", 4, "import tvm_ffi, tvm_ffi.cpp\nlib = tvm_ffi.cpp.build('k', cpp_files=['k.cpp'])\n"
+                      "if (lib := '/opt/x.so'):\n    m = tvm_ffi.load_module(lib)\n"),
+    ("native_ffi", 4, "import tvm_ffi, tvm_ffi.cpp\ndef str(_):\n    return '/opt/x.so'\n"
+                      "m = tvm_ffi.load_module(str(tvm_ffi.cpp.build('k', cpp_files=['k.cpp'])))\n"),
+    ("harness_internals", 4, "import os, sys\nHERE = os.path.dirname(os.path.abspath(__file__))\ndef _add(HERE):\n"
+                             "    sys.path.insert(0, HERE)\n_add('/opt/site')\n"),
+    ("file_cache", 4, "import os\nHERE = os.path.dirname(os.path.abspath(__file__))\ndef _has(HERE):\n"
+                      "    return os.path.exists(HERE)\nX = _has('/work/harness/worker.py')\n"),
     ("file_cache", 4, "import os\nHERE = os.path.dirname(__file__)\nup = os.path.join(HERE, '..', 'x')\n"
                       "os.path.exists(up)\n"),
     ("file_cache", 5, "import os\nHERE = os.path.dirname(__file__)\nPATHS = [os.path.join(HERE, '../../etc/x')]\n"

@@ -138,6 +138,7 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
 
     def _collect_module_facts(self, tree: ast.Module) -> None:
         simple_assigns: list[tuple[str, list[str]]] = []
+        recorded = self._recorded = set[int]()  # the name targets `assignments` holds the values of
         if tree.body and isinstance(tree.body[0], ast.Expr) and _str_const(tree.body[0].value) is not None:
             self.docstrings.add(id(tree.body[0].value))
         for node in _iter_statements(self.body):
@@ -168,15 +169,16 @@ class _PythonScanner(_EmbeddedSources, _FoldedSources, _StateChecks, _CallChecks
                     if isinstance(target, ast.Attribute) and parts is not None:
                         self.attribute_stores.append((target, node.value))
                     if isinstance(target, ast.Name):
+                        recorded.add(id(target))
                         self.assignments.setdefault(target.id, []).append(node.value)
                         self.bound_values.add(id(node.value))
                         if parts is not None:
                             simple_assigns.append((target.id, parts))
                         if target.id in _WATCHED_BUILTINS:
                             self.rebound_builtins.add(target.id)
-            elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
-                # an element of what it loops over (`for src in SOURCES:`): a value of the name like any other
-                self.assignments.setdefault(node.target.id, []).append(node.iter)
+            elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):  # `for s in SRCS:`
+                self.assignments.setdefault(node.target.id, []).append(node.iter)  # an element of what it loops over
+                recorded.add(id(node.target))
             elif isinstance(node, ast.Expr) and _str_const(node.value) is not None:
                 self.docstrings.add(id(node.value))  # docstrings and bare string statements are prose
             elif isinstance(node, (ast.Global, ast.Nonlocal)):

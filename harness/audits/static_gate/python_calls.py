@@ -93,7 +93,7 @@ class _CallChecks(_OwnPathChecks):
             return self._built_here(expr.args[0], depth + 1)  # str(lib_path), os.fspath(...), Path(...)
         if isinstance(expr, ast.Call):
             return self._resolve(expr.func) == "tvm_ffi.cpp.build"
-        if isinstance(expr, ast.Name) and depth < 4:
+        if isinstance(expr, ast.Name) and depth < 4 and expr.id not in self.opaque:
             values = self.assignments.get(expr.id, ())
             return bool(values) and all(self._built_here(v, depth + 1) for v in values)
         return False

@@ -277,7 +277,7 @@ _BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
 # Builtins that are resolved to "builtins.<name>" unless the module rebinds them.
 _WATCHED_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "open",
                                "setattr", "getattr", "delattr", "id", "hash", "object", "type", "print",
-                               "breakpoint"})
+                               "breakpoint", "str"})
 
 _INTERNAL_STRINGS = frozenset({"__builtins__", "__globals__", "__code__", "__import__", "__subclasses__",
                                "f_back", "f_locals", "f_globals", "tb_frame", "_getframe",

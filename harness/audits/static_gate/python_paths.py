@@ -9,6 +9,9 @@ scanner's alias resolution (``_resolve``, ``_is_file_relative``, ``assignments``
 from __future__ import annotations
 
 import ast
+import functools
+from collections.abc import Mapping
+from typing import Any
 
 from .python_names import _str_const
 
@@ -29,8 +32,21 @@ _PATH_WRAPPERS = frozenset({"builtins.str", "os.fspath", "os.path.abspath", "os.
 
 
 def _path_wrapper(expr: ast.AST, resolve) -> bool:
+    """`str(p)`, `os.fspath(p)`, `Path(p)`... (`str` only where the module does not rebind it)."""
     return (isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords
-            and (resolve(expr.func) in _PATH_WRAPPERS or isinstance(expr.func, ast.Name) and expr.func.id == "str"))
+            and resolve(expr.func) in _PATH_WRAPPERS)
+
+
+def unrecorded_bindings(tree: ast.Module, recorded: set[int], assigned: Mapping[str, Any]) -> frozenset[str]:
+    """Names bound otherwise than by the plain assignments `assigned` records (ids of their target nodes in
+    `recorded`): a parameter, `:=`, `with`/`except ... as`, a match capture, a tuple target, `global`; an import, def
+    or class too where the name is also assigned. What such a name holds is not what `assigned` says."""
+    from .python_env_flags import _bound
+
+    code = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return frozenset(name for node in ast.walk(tree) for name in _bound(node)
+                     if not (isinstance(node, ast.Name) and id(node) in recorded)
+                     and (not isinstance(node, code) or name in assigned))
 
 
 def _is_this_file(expr: ast.AST, resolve) -> bool:
@@ -65,6 +81,14 @@ class _OwnPathChecks:
     """Paths of the solution's own folder and package (see the module docstring)."""
 
     assignments: dict[str, list[ast.AST]]
+    tree: ast.Module
+    _recorded: set[int]  # ids of the name targets `assignments` holds the values of
+
+    @functools.cached_property
+    def opaque(self) -> frozenset[str]:
+        """Names bound otherwise than by a recorded assignment (unrecorded_bindings); asked only where a path or a
+        build is judged, so most modules never walk for it."""
+        return unrecorded_bindings(self.tree, self._recorded, self.assignments)
 
     def _reads_own_file(self, path_expr: ast.AST) -> bool:
         """A path next to the module (`__file__`) naming a source file of the solution, which is scanned too."""
@@ -93,7 +117,8 @@ class _OwnPathChecks:
         """A path under the module's folder (`os.path.join(HERE, f"E={E}.json")`): asking whether the solution
         ships it tells no more than opening it for reading would (a file_read at the open); no literal climbs out."""
         literals = self._literals_reached(path_expr)
-        return (self._is_file_relative(path_expr) and not any(s.startswith(("/", "~")) or ".." in s for s in literals))
+        return (self._is_file_relative(path_expr) and not any(s.startswith(("/", "~")) or ".." in s for s in literals)
+                and not any(isinstance(n, ast.Name) and n.id in self.opaque for n in ast.walk(path_expr)))
 
     def _literals_reached(self, expr: ast.AST, depth: int = 0) -> list[str]:
         """The string literals of `expr` and of every value of the names it reads (`p` of `for p in PATHS`,
@@ -117,7 +142,7 @@ class _OwnPathChecks:
             expr = expr.args[0]
         # a name is looked through after the conversions: `str(HERE)`, HERE = Path(__file__).resolve().parent
         if isinstance(expr, ast.Name) and expr.id != "__file__":
-            values = self.assignments.get(expr.id, ())
+            values = self.assignments.get(expr.id, ()) if expr.id not in self.opaque else ()
             return bool(values) and all(self._own_folder(v, depth + 1) for v in values)
         if _names_a_folder(expr, self._resolve):
             return _is_this_file(_folder_of(expr), self._resolve)
@@ -132,7 +157,7 @@ class _OwnPathChecks:
         while _path_wrapper(expr, self._resolve):
             expr = expr.args[0]
         if isinstance(expr, ast.Name) and expr.id != "__file__":
-            values = self.assignments.get(expr.id, ())
+            values = self.assignments.get(expr.id, ()) if expr.id not in self.opaque else ()
             return bool(values) and all(self._under_own_folder(v, depth + 1) for v in values)
         if _names_a_folder(expr, self._resolve):
             return _is_this_file(_folder_of(expr), self._resolve)
