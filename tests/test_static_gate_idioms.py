@@ -374,3 +374,12 @@ def test_what_own_modules_define_stays_their_own(policy):
                            "def run(x):\n    return run_kernel(x, honest.cfg(x), honest.BLOCK)\n"),
                "honest.py": "import torch\nBLOCK = 4\ndef run_kernel(x, c, b):\n    return x\ndef cfg(x):\n    return 1\n"}
     assert scan_sources(sources, "python", policy) == []
+
+
+def test_what_an_include_names_is_cpp_and_a_python_comment_names_nothing():
+    from harness.audits.static_gate import included_files
+
+    assert included_files({"k.cu": '#include "notes.txt"\n', "notes.txt": "", "README.md": ""}) == {"notes.txt"}
+    assert included_files({"k.py": 'CUDA = """\n#include "h.cuh"\n"""\n', "h.cuh": ""}) == {"h.cuh"}
+    assert included_files({"k.cu": "#include HEADER\n", "notes.txt": ""}) == {"k.cu", "notes.txt"}  # any file
+    assert included_files({"k.py": "# include the bias\nx = 1\n", "README.md": "getenv"}) == set()

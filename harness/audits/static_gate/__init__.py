@@ -145,7 +145,7 @@ def _source_kind(path: str, language: str, builds_native: bool) -> str | None:
     return "cpp" if builds_native or language.lower() in CPP_LANGUAGES else None
 
 
-_INCLUDE = re.compile(r"(?:#|%:)[ \t]*include[ \t]*(?:[\"<]([^\">\n]+)[\">]|([A-Za-z_]\w*))")
+_INCLUDE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*include[ \t]*(?:[\"<]([^\">\n]+)[\">]|([A-Za-z_]\w*))", re.MULTILINE)
 
 
 def included_files(sources: Mapping[str, str]) -> set[str]:
@@ -153,10 +153,12 @@ def included_files(sources: Mapping[str, str]) -> set[str]:
     whatever their suffix: `#include "helper.py"` compiles that file as C++. An include by a macro's name
     (`#include HEADER`) may name any file: then every file."""
     names: set[str] = set()
-    for text in sources.values():
+    for path, text in sources.items():
         for m in _INCLUDE.finditer(text):
-            if m.group(2):
+            if m.group(2) and Path(path).suffix.lower() in CPP_SUFFIXES:  # (in Python, `# include the bias`)
                 return set(sources)
+            if m.group(2):
+                continue
             names.add(PurePosixPath(m.group(1).strip().replace("\\", "/")).name)
     return {path for path in sources if PurePosixPath(path.replace("\\", "/")).name in names}
 
