@@ -90,6 +90,21 @@ def test_a_missing_header_of_the_candidates_own_is_a_compile_error(definition, t
     assert "helpers.cuh: No such file or directory" in err.value.log
 
 
+@pytest.mark.parametrize("include", ['/* x */#include "helper.py"', '#/**/include "helper.py"',
+                                     '#inc\\\nlude "helper.py"'])
+def test_a_python_file_an_include_the_gate_does_not_read_is_never_written_for_the_build(definition, tmp_path,
+                                                                                     include):
+    """Red team: an #include spelled so the gate's reading misses it compiled a .py file the gate scanned only as
+    Python (whose findings block nothing in a CUDA solution). What the gate calls unreached is not written."""
+    helper = "static int helper_value() { return 1; }\n"
+    with pytest.raises(BuildError, match="nvcc failed on kernel.cu") as err:
+        build(cuda(include + "\n" + TORCH_CUDA, extra={"helper.py": helper}), definition, tmp_path, have_gpu=False)
+    assert "helper.py: No such file or directory" in err.value.log
+    built = build(cuda('#include "helper.py"\n' + TORCH_CUDA, extra={"helper.py": helper}), definition,
+                  tmp_path / "seen", have_gpu=False)  # an include the gate reads: written, and scanned as C++
+    assert built.compile_only and "cubin:kernel.cu" in built.artifacts
+
+
 def test_a_header_only_a_gpu_host_has_makes_the_file_not_checkable_here(definition, tmp_path):
     if not _cpu_host_lacks("cusparse.h"):  # a stand-in question only where the toolkit is partial
         pytest.skip("this host's toolkit is complete")

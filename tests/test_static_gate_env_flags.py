@@ -85,6 +85,11 @@ LIVE = [  # every line marked LIVE may run: nothing is decided
            "        return __dbg(q)\ndef run(q):\n    if P:\n        _K__dbg(q)\n    return K.go(q)\n",
     HEAD + "def _dbg(q):\n    return q + 1  # LIVE\nP = os.getenv('K_P') == '1'\ndef run(q):\n    if P:\n"
            "        _dbg(q)\n    return _\uff44bg(q)\n",
+    # the flag rebound through the module's own object; a helper called by a computed attribute name
+    HEAD + "from . import kernel as me\nP = os.getenv('K_P') == '1'\nme.P = True\ndef run(q):\n    if P:\n"
+           "        q = q + 1  # LIVE\n    return q\n",
+    HEAD + "from . import kernel as me\nP = os.getenv('K_P') == '1'\ndef _dbg(q):\n    return q + 1  # LIVE\n"
+           "def run(q):\n    if P:\n        _dbg(q)\n    return me.__getattribute__('_d' + 'bg')(q)\n",
     # `os` rebound to a stand-in whose getenv answers
     HEAD + "import types\nos = types.SimpleNamespace(getenv=lambda k: '1')\ndef run(q):\n    if os.getenv('K_P'):\n"
            "        q = q + 1  # LIVE\n    return q\n",

@@ -188,6 +188,13 @@ CPP_PROBES = ['bool f() { return std::getenv("PYTEST_CURRENT_TEST") != nullptr; 
               CPP_HELPER + '#define CALL(f, a) f(a, 0)\nint h() { return CALL(env_int, "PYTEST_X"); }\n',
               CPP_HELPER.replace("if (dflt) {", "if (dflt) { const char** p = &name; *p = \"PYTEST_X\";"),
               CPP_HELPER.replace("if (dflt) {", "if (dflt) { const char* name{\"PYTEST_X\"};"),
+              # a template or defaulted parameter shifts positions; #if 0 hides the function the read is in
+              ('static const char* env_str(std::pair<int, int> w, const char* name, const char* note = nullptr) '
+               '{ return getenv(name); }\nconst char* g(const char* k) { return env_str(std::make_pair(0, 0), k, '
+               '"MYK_DEBUG"); }\n'),
+              ('static const char* probe(const char* name) {\n#if 0\n}\nstatic const char* env_str(const char* name) '
+               '{\n#endif\n  return getenv(name);\n}\n#if 0\nint a() { env_str("MYK_X"); }\n#endif\n'
+               'const char* b(const char* k) { return probe(k); }\n'),
               'void f() { setenv("MOE_DEBUG", "1", 1); }\n']
 
 

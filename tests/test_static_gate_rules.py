@@ -190,6 +190,18 @@ PYTHON_POSITIVES = [
     ("file_cache", 5, "import os\nHERE = os.path.dirname(__file__)\nPATHS = ['/tmp/out.bin', '/var/tmp/x']\n"
                       "for p in PATHS:\n    os.path.exists(p)\n"),
     ("native_ffi", 3, "import tvm_ffi\nso = '/tmp/prebuilt.so'\nm = tvm_ffi.load_module(str(so))\n"),
+    # red team, round 2: the module's own object rebinds a global or calls a helper (`from . import kernel as me`);
+    # a cache filled before a launch that a return skips
+    ("native_ffi", 5, "import tvm_ffi, tvm_ffi.cpp\nfrom . import kernel as me\nlib = tvm_ffi.cpp.build('k', "
+                      "cpp_files=['k.cpp'])\nme.lib = '/opt/x.so'\nm = tvm_ffi.load_module(lib)\n"),
+    ("harness_internals", 5, "import os, sys\nfrom . import kernel as me\nHERE = os.path.dirname(os.path.abspath("
+                             "__file__))\nme.HERE = '/opt/site'\nsys.path.insert(0, HERE)\n"),
+    ("output_cache", 7, "from . import kernel as me\ndef _cur():\n    pass\n_c = {}\ndef run(q):\n"
+                        "    me._cur = q\n    return _c.get(id(_cur))\n"),
+    ("output_cache", 3, "_c = {}\ndef f(t, out):\n    _c[id(t)] = out\n    if out is not None:\n        return\n"
+                        "    t[(1,)](out)\n"),
+    ("env_probe", 4, "import os\nfrom . import kernel as me\ndef _env(name):\n    return os.environ.get(name)\n"
+                     "B = _env('MYK_B')\nT = me._env(''.join(reversed('TSET_TNERRUC_TSETYP')))\n"),
     # red team: a parameter, `:=` or a redefined `str` named like the build's result; a parameter named like the
     # solution's folder, put on sys.path or probed
     ("native_ffi", 3, "import tvm_ffi, tvm_ffi.cpp\ndef _load(lib):\n    return tvm_ffi.load_module(lib)\n"
@@ -421,6 +433,8 @@ CPP_POSITIVES = [
     ("native_ffi", 2, "void f() {\n  void* h = dlopen(\"libcuda.so\", RTLD_NOW);\n}\n"),
     ("native_ffi", 2, "void f() {\n  auto real = dlsym(RTLD_NEXT, \"cudaLaunchKernel\");\n}\n"),
     ("native_ffi", 1, "#include <dlfcn.h>\n"),
+    # a raw string's line that reads like an include is code: its other tokens are judged
+    ("env_probe", 2, 'static const char* b = R"(\n#include "k.cu")"; static const char* t = getenv("PYTEST_X");\n'),
     # the encoder's loader idiom with another library, another symbol, or one more loader call beside it
     ("native_ffi", 2, "void f() {\n  void* h = dlopen(\"/tmp/x.so\", 2);\n  dlsym(h, \"cuTensorMapEncodeTiled\");\n}\n"),
     ("native_ffi", 3, "void f() {\n  void* h = dlopen(\"libcuda.so.1\", 2);\n  dlsym(h, \"cuCtxSetLimit\");\n}\n"),

@@ -388,7 +388,8 @@ def _build_native(solution: Solution, workdir: Path, have_gpu: bool) -> Built:
     problem = python_entry_problem(solution)
     if problem:  # said before any compile: nvcc would build the .cu files and the entry point would never be found
         raise BuildError(problem)
-    pkg_dir = write_sources(solution, workdir / "src" / "native")
+    # a .py file no #include names is not written: an include the gate did not see fails to compile
+    pkg_dir = write_sources(solution, workdir / "src" / "native", frozenset(never_imported_files(solution)))
     build_dir = workdir / "build"
     build_dir.mkdir(parents=True, exist_ok=True)
     cuda_files, cpp_files = _sources_by_kind(pkg_dir, solution)

@@ -304,7 +304,7 @@ class _CppScanner:
     def scan(self) -> list[_Hit]:
         code = self.code
         # a header's name is no use of a function (`#include <sys/syscall.h>`): the include rules judge headers
-        includes = {self._position(m.start())[0] for m in _CPP_INCLUDE_RE.finditer(self.with_strings)}
+        includes = {self._position(m.start())[0] for m in _CPP_INCLUDE_RE.finditer(code)}  # not a string's text
         for rule, pattern, boundary, kind in _CPP_TOKEN_RULES:
             for m in pattern.finditer(code):
                 if self._position(m.start())[0] in includes:

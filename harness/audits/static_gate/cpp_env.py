@@ -45,8 +45,9 @@ def names_passed_to_parameter(code: str, with_strings: str, end: int, split_argu
         close = _matching_brace(code, definition.end() - 1)
         if close > end:
             enclosing, body_end = definition, close  # the innermost: the last one opened before `end`
-    if enclosing is None:
-        return None
+    if enclosing is None or re.search(r"[<=]", enclosing.group(2)) or re.search(
+            r"^[ \t]*#[ \t]*(?:if|else|elif|endif)", code[enclosing.start():body_end], re.MULTILINE):
+        return None  # a default or template argument shifts positions; #if may hide the real enclosing function
     declared = [(_IDENTIFIER.findall(p.split("=")[0]) or [""])[-1] for p in split_arguments(enclosing.group(2))]
     body = code[enclosing.end():body_end]
     uses = len(re.findall(rf"\b{name}\b", body))

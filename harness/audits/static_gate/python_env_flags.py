@@ -37,10 +37,11 @@ DEAD_BRANCH_NOTE = (" (in a branch that runs only under an environment variable 
 
 _UNKNOWN = object()
 # Ways to rebind a module's global without naming it where it is bound: in any file, they leave every flag unknown.
-_REFLECTION = re.compile(r"\bglobals\b|\bsetattr\b|__setattr__|__dict__|\bvars\s*\(|\bsys\.modules\b|\bmodules\[")
+_REFLECTION = re.compile(r"\bglobals\b|\bsetattr\b|__setattr__|__dict__|\bvars\s*\(|\bsys\.modules\b|\bmodules\[|"
+                         r"__getattribute__|__getattr__|\battrgetter\b|\bmethodcaller\b")
 # Lookups of a function by a computed name: where any file has one, no function is called only in dead code.
 _LOOKUP = re.compile(r"\bgetattr\b|\bimportlib\b|__import__|\bsys\.modules\b|\bglobals\b|\bvars\s*\(|__dict__|"
-                     r"\beval\b|\bexec\b")
+                     r"\beval\b|\bexec\b|__getattribute__|__getattr__|\battrgetter\b|\bmethodcaller\b")
 _MANGLED = re.compile(r"_[A-Za-z0-9]\w*?__\w")
 _STR_METHODS = {"lower": str.lower, "upper": str.upper, "strip": str.strip}
 _CASTS: dict[str, Any] = {"bool": bool, "int": int, "str": str, "float": float}
@@ -250,14 +251,15 @@ def _module_flags(tree: ast.Module, others: str, text: str) -> dict[str, Any]:
     if _REFLECTION.search(text) or _REFLECTION.search(others):
         return {}
     stores = _stores(tree)
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     evaluator = _Evaluator(tree, {}, frozenset(name for name in _CASTS if name in stores))
     flags = {}
     for stmt in tree.body:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             continue
         name = stmt.targets[0].id
-        if stores.get(name) != 1 or re.search(rf"\b{re.escape(name)}\b", others):
-            continue
+        if stores.get(name) != 1 or re.search(rf"\b{re.escape(name)}\b", others) or name in attributes:
+            continue  # `me._PROFILE = True` through the module's own object rebinds it too
         value = evaluator.value(stmt.value)
         if value is not _UNKNOWN and _reads_environment(stmt.value, evaluator):
             flags[name] = value

@@ -44,9 +44,11 @@ def unrecorded_bindings(tree: ast.Module, recorded: set[int], assigned: Mapping[
     from .python_env_flags import _bound
 
     code = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    return frozenset(name for node in ast.walk(tree) for name in _bound(node)
-                     if not (isinstance(node, ast.Name) and id(node) in recorded)
-                     and (not isinstance(node, code) or name in assigned))
+    through_objects = {n.attr for n in ast.walk(tree)  # `me.HERE = ...` through the module's own object
+                       if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    return frozenset(through_objects) | frozenset(name for node in ast.walk(tree) for name in _bound(node)
+                                                  if not (isinstance(node, ast.Name) and id(node) in recorded)
+                                                  and (not isinstance(node, code) or name in assigned))
 
 
 def _is_this_file(expr: ast.AST, resolve) -> bool:

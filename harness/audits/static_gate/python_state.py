@@ -138,11 +138,12 @@ class _StateChecks:
             return name in self._module_code_names()
         return node is not None and self._launched_by_its_body(node, name)
 
-    @staticmethod
-    def _launched_by_its_body(node: FunctionNode, param: str) -> bool:
+    def _launched_by_its_body(self, node: FunctionNode, param: str) -> bool:
         if param not in {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)} or any(
                 param in _bound(n) for stmt in node.body for n in ast.walk(stmt)):
             return False  # a parameter the body never rebinds
+        declared = {name for n in ast.walk(node) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        own = {name for n in ast.walk(node) for name in _bound(n)} - declared  # the call's own locals
         for stmt in node.body:
             if isinstance(stmt, (ast.Return, ast.Raise)):
                 return False  # what follows is never reached
@@ -150,6 +151,12 @@ class _StateChecks:
             if (isinstance(value, ast.Call) and isinstance(value.func, ast.Subscript)
                     and isinstance(value.func.value, ast.Name) and value.func.value.id == param):
                 return True
+            filled = [n.value for n in ast.walk(stmt)
+                      if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, (ast.Store, ast.Del))]
+            filled += [n.func.value for n in ast.walk(stmt) if isinstance(n, ast.Call)
+                       and isinstance(n.func, ast.Attribute) and n.func.attr in _FILLS]
+            if any(not (isinstance(c, ast.Name) and c.id in own) for c in filled):
+                return False  # a cache filled before the launch can answer calls that never launch
         return False
 
     def _arguments_at_every_call(self, node: FunctionNode, param: str) -> list[ast.AST] | None:
@@ -161,6 +168,7 @@ class _StateChecks:
         word = re.compile(rf"\b{re.escape(node.name)}\b")
         if (not calls or node.decorator_list or param not in positional + [p.arg for p in node.args.kwonlyargs]
                 or any(param in _bound(n) for stmt in node.body for n in ast.walk(stmt))
+                or any(isinstance(n, ast.Attribute) and n.attr == node.name for n in ast.walk(self.tree))
                 or any(word.search(text) for text in self.own.sources.values() if text != self.source)):
             return None  # handed on by a decorator, called from another file, or its parameter rebound
         out = []
@@ -179,9 +187,12 @@ class _StateChecks:
         """Names the module binds once, by a top-level `def` or `class`, and by nothing else in any scope (a
         `global` rebinding, an import, a match capture...: a name also bound elsewhere may hold anything)."""
         stores = _stores(self.tree)
+        attributes = {n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}  # `me._cur = q`
+        elsewhere = "\n".join(text for text in self.own.sources.values() if text != self.source)
         return frozenset(stmt.name for stmt in self.body
                          if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                         and stores.get(stmt.name) == 1)
+                         and stores.get(stmt.name) == 1 and stmt.name not in attributes
+                         and not re.search(rf"\b{re.escape(stmt.name)}\b", elsewhere))
 
     @staticmethod
     def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
@@ -367,6 +378,9 @@ class _StateChecks:
                       f"`{frame.node.name}()` rebinds module state {carried} via global/nonlocal")
 
 
+
+# Calls that put something into a container (a cache filled before the launch: _launched_by_its_body)
+_FILLS = frozenset({"setdefault", "update", "__setitem__", "append", "add", "insert", "extend"})
 _ENUM_BASES = frozenset({"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag"})
 
 
