@@ -186,13 +186,17 @@ class _StateChecks:
     def _module_code_names(self) -> frozenset[str]:
         """Names the module binds once, by a top-level `def` or `class`, and by nothing else in any scope (a
         `global` rebinding, an import, a match capture...: a name also bound elsewhere may hold anything)."""
+        cached = getattr(self, "_code_names_cache", None)  # asked at every id()/hash() of a cache key
+        if cached is not None:
+            return cached
         stores = _stores(self.tree)
         attributes = {n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}  # `me._cur = q`
         elsewhere = "\n".join(text for text in self.own.sources.values() if text != self.source)
-        return frozenset(stmt.name for stmt in self.body
-                         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                         and stores.get(stmt.name) == 1 and stmt.name not in attributes
-                         and not re.search(rf"\b{re.escape(stmt.name)}\b", elsewhere))
+        self._code_names_cache = frozenset(stmt.name for stmt in self.body
+                                           if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                                           and stores.get(stmt.name) == 1 and stmt.name not in attributes
+                                           and not re.search(rf"\b{re.escape(stmt.name)}\b", elsewhere))
+        return self._code_names_cache
 
     @staticmethod
     def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
