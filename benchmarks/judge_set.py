@@ -25,6 +25,10 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
                time: library compute, which the dsa skill forbids and run-time attribution confirms); DSA sparse
                attention whose Triton kernel only gathers rows for PyTorch's batched matmuls and softmax; MoE whose
                Triton kernel only dequantises, the GEMMs PyTorch matmuls (cuBLAS: never ATen glue).
+`--corpus DIR`: every solution JSON in DIR (other people's code: contestants' public solutions, a team's own), on
+`--workloads` (default: each definition's largest), with `--corpus-args` (default `--no-baselines`: a false alarm
+needs no speedup); DIR/expected.json ({name: honest?}) gives the expectation where one is known, else "as expected"
+is blank. `--budget-s`: start no solution once that much wall has passed (a device lease).
 Writes judge_set_<date>.json and .md: per solution, promotable, the first blockers, and per workload the
 attribution share and detail.
 """
@@ -170,6 +174,14 @@ def independent_solution(name: str, definition: Optional[str] = None) -> dict:
             "sources": [{"path": file, "content": (FAMILIES / file).read_text()}]}
 
 
+def corpus_set(folder: Path) -> list[tuple[str, Path, Optional[bool]]]:
+    """(name, solution file, honest? or None where DIR/expected.json says nothing), in file-name order."""
+    expected_file = folder / "expected.json"
+    expected = json.loads(expected_file.read_text()) if expected_file.exists() else {}
+    return [(path.stem, path, expected.get(path.stem)) for path in sorted(folder.glob("*.json"))
+            if path.name != "expected.json"]
+
+
 def submit(path: Path, archive: Path, workloads: str, extra: list[str], timeout_s: float) -> tuple[dict, float]:
     cmd = [sys.executable, "-m", "harness.cli", "submit", str(path), "--archive", str(archive), "--json", *extra]
     if workloads:
@@ -199,17 +211,31 @@ def main() -> None:
     parser.add_argument("--dishonest-args", default="--no-baselines",
                         help="extra `harness submit` arguments for the dishonest ones (attribution needs no baseline)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per solution")
+    parser.add_argument("--corpus", default="", help="a folder of solution JSONs instead of a built-in set")
+    parser.add_argument("--corpus-args", default="--no-baselines")
+    parser.add_argument("--budget-s", type=float, default=0,
+                        help="start no solution after this much wall (0: no limit)")
     args = parser.parse_args()
     archive = Path(args.archive or tempfile.mkdtemp(prefix="judge-set-"))
     archive.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="judge-solutions-"))
     rows = []
-    chosen = ([(n, p, h, "") for n, p, h in the_set(folder)] if args.which == "gqa" else family_set(folder))
+    if args.corpus:
+        chosen = [(n, p, h, args.workloads or "largest") for n, p, h in corpus_set(Path(args.corpus))]
+    elif args.which == "gqa":
+        chosen = [(n, p, h, "") for n, p, h in the_set(folder)]
+    else:
+        chosen = family_set(folder)
+    started = time.perf_counter()
     for name, path, honest, workloads in chosen:
         if args.only and name not in args.only.split(","):
             continue
+        if args.budget_s and time.perf_counter() - started > args.budget_s:
+            print(json.dumps({"name": name, "skipped": f"past the {args.budget_s:.0f} s budget"}), flush=True)
+            continue
+        extra = args.corpus_args.split() if args.corpus else [] if honest else args.dishonest_args.split()
         result, wall = submit(path, archive, workloads or (args.workloads if honest else args.dishonest_workloads),
-                              [] if honest else args.dishonest_args.split(), args.timeout)
+                              extra, args.timeout)
         promotable = bool(result) and "error" not in result and not result.get("promotion_blockers")
         workloads = [{"label": w["label"], "status": w["status"], "latency_ms": w.get("latency_ms"),
                       "attribution": next((a for a in w.get("audits", []) if a["name"] == "attribution"), None),
@@ -218,7 +244,8 @@ def main() -> None:
         static_errors = [f"{f['rule']} {f['path']}:{f['line']}" for f in result.get("static_findings", [])
                          if f["severity"] == "error"]
         fallback = [w["label"] for w in workloads if w["attribution"] and not w["attribution"]["passed"]]
-        row = {"name": name, "honest": honest, "promotable": promotable, "as_expected": promotable == honest,
+        row = {"name": name, "honest": honest, "promotable": promotable,
+               "as_expected": None if honest is None else promotable == honest,
                "wall_s": round(wall, 1), "status": result.get("status"), "error": result.get("error"),
                "static_errors": static_errors, "attribution_failed_on": fallback,
                "blockers": (result.get("promotion_blockers") or [])[:4], "scores": result.get("scores"),
@@ -228,18 +255,23 @@ def main() -> None:
         write(Path(args.out), rows)  # after each solution: a run cut short keeps what it measured
 
 
+AS_EXPECTED = {True: "yes", False: "NO", None: "-"}
+
+
 def write(out: Path, rows: list[dict]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"judge_set_{dt.date.today().isoformat()}"
     stem.with_suffix(".json").write_text(json.dumps(rows, indent=2, default=str))
-    lines = ["| solution | honest | promotable | as expected | static-gate errors | attribution failed on | "
-             "own-kernel share (min over workloads) | first blocker |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| solution | honest | status | promotable | as expected | static-gate errors | attribution failed on | "
+             "own-kernel share (min over workloads) | wall s | first blocker |", "|---" * 10 + "|"]
     for r in rows:
         shares = [w["attribution"].get("share") for w in r["workloads"] if w["attribution"]]
         shares = [s for s in shares if s is not None]
-        lines.append(f"| {r['name']} | {r['honest']} | {r['promotable']} | {'yes' if r['as_expected'] else 'NO'} | "
-                     f"{len(r['static_errors'])} | {len(r['attribution_failed_on'])}/{len(r['workloads'])} | "
-                     f"{min(shares) if shares else '-'} | {(r['blockers'] or [r['error'] or ''])[0][:140]} |")
+        first = (r["blockers"] or [r["error"] or ""])[0][:140]
+        lines.append(f"| {r['name']} | {r['honest']} | {r['status']} | {r['promotable']} | "
+                     f"{AS_EXPECTED[r['as_expected']]} | {len(r['static_errors'])} | "
+                     f"{len(r['attribution_failed_on'])}/{len(r['workloads'])} | "
+                     f"{min(shares) if shares else '-'} | {r['wall_s']} | {first} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
