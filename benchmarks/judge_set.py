@@ -239,7 +239,8 @@ def main() -> None:
         promotable = bool(result) and "error" not in result and not result.get("promotion_blockers")
         workloads = [{"label": w["label"], "status": w["status"], "latency_ms": w.get("latency_ms"),
                       "attribution": next((a for a in w.get("audits", []) if a["name"] == "attribution"), None),
-                      "failed": [a["name"] for a in w.get("audits", []) if not a["passed"]]}
+                      "failed": [a["name"] for a in w.get("audits", []) if not a["passed"]],
+                      "message": None if w["status"] == "PASSED" else (w.get("message") or "")[:600]}
                      for w in result.get("workloads", [])]
         static_errors = [f"{f['rule']} {f['path']}:{f['line']}" for f in result.get("static_findings", [])
                          if f["severity"] == "error"]
