@@ -68,6 +68,23 @@ def test_replay_verdict(same, fresh, passed):
     assert (v is None) if passed is None else v.passed is passed
 
 
+@pytest.mark.parametrize("same, fresh, tunings, passed, explained", [
+    # H100 (2026-12-06): a contestant's Triton MoE autotuned on key=["MAX_TK"], the largest count of tokens per
+    # expert read by .item(): every new content tuned again (2421 ms), its repeat ran the GEMMs (8.9 ms)
+    ([8.887], [2421.0], [2], False, True),
+    ([8.887], [2421.0], [0], False, False),  # the same wall clock with no tuning seen: a run-time cache, unexplained
+    ([8.887], [2421.0], None, False, False),  # an older worker's reply: no count
+    ([8.887], [9.1], [1], True, False),  # a tuning that cost nothing worth failing: nothing to explain
+])
+def test_tuning_on_content_still_fails_the_replay_audit_and_says_why(same, fresh, tunings, passed, explained):
+    """The count comes from the candidate's own process, so it explains and never excuses."""
+    v = replay_verdict(same, fresh, CFG, tunings)
+    assert v.passed is passed
+    assert ("autotuner tuned" in v.detail) is explained, v.detail
+    if explained:
+        assert "key the tuning on shapes" in v.detail
+
+
 
 @pytest.mark.parametrize("known, new, repeats, passed", [
     # H100 (2026-12-05, run 22): an honest dispatch on batch 1, 0.59 ms on the timed content, one never-seen call

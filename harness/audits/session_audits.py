@@ -272,7 +272,8 @@ class SessionAudits:
                                    detail=f"the recheck's reply times {len(repeat)} repeats of {len(steps)} calls "
                                           "(the worker's reply was changed)"))
             return
-        wr.audits.append(replay_verdict([repeat[i] for i in timed], [content[i] for i in timed], cfg))
+        tunings = [reply.tunings[i] for i in timed] if len(reply.tunings) == len(steps) else []
+        wr.audits.append(replay_verdict([repeat[i] for i in timed], [content[i] for i in timed], cfg, tunings))
         known_step = next((i for i, s in enumerate(steps) if s["kind"] == "known"), None)
         if known_step is not None:
             verdict = known_input_verdict(content[known_step], [content[i] for i in timed], cfg,

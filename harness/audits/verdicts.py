@@ -136,7 +136,7 @@ def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> Audi
 
 
 def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
-                   cfg: AuditConfig) -> Optional[Audit]:
+                   cfg: AuditConfig, tunings: Optional[list[int]] = None) -> Optional[Audit]:
     """Do repeated calls on the same inputs (what the official timer makes) look like replay?
 
     Like is compared with like: a call on content the candidate has never seen and its immediate repeat on the
@@ -149,6 +149,10 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
     missing on pages never touched by a kernel. Both are honest, and on the H200 they made the first call on new buffers
     2.6x its repeat (DSA sparse attention, a 0.1 ms gather over a 624 MB cache). A cache keyed by pointer
     returns stale results on new content, which the recheck's correctness catches.
+
+    ``tunings`` (keys Triton's autotuner tuned in each new-content call, as the worker counted them) only explain a
+    failure: tuning keyed by content is a cache filled at run time, and a count from the candidate's process could
+    be forged (harness.sandbox.triton_tuning).
 
     The i-th repeat is paired with the i-th new-content call. With two or more pairs (the full level) the
     slowest is left out, so one stray slow call cannot fail it, while replay makes every repeat cheap.
@@ -166,9 +170,15 @@ def replay_verdict(same_input_wall_ms: list[float], fresh_wall_ms: list[float],
     limit = cfg.replay_ratio * same + cfg.replay_slack_ms
     note = (f"; slowest of {len(pairs)} pairs left out: {left_out[1]:.4g} vs {left_out[0]:.4g} ms"
             if left_out is not None else "")
-    return Audit(name="fresh_input_timing", passed=fresh <= limit,
+    passed = fresh <= limit
+    tuned = sum(tunings or [])
+    why = ("" if passed or not tuned else
+           f": Triton's autotuner tuned {tuned} new key{'s' if tuned > 1 else ''} in the never-seen calls. A key "
+           "read from the inputs' content (a count by .item(), not a shape) tunes again on every new input, which "
+           "the official timer, repeating one input, never pays: key the tuning on shapes")
+    return Audit(name="fresh_input_timing", passed=passed,
                  detail=f"new-content call {fresh:.4g} ms vs {same:.4g} ms for its repeat (wall per call; "
-                        f"limit {limit:.4g} ms{note})")
+                        f"limit {limit:.4g} ms{note}){why}")
 
 
 def known_input_verdict(known_wall_ms: float, new_wall_ms: list[float], cfg: AuditConfig,

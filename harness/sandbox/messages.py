@@ -372,6 +372,9 @@ class RecheckReply(Reply):
     wall_ms: Optional[list[float]] = Field(None, description="wall time of each step's call, cold L2")
     repeat_wall_ms: list[float] = Field(default_factory=list,
                                         description="on a GPU: a repeat of each step's call on the same buffers")
+    tunings: list[int] = Field(
+        default_factory=list, description="on a GPU: keys Triton's autotuner tuned during each step's call (the "
+                                          "solution's kernels; a diagnosis only: harness.sandbox.triton_tuning)")
     input_fingerprints: Optional[list[str]] = Field(None, description="the content hash of each step's inputs")
     threads_before: Optional[int] = Field(None, ge=0, description="the worker's threads before the recheck")
     threads_after: Optional[int] = Field(None, ge=0, description="and after it (a thread left running shows)")

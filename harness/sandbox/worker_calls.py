@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import library_ops
+from . import library_ops, triton_tuning
 from .build import Built
 from .messages import RecheckRequest, RecheckStep
 from ..data.inputs import allocate_outputs, fingerprint, generate_inputs
@@ -141,10 +141,11 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
     reused = last_reuse(steps)
     buffers: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
     out_tensors: dict[str, torch.Tensor] = {}
-    wall_ms, repeat_ms, fingerprints = [], [], []
+    wall_ms, repeat_ms, fingerprints, tunings = [], [], [], []
     library: list[dict[str, Any]] = []  # per step, on a CPU (harness.sandbox.library_ops)
     flush = l2_flush(device)
     raise_clocks(device, flush)
+    folder = triton_tuning.solution_folder(built.fn)
 
     def setup() -> tuple[Any, ...]:
         # setup (a plan) stays outside the wall time, as in the kernel figure: once per content, as the timer does
@@ -192,7 +193,10 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
         ops = library_ops.counter(language, device)
         with library_ops.counting(ops):
             state = setup()
+        tuned_before = triton_tuning.tuned_keys(triton_tuning.autotuners(folder)) if device.type == "cuda" else {}
         ms, outputs = timed_call(state, ops)
+        if device.type == "cuda":  # a diagnosis for the replay audit (triton_tuning), outside the timed call
+            tunings.append(triton_tuning.tunings_since(tuned_before, folder))
         if ops is not None:
             library.append(ops.report(inputs))
         require_plain(outputs, f"outputs of recheck step {i}")
@@ -207,6 +211,7 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
             buffers[i] = (inputs, outputs)
         # this step's tensors go now, not when the next ones exist
         fresh = inputs = outputs = state = None
-    return ({"ok": True, "wall_ms": wall_ms, "repeat_wall_ms": repeat_ms, "input_fingerprints": fingerprints,
+    return ({"ok": True, "wall_ms": wall_ms, "repeat_wall_ms": repeat_ms, "tunings": tunings,
+             "input_fingerprints": fingerprints,
              "threads_before": threads_before, "threads_after": thread_count(), "library_compute": library},
             out_tensors)

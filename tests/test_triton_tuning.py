@@ -1,0 +1,78 @@
+"""The replay audit's diagnosis: which of the solution's Triton kernels autotuned during a call."""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+from harness.sandbox import triton_tuning  # noqa: E402
+
+KERNELS = textwrap.dedent('''
+    import triton
+    import triton.language as tl
+
+    CONFIGS = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+
+
+    @triton.autotune(configs=CONFIGS, key=["n"])
+    @triton.jit
+    def tuned(x, n, BLOCK: tl.constexpr):
+        pass
+
+
+    @triton.heuristics({"EVEN": lambda args: args["n"] % 2 == 0})
+    @triton.autotune(configs=CONFIGS, key=["n"])
+    @triton.jit
+    def tuned_under_heuristics(x, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+        pass
+
+
+    @triton.jit
+    def plain(x):
+        pass
+
+
+    def run(x):
+        pass
+''')
+
+
+@pytest.fixture
+def solution(tmp_path, monkeypatch):
+    folder = tmp_path / "solution"
+    folder.mkdir()
+    (folder / "crucible_tuning_probe.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(folder))
+    module = importlib.import_module("crucible_tuning_probe")
+    yield module
+    sys.modules.pop("crucible_tuning_probe", None)
+
+
+def test_the_solution_s_autotuners_are_found_through_their_decorators(solution):
+    folder = triton_tuning.solution_folder(solution.run)
+    assert folder is not None and folder.endswith("solution/")
+    found = triton_tuning.autotuners(folder)
+    assert len(found) == 2  # the plain jit kernel is no autotuner; the heuristics' inner one is
+    assert {id(t) for t in found} == {id(solution.tuned), id(solution.tuned_under_heuristics.fn)}
+
+
+def test_keys_tuned_since_a_snapshot_are_counted_and_new_autotuners_count_whole(solution):
+    folder = triton_tuning.solution_folder(solution.run)
+    before = triton_tuning.tuned_keys(triton_tuning.autotuners(folder))
+    assert triton_tuning.tunings_since(before, folder) == 0
+    solution.tuned.cache[(7, "torch.int32")] = solution.CONFIGS[0]  # what Autotuner.run does on a new key
+    solution.tuned.cache[(9, "torch.int32")] = solution.CONFIGS[1]
+    assert triton_tuning.tunings_since(before, folder) == 2
+    solution.tuned_under_heuristics.fn.cache[(3,)] = solution.CONFIGS[0]
+    assert triton_tuning.tunings_since({}, folder) == 3  # nothing known before: every key counts
+
+
+def test_modules_outside_the_solution_and_callables_without_a_module_are_not_scanned(solution, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert triton_tuning.autotuners(str(other) + "/") == []
+    assert triton_tuning.autotuners(None) == []
+    assert triton_tuning.solution_folder(len) is None  # a builtin: no file
