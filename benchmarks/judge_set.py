@@ -240,6 +240,7 @@ def main() -> None:
         workloads = [{"label": w["label"], "status": w["status"], "latency_ms": w.get("latency_ms"),
                       "attribution": next((a for a in w.get("audits", []) if a["name"] == "attribution"), None),
                       "failed": [a["name"] for a in w.get("audits", []) if not a["passed"]],
+                      "audits": {a["name"]: [a["passed"], (a.get("detail") or "")[:400]] for a in w.get("audits", [])},
                       "message": None if w["status"] == "PASSED" else (w.get("message") or "")[:600]}
                      for w in result.get("workloads", [])]
         static_errors = [f"{f['rule']} {f['path']}:{f['line']}" for f in result.get("static_findings", [])
