@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Optional
 
 import click
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .archive.database import ArchiveError
 from .archive.storage import database_refusal, storage_message
+from .cli_progress import submit_progress
 from .cli_common import (ARCHIVE_HELP, NOT_A_FOLDER, POSITIVE_SECONDS, dump_stacks_from_env, err, fail, fmt,
                          open_archive, open_dataset, out, run_as_program, styled)
 from .pipeline.phases import timeline
 from .result_view import print_promotability, print_result, print_submission_audits, seconds, times
-from .data.statuses import EvaluationStatus, SubmissionStatus
 from .archive_cli import copy_archive
 from .report_cli import browse, diff, report
 from .data.schema import SchemaError, Solution, load_model
@@ -175,24 +173,7 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
     if executor == "ray":
         _submit_on_ray(loaded, ds, archive, opts, address, lanes, on_result)
         sys.exit(exit_code)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as progress:
-        tasks: dict[str, Any] = {}  # one progress bar per GPU lane (thread)
-
-        def on_event(kind: str, data: dict[str, Any]) -> None:
-            lane = threading.current_thread().name
-            if kind == "start":
-                tasks[lane] = progress.add_task(escape(f"{data['solution']} [{data['definition']}]"),
-                                                total=data["workloads"])
-            elif kind == "workload":
-                progress.update(tasks[lane], description=escape(f"{data['label']}"))
-            elif kind == "result":
-                progress.advance(tasks[lane])
-                if data["status"] not in (EvaluationStatus.PASSED, SubmissionStatus.SKIPPED):
-                    first_line = (data["message"] or "").split("\n")[0]
-                    progress.console.print(f"  {data['label']}: {styled(data['status'])} {escape(first_line[:300])}",
-                                           highlight=False)
-
+    with submit_progress(err) as on_event:
         try:
             submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
         except (SchemaError, SandboxUnavailable) as e:
