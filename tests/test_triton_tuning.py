@@ -76,3 +76,22 @@ def test_modules_outside_the_solution_and_callables_without_a_module_are_not_sca
     assert triton_tuning.autotuners(str(other) + "/") == []
     assert triton_tuning.autotuners(None) == []
     assert triton_tuning.solution_folder(len) is None  # a builtin: no file
+
+
+def test_hostile_entries_in_sys_modules_and_raising_attributes_do_not_break_the_scan(solution, monkeypatch):
+    class Raises:
+        @property
+        def __file__(self):
+            raise RuntimeError("no")
+
+    class Decoy:  # claims to be Triton's, and its `fn` raises
+        __module__ = "triton.runtime.jit"
+
+        @property
+        def fn(self):
+            raise RuntimeError("no")
+
+    monkeypatch.setitem(sys.modules, "crucible_hostile_entry", Raises())
+    monkeypatch.setattr(solution, "decoy", Decoy(), raising=False)
+    folder = triton_tuning.solution_folder(solution.run)
+    assert len(triton_tuning.autotuners(folder)) == 2

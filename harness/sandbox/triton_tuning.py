@@ -37,12 +37,12 @@ def autotuners(folder: Optional[str]) -> list[Any]:
         return []
     found: dict[int, Any] = {}
     for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if not isinstance(file, str) or not os.path.abspath(file).startswith(folder):
-            continue
-        try:
+        try:  # sys.modules may hold any object the candidate put there: its attributes can raise
+            file = getattr(module, "__file__", None)
+            if not isinstance(file, str) or not os.path.abspath(file).startswith(folder):
+                continue
             values = list(vars(module).values())
-        except TypeError:
+        except Exception:
             continue
         for value in values:
             for _ in range(_DEPTH):
