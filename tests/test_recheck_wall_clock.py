@@ -159,3 +159,24 @@ def test_no_second_recheck_when_the_first_passes_or_a_call_was_wrong():
         _JudgedSession()._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
         assert worker.alive
     assert wr.status == EvaluationStatus.PASSED.value and all(a.passed for a in wr.audits), wr.audits
+
+
+@pytest.mark.parametrize("tunings, explained", [
+    ([0, 0, 2, 0], True),  # the worker saw two autotuner keys tuned in the never-seen call
+    ([0, 0, 0, 0], False),  # none seen: a cache of answers, said as nothing more
+    ([2], False),  # a count that does not cover the calls explains nothing
+    (None, False),  # a worker that sends none
+])
+def test_tuning_keyed_by_content_fails_the_replay_audit_and_the_worker_s_count_names_it(tunings, explained):
+    """H100, 2026-12-06: a contestant's Triton MoE autotuned on the largest tokens-per-expert count, so every new
+    content tuned again (2421 ms against 8.9 ms for its repeat). The count explains; it never excuses."""
+    wr = WorkloadResult(WORKLOAD.uuid, "w", EvaluationStatus.PASSED.value)
+    reply = {"ok": True, "wall_ms": [2400.0, 2410.0, 2421.0, 9.0], "repeat_wall_ms": [8.9, 8.9, 8.887, 8.9],
+             "input_fingerprints": ["f"] * 4, "threads_before": 1, "threads_after": 1}
+    if tunings is not None:
+        reply["tunings"] = tunings
+    with fake_worker(reply, reply) as worker:
+        _JudgedSession()._recheck(worker, DEFINITION, WORKLOAD, PRESET, TOL, wr, time.monotonic() + 60)
+    [timing] = [a for a in wr.audits if a.name == "fresh_input_timing"]
+    assert timing.passed is False and "confirmed by a second recheck" in timing.detail, timing.detail
+    assert ("Triton's autotuner tuned 2 new keys" in timing.detail) is explained, timing.detail

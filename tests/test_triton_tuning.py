@@ -70,6 +70,24 @@ def test_keys_tuned_since_a_snapshot_are_counted_and_new_autotuners_count_whole(
     assert triton_tuning.tunings_since({}, folder) == 3  # nothing known before: every key counts
 
 
+def test_a_solution_imported_as_a_package_is_scanned_whole(tmp_path, monkeypatch):
+    """The harness imports a solution as a package: the entry point in one folder, kernels in a sibling one."""
+    root = tmp_path / "src" / "crucible_solution_probe"
+    (root / "entry").mkdir(parents=True)
+    (root / "ops").mkdir()
+    (root / "ops" / "gemm.py").write_text(KERNELS)
+    (root / "entry" / "main.py").write_text("from ..ops import gemm\n\ndef run(x):\n    return gemm.run(x)\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    try:
+        main = importlib.import_module("crucible_solution_probe.entry.main")
+        folder = triton_tuning.solution_folder(main.run)
+        assert folder == str(root) + "/"
+        assert len(triton_tuning.autotuners(folder)) == 2  # the kernels in ops/, beside the entry point's folder
+    finally:
+        for name in [n for n in sys.modules if n.startswith("crucible_solution_probe")]:
+            sys.modules.pop(name)
+
+
 def test_modules_outside_the_solution_and_callables_without_a_module_are_not_scanned(solution, tmp_path):
     other = tmp_path / "elsewhere"
     other.mkdir()

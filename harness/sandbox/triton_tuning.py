@@ -23,10 +23,16 @@ def _autotuner_class() -> Any:
 
 
 def solution_folder(fn: Any) -> Optional[str]:
-    """The folder of the module that defines the entry point ``fn``: the solution's own files are under it."""
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    file = getattr(module, "__file__", None)
-    return os.path.dirname(os.path.abspath(file)) + os.sep if isinstance(file, str) else None
+    """The solution's folder: the harness imports it as a package (harness.sandbox.build), so the top package of
+    the module that defines the entry point ``fn`` holds every file of it (kernels in a sibling folder too)."""
+    name = getattr(fn, "__module__", None)
+    top = sys.modules.get(name.split(".")[0]) if isinstance(name, str) else None
+    paths = getattr(top, "__path__", None)
+    folder = next(iter(paths), None) if paths is not None else None
+    if folder is None:  # a plain module, not a package
+        file = getattr(top, "__file__", None)
+        folder = os.path.dirname(file) if isinstance(file, str) else None
+    return os.path.join(os.path.abspath(folder), "") if isinstance(folder, str) else None
 
 
 def autotuners(folder: Optional[str]) -> list[Any]:
