@@ -12,7 +12,8 @@
 # multi-GPU host), CONTROLLER_ARGS,
 # CONTROLLER_RESUME=1 (continue every run of ARCHIVE a timeout cut short), ADV_K (pytest -k of the adversarial suite),
 # BUDGET_S and DONE_DIR (a time budget, and continuing on the same host: see `stage` below),
-# AUDIT_ARGS, PARITY_ARGS, THROUGHPUT_ARGS (e.g. --workloads a,b), ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
+# JUDGE_ARGS, JUDGE_TIMEOUT (judge_set: e.g. JUDGE_ARGS="--corpus DIR --budget-s 330 --timeout 150", a folder of other
+# people's solutions on each definition's largest workload), AUDIT_ARGS, PARITY_ARGS, THROUGHPUT_ARGS (e.g. --workloads a,b), ARCHIVE (default /tmp/crucible-archive), KEEP_ARCHIVE=1 (archive.tgz back in OUT: a travel copy), GPUTESTS_TIMEOUT/ADV_TIMEOUT/AUDIT_TIMEOUT/CONTROLLER_TIMEOUT (s).
 # CARRIED=FILE.tgz: an earlier host's travel copy (KEEP_ARCHIVE=1 KEEP_JIT=1 there) unpacked into ARCHIVE first, so
 # FlashInfer's modules and the baselines are not built and timed again. KEEP_JIT=1: the travel copy keeps FlashInfer's
 # JIT modules (.so only). sweep: SWEEP_CONFIGS (JSON lists, comma-separated, benchmarks/template_sweep.py), SWEEP_DEFINITIONS,
