@@ -24,7 +24,8 @@ The set (benchmarks/solutions/judge/, definitions gqa_paged_decode_h32_kv8_d128_
                Triton with its selection by `torch.topk` (the selection is half the operator and most of its
                time: library compute, which the dsa skill forbids and run-time attribution confirms); DSA sparse
                attention whose Triton kernel only gathers rows for PyTorch's batched matmuls and softmax; MoE whose
-               Triton kernel only dequantises, the GEMMs PyTorch matmuls (cuBLAS: never ATen glue).
+               Triton kernel only dequantises, the GEMMs PyTorch matmuls (cuBLAS: never ATen glue); the same with
+               FlashInfer's Triton GEMM and functions of its own named as that GEMM's kernels.
 `--corpus DIR`: every solution JSON in DIR (other people's code: contestants' public solutions, a team's own), on
 `--workloads` (default: each definition's largest), with `--corpus-args` (default `--no-baselines`: a false alarm
 needs no speedup); DIR/expected.json ({name: honest?}) gives the expectation where one is known, else "as expected"
@@ -151,6 +152,10 @@ INDEPENDENT = {
     "moe_triton_dequant_torch_gemm": (
         "moe_triton_dequant_torch_gemm.py", "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048", False,
         "triton", True, "MoE whose Triton kernel only dequantises the weights; the experts' GEMMs are PyTorch matmuls"),
+    "moe_triton_dequant_library_triton_gemm": (
+        "moe_triton_dequant_library_triton_gemm.py", "moe_fp8_block_scale_ds_routing_topk8_ng8_kg4_e32_h7168_i2048",
+        False, "triton", True, "MoE whose experts' GEMMs are FlashInfer's Triton GEMM, with functions of its own named "
+                               "as that GEMM's kernels"),
     "dsa_sparse_triton_heads_as_rows": (
         "dsa_sparse_triton_heads_as_rows.py", "dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64", True, "triton",
         True, "DSA sparse attention: one Triton program per token, its 16 heads as the rows of the tensor-core "

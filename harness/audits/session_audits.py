@@ -317,7 +317,15 @@ class SessionAudits:
                 kernel_ns[name] = kernel_ns.get(name, 0.0) + float(ns)
         calls = sum(int(t.get("iterations") or 1) for t in trials)
         own = own_kernels({s.path: s.content for s in solution.sources})
-        wr.audits.append(attribution_verdict(kernel_ns, own, self.audit_config, calls, library_is_own))
+        # a library's Triton kernel under the name of a function of the solution's own is the library's
+        borrowed = sorted(own.python & set(wr.triton_kernels_elsewhere) & set(kernel_ns))
+        own = own._replace(python=own.python - set(wr.triton_kernels_elsewhere))
+        verdict = attribution_verdict(kernel_ns, own, self.audit_config, calls, library_is_own)
+        if borrowed and not library_is_own:
+            verdict = verdict.model_copy(update={"detail": verdict.detail + "; compiled from files outside the "
+                                                 "solution, so not its own whatever it names its functions: "
+                                                 + ", ".join(borrowed[:4])})
+        wr.audits.append(verdict)
 
 
 def _where_it_never_runs(findings: list[Any], solution: Solution) -> list[Any]:

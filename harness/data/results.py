@@ -48,6 +48,9 @@ class WorkloadResult:
     timing: list[dict[str, Any]] = field(default_factory=list)
     timing_kernel: list[dict[str, Any]] = field(default_factory=list)
     gpu_state: dict[str, Any] = field(default_factory=dict)
+    # Triton kernels its worker compiled from files outside the solution (a library's): never the candidate's own,
+    # whatever names its functions carry (harness.sandbox.triton_cache; read by the attribution audit)
+    triton_kernels_elsewhere: list[str] = field(default_factory=list, repr=False)
     memory: dict[str, Any] = field(default_factory=dict)  # harness.measure.memory.memory_record
     baseline_failures: list[str] = field(default_factory=list)  # "name: STATUS message" of failed baselines
     # where this workload's wall time went (harness.pipeline.phases: worker start, build, reference, correctness,

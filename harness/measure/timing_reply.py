@@ -38,6 +38,7 @@ def apply_timing_reply(wr: WorkloadResult, reply: TimeReply, cfg: AuditConfig) -
             wr.audits.append(setup)
     wr.timing_note = reply.trials[0].note or ("" if wr.aligned else f"{backend}: not aligned")
     wr.gpu_state = {"before": reply.gpu_state_before, "after": reply.gpu_state_after}
+    wr.triton_kernels_elsewhere = list(reply.triton_kernels_elsewhere)
     wr.throttled, reasons = throttled(reply.gpu_state_before or {}, reply.gpu_state_after or {})
     if wr.throttled:
         wr.timing_note = (wr.timing_note + "; " if wr.timing_note else "") + "GPU throttled: " + ", ".join(reasons)

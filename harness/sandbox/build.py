@@ -201,9 +201,14 @@ def captured_fds(log_path: Path):
             os.close(saved[1])
 
 
+def package_folder(solution: Solution, workdir: Path) -> Path:
+    """Where a Python solution's files are written: the package the harness imports them as."""
+    return workdir / "src" / f"crucible_solution_{solution.content_hash[:12]}"
+
+
 def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> Built:
-    package = f"crucible_solution_{solution.content_hash[:12]}"
-    src_root = workdir / "src"
+    src_root = package_folder(solution, workdir).parent
+    package = package_folder(solution, workdir).name
     # Python files no import of the solution reaches (its tests, its benchmarks: their findings blocked nothing,
     # harness.audits.static_gate.python_reach) are not written at all: whatever loader could name one finds nothing
     pkg_dir = write_sources(solution, src_root / package, frozenset(never_imported_files(solution)))

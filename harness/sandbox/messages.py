@@ -360,6 +360,9 @@ class TimeReply(Reply):
         None, description="with a setup: the trials with setup outside the timed call (the kernel figure)")
     gpu_state_before: Optional[dict[str, Any]] = Field(None, description="clocks, temperature, throttling before")
     gpu_state_after: Optional[dict[str, Any]] = Field(None, description="the same after the trials")
+    triton_kernels_elsewhere: list[str] = Field(
+        default_factory=list, description="Triton kernels the worker compiled from files outside the solution: a "
+                                          "library's, whatever the solution calls its own (sandbox.triton_cache)")
     when_ok: ClassVar[tuple[str, ...]] = ("trials",)
 
     @staticmethod

@@ -30,6 +30,7 @@ from .build import Built, BuildError, build
 from .compiled_sources import collect as collect_compiled
 from .extension_cache import as_bytes, as_tensor, extension_folders, pack, unpack
 from .integrity import Integrity, preload
+from .triton_cache import kernels_from_elsewhere, triton_cache_dir
 from .messages import (BuildRequest, CeilingsRequest, CompiledRequest, HelloRequest, JudgeRequest, OracleRequest,
                        ReferenceRequest, RecheckRequest, Request, RequestError, RunRequest, SassRequest, TimeRequest,
                        UNAVAILABLE, failure, parse_request)
@@ -302,8 +303,10 @@ class Worker:
             del inputs, args
         with self._step("gpu_state"):
             state_after = gpu_state(index)
-        return {"ok": True, "trials": official, "kernel_trials": kernel or None,
-                "gpu_state_before": state_before, "gpu_state_after": state_after}, {}
+        with self._step("triton_cache"):  # a library's kernels (sandbox.triton_cache); none for the reference
+            elsewhere = kernels_from_elsewhere(self.workdir, self.solution) if self.role == "candidate" else []
+        return {"ok": True, "trials": official, "kernel_trials": kernel or None, "gpu_state_before": state_before,
+                "gpu_state_after": state_after, "triton_kernels_elsewhere": elsewhere}, {}
 
     def _timer_steps(self, trial: Any) -> dict:
         """A trial as the reply carries it; its host steps (TrialTiming.host_s) counted as the request's."""
@@ -388,7 +391,7 @@ def _sass_reply(built: Built, solution: Solution, device: torch.device, workdir:
     # what the build made, and what load_inline compiled later, on the first call
     paths = {**built.artifacts, **extension_binaries()}.values()
     files = [Path(p) for p in dict.fromkeys(paths) if Path(p).is_file()]
-    cache = Path(os.environ.get("TRITON_CACHE_DIR", workdir / ".triton")).resolve()
+    cache = triton_cache_dir(workdir).resolve()
     if workdir.resolve() in cache.parents:  # a shared cache would hold other solutions' kernels
         files += sorted(cache.rglob("*.cubin"))
     if not files:

@@ -1,0 +1,111 @@
+"""A library's Triton kernel under the name of a function of the solution's own: the worker's private Triton
+cache says where each compiled kernel was defined (harness.sandbox.triton_cache), and attribution counts a kernel
+compiled from outside the solution as the library's."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import textwrap
+
+import pytest
+
+from harness.sandbox.triton_cache import compiled_kernels, kernels_outside
+
+pytest.importorskip("triton")
+
+KERNEL = textwrap.dedent('''
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def merge_state_kernel(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+''')
+
+
+def _compile_into(cache, module_dir, module_name, monkeypatch):
+    """Compile the module's kernel for sm_90 (no GPU needed) into ``cache``, as a worker's first launch does."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.syspath_prepend(str(module_dir))
+    module = importlib.import_module(module_name)
+    try:
+        src = ASTSource(module.merge_state_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                        constexprs={"BLOCK": 128})
+        triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    finally:
+        sys.modules.pop(module_name, None)
+
+
+def test_a_library_kernel_and_a_solution_s_own_are_told_apart_by_where_triton_says_they_were_defined(
+        tmp_path, monkeypatch):
+    cache = tmp_path / "home" / ".triton"
+    library = tmp_path / "site-packages" / "somelib"
+    solution = tmp_path / "work" / "src" / "crucible_solution_abc"
+    # other code under one name (identical code has one cache entry, the first compiler's: then it is the same kernel
+    # whichever file launched it)
+    for folder, name, text in ((library, "somelib_cascade", KERNEL.replace("* 2", "* 3")),
+                               (solution, "crucible_own_kernel", KERNEL)):
+        folder.mkdir(parents=True)
+        (folder / f"{name}.py").write_text(text)
+        _compile_into(cache, folder, name, monkeypatch)
+    found = compiled_kernels(cache)
+    assert found == {"merge_state_kernel": {str((library / "somelib_cascade.py").resolve()),
+                                            str((solution / "crucible_own_kernel.py").resolve())}}
+    assert kernels_outside(cache, solution) == ["merge_state_kernel"]  # one variant came from the library
+    assert kernels_outside(cache, tmp_path) == []  # both files under this folder
+
+
+def test_only_the_solution_s_own_kernels_compiled_means_nothing_from_elsewhere(tmp_path, monkeypatch):
+    cache = tmp_path / ".triton"
+    solution = tmp_path / "src" / "crucible_solution_def"
+    solution.mkdir(parents=True)
+    (solution / "crucible_only_own.py").write_text(KERNEL)
+    _compile_into(cache, solution, "crucible_only_own", monkeypatch)
+    assert kernels_outside(cache, solution) == []
+    assert kernels_outside(tmp_path / "no-cache", solution) == []  # nothing compiled: nothing to say
+
+
+def test_a_cache_entry_without_a_location_or_unreadable_is_skipped(tmp_path):
+    entry = tmp_path / "HASH"
+    entry.mkdir()
+    (entry / "k.source").write_text("module {\n}\n")  # no #loc line
+    (entry / "j.source").write_bytes(b'#loc = loc("/lib/x\\"y.py":3:0)\n')  # MLIR escapes a quote in a path
+    (entry / "gone.source").mkdir()  # not a readable file
+    assert compiled_kernels(tmp_path) == {"j": {os.path.realpath('/lib/x"y.py')}}
+
+
+def test_attribution_counts_a_library_kernel_under_a_name_of_the_solution_s_own_as_the_library_s(
+        tmp_path, tiny_dataset_root):
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.schema import Solution
+    from harness.pipeline.evaluate import Session, SubmitOptions, WorkloadResult
+
+    from support import triton_example
+
+    example = triton_example()
+    decoy = "\n\ndef merge_state_kernel(*args):  # a decoy: the library's kernel of that name does the merge\n" \
+            "    pass\n"
+    example["sources"][0]["content"] += decoy
+    solution = Solution.model_validate(example)
+    trial = {"median_ms": 0.02, "iterations": 50,
+             "kernel_ns": {"_gqa_decode_kernel": 50 * 4e3, "merge_state_kernel": 50 * 16e3}}
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"), SubmitOptions()) as s:
+        honest = WorkloadResult("w", "b1", "PASSED", timing=[trial])
+        s._attribution(solution, honest)  # the worker saw both compiled from the solution's files
+        borrowed = WorkloadResult("w", "b1", "PASSED", timing=[trial],
+                                  triton_kernels_elsewhere=["merge_state_kernel"])
+        s._attribution(solution, borrowed)
+    assert honest.audits[0].passed, honest.audits
+    [audit] = borrowed.audits
+    assert not audit.passed and audit.detail.startswith("fallback"), audit.detail
+    assert audit.share == pytest.approx(0.2) and "not its own whatever it names its functions: merge_state_kernel" \
+        in audit.detail
