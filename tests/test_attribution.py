@@ -61,6 +61,11 @@ def test_own_kernels_come_from_the_sources():
     assert {"plain_kernel", "split_kv", "merge_states", "gqa_decode_kernel"} <= own.cuda
 
 
+CUBLAS_GEMM_SN = ("_Z16gemmSN_NN_kernelIfLi256ELi4ELi2ELi8ELi4ELi4ELb0E30cublasGemvTensorStridedBatchedIKfES1_S1_fEv"
+                  "T6_T7_T8_T9_")
+CUBLAS_DOT = "_Z10dot_kernelIfLi128ELi0E15cublasDotParamsI16cublasGemvTensorIKfES1_EEvT2_"
+
+
 @pytest.mark.parametrize("name, sources, mine", [
     ("_decode_kernel", TRITON, True),  # Triton: a plain C name, the Python function's
     ("plain_kernel", CUDA, True),  # extern "C"
@@ -100,6 +105,11 @@ def test_own_kernels_come_from_the_sources():
     ("_ZN12_GLOBAL__N_113decode_kernelEPf", ANON_CU, True),  # a host compiler's name for it: no unit named
     # PyTorch's file-local kernels stay PyTorch's, even beside a decoy declared in an anonymous namespace
     (ATEN_SOFTMAX, {"k.cu": "namespace { __global__ void softmax_warp_forward(float* x) {} }\n"}, False),
+    # cuBLAS's kernels outside any namespace (H100, 2026-12-06: a contestant's DSA attention through torch.matmul
+    # ran gemmSN_NN_kernel) carry cuBLAS's types in their template arguments; a decoy of the name claims nothing
+    (CUBLAS_GEMM_SN, {"k.cu": "template <typename T, int A> __global__ void gemmSN_NN_kernel(T* x) {}\n"}, False),
+    (CUBLAS_DOT, {"k.cu": "__global__ void dot_kernel(float* x) {}\n"}, False),
+    ("_Z10dot_kernelPf", {"k.cu": "__global__ void dot_kernel(float* x) {}\n"}, True),  # the candidate's own
     ("_ZN2at6native12_GLOBAL__N_113decode_kernelEPf", ANON_CU, False),
 ])
 def test_is_own(name, sources, mine):

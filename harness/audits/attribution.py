@@ -209,8 +209,15 @@ def pytorch_glue(others: Mapping[str, float], calls: int, pointwise_us: float, a
     return pointwise if within(pointwise, pointwise_us) else {}
 
 
+# cuBLAS's and cuDNN's kernels outside any namespace (gemmSN_NN_kernel, gemv2T_kernel_val, dot_kernel, the kernels
+# torch.matmul reaches on odd shapes) carry the library's own types in their template arguments
+# (cublasGemvTensorStridedBatched, cublasDotParams): a decoy __global__ of the same name in a candidate's sources
+# does not make one of them its own.
+LIBRARY_TYPE_MARKS = ("cublas", "cudnn")
+
+
 def is_own(name: str, own: OwnKernels) -> bool:
-    if name.startswith("["):  # memcpy/memset
+    if name.startswith("[") or any(mark in name for mark in LIBRARY_TYPE_MARKS):  # memcpy/memset; cuBLAS, cuDNN
         return False
     parts = qualified_name(name)
     if not parts or parts[-1].startswith(LIBRARY_PREFIXES) or INDUCTOR_NAME.match(parts[-1]):
