@@ -209,11 +209,11 @@ def pytorch_glue(others: Mapping[str, float], calls: int, pointwise_us: float, a
     return pointwise if within(pointwise, pointwise_us) else {}
 
 
-# cuBLAS's and cuDNN's kernels outside any namespace (gemmSN_NN_kernel, gemv2T_kernel_val, dot_kernel, the kernels
+# The CUDA math libraries' kernels outside any namespace (cuBLAS's gemmSN_NN_kernel and dot_kernel, which
 # torch.matmul reaches on odd shapes) carry the library's own types in their template arguments
 # (cublasGemvTensorStridedBatched, cublasDotParams): a decoy __global__ of the same name in a candidate's sources
 # does not make one of them its own.
-LIBRARY_TYPE_MARKS = ("cublas", "cudnn")
+LIBRARY_TYPE_MARKS = ("cublas", "cudnn", "cusparse", "cusolver", "cufft")
 
 
 def is_own(name: str, own: OwnKernels) -> bool:
