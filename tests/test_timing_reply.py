@@ -105,3 +105,15 @@ def test_a_cuda_check_failing_on_a_cpu_host_says_why(error, has_gpu, hinted):
     from harness.pipeline.workload_evaluation import cpu_host_hint
 
     assert bool(cpu_host_hint(error, has_gpu)) is hinted
+
+
+def test_the_triton_kernels_compiled_outside_the_solution_reach_the_result():
+    """The worker's Triton cache says which kernels a library defined (harness.sandbox.triton_cache); attribution
+    reads them from the result."""
+    wr = result()
+    header = {"ok": True, "trials": [trial(0.30)], "triton_kernels_elsewhere": ["gemm_kernel"]}
+    apply_timing_reply(wr, TimeReply.model_validate(header), AuditConfig())
+    assert wr.triton_kernels_elsewhere == ["gemm_kernel"]
+    older = result()  # a worker that does not say: nothing is taken from elsewhere
+    apply_timing_reply(older, TimeReply.model_validate({"ok": True, "trials": [trial(0.30)]}), AuditConfig())
+    assert older.triton_kernels_elsewhere == []
