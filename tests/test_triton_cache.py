@@ -73,6 +73,37 @@ def test_only_the_solution_s_own_kernels_compiled_means_nothing_from_elsewhere(t
     assert kernels_outside(tmp_path / "no-cache", solution) == []  # nothing compiled: nothing to say
 
 
+def test_a_solution_s_kernel_calling_a_library_s_jit_helper_is_the_solution_s(tmp_path, monkeypatch):
+    """Only the kernel's own definition counts ("#loc"); the helpers it inlines come after it ("#locN")."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    library, solution = tmp_path / "site-packages", tmp_path / "src" / "crucible_solution_helper"
+    library.mkdir()
+    solution.mkdir(parents=True)
+    (library / "crucible_lib_helpers.py").write_text(
+        "import triton\n\n\n@triton.jit\ndef twice(x):\n    return x * 2\n")
+    (solution / "crucible_calls_helper.py").write_text(KERNEL.replace("import triton.language as tl\n",
+                                                                      "import triton.language as tl\n"
+                                                                      "from crucible_lib_helpers import twice\n")
+                                                       .replace("* 2, mask", "* 0 + twice(offs), mask"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(library))
+    monkeypatch.syspath_prepend(str(solution))
+    try:
+        module = importlib.import_module("crucible_calls_helper")
+        src = ASTSource(module.merge_state_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                        constexprs={"BLOCK": 128})
+        triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    finally:
+        sys.modules.pop("crucible_calls_helper", None)
+        sys.modules.pop("crucible_lib_helpers", None)
+    source = next((tmp_path / "cache").glob("*/merge_state_kernel.source")).read_text()
+    assert "crucible_lib_helpers.py" in source  # the helper's code is in the kernel...
+    assert kernels_outside(tmp_path / "cache", solution) == []  # ...which is still the solution's
+
+
 def test_a_cache_entry_without_a_location_or_unreadable_is_skipped(tmp_path):
     entry = tmp_path / "HASH"
     entry.mkdir()

@@ -19,7 +19,8 @@ from typing import Optional
 
 from ..data.schema import Solution
 
-_DEFINED_AT = re.compile(r'#loc\d* = loc\("((?:[^"\\]|\\.)*)":\d+:\d+\)')
+# the kernel's own definition: "#loc" with no number (helpers it calls, maybe a library's, are "#locN" after it)
+_DEFINED_AT = re.compile(r'^#loc = loc\("((?:[^"\\]|\\.)*)":\d+:\d+\)', re.MULTILINE)
 _MAX_FILES = 4096  # a cache never holds more kernels than a solution launched; more is not a cache of its own
 _HEAD_BYTES = 4096
 
