@@ -74,3 +74,14 @@ def test_a_terminal_gets_bars_and_a_pipe_gets_lines():
         on_event("workload", {"label": "w", "uuid": "w"})
         on_event("result", {"label": "w", "status": "PASSED", "message": ""})
     assert "workload(s)" not in terminal.file.getvalue()
+
+
+def test_control_characters_in_a_candidate_s_message_are_shown_not_obeyed():
+    from harness.cli_common import SafeConsole
+
+    buf = io.StringIO()
+    with lines(SafeConsole(file=buf, force_terminal=False, width=200), Clock()) as on_event:
+        on_event("workload", {"label": "w", "uuid": "w"})
+        on_event("result", {"label": "w", "status": "RUNTIME_ERROR", "message": "boom\x1b[2J\x1b[H cleared"})
+    text = buf.getvalue()
+    assert "\x1b" not in text and "\\x1b[2J" in text, text
