@@ -260,6 +260,9 @@ def main() -> None:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "workloads"}), flush=True)
         write(Path(args.out), rows)  # after each solution: a run cut short keeps what it measured
+    print(json.dumps({"judged": len(rows), "promotable": sum(r["promotable"] for r in rows),
+                      "no_result": sum(1 for r in rows if r["error"]),
+                      "not_as_expected": [r["name"] for r in rows if r["as_expected"] is False]}), flush=True)
 
 
 AS_EXPECTED = {True: "yes", False: "NO", None: "-"}

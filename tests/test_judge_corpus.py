@@ -28,7 +28,7 @@ def test_a_corpus_is_every_json_but_the_expectations_in_name_order(tmp_path):
 
 
 def test_the_corpus_run_submits_on_the_largest_workload_without_baselines_and_keeps_every_verdict(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, capsys):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("a_honest", "b_unknown", "c_cut"):
@@ -52,6 +52,8 @@ def test_the_corpus_run_submits_on_the_largest_workload_without_baselines_and_ke
     monkeypatch.setattr(sys, "argv", ["judge_set.py", "--corpus", str(corpus), "--out", str(out), "--archive",
                                       str(tmp_path / "archive"), "--budget-s", "100", "--timeout", "150"])
     judge_set.main()
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary == {"judged": 2, "promotable": 0, "no_result": 0, "not_as_expected": ["a_honest"]}
     assert asked == [("a_honest", "largest", ["--no-baselines"], 150.0),
                      ("b_unknown", "largest", ["--no-baselines"], 150.0)]  # c_cut: past the budget, not started
     rows = json.loads(next(out.glob("judge_set_*.json")).read_text())
