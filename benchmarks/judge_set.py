@@ -188,7 +188,8 @@ def corpus_set(folder: Path) -> list[tuple[str, Path, Optional[bool]]]:
 
 
 def submit(path: Path, archive: Path, workloads: str, extra: list[str], timeout_s: float) -> tuple[dict, float]:
-    cmd = [sys.executable, "-m", "harness.cli", "submit", str(path), "--archive", str(archive), "--json", *extra]
+    cmd = [sys.executable, "-m", "harness.cli", "submit", str(path), "--archive", str(archive), "--json",
+           "--progress", "lines", *extra]  # a solution cut short by the timeout says which workload it was on
     if workloads:
         cmd += ["-w", workloads]
     started = time.perf_counter()

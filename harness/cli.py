@@ -69,11 +69,14 @@ def main() -> None:
               help="--executor ray: at most this many lanes (on a cluster without GPUs: this many CPU lanes).")
 @click.option("--resume", is_flag=True, help="Skip solutions the archive already holds a verdict for (same code, "
                                              "definition, workloads and audit level): continue a killed run.")
+@click.option("--progress", type=click.Choice(["auto", "lines", "off"]), default="auto", show_default=True,
+              help="auto: bars on a terminal, nothing elsewhere; lines: a timestamped line per workload on stderr "
+                   "(CI logs, scripts); off: nothing.")
 def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path: Optional[str], dataset: Optional[str],
            as_json: bool, timeout: Optional[float], all_workloads: bool, no_timing: bool, no_baselines: bool,
            time_reference: bool, audit_level: str, no_net_isolation: bool, require_sandbox: bool,
            no_sandbox: bool, fresh_seeds: bool, fresh_builds: bool, executor: str, address: Optional[str],
-           lanes: Optional[int], resume: bool) -> None:
+           lanes: Optional[int], resume: bool, progress: str) -> None:
     """Evaluate SOLUTION.json files (or folders of them) and archive the results.
 
     With several solutions on a host with several GPUs, evaluations run in parallel, one per GPU.
@@ -142,7 +145,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
         early_workers.launch_for_submit(opts, ds.root, archive.folder)
         timeline("early_workers_launched")
     try:
-        _run_submit(loaded, ds, archive, opts, as_json, executor, address, lanes)
+        _run_submit(loaded, ds, archive, opts, as_json, executor, address, lanes, progress)
     except Exception as e:
         line = storage_message(e, archive.folder)  # a full disk: one line, the record closed where it can be
         if line is None:
@@ -153,7 +156,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
 
 
 def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_json: bool, executor: str,
-                address: Optional[str], lanes: Optional[int]) -> None:
+                address: Optional[str], lanes: Optional[int], progress: str = "auto") -> None:
     """``submit`` once its arguments are checked: evaluate, print, exit."""
     from .pipeline.evaluate import SandboxUnavailable
     from .pipeline.parallel import submit_all
@@ -173,7 +176,7 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
     if executor == "ray":
         _submit_on_ray(loaded, ds, archive, opts, address, lanes, on_result)
         sys.exit(exit_code)
-    with submit_progress(err) as on_event:
+    with submit_progress(err, progress) as on_event:
         try:
             submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
         except (SchemaError, SandboxUnavailable) as e:

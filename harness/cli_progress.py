@@ -1,6 +1,7 @@
-"""What `harness submit` shows while it works, on stderr: a bar per GPU lane on a terminal, plain timestamped lines
-elsewhere (a CI log, a pipe, a script waiting on a slow solution), so a run that is cut short still says which
-workload it was on and for how long."""
+"""What `harness submit` shows while it works, on stderr (`--progress`): a bar per GPU lane on a terminal; with
+`lines`, plain timestamped lines (a CI log, a script waiting on a slow solution), so a run that is cut short still
+says which workload it was on and for how long. Elsewhere nothing by default: a failure stays one line, and output
+piped into another program holds only what it asked for."""
 
 from __future__ import annotations
 
@@ -74,5 +75,13 @@ def lines(err: Console, clock: Callable[[], float] = time.monotonic) -> Iterator
     yield on_event
 
 
-def submit_progress(err: Console) -> contextlib.AbstractContextManager[Handler]:
-    return bars(err) if err.is_terminal else lines(err)
+@contextlib.contextmanager
+def silent() -> Iterator[Handler]:
+    yield lambda kind, data: None
+
+
+def submit_progress(err: Console, mode: str = "auto") -> contextlib.AbstractContextManager[Handler]:
+    """``mode``: auto (bars on a terminal, else nothing), lines, off."""
+    if mode == "lines":
+        return lines(err)
+    return bars(err) if mode == "auto" and err.is_terminal else silent()

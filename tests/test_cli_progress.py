@@ -63,10 +63,14 @@ def test_markup_in_names_is_printed_as_written():
     assert "[bold red]x[/] [d]" in buf.getvalue()
 
 
-def test_a_terminal_gets_bars_and_a_pipe_gets_lines():
+def test_a_terminal_gets_bars_lines_are_asked_for_and_a_pipe_gets_nothing_by_default():
     terminal = Console(file=io.StringIO(), force_terminal=True)
     pipe = Console(file=io.StringIO(), force_terminal=False)
-    with submit_progress(pipe) as on_event:
+    for mode in ("auto", "off"):  # a failure stays one line; piped output holds only what was asked for
+        with submit_progress(pipe, mode) as on_event:
+            on_event("start", {"solution": "s", "definition": "d", "workloads": 1})
+    assert pipe.file.getvalue() == ""
+    with submit_progress(pipe, "lines") as on_event:
         on_event("start", {"solution": "s", "definition": "d", "workloads": 1})
     assert "s [d]: 1 workload(s)" in pipe.file.getvalue()
     with submit_progress(terminal) as on_event:  # transient bars: nothing is left behind for a passing workload
