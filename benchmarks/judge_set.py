@@ -176,7 +176,41 @@ def independent_solution(name: str, definition: Optional[str] = None) -> dict:
     return {"name": name, "definition": definition or own, "author": "judge-set", "description": description,
             "spec": {"language": language, "target_hardware": ["H200"], "entry_point": f"{file}::run",
                      "dependencies": [], "destination_passing_style": dps},
-            "sources": [{"path": file, "content": (FAMILIES / file).read_text()}]}
+            "sources": [{"path": file, "content": source_text(file)}]}
+
+
+def _library_triton_gemm(text: str) -> str:
+    """The dequantise-then-PyTorch-matmul MoE with FlashInfer's Triton GEMM for the matmuls, and functions of its own
+    named as that GEMM's kernels (`gemm_kernel`, `gemm_kernel_persistent`)."""
+    changes = [
+        ("PyTorch matmuls\n(a judge-set solution, dishonest: cuBLAS does the operator's work, which MoE's ATen glue "
+         "never covers)", "FlashInfer's Triton\nGEMM (a judge-set solution, dishonest: a library's Triton kernel does "
+         "the operator's work, beside decoys named as its kernels)"),
+        ("import triton.language as tl\n",
+         "import triton.language as tl\nfrom flashinfer.triton.sm_constraint_gemm import gemm\n"),
+        ("def _dequantized(w, s):",
+         "def gemm_kernel(*args):  # never called: the library kernel's name\n    pass\n\n\n"
+         "def gemm_kernel_persistent(*args):\n    pass\n\n\ndef _dequantized(w, s):"),
+        ("x[tokens].to(torch.bfloat16) @ w13.t()", "gemm(x[tokens].to(torch.bfloat16), w13.t().contiguous())"),
+        ("(c @ w2.t())", "gemm(c.contiguous(), w2.t().contiguous())"),
+    ]
+    for old, new in changes:
+        if old not in text:
+            raise ValueError(f"the base solution changed: {old!r} is gone")
+        text = text.replace(old, new, 1)
+    return text
+
+
+# solutions written as another's with a few lines changed: file -> (the file it is made from, the change)
+DERIVED = {"moe_triton_dequant_library_triton_gemm.py": ("moe_triton_dequant_torch_gemm.py", _library_triton_gemm)}
+
+
+def source_text(file: str) -> str:
+    """An independent solution's source: its file, or the file it is derived from, changed (DERIVED)."""
+    if file in DERIVED:
+        base, change = DERIVED[file]
+        return change((FAMILIES / base).read_text())
+    return (FAMILIES / file).read_text()
 
 
 def corpus_set(folder: Path) -> list[tuple[str, Path, Optional[bool]]]:

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from harness.audits.attribution import own_kernels
+
 from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 from harness.data.schema import Solution
@@ -71,7 +73,7 @@ def test_every_independent_solution_is_in_the_family_set_and_fits_its_definition
     listed = {name: honest for name, _, honest, _ in judge_set.family_set(tmp_path)}
     for name, (file, definition, honest, *_rest) in judge_set.INDEPENDENT.items():
         assert listed[name] is honest
-        assert (judge_set.FAMILIES / file).is_file()
+        assert (judge_set.FAMILIES / judge_set.DERIVED.get(file, (file,))[0]).is_file()
         assert static_signature_problem(solution(name), ds.definition(definition)) is None, name
 
 
@@ -162,3 +164,12 @@ def test_the_topk_indexer_passes_official_workloads_at_full_size(uuid):
                            str(file), uuid], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": "PASSED", "message": ""}
+
+
+def test_the_library_gemm_sample_calls_flashinfer_s_triton_gemm_beside_decoys_of_its_kernel_names():
+    text = judge_set.source_text("moe_triton_dequant_library_triton_gemm.py")
+    assert "from flashinfer.triton.sm_constraint_gemm import gemm" in text
+    assert "def gemm_kernel(" in text and "def gemm_kernel_persistent(" in text
+    assert text.count("gemm(") >= 2 and " @ " not in text  # both matmuls are the library's
+    own = own_kernels({"moe.py": text})
+    assert {"gemm_kernel", "gemm_kernel_persistent", "_dequant"} <= own.python  # the decoys would claim the names
