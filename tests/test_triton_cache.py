@@ -140,3 +140,14 @@ def test_attribution_counts_a_library_kernel_under_a_name_of_the_solution_s_own_
     assert not audit.passed and audit.detail.startswith("fallback"), audit.detail
     assert audit.share == pytest.approx(0.2) and "not its own whatever it names its functions: merge_state_kernel" \
         in audit.detail
+
+
+def test_a_solution_without_a_python_package_has_no_kernels_from_elsewhere(tmp_path, monkeypatch):
+    from harness.sandbox.triton_cache import kernels_from_elsewhere
+
+    entry = tmp_path / ".triton" / "HASH"
+    entry.mkdir(parents=True)
+    (entry / "k.source").write_text('#loc = loc("/lib/k.py":3:0)\n')
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / ".triton"))
+    assert kernels_from_elsewhere(tmp_path, None) == []  # a CUDA solution: nothing of it is Triton
+    assert kernels_from_elsewhere(tmp_path, tmp_path / "src" / "crucible_solution_x") == ["k"]

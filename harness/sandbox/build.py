@@ -45,6 +45,7 @@ class Built:
     compile_only: bool = False  # CUDA sources checked by nvcc on a host without a GPU
     artifacts: dict[str, str] = field(default_factory=dict)  # kind -> path (cubin, .so)
     note: str = ""  # why a build could not go further here (compile_only)
+    package: Optional[Path] = None  # a Python solution's folder, imported as a package (package_folder)
 
 
 def expected_params(definition: Definition, dps: bool, has_setup: bool = False) -> list[str]:
@@ -207,8 +208,8 @@ def package_folder(solution: Solution, workdir: Path) -> Path:
 
 
 def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> Built:
-    src_root = package_folder(solution, workdir).parent
-    package = package_folder(solution, workdir).name
+    folder = package_folder(solution, workdir)
+    src_root, package = folder.parent, folder.name
     # Python files no import of the solution reaches (its tests, its benchmarks: their findings blocked nothing,
     # harness.audits.static_gate.python_reach) are not written at all: whatever loader could name one finds nothing
     pkg_dir = write_sources(solution, src_root / package, frozenset(never_imported_files(solution)))
@@ -250,7 +251,7 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
         if not callable(setup):
             raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
-    return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries())
+    return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries(), package=pkg_dir)
 
 
 def gpu_only_extension(builder: str, when: str = "") -> str:

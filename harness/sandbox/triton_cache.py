@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from ..data.schema import Solution
 
 # the kernel's own definition: "#loc" with no number (helpers it calls, maybe a library's, are "#locN" after it)
 _DEFINED_AT = re.compile(r'^#loc = loc\("((?:[^"\\]|\\.)*)":\d+:\d+\)', re.MULTILINE)
@@ -58,11 +57,7 @@ def kernels_outside(cache_dir: Path, solution_folder: Path) -> list[str]:
                   if any(not f.startswith(root) for f in files))
 
 
-def kernels_from_elsewhere(workdir: Path, solution: Optional[Solution]) -> list[str]:
-    """The Triton kernels a worker in ``workdir`` compiled from files outside ``solution``'s own (its package,
-    harness.sandbox.build.package_folder)."""
-    from .build import package_folder
-
-    if solution is None:
-        return []
-    return kernels_outside(triton_cache_dir(workdir), package_folder(solution, workdir))
+def kernels_from_elsewhere(workdir: Path, package: Optional[Path]) -> list[str]:
+    """The Triton kernels a worker in ``workdir`` compiled from files outside the solution's ``package`` (its
+    folder, harness.sandbox.build.Built.package); none for a solution that is no Python package."""
+    return kernels_outside(triton_cache_dir(workdir), package) if package is not None else []

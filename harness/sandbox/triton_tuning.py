@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 _DEPTH = 4  # heuristics over autotune over jit: the decorators' ``fn`` chain
@@ -22,30 +23,19 @@ def _autotuner_class() -> Any:
     return getattr(module, "Autotuner", None) if module is not None else None
 
 
-def solution_folder(fn: Any) -> Optional[str]:
-    """The solution's folder: the harness imports it as a package (harness.sandbox.build), so the top package of
-    the module that defines the entry point ``fn`` holds every file of it (kernels in a sibling folder too)."""
-    name = getattr(fn, "__module__", None)
-    top = sys.modules.get(name.split(".")[0]) if isinstance(name, str) else None
-    paths = getattr(top, "__path__", None)
-    folder = next(iter(paths), None) if paths is not None else None
-    if folder is None:  # a plain module, not a package
-        file = getattr(top, "__file__", None)
-        folder = os.path.dirname(file) if isinstance(file, str) else None
-    return os.path.join(os.path.abspath(folder), "") if isinstance(folder, str) else None
-
-
-def autotuners(folder: Optional[str]) -> list[Any]:
-    """Every Autotuner reachable from the globals of a module under ``folder`` (the solution's: scanning every
-    module of the process takes a tenth of a second), a decorated kernel through its decorators' ``fn``."""
+def autotuners(folder: Optional[Path]) -> list[Any]:
+    """Every Autotuner reachable from the globals of a module under ``folder`` (the solution's package,
+    harness.sandbox.build.Built.package: scanning every module of the process takes a tenth of a second), a
+    decorated kernel through its decorators' ``fn``."""
     cls = _autotuner_class()
-    if cls is None or not folder:
+    if cls is None or folder is None:
         return []
+    root = os.path.join(os.path.abspath(folder), "")
     found: dict[int, Any] = {}
     for module in list(sys.modules.values()):
         try:  # sys.modules may hold any object the candidate put there: its attributes can raise
             file = getattr(module, "__file__", None)
-            if not isinstance(file, str) or not os.path.abspath(file).startswith(folder):
+            if not isinstance(file, str) or not os.path.abspath(file).startswith(root):
                 continue
             values = list(vars(module).values())
         except Exception:
@@ -77,7 +67,7 @@ def tuned_keys(tuners: list[Any]) -> dict[int, int]:
     return out
 
 
-def tunings_since(before: dict[int, int], folder: Optional[str]) -> int:
+def tunings_since(before: dict[int, int], folder: Optional[Path]) -> int:
     """Keys tuned since ``before`` (``tuned_keys`` then), autotuners found only now counted whole."""
     now = tuned_keys(autotuners(folder))
     return sum(max(0, count - before.get(key, 0)) for key, count in now.items())

@@ -304,7 +304,7 @@ class Worker:
         with self._step("gpu_state"):
             state_after = gpu_state(index)
         with self._step("triton_cache"):  # a library's kernels (sandbox.triton_cache); none for the reference
-            elsewhere = kernels_from_elsewhere(self.workdir, self.solution) if self.role == "candidate" else []
+            elsewhere = kernels_from_elsewhere(self.workdir, self.built.package) if self.role == "candidate" else []
         return {"ok": True, "trials": official, "kernel_trials": kernel or None, "gpu_state_before": state_before,
                 "gpu_state_after": state_after, "triton_kernels_elsewhere": elsewhere}, {}
 

@@ -145,7 +145,7 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
     library: list[dict[str, Any]] = []  # per step, on a CPU (harness.sandbox.library_ops)
     flush = l2_flush(device)
     raise_clocks(device, flush)
-    folder = triton_tuning.solution_folder(built.fn)
+    folder = built.package  # the solution's own modules: where its autotuners are (triton_tuning)
 
     def setup() -> tuple[Any, ...]:
         # setup (a plan) stays outside the wall time, as in the kernel figure: once per content, as the timer does
