@@ -19,7 +19,8 @@
 # JIT modules (.so only). sweep: SWEEP_CONFIGS (JSON lists, comma-separated, benchmarks/template_sweep.py), SWEEP_DEFINITIONS,
 # SWEEP_ARGS (more `harness submit` arguments, e.g. "-w uniform_b1_kv8192"). promoted: examples/gqa_decode_promoted/ of
 # PROMOTED_DEFINITIONS (default all four) submitted on every workload (PROMOTED_TIMEOUT, PROMOTED_ARGS), summarised by
-# benchmarks/submit_summary.py; PROMOTED_PROFILE=1: then each one's ncu digest per regime (OUT/ncu_promoted_<def>.json).
+# benchmarks/submit_summary.py; PROMOTED_PROFILE=1: then each one's ncu digest per regime (OUT/ncu_promoted_<def>.json;
+# PROMOTED_PROFILE_ARGS, e.g. "-w uniform_b1_kv8192,skewed_b64": those workloads instead of one per regime).
 # loop_record: for each of LOOP_DEFINITIONS
 # (comma-separated) `controller loop --provider offline` from the naive kernel within LOOP_BUDGET_S (default 380),
 # then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/. LOOP_EXTEND_S=S:
@@ -256,7 +257,7 @@ if stage promoted; then  # the loop's promoted gqa_decode solutions (examples/) 
     python3 benchmarks/submit_summary.py "$OUT/promoted_$def.json" >> "$LOG" 2>&1
     if [ "${PROMOTED_PROFILE:-0}" = 1 ]; then  # its ncu digest per regime (`controller profile`), in its sandbox
       sid=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["submission_id"])' "$OUT/promoted_$def.json") \
-        && timeout ${PROFILE_TIMEOUT:-240} python3 -m controller profile "$sid" --archive "$ARCHIVE" --json \
+        && timeout ${PROFILE_TIMEOUT:-240} python3 -m controller profile "$sid" --archive "$ARCHIVE" --json ${PROMOTED_PROFILE_ARGS:-} \
           > "$OUT/ncu_promoted_$def.json" 2>> "$LOG"
     fi
   done
