@@ -1,6 +1,7 @@
 """Programmatic dependent launch under Triton's CPU interpreter: `tl.extra.cuda.gdc_wait()` and
 `gdc_launch_dependents()` are no-ops there (every launch has finished before the next starts), so a PDL kernel is
-checked instead of SKIPPED; and a Triton builtin the interpreter cannot call is named in the SKIPPED reason (it was
+checked instead of SKIPPED; a loop index has `.to` as the compiler's scalar tensor has; and a Triton builtin the
+interpreter cannot call is named in the SKIPPED reason (it was
 always "a libdevice (extern) call")."""
 
 from __future__ import annotations
@@ -57,11 +58,26 @@ KERNELS = textwrap.dedent('''
             acc += tl.load(x_ptr + i + tl.arange(0, 1))
         tl.store(y_ptr + tl.arange(0, 1), acc)
 
+    @triton.jit
+    def wide_offsets(x_ptr, y_ptr, NT, B: tl.constexpr):
+        # a loop index is a scalar tensor when compiled: `.to` before a 64-bit offset (a contestant's GDN prefill)
+        acc = tl.zeros([B], dtype=tl.float32)
+        for i_t in range(NT):
+            acc += tl.load(x_ptr + i_t.to(tl.int64) * B + tl.arange(0, B))
+        for j in tl.range(0, NT, 2, num_stages=2):
+            acc += tl.load(x_ptr + j.to(tl.int64, bitcast=False) * B + tl.arange(0, B))
+        for s in tl.static_range(3):  # a compile-time constant, a plain int under the interpreter as before
+            acc += s
+        tl.store(y_ptr + tl.arange(0, B), acc)
+
     out = {}
     x = torch.arange(8, dtype=torch.float32)
     s = torch.empty(1)
     staged_sum[(1,)](x, s, 8)
     out["staged"] = s.tolist()
+    w = torch.empty(2)
+    wide_offsets[(1,)](x, w, 4, B=2)
+    out["wide"] = w.tolist()
     y, z = torch.empty(8), torch.empty(8)
     pdl[(1,)](x, y, 8, launch_pdl=True)
     pdl_imported[(1,)](y, z, 8, launch_pdl=True)
@@ -91,6 +107,13 @@ def test_grid_dependency_control_is_a_no_op_under_the_interpreter(results):
 
 def test_a_builtin_range_with_loop_keywords_runs_as_the_compiler_runs_it(results):
     assert results["staged"] == [sum(range(8)) * 2 + 0 + 4]
+
+
+def test_a_loop_index_takes_the_scalar_tensor_methods_it_has_when_compiled(results):
+    x = list(range(8))
+    every = [sum(x[2 * t + c] for t in range(4)) for c in range(2)]
+    even = [sum(x[2 * t + c] for t in (0, 2)) for c in range(2)]
+    assert results["wide"] == [a + b + 3 for a, b in zip(every, even)]
 
 
 def test_a_builtin_the_interpreter_cannot_call_is_named(results):

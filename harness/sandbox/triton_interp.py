@@ -19,6 +19,11 @@ A ``for`` over Python's own ``range`` inside a kernel may carry Triton's loop op
 (``range(0, n, num_stages=2)``): the compiler reads only the positional bounds of a builtin ``range`` and drops its
 keywords, while the interpreter runs the loop as plain Python, whose ``range`` takes no keywords. The interpreter's
 copy of such a kernel drops them too (``_patch_builtin_range_keywords``).
+
+The compiler makes the index of a ``range`` or ``tl.range`` loop a scalar tensor, so kernels call tensor methods on it
+(``i_t.to(tl.int64)`` before a 64-bit offset, as a real GDN prefill kernel does); the interpreter's index is a Python
+int, which has no ``.to``. In the interpreter's copy such an index is an int that also has ``.to``
+(``_LoopIndex``); ``tl.static_range`` keeps plain ints, as its index is a compile-time constant on a GPU too.
 """
 
 from __future__ import annotations
@@ -137,10 +142,28 @@ def _patch_grid_dependency() -> None:
                 setattr(module, no_op.__name__, no_op)
 
 
+class _LoopIndex(int):
+    """A ``range``/``tl.range`` loop's index under the interpreter: an int, with the scalar tensor's ``.to``."""
+
+    def to(self, dtype, *args, **kwargs):
+        import triton.language as tl
+
+        return tl.full((), int(self), dtype)
+
+
+def _loop_indices(iterable):
+    """The interpreter's copy of a kernel loops over this instead of a ``range``/``tl.range`` (see the docstring)."""
+    for index in iterable:
+        yield _LoopIndex(index) if type(index) is int else index
+
+
+_LOOP_INDICES = "_crucible_loop_indices"  # the name the rewritten loops call (the interpreter's globals hold it)
+
+
 def _patch_builtin_range_keywords() -> None:
-    """Keywords of a builtin ``range`` a kernel loops over are dropped in the interpreter's rewrite of the kernel,
-    as the compiler drops them (see the module docstring); a module that binds ``range`` to ``tl.range`` keeps them
-    (``tl.range`` takes them, under the interpreter too)."""
+    """The interpreter's rewrite of a kernel: keywords of a builtin ``range`` it loops over are dropped, as the
+    compiler drops them (see the module docstring); a module that binds ``range`` to ``tl.range`` keeps them
+    (``tl.range`` takes them, under the interpreter too). Every ``range``/``tl.range`` loop's index gets ``.to``."""
     import ast
     import builtins
 
@@ -150,19 +173,30 @@ def _patch_builtin_range_keywords() -> None:
     original = getattr(rewriter, "_transform_ast", None)
     if original is None:  # another Triton's interpreter: nothing known to patch
         return
+    # the rewritten kernel runs in its module's globals, to which the interpreter adds its own module's names
+    setattr(interp, _LOOP_INDICES, _loop_indices)
 
-    class DropKeywords(ast.NodeTransformer):
+    class RewriteLoops(ast.NodeTransformer):
+        def __init__(self, builtin_range: bool) -> None:
+            self.builtin_range = builtin_range
+
         def visit_For(self, node: ast.For) -> ast.For:
             self.generic_visit(node)
             loop = node.iter
-            if isinstance(loop, ast.Call) and isinstance(loop.func, ast.Name) and loop.func.id == "range":
+            if not isinstance(loop, ast.Call):
+                return node
+            named_range = isinstance(loop.func, ast.Name) and loop.func.id == "range"
+            if named_range and self.builtin_range:
                 loop.keywords = []
+            if named_range or (isinstance(loop.func, ast.Attribute) and loop.func.attr == "range"):
+                node.iter = ast.Call(func=ast.Name(id=_LOOP_INDICES, ctx=ast.Load()), args=[loop], keywords=[])
             return node
 
     def transform(self, src):
         tree = original(self, src)
-        if getattr(self.fn, "__globals__", {}).get("range", builtins.range) is builtins.range:
-            tree = DropKeywords().visit(tree)
+        builtin_range = getattr(self.fn, "__globals__", {}).get("range", builtins.range) is builtins.range
+        tree = RewriteLoops(builtin_range).visit(tree)
+        ast.fix_missing_locations(tree)
         return tree
 
     rewriter._transform_ast = transform
