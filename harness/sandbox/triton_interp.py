@@ -2,6 +2,8 @@
 
 Without them the interpreter rejects correct bf16 kernels and accepts wrong fp8 ones:
 - ``tl.dot`` on bf16 operands multiplies the raw uint16 bit patterns (errors around 1e11);
+- so does every other float operation on bf16 (``x * y``, ``x < y``, ``tl.sum``...: ``triton_interp_bf16``), and a
+  cast between bf16 and an integer, fp16 or fp64 kept or took the bits instead of the value;
 - fp32 -> bf16 casts truncate instead of rounding to nearest even;
 - casts to float8 mis-round (1.953 becomes 1.0).
 Each fix converts through exact bit arithmetic or torch's own (correctly rounded) casts.
@@ -30,6 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .triton_interp_bf16 import bf16_bits_to_f32 as _bf16_bits_to_f32
+from .triton_interp_bf16 import f32_to_bf16_bits as _f32_to_bf16_bits_rtne
+
 _PATCHED = False
 # Kernels the interpreter has launched in this process: on a GPU attribution wants at least one own kernel per
 # workload, and on the CPU this count is the one witness that a call of a Triton solution ran any kernel of its own
@@ -39,19 +44,6 @@ LAUNCHES = [0]
 # Launches in progress: the interpreter's own reads of a launch's tensors (numpy views of its arguments, the fp8 casts
 # above) are not host work of the candidate's (harness.sandbox.library_ops leaves them out of the CPU's attribution).
 IN_LAUNCH = [0]
-
-
-def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def _f32_to_bf16_bits_rtne(values: np.ndarray) -> np.ndarray:
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
-    nan = np.isnan(values)
-    if nan.any():
-        rounded[nan] = np.uint16(0x7FC0)
-    return rounded
 
 
 def _torch_fp8_cast(values: np.ndarray, src, dst):
@@ -234,6 +226,11 @@ def apply() -> bool:
             return interp.TensorHandle(_bf16_bits_to_f32(src.data), d)
         if (s in fp8_types or d in fp8_types) and s.is_floating() and d.is_floating():
             return interp.TensorHandle(_torch_fp8_cast(src.data, s, d), d)
+        # bf16 to or from anything else (integers, fp16, fp64): through fp32, as the original would keep the bits
+        if s == tl.bfloat16 and d != s:
+            return cast_impl(self, interp.TensorHandle(_bf16_bits_to_f32(src.data), tl.float32), dst_type)
+        if d == tl.bfloat16 and s != d:
+            return cast_impl(self, original_cast(self, src, tl.float32), dst_type)
         return original_cast(self, src, dst_type)
 
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
@@ -270,6 +267,9 @@ def apply() -> bool:
     from . import triton_libdevice
 
     triton_libdevice.apply(tl, interp)
+    from . import triton_interp_bf16
+
+    triton_interp_bf16.apply(tl, interp)
     _patch_autotuner()
     _patch_grid_dependency()
     _patch_builtin_range_keywords()

@@ -1,0 +1,122 @@
+"""bf16 arithmetic under Triton's CPU interpreter, with the worker's patches: what a GPU computes (fp32, rounded to
+nearest even), where the interpreter alone did integer arithmetic on the bit patterns (harness/sandbox/
+triton_interp_bf16.py). torch's own bf16 operations on the CPU round the same way, so they are the expectation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from support import ROOT
+
+pytest.importorskip("triton")
+
+KERNELS = textwrap.dedent('''
+    import json, sys
+    import torch, triton, triton.language as tl
+    sys.path.insert(0, sys.argv[1])
+    from harness.sandbox import triton_interp
+    triton_interp.apply()
+
+    @triton.jit
+    def elementwise(x_ptr, y_ptr, out_ptr, flags_ptr, N: tl.constexpr):
+        o = tl.arange(0, N)
+        x = tl.load(x_ptr + o)
+        y = tl.load(y_ptr + o)
+        tl.store(out_ptr + 0 * N + o, x * y)
+        tl.store(out_ptr + 1 * N + o, x + y)
+        tl.store(out_ptr + 2 * N + o, x - y)
+        tl.store(out_ptr + 3 * N + o, x / y)
+        tl.store(out_ptr + 4 * N + o, -x)
+        tl.store(out_ptr + 5 * N + o, tl.fma(x, y, x))
+        tl.store(out_ptr + 6 * N + o, tl.minimum(x, y))
+        tl.store(out_ptr + 7 * N + o, tl.exp(x.to(tl.float32)).to(tl.bfloat16) * x)
+        tl.store(flags_ptr + o, (x < y).to(tl.int32))
+
+    @triton.jit
+    def reductions_and_casts(x_ptr, i_ptr, red_ptr, cast_ptr, back_ptr, N: tl.constexpr):
+        o = tl.arange(0, N)
+        x = tl.load(x_ptr + o)
+        tl.store(red_ptr + 0, tl.sum(x, axis=0))
+        tl.store(red_ptr + 1, tl.max(x, axis=0))
+        tl.store(red_ptr + 2, tl.min(x, axis=0))
+        tl.store(red_ptr + 3, tl.argmax(x, axis=0).to(tl.bfloat16))
+        tl.store(cast_ptr + o, tl.load(i_ptr + o).to(tl.bfloat16))       # int32 -> bf16
+        tl.store(back_ptr + o, (x * 100.0).to(tl.bfloat16).to(tl.int32))  # bf16 -> int32 (truncation)
+
+    torch.manual_seed(0)
+    N = 32
+    x = torch.randn(N).to(torch.bfloat16)
+    y = (torch.randn(N) + 0.05).to(torch.bfloat16)
+    out = torch.empty(8 * N, dtype=torch.bfloat16)
+    flags = torch.empty(N, dtype=torch.int32)
+    elementwise[(1,)](x, y, out, flags, N=N)
+    ints = torch.arange(-N // 2, N // 2, dtype=torch.int32) * 37
+    red = torch.empty(4, dtype=torch.bfloat16)
+    cast = torch.empty(N, dtype=torch.bfloat16)
+    back = torch.empty(N, dtype=torch.int32)
+    reductions_and_casts[(1,)](x, ints, red, cast, back, N=N)
+    f = lambda t: t.float().tolist()
+    print(json.dumps({"x": f(x), "y": f(y), "out": f(out), "flags": flags.tolist(), "ints": ints.tolist(),
+                      "red": f(red), "cast": f(cast), "back": back.tolist()}))
+''')
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    script = tmp_path_factory.mktemp("bf16") / "kernels.py"
+    script.write_text(KERNELS)
+    proc = subprocess.run([sys.executable, str(script), str(ROOT)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _bf16(values):
+    import torch
+
+    return torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("row, name, expected", [
+    (0, "x * y", lambda x, y: x * y),
+    (1, "x + y", lambda x, y: x + y),
+    (2, "x - y", lambda x, y: x - y),
+    (3, "x / y", lambda x, y: (x.float() / y.float()).bfloat16()),  # Triton divides bf16 in fp32
+    (4, "-x", lambda x, y: -x),
+    (5, "fma", lambda x, y: (x.float() * y.float() + x.float()).bfloat16()),
+    (6, "minimum", lambda x, y: torch_minimum(x, y)),
+    (7, "exp(x) * x", lambda x, y: x.float().exp().bfloat16() * x),
+])
+def test_bf16_elementwise_operations_are_the_rounded_fp32_ones(results, row, name, expected):
+    x, y = _bf16(results["x"]), _bf16(results["y"])
+    n = len(results["x"])
+    got = results["out"][row * n:(row + 1) * n]
+    assert got == expected(x, y).float().tolist(), name  # bit for bit: both round fp32 to nearest even
+
+
+def torch_minimum(x, y):
+    import torch
+
+    return torch.minimum(x, y)
+
+
+def test_bf16_comparisons_compare_values_not_bit_patterns(results):
+    assert results["flags"] == [int(a < b) for a, b in zip(results["x"], results["y"])]
+    assert 0 < sum(results["flags"]) < len(results["flags"])  # both outcomes occur, negative values among them
+    assert any(a < 0 for a in results["x"])
+
+
+def test_bf16_reductions_and_casts_use_the_values(results):
+    x = results["x"]
+    total, largest, smallest, arg = results["red"]
+    assert abs(total - sum(x)) <= 0.02 * max(1.0, abs(sum(x)))
+    assert (largest, smallest, arg) == (max(x), min(x), float(x.index(max(x))))
+    assert results["cast"] == _bf16([float(i) for i in results["ints"]]).float().tolist()
+    scaled = _bf16([v * 100.0 for v in x]).float().tolist()
+    assert results["back"] == [int(v) for v in scaled]  # toward zero, as fptosi
