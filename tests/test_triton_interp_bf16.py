@@ -49,6 +49,11 @@ KERNELS = textwrap.dedent('''
         tl.store(cast_ptr + o, tl.load(i_ptr + o).to(tl.bfloat16))       # int32 -> bf16
         tl.store(back_ptr + o, (x * 100.0).to(tl.bfloat16).to(tl.int32))  # bf16 -> int32 (truncation)
 
+    @triton.jit
+    def accumulate(x_ptr, acc_ptr, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.atomic_add(acc_ptr + o % 4, tl.load(x_ptr + o))  # four lanes per address, two programs
+
     torch.manual_seed(0)
     N = 32
     x = torch.randn(N).to(torch.bfloat16)
@@ -61,9 +66,12 @@ KERNELS = textwrap.dedent('''
     cast = torch.empty(N, dtype=torch.bfloat16)
     back = torch.empty(N, dtype=torch.int32)
     reductions_and_casts[(1,)](x, ints, red, cast, back, N=N)
+    acc = torch.zeros(4, dtype=torch.bfloat16)
+    accumulate[(2,)](x, acc, N=N)
     f = lambda t: t.float().tolist()
     print(json.dumps({"x": f(x), "y": f(y), "out": f(out), "flags": flags.tolist(), "ints": ints.tolist(),
-                      "red": f(red), "cast": f(cast), "back": back.tolist()}))
+                      "red": f(red), "cast": f(cast), "back": back.tolist(),
+                      "acc": f(acc)}))
 ''')
 
 
@@ -120,3 +128,14 @@ def test_bf16_reductions_and_casts_use_the_values(results):
     assert results["cast"] == _bf16([float(i) for i in results["ints"]]).float().tolist()
     scaled = _bf16([v * 100.0 for v in x]).float().tolist()
     assert results["back"] == [int(v) for v in scaled]  # toward zero, as fptosi
+
+
+def test_a_bf16_atomic_add_accumulates_values_lane_by_lane(results):
+    import torch
+
+    x = _bf16(results["x"])
+    acc = torch.zeros(4, dtype=torch.bfloat16)
+    for _program in range(2):
+        for lane, value in enumerate(x):  # each add rounded to bf16, in lane order
+            acc[lane % 4] = (acc[lane % 4].float() + value.float()).bfloat16()
+    assert results["acc"] == acc.float().tolist()

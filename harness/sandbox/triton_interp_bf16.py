@@ -6,7 +6,8 @@ operation on bf16 operands was integer arithmetic on the bits:
 - `x < y` compared sign-magnitude patterns as unsigned integers, and `tl.sum` of bf16 wrapped around;
 - a cast from an integer to bf16 kept the integer as the bits;
 - a float literal beside a bf16 tensor (`x * 2.0`, a bf16 constant on a GPU) had no constructor ("no attribute
-  'get_bf16'").
+  'get_bf16'"), and an atomic on bf16 (`tl.atomic_add` into a bf16 output, as Hopper has it) was refused
+  ("Unsupported data type").
 Kernels that upcast to fp32 first never met it; kernels that multiply bf16 loads directly (a contestant's GDN prefill:
 `b_k * b_b[:, None]` before a `tl.dot`) came out as NaN on the CPU.
 
@@ -92,11 +93,40 @@ def _widened_reduction(original, interp, tl):
     return reduction
 
 
+def _atomic_rmw(original, interp, bf16):
+    """bf16 atomics (the interpreter's native ones refuse the type: "Unsupported data type"): lane by lane, in lane
+    order, each lane reading what the one before wrote (programs run one at a time here, so that is atomic)."""
+    rmw = interp._ir.ATOMIC_OP
+    combine = {rmw.FADD: np.add, rmw.MAX: np.maximum, rmw.MIN: np.minimum, rmw.XCHG: lambda old, new: new}
+
+    def create_atomic_rmw(self, op, ptr, val, mask, sem, scope):
+        if val.dtype.scalar != bf16 or op not in combine:
+            return original(self, op, ptr, val, mask, sem, scope)
+        ptrs = np.asarray(ptr.data).reshape(-1)
+        values = bf16_bits_to_f32(np.broadcast_to(val.data, np.shape(ptr.data))).reshape(-1)
+        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptr.data)).reshape(-1)
+        old = np.zeros(ptrs.shape, dtype=np.uint16)
+        one, uint16 = np.ones(1, dtype=bool), np.dtype(np.uint16)
+        for lane in np.flatnonzero(active):
+            address = ptrs[lane:lane + 1]
+            current = interp._interpreter.load(address, one, np.zeros(1, dtype=np.uint16), uint16)
+            old[lane] = current[0]
+            result = combine[op](bf16_bits_to_f32(current), values[lane:lane + 1])
+            interp._interpreter.store(address, f32_to_bf16_bits(result), one)
+        return interp.TensorHandle(old.reshape(np.shape(ptr.data)), bf16)
+
+    create_atomic_rmw._crucible_bf16 = True
+    return create_atomic_rmw
+
+
 def apply(tl, interp) -> None:
     """Patch the interpreter's float operations, reductions and scans for bf16 operands (idempotent)."""
     builder = interp.InterpreterBuilder
     if not hasattr(builder, "get_bf16"):  # a float literal beside a bf16 tensor (`x * 100.0`) is a bf16 constant
         builder.get_bf16 = lambda self, value: interp.TensorHandle(f32_to_bf16_bits([value]), tl.bfloat16)
+    rmw = getattr(builder, "create_atomic_rmw", None)
+    if rmw is not None and not getattr(rmw, "_crucible_bf16", False) and hasattr(interp, "_ir"):
+        builder.create_atomic_rmw = _atomic_rmw(rmw, interp, tl.bfloat16)
     for name in FLOAT_OPERATIONS:
         original = getattr(builder, name, None)
         if original is not None and not getattr(original, "_crucible_bf16", False):
