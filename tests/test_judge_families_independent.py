@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,49 @@ def test_the_library_gemm_sample_calls_flashinfer_s_triton_gemm_beside_decoys_of
     assert text.count("gemm(") >= 2 and " @ " not in text  # both matmuls are the library's
     own = own_kernels({"moe.py": text})
     assert {"gemm_kernel", "gemm_kernel_persistent", "_dequant"} <= own.python  # the decoys would claim the names
+
+
+@pytest.fixture(scope="module")
+def moe_empty_rank_session(tmp_path_factory):
+    """The tiny MoE with one workload whose captured routing sends both tokens past this rank's eight experts: the
+    reference's output is all zeros on every trial (as one token is on half the draws of the official T=1 rank)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from moe_support import tiny_workload
+
+    import shutil
+    import tempfile
+
+    # the worker reads blobs as another user in its sandbox: a folder others can enter (pytest's are private)
+    root = make_moe_dataset(Path(tempfile.mkdtemp(prefix="crucible_moe_empty_")), {})
+    root.chmod(0o755)
+    blob = "blob/workloads/moe/empty_rank.safetensors"
+    logits = torch.full((2, 64), 4.0)
+    logits[:, :8] = -40.0  # group 0, the local experts at offset 0, is never among the kept groups
+    (root / blob).parent.mkdir(parents=True, exist_ok=True)
+    save_file({"routing_logits": logits, "routing_bias": torch.zeros(64, dtype=torch.bfloat16)}, str(root / blob))
+    (root / blob).chmod(0o644)
+    workload = tiny_workload("00000000-0000-4000-a000-00000000e000", 2, 0)
+    workload["inputs"].update({n: {"type": "safetensors", "path": blob, "tensor_key": n}
+                               for n in ("routing_logits", "routing_bias")})
+    wl_dir = root / "workloads" / "moe"
+    (wl_dir / f"{TINY_MOE}.jsonl").write_text(json.dumps({"definition": TINY_MOE, "solution": None,
+                                                          "evaluation": None, "workload": workload}) + "\n")
+    (wl_dir / "labels.json").write_text(json.dumps({workload["uuid"]: "moe_t2_empty_rank"}))
+    with Session(Dataset(root), Archive(tmp_path_factory.mktemp("moe_empty_archive")),
+                 SubmitOptions(timeout_s=600)) as s:
+        yield s
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_call_with_no_work_for_this_rank_needs_no_kernel_of_its_own(moe_empty_rank_session):
+    """The vLLM-style MoE writes zeros and returns when no pair is its rank's (no Triton launch): correct, and no
+    `own_kernel` failure, since the reference's output holds nothing that takes computing."""
+    path = judge_set.JUDGE / "families" / "moe_vllm_style_torch_routing.py"
+    solution = judge_set.independent_solution("moe_vllm_style_torch_routing", TINY_MOE)
+    assert "output.zero_()" in path.read_text()
+    result = moe_empty_rank_session.submit(Solution.model_validate(solution))
+    (w,) = result.workloads
+    assert w.status == "PASSED", w.message
+    assert not [a for a in w.audits if a.name == "own_kernel"], w.audits

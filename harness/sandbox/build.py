@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..data.schema import Definition, Language, SchemaError, Solution
-from . import cuda_check
+from . import cuda_check, tvm_ffi_build
 from .extension_cache import EXTENSION_FOLDERS
 
 DEFAULT_CUDA_ARCH = os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
@@ -413,16 +413,19 @@ def _build_native(solution: Solution, workdir: Path, have_gpu: bool) -> Built:
 
                 module = load(name=name, sources=cpp_files + cuda_files, build_directory=str(build_dir),
                               extra_cflags=["-O3"], extra_cuda_cflags=["-O3"], verbose=True)
-            else:
+            else:  # as flashinfer-bench main's TVMFFIBuilder: its include path, links and symbol check
                 try:
-                    import tvm_ffi.cpp
+                    import tvm_ffi.cpp  # noqa: F401
                 except ImportError:
                     raise BuildError("binding 'tvm-ffi' needs the apache-tvm-ffi package (pip install crucible[gpu]) "
                                      "or use binding 'torch'") from None
-                module = tvm_ffi.cpp.load(name, cpp_files=cpp_files or None, cuda_files=cuda_files or None,
-                                          build_directory=str(build_dir))
+                module, _ = tvm_ffi_build.build_and_load(name, cpp_files, cuda_files, pkg_dir, build_dir,
+                                                         solution.spec.target_hardware)
     except BuildError:
         raise
+    except tvm_ffi_build.UnresolvedSymbols as err:
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
+        raise BuildError(str(err), log) from None
     except BaseException as err:
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
         raise BuildError(f"building the {binding} extension failed: {type(err).__name__}: {err}",

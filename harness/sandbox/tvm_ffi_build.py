@@ -1,0 +1,75 @@
+"""A CUDA/C++ solution's TVM-FFI build (binding ``tvm-ffi``, the default), as flashinfer-bench main's TVMFFIBuilder
+builds it. Runs inside the worker only.
+
+What the official builder does beyond compiling, and so what a contestant's code may rely on:
+- the folder of the sources is on the include path (``#include "common.cuh"`` beside ``kernel.cu``);
+- a build with CUDA sources (or a target named "cuda") links ``-lcuda -lcublas``, with ``-L`` the toolkit's library
+  folder: a kernel file that calls cuBLAS (``cublasCreate``) or the driver API (``cuTensorMapEncodeTiled``) builds;
+- the library is opened once with every symbol resolved (``RTLD_NOW``) before it is loaded: an unresolved symbol is a
+  build error, not a process that dies in the middle of a call.
+Without these a contestant's MoE that creates a cuBLAS handle ended its worker with exit code 127 ("undefined symbol:
+cublasCreate_v2") at its first call on an H100: a RUNTIME_ERROR where the official evaluator builds and runs it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+CUDA_LINK_LIBRARIES = ("-lcuda", "-lcublas")
+
+
+def cuda_library_folder(nvcc: Optional[str] = None, prefixes: Sequence[str] = (
+        "/usr/local/cuda", "/usr/local/cuda-12", "/usr/local/cuda-13")) -> Optional[str]:
+    """The toolkit's library folder (the one holding libcudart.so): beside the nvcc on PATH first, then the usual
+    prefixes; None where none has it."""
+    found = nvcc if nvcc is not None else shutil.which("nvcc")
+    homes = [Path(found).resolve().parent.parent] if found else []
+    homes += [Path(p) for p in prefixes]
+    for home in homes:
+        for sub in ("targets/x86_64-linux/lib", "lib64", "lib"):
+            if (home / sub / "libcudart.so").exists():
+                return str(home / sub)
+    return None
+
+
+def link_flags(has_cuda_sources: bool, target_hardware: Sequence[str], library_folder: Optional[str]) -> list[str]:
+    """The official builder's extra link flags: CUDA's driver and cuBLAS where there are CUDA sources or a target
+    named "cuda", with ``-L`` the library folder where one was found; none otherwise."""
+    if not has_cuda_sources and not any(t.lower() == "cuda" for t in target_hardware):
+        return []
+    return ([f"-L{library_folder}"] if library_folder else []) + list(CUDA_LINK_LIBRARIES)
+
+
+def unresolved_symbols(library: str) -> Optional[str]:
+    """The loader's error where the shared object has a symbol nothing resolves (opened with RTLD_NOW), else None."""
+    try:
+        probe = ctypes.CDLL(library, mode=os.RTLD_NOW)
+    except OSError as err:
+        return str(err)
+    del probe
+    return None
+
+
+def build_and_load(name: str, cpp_files: list[str], cuda_files: list[str], source_folder: Path, build_folder: Path,
+                   target_hardware: Sequence[str]) -> tuple[Any, str]:
+    """(the loaded module, the shared object's path). Raises ImportError without apache-tvm-ffi, RuntimeError for
+    unresolved symbols (the caller's BuildError), and whatever tvm_ffi raises for a failed compile."""
+    import tvm_ffi
+    import tvm_ffi.cpp
+
+    flags = link_flags(bool(cuda_files), target_hardware, cuda_library_folder() if cuda_files else None)
+    library = str(tvm_ffi.cpp.build(name, cpp_files=cpp_files or None, cuda_files=cuda_files or None,
+                                    extra_include_paths=[str(source_folder)], extra_ldflags=flags or None,
+                                    build_directory=str(build_folder)))
+    problem = unresolved_symbols(library)
+    if problem:
+        raise UnresolvedSymbols(f"the built library has unresolved symbols: {problem}")
+    return tvm_ffi.load_module(library), library
+
+
+class UnresolvedSymbols(RuntimeError):
+    """The shared object built, but a symbol it uses is in no library it links."""
