@@ -42,6 +42,8 @@ def test_recheck_plan_is_secret_but_complete():
     ([], False, "no recheck calls"),
     ([({"kind": "fresh"}, True, ""), ({"kind": "reuse"}, True, "")], True, "all correct"),
     ([({"kind": "fresh"}, True, ""), ({"kind": "reuse"}, False, "stale")], False, "reused input buffers"),
+    # a plan cached by `is` of an input (a contestant's GDN prefill) goes stale when the buffer gets new data
+    ([({"kind": "fresh"}, True, ""), ({"kind": "reuse"}, False, "nan")], False, "keyed by a buffer's identity"),
     ([({"kind": "fresh"}, False, "nan")], False, "NaN-poisoned"),
 ])
 def test_recheck_verdict(checks, passed, text):

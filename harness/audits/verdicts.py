@@ -128,9 +128,12 @@ def recheck_verdict(step_checks: list[tuple[dict[str, Any], bool, str]]) -> Audi
         how = {"fresh": "on fresh inputs with NaN-poisoned outputs",
                "known": "on reused input buffers refilled with the content the timer timed"}.get(
             step["kind"], "on reused input buffers holding new data, into outputs it had already written")
+        signs = ("replay, skip-if-written, call counting, or state keyed by a buffer's identity (`data_ptr()`, "
+                 "`id()`, `is`) that the new data in the same buffer made stale" if step["kind"] == "reuse"
+                 else "replay, skip-if-written or call counting")
         return Audit(name="fresh_input_recheck", passed=False,
                      detail=f"{len(failed)} of {len(step_checks)} recheck calls wrong; first {how}: {message} "
-                            "(signs of replay, skip-if-written or call counting)")
+                            f"(signs of {signs})")
     return Audit(name="fresh_input_recheck", passed=True,
                  detail=f"{len(step_checks)} calls in secret order, all correct")
 
