@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness.sandbox.tvm_ffi_build import cuda_library_folder, link_flags, unresolved_symbols
+from harness.sandbox.tvm_ffi_build import cuda_library_folder, link_flags, linkable_in, unresolved_symbols
 
 from support import KV8_PS1
 
@@ -24,6 +24,21 @@ from support import KV8_PS1
 ])
 def test_cuda_is_linked_where_the_official_builder_links_it(cuda_sources, targets, folder, expected):
     assert link_flags(cuda_sources, targets, folder) == expected
+
+
+def test_a_library_the_linker_cannot_find_is_left_out_not_a_failed_build(tmp_path):
+    """On a host whose toolkit lacks cuBLAS every CUDA build would fail to link: the flag is left out, and code that
+    needs cuBLAS fails the symbol check, naming the symbol."""
+    lib, system = tmp_path / "lib64", tmp_path / "usr_lib"
+    (lib / "stubs").mkdir(parents=True)
+    system.mkdir()
+    (lib / "libcublas.so").write_text("")
+    (lib / "stubs" / "libcuda.so").write_text("")  # the toolkit's driver stub
+    (system / "libcufft.so").write_text("")
+    found = linkable_in(str(lib), [str(system)])
+    assert [found(f) for f in ("-lcublas", "-lcuda", "-lcufft", "-lcusparse_nowhere")] == [True, True, True, False]
+    assert link_flags(True, ["H100"], str(lib), lambda flag: flag != "-lcublas") == [f"-L{lib}", "-lcuda"]
+    assert linkable_in(None, [])("-lcublas_nowhere") is False
 
 
 def test_the_library_folder_is_the_one_beside_nvcc_then_the_usual_prefixes(tmp_path):

@@ -16,8 +16,9 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import subprocess
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 CUDA_LINK_LIBRARIES = ("-lcuda", "-lcublas")
 
@@ -36,12 +37,36 @@ def cuda_library_folder(nvcc: Optional[str] = None, prefixes: Sequence[str] = (
     return None
 
 
-def link_flags(has_cuda_sources: bool, target_hardware: Sequence[str], library_folder: Optional[str]) -> list[str]:
+def link_flags(has_cuda_sources: bool, target_hardware: Sequence[str], library_folder: Optional[str],
+               linkable: Callable[[str], bool] = lambda flag: True) -> list[str]:
     """The official builder's extra link flags: CUDA's driver and cuBLAS where there are CUDA sources or a target
-    named "cuda", with ``-L`` the library folder where one was found; none otherwise."""
+    named "cuda", with ``-L`` the library folder where one was found; none otherwise. A library ``linkable`` says the
+    linker cannot find is left out rather than failing every build on a host that lacks it: code that needs it then
+    fails the symbol check, naming the symbol."""
     if not has_cuda_sources and not any(t.lower() == "cuda" for t in target_hardware):
         return []
-    return ([f"-L{library_folder}"] if library_folder else []) + list(CUDA_LINK_LIBRARIES)
+    return ([f"-L{library_folder}"] if library_folder else []) + [f for f in CUDA_LINK_LIBRARIES if linkable(f)]
+
+
+LINKER_FOLDERS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib",
+                  "/usr/local/lib")  # where the linker looks by itself
+
+
+def linkable_in(library_folder: Optional[str], system: Sequence[str] = LINKER_FOLDERS) -> Callable[[str], bool]:
+    """Whether ``-lNAME`` will resolve: ``libNAME.so`` in the library folder (or its ``stubs/``, where the toolkit
+    keeps the driver's link stub), in the linker's own folders, or in the dynamic linker's cache."""
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        cache = ""
+    folders = ([Path(library_folder), Path(library_folder) / "stubs"] if library_folder else [])
+    folders += [Path(f) for f in system]
+
+    def linkable(flag: str) -> bool:
+        so = f"lib{flag.removeprefix('-l')}.so"
+        return any((f / so).exists() for f in folders) or f"\t{so} (" in cache
+
+    return linkable
 
 
 def unresolved_symbols(library: str) -> Optional[str]:
@@ -61,7 +86,12 @@ def build_and_load(name: str, cpp_files: list[str], cuda_files: list[str], sourc
     import tvm_ffi
     import tvm_ffi.cpp
 
-    flags = link_flags(bool(cuda_files), target_hardware, cuda_library_folder() if cuda_files else None)
+    folder = cuda_library_folder() if cuda_files else None
+    flags = link_flags(bool(cuda_files), target_hardware, folder, linkable_in(folder))
+    stubs = Path(folder) / "stubs" if folder else None
+    if stubs is not None and "-lcuda" in flags and (stubs / "libcuda.so").exists() \
+            and not (Path(folder) / "libcuda.so").exists():
+        flags.insert(1, f"-L{stubs}")  # the driver's link stub; the real libcuda.so.1 is loaded at run time
     library = str(tvm_ffi.cpp.build(name, cpp_files=cpp_files or None, cuda_files=cuda_files or None,
                                     extra_include_paths=[str(source_folder)], extra_ldflags=flags or None,
                                     build_directory=str(build_folder)))
