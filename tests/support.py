@@ -4,7 +4,10 @@ Triton interpreter), archives in tmp folders, and solution builders."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -151,3 +154,14 @@ def rendered_gqa_template(tmp_path: Path, template_name: str, **params):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_interpreted(folder: Path, script: str) -> dict:
+    """``script`` run as a file (its tracebacks show the kernels' source lines) under Triton's CPU interpreter, with
+    the repository's root as its argument; the JSON object its last line prints."""
+    path = folder / "kernels.py"
+    path.write_text(script)
+    proc = subprocess.run([sys.executable, str(path), str(ROOT)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -4,15 +4,12 @@ triton_interp_bf16.py). torch's own bf16 operations on the CPU round the same wa
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+import torch
 
-from support import ROOT
+from support import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -77,17 +74,10 @@ KERNELS = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    script = tmp_path_factory.mktemp("bf16") / "kernels.py"
-    script.write_text(KERNELS)
-    proc = subprocess.run([sys.executable, str(script), str(ROOT)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(tmp_path_factory.mktemp("bf16"), KERNELS)
 
 
 def _bf16(values):
-    import torch
-
     return torch.tensor(values, dtype=torch.float32).to(torch.bfloat16)
 
 
@@ -98,7 +88,7 @@ def _bf16(values):
     (3, "x / y", lambda x, y: (x.float() / y.float()).bfloat16()),  # Triton divides bf16 in fp32
     (4, "-x", lambda x, y: -x),
     (5, "fma", lambda x, y: (x.float() * y.float() + x.float()).bfloat16()),
-    (6, "minimum", lambda x, y: torch_minimum(x, y)),
+    (6, "minimum", lambda x, y: torch.minimum(x, y)),
     (7, "exp(x) * x", lambda x, y: x.float().exp().bfloat16() * x),
 ])
 def test_bf16_elementwise_operations_are_the_rounded_fp32_ones(results, row, name, expected):
@@ -106,12 +96,6 @@ def test_bf16_elementwise_operations_are_the_rounded_fp32_ones(results, row, nam
     n = len(results["x"])
     got = results["out"][row * n:(row + 1) * n]
     assert got == expected(x, y).float().tolist(), name  # bit for bit: both round fp32 to nearest even
-
-
-def torch_minimum(x, y):
-    import torch
-
-    return torch.minimum(x, y)
 
 
 def test_bf16_comparisons_compare_values_not_bit_patterns(results):
@@ -131,8 +115,6 @@ def test_bf16_reductions_and_casts_use_the_values(results):
 
 
 def test_a_bf16_atomic_add_accumulates_values_lane_by_lane(results):
-    import torch
-
     x = _bf16(results["x"])
     acc = torch.zeros(4, dtype=torch.bfloat16)
     for _program in range(2):

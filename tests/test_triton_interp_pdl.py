@@ -6,17 +6,13 @@ always "a libdevice (extern) call")."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from harness.pipeline.workload_evaluation import interpreter_limit
 
-from support import ROOT
+from support import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -93,12 +89,7 @@ KERNELS = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    script = tmp_path_factory.mktemp("pdl") / "kernels.py"  # a file: its tracebacks show the kernel's source lines
-    script.write_text(KERNELS)
-    proc = subprocess.run([sys.executable, str(script), str(ROOT)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(tmp_path_factory.mktemp("pdl"), KERNELS)
 
 
 def test_grid_dependency_control_is_a_no_op_under_the_interpreter(results):

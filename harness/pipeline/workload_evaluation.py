@@ -112,13 +112,13 @@ def harness_seconds(spent_s: Optional[dict[str, float]], took_s: float) -> float
     return min(own, max(took_s, 0.0))
 
 
-
 def has_work(reference_outputs: dict[str, Any]) -> bool:
     """Whether the reference's outputs hold any value that takes computing: a finite non-zero element. An MoE call
     that routes no token to this rank's experts is all zeros (one token: half the draws), a batch of empty requests
     zeros and -inf; a solution that writes those without a kernel of its own did no work elsewhere either."""
     return any(bool((torch.isfinite(t) & (t != 0)).any()) for t in reference_outputs.values()
                if isinstance(t, torch.Tensor) and t.numel())
+
 
 class WorkloadEvaluation:
     """The per-workload evaluation of ``Session`` (see the module docstring); not used on its own.

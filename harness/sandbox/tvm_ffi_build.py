@@ -81,17 +81,15 @@ def unresolved_symbols(library: str) -> Optional[str]:
 
 def build_and_load(name: str, cpp_files: list[str], cuda_files: list[str], source_folder: Path, build_folder: Path,
                    target_hardware: Sequence[str]) -> tuple[Any, str]:
-    """(the loaded module, the shared object's path). Raises ImportError without apache-tvm-ffi, RuntimeError for
-    unresolved symbols (the caller's BuildError), and whatever tvm_ffi raises for a failed compile."""
+    """(the loaded module, the shared object's path). Raises ImportError without apache-tvm-ffi, UnresolvedSymbols
+    (the caller's BuildError) for a symbol nothing defines, and whatever tvm_ffi raises for a failed compile."""
     import tvm_ffi
     import tvm_ffi.cpp
 
     folder = cuda_library_folder() if cuda_files else None
     flags = link_flags(bool(cuda_files), target_hardware, folder, linkable_in(folder))
-    stubs = Path(folder) / "stubs" if folder else None
-    if stubs is not None and "-lcuda" in flags and (stubs / "libcuda.so").exists() \
-            and not (Path(folder) / "libcuda.so").exists():
-        flags.insert(1, f"-L{stubs}")  # the driver's link stub; the real libcuda.so.1 is loaded at run time
+    if folder and "-lcuda" in flags and (Path(folder) / "stubs" / "libcuda.so").exists():
+        flags.append(f"-L{folder}/stubs")  # the driver's link stub, last; libcuda.so.1 itself is loaded at run time
     library = str(tvm_ffi.cpp.build(name, cpp_files=cpp_files or None, cuda_files=cuda_files or None,
                                     extra_include_paths=[str(source_folder)], extra_ldflags=flags or None,
                                     build_directory=str(build_folder)))
