@@ -247,6 +247,29 @@ def test_timing_without_cupti_records_cannot_be_cleared(tiny_dataset_root, tmp_p
     assert timed.audits[0].passed, timed.audits
 
 
+@pytest.mark.parametrize("has_work, passed", [(False, True), (True, False), (None, False)])
+def test_a_call_with_no_work_needs_no_kernel_of_its_own_on_the_gpu(tiny_dataset_root, tmp_path, has_work, passed):
+    """An MoE rank no token routes to: the honest solution fills its output with zeros and launches nothing of its
+    own (one token: half the official T=1 draws). Where the reference's output took no computing on every timed
+    input that passes, and says why; where it did (or it is not known), the same records are a fallback."""
+    from harness.archive.database import Archive
+    from harness.audits.verdicts import is_fallback
+    from harness.data.dataset import Dataset
+    from harness.pipeline.evaluate import Session, SubmitOptions, WorkloadResult
+    from harness.data.schema import Solution
+
+    from support import triton_example
+
+    solution = Solution.model_validate(triton_example())
+    zeros_only = {"median_ms": 0.004, "iterations": 50, "kernel_ns": {ATEN_FILL: 50 * 1.5e3}}
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"), SubmitOptions()) as s:
+        wr = WorkloadResult("w", "t1", "PASSED", timing=[zeros_only], has_work=has_work)
+        s._attribution(solution, wr)
+    [audit] = wr.audits
+    assert audit.passed is passed and is_fallback(wr.audits) is not passed, audit
+    assert ("no work" in audit.detail) is passed and "none of the candidate's kernels ran" in audit.detail
+
+
 ATEN_TOPK = "_ZN2at6native6sbtopk10gatherTopKIfjLi2ELb0EEEvNS_4cuda6detail10TensorInfoIT_T0_EES8_"
 ATEN_INDEX_ADD = "_ZN2at6native19indexFuncLargeIndexIN3c108BFloat16EljLi2ELi2ELin2ELb1ENS0_44_GLOBAL__N__indexing"
 

@@ -220,3 +220,4 @@ def test_a_call_with_no_work_for_this_rank_needs_no_kernel_of_its_own(moe_empty_
     (w,) = result.workloads
     assert w.status == "PASSED", w.message
     assert not [a for a in w.audits if a.name == "own_kernel"], w.audits
+    assert all(a.passed for a in w.audits), w.audits  # on a GPU the attribution audit too (only a zero fill ran)

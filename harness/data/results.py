@@ -51,6 +51,10 @@ class WorkloadResult:
     # Triton kernels its worker compiled from files outside the solution (a library's): never the candidate's own,
     # whatever names its functions carry (harness.sandbox.triton_cache; read by the attribution audit)
     triton_kernels_elsewhere: list[str] = field(default_factory=list, repr=False)
+    # whether the reference's output on any checked trial's inputs (the inputs the timer then draws) holds a value
+    # that takes computing (harness.pipeline.workload_evaluation.has_work); None: not known. False excuses a call
+    # that launched no kernel of its own (an MoE rank no token routes to) from the attribution audit
+    has_work: Optional[bool] = field(default=None, repr=False)
     memory: dict[str, Any] = field(default_factory=dict)  # harness.measure.memory.memory_record
     baseline_failures: list[str] = field(default_factory=list)  # "name: STATUS message" of failed baselines
     # where this workload's wall time went (harness.pipeline.phases: worker start, build, reference, correctness,

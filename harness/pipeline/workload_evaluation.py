@@ -191,7 +191,9 @@ class WorkloadEvaluation:
                 if reply.aliased_outputs:
                     audits.append(Audit(name="output_aliasing", passed=False,
                                         detail=f"trial {trial}: {'; '.join(reply.aliased_outputs)}"))
-                if reply.own_kernels == 0 and has_work({n: ref_out[n] for n in definition.outputs}):
+                worked = has_work({n: ref_out[n] for n in definition.outputs})
+                wr.has_work = bool(wr.has_work) or worked
+                if reply.own_kernels == 0 and worked:
                     audits.append(Audit(name="own_kernel", passed=False,
                                         detail=f"trial {trial}: no Triton kernel of the solution ran in the call; "
                                                "the work was done by something else (host code, a library)"))
