@@ -297,6 +297,14 @@ INTERPRETER_CASES = [
                                "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
                                "MERGE_VECTOR": 0, "ONE_REQUEST_SCALARS": 1},
      {"kv_heads": 8, "lengths": [300], "setup": True, "indptr_offset": 3, "vector": 0, "one_request": [3, 300]}),
+    # batch 1 of an empty request: one empty chunk, merged (vectorised, 4 slots for 1) into 0 and -inf
+    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
+                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
+                               "MERGE_VECTOR": 16, "ONE_REQUEST_SCALARS": 1},
+     {"kv_heads": 8, "lengths": [0], "setup": True, "indptr_offset": 2, "vector": 4, "one_request": [2, 0]}),
 ]
 
 
