@@ -43,8 +43,15 @@ def test_there_is_a_promoted_example_per_recorded_definition():
 # kv8 page 1's latency-bound kernel at CHUNK_BLOCKS 8, its definition's own starting point since (14/14 in runs 17
 # and 19); run 20 promoted kv4 page 1 and 64 and kv8 page 64 from their definitions' own starting points. Since run 22
 # kv8 page 64's memory-bound starting point takes TMA boxes from 12 programs per SM; its run promoted pointer loads.
+# Since run 24 the latency-bound start gives batch 1 its page and length as launch arguments (ONE_REQUEST_SCALARS 1);
+# every run before promoted the descriptor load (0).
+BEFORE_RUN_24 = {"latency-bound": {"ONE_REQUEST_SCALARS": 0}}
 AS_RUN: dict[str, dict[str, dict]] = {
-    "gqa_paged_decode_h32_kv8_d128_ps64": {"memory-bound": {"KV_LOAD": 0, "KV_LOAD_MIN_PROGRAMS_PER_SM": 0}},
+    "gqa_paged_decode_h32_kv4_d128_ps1": BEFORE_RUN_24,
+    "gqa_paged_decode_h32_kv4_d128_ps64": BEFORE_RUN_24,
+    "gqa_paged_decode_h32_kv8_d128_ps1": BEFORE_RUN_24,
+    "gqa_paged_decode_h32_kv8_d128_ps64": {**BEFORE_RUN_24,
+                                           "memory-bound": {"KV_LOAD": 0, "KV_LOAD_MIN_PROGRAMS_PER_SM": 0}},
 }
 
 

@@ -79,8 +79,6 @@ snapshot = [x.clone() if torch.is_tensor(x) else x for x in inputs]
 state = module.plan(*inputs) if case.get("setup") else None  # the solution's setup, once per batch
 if "chunk_tokens" in case:  # the plan's chunk size, where the case is about it
     assert state["chunk_tokens"] == case["chunk_tokens"], ("chunk_tokens", state["chunk_tokens"])
-if "vector" in case:  # the vectorised merge's compile-time chunk count (0: the batch merges as MERGE_FANIN says)
-    assert state["vector"] == case["vector"], ("vector", state["vector"])
 if "one_request" in case:  # batch 1's first page and length as launch arguments
     assert state["one_request"] == case["one_request"], ("one_request", state["one_request"])
 if "wave_from" in case:  # where the programs per SM of the wave plan came from
@@ -261,50 +259,40 @@ INTERPRETER_CASES = [
                                "MAX_REGISTERS": 0, "KV_LOAD": 2,
                                "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [70, 5, 0], "setup": True, "patch_interpreter": True, "chunk_tokens": 64}),
-    # the vectorised merge: one-tile chunks, 19 partials for the long request merged in one pass (32 as the
-    # compile-time count: 8 blocks of 4, the last three masked off), bf16 tiles, kv4 (groups of 8 rows)
-    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
-                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "MERGE_VECTOR": 32, "ONE_REQUEST_SCALARS": 0},
-     {"kv_heads": 4, "lengths": [300, 0, 5], "setup": True, "patch_interpreter": True, "vector": 32}),
-    # more chunks than MERGE_VECTOR: the batch merges in two levels as before (vector 0); kv8, page size 64
+    # a batch of three with ONE_REQUEST_SCALARS 1: no launch arguments, the descriptors as before; kv8, page size 64
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
                                "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "MERGE_VECTOR": 16, "ONE_REQUEST_SCALARS": 1},
-     {"kv_heads": 8, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True, "vector": 0,
-      "one_request": None}),
+                               "ONE_REQUEST_SCALARS": 1},
+     {"kv_heads": 8, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True, "one_request": None}),
     # batch 1 with its page and length as launch arguments, its pages past 7 other entries of kv_indices: TMA
-    # boxes of 16 tokens, NaN past the end, 5 chunks of 4 steps merged in one vectorised pass (8: a masked block)
+    # boxes of 16 tokens, NaN past the end, 5 chunks of 4 steps merged in one level
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
                                "CHUNK_BLOCKS": 4, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
                                "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
                                "MAX_REGISTERS": 0, "KV_LOAD": 2, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "MERGE_VECTOR": 64, "ONE_REQUEST_SCALARS": 1},
+                               "ONE_REQUEST_SCALARS": 1},
      {"kv_heads": 4, "lengths": [300], "setup": True, "patch_interpreter": True, "nan_tail": True,
-      "indptr_offset": 7, "vector": 8, "one_request": [7, 300]}),
+      "indptr_offset": 7, "one_request": [7, 300]}),
     # batch 1 on page size 1 with the two-level merge (19 one-tile chunks in groups of 4) and the other grid order
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
                                "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "MERGE_VECTOR": 0, "ONE_REQUEST_SCALARS": 1},
-     {"kv_heads": 8, "lengths": [300], "setup": True, "indptr_offset": 3, "vector": 0, "one_request": [3, 300]}),
-    # batch 1 of an empty request: one empty chunk, merged (vectorised, 4 slots for 1) into 0 and -inf
+                               "ONE_REQUEST_SCALARS": 1},
+     {"kv_heads": 8, "lengths": [300], "setup": True, "indptr_offset": 3, "one_request": [3, 300]}),
+    # batch 1 of an empty request: one empty chunk, merged into 0 and -inf
     ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
                                "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
                                "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
                                "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
                                "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "MERGE_VECTOR": 16, "ONE_REQUEST_SCALARS": 1},
-     {"kv_heads": 8, "lengths": [0], "setup": True, "indptr_offset": 2, "vector": 4, "one_request": [2, 0]}),
+                               "ONE_REQUEST_SCALARS": 1},
+     {"kv_heads": 8, "lengths": [0], "setup": True, "indptr_offset": 2, "one_request": [2, 0]}),
 ]
 
 
@@ -319,7 +307,6 @@ def _triton_available() -> bool:
                               f"{'-wave' if c[1].get('WAVE_SLOTS_PER_SM') else ''}"
                               f"{'-load' + str(c[1]['KV_LOAD']) if c[1].get('KV_LOAD') else ''}"
                               f"{'-min' + str(len(c[2]['lengths'])) if c[1].get('KV_LOAD_MIN_PROGRAMS_PER_SM') else ''}"
-                              f"{'-vector' + str(c[1]['MERGE_VECTOR']) if c[1].get('MERGE_VECTOR') else ''}"
                               f"{'-one' if c[1].get('ONE_REQUEST_SCALARS') else ''}"
                               for c in INTERPRETER_CASES])
 def test_template_matches_reference_on_triton_interpreter(gqa, tmp_path, name, params, case):

@@ -321,12 +321,10 @@ class SessionAudits:
         borrowed = sorted(own.python & set(wr.triton_kernels_elsewhere) & set(kernel_ns))
         own = own._replace(python=own.python - set(wr.triton_kernels_elsewhere))
         verdict = attribution_verdict(kernel_ns, own, self.audit_config, calls, library_is_own)
-        if not verdict.passed and wr.has_work is False:
-            # the reference writes only zeros or non-finite values on every timed input: nothing took computing, so
-            # a solution that launched no kernel of its own for it did no work elsewhere either
-            verdict = verdict.model_copy(update={"passed": True, "detail": (
-                "no work: the reference's output on every timed input is zeros or non-finite, so no kernel of the "
-                "candidate's was required; " + verdict.detail.removeprefix("fallback: "))})
+        if not verdict.passed and wr.has_work is False:  # nothing took computing: no kernel of its own needed
+            verdict = verdict.model_copy(update={"passed": True, "detail": "no work: the reference's output on every "
+                                                 "timed input is zeros or non-finite; "
+                                                 + verdict.detail.removeprefix("fallback: ")})
         if borrowed and not library_is_own:
             verdict = verdict.model_copy(update={"detail": verdict.detail + "; compiled from files outside the "
                                                  "solution, so not its own whatever it names its functions: "
