@@ -100,6 +100,12 @@ print(json.dumps({
 }))
 '''
 
+# The fused template with batch 1's page and length as launch arguments; the cases below change what they are about
+ONE_REQUEST = {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0, "CHUNK_BLOCKS": 1,
+               "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1, "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1,
+               "MERGE_FANIN": 0, "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
+               "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0, "ONE_REQUEST_SCALARS": 1}
+
 # One rendered template of each kind, covering both page sizes, both KV-head counts, both
 # inner-product paths, an empty request (page size 1) and a multi-page partial last page (64).
 INTERPRETER_CASES = [
@@ -260,38 +266,20 @@ INTERPRETER_CASES = [
                                "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 4, "lengths": [70, 5, 0], "setup": True, "patch_interpreter": True, "chunk_tokens": 64}),
     # a batch of three with ONE_REQUEST_SCALARS 1: no launch arguments, the descriptors as before; kv8, page size 64
-    ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
-                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "ONE_REQUEST_SCALARS": 1},
+    ("triton-split-kv-fused", {**ONE_REQUEST, "PAGE_SIZE": 64, "USE_DOT": 2, "HEADS_FASTEST": 0, "MERGE_FANIN": 4},
      {"kv_heads": 8, "lengths": [300, 0, 64], "setup": True, "patch_interpreter": True, "one_request": None}),
     # batch 1 with its page and length as launch arguments, its pages past 7 other entries of kv_indices: TMA
     # boxes of 16 tokens, NaN past the end, 5 chunks of 4 steps merged in one level
-    ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,
-                               "CHUNK_BLOCKS": 4, "PROGRAMS_PER_SM": 1, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 8,
-                               "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 2, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "ONE_REQUEST_SCALARS": 1},
+    ("triton-split-kv-fused", {**ONE_REQUEST, "PAGE_SIZE": 64, "USE_DOT": 2, "CHUNK_BLOCKS": 4, "PROGRAMS_PER_SM": 1,
+                               "MERGE_STAGES": 3, "MERGE_FANIN": 8, "MIN_CHUNK_BLOCKS": 4, "SINGLE_CHUNK_DIRECT": 1,
+                               "KV_LOAD": 2},
      {"kv_heads": 4, "lengths": [300], "setup": True, "patch_interpreter": True, "nan_tail": True,
       "indptr_offset": 7, "one_request": [7, 300]}),
     # batch 1 on page size 1 with the two-level merge (19 one-tile chunks in groups of 4) and the other grid order
-    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
-                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 0,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 4,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "ONE_REQUEST_SCALARS": 1},
+    ("triton-split-kv-fused", {**ONE_REQUEST, "HEADS_FASTEST": 0, "MERGE_FANIN": 4},
      {"kv_heads": 8, "lengths": [300], "setup": True, "indptr_offset": 3, "one_request": [3, 300]}),
     # batch 1 of an empty request: one empty chunk, merged into 0 and -inf
-    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
-                               "CHUNK_BLOCKS": 1, "PROGRAMS_PER_SM": 8, "HEADS_FASTEST": 1,
-                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
-                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
-                               "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                               "ONE_REQUEST_SCALARS": 1},
+    ("triton-split-kv-fused", ONE_REQUEST,
      {"kv_heads": 8, "lengths": [0], "setup": True, "indptr_offset": 2, "one_request": [2, 0]}),
 ]
 
