@@ -58,8 +58,10 @@ def edge_params(template) -> list[dict]:
         for value in (choices[0], choices[-1]):
             if value != template.defaults[name]:
                 out.append({**template.defaults, name: value})
-    out.append({"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4, "PROGRAMS_PER_SM": 8})  # deepest
-    out.append({"BLOCK_N": 32, "CHUNK_TOKENS": 4096, "NUM_WARPS": 2, "STAGES": 2, "PROGRAMS_PER_SM": 1})
+    out.append({**template.defaults, "BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4,
+                "PROGRAMS_PER_SM": 8})  # deepest
+    out.append({**template.defaults, "BLOCK_N": 32, "CHUNK_TOKENS": 4096, "NUM_WARPS": 2, "STAGES": 2,
+                "PROGRAMS_PER_SM": 1, "CLUSTER": 16, "ONE_REQUEST_SCALARS": 1})
     return out
 
 
@@ -115,7 +117,8 @@ def test_renders_for_every_definition_into_a_solution_the_gate_accepts(skills, t
         findings = scan_sources({s.path: s.content for s in solution.sources}, "python", policy)
         assert findings == [], (params, findings)
         kernel = string_constant(source.content, "KERNEL_SRC")
-        constants = {"PAGE_SIZE": "kPageSize", "BLOCK_N": "kBlockN", "NUM_WARPS": "kNumWarps", "STAGES": "kStages"}
+        constants = {"PAGE_SIZE": "kPageSize", "BLOCK_N": "kBlockN", "NUM_WARPS": "kNumWarps", "STAGES": "kStages",
+                     "CLUSTER": "kCluster"}
         for name, value in {**params, "PAGE_SIZE": page_size}.items():
             assert f"\n{name} = {value}" in source.content, name  # every placeholder, as the module's constant
             if name in constants:  # compiled in; the chunk size is the plan's, per batch
@@ -140,6 +143,8 @@ COMPILE_CASES = [
     (64, {}),
     (64, {"BLOCK_N": 128, "CHUNK_TOKENS": 4096, "NUM_WARPS": 8, "STAGES": 4}),  # STAGES clamped to 3 by smem
     (1, {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 2}),
+    (64, {"BLOCK_N": 64, "STAGES": 3, "CLUSTER": 16, "ONE_REQUEST_SCALARS": 1}),  # the cluster merge
+    (1, {"CLUSTER": 2}),
 ]
 
 
@@ -170,91 +175,120 @@ def test_kernel_compiles_for_sm90a_with_hmma_and_no_spills(gqa, template, tmp_pa
     assert ops["LDGSTS"] > 0  # cp.async
     assert ops["ATOMG"] >= 2  # the counter's add and reset
     assert ops["HGMMA"] == 0  # mma.sync, not wgmma
+    if params["CLUSTER"] > 1:  # two cluster barriers (arrive + wait each) and loads from other CTAs' shared memory
+        assert ops["UCGABAR_ARV"] == 2 and ops["UCGABAR_WAIT"] == 2, ops
+        assert ops["LD"] >= 3 * params["CLUSTER"], ops  # generic loads: (m, l, acc) from every CTA of the cluster
+    else:
+        assert not any("CGABAR" in op for op in ops), ops
 
 
 # ------------------------------------------------- the template's Python with a model of its kernel
 
 
 def kernel_model(module: SimpleNamespace, log: list):
-    """A stand-in for the extension's `launch`: the kernel's algorithm in PyTorch, CTA by CTA in a random order,
-    on exactly the arguments the template passes (plan's work list, counters and scratch)."""
+    """A stand-in for the extension's `launch`: the kernel's algorithm in PyTorch, CTA by CTA (with CLUSTER > 1,
+    cluster by cluster) in a random order, on exactly the arguments the template passes (plan's work list,
+    counters, scratch and batch 1's launch arguments)."""
 
     def launch(q, k_cache, v_cache, kv_indices, work_request, work_chunk, page_begin, length, chunks, first_slot,
-               counters, partial_m, partial_l, partial_acc, output, lse, qk_scale_log2, chunk_tokens, works):
-        block_n, warps, page = module.BLOCK_N, module.NUM_WARPS, module.PAGE_SIZE
+               counters, partial_m, partial_l, partial_acc, output, lse, qk_scale_log2, chunk_tokens, works,
+               one_request_len, one_request_page_begin):
+        block_n, cluster = module.BLOCK_N, module.CLUSTER
         assert chunk_tokens % block_n == 0 and chunk_tokens <= module.CHUNK_TOKENS
         num_qo_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
         group = num_qo_heads // num_kv_heads
-        ctas = [(w, h) for w in range(works) for h in range(num_kv_heads)]
-        random.Random(len(log)).shuffle(ctas)  # any completion order
-        log.append(len(ctas))
-        for work, kv_head in ctas:
-            request, chunk = int(work_request[work]), int(work_chunk[work])
-            n_chunks, slot0 = int(chunks[request]), int(first_slot[request])
-            token_begin = chunk * chunk_tokens
-            token_end = min(token_begin + chunk_tokens, int(length[request]))
-            # Q^T as the MMA's B operand: [128 dims, 8 columns], the group padded with zero columns
-            q_t = torch.zeros(128, 8)
-            q_t[:, :group] = q[request, kv_head * group:(kv_head + 1) * group].float().T
-            m = torch.full((warps, 8), -math.inf)
-            l = torch.zeros(warps, 8)
-            acc = torch.zeros(warps, 128, 8)  # O^T per warp
-            tiles = max(0, -(-(token_end - token_begin) // block_n))
-            for tile in range(tiles):
-                tile_begin = token_begin + tile * block_n
-                tokens = torch.arange(tile_begin, tile_begin + block_n)
-                valid = tokens < token_end
-                pages = kv_indices[int(page_begin[request]) + torch.where(valid, tokens, 0) // page].long()
-                slots = tokens % page
-                k_tile = torch.where(valid[:, None], k_cache[pages, slots, kv_head].float(), 0.0)  # zero-filled
-                v_tile = torch.where(valid[:, None], v_cache[pages, slots, kv_head].float(), 0.0)
-                for warp in range(warps):
-                    for row0 in range(warp * 16, block_n, warps * 16):
-                        if tile_begin + row0 >= token_end:
-                            break
-                        rows = slice(row0, row0 + 16)
-                        s_t = k_tile[rows] @ q_t  # S^T: 16 tokens (M) x 8 columns (N)
-                        s_t = torch.where(valid[rows, None], s_t * qk_scale_log2, -math.inf)
-                        m_new = torch.maximum(m[warp], s_t.max(0).values)
-                        assert torch.isfinite(m_new).all()
-                        alpha = torch.exp2(m[warp] - m_new)
-                        p = torch.exp2(s_t - m_new)
-                        l[warp] = l[warp] * alpha + p.sum(0)
-                        p_bf16 = p.to(torch.bfloat16).float()  # P rounded once, for the MMA
-                        acc[warp] = acc[warp] * alpha + v_tile[rows].T @ p_bf16  # O^T += V^T P^T
-                        m[warp] = m_new
-            # warps merged, per column
-            big_m = m.max(0).values
-            ref = torch.where(big_m == -math.inf, 0.0, big_m)
-            weight = torch.exp2(m - ref)
-            part_l = (weight * l).sum(0)
-            part_acc = (weight[:, None, :] * acc).sum(0)  # [128, 8]
+        one_request = one_request_len >= 0
+        assert one_request == bool(module.ONE_REQUEST_SCALARS and q.shape[0] == 1)
+        assert works % cluster == 0  # the grid is whole clusters
+
+        def descriptor(work):  # what the CTA reads (or, for one request, takes from its launch arguments)
+            if one_request:
+                return 0, work, one_request_page_begin, one_request_len, works, 0
+            request = int(work_request[work])
+            return (request, int(work_chunk[work]), int(page_begin[request]), int(length[request]),
+                    int(chunks[request]), int(first_slot[request]))
+
+        clusters = [(w0, h) for w0 in range(0, works, cluster) for h in range(num_kv_heads)]
+        random.Random(len(log)).shuffle(clusters)  # any completion order
+        log.append(len(clusters) * cluster)
+        for w0, kv_head in clusters:
             heads = slice(kv_head * group, (kv_head + 1) * group)
-            if n_chunks == 1:
-                store_final(output, lse, request, heads, big_m[:group], part_l[:group], part_acc[:, :group])
+            parts = []
+            for work in range(w0, w0 + cluster):
+                request, chunk, first_page, kv_len, n_chunks, slot0 = descriptor(work)
+                assert n_chunks % cluster == 0 and chunk == descriptor(w0)[1] + work - w0  # consecutive chunks
+                assert chunk % cluster == work % cluster  # the cluster rank is the chunk's place in its cluster
+                parts.append(cta_partial(module, q, k_cache, v_cache, kv_indices, qk_scale_log2, chunk_tokens,
+                                         request, chunk, first_page, kv_len, kv_head, group))
+            request, chunk, _, _, n_chunks, slot0 = descriptor(w0)
+            assert all(descriptor(w)[0] == request for w in range(w0, w0 + cluster))  # one request per cluster
+            m, l_, acc_t = merge([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts])
+            merged = n_chunks // cluster
+            if merged == 1:
+                store_final(output, lse, request, heads, m, l_, acc_t)
                 continue
-            partial_m[slot0 + chunk, heads] = big_m[:group]
-            partial_l[slot0 + chunk, heads] = part_l[:group]
-            partial_acc[slot0 + chunk, heads] = part_acc[:, :group].T
+            slot = slot0 + chunk // cluster
+            partial_m[slot, heads], partial_l[slot, heads], partial_acc[slot, heads] = m, l_, acc_t.T
             done_before = int(counters[request, kv_head])
-            counters[request, kv_head] += 1
-            if done_before != n_chunks - 1:
+            counters[request, kv_head] += cluster  # every CTA of the cluster counts itself
+            if done_before != n_chunks - cluster:
                 continue
-            run_m = torch.full((group,), -math.inf)
-            run_l = torch.zeros(group)
-            run_acc = torch.zeros(group, 128)
-            for c in range(n_chunks):  # the last CTA merges every chunk's partial, in chunk order
-                m_c = partial_m[slot0 + c, heads]
-                new = torch.maximum(run_m, m_c)
-                ref = torch.where(new == -math.inf, 0.0, new)
-                a_run, a_c = torch.exp2(run_m - ref), torch.exp2(m_c - ref)
-                run_l = run_l * a_run + partial_l[slot0 + c, heads] * a_c
-                run_acc = run_acc * a_run[:, None] + partial_acc[slot0 + c, heads] * a_c[:, None]
-                run_m = new
-            store_final(output, lse, request, heads, run_m, run_l, run_acc.T)
+            m, l_, acc = merge([partial_m[slot0 + c, heads] for c in range(merged)],  # in chunk order
+                               [partial_l[slot0 + c, heads] for c in range(merged)],
+                               [partial_acc[slot0 + c, heads].T for c in range(merged)])
+            store_final(output, lse, request, heads, m, l_, acc)
             counters[request, kv_head] = 0
 
     return launch
+
+
+def cta_partial(module, q, k_cache, v_cache, kv_indices, qk_scale_log2, chunk_tokens, request, chunk, first_page,
+                kv_len, kv_head, group):
+    """One CTA's chunk: (m, l, O^T [128, group]) of its tokens, warps over 16-token row tiles, merged over warps."""
+    block_n, warps, page = module.BLOCK_N, module.NUM_WARPS, module.PAGE_SIZE
+    token_begin = chunk * chunk_tokens
+    token_end = min(token_begin + chunk_tokens, kv_len)
+    # Q^T as the MMA's B operand: [128 dims, 8 columns], the group padded with zero columns
+    q_t = torch.zeros(128, 8)
+    q_t[:, :group] = q[request, kv_head * group:(kv_head + 1) * group].float().T
+    m = torch.full((warps, 8), -math.inf)
+    l = torch.zeros(warps, 8)
+    acc = torch.zeros(warps, 128, 8)  # O^T per warp
+    tiles = max(0, -(-(token_end - token_begin) // block_n))
+    for tile in range(tiles):
+        tile_begin = token_begin + tile * block_n
+        tokens = torch.arange(tile_begin, tile_begin + block_n)
+        valid = tokens < token_end
+        pages = kv_indices[first_page + torch.where(valid, tokens, 0) // page].long()
+        slots = tokens % page
+        k_tile = torch.where(valid[:, None], k_cache[pages, slots, kv_head].float(), 0.0)  # zero-filled
+        v_tile = torch.where(valid[:, None], v_cache[pages, slots, kv_head].float(), 0.0)
+        for warp in range(warps):
+            for row0 in range(warp * 16, block_n, warps * 16):
+                if tile_begin + row0 >= token_end:
+                    break
+                rows = slice(row0, row0 + 16)
+                s_t = k_tile[rows] @ q_t  # S^T: 16 tokens (M) x 8 columns (N)
+                s_t = torch.where(valid[rows, None], s_t * qk_scale_log2, -math.inf)
+                m_new = torch.maximum(m[warp], s_t.max(0).values)
+                assert torch.isfinite(m_new).all()
+                alpha = torch.exp2(m[warp] - m_new)
+                p = torch.exp2(s_t - m_new)
+                l[warp] = l[warp] * alpha + p.sum(0)
+                p_bf16 = p.to(torch.bfloat16).float()  # P rounded once, for the MMA
+                acc[warp] = acc[warp] * alpha + v_tile[rows].T @ p_bf16  # O^T += V^T P^T
+                m[warp] = m_new
+    big_m, part_l, part_acc = merge(list(m), list(l), list(acc))
+    return big_m[:group], part_l[:group], part_acc[:, :group]
+
+
+def merge(ms, ls, accs):
+    """Partials (m, l, O^T [128, columns]) combined in base 2; with no tokens anywhere the reference point is 0."""
+    m, l, acc = torch.stack(ms), torch.stack(ls), torch.stack(accs)
+    big_m = m.max(0).values
+    ref = torch.where(big_m == -math.inf, 0.0, big_m)
+    weight = torch.exp2(m - ref)
+    return big_m, (weight * l).sum(0), (weight[:, None, :] * acc).sum(0)
 
 
 def store_final(output, lse, request, heads, m, l, acc_t):
@@ -306,6 +340,17 @@ MODEL_CASES = [
      16, 160),  # 80 tiles for 16 CTAs: 5-tile chunks, a size no placeholder names
     (8, 1, [0, 0], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2},
      132, 64),  # only empty requests
+    # CLUSTER: every request padded to whole clusters, the longest spread evenly over its clusters' CTAs
+    (4, 64, [1000], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2,
+                     "CLUSTER": 16, "ONE_REQUEST_SCALARS": 1}, 132, 64),  # batch 1: 16 CTAs, one merge on chip
+    (8, 1, [300, 0, 5, 17], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 2, "PROGRAMS_PER_SM": 2,
+                            "CLUSTER": 4, "ONE_REQUEST_SCALARS": 1}, 1, 96),  # 300 tokens: 4 CTAs of 3 tiles
+    (4, 64, [2000, 63, 0, 385], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 2,
+                                 "PROGRAMS_PER_SM": 2, "CLUSTER": 2}, 8, 128),  # clusters, then the counter merge
+    (8, 1, [0], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2,
+                 "CLUSTER": 8, "ONE_REQUEST_SCALARS": 1}, 132, 64),  # an empty batch of one: 8 empty CTAs
+    (8, 64, [4095], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 1,
+                     "CLUSTER": 8, "ONE_REQUEST_SCALARS": 0}, 16, 512),  # descriptors read, 2 clusters merged
 ]
 
 
@@ -313,6 +358,7 @@ MODEL_CASES = [
                          ids=[f"kv{c[0]}-ps{c[1]}-{'_'.join(map(str, c[2]))}-sm{c[4]}" for c in MODEL_CASES])
 def test_template_python_with_kernel_model_matches_softmax_reference(gqa, template, kv_heads, page_size, lengths,
                                                                        params, sms, chunk_tokens):
+    params = {**template.defaults, **params}
     source = render_skill_template(gqa, template, {**params, "PAGE_SIZE": page_size})
     log: list = []
     module = load_template_python(source, log, sms)
@@ -330,7 +376,8 @@ def test_template_python_with_kernel_model_matches_softmax_reference(gqa, templa
     inputs = [q, k_cache, v_cache, kv_indptr, kv_indices] + ([last_page_len] if page_size > 1 else []) + [sm_scale]
     state = module.plan(*inputs)
     assert state["chunk_tokens"] == chunk_tokens
-    expected_works = sum(max(1, -(-n // chunk_tokens)) for n in lengths)
+    cluster = params.get("CLUSTER", 1)
+    expected_works = sum(-(-max(1, -(-n // chunk_tokens)) // cluster) * cluster for n in lengths)
     assert state["works"] == expected_works
     expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
                                               last_page_len if page_size > 1 else None, sm_scale)
@@ -347,3 +394,5 @@ def test_template_python_with_kernel_model_matches_softmax_reference(gqa, templa
                 assert (output[b] == 0).all() and torch.isneginf(lse[b]).all()
         assert int(state["counter"].abs().sum()) == 0
     assert log == [expected_works * kv_heads] * 2  # one launch per call, a CTA per (chunk, KV head)
+    one_request = params.get("ONE_REQUEST_SCALARS", 0) and len(lengths) == 1
+    assert state["one_request_len"] == (lengths[0] if one_request else -1)
