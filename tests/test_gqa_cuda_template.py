@@ -192,8 +192,9 @@ def kernel_model(module: SimpleNamespace, log: list):
 
     def launch(q, k_cache, v_cache, kv_indices, work_request, work_chunk, page_begin, length, chunks, first_slot,
                counters, partial_m, partial_l, partial_acc, output, lse, qk_scale_log2, chunk_tokens, works,
-               one_request_len, one_request_page_begin):
-        block_n, cluster = module.BLOCK_N, module.CLUSTER
+               one_request_len, one_request_page_begin, cluster):
+        block_n = module.BLOCK_N
+        assert 1 <= cluster <= module.CLUSTER and cluster & (cluster - 1) == 0
         assert chunk_tokens % block_n == 0 and chunk_tokens <= module.CHUNK_TOKENS
         num_qo_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
         group = num_qo_heads // num_kv_heads
@@ -326,38 +327,42 @@ def failures(candidate, expected, atol=1e-2, rtol=1e-2):
 
 
 MODEL_CASES = [
-    # (kv_heads, page_size, lengths, params, SMs, the plan's chunk): the chunk is whole tiles, enough for
-    # PROGRAMS_PER_SM CTAs per SM over the batch's tiles x KV heads, at most CHUNK_TOKENS
+    # (kv_heads, page_size, lengths, params, SMs, the plan's chunk, its cluster): the chunk is whole tiles, enough
+    # for PROGRAMS_PER_SM CTAs per SM over the batch's tiles x KV heads, at most CHUNK_TOKENS
     (8, 1, [300, 0, 5, 17], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 2, "PROGRAMS_PER_SM": 2},
-     1, 128),  # 96 tiles for 2 CTAs: the largest chunk; idle warps
+     1, 128, 1),  # 96 tiles for 2 CTAs: the largest chunk; idle warps
     (4, 1, [129, 0, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 3, "PROGRAMS_PER_SM": 1},
-     132, 64),  # 16 tiles for 132 CTAs: one tile each
+     132, 64, 1),  # 16 tiles for 132 CTAs: one tile each
     (8, 64, [130, 0, 64, 1], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2},
-     1, 128),  # partial pages
+     1, 128, 1),  # partial pages
     (4, 64, [200, 63, 0, 385], {"BLOCK_N": 128, "CHUNK_TOKENS": 128, "NUM_WARPS": 8, "STAGES": 4,
-                                "PROGRAMS_PER_SM": 8}, 132, 128),
+                                "PROGRAMS_PER_SM": 8}, 132, 128, 1),
     (4, 64, [600, 7], {"BLOCK_N": 32, "CHUNK_TOKENS": 256, "NUM_WARPS": 2, "STAGES": 2, "PROGRAMS_PER_SM": 1},
-     16, 160),  # 80 tiles for 16 CTAs: 5-tile chunks, a size no placeholder names
+     16, 160, 1),  # 80 tiles for 16 CTAs: 5-tile chunks, a size no placeholder names
     (8, 1, [0, 0], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2},
-     132, 64),  # only empty requests
+     132, 64, 1),  # only empty requests
     # CLUSTER: every request padded to whole clusters, the longest spread evenly over its clusters' CTAs
     (4, 64, [1000], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2,
-                     "CLUSTER": 16, "ONE_REQUEST_SCALARS": 1}, 132, 64),  # batch 1: 16 CTAs, one merge on chip
+                     "CLUSTER": 16, "ONE_REQUEST_SCALARS": 1}, 132, 64, 16),  # batch 1: 16 CTAs, one merge on chip
     (8, 1, [300, 0, 5, 17], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 2, "PROGRAMS_PER_SM": 2,
-                            "CLUSTER": 4, "ONE_REQUEST_SCALARS": 1}, 1, 96),  # 300 tokens: 4 CTAs of 3 tiles
+                            "CLUSTER": 4, "ONE_REQUEST_SCALARS": 1}, 1, 96, 4),  # 300 tokens: 4 CTAs of 3 tiles
     (4, 64, [2000, 63, 0, 385], {"BLOCK_N": 32, "CHUNK_TOKENS": 128, "NUM_WARPS": 2, "STAGES": 2,
-                                 "PROGRAMS_PER_SM": 2, "CLUSTER": 2}, 8, 128),  # clusters, then the counter merge
+                                 "PROGRAMS_PER_SM": 2, "CLUSTER": 2}, 8, 128, 2),  # clusters, then the counter merge
     (8, 1, [0], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2,
-                 "CLUSTER": 8, "ONE_REQUEST_SCALARS": 1}, 132, 64),  # an empty batch of one: 8 empty CTAs
-    (8, 64, [4095], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 1,
-                     "CLUSTER": 8, "ONE_REQUEST_SCALARS": 0}, 16, 512),  # descriptors read, 2 clusters merged
+                 "CLUSTER": 8, "ONE_REQUEST_SCALARS": 1}, 132, 64, 1),  # an empty batch of one: no cluster
+    (8, 64, [4095], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 3, "PROGRAMS_PER_SM": 2,
+                     "CLUSTER": 16, "ONE_REQUEST_SCALARS": 0}, 132, 128, 16),  # 2 clusters of 16, then scratch
+    (4, 64, [300, 300, 300], {"BLOCK_N": 64, "CHUNK_TOKENS": 128, "NUM_WARPS": 4, "STAGES": 2, "PROGRAMS_PER_SM": 8,
+                              "CLUSTER": 16}, 132, 64, 8),  # 5 chunks a request: the batch's cluster is 8
+    (8, 1, [100, 50], {"BLOCK_N": 64, "CHUNK_TOKENS": 512, "NUM_WARPS": 4, "STAGES": 2, "PROGRAMS_PER_SM": 1,
+                       "CLUSTER": 16}, 1, 512, 1),  # one chunk a request: no cluster
 ]
 
 
-@pytest.mark.parametrize("kv_heads, page_size, lengths, params, sms, chunk_tokens", MODEL_CASES,
+@pytest.mark.parametrize("kv_heads, page_size, lengths, params, sms, chunk_tokens, cluster", MODEL_CASES,
                          ids=[f"kv{c[0]}-ps{c[1]}-{'_'.join(map(str, c[2]))}-sm{c[4]}" for c in MODEL_CASES])
 def test_template_python_with_kernel_model_matches_softmax_reference(gqa, template, kv_heads, page_size, lengths,
-                                                                       params, sms, chunk_tokens):
+                                                                       params, sms, chunk_tokens, cluster):
     params = {**template.defaults, **params}
     source = render_skill_template(gqa, template, {**params, "PAGE_SIZE": page_size})
     log: list = []
@@ -376,7 +381,7 @@ def test_template_python_with_kernel_model_matches_softmax_reference(gqa, templa
     inputs = [q, k_cache, v_cache, kv_indptr, kv_indices] + ([last_page_len] if page_size > 1 else []) + [sm_scale]
     state = module.plan(*inputs)
     assert state["chunk_tokens"] == chunk_tokens
-    cluster = params.get("CLUSTER", 1)
+    assert state["cluster"] == cluster
     expected_works = sum(-(-max(1, -(-n // chunk_tokens)) // cluster) * cluster for n in lengths)
     assert state["works"] == expected_works
     expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
