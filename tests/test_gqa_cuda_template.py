@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -180,6 +181,53 @@ def test_kernel_compiles_for_sm90a_with_hmma_and_no_spills(gqa, template, tmp_pa
         assert ops["LD"] >= 3 * params["CLUSTER"], ops  # generic loads: (m, l, acc) from every CTA of the cluster
     else:
         assert not any("CGABAR" in op for op in ops), ops
+
+
+MERGE_CASES = [(64, {"CLUSTER": 1, "STAGES": 3, "BLOCK_N": 64}), (64, {"CLUSTER": 16, "STAGES": 3, "BLOCK_N": 64}),
+               (1, {"CLUSTER": 8, "NUM_WARPS": 8})]
+_SASS_OP = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
+_FLOAT_MATH = ("FMNMX", "FADD", "FFMA", "FMUL", "MUFU", "FSETP", "FSEL")
+
+
+def load_bursts(ops: list[str], is_load) -> list[int]:
+    """Lengths of the runs of loads that no floating-point instruction interrupts (integer address arithmetic may)."""
+    runs, current = [], 0
+    for op in ops:
+        if is_load(op):
+            current += 1
+        elif op.startswith(_FLOAT_MATH) and current:
+            runs.append(current)
+            current = 0
+    return runs + ([current] if current else [])
+
+
+@pytest.mark.skipif(not Path(NVCC).exists(), reason="nvcc is not installed")
+@pytest.mark.parametrize("page_size, params", MERGE_CASES, ids=[f"ps{p}-cluster{c['CLUSTER']}" for p, c in MERGE_CASES])
+def test_the_merges_have_a_batch_of_loads_in_flight(gqa, template, tmp_path, page_size, params):
+    """H100 run 25: a merge written as a chain (load a partial, fold it in, load the next) compiled to loads three at
+    a time, each waiting on the last fold: at 64 partials batch 1 took 167 us. Loads first, then the fold: the last
+    CTA's merge issues kMergeBatch partials' loads (m, l and the thread's dims) before any floating-point use, and
+    the cluster merge every rank's (predicated, no early exit: a `break` in the unrolled loop serialised it too)."""
+    params = {**template.defaults, **params, "PAGE_SIZE": page_size}
+    kernel = string_constant(render_skill_template(gqa, template, params), "KERNEL_SRC")
+    (tmp_path / "kernel.cu").write_text(kernel)
+    cubin = tmp_path / "kernel.cubin"
+    completed = subprocess.run([NVCC, "-cubin", "-arch=sm_90a", "-O3", "-std=c++17", "-o", str(cubin),
+                                str(tmp_path / "kernel.cu")], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    tool = find_disassembler()
+    if tool is None or tool[0] != "cuobjdump":
+        pytest.skip("no cuobjdump to list the SASS in order")
+    listing = subprocess.run([tool[1], "-sass", str(cubin)], capture_output=True, text=True, timeout=120).stdout
+    ops = _SASS_OP.findall(listing)
+    counter_add = next(i for i, op in enumerate(ops) if op.startswith("ATOMG.E.ADD"))
+    batch = int(re.search(r"kMergeBatch = (\d+)", kernel).group(1))
+    last_cta = load_bursts(ops[counter_add:], lambda op: op.startswith("LDG"))
+    assert max(last_cta) >= 3 * batch, last_cta  # m, l and at least one dim per partial of the batch
+    if params["CLUSTER"] > 1:
+        barrier = next(i for i, op in enumerate(ops) if op.startswith("UCGABAR_WAIT"))
+        on_chip = load_bursts(ops[barrier:counter_add], lambda op: op == "LD" or op.startswith("LD."))
+        assert max(on_chip) >= 3 * params["CLUSTER"] - 3, on_chip  # (m, l, acc) of every rank, near enough
 
 
 # ------------------------------------------------- the template's Python with a model of its kernel
