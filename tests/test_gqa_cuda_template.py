@@ -348,9 +348,9 @@ def store_final(output, lse, request, heads, m, l, acc_t):
                                       -math.inf)
 
 
-def load_template_python(source: str, log: list, sms: int = 132) -> SimpleNamespace:
+def load_template_python(source: str, log: list, sms: int = 132, largest_cluster: int = 16) -> SimpleNamespace:
     """The rendered module's Python without the load_inline build: its `_EXT` is the kernel model, on a GPU of
-    ``sms`` SMs."""
+    ``sms`` SMs that holds clusters of up to ``largest_cluster`` CTAs."""
     tree = ast.parse(source)
     tree.body = [n for n in tree.body
                  if not (isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "_EXT" for t in n.targets))
@@ -358,8 +358,10 @@ def load_template_python(source: str, log: list, sms: int = 132) -> SimpleNamesp
     namespace: dict = {}
     exec(compile(tree, "<cuda template python>", "exec"), namespace)
     module = SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
-    namespace["_EXT"] = SimpleNamespace(launch=kernel_model(module, log))
+    namespace["_EXT"] = SimpleNamespace(launch=kernel_model(module, log),
+                                        max_active_clusters=lambda size: 8 if size <= largest_cluster else 0)
     namespace["_sm_count"] = lambda device: sms
+    namespace["_cluster_fits"] = lambda device, size: namespace["_EXT"].max_active_clusters(size) >= 1
     return SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
 
 
@@ -449,3 +451,32 @@ def test_template_python_with_kernel_model_matches_softmax_reference(gqa, templa
     assert log == [expected_works * kv_heads] * 2  # one launch per call, a CTA per (chunk, KV head)
     one_request = params.get("ONE_REQUEST_SCALARS", 0) and len(lengths) == 1
     assert state["one_request_len"] == (lengths[0] if one_request else -1)
+
+
+@pytest.mark.parametrize("largest, cluster", [(16, 16), (8, 8), (2, 2), (1, 1)])
+def test_the_plan_shrinks_the_cluster_to_what_the_gpu_holds(gqa, template, largest, cluster):
+    """A cluster of 16 needs a GPC with 16 SMs free for the kernel (Hopper's non-portable size); where the driver
+    says none fits (cudaOccupancyMaxActiveClusters 0), the plan halves the cluster until one does, down to none,
+    and the result is still right."""
+    params = {**template.defaults, "BLOCK_N": 64, "CHUNK_TOKENS": 512, "STAGES": 3, "PROGRAMS_PER_SM": 2,
+              "CLUSTER": 16, "ONE_REQUEST_SCALARS": 1}
+    log: list = []
+    module = load_template_python(render_skill_template(gqa, template, {**params, "PAGE_SIZE": 64}), log,
+                                  largest_cluster=largest)
+    torch.manual_seed(largest)
+    lengths = [1000]
+    pages = -(-lengths[0] // 64)
+    q = torch.randn(1, 32, 128).to(torch.bfloat16)
+    k_cache = torch.randn(pages + 3, 64, 4, 128).to(torch.bfloat16)
+    v_cache = torch.randn(pages + 3, 64, 4, 128).to(torch.bfloat16)
+    kv_indices = torch.randperm(pages + 3)[:pages].to(torch.int32)
+    kv_indptr = torch.tensor([0, pages], dtype=torch.int32)
+    last = torch.tensor([lengths[0] - (pages - 1) * 64], dtype=torch.int32)
+    inputs = [q, k_cache, v_cache, kv_indptr, kv_indices, last, 0.088]
+    state = module.plan(*inputs)
+    assert state["cluster"] == cluster and state["works"] % cluster == 0
+    output = torch.empty(1, 32, 128, dtype=torch.bfloat16)
+    lse = torch.empty(1, 32)
+    module.run(*inputs, output, lse, state)
+    expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices, last, 0.088)
+    assert failures(output, expected_output) == 0 and failures(lse, expected_lse) == 0
