@@ -480,3 +480,33 @@ def test_the_plan_shrinks_the_cluster_to_what_the_gpu_holds(gqa, template, large
     module.run(*inputs, output, lse, state)
     expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices, last, 0.088)
     assert failures(output, expected_output) == 0 and failures(lse, expected_lse) == 0
+
+
+@pytest.mark.parametrize("page_size", [1, 64])
+def test_batch_one_with_its_pages_past_other_entries_of_kv_indices(gqa, template, page_size):
+    """ONE_REQUEST_SCALARS passes the request's first page (kv_indptr[0]) as a launch argument: a page table whose
+    request starts past other entries (a slice of a larger table) must be read from there, with clusters too."""
+    params = {**template.defaults, "BLOCK_N": 32, "CHUNK_TOKENS": 128, "STAGES": 2, "PROGRAMS_PER_SM": 2,
+              "CLUSTER": 4, "ONE_REQUEST_SCALARS": 1}
+    log: list = []
+    module = load_template_python(render_skill_template(gqa, template, {**params, "PAGE_SIZE": page_size}), log)
+    torch.manual_seed(page_size)
+    tokens, offset = 700, 9
+    pages = -(-tokens // page_size)
+    pool = pages + offset + 4
+    kv_indices = torch.randperm(pool).to(torch.int32)[: offset + pages]  # the first `offset` entries: another's
+    kv_indptr = torch.tensor([offset, offset + pages], dtype=torch.int32)
+    q = (torch.randn(1, 32, 128) * 2).to(torch.bfloat16)
+    k_cache = torch.randn(pool, page_size, 4, 128).to(torch.bfloat16)
+    v_cache = torch.randn(pool, page_size, 4, 128).to(torch.bfloat16)
+    last = [torch.tensor([tokens - (pages - 1) * page_size], dtype=torch.int32)] if page_size > 1 else []
+    inputs = [q, k_cache, v_cache, kv_indptr, kv_indices, *last, 0.088]
+    state = module.plan(*inputs)
+    assert state["one_request_len"] == tokens and state["one_request_page_begin"] == offset
+    assert state["cluster"] == 4
+    output = torch.empty(1, 32, 128, dtype=torch.bfloat16)
+    lse = torch.empty(1, 32)
+    module.run(*inputs, output, lse, state)
+    expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
+                                              last[0] if last else None, 0.088)
+    assert failures(output, expected_output) == 0 and failures(lse, expected_lse) == 0
