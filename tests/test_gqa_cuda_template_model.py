@@ -159,7 +159,6 @@ def load_template_python(source: str, log: list, sms: int = 132, largest_cluster
     namespace["_EXT"] = SimpleNamespace(launch=kernel_model(module, log),
                                         max_active_clusters=lambda size: 8 if size <= largest_cluster else 0)
     namespace["_sm_count"] = lambda device: sms
-    namespace["_cluster_fits"] = lambda device, size: namespace["_EXT"].max_active_clusters(size) >= 1
     return SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
 
 
@@ -261,6 +260,8 @@ def test_the_plan_shrinks_the_cluster_to_what_the_gpu_holds(gqa, template, large
     log: list = []
     module = load_template_python(render_skill_template(gqa, template, {**params, "PAGE_SIZE": 64}), log,
                                   largest_cluster=largest)
+    # the plan's tensors are on the CPU, where _cluster_fits assumes a fit: ask the stub driver as on a GPU
+    module.plan.__globals__["_cluster_fits"] = lambda device, size: module._EXT.max_active_clusters(size) >= 1
     torch.manual_seed(largest)
     lengths = [1000]
     pages = -(-lengths[0] // 64)
@@ -308,3 +309,22 @@ def test_batch_one_with_its_pages_past_other_entries_of_kv_indices(gqa, template
     expected_output, expected_lse = reference(q, k_cache, v_cache, kv_indptr, kv_indices,
                                               last[0] if last else None, 0.088)
     assert failures(output, expected_output) == 0 and failures(lse, expected_lse) == 0
+
+
+def test_whether_a_cluster_fits_is_asked_of_the_driver_once_per_device_and_size(gqa, template, monkeypatch):
+    """`_cluster_fits` as the plan calls it on a GPU: the extension's max_active_clusters (the driver's
+    cudaOccupancyMaxActiveClusters) under that device, once per (device, size); a single CTA always fits."""
+    import contextlib
+
+    module = load_template_python(render_skill_template(gqa, template, {**template.defaults, "PAGE_SIZE": 1,
+                                                                        "CLUSTER": 16}), [], largest_cluster=8)
+    asked = []
+    answer = module._EXT.max_active_clusters
+    module._EXT.max_active_clusters = lambda size: asked.append(size) or answer(size)
+    devices = []
+    monkeypatch.setattr(torch.cuda, "device", lambda device: devices.append(device) or contextlib.nullcontext())
+    gpu = SimpleNamespace(type="cuda", index=3)
+    assert module._cluster_fits(gpu, 8) and not module._cluster_fits(gpu, 16)
+    assert module._cluster_fits(gpu, 8) and not module._cluster_fits(gpu, 16)  # cached
+    assert module._cluster_fits(gpu, 1) and module._cluster_fits(SimpleNamespace(type="cpu", index=None), 16)
+    assert asked == [8, 16] and devices == [gpu, gpu]
