@@ -1,0 +1,218 @@
+"""How fast can a kernel only *read* a gqa_decode workload's paged KV cache? (GPU host.)
+
+The % of floor that issue #19 asks for (80% on mid-size batches, 95% on large ones) divides the byte floor (the
+bytes over the GPU's measured read bandwidth) by the kernel's time. This probe measures, per workload, what is left
+of that floor once the work is cut the way a split-KV kernel cuts it: every program reads one (request, KV head,
+split) range of K and V through the page table, exactly the loads a decode kernel makes, and does nothing else (a
+sum, so nothing is dead code). No query, no softmax, no merge. Its best time per workload is an attainable floor for
+that cut; the decode kernel's time over it is what the kernel's own work (query, MMA, softmax, merge) costs on top.
+
+It answers the design questions the ncu digests cannot: how many programs a batch needs to reach the read bandwidth,
+and how much of a batch-1 or batch-16 kernel's time the bare read of the cache already takes.
+
+Usage (GPU host; Triton and torch):
+    python benchmarks/stream_probe.py --definitions gqa_paged_decode_h32_kv4_d128_ps64 \
+        --workloads uniform_b1_kv8192,uniform_b16_kv2048 --out benchmarks/results/<date>_<gpu>_stream_probe
+Timing is the harness's official timer (`harness.measure.timing.time_trial`: CUPTI kernel time, L2 flushed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+HEAD_DIM = 128
+NUM_WARPS = 4
+
+
+@triton.jit
+def _read_ranges_kernel(k_ptr, v_ptr, kv_indices_ptr, out_ptr, request_tokens, split_tokens, splits,
+                        num_kv_heads, stride_page, stride_slot, stride_head,
+                        PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STAGES: tl.constexpr):
+    """Program (request, split, KV head), KV heads fastest as the decode kernels order them: sums K + V over its
+    token range, loaded through the page table tile by tile."""
+    pid = tl.program_id(0)
+    kv_head = pid % num_kv_heads
+    split = (pid // num_kv_heads) % splits
+    request = pid // (num_kv_heads * splits)
+    begin = split * split_tokens
+    end = tl.minimum(begin + split_tokens, request_tokens)
+    first_page = request * (request_tokens // PAGE)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    acc = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    for start in tl.range(begin, end, BLOCK_N, num_stages=STAGES):
+        token = start + offs_n
+        valid = token < end
+        page = tl.load(kv_indices_ptr + first_page + token // PAGE, mask=valid, other=0).to(tl.int64)
+        row = page * stride_page + (token % PAGE) * stride_slot + kv_head * stride_head
+        k = tl.load(k_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        v = tl.load(v_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
+        acc += k.to(tl.float32) + v.to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc))
+
+
+def parse_workload(name: str) -> tuple[int, int]:
+    """(batch, tokens per request) of a uniform workload name, e.g. uniform_b16_kv2048."""
+    match = re.fullmatch(r"uniform_b(\d+)_kv(\d+)", name)
+    if not match:
+        raise SystemExit(f"stream_probe: {name!r} is not a uniform_b<batch>_kv<tokens> workload")
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_definition(name: str) -> tuple[int, int]:
+    """(KV heads, page size) of a gqa_paged_decode definition name."""
+    match = re.fullmatch(r"gqa_paged_decode_h32_kv(\d+)_d128_ps(\d+)", name)
+    if not match:
+        raise SystemExit(f"stream_probe: {name!r} is not a gqa_paged_decode_h32_kv<k>_d128_ps<p> definition")
+    return int(match.group(1)), int(match.group(2))
+
+
+def cuts(tokens: int, block_n: int, most: int) -> list[int]:
+    """Splits per (request, KV head) to try: powers of 2 from 1 while a split keeps at least one tile."""
+    out, s = [], 1
+    while s <= most and tokens // s >= block_n:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def build_cache(batch: int, tokens: int, kv_heads: int, page: int, device: torch.device, seed: int = 0):
+    """A cache of exactly the batch's pages, scattered in random order as a serving allocator leaves them."""
+    pages = batch * tokens // page
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    kv_indices = torch.randperm(pages, generator=generator).to(torch.int32).to(device)
+    k_cache = torch.randn(pages, page, kv_heads, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    v_cache = torch.randn_like(k_cache)
+    return k_cache, v_cache, kv_indices
+
+
+def plan_cut(tokens: int, splits: int, block_n: int) -> tuple[int, int]:
+    """(splits, tokens per split) as a decode plan cuts a request: whole tiles per split, no empty split."""
+    split_tokens = -(-tokens // splits)
+    split_tokens = -(-split_tokens // block_n) * block_n
+    return -(-tokens // split_tokens), split_tokens
+
+
+def make_call(k_cache, batch: int, tokens: int, splits: int, block_n: int, stages: int):
+    """(the launch as a callable of (k, v, kv_indices, out), the output tensor, the cut's figures)."""
+    _, page, kv_heads, _ = k_cache.shape
+    splits, split_tokens = plan_cut(tokens, splits, block_n)
+    programs = batch * splits * kv_heads
+    out = torch.empty(programs, dtype=torch.float32, device=k_cache.device)
+
+    def call(k, v, idx, o):
+        _read_ranges_kernel[(programs,)](k, v, idx, o, tokens, split_tokens, splits, kv_heads, k.stride(0),
+                                         k.stride(1), k.stride(2), PAGE=page, BLOCK_N=block_n, HEAD_DIM=HEAD_DIM,
+                                         STAGES=stages, num_warps=NUM_WARPS)
+
+    return call, out, {"splits": splits, "split_tokens": split_tokens, "programs": programs, "block_n": block_n,
+                       "stages": stages}
+
+
+def expected_sums(k_cache, v_cache, kv_indices, batch: int, tokens: int, split_tokens: int) -> torch.Tensor:
+    """What every program must return: K + V summed over its (request, split, KV head) range, in grid order."""
+    _, page, kv_heads, _ = k_cache.shape
+    rows = (kv_indices.long()[:, None] * page + torch.arange(page, device=k_cache.device)).reshape(-1)
+    per_token = (k_cache.float() + v_cache.float()).reshape(-1, kv_heads, HEAD_DIM)[rows].sum(-1)
+    per_token = per_token.reshape(batch, tokens, kv_heads)
+    splits = -(-tokens // split_tokens)
+    padded = torch.nn.functional.pad(per_token, (0, 0, 0, splits * split_tokens - tokens))
+    return padded.reshape(batch, splits, split_tokens, kv_heads).sum(2).reshape(-1)
+
+
+def probe_one(k_cache, v_cache, kv_indices, batch: int, tokens: int, splits: int, block_n: int, stages: int,
+              iterations: int) -> dict[str, Any]:
+    """Check one cut of the batch reads the right bytes, then time it (official timer); returns its figures."""
+    from harness.measure.timing import time_trial
+
+    call, out, figures = make_call(k_cache, batch, tokens, splits, block_n, stages)
+    call(k_cache, v_cache, kv_indices, out)
+    want = expected_sums(k_cache, v_cache, kv_indices, batch, tokens, figures["split_tokens"])
+    if not torch.allclose(out, want, rtol=1e-3, atol=0.5):
+        raise RuntimeError(f"stream_probe: the kernel read the wrong bytes at {figures}")
+    timing = time_trial(call, (k_cache, v_cache, kv_indices, out), warmup=5, iterations=iterations,
+                        device=k_cache.device)
+    return {**figures, "us": timing.median_ms * 1000, "backend": timing.backend, "aligned": timing.aligned}
+
+
+def kv_bytes(batch: int, tokens: int, kv_heads: int) -> int:
+    return 2 * batch * tokens * kv_heads * HEAD_DIM * 2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--definitions", default="gqa_paged_decode_h32_kv4_d128_ps64")
+    parser.add_argument("--workloads", default="uniform_b1_kv2048,uniform_b1_kv8192,uniform_b16_kv512,"
+                        "uniform_b16_kv2048,uniform_b64_kv512,uniform_b64_kv2048,uniform_b256_kv512")
+    parser.add_argument("--block-n", default="64", help="comma-separated tile sizes (tokens)")
+    parser.add_argument("--stages", default="2,3,4", help="comma-separated pipeline depths")
+    parser.add_argument("--most-splits", type=int, default=128)
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--out", required=True, help="folder for stream_probe.json and stream_probe.md")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("stream_probe: needs a CUDA GPU")
+    from harness.measure.roofline import measure_ceilings
+
+    device = torch.device("cuda")
+    ceilings = measure_ceilings(device)
+    read_bps = ceilings.memory_bytes_per_s
+    rows = []
+    for definition in args.definitions.split(","):
+        kv_heads, page = parse_definition(definition)
+        for workload in args.workloads.split(","):
+            batch, tokens = parse_workload(workload)
+            k_cache, v_cache, kv_indices = build_cache(batch, tokens, kv_heads, page, device)
+            floor_us = kv_bytes(batch, tokens, kv_heads) / read_bps * 1e6
+            for block_n in (int(b) for b in args.block_n.split(",")):
+                for splits in cuts(tokens, block_n, args.most_splits):
+                    for stages in (int(s) for s in args.stages.split(",")):
+                        row = probe_one(k_cache, v_cache, kv_indices, batch, tokens, splits, block_n, stages,
+                                        args.iterations)
+                        row.update(definition=definition, workload=workload, floor_us=floor_us,
+                                   pct_of_floor=100 * floor_us / row["us"])
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
+            del k_cache, v_cache, kv_indices
+            torch.cuda.empty_cache()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton.__version__,
+            "read_bytes_per_s": read_bps, "ceilings_method": ceilings.method, "num_warps": NUM_WARPS}
+    (out / "stream_probe.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "stream_probe.md").write_text(markdown(meta, rows))
+    print(markdown(meta, rows))
+
+
+def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """Per (definition, workload): the best time per number of splits, and the best over all."""
+    lines = [f"# Reading the paged KV cache only ({meta['gpu']}, torch {meta['torch']}, triton {meta['triton']})",
+             "", f"Read bandwidth (the floor's): {meta['read_bytes_per_s'] / 1e12:.2f} TB/s. Best of tile sizes and "
+             "pipeline depths per cut; % of floor = byte floor / time.", "",
+             "| definition | workload | floor us | splits | programs | best us | % of floor | tile, stages |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    keyed: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["definition"], row["workload"], row["splits"])
+        if key not in keyed or row["us"] < keyed[key]["us"]:
+            keyed[key] = row
+    for (definition, workload, splits), row in keyed.items():
+        lines.append(f"| {definition} | {workload} | {row['floor_us']:.2f} | {splits} | {row['programs']} | "
+                     f"{row['us']:.2f} | {row['pct_of_floor']:.1f}% | {row['block_n']}, {row['stages']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""benchmarks/stream_probe.py: the cut arithmetic, and (Triton interpreter, fresh process) that every program of
+the read-only kernel reads exactly its (request, split, KV head) range through the page table."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+stream_probe = pytest.importorskip("stream_probe")
+
+
+@pytest.mark.parametrize("tokens, splits, block_n, want", [
+    (2048, 1, 64, (1, 2048)),
+    (2048, 4, 64, (4, 512)),
+    (2048, 3, 64, (3, 704)),     # whole tiles: 683 -> 704, the last split shorter
+    (512, 16, 64, (8, 64)),      # never a split of less than a tile, never an empty one
+    (100, 2, 64, (2, 64)),
+    (8192, 128, 64, (128, 64)),
+])
+def test_a_request_is_cut_into_whole_tiles(tokens, splits, block_n, want):
+    assert stream_probe.plan_cut(tokens, splits, block_n) == want
+
+
+@pytest.mark.parametrize("tokens, block_n, most, want", [
+    (2048, 64, 128, [1, 2, 4, 8, 16, 32]),
+    (8192, 64, 16, [1, 2, 4, 8, 16]),
+    (64, 64, 128, [1]),
+])
+def test_the_cuts_tried_keep_a_tile_per_split(tokens, block_n, most, want):
+    assert stream_probe.cuts(tokens, block_n, most) == want
+
+
+@pytest.mark.parametrize("name, want", [("uniform_b16_kv2048", (16, 2048)), ("uniform_b1_kv512", (1, 512))])
+def test_workload_names(name, want):
+    assert stream_probe.parse_workload(name) == want
+
+
+def test_a_skewed_workload_is_refused_by_name():
+    with pytest.raises(SystemExit, match="skewed_b64"):
+        stream_probe.parse_workload("skewed_b64")
+
+
+CHECK = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import stream_probe as sp
+found = []
+for kv_heads, page, batch, tokens, splits, block_n, stages in [(4, 64, 2, 192, 2, 32, 2), (2, 1, 3, 40, 3, 16, 1),
+                                                                (4, 16, 1, 96, 8, 16, 2)]:
+    k, v, idx = sp.build_cache(batch, tokens, kv_heads, page, torch.device("cpu"), seed=batch)
+    call, out, fig = sp.make_call(k, batch, tokens, splits, block_n, stages)
+    call(k, v, idx, out)
+    want = sp.expected_sums(k, v, idx, batch, tokens, fig["split_tokens"])
+    # the same sums computed the slow way: token by token through the page table
+    slow = []
+    for r in range(batch):
+        for s in range(fig["splits"]):
+            for h in range(kv_heads):
+                total = 0.0
+                for t in range(s * fig["split_tokens"], min((s + 1) * fig["split_tokens"], tokens)):
+                    p = int(idx[(r * tokens + t) // page])
+                    total += float(k[p, t % page, h].float().sum() + v[p, t % page, h].float().sum())
+                slow.append(total)
+    found.append({"programs": fig["programs"], "kernel_vs_expected": float((out - want).abs().max()),
+                  "expected_vs_slow": float((want - torch.tensor(slow)).abs().max())})
+print(json.dumps(found))
+"""
+
+
+def test_every_program_reads_its_own_range_through_the_page_table():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT / "benchmarks")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [f["programs"] for f in found] == [16, 18, 24]
+    for f in found:
+        assert f["kernel_vs_expected"] < 1e-2, f
+        assert f["expected_vs_slow"] < 1e-2, f
