@@ -147,6 +147,44 @@ def probe_one(k_cache, v_cache, kv_indices, batch: int, tokens: int, splits: int
     return {**figures, "us": timing.median_ms * 1000, "backend": timing.backend, "aligned": timing.aligned}
 
 
+def flush_cost(sizes_mb: list[int], iterations: int = 30) -> list[dict[str, Any]]:
+    """What the official timer's L2 flush costs the call after it. The flush zeroes a 2 x L2 buffer, which leaves L2
+    full of dirty lines; a call that reads N bytes evicts them and DRAM writes them back during the call. Each size
+    is a contiguous read (torch.sum, the floor's own reader) timed with CUDA events after three flushes: zeroing (the
+    official one), reading the same buffer (L2 left clean) and none (L2 warm with the data where it fits). The
+    difference zero - read is the write-back the call pays; times its bandwidth, the dirty bytes it wrote."""
+    from harness.measure.timing import flush_buffer_bytes
+
+    device = torch.device("cuda")
+    l2 = int(torch.cuda.get_device_properties(device).L2_cache_size)
+    flush = torch.empty(flush_buffer_bytes(l2), dtype=torch.int8, device=device)
+    modes = {"zero": flush.zero_, "read": lambda: flush.sum(dtype=torch.int32), "none": lambda: None}
+    rows = []
+    for mb in sizes_mb:
+        data = torch.ones(mb << 19, dtype=torch.bfloat16, device=device)
+        row: dict[str, Any] = {"mb": mb, "l2_bytes": l2}
+        for name, before in modes.items():
+            samples = []
+            for i in range(iterations + 3):
+                before()
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                torch.sum(data, dtype=torch.float32)
+                end.record()
+                torch.cuda.synchronize()
+                if i >= 3:
+                    samples.append(start.elapsed_time(end) * 1000)
+            row[f"{name}_us"] = sorted(samples)[len(samples) // 2]
+        row["writeback_us"] = row["zero_us"] - row["read_us"]
+        row["read_bytes_per_s"] = (mb << 20) / (row["read_us"] * 1e-6)
+        row["dirty_mb_written"] = row["writeback_us"] * 1e-6 * row["read_bytes_per_s"] / (1 << 20)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del data
+    return rows
+
+
 def kv_bytes(batch: int, tokens: int, kv_heads: int) -> int:
     return 2 * batch * tokens * kv_heads * HEAD_DIM * 2
 
@@ -160,6 +198,8 @@ def main() -> None:
     parser.add_argument("--stages", default="2,3,4", help="comma-separated pipeline depths")
     parser.add_argument("--most-splits", type=int, default=128)
     parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--flush-sizes", default="8,16,32,64,128,256,512",
+                        help="MiB of contiguous reads timed after each kind of L2 flush ('' to skip)")
     parser.add_argument("--out", required=True, help="folder for stream_probe.json and stream_probe.md")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -169,6 +209,7 @@ def main() -> None:
     device = torch.device("cuda")
     ceilings = measure_ceilings(device)
     read_bps = ceilings.memory_bytes_per_s
+    flushes = flush_cost([int(x) for x in args.flush_sizes.split(",") if x])
     rows = []
     for definition in args.definitions.split(","):
         kv_heads, page = parse_definition(definition)
@@ -191,9 +232,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     meta = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton.__version__,
             "read_bytes_per_s": read_bps, "ceilings_method": ceilings.method, "num_warps": NUM_WARPS}
-    (out / "stream_probe.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    (out / "stream_probe.md").write_text(markdown(meta, rows))
-    print(markdown(meta, rows))
+    (out / "stream_probe.json").write_text(json.dumps({"meta": meta, "rows": rows, "flush": flushes}, indent=1))
+    text = markdown(meta, rows) + flush_markdown(flushes)
+    (out / "stream_probe.md").write_text(text)
+    print(text)
 
 
 def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -211,6 +253,18 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     for (definition, workload, splits), row in keyed.items():
         lines.append(f"| {definition} | {workload} | {row['floor_us']:.2f} | {splits} | {row['programs']} | "
                      f"{row['us']:.2f} | {row['pct_of_floor']:.1f}% | {row['block_n']}, {row['stages']} |")
+    return "\n".join(lines) + "\n"
+
+
+def flush_markdown(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    lines = ["", f"## What the L2 flush costs the next call (L2 {rows[0]['l2_bytes'] >> 20} MiB; CUDA events, "
+             "contiguous torch.sum)", "", "| MiB read | after zeroing (official) us | after a read flush us | "
+             "no flush us | write-back us | dirty MiB written |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['mb']} | {r['zero_us']:.2f} | {r['read_us']:.2f} | {r['none_us']:.2f} | "
+                     f"{r['writeback_us']:.2f} | {r['dirty_mb_written']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
