@@ -83,3 +83,14 @@ def test_every_program_reads_its_own_range_through_the_page_table():
     for f in found:
         assert f["kernel_vs_expected"] < 1e-2, f
         assert f["expected_vs_slow"] < 1e-2, f
+
+
+def test_the_flush_table_shows_each_size_and_the_difference_of_the_two_flushes():
+    rows = [{"mb": 64, "l2_bytes": 50 << 20, "zero_us": 51.78, "read_us": 51.17, "none_us": 43.04,
+             "zero_minus_read_us": 0.61},
+            {"mb": 256, "l2_bytes": 50 << 20, "zero_us": 115.84, "read_us": 106.59, "none_us": 103.52,
+             "zero_minus_read_us": 9.25}]
+    table = stream_probe.flush_markdown(rows).splitlines()
+    assert "L2 50 MiB" in table[1]
+    assert table[-2:] == ["| 64 | 51.78 | 51.17 | 43.04 | 0.61 |", "| 256 | 115.84 | 106.59 | 103.52 | 9.25 |"]
+    assert stream_probe.flush_markdown([]) == ""
