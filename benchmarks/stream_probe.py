@@ -14,6 +14,11 @@ Usage (GPU host; Triton and torch):
     python benchmarks/stream_probe.py --definitions gqa_paged_decode_h32_kv4_d128_ps64 \
         --workloads uniform_b1_kv8192,uniform_b16_kv2048 --out benchmarks/results/<date>_<gpu>_stream_probe
 Timing is the harness's official timer (`harness.measure.timing.time_trial`: CUPTI kernel time, L2 flushed).
+
+Two readers: ``pointer`` (a tile's addresses per token through the page table, the templates' KV_LOAD 0/1) and ``tma``
+(a TMA box per page tile, KV_LOAD 2; pages of 16+ tokens). Beside them, per workload, the floor's own reader
+(torch.sum, contiguous) on the same bytes: the read with no page table at all, so what separates the paged reads from
+the floor splits into what paging costs and what reading only this many bytes costs on this timer.
 """
 
 from __future__ import annotations
@@ -63,6 +68,32 @@ def _read_ranges_kernel(k_ptr, v_ptr, kv_indices_ptr, out_ptr, request_tokens, s
     tl.store(out_ptr + pid, tl.sum(acc))
 
 
+@triton.jit
+def _read_ranges_tma_kernel(k_desc, v_desc, kv_indices_ptr, out_ptr, request_tokens, split_tokens, splits,
+                            num_kv_heads, PAGE: tl.constexpr, TILE: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            STAGES: tl.constexpr):
+    """As _read_ranges_kernel, with every tile one TMA box of a page (TILE = min(tile, page) tokens of one KV head,
+    what the templates' KV_LOAD 2 loads): one page index per tile instead of one per token, and no address
+    arithmetic per element. Ranges are whole tiles (plan_cut; the probe's workloads are whole pages)."""
+    pid = tl.program_id(0)
+    kv_head = pid % num_kv_heads
+    split = (pid // num_kv_heads) % splits
+    request = pid // (num_kv_heads * splits)
+    begin = split * split_tokens
+    end = tl.minimum(begin + split_tokens, request_tokens)
+    first_page = request * (request_tokens // PAGE)
+    acc = tl.zeros([TILE, HEAD_DIM], dtype=tl.float32)
+    for start in tl.range(begin, end, TILE, num_stages=STAGES):
+        page = tl.load(kv_indices_ptr + first_page + start // PAGE)
+        k = k_desc.load([page, start % PAGE, kv_head, 0]).reshape(TILE, HEAD_DIM)
+        v = v_desc.load([page, start % PAGE, kv_head, 0]).reshape(TILE, HEAD_DIM)
+        acc += k.to(tl.float32) + v.to(tl.float32)
+    tl.store(out_ptr + pid, tl.sum(acc))
+
+
+READERS = ("pointer", "tma")
+
+
 def parse_workload(name: str) -> tuple[int, int]:
     """(batch, tokens per request) of a uniform workload name, e.g. uniform_b16_kv2048."""
     match = re.fullmatch(r"uniform_b(\d+)_kv(\d+)", name)
@@ -105,20 +136,46 @@ def plan_cut(tokens: int, splits: int, block_n: int) -> tuple[int, int]:
     return -(-tokens // split_tokens), split_tokens
 
 
-def make_call(k_cache, batch: int, tokens: int, splits: int, block_n: int, stages: int):
-    """(the launch as a callable of (k, v, kv_indices, out), the output tensor, the cut's figures)."""
+def tma_tile(page: int, block_n: int, tokens: int) -> int:
+    """Tokens per TMA box for this page size and tile, or 0 where the TMA reader does not apply: a box is one page's
+    min(tile, page) tokens, at least 16 (as the templates require), and the requests must be whole boxes."""
+    tile = min(block_n, page)
+    return tile if tile >= 16 and page % tile == 0 and tokens % tile == 0 else 0
+
+
+def make_call(k_cache, batch: int, tokens: int, splits: int, block_n: int, stages: int, reader: str = "pointer"):
+    """(the launch as a callable of (k, v, kv_indices, out), the output tensor, the cut's figures). reader "tma"
+    loads each tile as TMA boxes of tma_tile tokens (the caller checks it applies)."""
     _, page, kv_heads, _ = k_cache.shape
     splits, split_tokens = plan_cut(tokens, splits, block_n)
     programs = batch * splits * kv_heads
     out = torch.empty(programs, dtype=torch.float32, device=k_cache.device)
+    figures = {"splits": splits, "split_tokens": split_tokens, "programs": programs, "block_n": block_n,
+               "stages": stages, "reader": reader}
+    if reader == "tma":
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        tile = tma_tile(page, block_n, tokens)
+        if not tile:
+            raise ValueError(f"stream_probe: no TMA box for page {page}, tile {block_n}, {tokens} tokens")
+
+        def call(k, v, idx, o):
+            k_desc = TensorDescriptor.from_tensor(k, [1, tile, 1, HEAD_DIM])
+            v_desc = TensorDescriptor.from_tensor(v, [1, tile, 1, HEAD_DIM])
+            _read_ranges_tma_kernel[(programs,)](k_desc, v_desc, idx, o, tokens, split_tokens, splits, kv_heads,
+                                                 PAGE=page, TILE=tile, HEAD_DIM=HEAD_DIM, STAGES=stages,
+                                                 num_warps=NUM_WARPS)
+
+        return call, out, figures
+    if reader != "pointer":
+        raise ValueError(f"stream_probe: unknown reader {reader!r} (one of {', '.join(READERS)})")
 
     def call(k, v, idx, o):
         _read_ranges_kernel[(programs,)](k, v, idx, o, tokens, split_tokens, splits, kv_heads, k.stride(0),
                                          k.stride(1), k.stride(2), PAGE=page, BLOCK_N=block_n, HEAD_DIM=HEAD_DIM,
                                          STAGES=stages, num_warps=NUM_WARPS)
 
-    return call, out, {"splits": splits, "split_tokens": split_tokens, "programs": programs, "block_n": block_n,
-                       "stages": stages}
+    return call, out, figures
 
 
 def expected_sums(k_cache, v_cache, kv_indices, batch: int, tokens: int, split_tokens: int) -> torch.Tensor:
@@ -133,11 +190,11 @@ def expected_sums(k_cache, v_cache, kv_indices, batch: int, tokens: int, split_t
 
 
 def probe_one(k_cache, v_cache, kv_indices, batch: int, tokens: int, splits: int, block_n: int, stages: int,
-              iterations: int) -> dict[str, Any]:
+              iterations: int, reader: str = "pointer") -> dict[str, Any]:
     """Check one cut of the batch reads the right bytes, then time it (official timer); returns its figures."""
     from harness.measure.timing import time_trial
 
-    call, out, figures = make_call(k_cache, batch, tokens, splits, block_n, stages)
+    call, out, figures = make_call(k_cache, batch, tokens, splits, block_n, stages, reader)
     call(k_cache, v_cache, kv_indices, out)
     want = expected_sums(k_cache, v_cache, kv_indices, batch, tokens, figures["split_tokens"])
     if not torch.allclose(out, want, rtol=1e-3, atol=0.5):
@@ -145,6 +202,20 @@ def probe_one(k_cache, v_cache, kv_indices, batch: int, tokens: int, splits: int
     timing = time_trial(call, (k_cache, v_cache, kv_indices, out), warmup=5, iterations=iterations,
                         device=k_cache.device)
     return {**figures, "us": timing.median_ms * 1000, "backend": timing.backend, "aligned": timing.aligned}
+
+
+def contiguous_read(nbytes: int, iterations: int, device) -> dict[str, Any]:
+    """The floor's own reader (torch.sum of one contiguous bf16 buffer, as measure_ceilings reads its multi-GiB
+    buffer) on this many bytes, on the official timer: what the best-laid-out read of the workload's bytes costs
+    under this timer, with no page table and no cut. Its % of floor is the most any kernel of these bytes can be
+    expected to show; below it the floor's asymptotic bandwidth is not reached at this size."""
+    from harness.measure.timing import time_trial
+
+    data = torch.ones(nbytes // 2, dtype=torch.bfloat16, device=device)
+    timing = time_trial(lambda d: torch.sum(d, dtype=torch.float32), (data,), warmup=5, iterations=iterations,
+                        device=device)
+    del data
+    return {"us": timing.median_ms * 1000, "backend": timing.backend, "aligned": timing.aligned}
 
 
 def flush_cost(sizes_mb: list[int], iterations: int = 30) -> list[dict[str, Any]]:
@@ -196,6 +267,9 @@ def main() -> None:
                         "uniform_b16_kv2048,uniform_b64_kv512,uniform_b64_kv2048,uniform_b256_kv512")
     parser.add_argument("--block-n", default="64", help="comma-separated tile sizes (tokens)")
     parser.add_argument("--stages", default="2,3,4", help="comma-separated pipeline depths")
+    parser.add_argument("--readers", default="pointer,tma",
+                        help="comma-separated: pointer (per-token addresses), tma (a box per page tile; pages of "
+                             "16+ tokens, skipped elsewhere)")
     parser.add_argument("--most-splits", type=int, default=128)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--flush-sizes", default="8,16,32,64,128,256,512",
@@ -204,55 +278,94 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("stream_probe: needs a CUDA GPU")
+    readers = [r for r in args.readers.split(",") if r]
+    if not readers or set(readers) - set(READERS):
+        raise SystemExit(f"stream_probe: --readers takes {', '.join(READERS)}, got {args.readers!r}")
     from harness.measure.roofline import measure_ceilings
 
     device = torch.device("cuda")
     ceilings = measure_ceilings(device)
     read_bps = ceilings.memory_bytes_per_s
     flushes = flush_cost([int(x) for x in args.flush_sizes.split(",") if x])
-    rows = []
+    rows, contiguous = [], []
     for definition in args.definitions.split(","):
         kv_heads, page = parse_definition(definition)
         for workload in args.workloads.split(","):
             batch, tokens = parse_workload(workload)
+            nbytes = kv_bytes(batch, tokens, kv_heads)
+            floor_us = nbytes / read_bps * 1e6
+            row = contiguous_read(nbytes, args.iterations, device)
+            row.update(definition=definition, workload=workload, floor_us=floor_us,
+                       pct_of_floor=100 * floor_us / row["us"])
+            contiguous.append(row)
+            print(json.dumps({"contiguous": row}), flush=True)
             k_cache, v_cache, kv_indices = build_cache(batch, tokens, kv_heads, page, device)
-            floor_us = kv_bytes(batch, tokens, kv_heads) / read_bps * 1e6
-            for block_n in (int(b) for b in args.block_n.split(",")):
-                for splits in cuts(tokens, block_n, args.most_splits):
-                    for stages in (int(s) for s in args.stages.split(",")):
-                        row = probe_one(k_cache, v_cache, kv_indices, batch, tokens, splits, block_n, stages,
-                                        args.iterations)
-                        row.update(definition=definition, workload=workload, floor_us=floor_us,
-                                   pct_of_floor=100 * floor_us / row["us"])
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
+            for reader in readers:
+                for block_n in (int(b) for b in args.block_n.split(",")):
+                    if reader == "tma" and not tma_tile(page, block_n, tokens):
+                        continue
+                    for splits in cuts(tokens, block_n, args.most_splits):
+                        for stages in (int(s) for s in args.stages.split(",")):
+                            row = probe_one(k_cache, v_cache, kv_indices, batch, tokens, splits, block_n, stages,
+                                            args.iterations, reader)
+                            row.update(definition=definition, workload=workload, floor_us=floor_us,
+                                       pct_of_floor=100 * floor_us / row["us"])
+                            rows.append(row)
+                            print(json.dumps(row), flush=True)
             del k_cache, v_cache, kv_indices
             torch.cuda.empty_cache()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton.__version__,
             "read_bytes_per_s": read_bps, "ceilings_method": ceilings.method, "num_warps": NUM_WARPS}
-    (out / "stream_probe.json").write_text(json.dumps({"meta": meta, "rows": rows, "flush": flushes}, indent=1))
-    text = markdown(meta, rows) + flush_markdown(flushes)
+    (out / "stream_probe.json").write_text(json.dumps({"meta": meta, "rows": rows, "contiguous": contiguous,
+                                                       "flush": flushes}, indent=1))
+    text = summary_markdown(meta, rows, contiguous) + markdown(rows) + flush_markdown(flushes)
     (out / "stream_probe.md").write_text(text)
     print(text)
 
 
-def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """Per (definition, workload): the best time per number of splits, and the best over all."""
-    lines = [f"# Reading the paged KV cache only ({meta['gpu']}, torch {meta['torch']}, triton {meta['triton']})",
-             "", f"Read bandwidth (the floor's): {meta['read_bytes_per_s'] / 1e12:.2f} TB/s. Best of tile sizes and "
-             "pipeline depths per cut; % of floor = byte floor / time.", "",
-             "| definition | workload | floor us | splits | programs | best us | % of floor | tile, stages |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
-    keyed: dict[tuple[str, str, int], dict[str, Any]] = {}
+def best_by(rows: list[dict[str, Any]], *fields: str) -> dict[tuple, dict[str, Any]]:
+    """The fastest row per distinct value of ``fields``, in first-seen order."""
+    best: dict[tuple, dict[str, Any]] = {}
     for row in rows:
-        key = (row["definition"], row["workload"], row["splits"])
-        if key not in keyed or row["us"] < keyed[key]["us"]:
-            keyed[key] = row
-    for (definition, workload, splits), row in keyed.items():
-        lines.append(f"| {definition} | {workload} | {row['floor_us']:.2f} | {splits} | {row['programs']} | "
-                     f"{row['us']:.2f} | {row['pct_of_floor']:.1f}% | {row['block_n']}, {row['stages']} |")
+        key = tuple(row.get(f) for f in fields)
+        if key not in best or row["us"] < best[key]["us"]:
+            best[key] = row
+    return best
+
+
+def summary_markdown(meta: dict[str, Any], rows: list[dict[str, Any]], contiguous: list[dict[str, Any]]) -> str:
+    """Per (definition, workload): the floor, the floor's own reader on the same bytes (contiguous, official timer),
+    and the best paged read per reader."""
+    readers = [r for r in READERS if any(row.get("reader", "pointer") == r for row in rows)]
+    lines = [f"# Reading the paged KV cache only ({meta['gpu']}, torch {meta['torch']}, triton {meta['triton']})",
+             "", f"Read bandwidth (the floor's): {meta['read_bytes_per_s'] / 1e12:.2f} TB/s. Official timer. "
+             "'contiguous': torch.sum of the same bytes as one buffer (the floor's reader at this size). Paged: the "
+             "best cut, tile and depth per reader. Each as us (% of floor).", "",
+             "| definition | workload | floor us | contiguous | " + " | ".join(f"paged, {r}" for r in readers) + " |",
+             "|---|---|---:|---:|" + "---:|" * len(readers)]
+    paged = best_by([{**r, "reader": r.get("reader", "pointer")} for r in rows], "definition", "workload", "reader")
+    for c in contiguous:
+        cells = []
+        for reader in readers:
+            r = paged.get((c["definition"], c["workload"], reader))
+            cells.append(f"{r['us']:.2f} ({r['pct_of_floor']:.0f}%, {r['programs']} programs)" if r else "")
+        lines.append(f"| {c['definition']} | {c['workload']} | {c['floor_us']:.2f} | {c['us']:.2f} "
+                     f"({c['pct_of_floor']:.0f}%) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """Per (definition, workload, reader): the best time per number of splits."""
+    lines = ["## Every cut", "", "| definition | workload | reader | floor us | splits | programs | best us | "
+             "% of floor | tile, stages |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    keyed = best_by([{**r, "reader": r.get("reader", "pointer")} for r in rows],
+                    "definition", "workload", "reader", "splits")
+    for (definition, workload, reader, splits), row in keyed.items():
+        lines.append(f"| {definition} | {workload} | {reader} | {row['floor_us']:.2f} | {splits} | "
+                     f"{row['programs']} | {row['us']:.2f} | {row['pct_of_floor']:.1f}% | {row['block_n']}, "
+                     f"{row['stages']} |")
     return "\n".join(lines) + "\n"
 
 

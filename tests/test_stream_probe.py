@@ -51,10 +51,11 @@ import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 import stream_probe as sp
 found = []
-for kv_heads, page, batch, tokens, splits, block_n, stages in [(4, 64, 2, 192, 2, 32, 2), (2, 1, 3, 40, 3, 16, 1),
-                                                                (4, 16, 1, 96, 8, 16, 2)]:
+for kv_heads, page, batch, tokens, splits, block_n, stages, reader in [
+        (4, 64, 2, 192, 2, 32, 2, "pointer"), (2, 1, 3, 40, 3, 16, 1, "pointer"), (4, 16, 1, 96, 8, 16, 2, "pointer"),
+        (4, 64, 2, 192, 2, 32, 2, "tma"), (2, 16, 3, 96, 3, 32, 2, "tma"), (4, 32, 1, 128, 1, 64, 1, "tma")]:
     k, v, idx = sp.build_cache(batch, tokens, kv_heads, page, torch.device("cpu"), seed=batch)
-    call, out, fig = sp.make_call(k, batch, tokens, splits, block_n, stages)
+    call, out, fig = sp.make_call(k, batch, tokens, splits, block_n, stages, reader)
     call(k, v, idx, out)
     want = sp.expected_sums(k, v, idx, batch, tokens, fig["split_tokens"])
     # the same sums computed the slow way: token by token through the page table
@@ -73,13 +74,64 @@ print(json.dumps(found))
 """
 
 
+@pytest.mark.parametrize("page, block_n, tokens, want", [
+    (64, 64, 2048, 64),   # one box per page
+    (64, 128, 2048, 64),  # a 128-token tile is two boxes of a page
+    (64, 32, 2048, 32),   # half a page per box
+    (16, 64, 512, 16),
+    (1, 64, 2048, 0),     # a page of one token: no box of 16
+    (8, 64, 512, 0),
+    (64, 64, 100, 0),     # a request that is not whole boxes
+])
+def test_the_tma_box_is_a_page_tile_of_sixteen_tokens_or_more(page, block_n, tokens, want):
+    assert stream_probe.tma_tile(page, block_n, tokens) == want
+
+
+def test_an_unknown_reader_or_a_page_without_boxes_is_refused():
+    import torch
+
+    k = torch.zeros(4, 1, 2, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="no TMA box for page 1"):
+        stream_probe.make_call(k, 1, 4, 1, 64, 2, "tma")
+    with pytest.raises(ValueError, match="unknown reader 'ldg'"):
+        stream_probe.make_call(k, 1, 4, 1, 64, 2, "ldg")
+
+
+def test_the_summary_takes_the_best_paged_read_per_reader_beside_the_contiguous_one():
+    meta = {"gpu": "H", "torch": "t", "triton": "r", "read_bytes_per_s": 4.0e12}
+    rows = [
+        {"definition": "d", "workload": "w", "reader": "pointer", "splits": 1, "programs": 4, "us": 20.0,
+         "pct_of_floor": 25.0, "floor_us": 5.0, "block_n": 64, "stages": 2},
+        {"definition": "d", "workload": "w", "reader": "pointer", "splits": 2, "programs": 8, "us": 10.0,
+         "pct_of_floor": 50.0, "floor_us": 5.0, "block_n": 64, "stages": 2},
+        {"definition": "d", "workload": "w", "reader": "tma", "splits": 2, "programs": 8, "us": 12.5,
+         "pct_of_floor": 40.0, "floor_us": 5.0, "block_n": 64, "stages": 3},
+        {"definition": "d", "workload": "w", "reader": "tma", "splits": 2, "programs": 8, "us": 8.0,
+         "pct_of_floor": 62.5, "floor_us": 5.0, "block_n": 64, "stages": 2},
+        {"definition": "d1", "workload": "w", "splits": 1, "programs": 4, "us": 30.0,  # an old row: no reader
+         "pct_of_floor": 20.0, "floor_us": 6.0, "block_n": 64, "stages": 2},
+    ]
+    contiguous = [{"definition": "d", "workload": "w", "us": 6.25, "pct_of_floor": 80.0, "floor_us": 5.0},
+                  {"definition": "d1", "workload": "w", "us": 7.5, "pct_of_floor": 80.0, "floor_us": 6.0}]
+    table = stream_probe.summary_markdown(meta, rows, contiguous).splitlines()
+    assert "4.00 TB/s" in table[2]
+    assert table[4].endswith("| contiguous | paged, pointer | paged, tma |")
+    assert table[6] == "| d | w | 5.00 | 6.25 (80%) | 10.00 (50%, 8 programs) | 8.00 (62%, 8 programs) |"
+    assert table[7] == "| d1 | w | 6.00 | 7.50 (80%) | 30.00 (20%, 4 programs) |  |"
+    every = stream_probe.markdown(rows).splitlines()
+    assert "| d | w | tma | 5.00 | 2 | 8 | 8.00 | 62.5% | 64, 2 |" in every
+    assert "| d | w | pointer | 5.00 | 1 | 4 | 20.00 | 25.0% | 64, 2 |" in every
+    assert len([line for line in every if line.startswith("| d |")]) == 3
+
+
 def test_every_program_reads_its_own_range_through_the_page_table():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", CHECK, str(ROOT / "benchmarks")], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [f["programs"] for f in found] == [16, 18, 24]
+    # tma: 2 x 2 x 4; 3 requests x 3 splits of 32 tokens x 2 heads; one request, one split, 4 heads
+    assert [f["programs"] for f in found] == [16, 18, 24, 16, 18, 4]
     for f in found:
         assert f["kernel_vs_expected"] < 1e-2, f
         assert f["expected_vs_slow"] < 1e-2, f
