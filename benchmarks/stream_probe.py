@@ -1,11 +1,13 @@
 """How fast can a kernel only *read* a gqa_decode workload's paged KV cache? (GPU host.)
 
-The % of floor that issue #19 asks for (80% on mid-size batches, 95% on large ones) divides the byte floor (the
-bytes over the GPU's measured read bandwidth) by the kernel's time. This probe measures, per workload, what is left
-of that floor once the work is cut the way a split-KV kernel cuts it: every program reads one (request, KV head,
-split) range of K and V through the page table, exactly the loads a decode kernel makes, and does nothing else (a
-sum, so nothing is dead code). No query, no softmax, no merge. Its best time per workload is an attainable floor for
-that cut; the decode kernel's time over it is what the kernel's own work (query, MMA, softmax, merge) costs on top.
+The % of floor that issue #19 asks for (80% on mid-size batches, 95% on large ones) divides the harness's floor (the
+workload's bytes over the GPU's measured read bandwidth) by the kernel's time. This probe measures, per workload
+(any of the dataset's, skewed ones too: the request lengths come from its page table), what is left of that floor
+once the work is cut the way a split-KV kernel cuts it: every program reads one chunk of one request for one KV head
+through the page table, exactly the loads a decode kernel makes, and does nothing else (a sum, checked against torch
+before timing, so nothing is dead code). Chunks of one tile, doubling, up to the whole longest request. No query, no
+softmax, no merge. Its best time per workload is an attainable floor for that cut; the decode kernel's time over it
+is what the kernel's own work (query, MMA, softmax, merge) costs on top.
 
 It answers the design questions the ncu digests cannot: how many programs a batch needs to reach the read bandwidth,
 and how much of a batch-1 or batch-16 kernel's time the bare read of the cache already takes.
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,25 +43,25 @@ NUM_WARPS = 4
 
 
 @triton.jit
-def _read_ranges_kernel(k_ptr, v_ptr, kv_indices_ptr, out_ptr, request_tokens, split_tokens, splits,
-                        num_kv_heads, stride_page, stride_slot, stride_head,
-                        PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, STAGES: tl.constexpr):
-    """Program (request, split, KV head), KV heads fastest as the decode kernels order them: sums K + V over its
-    token range, loaded through the page table tile by tile."""
+def _read_ranges_kernel(k_ptr, v_ptr, kv_indices_ptr, work_ptr, out_ptr, num_kv_heads, stride_page, stride_slot,
+                        stride_head, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        STAGES: tl.constexpr):
+    """Program (work item, KV head), KV heads fastest as the decode kernels order them. A work item is (first page
+    slot of its request in kv_indices, first token, end token) of one chunk of one request. Sums K + V over the
+    range, loaded through the page table tile by tile."""
     pid = tl.program_id(0)
     kv_head = pid % num_kv_heads
-    split = (pid // num_kv_heads) % splits
-    request = pid // (num_kv_heads * splits)
-    begin = split * split_tokens
-    end = tl.minimum(begin + split_tokens, request_tokens)
-    first_page = request * (request_tokens // PAGE)
+    item = pid // num_kv_heads
+    page_begin = tl.load(work_ptr + 3 * item)
+    begin = tl.load(work_ptr + 3 * item + 1)
+    end = tl.load(work_ptr + 3 * item + 2)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     acc = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     for start in tl.range(begin, end, BLOCK_N, num_stages=STAGES):
         token = start + offs_n
         valid = token < end
-        page = tl.load(kv_indices_ptr + first_page + token // PAGE, mask=valid, other=0).to(tl.int64)
+        page = tl.load(kv_indices_ptr + page_begin + token // PAGE, mask=valid, other=0).to(tl.int64)
         row = page * stride_page + (token % PAGE) * stride_slot + kv_head * stride_head
         k = tl.load(k_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
         v = tl.load(v_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
@@ -69,59 +70,84 @@ def _read_ranges_kernel(k_ptr, v_ptr, kv_indices_ptr, out_ptr, request_tokens, s
 
 
 @triton.jit
-def _read_ranges_tma_kernel(k_desc, v_desc, kv_indices_ptr, out_ptr, request_tokens, split_tokens, splits,
-                            num_kv_heads, PAGE: tl.constexpr, TILE: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            STAGES: tl.constexpr):
+def _read_ranges_tma_kernel(k_desc, v_desc, kv_indices_ptr, work_ptr, out_ptr, num_kv_heads, PAGE: tl.constexpr,
+                            TILE: tl.constexpr, HEAD_DIM: tl.constexpr, STAGES: tl.constexpr):
     """As _read_ranges_kernel, with every tile one TMA box of a page (TILE = min(tile, page) tokens of one KV head,
     what the templates' KV_LOAD 2 loads): one page index per tile instead of one per token, and no address
-    arithmetic per element. Ranges are whole tiles (plan_cut; the probe's workloads are whole pages)."""
+    arithmetic per element. A chunk starts on a box; the rows of a request's last, partly filled box past its end
+    are loaded and dropped (the box never leaves its page)."""
     pid = tl.program_id(0)
     kv_head = pid % num_kv_heads
-    split = (pid // num_kv_heads) % splits
-    request = pid // (num_kv_heads * splits)
-    begin = split * split_tokens
-    end = tl.minimum(begin + split_tokens, request_tokens)
-    first_page = request * (request_tokens // PAGE)
+    item = pid // num_kv_heads
+    page_begin = tl.load(work_ptr + 3 * item)
+    begin = tl.load(work_ptr + 3 * item + 1)
+    end = tl.load(work_ptr + 3 * item + 2)
+    offs_t = tl.arange(0, TILE)
     acc = tl.zeros([TILE, HEAD_DIM], dtype=tl.float32)
     for start in tl.range(begin, end, TILE, num_stages=STAGES):
-        page = tl.load(kv_indices_ptr + first_page + start // PAGE)
+        page = tl.load(kv_indices_ptr + page_begin + start // PAGE)
         k = k_desc.load([page, start % PAGE, kv_head, 0]).reshape(TILE, HEAD_DIM)
         v = v_desc.load([page, start % PAGE, kv_head, 0]).reshape(TILE, HEAD_DIM)
-        acc += k.to(tl.float32) + v.to(tl.float32)
+        keep = (start + offs_t) < end
+        acc += tl.where(keep[:, None], k.to(tl.float32) + v.to(tl.float32), 0.0)
     tl.store(out_ptr + pid, tl.sum(acc))
 
 
 READERS = ("pointer", "tma")
 
 
-def parse_workload(name: str) -> tuple[int, int]:
-    """(batch, tokens per request) of a uniform workload name, e.g. uniform_b16_kv2048."""
-    match = re.fullmatch(r"uniform_b(\d+)_kv(\d+)", name)
-    if not match:
-        raise SystemExit(f"stream_probe: {name!r} is not a uniform_b<batch>_kv<tokens> workload")
-    return int(match.group(1)), int(match.group(2))
+def resolve(definition: str, labels: list[str]) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """The definition's (KV heads, page size, head dim) and, per workload label, its request lengths (from its page
+    table) and the bytes the harness's floor counts, from the dataset's own records: any workload, skewed ones too."""
+    from harness.data.dataset import Dataset, default_root
+    from harness.families import family_for
+
+    dataset = Dataset(default_root())
+    d = dataset.definition(definition)
+    family = family_for(d.op_type)
+    axes = {"kv_heads": d.const_axes["num_kv_heads"], "page": d.const_axes["page_size"],
+            "head_dim": d.const_axes["head_dim"]}
+    out = []
+    for workload in dataset.workloads_for(definition, labels):
+        lengths = family.request_lengths(d, workload, dataset.root)
+        if lengths is None:
+            raise SystemExit(f"stream_probe: {definition} {dataset.label(workload)}: no page table in the dataset")
+        cost = family.workload_cost(d, workload, dataset.root)
+        out.append({"workload": dataset.label(workload), "lengths": lengths, "cost": cost})
+    return axes, out
 
 
-def parse_definition(name: str) -> tuple[int, int]:
-    """(KV heads, page size) of a gqa_paged_decode definition name."""
-    match = re.fullmatch(r"gqa_paged_decode_h32_kv(\d+)_d128_ps(\d+)", name)
-    if not match:
-        raise SystemExit(f"stream_probe: {name!r} is not a gqa_paged_decode_h32_kv<k>_d128_ps<p> definition")
-    return int(match.group(1)), int(match.group(2))
+def chunk_sizes(lengths: list[int], block_n: int) -> list[int]:
+    """Chunk sizes (tokens) to try: one tile, doubling, up to the first size that holds the longest request whole."""
+    longest = max(lengths, default=0)
+    out, c = [], block_n
+    while True:
+        out.append(c)
+        if c >= longest:
+            return out
+        c *= 2
 
 
-def cuts(tokens: int, block_n: int, most: int) -> list[int]:
-    """Splits per (request, KV head) to try: powers of 2 from 1 while a split keeps at least one tile."""
-    out, s = [], 1
-    while s <= most and tokens // s >= block_n:
-        out.append(s)
-        s *= 2
-    return out
+def work_items(lengths: list[int], page: int, chunk_tokens: int) -> list[tuple[int, int, int]]:
+    """(first page slot of the request, first token, end token) of every chunk of ``chunk_tokens``, request by
+    request, pages laid out request after request as build_cache lays them; an empty request has none."""
+    items, slot = [], 0
+    for n in lengths:
+        items.extend((slot, t, min(n, t + chunk_tokens)) for t in range(0, n, chunk_tokens))
+        slot += -(-n // page)
+    return items
 
 
-def build_cache(batch: int, tokens: int, kv_heads: int, page: int, device: torch.device, seed: int = 0):
+def tma_tile(page: int, block_n: int) -> int:
+    """Tokens per TMA box for this page size and tile, or 0 where the TMA reader does not apply: a box is one page's
+    min(tile, page) tokens, at least 16 (as the templates require)."""
+    tile = min(block_n, page)
+    return tile if tile >= 16 and page % tile == 0 and block_n % tile == 0 else 0
+
+
+def build_cache(lengths: list[int], kv_heads: int, page: int, device, seed: int = 0):
     """A cache of exactly the batch's pages, scattered in random order as a serving allocator leaves them."""
-    pages = batch * tokens // page
+    pages = sum(-(-n // page) for n in lengths)
     generator = torch.Generator(device="cpu").manual_seed(seed)
     kv_indices = torch.randperm(pages, generator=generator).to(torch.int32).to(device)
     k_cache = torch.randn(pages, page, kv_heads, HEAD_DIM, dtype=torch.bfloat16, device=device)
@@ -129,75 +155,69 @@ def build_cache(batch: int, tokens: int, kv_heads: int, page: int, device: torch
     return k_cache, v_cache, kv_indices
 
 
-def plan_cut(tokens: int, splits: int, block_n: int) -> tuple[int, int]:
-    """(splits, tokens per split) as a decode plan cuts a request: whole tiles per split, no empty split."""
-    split_tokens = -(-tokens // splits)
-    split_tokens = -(-split_tokens // block_n) * block_n
-    return -(-tokens // split_tokens), split_tokens
-
-
-def tma_tile(page: int, block_n: int, tokens: int) -> int:
-    """Tokens per TMA box for this page size and tile, or 0 where the TMA reader does not apply: a box is one page's
-    min(tile, page) tokens, at least 16 (as the templates require), and the requests must be whole boxes."""
-    tile = min(block_n, page)
-    return tile if tile >= 16 and page % tile == 0 and tokens % tile == 0 else 0
-
-
-def make_call(k_cache, batch: int, tokens: int, splits: int, block_n: int, stages: int, reader: str = "pointer"):
-    """(the launch as a callable of (k, v, kv_indices, out), the output tensor, the cut's figures). reader "tma"
-    loads each tile as TMA boxes of tma_tile tokens (the caller checks it applies)."""
+def make_call(k_cache, lengths: list[int], chunk_tokens: int, block_n: int, stages: int, reader: str = "pointer"):
+    """(the launch as a callable of (k, v, kv_indices, out), the output tensor, the work list, the cut's figures).
+    reader "tma" loads each tile as TMA boxes of tma_tile tokens."""
     _, page, kv_heads, _ = k_cache.shape
-    splits, split_tokens = plan_cut(tokens, splits, block_n)
-    programs = batch * splits * kv_heads
-    out = torch.empty(programs, dtype=torch.float32, device=k_cache.device)
-    figures = {"splits": splits, "split_tokens": split_tokens, "programs": programs, "block_n": block_n,
-               "stages": stages, "reader": reader}
+    if chunk_tokens % block_n:
+        raise ValueError(f"stream_probe: chunks of {chunk_tokens} tokens are not whole {block_n}-token tiles")
+    items = work_items(lengths, page, chunk_tokens)
+    work = torch.tensor(items or [(0, 0, 0)], dtype=torch.int32, device=k_cache.device).reshape(-1)
+    programs = len(items) * kv_heads
+    out = torch.empty(max(programs, 1), dtype=torch.float32, device=k_cache.device)
+    figures = {"chunk_tokens": chunk_tokens, "programs": programs, "block_n": block_n, "stages": stages,
+               "reader": reader}
     if reader == "tma":
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        tile = tma_tile(page, block_n, tokens)
+        tile = tma_tile(page, block_n)
         if not tile:
-            raise ValueError(f"stream_probe: no TMA box for page {page}, tile {block_n}, {tokens} tokens")
+            raise ValueError(f"stream_probe: no TMA box for page {page}, tile {block_n}")
 
         def call(k, v, idx, o):
             k_desc = TensorDescriptor.from_tensor(k, [1, tile, 1, HEAD_DIM])
             v_desc = TensorDescriptor.from_tensor(v, [1, tile, 1, HEAD_DIM])
-            _read_ranges_tma_kernel[(programs,)](k_desc, v_desc, idx, o, tokens, split_tokens, splits, kv_heads,
-                                                 PAGE=page, TILE=tile, HEAD_DIM=HEAD_DIM, STAGES=stages,
-                                                 num_warps=NUM_WARPS)
+            _read_ranges_tma_kernel[(programs,)](k_desc, v_desc, idx, work, o, kv_heads, PAGE=page, TILE=tile,
+                                                 HEAD_DIM=HEAD_DIM, STAGES=stages, num_warps=NUM_WARPS)
 
-        return call, out, figures
+        return call, out, items, figures
     if reader != "pointer":
         raise ValueError(f"stream_probe: unknown reader {reader!r} (one of {', '.join(READERS)})")
 
     def call(k, v, idx, o):
-        _read_ranges_kernel[(programs,)](k, v, idx, o, tokens, split_tokens, splits, kv_heads, k.stride(0),
-                                         k.stride(1), k.stride(2), PAGE=page, BLOCK_N=block_n, HEAD_DIM=HEAD_DIM,
-                                         STAGES=stages, num_warps=NUM_WARPS)
+        _read_ranges_kernel[(programs,)](k, v, idx, work, o, kv_heads, k.stride(0), k.stride(1), k.stride(2),
+                                         PAGE=page, BLOCK_N=block_n, HEAD_DIM=HEAD_DIM, STAGES=stages,
+                                         num_warps=NUM_WARPS)
 
-    return call, out, figures
+    return call, out, items, figures
 
 
-def expected_sums(k_cache, v_cache, kv_indices, batch: int, tokens: int, split_tokens: int) -> torch.Tensor:
-    """What every program must return: K + V summed over its (request, split, KV head) range, in grid order."""
+def expected_sums(k_cache, v_cache, kv_indices, lengths: list[int], items: list[tuple[int, int, int]]):
+    """What every program must return: K + V summed over its (work item, KV head) range, in grid order."""
     _, page, kv_heads, _ = k_cache.shape
-    rows = (kv_indices.long()[:, None] * page + torch.arange(page, device=k_cache.device)).reshape(-1)
-    per_token = (k_cache.float() + v_cache.float()).reshape(-1, kv_heads, HEAD_DIM)[rows].sum(-1)
-    per_token = per_token.reshape(batch, tokens, kv_heads)
-    splits = -(-tokens // split_tokens)
-    padded = torch.nn.functional.pad(per_token, (0, 0, 0, splits * split_tokens - tokens))
-    return padded.reshape(batch, splits, split_tokens, kv_heads).sum(2).reshape(-1)
+    per_row = (k_cache.float() + v_cache.float()).sum(-1).reshape(-1, kv_heads)  # [pages x page, heads]
+    prefix, slot = {}, 0
+    for n in lengths:  # per request: cumulative sums over its tokens, through the page table
+        pages = kv_indices[slot:slot + -(-n // page)].long()
+        rows = (pages[:, None] * page + torch.arange(page, device=k_cache.device)).reshape(-1)[:n]
+        zero = torch.zeros(1, kv_heads, dtype=torch.float64, device=k_cache.device)
+        prefix[slot] = torch.cat([zero, per_row[rows].double().cumsum(0)])
+        slot += -(-n // page)
+    sums = [prefix[s][e] - prefix[s][b] for s, b, e in items]
+    if not sums:
+        return torch.zeros(0, dtype=torch.float32, device=k_cache.device)
+    return torch.stack(sums).reshape(-1).float()
 
 
-def probe_one(k_cache, v_cache, kv_indices, batch: int, tokens: int, splits: int, block_n: int, stages: int,
+def probe_one(k_cache, v_cache, kv_indices, lengths: list[int], chunk_tokens: int, block_n: int, stages: int,
               iterations: int, reader: str = "pointer") -> dict[str, Any]:
     """Check one cut of the batch reads the right bytes, then time it (official timer); returns its figures."""
     from harness.measure.timing import time_trial
 
-    call, out, figures = make_call(k_cache, batch, tokens, splits, block_n, stages, reader)
+    call, out, items, figures = make_call(k_cache, lengths, chunk_tokens, block_n, stages, reader)
     call(k_cache, v_cache, kv_indices, out)
-    want = expected_sums(k_cache, v_cache, kv_indices, batch, tokens, figures["split_tokens"])
-    if not torch.allclose(out, want, rtol=1e-3, atol=0.5):
+    want = expected_sums(k_cache, v_cache, kv_indices, lengths, items)
+    if not torch.allclose(out[:want.numel()], want, rtol=1e-3, atol=0.5):
         raise RuntimeError(f"stream_probe: the kernel read the wrong bytes at {figures}")
     timing = time_trial(call, (k_cache, v_cache, kv_indices, out), warmup=5, iterations=iterations,
                         device=k_cache.device)
@@ -256,21 +276,17 @@ def flush_cost(sizes_mb: list[int], iterations: int = 30) -> list[dict[str, Any]
     return rows
 
 
-def kv_bytes(batch: int, tokens: int, kv_heads: int) -> int:
-    return 2 * batch * tokens * kv_heads * HEAD_DIM * 2
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--definitions", default="gqa_paged_decode_h32_kv4_d128_ps64")
     parser.add_argument("--workloads", default="uniform_b1_kv2048,uniform_b1_kv8192,uniform_b16_kv512,"
-                        "uniform_b16_kv2048,uniform_b64_kv512,uniform_b64_kv2048,uniform_b256_kv512")
+                        "uniform_b16_kv2048,uniform_b64_kv512,uniform_b64_kv2048,uniform_b256_kv512,skewed_b64,"
+                        "one_long_32k_31x256", help="the dataset's workload labels (or uuids), any shape")
     parser.add_argument("--block-n", default="64", help="comma-separated tile sizes (tokens)")
     parser.add_argument("--stages", default="2,3,4", help="comma-separated pipeline depths")
     parser.add_argument("--readers", default="pointer,tma",
                         help="comma-separated: pointer (per-token addresses), tma (a box per page tile; pages of "
                              "16+ tokens, skipped elsewhere)")
-    parser.add_argument("--most-splits", type=int, default=128)
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--flush-sizes", default="8,16,32,64,128,256,512",
                         help="MiB of contiguous reads timed after each kind of L2 flush ('' to skip)")
@@ -281,7 +297,7 @@ def main() -> None:
     readers = [r for r in args.readers.split(",") if r]
     if not readers or set(readers) - set(READERS):
         raise SystemExit(f"stream_probe: --readers takes {', '.join(READERS)}, got {args.readers!r}")
-    from harness.measure.roofline import measure_ceilings
+    from harness.measure.roofline import floor_ms, measure_ceilings
 
     device = torch.device("cuda")
     ceilings = measure_ceilings(device)
@@ -289,24 +305,26 @@ def main() -> None:
     flushes = flush_cost([int(x) for x in args.flush_sizes.split(",") if x])
     rows, contiguous = [], []
     for definition in args.definitions.split(","):
-        kv_heads, page = parse_definition(definition)
-        for workload in args.workloads.split(","):
-            batch, tokens = parse_workload(workload)
-            nbytes = kv_bytes(batch, tokens, kv_heads)
-            floor_us = nbytes / read_bps * 1e6
-            row = contiguous_read(nbytes, args.iterations, device)
+        axes, workloads = resolve(definition, args.workloads.split(","))
+        if axes["head_dim"] != HEAD_DIM:
+            raise SystemExit(f"stream_probe: {definition} has head_dim {axes['head_dim']}, the probe reads {HEAD_DIM}")
+        kv_heads, page = axes["kv_heads"], axes["page"]
+        for wl in workloads:
+            lengths, workload = wl["lengths"], wl["workload"]
+            floor_us = floor_ms(wl["cost"], ceilings) * 1000
+            row = contiguous_read(wl["cost"].bytes_moved, args.iterations, device)
             row.update(definition=definition, workload=workload, floor_us=floor_us,
                        pct_of_floor=100 * floor_us / row["us"])
             contiguous.append(row)
             print(json.dumps({"contiguous": row}), flush=True)
-            k_cache, v_cache, kv_indices = build_cache(batch, tokens, kv_heads, page, device)
+            k_cache, v_cache, kv_indices = build_cache(lengths, kv_heads, page, device)
             for reader in readers:
                 for block_n in (int(b) for b in args.block_n.split(",")):
-                    if reader == "tma" and not tma_tile(page, block_n, tokens):
+                    if reader == "tma" and not tma_tile(page, block_n):
                         continue
-                    for splits in cuts(tokens, block_n, args.most_splits):
+                    for chunk in chunk_sizes(lengths, block_n):
                         for stages in (int(s) for s in args.stages.split(",")):
-                            row = probe_one(k_cache, v_cache, kv_indices, batch, tokens, splits, block_n, stages,
+                            row = probe_one(k_cache, v_cache, kv_indices, lengths, chunk, block_n, stages,
                                             args.iterations, reader)
                             row.update(definition=definition, workload=workload, floor_us=floor_us,
                                        pct_of_floor=100 * floor_us / row["us"])
@@ -357,13 +375,13 @@ def summary_markdown(meta: dict[str, Any], rows: list[dict[str, Any]], contiguou
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """Per (definition, workload, reader): the best time per number of splits."""
-    lines = ["## Every cut", "", "| definition | workload | reader | floor us | splits | programs | best us | "
+    """Per (definition, workload, reader): the best time per chunk size."""
+    lines = ["## Every cut", "", "| definition | workload | reader | floor us | chunk tokens | programs | best us | "
              "% of floor | tile, stages |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
     keyed = best_by([{**r, "reader": r.get("reader", "pointer")} for r in rows],
-                    "definition", "workload", "reader", "splits")
-    for (definition, workload, reader, splits), row in keyed.items():
-        lines.append(f"| {definition} | {workload} | {reader} | {row['floor_us']:.2f} | {splits} | "
+                    "definition", "workload", "reader", "chunk_tokens")
+    for (definition, workload, reader, chunk), row in keyed.items():
+        lines.append(f"| {definition} | {workload} | {reader} | {row['floor_us']:.2f} | {chunk} | "
                      f"{row['programs']} | {row['us']:.2f} | {row['pct_of_floor']:.1f}% | {row['block_n']}, "
                      f"{row['stages']} |")
     return "\n".join(lines) + "\n"
