@@ -291,7 +291,18 @@ def main() -> None:
     parser.add_argument("--flush-sizes", default="8,16,32,64,128,256,512",
                         help="MiB of contiguous reads timed after each kind of L2 flush ('' to skip)")
     parser.add_argument("--out", required=True, help="folder for stream_probe.json and stream_probe.md")
+    parser.add_argument("--compare", nargs=2, metavar=("SUBMIT_JSON", "PROBE_JSON"),
+                        help="no GPU: write OUT/decode_vs_read.md, the decodes of a `harness submit --json` output "
+                             "next to the bare reads of a stream_probe.json from the same card")
     args = parser.parse_args()
+    if args.compare:
+        submit, probe = (Path(p).read_text() for p in args.compare)
+        text = "".join(compare_markdown(result, json.loads(probe)) for result in submit_results(submit))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "decode_vs_read.md").write_text(text)
+        print(text)
+        return
     if not torch.cuda.is_available():
         raise SystemExit("stream_probe: needs a CUDA GPU")
     readers = [r for r in args.readers.split(",") if r]
@@ -371,6 +382,51 @@ def summary_markdown(meta: dict[str, Any], rows: list[dict[str, Any]], contiguou
             cells.append(f"{r['us']:.2f} ({r['pct_of_floor']:.0f}%, {r['programs']} programs)" if r else "")
         lines.append(f"| {c['definition']} | {c['workload']} | {c['floor_us']:.2f} | {c['us']:.2f} "
                      f"({c['pct_of_floor']:.0f}%) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+def submit_results(text: str) -> list[dict[str, Any]]:
+    """The results `harness submit --json` printed: one JSON object per solution, one after the other."""
+    decoder, out, i = json.JSONDecoder(), [], 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return out
+        obj, i = decoder.raw_decode(text, i)
+        out.append(obj)
+
+
+def compare_markdown(result: dict[str, Any], probe: dict[str, Any]) -> str:
+    """Per workload of one submission: the decode's kernel figure next to the bare reads of the same workload on the
+    same card (the floor's reader on the same bytes, and the best paged read of either reader), every % against the
+    harness's floor as the submission recorded it, and decode / best paged read: what the decode's own work costs
+    over its loads. Workloads the probe did not read show blanks."""
+    definition = result["definition"]
+    paged = best_by([r for r in probe.get("rows", []) if r["definition"] == definition], "workload")
+    contiguous = {c["workload"]: c for c in probe.get("contiguous", []) if c["definition"] == definition}
+
+    def cell(us: Any, floor_ms: Any, extra: str = "") -> str:
+        if not us:
+            return ""
+        pct = f" ({100 * floor_ms * 1e3 / us:.0f}%{extra})" if floor_ms else ""
+        return f"{us:.2f}{pct}"
+
+    lines = [f"## {definition}: `{result.get('solution')}` against reading its bytes only "
+             f"({probe.get('meta', {}).get('gpu', 'GPU')})", "",
+             "Kernel figures on the official timer, us (% of the harness's floor). Contiguous: torch.sum of the "
+             "same bytes; paged: the probe's best cut and reader.", "",
+             "| workload | decode | contiguous read | paged read | decode / paged read |",
+             "|---|---:|---:|---:|---:|"]
+    for w in result.get("workloads", []):
+        label, floor_ms = w.get("label"), w.get("floor_ms")
+        mine = (w.get("kernel_latency_ms") or w.get("latency_ms") or 0) * 1e3
+        read = paged.get((label,))
+        ratio = f"{mine / read['us']:.2f}x" if read and mine else ""
+        lines.append(f"| {label} | {cell(mine, floor_ms)} | "
+                     f"{cell((contiguous.get(label) or {}).get('us'), floor_ms)} | "
+                     + (cell(read["us"], floor_ms, f", {read.get('reader', 'pointer')}") if read else "")
+                     + f" | {ratio} |")
     return "\n".join(lines) + "\n\n"
 
 

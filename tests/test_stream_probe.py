@@ -157,3 +157,43 @@ def test_the_flush_table_shows_each_size_and_the_difference_of_the_two_flushes()
     assert "L2 50 MiB" in table[1]
     assert table[-2:] == ["| 64 | 51.78 | 51.17 | 43.04 | 0.61 |", "| 256 | 115.84 | 106.59 | 103.52 | 9.25 |"]
     assert stream_probe.flush_markdown([]) == ""
+
+
+def _submit(label_us_floor):
+    return {"definition": "d", "solution": "s", "workloads": [
+        {"label": label, "kernel_latency_ms": us / 1e3, "latency_ms": 1.0, "floor_ms": floor}
+        for label, us, floor in label_us_floor]}
+
+
+PROBE = {"meta": {"gpu": "NVIDIA H200"},
+         "rows": [{"definition": "d", "workload": "a", "reader": "pointer", "us": 10.0},
+                  {"definition": "d", "workload": "a", "reader": "tma", "us": 8.0},
+                  {"definition": "other", "workload": "b", "reader": "tma", "us": 1.0},
+                  {"definition": "d", "workload": "b", "us": 20.0}],
+         "contiguous": [{"definition": "d", "workload": "a", "us": 6.0},
+                        {"definition": "other", "workload": "b", "us": 1.0}]}
+
+
+def test_the_decode_is_set_beside_the_bare_reads_of_its_own_definition_and_workloads():
+    text = stream_probe.compare_markdown(_submit([("a", 12.0, 0.004), ("b", 30.0, 0.015), ("c", 5.0, None)]), PROBE)
+    lines = text.splitlines()
+    assert lines[0] == "## d: `s` against reading its bytes only (NVIDIA H200)"
+    assert "| a | 12.00 (33%) | 6.00 (67%) | 8.00 (50%, tma) | 1.50x |" in lines
+    # b: no contiguous read of d's b (other's is not d's), its old row without a reader counts as pointer
+    assert "| b | 30.00 (50%) |  | 20.00 (75%, pointer) | 1.50x |" in lines
+    assert "| c | 5.00 |  |  |  |" in lines
+
+
+def test_compare_runs_without_a_gpu_and_writes_its_table(tmp_path):
+    submit = tmp_path / "submit.json"
+    submit.write_text(json.dumps(_submit([("a", 12.0, 0.004)]), indent=1) + "\n"
+                      + json.dumps({**_submit([("a", 16.0, 0.004)]), "solution": "t"}))
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps(PROBE))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stream_probe.py"), "--out", str(tmp_path / "o"),
+                           "--compare", str(submit), str(probe)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = (tmp_path / "o" / "decode_vs_read.md").read_text()
+    assert "`s` against" in written and "`t` against" in written
+    assert "| a | 16.00 (25%) | 6.00 (67%) | 8.00 (50%, tma) | 2.00x |" in written
