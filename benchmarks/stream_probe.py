@@ -33,6 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -43,18 +44,25 @@ NUM_WARPS = 4
 
 
 @triton.jit
+def _work_item(work_ptr, num_kv_heads):
+    """This program's (KV head, first page slot of its request in kv_indices, first token, end token): program
+    (work item, KV head), KV heads fastest as the decode kernels order them."""
+    pid = tl.program_id(0)
+    item = pid // num_kv_heads
+    page_begin = tl.load(work_ptr + 3 * item)
+    begin = tl.load(work_ptr + 3 * item + 1)
+    end = tl.load(work_ptr + 3 * item + 2)
+    return pid % num_kv_heads, page_begin, begin, end
+
+
+@triton.jit
 def _read_ranges_kernel(k_ptr, v_ptr, kv_indices_ptr, work_ptr, out_ptr, num_kv_heads, stride_page, stride_slot,
                         stride_head, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                         STAGES: tl.constexpr):
     """Program (work item, KV head), KV heads fastest as the decode kernels order them. A work item is (first page
     slot of its request in kv_indices, first token, end token) of one chunk of one request. Sums K + V over the
     range, loaded through the page table tile by tile."""
-    pid = tl.program_id(0)
-    kv_head = pid % num_kv_heads
-    item = pid // num_kv_heads
-    page_begin = tl.load(work_ptr + 3 * item)
-    begin = tl.load(work_ptr + 3 * item + 1)
-    end = tl.load(work_ptr + 3 * item + 2)
+    kv_head, page_begin, begin, end = _work_item(work_ptr, num_kv_heads)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     acc = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
@@ -66,7 +74,7 @@ def _read_ranges_kernel(k_ptr, v_ptr, kv_indices_ptr, work_ptr, out_ptr, num_kv_
         k = tl.load(k_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
         v = tl.load(v_ptr + row[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
         acc += k.to(tl.float32) + v.to(tl.float32)
-    tl.store(out_ptr + pid, tl.sum(acc))
+    tl.store(out_ptr + tl.program_id(0), tl.sum(acc))
 
 
 @triton.jit
@@ -76,12 +84,7 @@ def _read_ranges_tma_kernel(k_desc, v_desc, kv_indices_ptr, work_ptr, out_ptr, n
     what the templates' KV_LOAD 2 loads): one page index per tile instead of one per token, and no address
     arithmetic per element. A chunk starts on a box; the rows of a request's last, partly filled box past its end
     are loaded and dropped (the box never leaves its page)."""
-    pid = tl.program_id(0)
-    kv_head = pid % num_kv_heads
-    item = pid // num_kv_heads
-    page_begin = tl.load(work_ptr + 3 * item)
-    begin = tl.load(work_ptr + 3 * item + 1)
-    end = tl.load(work_ptr + 3 * item + 2)
+    kv_head, page_begin, begin, end = _work_item(work_ptr, num_kv_heads)
     offs_t = tl.arange(0, TILE)
     acc = tl.zeros([TILE, HEAD_DIM], dtype=tl.float32)
     for start in tl.range(begin, end, TILE, num_stages=STAGES):
@@ -90,7 +93,7 @@ def _read_ranges_tma_kernel(k_desc, v_desc, kv_indices_ptr, work_ptr, out_ptr, n
         v = v_desc.load([page, start % PAGE, kv_head, 0]).reshape(TILE, HEAD_DIM)
         keep = (start + offs_t) < end
         acc += tl.where(keep[:, None], k.to(tl.float32) + v.to(tl.float32), 0.0)
-    tl.store(out_ptr + pid, tl.sum(acc))
+    tl.store(out_ptr + tl.program_id(0), tl.sum(acc))
 
 
 READERS = ("pointer", "tma")
@@ -296,8 +299,10 @@ def main() -> None:
                              "next to the bare reads of a stream_probe.json from the same card")
     args = parser.parse_args()
     if args.compare:
+        from template_sweep import parse_results  # `harness submit --json`: one object per solution
+
         submit, probe = (Path(p).read_text() for p in args.compare)
-        text = "".join(compare_markdown(result, json.loads(probe)) for result in submit_results(submit))
+        text = "".join(compare_markdown(result, json.loads(probe)) for result in parse_results(submit))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "decode_vs_read.md").write_text(text)
@@ -383,18 +388,6 @@ def summary_markdown(meta: dict[str, Any], rows: list[dict[str, Any]], contiguou
         lines.append(f"| {c['definition']} | {c['workload']} | {c['floor_us']:.2f} | {c['us']:.2f} "
                      f"({c['pct_of_floor']:.0f}%) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n"
-
-
-def submit_results(text: str) -> list[dict[str, Any]]:
-    """The results `harness submit --json` printed: one JSON object per solution, one after the other."""
-    decoder, out, i = json.JSONDecoder(), [], 0
-    while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            return out
-        obj, i = decoder.raw_decode(text, i)
-        out.append(obj)
 
 
 def compare_markdown(result: dict[str, Any], probe: dict[str, Any]) -> str:
