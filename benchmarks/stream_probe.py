@@ -279,6 +279,45 @@ def flush_cost(sizes_mb: list[int], iterations: int = 30) -> list[dict[str, Any]
     return rows
 
 
+def probe_definitions(definitions: list[str], labels: list[str], readers: list[str], block_ns: list[int],
+                      stage_counts: list[int], iterations: int, ceilings, device) -> tuple[list, list]:
+    """(paged rows, contiguous rows): per definition and workload, the floor's reader on its bytes, then every
+    reader x tile x chunk size x depth of the paged read, each checked and timed; progress as JSON lines."""
+    from harness.measure.roofline import floor_ms
+
+    rows, contiguous = [], []
+    for definition in definitions:
+        axes, workloads = resolve(definition, labels)
+        if axes["head_dim"] != HEAD_DIM:
+            raise SystemExit(f"stream_probe: {definition} has head_dim {axes['head_dim']}, the probe reads {HEAD_DIM}")
+        kv_heads, page = axes["kv_heads"], axes["page"]
+        for wl in workloads:
+            lengths, workload = wl["lengths"], wl["workload"]
+            floor_us = floor_ms(wl["cost"], ceilings) * 1000
+            row = contiguous_read(wl["cost"].bytes_moved, iterations, device)
+            row.update(definition=definition, workload=workload, floor_us=floor_us,
+                       pct_of_floor=100 * floor_us / row["us"])
+            contiguous.append(row)
+            print(json.dumps({"contiguous": row}), flush=True)
+            k_cache, v_cache, kv_indices = build_cache(lengths, kv_heads, page, device)
+            for reader in readers:
+                for block_n in block_ns:
+                    if reader == "tma" and not tma_tile(page, block_n):
+                        continue
+                    for chunk in chunk_sizes(lengths, block_n):
+                        for stages in stage_counts:
+                            row = probe_one(k_cache, v_cache, kv_indices, lengths, chunk, block_n, stages,
+                                            iterations, reader)
+                            row.update(definition=definition, workload=workload, floor_us=floor_us,
+                                       pct_of_floor=100 * floor_us / row["us"])
+                            rows.append(row)
+                            print(json.dumps(row), flush=True)
+            del k_cache, v_cache, kv_indices
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return rows, contiguous
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--definitions", default="gqa_paged_decode_h32_kv4_d128_ps64")
@@ -313,41 +352,15 @@ def main() -> None:
     readers = [r for r in args.readers.split(",") if r]
     if not readers or set(readers) - set(READERS):
         raise SystemExit(f"stream_probe: --readers takes {', '.join(READERS)}, got {args.readers!r}")
-    from harness.measure.roofline import floor_ms, measure_ceilings
+    from harness.measure.roofline import measure_ceilings
 
     device = torch.device("cuda")
     ceilings = measure_ceilings(device)
     read_bps = ceilings.memory_bytes_per_s
     flushes = flush_cost([int(x) for x in args.flush_sizes.split(",") if x])
-    rows, contiguous = [], []
-    for definition in args.definitions.split(","):
-        axes, workloads = resolve(definition, args.workloads.split(","))
-        if axes["head_dim"] != HEAD_DIM:
-            raise SystemExit(f"stream_probe: {definition} has head_dim {axes['head_dim']}, the probe reads {HEAD_DIM}")
-        kv_heads, page = axes["kv_heads"], axes["page"]
-        for wl in workloads:
-            lengths, workload = wl["lengths"], wl["workload"]
-            floor_us = floor_ms(wl["cost"], ceilings) * 1000
-            row = contiguous_read(wl["cost"].bytes_moved, args.iterations, device)
-            row.update(definition=definition, workload=workload, floor_us=floor_us,
-                       pct_of_floor=100 * floor_us / row["us"])
-            contiguous.append(row)
-            print(json.dumps({"contiguous": row}), flush=True)
-            k_cache, v_cache, kv_indices = build_cache(lengths, kv_heads, page, device)
-            for reader in readers:
-                for block_n in (int(b) for b in args.block_n.split(",")):
-                    if reader == "tma" and not tma_tile(page, block_n):
-                        continue
-                    for chunk in chunk_sizes(lengths, block_n):
-                        for stages in (int(s) for s in args.stages.split(",")):
-                            row = probe_one(k_cache, v_cache, kv_indices, lengths, chunk, block_n, stages,
-                                            args.iterations, reader)
-                            row.update(definition=definition, workload=workload, floor_us=floor_us,
-                                       pct_of_floor=100 * floor_us / row["us"])
-                            rows.append(row)
-                            print(json.dumps(row), flush=True)
-            del k_cache, v_cache, kv_indices
-            torch.cuda.empty_cache()
+    rows, contiguous = probe_definitions(args.definitions.split(","), args.workloads.split(","), readers,
+                                         [int(b) for b in args.block_n.split(",")],
+                                         [int(x) for x in args.stages.split(",")], args.iterations, ceilings, device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton.__version__,

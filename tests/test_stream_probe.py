@@ -197,3 +197,57 @@ def test_compare_runs_without_a_gpu_and_writes_its_table(tmp_path):
     written = (tmp_path / "o" / "decode_vs_read.md").read_text()
     assert "`s` against" in written and "`t` against" in written
     assert "| a | 16.00 (25%) | 6.00 (67%) | 8.00 (50%, tma) | 2.00x |" in written
+
+
+FLOW = """
+import json, sys, types, torch
+sys.path.insert(0, sys.argv[1])
+import stream_probe as sp
+import harness.measure.timing as timing
+from harness.measure.roofline import Ceilings
+from harness.families.base import WorkloadCost
+
+timed = []
+def fake_trial(fn, args, *, warmup, iterations, device=None, backend="auto"):
+    fn(*args)  # the call as the timer would make it: it must run
+    timed.append(iterations)
+    return types.SimpleNamespace(median_ms=0.001 * len(timed), backend="fake", aligned=False)
+timing.time_trial = fake_trial
+
+def small(definition, labels):  # two workloads of the real definitions' shapes, small enough for the interpreter
+    axes = {"kv_heads": 2, "page": 16 if "ps64" in definition else 1, "head_dim": 128}
+    cost = lambda n: WorkloadCost(bytes_moved=n, flops=1, formula="f")
+    return axes, [{"workload": "ragged", "lengths": [40, 0, 96], "cost": cost(4_000_000)},
+                  {"workload": "even", "lengths": [64, 64], "cost": cost(2_000_000)}]
+sp.resolve = small
+ceilings = Ceilings(gpu_name="fake", copy_bytes_per_s=1e12, read_bytes_per_s=2e12, bf16_flops_per_s=1e15,
+                    measured_at="now", method="test")
+rows, contiguous = sp.probe_definitions(["x_ps64", "x_ps1"], ["ragged", "even"], ["pointer", "tma"], [32], [2], 3,
+                                        ceilings, torch.device("cpu"))
+print(json.dumps({"rows": rows, "contiguous": contiguous, "timed": timed}))
+"""
+
+
+def test_the_whole_probe_runs_checks_and_times_every_cut_of_every_reader():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", FLOW, str(ROOT / "benchmarks")], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    rows, contiguous = found["rows"], found["contiguous"]
+    # page 16: both readers, chunks 32, 64, 128 (ragged: longest 96) and 32, 64 (even); page 1: the pointer reader only
+    cuts = [(r["definition"], r["workload"], r["reader"], r["chunk_tokens"]) for r in rows]
+    assert cuts == [("x_ps64", "ragged", "pointer", c) for c in (32, 64, 128)] \
+        + [("x_ps64", "ragged", "tma", c) for c in (32, 64, 128)] \
+        + [("x_ps64", "even", "pointer", c) for c in (32, 64)] + [("x_ps64", "even", "tma", c) for c in (32, 64)] \
+        + [("x_ps1", "ragged", "pointer", c) for c in (32, 64, 128)] \
+        + [("x_ps1", "even", "pointer", c) for c in (32, 64)]
+    assert [(c["definition"], c["workload"]) for c in contiguous] == [
+        ("x_ps64", "ragged"), ("x_ps64", "even"), ("x_ps1", "ragged"), ("x_ps1", "even")]
+    assert len(found["timed"]) == len(rows) + len(contiguous) and set(found["timed"]) == {3}
+    # the floor is the harness's: the workload's bytes over the read bandwidth (2 TB/s): 2 us and 1 us
+    assert {c["workload"]: c["floor_us"] for c in contiguous} == {"ragged": 2.0, "even": 1.0}
+    ragged_128 = next(r for r in rows if r["workload"] == "ragged" and r["chunk_tokens"] == 128)
+    assert ragged_128["programs"] == 2 * 2  # two non-empty requests, one chunk each, two KV heads
+    for r in rows + contiguous:
+        assert abs(r["pct_of_floor"] - 100 * r["floor_us"] / r["us"]) < 1e-9
