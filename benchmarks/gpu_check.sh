@@ -5,7 +5,7 @@
 # STAGES (default "core"): core = gputests examples parity throughput (plus the multi-GPU spread with two
 # GPUs); each can also be named alone. Extra stages, each a few minutes: adversarial audit_cost profile
 # fixtures proof controller report judge_set judge_families judge_scale slow_timing families moe_prebuild family_records
-# sweep loop_record promoted.
+# sweep loop_record promoted probe.
 #   STAGES="adversarial audit_cost" benchmarks/gpu_check.sh OUT .whl
 # Knobs: GPUTESTS_K (pytest -k of the GPU tests), EXAMPLE_WORKLOADS (comma-separated), ROUNDS, CANDIDATES,
 # CONTROLLER_DEFINITION (names or aliases, comma-separated; gqa_decode: its four definitions, one GPU each on a
@@ -21,6 +21,9 @@
 # PROMOTED_DEFINITIONS (default all four) submitted on every workload (PROMOTED_TIMEOUT, PROMOTED_ARGS), summarised by
 # benchmarks/submit_summary.py; PROMOTED_PROFILE=1: then each one's ncu digest per regime (OUT/ncu_promoted_<def>.json;
 # PROMOTED_PROFILE_ARGS, e.g. "-w uniform_b1_kv8192,skewed_b64": those workloads instead of one per regime).
+# probe: benchmarks/stream_probe.py on PROBE_DEFINITIONS (comma-separated; PROBE_ARGS, e.g. "--workloads
+# uniform_b1_kv8192,skewed_b64 --stages 2", PROBE_TIMEOUT) into OUT/probe/, then each submission of this call's
+# promoted stage beside those reads (OUT/probe/decode_vs_read_promoted_<def>.md).
 # loop_record: for each of LOOP_DEFINITIONS
 # (comma-separated) `controller loop --provider offline` from the naive kernel within LOOP_BUDGET_S (default 380),
 # then benchmarks/loop_record.py (ncu digest unless LOOP_PROFILE=0) into OUT/loop_<definition>/. LOOP_EXTEND_S=S:
@@ -53,7 +56,7 @@ T0=$(date +%s); DONE_DIR=${DONE_DIR:-}; [ -n "$DONE_DIR" ] && mkdir -p "$DONE_DI
 declare -A EST=([gputests]=560 [examples]=150 [parity]=150 [throughput]=300 [adversarial]=220 [judge_set]=360
   [judge_families]=560 [judge_scale]=560 [slow_timing]=280 [families]=600 [family_records]=560 [audit_cost]=300
   [fixtures]=300 [profile]=300 [proof]=200 [controller]=560 [report]=60 [moe_prebuild]=10 [sweep]=300 [promoted]=600
-  [loop_record]=480)
+  [loop_record]=480 [probe]=300)
 CURRENT=
 mark_done() { [ -n "$CURRENT" ] && [ -n "$DONE_DIR" ] && touch "$DONE_DIR/$CURRENT"; CURRENT=; }
 stage() {  # stage NAME: is it asked for, not done yet, and does it fit? (the previous stage has finished)
@@ -267,6 +270,17 @@ if stage sweep; then
   timeout ${SWEEP_TIMEOUT:-560} python3 benchmarks/template_sweep.py --out "$OUT" --archive "$ARCHIVE" \
     --definitions "${SWEEP_DEFINITIONS:-gqa_paged_decode_h32_kv8_d128_ps1}" ${SWEEP_CONFIGS:+--configs "$SWEEP_CONFIGS"} \
     -- ${SWEEP_ARGS:-} >> "$LOG" 2>&1
+fi
+if stage probe; then  # benchmarks/stream_probe.py: the bare reads of each workload, then the submissions beside them
+  section "stream probe"
+  timeout ${PROBE_TIMEOUT:-560} python3 benchmarks/stream_probe.py --out "$OUT/probe" \
+    --definitions "${PROBE_DEFINITIONS:-gqa_paged_decode_h32_kv4_d128_ps64}" ${PROBE_ARGS:-} > "$OUT/probe.log" 2>&1
+  echo "stream probe rc $?" >> "$LOG"; grep "^|" "$OUT/probe.log" | head -40 >> "$LOG"
+  for submitted in "$OUT"/promoted_*.json; do  # submissions of this call (the promoted stage), beside the reads
+    [ -s "$submitted" ] && [ -s "$OUT/probe/stream_probe.json" ] && python3 benchmarks/stream_probe.py \
+      --out "$OUT/probe" --compare "$submitted" "$OUT/probe/stream_probe.json" >> "$LOG" 2>&1 \
+      && mv "$OUT/probe/decode_vs_read.md" "$OUT/probe/decode_vs_read_$(basename "$submitted" .json).md"
+  done
 fi
 if stage loop_record; then
   defs=${LOOP_DEFINITIONS:-gqa_paged_decode_h32_kv8_d128_ps1}

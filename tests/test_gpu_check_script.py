@@ -61,3 +61,23 @@ def test_a_carried_archive_seeds_an_empty_archive_and_never_overwrites_one(tmp_p
     assert (archive / "marker.txt").read_text() == "host A"
     _check(tmp_path / "second", tmp_path / "done", "nothing", 60, CARRIED=str(_carried(tmp_path, "b", "host B")))
     assert (archive / "marker.txt").read_text() == "host A"
+
+
+def test_the_probe_stage_sets_this_calls_submissions_beside_the_reads(tmp_path):
+    """Without a GPU the probe itself exits with its reason; a stream_probe.json already there (a probe of this call)
+    and the promoted stage's submission still give the comparison table, named after the submission."""
+    import json
+
+    out = tmp_path / "out"
+    (out / "probe").mkdir(parents=True)
+    (out / "probe" / "stream_probe.json").write_text(json.dumps({
+        "meta": {"gpu": "GPU X"}, "contiguous": [{"definition": "d", "workload": "a", "us": 6.0}],
+        "rows": [{"definition": "d", "workload": "a", "reader": "tma", "us": 8.0}]}))
+    (out / "promoted_d.json").write_text(json.dumps({"definition": "d", "solution": "s", "workloads": [
+        {"label": "a", "kernel_latency_ms": 0.012, "floor_ms": 0.004}]}))
+    log = _check(out, tmp_path / "done", "probe", 600, PROBE_DEFINITIONS="gqa_paged_decode_h32_kv4_d128_ps64")
+    assert "===== stream probe =====" in log
+    assert "stream probe rc 1" in log  # no CUDA GPU here: the probe says so and stops
+    assert "needs a CUDA GPU" in (out / "probe.log").read_text()
+    table = (out / "probe" / "decode_vs_read_promoted_d.md").read_text()
+    assert "| a | 12.00 (33%) | 6.00 (67%) | 8.00 (50%, tma) | 1.50x |" in table
