@@ -178,6 +178,8 @@ def make_call(k_cache, lengths: list[int], chunk_tokens: int, block_n: int, stag
             raise ValueError(f"stream_probe: no TMA box for page {page}, tile {block_n}")
 
         def call(k, v, idx, o):
+            if not programs:  # a batch of empty requests reads nothing
+                return
             k_desc = TensorDescriptor.from_tensor(k, [1, tile, 1, HEAD_DIM])
             v_desc = TensorDescriptor.from_tensor(v, [1, tile, 1, HEAD_DIM])
             _read_ranges_tma_kernel[(programs,)](k_desc, v_desc, idx, work, o, kv_heads, PAGE=page, TILE=tile,
@@ -188,6 +190,8 @@ def make_call(k_cache, lengths: list[int], chunk_tokens: int, block_n: int, stag
         raise ValueError(f"stream_probe: unknown reader {reader!r} (one of {', '.join(READERS)})")
 
     def call(k, v, idx, o):
+        if not programs:
+            return
         _read_ranges_kernel[(programs,)](k, v, idx, work, o, kv_heads, k.stride(0), k.stride(1), k.stride(2),
                                          PAGE=page, BLOCK_N=block_n, HEAD_DIM=HEAD_DIM, STAGES=stages,
                                          num_warps=NUM_WARPS)
