@@ -351,6 +351,14 @@ def main() -> None:
         (out / "decode_vs_read.md").write_text(text)
         print(text)
         return
+    from harness.data.schema import SchemaError
+
+    try:  # every name checked before any GPU time: a typo is one line, not a traceback after minutes
+        for definition in args.definitions.split(","):
+            resolve(definition, args.workloads.split(","))
+    except SchemaError as exc:
+        print(f"stream_probe: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     if not torch.cuda.is_available():
         raise SystemExit("stream_probe: needs a CUDA GPU")
     readers = [r for r in args.readers.split(",") if r]

@@ -253,3 +253,14 @@ def test_the_whole_probe_runs_checks_and_times_every_cut_of_every_reader():
     assert ragged_128["programs"] == 2 * 2  # two non-empty requests, one chunk each, two KV heads
     for r in rows + contiguous:
         assert abs(r["pct_of_floor"] - 100 * r["floor_us"] / r["us"]) < 1e-9
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--workloads", "uniform_b3_kv7"], "no workload 'uniform_b3_kv7' for gqa_paged_decode_h32_kv4_d128_ps64"),
+    (["--definitions", "gqa_decode_nope"], "unknown definition 'gqa_decode_nope'"),
+])
+def test_a_wrong_name_is_one_line_and_exit_2_before_any_gpu_work(tmp_path, flags, said):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "stream_probe.py"), "--out", str(tmp_path),
+                           *flags], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
