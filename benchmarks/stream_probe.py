@@ -283,15 +283,15 @@ def flush_cost(sizes_mb: list[int], iterations: int = 30) -> list[dict[str, Any]
     return rows
 
 
-def probe_definitions(definitions: list[str], labels: list[str], readers: list[str], block_ns: list[int],
-                      stage_counts: list[int], iterations: int, ceilings, device) -> tuple[list, list]:
-    """(paged rows, contiguous rows): per definition and workload, the floor's reader on its bytes, then every
-    reader x tile x chunk size x depth of the paged read, each checked and timed; progress as JSON lines."""
+def probe_definitions(resolved: dict[str, tuple], readers: list[str], block_ns: list[int], stage_counts: list[int],
+                      iterations: int, ceilings, device) -> tuple[list, list]:
+    """(paged rows, contiguous rows): per definition (``resolve``'s answer for it) and workload, the floor's reader
+    on its bytes, then every reader x tile x chunk size x depth of the paged read, each checked and timed; progress
+    as JSON lines."""
     from harness.measure.roofline import floor_ms
 
     rows, contiguous = [], []
-    for definition in definitions:
-        axes, workloads = resolve(definition, labels)
+    for definition, (axes, workloads) in resolved.items():
         if axes["head_dim"] != HEAD_DIM:
             raise SystemExit(f"stream_probe: {definition} has head_dim {axes['head_dim']}, the probe reads {HEAD_DIM}")
         kv_heads, page = axes["kv_heads"], axes["page"]
@@ -354,8 +354,7 @@ def main() -> None:
     from harness.data.schema import SchemaError
 
     try:  # every name checked before any GPU time: a typo is one line, not a traceback after minutes
-        for definition in args.definitions.split(","):
-            resolve(definition, args.workloads.split(","))
+        resolved = {d: resolve(d, args.workloads.split(",")) for d in args.definitions.split(",")}
     except SchemaError as exc:
         print(f"stream_probe: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -370,8 +369,7 @@ def main() -> None:
     ceilings = measure_ceilings(device)
     read_bps = ceilings.memory_bytes_per_s
     flushes = flush_cost([int(x) for x in args.flush_sizes.split(",") if x])
-    rows, contiguous = probe_definitions(args.definitions.split(","), args.workloads.split(","), readers,
-                                         [int(b) for b in args.block_n.split(",")],
+    rows, contiguous = probe_definitions(resolved, readers, [int(b) for b in args.block_n.split(",")],
                                          [int(x) for x in args.stages.split(",")], args.iterations, ceilings, device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -221,11 +221,10 @@ def small(definition, labels):  # two workloads of the real definitions' shapes,
     cost = lambda n: WorkloadCost(bytes_moved=n, flops=1, formula="f")
     return axes, [{"workload": "ragged", "lengths": [40, 0, 96], "cost": cost(4_000_000)},
                   {"workload": "even", "lengths": [64, 64], "cost": cost(2_000_000)}]
-sp.resolve = small
 ceilings = Ceilings(gpu_name="fake", copy_bytes_per_s=1e12, read_bytes_per_s=2e12, bf16_flops_per_s=1e15,
                     measured_at="now", method="test")
-rows, contiguous = sp.probe_definitions(["x_ps64", "x_ps1"], ["ragged", "even"], ["pointer", "tma"], [32], [2], 3,
-                                        ceilings, torch.device("cpu"))
+resolved = {d: small(d, ["ragged", "even"]) for d in ("x_ps64", "x_ps1")}
+rows, contiguous = sp.probe_definitions(resolved, ["pointer", "tma"], [32], [2], 3, ceilings, torch.device("cpu"))
 print(json.dumps({"rows": rows, "contiguous": contiguous, "timed": timed}))
 """
 
