@@ -5,10 +5,12 @@
 LOOP.json is what `controller loop --json` printed (one report, or several for an alias). Per definition, DIR/<def>/
 receives: the promoted solution (`promoted_solution.json`), its own `harness submit --json` on every workload
 (`submit.json`), the run's trajectory (`controller trajectory`), with `--profile` its ncu digest per regime
-(`controller profile`, `ncu_digest.json`) and of every workload under 1.0x FlashInfer (`ncu_misses.json`), and
-`record.md`: the promoted kernel's figure per workload next to each FlashInfer mode's (kernel figures: setup or plan()
-outside the timed call), the speedup over the faster mode, the % of the roofline floor, the goals of #19 checked one
-by one, each miss with its ncu limiter, and the loop's wall time on the GPU.
+(`controller profile`, `ncu_digest.json`) and of every workload that misses a goal of #19 (`ncu_misses.json`: those
+under 1.0x FlashInfer first, slowest first, then the rest in table order, one `controller profile` each, so a caller's
+time limit keeps the ones done), and `record.md`: the promoted kernel's figure per workload next to each FlashInfer
+mode's (kernel figures: setup or plan() outside the timed call), the speedup over the faster mode, the % of the
+roofline floor, the goals of #19 checked one by one, each workload that misses one with the goals it misses, by how
+much, and its ncu limiter, and the loop's wall time on the GPU.
 """
 
 from __future__ import annotations
@@ -70,6 +72,24 @@ def misses(rows: list[dict[str, Any]]) -> list[str]:
     """The workloads under 1.0x the faster FlashInfer mode (those with a figure), slowest first."""
     behind = [r for r in rows if r["speedup"] is not None and r["speedup"] < MIN_SPEEDUP]
     return [r["label"] for r in sorted(behind, key=lambda r: r["speedup"])]
+
+
+def goal_misses(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each workload that misses a goal of #19 (those with a figure), with the goals it misses and by how much: those
+    under 1.0x FlashInfer first, slowest first (what a record profiles first), then the rest in table order."""
+    found: dict[str, list[str]] = {label: [] for label in misses(rows)}
+    for r in rows:
+        said = []
+        if r["speedup"] is not None and r["speedup"] < MIN_SPEEDUP:
+            said.append(f">= {MIN_SPEEDUP:g}x FlashInfer: {r['speedup']:.3f}x")
+        if r["class"] == "batch 1" and r["ms"] is not None and r["ms"] * 1e3 > BATCH1_MAX_US:
+            said.append(f"<= {BATCH1_MAX_US:g} us: {r['ms'] * 1e3:.1f} us (+{r['ms'] * 1e3 - BATCH1_MAX_US:.1f} us)")
+        goal, frac = FLOOR_GOALS.get(r["class"]), r["fraction_of_floor"]
+        if goal is not None and frac is not None and frac < goal:
+            said.append(f">= {goal:.0%} of floor: {frac:.1%} ({(goal - frac) * 100:.1f} points short)")
+        if said:
+            found.setdefault(r["label"], []).extend(said)
+    return found
 
 
 def limiters(digest: dict[str, Any]) -> dict[str, str]:
@@ -155,15 +175,18 @@ def markdown(report: dict[str, Any], result: Optional[dict[str, Any]], modes: li
                      f"{_us(r['floor_ms'])} | {frac} | {', '.join(r['failed_audits'])} |")
     lines += ["", "| goal | met | figures |", "|---|---|---|"]
     lines += [f"| {g} | {'yes' if ok else 'no'} | {why} |" for g, ok, why in goals(rows)]
-    behind = {r["label"]: r for r in rows if r["label"] in misses(rows)}
-    if behind and miss_limiters is not None:  # profiled: each miss with what ncu says holds it
-        lines += ["", "Each workload under 1.0x FlashInfer with its ncu limiter (`ncu_misses.json`):", "",
-                  "| workload | speedup | % of floor | ncu |", "|---|---:|---:|---|"]
-        for label in misses(rows):
-            r = behind[label]
+    if miss_limiters is not None:  # profiled: each workload that misses a goal, with what ncu says holds it
+        by_label = {r["label"]: r for r in rows}
+        regime_lines = {label: line for _, label, line in per_regime or []}
+        lines += ["", "Each workload that misses a goal of #19, by how much, with its ncu limiter (`ncu_misses.json`, "
+                  "or the regime's digest below where it is that regime's workload):", "",
+                  "| workload | class | goals missed | speedup | % of floor | ncu |", "|---|---|---|---:|---:|---|"]
+        for label, said in goal_misses(rows).items():
+            r = by_label[label]
+            speed = "n/a" if r["speedup"] is None else f"{r['speedup']:.3f}x"
             frac = "n/a" if r["fraction_of_floor"] is None else f"{r['fraction_of_floor']:.1%}"
-            lines.append(f"| {label} | {r['speedup']:.3f}x | {frac} | "
-                         f"{miss_limiters.get(label, 'not profiled')} |")
+            ncu = miss_limiters.get(label) or regime_lines.get(label) or "not profiled"
+            lines.append(f"| {label} | {r['class']} | {'; '.join(said)} | {speed} | {frac} | {ncu} |")
     if per_regime:  # profiled: one workload per regime, as `controller profile` picks it
         lines += ["", "ncu digest per regime (`ncu_digest.json`):", "", "| regime | workload | ncu |", "|---|---|---|"]
         lines += [f"| {regime} | {label} | {line} |" for regime, label, line in per_regime]
@@ -206,10 +229,18 @@ def record(report: dict[str, Any], archive: Path, out: Path, profile: bool, extr
                 _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive), "--json"],
                      out / "ncu_digest.json")
                 per_regime = regime_digests(_json_or_empty(out / "ncu_digest.json"))
-                if misses(rows):  # #19: every miss with its limiter, not only one workload per regime
+                # #19: every workload that misses a goal with its limiter, one profile each (a cut keeps those done)
+                done = {label for _, label, _ in per_regime}
+                miss_limiters, profiles = {}, []
+                for label in [m for m in goal_misses(rows) if m not in done]:
+                    single = out / "ncu_miss.json"
                     _run(["controller", "profile", str(result["submission_id"]), "--archive", str(archive),
-                          "--json", "-w", ",".join(misses(rows))], out / "ncu_misses.json")
-                    miss_limiters = limiters(_json_or_empty(out / "ncu_misses.json"))
+                          "--json", "-w", label], single)
+                    profiles += _json_or_empty(single).get("profiles", [])
+                    single.unlink(missing_ok=True)
+                    (out / "ncu_misses.json").write_text(json.dumps({"profiles": profiles}, indent=1))
+                    miss_limiters = limiters({"profiles": profiles})
+                    (out / "record.md").write_text(markdown(report, result, modes, rows, miss_limiters, per_regime))
         else:
             (out / "submit.log").write_text(proc.stderr[-4000:])
     (out / "record.md").write_text(markdown(report, result, modes, rows, miss_limiters, per_regime))
@@ -222,7 +253,7 @@ def main() -> int:
     parser.add_argument("--archive", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--profile", action="store_true",
-                        help="also the ncu digest per regime and of every workload under 1.0x (GPU time)")
+                        help="also the ncu digest per regime and of every workload missing a goal of #19 (GPU time)")
     args, extra = parser.parse_known_args()
     reports = parse_results(args.loop.read_text())
     reports = [r for item in reports for r in (item if isinstance(item, list) else [item])]

@@ -103,7 +103,29 @@ def test_a_workload_ncu_could_not_profile_says_why():
                                 "skewed_b64": "no kernel profiled"}
 
 
-def test_the_record_lists_each_miss_with_its_limiter_only_when_profiled():
+@pytest.mark.parametrize("change, expected", [
+    ({}, {}),
+    # under 1.0x first, slowest first; then the other goals' misses in table order
+    ({2: {"speedup": 0.997}, 1: {"speedup": 0.998}},
+     {"uniform_b256_kv8192": [">= 1x FlashInfer: 0.997x"], "uniform_b16_kv2048": [">= 1x FlashInfer: 0.998x"]}),
+    ({0: {"ms": 0.0101}, 3: {"fraction_of_floor": 0.703}},
+     {"uniform_b1_kv512": ["<= 8 us: 10.1 us (+2.1 us)"],
+      "skewed_b64": [">= 80% of floor: 70.3% (9.7 points short)"]}),
+    # one workload, several goals; the one under 1.0x leads even when later in the table
+    ({2: {"speedup": 0.999, "fraction_of_floor": 0.9}, 0: {"ms": 0.009}},
+     {"uniform_b256_kv8192": [">= 1x FlashInfer: 0.999x", ">= 95% of floor: 90.0% (5.0 points short)"],
+      "uniform_b1_kv512": ["<= 8 us: 9.0 us (+1.0 us)"]}),
+    # exactly on a goal is met; a workload without a figure has nothing to profile
+    ({0: {"ms": 0.008, "speedup": 1.0}, 1: {"fraction_of_floor": 0.80, "speedup": None}, 2: {"ms": None}}, {}),
+])
+def test_goal_misses_say_which_goal_and_by_how_much(change, expected):
+    from loop_record import goal_misses
+
+    found = goal_misses([{**r, **change.get(i, {})} for i, r in enumerate(MET)])
+    assert found == expected and list(found) == list(expected)
+
+
+def test_the_record_lists_each_goal_miss_with_its_limiter_only_when_profiled():
     from loop_record import markdown
 
     report = {"definition": "d", "run_id": "r", "provider": "offline", "status": "DONE",
@@ -111,19 +133,24 @@ def test_the_record_lists_each_miss_with_its_limiter_only_when_profiled():
               "incumbent": {"name": "x", "promoted": True}}
     result = {"status": "PASSED", "promotable": True}
     rows = [{**r, "status": "PASSED", "flashinfer_ms": {}, "floor_ms": None, "failed_audits": []} for r in MET]
-    rows[2]["speedup"], rows[1]["speedup"] = 0.997, 0.998
-    text = markdown(report, result, [], rows, {"uniform_b256_kv8192": "`k` (memory-bound, limiter none)"})
-    table = text.split("with its ncu limiter")[1].splitlines()
-    assert [line.split(" | ")[0] for line in table if line.startswith("| uniform")] == \
-        ["| uniform_b256_kv8192", "| uniform_b16_kv2048"]
-    assert "| uniform_b256_kv8192 | 0.997x | 101.0% | `k` (memory-bound, limiter none) |" in text
-    assert "| uniform_b16_kv2048 | 0.998x | 85.0% | not profiled |" in text
+    rows[2]["speedup"], rows[1]["speedup"], rows[3]["fraction_of_floor"] = 0.997, 0.998, 0.5
+    text = markdown(report, result, [], rows, {"uniform_b256_kv8192": "`k` (memory-bound, limiter none)"},
+                    [("skewed", "skewed_b64", "`k2` (latency-bound, limiter grid-too-small)")])
+    table = text.split("with its ncu limiter")[1].split("ncu digest per regime")[0].splitlines()
+    assert [line.split(" | ")[0] for line in table if line.startswith(("| uniform", "| skewed"))] \
+        == ["| uniform_b256_kv8192", "| uniform_b16_kv2048", "| skewed_b64"]
+    assert "| uniform_b256_kv8192 | large | >= 1x FlashInfer: 0.997x | 0.997x | 101.0% | `k` (memory-bound, " \
+        "limiter none) |" in text
+    assert "| uniform_b16_kv2048 | mid-size | >= 1x FlashInfer: 0.998x | 0.998x | 85.0% | not profiled |" in text
+    # a miss that is its regime's profiled workload takes that digest's line
+    assert "| skewed_b64 | skewed | >= 80% of floor: 50.0% (30.0 points short) | 1.740x | 50.0% | `k2` " in text
     assert "ncu limiter" not in markdown(report, result, [], rows)  # --profile off: nothing claimed
 
 
-def test_record_profiles_every_miss_after_the_regimes_and_writes_their_limiters(tmp_path, monkeypatch):
-    """The GPU steps stood in for: `harness submit` prints a result with one miss, `controller profile` prints the
-    run-18 digest; the record asks for the regimes' digest, then for the miss by label, and writes both."""
+def test_record_profiles_every_goal_miss_after_the_regimes_one_each(tmp_path, monkeypatch):
+    """The GPU steps stood in for: `harness submit` prints a result, `controller profile` prints the run-18 digest
+    for the regimes and one profile per asked workload; the record asks for the regimes' digest, then for each
+    workload that misses a goal and is not a regime's workload already, one call each, and writes every limiter."""
     import json
     import subprocess
     from types import SimpleNamespace
@@ -134,16 +161,27 @@ def test_record_profiles_every_miss_after_the_regimes_and_writes_their_limiters(
     exported.write_text("{}")
     submit = {"submission_id": 7, "status": "PASSED", "promotable": True, "workloads": [
         {"workload": "u1", "label": "uniform_b16_kv2048", "status": "PASSED", "kernel_latency_ms": 0.05,
-         "floor_ms": 0.031, "fraction_of_floor": 0.62, "audits": []},
+         "floor_ms": 0.031, "fraction_of_floor": 0.62, "audits": []},  # under 1.0x and 62%: a regime's workload
         {"workload": "u2", "label": "skewed_b64", "status": "PASSED", "kernel_latency_ms": 0.17,
-         "floor_ms": 0.15, "fraction_of_floor": 0.88, "audits": []}]}
-    baselines = [{"solution_name": "fi", "workload_uuid": "u1", "kernel_ms": 0.049},
-                 {"solution_name": "fi", "workload_uuid": "u2", "kernel_ms": 0.3}]
+         "floor_ms": 0.15, "fraction_of_floor": 0.88, "audits": []},  # meets everything
+        {"workload": "u3", "label": "uniform_b1_kv512", "status": "PASSED", "kernel_latency_ms": 0.0095,
+         "floor_ms": 0.0005, "fraction_of_floor": 0.05, "audits": []},  # 9.5 us at batch 1
+        {"workload": "u4", "label": "uniform_b64_kv512", "status": "PASSED", "kernel_latency_ms": 0.04,
+         "floor_ms": 0.031, "fraction_of_floor": 0.78, "audits": []}]}  # 78% of the floor
+    baselines = [{"solution_name": "fi", "workload_uuid": u, "kernel_ms": ms}
+                 for u, ms in [("u1", 0.049), ("u2", 0.3), ("u3", 0.012), ("u4", 0.05)]]
     calls = []
 
     def fake_run(args, out):
         calls.append(args)
-        out.write_text(RUN18_DIGEST.read_text() if args[1] == "profile" else "")
+        if args[1] != "profile":
+            out.write_text("")
+        elif "-w" not in args:
+            out.write_text(RUN18_DIGEST.read_text())
+        else:
+            label = args[-1]
+            out.write_text(json.dumps({"profiles": [{"workload_label": label, "status": "timeout",
+                                                     "reason": f"stand-in for {label}"}]}))
         return 0
 
     monkeypatch.setattr(loop_record, "_run", fake_run)
@@ -156,11 +194,18 @@ def test_record_profiles_every_miss_after_the_regimes_and_writes_their_limiters(
               "incumbent": {"name": "x", "promoted": True, "exported": str(exported)}}
     loop_record.record(report, tmp_path / "archive", tmp_path / "out", True, [])
     profiles = [c for c in calls if c[1] == "profile"]
-    assert len(profiles) == 2 and "-w" not in profiles[0]  # the regimes' representatives, then the miss
-    assert profiles[1][-2:] == ["-w", "uniform_b16_kv2048"]
+    assert "-w" not in profiles[0]  # the regimes' representatives first
+    assert [c[-2:] for c in profiles[1:]] == [["-w", "uniform_b1_kv512"], ["-w", "uniform_b64_kv512"]]
     text = (tmp_path / "out" / "record.md").read_text()
-    assert "| uniform_b16_kv2048 | 0.980x | 62.0% | `_chunk_then_merge_kernel` 42.5 us; SOL mem 67%" in text
-    assert (tmp_path / "out" / "ncu_misses.json").is_file()
+    assert ("| uniform_b16_kv2048 | mid-size | >= 1x FlashInfer: 0.980x; >= 80% of floor: 62.0% (18.0 points short) | "
+            "0.980x | 62.0% | `_chunk_then_merge_kernel` 42.5 us; SOL mem 67%") in text
+    assert "| uniform_b1_kv512 | batch 1 | <= 8 us: 9.5 us (+1.5 us) | 1.263x | 5.0% | not profiled: stand-in " \
+        "for uniform_b1_kv512 |" in text
+    assert "| uniform_b64_kv512 | large | >= 95% of floor: 78.0% (17.0 points short) |" in text
+    assert "| skewed_b64 | skewed |" not in text.split("ncu digest per regime")[0].split("ncu limiter")[1]
+    merged = json.loads((tmp_path / "out" / "ncu_misses.json").read_text())
+    assert [p["workload_label"] for p in merged["profiles"]] == ["uniform_b1_kv512", "uniform_b64_kv512"]
+    assert not (tmp_path / "out" / "ncu_miss.json").exists()
     per_regime = text.split("ncu digest per regime")[1]  # every regime's representative, with its regime
     assert "| small-batch latency-bound | uniform_b1_kv8192 | " in per_regime
     assert per_regime.count("\n| ") == 1 + 4  # the header and the four profiled regimes
