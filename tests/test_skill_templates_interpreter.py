@@ -183,6 +183,15 @@ INTERPRETER_CASES = [
                                "MAX_REGISTERS": 0, "KV_LOAD": 0,
                                "SATURATING_PROGRAMS_PER_SM": 0},
      {"kv_heads": 8, "lengths": [40, 150, 0, 64], "setup": True}),
+    # chunks no finer than 32 programs need (ENOUGH_PROGRAMS) on the wave plan: 10-tile chunks (19 tiles: two, merged;
+    # 9 tiles would make 40 programs, 16 as many as 10 in a longer chain), the short and empty requests written directly
+    ("triton-split-kv-fused", {"PAGE_SIZE": 1, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 0,
+                               "CHUNK_BLOCKS": 16, "PROGRAMS_PER_SM": 2, "HEADS_FASTEST": 1,
+                               "MERGE_STAGES": 2, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1, "MERGE_FANIN": 0,
+                               "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 1, "WAVE_SLOTS_PER_SM": 2,
+                               "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 2,
+                               "ENOUGH_PROGRAMS": 32},
+     {"kv_heads": 8, "lengths": [300, 0, 5], "setup": True, "chunk_tokens": 160}),
     # every request one chunk (the large-batch case), bf16 tiles, page size 64 with a partial last page, groups of 8
     # never reached
     ("triton-split-kv-fused", {"PAGE_SIZE": 64, "BLOCK_N": 16, "NUM_WARPS": 4, "NUM_STAGES": 2, "USE_DOT": 2,

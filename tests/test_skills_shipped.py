@@ -229,10 +229,10 @@ def test_every_allowed_value_renders_to_a_dps_run(gqa):
     assert parsed >= 2 * len(kernel_templates(gqa))  # both page sizes of every template
     # Triton (BLOCK_N x NUM_WARPS x USE_DOT x PAGE_SIZE, then NUM_STAGES: 3 for per-KV-head (x KV_LOAD 3 x
     # KV_LOAD_MIN_PROGRAMS_PER_SM 7) and split, 5 for fused, whose grid MAX_REGISTERS doubles, KV_LOAD triples,
-    # SATURATING_PROGRAMS_PER_SM quadruples and ONE_REQUEST_SCALARS doubles), then the CUDA template (whose CLUSTER
-    # has 5 values and ONE_REQUEST_SCALARS 2)
+    # SATURATING_PROGRAMS_PER_SM quadruples, ONE_REQUEST_SCALARS doubles and ENOUGH_PROGRAMS quadruples), then the CUDA
+    # template (whose CLUSTER has 5 values and ONE_REQUEST_SCALARS 2)
     assert combinations == 4 * 4 * 4 * 2 * (3 * (3 * 7 + 7) + 5 * 7 * 4 * 2 * 4 * 4 * 4 * 4 * 4 * 2 * 5 * 2 * 3 * 4
-                                            * 2) \
+                                            * 2 * 4) \
         + 2 * 3 * 6 * 3 * 3 * 4 * 5 * 2
 
 

@@ -137,3 +137,62 @@ def test_the_compiled_kernels_occupancy_falls_back_where_nothing_is_compiled(fus
     assert state["wave_slots"]["from"] == "PROGRAMS_PER_SM (no kernel compiled for a GPU here)"
     # 264 slots: 16 tiles per chunk (512 programs, 2 waves x 17) beat 8 (1024, 4 x 9)
     assert state["chunk_tokens"] == 16 * 128
+
+
+@pytest.mark.parametrize("request_tiles, kv_heads, enough, cap, expected", [
+    # kv4 page 64 at 128-token tiles (H100 run 26): 16 x 512 whole (64 programs, no merge), 1 x 8192 in 4-tile
+    # chunks (64), 1 x 2048 and 1 x 512 as split as they go (64 and 16 programs at one tile)
+    ([4] * 16, 4, 64, 64, 4),
+    ([64], 4, 64, 64, 4),
+    ([16], 4, 64, 64, 1),
+    ([4], 4, 64, 64, 1),
+    # the cap (CHUNK_BLOCKS) and the longest request bound it; a larger target asks for finer chunks
+    ([64], 4, 16, 8, 8),
+    ([4] * 16, 4, 16, 64, 4),
+    # 3-tile chunks make as many programs as 2-tile ones (3 + 1 per request): the even cut, the shorter chain
+    ([4] * 16, 4, 128, 64, 2),
+    # a ragged batch counts each request's own chunks (7 tiles: 5 + 1 + 1 + 1; 6 would make 9); an empty request is
+    # one program however large the chunk
+    ([32, 1, 1, 1], 1, 8, 64, 7),
+    ([32, 1, 1, 1], 1, 9, 64, 6),
+    ([0, 0], 8, 64, 64, 1),
+    ([], 8, 64, 64, 1),
+])
+def test_enough_chunk_tiles(fused, request_tiles, kv_heads, enough, cap, expected):
+    assert fused._enough_chunk_tiles(request_tiles, kv_heads, enough, cap) == expected
+    programs = kv_heads * sum(max(1, -(-t // expected)) for t in request_tiles)
+    assert expected == 1 or programs >= enough  # never below the target unless one tile already is
+
+
+@pytest.mark.parametrize("batch, length, chunk_tokens, works", [
+    (16, 512, 512, 16),  # one chunk per request: nothing to merge
+    (1, 8192, 512, 16),
+    (1, 2048, 128, 16),  # the split is kept where the batch is small
+    (1, 512, 128, 4),
+    (16, 8192, None, None),  # no lift past ENOUGH_MAX_TOKENS (4 tiles): the plan without the floor, unchanged
+])
+def test_enough_programs_floors_the_chunk_in_both_plans(fused, batch, length, chunk_tokens, works):
+    """ENOUGH_PROGRAMS 64 at kv4: the rule without waves and the wave plan (3 slots per SM, the bandwidth term at 2)
+    both take the chunk no finer than 64 programs need, up to 512 tokens; 0 (the default) leaves batch 16 x 512 in
+    one-tile chunks."""
+    import torch
+
+    kv_heads = 4
+    q = torch.zeros(batch, 32, 128, dtype=torch.bfloat16)
+    k_cache = torch.zeros(1, 1, kv_heads, 128, dtype=torch.bfloat16)
+    kv_indptr = torch.arange(0, (batch + 1) * length, length, dtype=torch.int32)
+    assert fused.ENOUGH_PROGRAMS == 0 and fused.ENOUGH_MAX_TOKENS == 512 and fused.BLOCK_N == 128
+    if (batch, length) == (16, 512):
+        assert fused.plan(q, k_cache, k_cache, kv_indptr, None, 1.0)["chunk_tokens"] == 128
+
+    def planned(enough, slots, saturating):
+        fused.ENOUGH_PROGRAMS, fused.WAVE_SLOTS_PER_SM, fused.SATURATING_PROGRAMS_PER_SM = enough, slots, saturating
+        try:
+            state = fused.plan(q, k_cache, k_cache, kv_indptr, None, 1.0)
+        finally:
+            fused.ENOUGH_PROGRAMS, fused.WAVE_SLOTS_PER_SM, fused.SATURATING_PROGRAMS_PER_SM = 0, 0, 0
+        return state["chunk_tokens"], state["works"]
+
+    for slots, saturating in [(0, 0), (3, 2)]:
+        expected = (chunk_tokens, works) if chunk_tokens else planned(0, slots, saturating)
+        assert planned(64, slots, saturating) == expected, (slots, saturating)
