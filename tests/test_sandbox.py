@@ -46,25 +46,34 @@ CONTAINED_STEPS = ["write_escape", "fork_sleeper", "setsid_sleeper"]
 READ_ONLY_STEPS = BLOCKED_STEPS[:-1] + CONTAINED_STEPS + ["kill_parent"]
 
 
-def sandbox_processes() -> list[int]:
-    """Processes on this host running as a sandbox user id (none may outlive an evaluation)."""
+def sandbox_uids(harness_pids: list[int]) -> set[int]:
+    """The user ids the sandbox gives these harness processes' workers (harness/sandbox/isolation.py: one per worker,
+    from the harness's pid and a counter, 64 apart per pid). A worker cannot change its user id, so an escaped one keeps
+    it; another harness on the host (a second CI job, a user's run) has its own and is not taken for an escape."""
+    return {UID_BASE + (pid * 64 + k) % UID_SPAN for pid in harness_pids for k in range(64)}
+
+
+def sandbox_processes(harness_pids: list[int] | None = None) -> list[int]:
+    """Processes on this host running as a sandbox user id of these harnesses (default: this test process's
+    in-process sessions); none may outlive an evaluation."""
+    uids = sandbox_uids(harness_pids if harness_pids is not None else [os.getpid()])
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             uid = int(next(line for line in status.read_text().splitlines() if line.startswith("Uid:")).split()[1])
         except (OSError, StopIteration, ValueError):
             continue
-        if UID_BASE <= uid < UID_BASE + UID_SPAN:
+        if uid in uids:
             found.append(int(status.parent.name))
     return found
 
 
-def sandbox_processes_gone(timeout_s: float = 10.0) -> bool:
+def sandbox_processes_gone(harness_pids: list[int] | None = None, timeout_s: float = 10.0) -> bool:
     """The kernel kills a dead namespace's processes asynchronously: give it a moment."""
     deadline = time.time() + timeout_s
-    while sandbox_processes() and time.time() < deadline:
+    while sandbox_processes(harness_pids) and time.time() < deadline:
         time.sleep(0.1)
-    return sandbox_processes() == []
+    return sandbox_processes(harness_pids) == []
 
 
 def marked_processes(marker: str) -> list[int]:
@@ -80,10 +89,21 @@ def marked_processes(marker: str) -> list[int]:
 
 def cli_submit(solution: Path, archive: Path, dataset: Path, *extra: str, env: dict | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "submit", str(solution), "--archive", str(archive),
+    """`harness submit` in its own process, as a user runs it; the result carries that harness's ``pid`` (its workers'
+    user ids come from it: ``sandbox_uids``)."""
+    with subprocess.Popen([sys.executable, "-m", "harness", "submit", str(solution), "--archive", str(archive),
                            "--dataset", str(dataset), "-w", "tiny_b2_t40", "--json", *extra],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "ANTHROPIC_API_KEY": CANARY, "OPENAI_API_KEY": CANARY, **(env or {})})
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                          env={**os.environ, "ANTHROPIC_API_KEY": CANARY, "OPENAI_API_KEY": CANARY, **(env or {})}) \
+            as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    done.pid = proc.pid
+    return done
 
 
 def everything_archived(archive: Path) -> bytes:
@@ -184,9 +204,9 @@ def test_nothing_is_left_behind(hostile_run):
     assert all(step in seen for step in CONTAINED_STEPS), seen
     assert not hostile_run["escape"].exists()
     assert marked_processes(hostile_run["marker"]) == []
-    assert sandbox_processes_gone()
-    pid_folders = list(Path(tempfile.gettempdir()).glob("crucible-candidate-*"))
-    assert [p for p in pid_folders if p != hostile_run["other"]] == []
+    assert sandbox_processes_gone([hostile_run["proc"].pid])
+    # its harness's candidate folders (named by its pid; another harness on the host keeps its own meanwhile)
+    assert list(Path(tempfile.gettempdir()).glob(f"crucible-candidate-{hostile_run['proc'].pid}-*")) == []
 
 
 @needs_sandbox
@@ -206,13 +226,16 @@ def test_a_harness_killed_with_kill_9_takes_its_candidates_with_it(tiny_dataset_
         while len(marked_processes(marker)) < 2 and time.time() < deadline:
             time.sleep(0.5)
         assert len(marked_processes(marker)) == 2, "the sleepers never started"
+        # they run as this harness's sandbox user ids (what the checks below count), and no other harness's do
+        assert set(marked_processes(marker)) <= set(sandbox_processes([proc.pid]))
+        assert not set(marked_processes(marker)) & set(sandbox_processes([proc.pid + 1, os.getpid()]))
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     deadline = time.time() + 20
-    while (marked_processes(marker) or sandbox_processes()) and time.time() < deadline:
+    while (marked_processes(marker) or sandbox_processes([proc.pid])) and time.time() < deadline:
         time.sleep(0.2)
-    assert marked_processes(marker) == [] and sandbox_processes_gone()
+    assert marked_processes(marker) == [] and sandbox_processes_gone([proc.pid])
     # the next session removes the dead harness's folders (and closes its RUNNING submission)
     assert list(Path(tempfile.gettempdir()).glob(f"crucible-*-{proc.pid}-*"))
     remove_stale()
