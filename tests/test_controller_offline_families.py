@@ -291,7 +291,7 @@ def test_a_configurations_name_fits_a_file_name_and_stays_unique():
     assert all(len(n) <= SLUG_MAX for n in names)
     assert slug(start) == ("split-kv-fused_bn128_w4_s2_dot2_chunk_blocks16_pps2_heads_fastest1_merge_stages3"
                            "_merge_unroll1_merge_block1_merge_fanin8_mcb1_scd0_wsps-1_max_registers0_kv_load0_spps0"
-                           "_ors1")
+                           "_ors1_enough_programs0")
     many = {"template": "t", "params": {f"PARAMETER_{i}": i for i in range(40)}}
     assert len(slug(many)) == SLUG_MAX and slug(many) != slug({**many, "params": {**many["params"], "PARAMETER_39": 0}})
     short = {"template": "triton-per-kv-head", "params": {"BLOCK_N": 64, "NUM_WARPS": 4}}
