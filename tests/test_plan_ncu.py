@@ -141,11 +141,11 @@ FUSED = {"template": "triton-split-kv-fused",
                     "PROGRAMS_PER_SM": 2, "HEADS_FASTEST": 1, "MERGE_STAGES": 3, "MERGE_UNROLL": 1, "MERGE_BLOCK": 1,
                     "MERGE_FANIN": 0, "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0, "WAVE_SLOTS_PER_SM": 0,
                     "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                    "ONE_REQUEST_SCALARS": 0}}
+                    "ONE_REQUEST_SCALARS": 0, "ENOUGH_PROGRAMS": 0}}
 FUSED_DEFAULTS = {"CHUNK_BLOCKS": 8, "PROGRAMS_PER_SM": 2, "HEADS_FASTEST": 1, "MERGE_STAGES": 3, "MERGE_UNROLL": 1,
                   "MERGE_BLOCK": 1, "MERGE_FANIN": 0, "MIN_CHUNK_BLOCKS": 1, "SINGLE_CHUNK_DIRECT": 0,
                   "WAVE_SLOTS_PER_SM": 0, "MAX_REGISTERS": 0, "KV_LOAD": 0, "SATURATING_PROGRAMS_PER_SM": 0,
-                  "ONE_REQUEST_SCALARS": 0}
+                  "ONE_REQUEST_SCALARS": 0, "ENOUGH_PROGRAMS": 0}
 
 
 def request_with(origin: dict, diagnosis, candidates: int = 3) -> GenerationRequest:
