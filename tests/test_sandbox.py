@@ -26,9 +26,9 @@ from harness.cli import main as harness_cli
 from harness.data.dataset import Dataset
 from harness.pipeline.evaluate import Session, SubmitOptions
 from harness.sandbox.runner import LOG_LIMIT, LogSink
-from harness.sandbox.isolation import (UID_BASE, UID_SPAN, MountPlan, SandboxPolicy, host_memory_bytes, init_script,
+from harness.sandbox.isolation import (UID_BASE, MountPlan, SandboxPolicy, host_memory_bytes, init_script,
                                       load_sandbox_policy, memory_for_host,
-                                      visible_paths)
+                                      visible_paths, worker_uid)
 from harness.sandbox.stale import remove_stale
 from harness.data.schema import Solution
 from sandbox_attacks import hostile_solution, outcomes, plant_key, revoke_key, write_solution
@@ -47,10 +47,10 @@ READ_ONLY_STEPS = BLOCKED_STEPS[:-1] + CONTAINED_STEPS + ["kill_parent"]
 
 
 def sandbox_uids(harness_pids: list[int]) -> set[int]:
-    """The user ids the sandbox gives these harness processes' workers (harness/sandbox/isolation.py: one per worker,
-    from the harness's pid and a counter, 64 apart per pid). A worker cannot change its user id, so an escaped one keeps
-    it; another harness on the host (a second CI job, a user's run) has its own and is not taken for an escape."""
-    return {UID_BASE + (pid * 64 + k) % UID_SPAN for pid in harness_pids for k in range(64)}
+    """The user ids the sandbox gives these harness processes' first 64 workers (`worker_uid`). A worker cannot change
+    its user id, so an escaped one keeps it; another harness on the host (a second CI job, a user's run) has its own
+    and is not taken for an escape."""
+    return {worker_uid(pid, k) for pid in harness_pids for k in range(64)}
 
 
 def sandbox_processes(harness_pids: list[int] | None = None) -> list[int]:

@@ -270,6 +270,12 @@ def drop_privileges(uid: Optional[int]) -> list[str]:
 _counter = itertools.count()
 
 
+def worker_uid(harness_pid: int, serial: int) -> int:
+    """The user id of a harness's ``serial``-th worker: derived from the harness's pid, so harnesses side by side on
+    one host use different ids (64 per pid before they wrap), and a worker's id says whose it is."""
+    return UID_BASE + (harness_pid * 64 + serial) % UID_SPAN
+
+
 def private_folder(role: str) -> Path:
     """The harness's folder for one worker (its name carries the harness's pid, for cleanup after kill -9)."""
     return Path(tempfile.mkdtemp(prefix=f"crucible-{role}-{os.getpid()}-"))
@@ -360,7 +366,7 @@ def make_sandbox(policy: SandboxPolicy, role: str, extra_readonly: list[str], hi
     if not mode:
         (folder / "work" / "out").mkdir(parents=True)
         return Sandbox(policy, role, folder, f"reduced ({why})", "")
-    uid = UID_BASE + (os.getpid() * 64 + next(_counter)) % UID_SPAN if mode == "root" else None
+    uid = worker_uid(os.getpid(), next(_counter)) if mode == "root" else None
     if uid is not None and writable:
         # Workers sharing a writable folder (the baselines' JIT cache) share one user, so what one compiles
         # the next can extend; no candidate is ever given a writable host folder.
