@@ -43,12 +43,16 @@ class SessionAudits:
                      ) -> list[dict[str, Any]]:
         """Findings of the static gate (before any build), archived as an audit on every workload.
         ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
-        from .static_gate import declared_library, policy_from_mapping, scan_sources
+        from .static_gate import declared_library, policy_from_mapping, scan_sources, unreadable
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
-            findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
-            findings = _where_it_never_runs(findings, solution)
+            try:
+                findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value,
+                                        policy)
+                findings = _where_it_never_runs(findings, solution)
+            except Exception as exc:  # MemoryError, RecursionError, a rule's own fault: judged, never a traceback
+                findings = [unreadable(solution.sources[0].path if solution.sources else "", exc)]
         if library_is_own:
             findings = [declared_library(f) for f in findings]
         return [f.model_dump() for f in findings]

@@ -97,7 +97,7 @@ def static_signature_problem(solution: Solution, definition: Definition) -> Opti
         return python_entry_problem(solution)
     source = next(s.content for s in solution.sources if s.path == solution.spec.entry_file)
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(source.removeprefix("\ufeff"))
     except SyntaxError as err:
         return f"{solution.spec.entry_file}:{err.lineno}: syntax error: {err.msg}"
     symbol = solution.spec.entry_symbol

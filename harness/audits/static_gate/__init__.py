@@ -38,7 +38,7 @@ from pathlib import Path, PurePosixPath
 
 from .common import _TORCH_NAMESPACES, SNIPPET_MAX_CHARS, _Hit, _snippet
 from .cpp import scan_cpp
-from .cpp_aten import defined_functions
+from .cpp_aten import PAST_DISPATCHER_NOTE, defined_functions
 from .python_reach import never_imported
 from .policy import (
     ALLOW_LIST_NAMES,
@@ -163,6 +163,9 @@ def included_files(sources: Mapping[str, str]) -> set[str]:
     return {path for path in sources if PurePosixPath(path.replace("\\", "/")).name in names}
 
 
+MAX_FINDINGS_PER_RULE = 50
+
+
 def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) -> list[Finding]:
     """Scan every source file of one solution; return findings sorted by (path, line, col, rule).
 
@@ -170,7 +173,8 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
     files the token rules whatever `language` says (a CUDA solution may ship a Python wrapper and vice versa);
     C++ held in Python strings (load_inline sources, other C++-looking strings) gets the C++ rules at the string's
     line. `language` ("python", "triton", "cuda", "cpp") decides how files with unknown suffixes are treated.
-    Disabled rules are dropped and severities come from `policy`. One finding per (rule, path, line, col).
+    Disabled rules are dropped and severities come from `policy`. One finding per (rule, path, line, col), and at
+    most MAX_FINDINGS_PER_RULE per rule and file before one that counts the rest (``capped``).
     """
     compiled = _CompiledPolicy.of(policy)
     builds_native = any(Path(p).suffix in PYTHON_SUFFIXES and "cpp_extension" in text for p, text in sources.items())
@@ -204,10 +208,40 @@ def scan_sources(sources: Mapping[str, str], language: str, policy: GatePolicy) 
             if not setting.enabled:
                 continue
             key = (path, hit.line, hit.col, hit.rule)
+            severity = setting.severity
+            if severity == "warning" and hit.rule == "torch_compute" and PAST_DISPATCHER_NOTE in hit.message:
+                severity = "error"  # no run-time attribution can settle it (cpp_aten)
             if key not in findings:
-                findings[key] = Finding(rule=hit.rule, severity=setting.severity, path=path, line=hit.line,
+                findings[key] = Finding(rule=hit.rule, severity=severity, path=path, line=hit.line,
                                         col=hit.col, message=hit.message, snippet=_snippet(lines, hit.line))
-    return [findings[key] for key in sorted(findings)]
+    return capped([findings[key] for key in sorted(findings)])
+
+
+def unreadable(path: str, exc: BaseException) -> Finding:
+    """The one finding of a solution the gate could not finish reading: code it cannot read is not judged."""
+    return Finding(rule="dynamic_code", severity="error", path=path, line=1, col=1, snippet="",
+                   message=f"the static gate could not finish reading this solution ({type(exc).__name__}: "
+                           f"{str(exc)[:200]}): code the gate cannot read is rejected")
+
+
+def capped(findings: list[Finding], most: int = MAX_FINDINGS_PER_RULE) -> list[Finding]:
+    """At most ``most`` findings of one rule in one file, then one that counts the rest, at the severity of the
+    worst of them: the archive keeps every solution's findings, and a file of 400,000 library calls made a
+    234 MB reply (red team round 8). Which rules a file breaks, and where first, stays exact."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.path, f.rule), []).append(f)
+    out = []
+    for (path, rule), group in groups.items():
+        out += group[:most]
+        rest = group[most:]
+        if rest:
+            severity = "error" if any(f.severity == "error" for f in rest) else rest[0].severity
+            out.append(rest[0].model_copy(update={
+                "severity": severity,
+                "message": f"and {len(rest):,} more `{rule}` findings in {path} from this line on, not listed one by "
+                           f"one (the first {most} are): {rest[0].message}"}))
+    return sorted(out, key=lambda f: (f.path, f.line, f.col, f.rule))
 
 
 __all__ = [
@@ -236,4 +270,5 @@ __all__ = [
     "load_policy",
     "policy_from_mapping",
     "scan_sources",
+    "unreadable",
 ]

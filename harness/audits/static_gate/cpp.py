@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .cpp_env import names_passed_to_parameter
 from .cpp_aten import aten_hits
-from .cpp_macros import digraphs, expansions, object_macros
+from .cpp_macros import EXPANSION_BUDGET, digraphs, expansions, object_macros
 from .common import (
     _ENV_MARKER_RE,
     _QUOTES_AND_SPACE,
@@ -317,6 +317,10 @@ class _CppScanner:
                     else:
                         self._hit(rule, m.start(), token, f"uses `{token}` ({kind})")
         for offset, macro, text in expansions(code, _split_top_level_args, _matching_paren, self.elsewhere):
+            if text is None:  # past the expansion budget: what the rest expands to is not read
+                self._hit("dynamic_code", offset, macro, f"`{macro}` and the macros it uses expand past what the gate "
+                                                         f"reads ({EXPANSION_BUDGET:,} characters)")
+                continue
             for rule, pattern, boundary, kind in _CPP_TOKEN_RULES:
                 for m in pattern.finditer(text):
                     if _starts_token(text, m.start(), boundary) and rule != "env_read":

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import Optional
 
 _DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\([^)\n]*\))?([^\n]*)", re.MULTILINE)
 _PASTE_RE = re.compile(r"\s*##\s*")
 _STRINGIFY_RE = re.compile(r"(?<!#)#\s*(?=\w)")
 _WORD_RE = re.compile(r"\w+")
 _DEPTH, _LENGTH = 6, 20000
+# What one file's expansions may make in all: macros that each use the one below many times grow as a power of the
+# depth (six levels of sixty uses: 60**6 texts), so past this budget the rest is not expanded and the file is
+# unreadable to the gate (red team round 8: the harness's process ran out of memory).
+EXPANSION_BUDGET = 2_000_000
+TOO_LARGE = None  # what expansions() yields as the text of a use past the budget
 
 
 def digraphs(source: str) -> str:
@@ -54,10 +60,11 @@ def _substitute(params: list[str], body: str, args: list[str]) -> str:
 
 
 def expansions(code: str, split_args: Callable[[str], list[str]], matching_paren: Callable[[str, int], int],
-               elsewhere: str = "") -> Iterator[tuple[int, str, str]]:
+               elsewhere: str = "") -> Iterator[tuple[int, str, Optional[str]]]:
     """(offset of a macro's use, the macro's name, what the use expands to) for every use that expands to other text
     (a pasted name, ``##`` in the macro or one it uses, or an argument or body put in). ``code``: comments and
-    literals blanked; ``elsewhere``: the solution's other files, whose macros a header may bring in."""
+    literals blanked; ``elsewhere``: the solution's other files, whose macros a header may bring in. Past the file's
+    EXPANSION_BUDGET the last use yields TOO_LARGE as its text, and nothing more is expanded."""
     functions, objects, spans = _parse(code)
     if "define" in elsewhere:
         more_functions, more_objects, _ = _parse(digraphs(elsewhere))
@@ -65,12 +72,19 @@ def expansions(code: str, split_args: Callable[[str], list[str]], matching_paren
     if not functions and not objects:
         return
     pasted: list[bool] = []
+    budget = [EXPANSION_BUDGET]  # characters made and macros expanded, for the whole file
+
+    class _Spent(Exception):
+        pass
 
     def call_end(text: str, after: int) -> tuple[int, int]:
         open_at = after + len(text[after:]) - len(text[after:].lstrip())
         return open_at, (matching_paren(text, open_at) if text[open_at:open_at + 1] == "(" else -1)
 
     def expand(text: str, depth: int) -> str:
+        budget[0] -= len(text) + 1
+        if budget[0] < 0:
+            raise _Spent
         if depth >= _DEPTH or len(text) > _LENGTH:
             return text
         out, pos = [], 0
@@ -101,6 +115,10 @@ def expansions(code: str, split_args: Callable[[str], list[str]], matching_paren
             close = call_end(rest, len(name))[1] if name in functions else -1
             use = rest[:close + 1] if close > 0 else name
             pasted.clear()
-            expanded = expand(use, 0)
+            try:
+                expanded = expand(use, 0)
+            except _Spent:
+                yield w.start(), name, TOO_LARGE
+                return
             if pasted or expanded != use:  # pasted, or a name put in (`#define S system`, `RUN(system, x)`)
                 yield w.start(), name, expanded + rest[len(use):len(use) + 40]

@@ -379,7 +379,7 @@ def _prepare_python(source: str, own: _OwnNames, policy: _CompiledPolicy,
         return [_Hit("syntax", 1, 1, f"declares the source encoding {declared!r}: Python decodes the file with it, "
                                      f"so it would run other code than the UTF-8 text scanned here: {why}")]
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(source.removeprefix("\ufeff"))
     except SyntaxError as exc:
         return [_Hit("syntax", exc.lineno or 1, exc.offset or 1, f"Python syntax error: {exc.msg}: {why}")]
     except (ValueError, RecursionError, MemoryError) as exc:  # e.g. null bytes, absurd nesting

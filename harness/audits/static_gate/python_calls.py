@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from .common import _TORCH_NAMESPACES, _longest_prefix
 from .python_names import (
+    REDISPATCH_ATTRS,
     _CACHE_ACCESS_METHODS,
     _FILE_MODE_RE,
     _FILE_READ_METHODS,
@@ -232,6 +233,9 @@ class _CallChecks(_OwnPathChecks):
                                                      col_offset=node.col_offset))  # getattr(kernel, "fn")
                 if name in _WATCHED_ATTRS:
                     self._hit("harness_internals", node, f"reads attribute `{name}` through getattr()")
+                if name in REDISPATCH_ATTRS:
+                    self._hit("monkeypatch", node, f"reads `.{name}` through getattr(): an operator run with chosen "
+                                                   "dispatch keys, past the dispatch modes the worker holds")
                 if target is not None:
                     self._check_reference(f"{target}.{name}", node, "getattr() reaches")
                 elif name in _TENSOR_COMPUTE_METHODS and not self._in_triton_kernel:

@@ -280,7 +280,7 @@ def dead_branches(sources: Mapping[str, str], entry_points: Iterable[str] = ()) 
         if not path.endswith(".py"):
             continue
         try:
-            trees[path] = ast.parse(text)
+            trees[path] = ast.parse(text.removeprefix("\ufeff"))
         except (SyntaxError, ValueError):
             return {}
     if not any(re.search(r"\benviron\b|\bgetenv\b", sources[p]) for p in trees):

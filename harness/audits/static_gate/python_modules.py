@@ -143,7 +143,7 @@ def _binds_name(text: str) -> bool:
     if "__name__" not in unicodedata.normalize("NFKC", text):
         return False
     try:
-        tree = ast.parse(text)
+        tree = ast.parse(text.removeprefix("\ufeff"))
     except SyntaxError:
         return True
     for node in ast.walk(tree):

@@ -107,7 +107,13 @@ _MONKEYPATCH_NAMES = (
     "torch._C._is_torch_function_enabled", "torch._C._is_torch_function_all_disabled",
     "torch._C._dispatch_tls_is_dispatch_key_excluded", "torch._C._dispatch_tls_is_dispatch_key_included",
     "torch._C._dispatch_tls_local_exclude_set", "torch._C._dispatch_tls_local_include_set",
+    # dispatch key sets: what `OpOverload.redispatch(keys, ...)` takes to run an operator past the Python key
+    "torch._C.DispatchKeySet", "torch._C._dispatch_keyset_full", "torch._C._dispatch_keyset_full_after",
+    "torch._C._dispatch_keys",
 )
+# An operator run with chosen dispatch keys (`torch.ops.aten.bmm.default.redispatch(keys, ...)`, its handle's
+# `redispatch_boxed`): past the worker's dispatch mode, whatever the object is called (red team round 8)
+REDISPATCH_ATTRS = frozenset({"redispatch", "redispatch_boxed"})
 _SUBCLASS_NAMES = (
     "torch.Tensor._make_subclass", "torch.Tensor.as_subclass", "torch._C._disabled_torch_function_impl",
     "torch.Tensor.__torch_function__", "torch.Tensor.__torch_dispatch__", "types.new_class",

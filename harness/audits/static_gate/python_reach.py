@@ -159,7 +159,7 @@ def never_imported(sources: Mapping[str, str], entry_files: Iterable[str]) -> se
         path = frontier.pop()
         text = sources[path]
         try:
-            tree = ast.parse(text)
+            tree = ast.parse(text.removeprefix("\ufeff"))
         except (SyntaxError, ValueError):
             return set()
         if inert:
@@ -213,7 +213,7 @@ def never_called(sources: Mapping[str, str], entry_points: Iterable[str]) -> dic
         if not path.endswith(".py"):
             continue
         try:
-            tree = ast.parse(text)
+            tree = ast.parse(text.removeprefix("\ufeff"))
         except (SyntaxError, ValueError):
             return {}
         posix = PurePosixPath(path.replace("\\", "/")).as_posix()

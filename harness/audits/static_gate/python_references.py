@@ -22,6 +22,7 @@ from .python_calls import _own_library
 from .python_fields import own_field_reads
 from .python_modules import _absolute, canonical
 from .python_names import (
+    REDISPATCH_ATTRS,
     _COMPUTE_ROOTS,
     _FRAME_ATTRS,
     _HOST_ARCH,
@@ -266,6 +267,9 @@ class _ReferenceChecks:
         if (node.attr == "__self__" and isinstance(node.value, ast.Name) and node.value.id in _BUILTIN_NAMES
                 and node.value.id not in self.aliases and node.value.id not in self.assignments):
             self._hit("harness_internals", node, f"reaches the builtins module through `{node.value.id}.__self__`")
+        if node.attr in REDISPATCH_ATTRS:
+            self._hit("monkeypatch", node, f"reads `.{node.attr}` of `{ast.unparse(node.value)}`: an operator run with "
+                                           "chosen dispatch keys, past the dispatch modes the worker holds")
         if not isinstance(node.ctx, ast.Load) and node.attr == "__class__":
             self._hit("tensor_subclass", node, f"assigns the class of `{ast.unparse(node.value)}`")
         hook = {"__del__": "concurrency", "__torch_function__": "tensor_subclass",
