@@ -270,3 +270,30 @@ def test_unsigned_inversion_and_split_bf16_dots_run_under_the_interpreter(tmp_pa
     for dtype in ("torch.uint8", "torch.uint32", "torch.int32"):
         assert got[dtype][0] == got[dtype][1], (dtype, got[dtype])
     assert got["bf16x3"] < 1e-4 and got["bf16x6"] < 1e-4 and got["ieee"] < 1e-4
+
+
+GUARD = "import torch\n\nif not torch.cuda.is_available():\n    raise RuntimeError('these kernels need a CUDA GPU')\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU host's stand-in")
+def test_an_import_that_asks_for_a_gpu_and_stops_is_skipped_not_blamed(tiny_dataset_root, tmp_path):
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.pipeline.evaluate import Session
+
+    from support import TORCH_CANDIDATE
+
+    def submitted(source, name):
+        return s.submit(Solution.model_validate(solution_dict(source, name=name))).workloads[0]
+
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as s:
+        guarded = submitted(GUARD + TORCH_CANDIDATE, "guarded")
+        unasked = submitted("raise RuntimeError('these kernels need a CUDA GPU')\n" + TORCH_CANDIDATE, "unasked")
+        asked_then_broken = submitted(GUARD.replace("if not", "if") + "import not_shipped\n" + TORCH_CANDIDATE, "x")
+        passing = submitted("import torch\nHAVE_GPU = torch.cuda.is_available()\n" + TORCH_CANDIDATE, "asks")
+    assert guarded.status == "SKIPPED" and "is_available() at import" in guarded.message, guarded.message
+    assert unasked.status == "COMPILE_ERROR", unasked.message  # no question asked: the candidate's own error
+    assert asked_then_broken.status == "COMPILE_ERROR", asked_then_broken.message  # a module it did not ship
+    assert passing.status == "PASSED", passing.message

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..data.schema import Definition, Language, SchemaError, Solution
-from . import cuda_check, tvm_ffi_build
+from . import cpu_cuda, cuda_check, tvm_ffi_build
 from .extension_cache import EXTENSION_FOLDERS
 
 DEFAULT_CUDA_ARCH = os.environ.get("CRUCIBLE_CUDA_ARCH", "sm_90a")
@@ -222,6 +222,7 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
     # TORCH_EXTENSIONS_DIR (tvm_ffi.cpp's load_inline / build_inline / load / build: its TVM_FFI_CACHE_DIR), its
     # compiler output in the build log, its failure a COMPILE_ERROR with that log.
     log_path = workdir / "build.log"
+    cpu_cuda.ASKED_FOR_A_GPU.clear()
     try:
         with captured_fds(log_path):
             module = importlib.import_module(module_name)
@@ -231,7 +232,8 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
         builder = extension_builder(tb)
         if not have_gpu and builder:  # a CUDA extension needs the GPU host's toolchain
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=gpu_only_extension(builder))
-        limit = None if have_gpu else (_missing_gpu_package(err) or _gpu_asked_for_at_import(tb))
+        limit = None if have_gpu else (_missing_gpu_package(err) or _gpu_asked_for_at_import(tb)
+                                       or _stopped_without_a_gpu(err, pkg_dir))
         if limit:  # what this host has not got (torch's and Triton's own errors), not the candidate's mistake
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=limit)
         what = ("building a torch extension" if "Error building extension" in str(err)
@@ -297,6 +299,18 @@ def _gpu_asked_for_at_import(tb: str) -> Optional[str]:
     if "Torch not compiled with CUDA enabled" in tb and "torch/cuda/__init__.py" in tb:
         return "uses a CUDA device at import (the CPU build of torch has none): run on a GPU host only"
     return None
+
+
+def _stopped_without_a_gpu(err: BaseException, pkg_dir: Path) -> Optional[str]:
+    """An import whose own code asked ``torch.cuda.is_available()``, was told False (a host without a GPU) and
+    raised: the solution's guard (`if not torch.cuda.is_available(): raise RuntimeError("needs a GPU")`), which a GPU
+    host passes. A syntax or import error is the candidate's whatever it asked; torch's own questions do not count."""
+    own = str(pkg_dir.resolve())
+    asked = any(os.path.realpath(f).startswith(own + os.sep) for f in cpu_cuda.ASKED_FOR_A_GPU)
+    if not asked or isinstance(err, (SyntaxError, ImportError)):
+        return None
+    return (f"asked torch.cuda.is_available() at import, was told False (this host has no GPU) and stopped "
+            f"({type(err).__name__}: {str(err)[:160]}): run on a GPU host only")
 
 
 def extension_binaries() -> dict[str, str]:

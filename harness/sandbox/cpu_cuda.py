@@ -1,16 +1,17 @@
 """torch's CUDA queries in the candidate's worker on a host without a GPU, answered instead of raised.
 
 The CPU wheel of torch raises "Torch not compiled with CUDA enabled" from ``torch.cuda.synchronize()``,
-``torch.cuda.current_stream()`` and ``torch.cuda.get_device_properties(...)``, calls an honest GPU solution makes
-(an SM count for a persistent grid at import, a synchronize after its launches), so its Triton kernels, which the
-interpreter can run here, were never reached: a RUNTIME_ERROR or COMPILE_ERROR that a GPU host never gives. On a
-host without a GPU the candidate's worker answers them as they hold for work that is already done when a call
-returns (the interpreter runs every kernel to its end): synchronizing, and waiting on a stream, do nothing; the
-device is a stand-in of the H100 (its SM count, capability, registers, shared memory), said so in its name;
-``torch.cuda.is_available()`` stays False and ``device_count()`` 0, so a solution that asks whether it has a GPU
-is told the truth. ``torch.accelerator``'s device and stream queries (torch 2.6's device-agnostic spelling of the
-same calls: ``with torch.accelerator.device_index(i):``, ``current_device_index()``) are answered alike; its
-``is_available()`` stays False and ``current_accelerator()`` None.
+``torch.cuda.current_stream()`` and ``torch.cuda.get_device_properties(...)``, calls an honest GPU solution makes (an
+SM count for a persistent grid at import, a synchronize after its launches), so its Triton kernels, which the
+interpreter can run here, were never reached: a RUNTIME_ERROR or COMPILE_ERROR that a GPU host never gives. On a host
+without a GPU the candidate's worker answers them as they hold for work that is already done when a call returns (the
+interpreter runs every kernel to its end): synchronizing, and waiting on a stream, do nothing; the device is a
+stand-in of the H100 (its SM count, capability, registers, shared memory), said so in its name;
+``torch.cuda.is_available()`` stays False and ``device_count()`` 0, so a solution that asks whether it has a GPU is
+told the truth (and an import that raises after asking is SKIPPED as needing one, not the candidate's error).
+``torch.accelerator``'s device and stream queries (torch 2.6's device-agnostic spelling of the same calls: ``with
+torch.accelerator.device_index(i):``, ``current_device_index()``) are answered alike; its ``is_available()`` stays
+False and ``current_accelerator()`` None.
 
 An operator the solution registers for CUDA alone (``@torch.library.custom_op("ns::op", device_types="cuda")``,
 ``torch.library.register_kernel(op, "cuda")``, ``Library.impl(name, fn, "CUDA")``: all of them go through
@@ -83,6 +84,12 @@ class _Device(contextlib.AbstractContextManager):
         return None
 
 
+# The files whose code asked ``torch.cuda.is_available()`` here (and was told False): a solution's import that asked
+# and then raised stopped for want of a GPU (`if not torch.cuda.is_available(): raise ...`), which a GPU host would
+# not (build.py).
+ASKED_FOR_A_GPU: list[str] = []
+
+
 def apply(torch: Any) -> bool:
     """Answer the queries in this process; False (nothing changed) where torch has a GPU."""
     cuda = torch.cuda
@@ -90,6 +97,13 @@ def apply(torch: Any) -> bool:
         return False
     props = types.SimpleNamespace(**STAND_IN)
     stream = _StandInStream()
+    told_no_gpu = cuda.is_available
+
+    def is_available() -> bool:
+        ASKED_FOR_A_GPU.append(sys._getframe(1).f_code.co_filename)  # who asked: the solution's files, or torch's
+        return told_no_gpu()
+
+    cuda.is_available = is_available
     cuda.synchronize = lambda device=None: None
     cuda.current_stream = lambda device=None: stream
     cuda.default_stream = lambda device=None: stream
