@@ -65,6 +65,37 @@ def test_compute_past_float_tensors_and_the_mode_is_counted(name, fn, op, elemen
     assert ops[op][0] in ("matmul", "pointwise", "reduction")
 
 
+def _bits_to_fixed(t):
+    """bf16 bits decoded to int64 fixed point with shifts and masks (the attack's decoder, exact for normal values)."""
+    bits = t.contiguous().view(torch.int16).to(torch.int64)
+    e = torch.bitwise_and(torch.bitwise_right_shift(bits, 7), 0xFF)
+    m = torch.bitwise_or(torch.bitwise_and(bits, 0x7F), 0x80)
+    sh = e - (134 - 20)
+    left, right = torch.bitwise_left_shift(m, sh.clamp(0, 62)), torch.bitwise_right_shift(m, (-sh).clamp(0, 62))
+    mag = torch.where(sh >= 0, left, right)
+    return torch.where(bits < 0, -mag, mag)
+
+
+def test_integers_made_from_values_are_values():
+    q, k = torch.randn(4, 16, dtype=torch.bfloat16), torch.randn(64, 16, dtype=torch.bfloat16)
+
+    def integer_attention():
+        s = (_bits_to_fixed(q)[:, None, :] * _bits_to_fixed(k)[None, :, :]).sum(-1)  # products and sums as integers
+        return s, q.view(torch.int16).tolist()
+
+    counter = library_ops.Counter()
+    with counter:
+        s, _ = integer_attention()
+    ops = counter.report({"q": q, "k": k})["ops"]
+    assert torch.allclose(s.double() / 2 ** 40, (q.double() @ k.double().T), atol=1e-2)  # it is the attention's product
+    assert ops["aten::mul"]["elements"] == q.numel() + k.numel()  # the broadcast products read both operands
+    assert ops["aten::sum"]["elements"] == 4 * 64 * 16
+    assert ops["host: Tensor.tolist"]["elements"] == q.numel()  # bits taken to the host are values too
+    with library_ops.Counter() as again:  # what one call made is not the next call's
+        (torch.tensor([1, 2]) * 2).sum()
+    assert again.report({})["ops"] == {}
+
+
 def test_integer_index_arithmetic_is_still_not_counted():
     indptr = torch.tensor([0, 15, 40, 41])
 
@@ -119,6 +150,17 @@ def test_the_dispatcher_path_stays_a_warning_attribution_settles(policy):
 def test_operators_run_with_chosen_keys_are_monkeypatching(name, source, line, policy):
     found = [f for f in scan_sources({"main.py": source}, "python", policy) if f.severity == "error"]
     assert ("monkeypatch", line) in [(f.rule, f.line) for f in found], (name, found)
+
+
+@pytest.mark.parametrize("name,call", [
+    ("package", "torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep))"),
+    ("aot_compile", "torch._export.aot_compile(f, (x,))"),
+    ("the runner", "torch._C._aoti.AOTIModelContainerRunnerCpu('m.so', 1)"),
+])
+def test_pytorch_compiled_ahead_of_time_is_dynamic_code(name, call, policy):
+    source = f"import torch\nimport torch._inductor\nimport torch._export\nR = {call}\n"
+    found = [(f.rule, f.line) for f in scan_sources({"main.py": source}, "python", policy) if f.severity == "error"]
+    assert ("dynamic_code", 4) in found, (name, found)
 
 
 # -- the static gate's own limits ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import weakref
 from typing import Any, ContextManager, Iterable, Optional
 
 import torch
@@ -107,9 +108,24 @@ def op_kind(func: Any, args: tuple, kwargs: dict) -> Optional[str]:
     return "pointwise" if torch.Tag.pointwise in func.tags else "reduction"
 
 
+# Integer and boolean tensors an operator made from values during a counted call (`q.view(torch.int16)`, its shifts
+# and masks, their products): values in another dtype, counted as values (red team round 8: attention on bf16 bits
+# decoded to int64 fixed point, multiplied and summed as integers, read 5% "glue"). Index tensors (page tables,
+# lengths) are made from indices and never join.
+_DERIVED: dict[int, weakref.ref] = {}  # id -> the tensor, held weakly (a tensor's == is elementwise: no WeakSet)
+
+
+def _mark_derived(t: torch.Tensor) -> None:
+    key = id(t)
+    _DERIVED[key] = weakref.ref(t, lambda _ref, key=key: _DERIVED.pop(key, None))
+
+
 def holds_values(t: torch.Tensor) -> bool:
-    """A tensor of values (floating-point or complex), as opposed to indices, lengths and masks."""
-    return t.is_floating_point() or t.is_complex()
+    """A tensor of values (floating-point or complex, or made from such values), not indices, lengths and masks."""
+    if t.is_floating_point() or t.is_complex():
+        return True
+    ref = _DERIVED.get(id(t))
+    return ref is not None and ref() is t
 
 
 def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str] = None) -> int:
@@ -120,6 +136,14 @@ def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str
     read = list(args) + [v for k, v in kwargs.items() if k not in outs]
     counted = (lambda t: t.dtype != torch.bool) if kind == "matmul" else holds_values
     return sum(t.numel() for t in _tensors(read) if counted(t))
+
+
+def _derive(result: Any, inputs: list) -> None:
+    """Mark the integer and boolean tensors of ``result`` as values where the operator read any value tensor."""
+    if any(holds_values(t) for t in _tensors(inputs)):
+        for t in _tensors(result if isinstance(result, (list, tuple)) else [result]):
+            if not (t.is_floating_point() or t.is_complex()):
+                _mark_derived(t)
 
 
 def _library_kind(func: Any) -> str:
@@ -151,7 +175,9 @@ class LibraryOps(TorchDispatchMode):
         if func.namespace not in ("aten", "prims") and func.namespace not in TORCH_NAMESPACES:
             return self._inside(func, args, kwargs)
         self.seen(func, args, kwargs)
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        _derive(result, [*args, *kwargs.values()])
+        return result
 
     def seen(self, func: Any, args: tuple, kwargs: dict) -> None:
         """Count one operator call (before it runs)."""
@@ -227,6 +253,7 @@ class Counter:
         self.aten, self.host = LibraryOps(), HostReads()
 
     def __enter__(self) -> "Counter":
+        _DERIVED.clear()  # what an earlier call made is not this call's
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.host)
             stack.enter_context(self.aten)

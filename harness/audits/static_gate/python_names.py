@@ -75,6 +75,11 @@ _DYNAMIC_NAMES = (
     # `.pth` files' import lines run by site.addsitedir, modules imported from a torch.package, and
     # string.Formatter().get_field, which walks an attribute chain written in text (`"0.__globals__[sys]"`)
     "site", "torch.package", "string.Formatter",
+    # PyTorch code compiled ahead of time into a shared object and run by AOTInductor's runner (red team round 8:
+    # attention written in PyTorch, packaged at import, PASSED as the solution's own): PyTorch's generated kernels,
+    # loaded at run time, in C++ no operator count on a CPU sees
+    "torch._inductor.aoti_compile_and_package", "torch._inductor.aoti_load_package", "torch._inductor.aot_compile",
+    "torch._inductor.package", "torch._export.aot_compile", "torch._export.aot_load", "torch._C._aoti",
 )
 _FFI_NAMES = (
     "ctypes", "_ctypes", "cffi", "torch.utils.cpp_extension", "torch.ops.load_library",
