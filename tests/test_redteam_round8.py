@@ -17,7 +17,8 @@ import time
 import pytest
 import torch
 
-from harness.audits.static_gate import MAX_FINDINGS_PER_RULE, Finding, capped, scan_sources, unreadable
+from harness.audits.static_gate import (MAX_FINDINGS_PER_RULE, MAX_SOURCE_CHARS, Finding, capped, scan_sources,
+                                       unreadable)
 from harness.sandbox import library_ops
 from harness.sandbox.build import static_signature_problem
 from harness.sandbox.library_ops import LibraryOps
@@ -244,6 +245,16 @@ def test_a_flood_of_findings_is_capped_end_to_end(policy):
     found = scan_sources({"main.py": source}, "python", policy)
     assert len(found) == MAX_FINDINGS_PER_RULE + 1
     assert "1,950 more `torch_compute` findings" in found[-1].message
+
+
+def test_a_file_past_what_the_gate_reads_is_rejected_unread(policy):
+    line = "x = torch.exp(x)\n"
+    big = "import torch\nx = torch.ones(1)\n" + line * (MAX_SOURCE_CHARS // len(line) + 1)
+    start = time.monotonic()
+    found = scan_sources({"main.py": "from . import big\n", "big.py": big}, "python", policy)
+    assert time.monotonic() - start < 5
+    assert [(f.path, f.rule, f.severity) for f in found] == [("big.py", "dynamic_code", "error")]
+    assert "MiB per file the gate reads" in found[0].message
 
 
 def test_a_gate_that_fails_gives_one_blocking_finding():
