@@ -339,6 +339,8 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def session(tiny_dataset_root, tmp_path_factory):
+    if torch.cuda.is_available():
+        pytest.skip("the CPU's attribution: a GPU host times and attributes with CUPTI instead")
     from harness.archive.database import Archive
     from harness.data.dataset import Dataset
     from harness.pipeline.evaluate import Session, SubmitOptions
