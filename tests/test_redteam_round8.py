@@ -153,6 +153,15 @@ def test_operators_run_with_chosen_keys_are_monkeypatching(name, source, line, p
     assert ("monkeypatch", line) in [(f.rule, f.line) for f in found], (name, found)
 
 
+@pytest.mark.parametrize("source", [
+    "import torch\nfut = torch._C.fork(loop, 10)\n",  # what torch.jit.fork calls: a TorchScript task on the pool
+    "import torch.futures\nf = torch.futures.Future()\n",
+])
+def test_torchscript_tasks_are_concurrency(source, policy):
+    found = [(f.rule, f.line) for f in scan_sources({"main.py": source}, "python", policy) if f.severity == "error"]
+    assert ("concurrency", 2) in found, found
+
+
 @pytest.mark.parametrize("name,call", [
     ("package", "torch._inductor.aoti_load_package(torch._inductor.aoti_compile_and_package(ep))"),
     ("aot_compile", "torch._export.aot_compile(f, (x,))"),

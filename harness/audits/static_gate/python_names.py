@@ -17,7 +17,8 @@ _CONCURRENCY_NAMES = (
     # processes started by library helpers: a shell pager, a browser, distutils' spawn, torch's worker pools
     "pydoc.pipepager", "pydoc.tempfilepager", "pydoc.pager", "webbrowser", "distutils.spawn", "setuptools._distutils",
     "torch.utils.collect_env", "torch.utils.data.DataLoader", "torch.utils.data.dataloader",
-    "torch._inductor.compile_worker", "torch.jit.fork", "torch.jit._fork", "triton.runtime.build",
+    "torch._inductor.compile_worker", "torch.jit.fork", "torch.jit._fork", "torch._C.fork",
+    "torch.futures", "triton.runtime.build",
 )
 _HARNESS_NAMES = (
     "gc", "inspect", "__builtin__", "__main__", "harness", "controller", "crucible", "flashinfer_bench",
