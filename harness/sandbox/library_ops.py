@@ -111,7 +111,8 @@ def op_kind(func: Any, args: tuple, kwargs: dict) -> Optional[str]:
 # Integer and boolean tensors an operator made from values during a counted call (`q.view(torch.int16)`, its shifts
 # and masks, their products): values in another dtype, counted as values (red team round 8: attention on bf16 bits
 # decoded to int64 fixed point, multiplied and summed as integers, read 5% "glue"). Index tensors (page tables,
-# lengths) are made from indices and never join.
+# lengths) are made from indices and never join. Kept across calls and parts of a call (values a setup decoded stay
+# values in the call that uses them); an entry goes with its tensor.
 _DERIVED: dict[int, weakref.ref] = {}  # id -> the tensor, held weakly (a tensor's == is elementwise: no WeakSet)
 
 
@@ -253,7 +254,6 @@ class Counter:
         self.aten, self.host = LibraryOps(), HostReads()
 
     def __enter__(self) -> "Counter":
-        _DERIVED.clear()  # what an earlier call made is not this call's
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.host)
             stack.enter_context(self.aten)
