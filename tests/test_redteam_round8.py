@@ -109,6 +109,20 @@ def test_integer_index_arithmetic_is_still_not_counted():
     assert _counted(index_work) == {}
 
 
+def test_indices_computed_from_values_are_bookkeeping():
+    """MoE's routing in PyTorch: the top-k of the logits, tokens per expert, the counts taken to the host (the
+    CI's honest vLLM-style solution was `unsettled` when top-k's indices counted as values)."""
+    logits = torch.randn(7, 8)
+    counter = library_ops.Counter()
+    with counter:
+        ids = torch.topk(logits, 2).indices
+        counts = torch.bincount(ids.flatten(), minlength=8)
+        starts = counts.cumsum(0) - counts
+        _ = [int(c) for c in counts], int(starts[-1]), (logits > 0).sum()
+    ops = counter.report({"logits": logits})["ops"]
+    assert set(ops) == {"aten::topk", "aten::gt"}, ops  # the selection and the comparison read the logits; no more
+
+
 def test_redispatch_outside_a_counted_call_runs_unchanged():
     keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
     assert torch.equal(torch.ops.aten.bmm.default.redispatch(keys, Q, K), torch.bmm(Q, K))

@@ -108,10 +108,10 @@ def op_kind(func: Any, args: tuple, kwargs: dict) -> Optional[str]:
     return "pointwise" if torch.Tag.pointwise in func.tags else "reduction"
 
 
-# Integer and boolean tensors an operator made from values during a counted call (`q.view(torch.int16)`, its shifts
-# and masks, their products): values in another dtype, counted as values (red team round 8: attention on bf16 bits
+# Integer and boolean tensors made from values during a counted call (`q.view(torch.int16)`, its shifts and masks,
+# their products: ``_derive``): values in another dtype, counted as values (red team round 8: attention on bf16 bits
 # decoded to int64 fixed point, multiplied and summed as integers, read 5% "glue"). Index tensors (page tables,
-# lengths) are made from indices and never join. Kept across calls and parts of a call (values a setup decoded stay
+# lengths, top-k's indices) never join. Kept across calls and parts of a call (values a setup decoded stay
 # values in the call that uses them); an entry goes with its tensor.
 _DERIVED: dict[int, weakref.ref] = {}  # id -> the tensor, held weakly (a tensor's == is elementwise: no WeakSet)
 
@@ -121,12 +121,18 @@ def _mark_derived(t: torch.Tensor) -> None:
     _DERIVED[key] = weakref.ref(t, lambda _ref, key=key: _DERIVED.pop(key, None))
 
 
-def holds_values(t: torch.Tensor) -> bool:
-    """A tensor of values (floating-point or complex, or made from such values), not indices, lengths and masks."""
-    if t.is_floating_point() or t.is_complex():
-        return True
+def _is_float(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _derived(t: torch.Tensor) -> bool:
     ref = _DERIVED.get(id(t))
     return ref is not None and ref() is t
+
+
+def holds_values(t: torch.Tensor) -> bool:
+    """A tensor of values (floating-point or complex, or values moved into integers), not indices, lengths, masks."""
+    return _is_float(t) or _derived(t)
 
 
 def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str] = None) -> int:
@@ -139,12 +145,20 @@ def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str
     return sum(t.numel() for t in _tensors(read) if counted(t))
 
 
-def _derive(result: Any, inputs: list) -> None:
-    """Mark the integer and boolean tensors of ``result`` as values where the operator read any value tensor."""
-    if any(holds_values(t) for t in _tensors(inputs)):
-        for t in _tensors(result if isinstance(result, (list, tuple)) else [result]):
-            if not (t.is_floating_point() or t.is_complex()):
-                _mark_derived(t)
+def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+    """Mark the integer and boolean tensors of ``result`` as values where the operator read a tensor so marked, or
+    only moved or reinterpreted a float one (``q.view(torch.int16)``, ``.to(torch.int64)``). What an operator
+    computes from values as indices or a mask (top-k's indices, argmax, ``s > 0``) is bookkeeping: MoE's routing
+    counts tokens per expert from the top-k of its logits, and takes the counts to the host, honestly."""
+    inputs = list(_tensors([*args, *kwargs.values()]))
+    if not inputs:
+        return
+    derived = any(_derived(t) for t in inputs)
+    if not derived and not (op_kind(func, args, kwargs) is None and any(_is_float(t) for t in inputs)):
+        return
+    for t in _tensors(result if isinstance(result, (list, tuple)) else [result]):
+        if not _is_float(t):
+            _mark_derived(t)
 
 
 def _library_kind(func: Any) -> str:
@@ -177,7 +191,7 @@ class LibraryOps(TorchDispatchMode):
             return self._inside(func, args, kwargs)
         self.seen(func, args, kwargs)
         result = func(*args, **kwargs)
-        _derive(result, [*args, *kwargs.values()])
+        _derive(func, args, kwargs, result)
         return result
 
     def seen(self, func: Any, args: tuple, kwargs: dict) -> None:
