@@ -282,10 +282,17 @@ def test_a_file_past_what_the_gate_reads_is_rejected_unread(policy):
     assert "MiB per file the gate reads" in found[0].message
 
 
-def test_a_gate_that_fails_gives_one_blocking_finding():
-    f = unreadable("main.py", MemoryError())
-    assert (f.rule, f.severity, f.path) == ("dynamic_code", "error", "main.py")
-    assert "MemoryError" in f.message
+def test_a_gate_that_fails_gives_one_blocking_finding(monkeypatch, policy):
+    from harness.audits import session_audits, static_gate
+
+    def fails(*_args):
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(static_gate, "scan_sources", fails)
+    solution = Solution.model_validate(solution_dict("def run(*args):\n    pass\n"))
+    [f] = session_audits._gate_findings(solution, policy)
+    assert (f.rule, f.severity, f.path) == ("dynamic_code", "error", "kernel.py")
+    assert "MemoryError: out of memory" in f.message and f == unreadable("kernel.py", MemoryError("out of memory"))
 
 
 # -- honest idioms ---------------------------------------------------------------------------------------------

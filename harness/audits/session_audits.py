@@ -43,16 +43,11 @@ class SessionAudits:
                      ) -> list[dict[str, Any]]:
         """Findings of the static gate (before any build), archived as an audit on every workload.
         ``library_is_own``: the dataset's own baselines, whose library findings only warn."""
-        from .static_gate import declared_library, policy_from_mapping, scan_sources, unreadable
+        from .static_gate import declared_library, policy_from_mapping
 
         policy = policy_from_mapping(self._policy_document(), definition=definition.name, op_type=definition.op_type)
         with self._phase("static_gate"):
-            try:
-                findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value,
-                                        policy)
-                findings = _where_it_never_runs(findings, solution)
-            except Exception as exc:  # MemoryError, RecursionError, a rule's own fault: judged, never a traceback
-                findings = [unreadable(solution.sources[0].path if solution.sources else "", exc)]
+            findings = _gate_findings(solution, policy)
         if library_is_own:
             findings = [declared_library(f) for f in findings]
         return [f.model_dump() for f in findings]
@@ -334,6 +329,18 @@ class SessionAudits:
                                                  "solution, so not its own whatever it names its functions: "
                                                  + ", ".join(borrowed[:4])})
         wr.audits.append(verdict)
+
+
+def _gate_findings(solution: Solution, policy: Any) -> list[Any]:
+    """The static gate's findings on ``solution``; one blocking finding where the gate itself fails (a MemoryError,
+    a RecursionError, a rule's own fault on hostile text): judged, never a traceback of the harness."""
+    from .static_gate import scan_sources, unreadable
+
+    try:
+        findings = scan_sources({s.path: s.content for s in solution.sources}, solution.spec.language.value, policy)
+        return _where_it_never_runs(findings, solution)
+    except Exception as exc:
+        return [unreadable(solution.sources[0].path if solution.sources else "", exc)]
 
 
 def _where_it_never_runs(findings: list[Any], solution: Solution) -> list[Any]:
