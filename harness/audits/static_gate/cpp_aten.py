@@ -35,9 +35,10 @@ NEVER_COMPUTE_PREFIXES = ("at::cuda::", "torch::cuda::", "torch::CppFunction::")
 # `at::_ops::mm::redispatch`) never pass through the dispatcher, where the CPU's run-time attribution counts library
 # operators (red team round 8: attention by `at::cpu::` calls in a load_inline source read 0%): nothing at run time
 # can settle such a call, so its finding blocks (scan_sources makes a torch_compute warning with this note an error).
-PAST_DISPATCHER_RE = re.compile(r"(?:at|torch)::(?:cpu|native|meta|_ops|redispatch|composite\w*)::")
+_PAST_DISPATCHER_NAMESPACE = r"(?:at|torch)::(?:cpu|native|meta|_ops|redispatch|composite\w*)"
+PAST_DISPATCHER_RE = re.compile(_PAST_DISPATCHER_NAMESPACE + "::")  # a call's qualified name
 PAST_DISPATCHER_NOTE = " past the dispatcher, where no run-time attribution sees it"
-_PAST_DISPATCHER_NAMED_RE = re.compile(r"(?:at|torch)::(?:cpu|native|meta|_ops|redispatch|composite\w*)\b")
+_PAST_DISPATCHER_NAMED_RE = re.compile(_PAST_DISPATCHER_NAMESPACE + r"\b")  # the namespace named: using, aliases
 METHOD_RE = re.compile(
     r"(?:\.|->)\s*(matmul|mm|bmm|addmm|baddbmm|einsum|softmax|log_softmax|scaled_dot_product_attention|"
     r"index_select|masked_fill|topk|sort|argsort|sum|mean|amax|amin|max|min|logsumexp|exp|exp2|cumsum|argmax|"
