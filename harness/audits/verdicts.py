@@ -367,7 +367,9 @@ def precision_verdict(errors: dict[str, tuple[float, ...]], cfg: AuditConfig) ->
         return Audit(name="precision", passed=False,
                      detail=f"{name}: mean error vs fp64 {cand:.3g} is {ratio:.1f}x the reference's "
                             f"{ref:.3g} (limit {cfg.precision_error_multiple:g}x, and above the floor "
-                            f"{floor:.3g}): lower-precision arithmetic than the reference")
+                            f"{floor:.3g}): lower-precision arithmetic than the reference (values rounded to a "
+                            f"narrower type on the way: an input scaled and cast back to bf16 before a product, "
+                            f"scores or sums kept in bf16/fp16)")
     summary = ", ".join(f"{n} {e[0]:.3g} vs {e[1]:.3g}" for n, e in errors.items())
     return Audit(name="precision", passed=True,
                  detail=f"mean error vs fp64 within {cfg.precision_error_multiple:g}x the reference's "

@@ -27,8 +27,9 @@ Compute on the host outside ATen (numpy, Python lists) is invisible to that coun
 out of PyTorch (``Tensor.numpy``, ``__array__``, ``tolist``, ``item``, its storage...) are counted too, as ``host``
 reads, by a ``TorchFunctionMode``: a call that took none cannot have computed on its inputs' values anywhere but in
 ATen and its kernels, which is what lets a pass settle the static gate's warnings on tensor methods (a numpy array has
-``.sum()`` too). The interpreter itself reads a launch's tensors through numpy (``triton_interp.IN_LAUNCH``): those
-are left out.
+``.sum()`` too), and so is the text of such a tensor (``repr``, ``format``) and a DLPack capsule of it, by the function
+as well as the method. The interpreter itself reads a launch's tensors through numpy (``triton_interp.IN_LAUNCH``):
+those reads, made by its own code, are left out; what the candidate's code reads while a launch runs is not.
 
 The counter (``Counter``: both modes) is held by the worker around the candidate's calls only (never around its own
 steps); its ``TorchDispatchMode`` also sees operators a C++ extension calls through the dispatcher. A custom operator
@@ -40,8 +41,10 @@ unchanged and are popped before the worker's integrity check (which fails any to
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
+import sys
 import weakref
 from typing import Any, ContextManager, Iterable, Optional
 
@@ -75,8 +78,12 @@ _MATMUL = re.compile(r"(?:^|_)(?:mm|bmm|addmm|addbmm|baddbmm|matmul|dot|vdot|mv|
                      r"attention|linalg_(?!vector_norm)|_fft|pack_mm|grouped_mm|scaled_mm|_int_mm")
 # Tensor methods that hand a tensor's values to the host, outside PyTorch (numpy, Python numbers and lists, DLPack, the
 # raw storage): what is computed on them afterwards no count of ATen operators can see.
+# Its text too (red team round 9: values parsed back out of `repr()` of int16 bit views; PyTorch formats them with the
+# modes turned off, so only the outer call is seen), and DLPack capsules made by the function rather than the method.
 HOST_READS = frozenset({"numpy", "__array__", "tolist", "item", "__float__", "__int__", "__index__", "__complex__",
-                        "__bool__", "__dlpack__", "untyped_storage", "storage", "_typed_storage"})
+                        "__bool__", "__dlpack__", "untyped_storage", "storage", "_typed_storage", "__repr__",
+                        "__format__", "to_dlpack"})
+_AS_TEXT = frozenset({"__repr__", "__format__"})
 _AFTER_PYTHON = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.Python)
 _HOST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
@@ -254,11 +261,79 @@ class HostReads(TorchFunctionMode):
         self._seen(getattr(func, "__name__", ""), args)
         return func(*args, **(kwargs or {}))
 
+    def __enter__(self) -> "HostReads":
+        _HOST_ENTERED.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            _HOST_ENTERED.remove(self)
+
     def _seen(self, name: str, args: tuple) -> None:
-        if name in HOST_READS and not triton_interp.IN_LAUNCH[0] and args and isinstance(args[0], torch.Tensor) \
-                and holds_values(args[0]):
+        if name in HOST_READS and args and isinstance(args[0], torch.Tensor) and holds_values(args[0]) \
+                and not (triton_interp.IN_LAUNCH[0] and _by_the_interpreter()):
             key = f"host: Tensor.{name}"
-            self.ops[key] = ("host", self.ops.get(key, ("host", 0))[1] + args[0].numel())
+            read = _shown(args[0]) if name in _AS_TEXT else args[0].numel()
+            self.ops[key] = ("host", self.ops.get(key, ("host", 0))[1] + read)
+
+
+def _shown(t: torch.Tensor) -> int:
+    """The elements a tensor's text holds: all of them up to the print options' threshold, else the summary's corners
+    (``edgeitems`` at each end of every dimension)."""
+    options = torch._tensor_str.PRINT_OPTS
+    if t.numel() <= options.threshold:
+        return t.numel()
+    shown = 1
+    for size in t.shape:
+        shown *= min(size, 2 * options.edgeitems)
+    return shown
+
+
+# The interpreter's own code (its copies of a launch's tensors, the fp8 casts of triton_interp): the one caller whose
+# host reads during a launch are not the candidate's. What the candidate runs inside a launch (a grid function, a
+# pre-run hook, a helper called from a kernel body) reads for itself (red team round 9: attention in plain Python on
+# `.tolist()`s taken inside a grid function was exempt while the launch flag was the only test).
+def _interpreter_files() -> frozenset[str]:
+    triton = importlib.util.find_spec("triton")  # found, not imported: the worker imports it when a solution does
+    ours = os.path.dirname(triton_interp.__file__)
+    files = [os.path.join(ours, n) for n in ("triton_interp.py", "triton_interp_bf16.py", "triton_libdevice.py")]
+    if triton is not None and triton.origin:
+        files.append(os.path.join(os.path.dirname(triton.origin), "runtime", "interpreter.py"))
+    return frozenset(os.path.realpath(f) for f in files)
+
+
+_INTERPRETER_FILES = _interpreter_files()
+_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+
+
+def _by_the_interpreter() -> bool:
+    """Whether the tensor method now being handled was called by the interpreter's code: the first frame outside
+    PyTorch (whose wrappers may stand between) and outside this module."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == __file__
+                                 or os.path.realpath(frame.f_code.co_filename).startswith(_TORCH_DIR)):
+        frame = frame.f_back
+    return frame is not None and os.path.realpath(frame.f_code.co_filename) in _INTERPRETER_FILES
+
+
+def _counted_to_dlpack(original: Any) -> Any:
+    """``torch.to_dlpack`` as the worker runs it: a capsule of a tensor's values made while a count runs is a host read
+    (``Tensor.__dlpack__``, the method, is seen by the mode; the function is not: red team round 9, attention in numpy
+    on ``np.from_dlpack`` of a capsule from ``torch.utils.dlpack.to_dlpack``)."""
+    def to_dlpack(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        if _HOST_ENTERED and torch._C._is_torch_function_mode_enabled():  # not the method's own inner call
+            _HOST_ENTERED[-1]._seen("to_dlpack", (tensor,))
+        return original(tensor, *args, **kwargs)
+    return to_dlpack
+
+
+_HOST_ENTERED: list[HostReads] = []  # the function modes entered now, innermost last
+for _module in (torch, torch._C, torch.utils.dlpack):
+    for _name in ("to_dlpack", "_to_dlpack", "_to_dlpack_versioned"):
+        if hasattr(_module, _name):
+            setattr(_module, _name, _counted_to_dlpack(getattr(_module, _name)))
 
 
 class Counter:
@@ -269,6 +344,10 @@ class Counter:
 
     def __enter__(self) -> "Counter":
         with contextlib.ExitStack() as stack:
+            # torch.compile'd functions run eagerly while counted: Dynamo compiles nothing under a dispatch mode (it
+            # skips the frame, and `fullgraph=True` raises: red team round 9, honest GDN gates compiled so were a
+            # RUNTIME_ERROR on this host only); eagerly, their operators are counted as what runs on a CPU.
+            stack.enter_context(torch.compiler.set_stance("force_eager"))
             stack.enter_context(self.host)
             stack.enter_context(self.aten)
             self._entered = stack.pop_all()

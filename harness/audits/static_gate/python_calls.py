@@ -18,8 +18,8 @@ import re
 from typing import TYPE_CHECKING
 
 from .common import _TORCH_NAMESPACES, _longest_prefix
+from .python_banned import REDISPATCH_ATTRS
 from .python_names import (
-    REDISPATCH_ATTRS,
     _CACHE_ACCESS_METHODS,
     _FILE_MODE_RE,
     _FILE_READ_METHODS,

@@ -19,7 +19,7 @@ import ast
 from .common import _longest_prefix
 from .python_held_modules import is_live_module
 from .python_modules import canonical
-from .python_names import _PY_BANNED
+from .python_banned import _PY_BANNED
 
 _LOOKUP_FUNCTIONS = frozenset({"getattr", "hasattr", "setattr", "delattr"})
 

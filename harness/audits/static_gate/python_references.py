@@ -21,8 +21,8 @@ from .common import _longest_prefix
 from .python_calls import _own_library
 from .python_fields import own_field_reads
 from .python_modules import _absolute, canonical
+from .python_banned import _PY_BANNED, REDISPATCH_ATTRS
 from .python_names import (
-    REDISPATCH_ATTRS,
     _COMPUTE_ROOTS,
     _FRAME_ATTRS,
     _HOST_ARCH,
@@ -33,7 +33,6 @@ from .python_names import (
     _MATMUL_OPERATORS,
     _NUMPY_COMPUTE,
     _OPEN_FUNCTIONS,
-    _PY_BANNED,
     _SIGNATURE_NAMES,
     _SUPPORTED_BUILD_NAMES,
     _TENSOR_COMPUTE_METHODS,
