@@ -103,11 +103,16 @@ LAUNCHES = textwrap.dedent('''
     def hook(*args, **kwargs):
         x.numpy().sum()
 
+    def through_the_interpreter(meta):  # values read by an interpreter function the candidate hands them to
+        from triton.runtime.interpreter import interpreter_builder
+        [interpreter_builder.get_fp32(v) for v in x]
+        return (1,)
+
     copy.add_pre_run_hook(hook)
     hooked = reads(lambda: copy[(1,)](x, y, N=64))
     copy.pre_run_hooks.clear()
     print(json.dumps({"honest": reads(lambda: copy[(1,)](x, y, N=64)), "grid": reads(lambda: copy[grid](x, y, N=64)),
-                      "hook": hooked}))
+                      "hook": hooked, "builder": reads(lambda: copy[through_the_interpreter](x, y, N=64))}))
 ''')
 
 
@@ -117,6 +122,7 @@ def test_reads_of_the_candidates_code_inside_a_launch_count(tmp_path):
     assert got["honest"] == {}  # the interpreter's own copies and fp8 casts of the launch's tensors
     assert got["grid"] == {"host: Tensor.tolist": 64}
     assert got["hook"] == {"host: Tensor.numpy": 64}
+    assert sum(got["builder"].values()) >= 64, got["builder"]  # numpy asks __array__ and __float__ of each
 
 
 @pytest.mark.parametrize("name,source", [

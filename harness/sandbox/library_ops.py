@@ -291,31 +291,34 @@ def _shown(t: torch.Tensor) -> int:
     return shown
 
 
-# The interpreter's own code (its copies of a launch's tensors, the fp8 casts of triton_interp): the one caller whose
-# host reads during a launch are not the candidate's. What the candidate runs inside a launch (a grid function, a
-# pre-run hook, a helper called from a kernel body) reads for itself (red team round 9: attention in plain Python on
-# `.tolist()`s taken inside a grid function was exempt while the launch flag was the only test).
-def _interpreter_files() -> frozenset[str]:
+# The interpreter's own copies of a launch's tensors (`_to_cpu`, `_from_cpu` in GridExecutor's argument copies; the fp8
+# casts of triton_interp), measured on this Triton: the only host reads during a launch that are not the candidate's.
+# What the candidate runs inside a launch (a grid function, a pre-run hook, a helper called from a kernel body) reads
+# for itself (red team round 9: attention in plain Python on `.tolist()`s taken inside a grid function was exempt
+# while the launch flag was the only test), and so does any other interpreter function it hands a tensor to.
+def _interpreter_copies() -> frozenset[tuple[str, str]]:
     triton = importlib.util.find_spec("triton")  # found, not imported: the worker imports it when a solution does
-    ours = os.path.dirname(triton_interp.__file__)
-    files = [os.path.join(ours, n) for n in ("triton_interp.py", "triton_interp_bf16.py", "triton_libdevice.py")]
+    ours = os.path.realpath(os.path.join(os.path.dirname(triton_interp.__file__), "triton_interp.py"))
+    copies = {(ours, "_torch_fp8_cast")}
     if triton is not None and triton.origin:
-        files.append(os.path.join(os.path.dirname(triton.origin), "runtime", "interpreter.py"))
-    return frozenset(os.path.realpath(f) for f in files)
+        interpreter = os.path.realpath(os.path.join(os.path.dirname(triton.origin), "runtime", "interpreter.py"))
+        copies |= {(interpreter, "_to_cpu"), (interpreter, "_from_cpu")}
+    return frozenset(copies)
 
 
-_INTERPRETER_FILES = _interpreter_files()
+_INTERPRETER_COPIES = _interpreter_copies()
 _TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
 
 
 def _by_the_interpreter() -> bool:
-    """Whether the tensor method now being handled was called by the interpreter's code: the first frame outside
-    PyTorch (whose wrappers may stand between) and outside this module."""
+    """Whether the tensor method now being handled was called by one of the interpreter's copies: the first frame
+    outside PyTorch (whose wrappers may stand between) and outside this module."""
     frame = sys._getframe(1)
     while frame is not None and (frame.f_code.co_filename == __file__
                                  or os.path.realpath(frame.f_code.co_filename).startswith(_TORCH_DIR)):
         frame = frame.f_back
-    return frame is not None and os.path.realpath(frame.f_code.co_filename) in _INTERPRETER_FILES
+    return frame is not None and (os.path.realpath(frame.f_code.co_filename),
+                                  frame.f_code.co_name) in _INTERPRETER_COPIES
 
 
 def _counted_to_dlpack(original: Any) -> Any:
