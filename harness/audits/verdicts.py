@@ -332,14 +332,15 @@ def clock_truth_verdict(wall_ms: list[float], span_ms: list[float], cfg: AuditCo
 
 def thread_verdict(threads_before: int, threads_after: int, candidate_threads: Sequence[str] = (),
                    candidate_processes: Sequence[str] = ()) -> Audit:
-    """Threads started during the recheck (any kind), and Python threads or processes of the candidate's still
-    alive, whenever they were started (during the correctness calls, at import): a process's work is outside the
-    worker's threads and outside the CUPTI trace of the worker's process."""
+    """Threads started during the recheck (any kind), Python threads of the candidate's still alive, and processes of
+    the candidate's, alive or started at any time before (during the correctness calls, at import: ``started ...``
+    entries, harness.sandbox.process_log): a process's work is outside the worker's threads and outside the CUPTI
+    trace of the worker's process."""
     new = threads_after - threads_before
     if candidate_processes:
         return Audit(name="thread_creation", passed=False,
-                     detail=f"{len(candidate_processes)} process(es) of the candidate's alive during the recheck "
-                            f"({', '.join(candidate_processes[:5])})")
+                     detail=f"{len(candidate_processes)} process(es) of the candidate's, alive during the recheck or "
+                            f"started before it ({', '.join(candidate_processes[:5])})")
     if candidate_threads:
         names = ", ".join(candidate_threads[:5])
         return Audit(name="thread_creation", passed=False,

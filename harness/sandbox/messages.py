@@ -385,8 +385,9 @@ class RecheckReply(Reply):
         default_factory=list, description="Python threads alive that were not when the worker started: the "
                                           "candidate's, whenever it started them (harness.sandbox.integrity)")
     candidate_processes: list[str] = Field(
-        default_factory=list, description="processes alive beside the worker that were not when it started: the "
-                                          "candidate's (harness.sandbox.integrity.other_processes)")
+        default_factory=list, description="processes alive beside the worker that were not when it started, and "
+                                          "those the candidate started since (alive or not): the candidate's "
+                                          "(harness.sandbox.integrity.other_processes, harness.sandbox.process_log)")
     library_compute: list[LibraryCompute] = Field(
         default_factory=list, description="on a CPU, the ATen compute of each step's call (RunReply's)")
     when_ok: ClassVar[tuple[str, ...]] = ("wall_ms", "input_fingerprints", "threads_before", "threads_after")

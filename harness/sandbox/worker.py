@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from . import protocol
+from . import process_log, protocol
 from .build import Built, BuildError, build
 from .compiled_sources import collect as collect_compiled
 from .extension_cache import as_bytes, as_tensor, extension_folders, pack, unpack
@@ -196,7 +196,7 @@ class Worker:
                                         req, self.device, self.solution.spec.language.value)
         if header.get("ok"):
             header["candidate_threads"] = self.integrity.new_threads()
-            header["candidate_processes"] = self.integrity.new_processes()
+            header["candidate_processes"] = self.integrity.new_processes() + process_log.started()
         return header, tensors
 
     def oracle(self, req: OracleRequest) -> tuple[dict, dict]:
@@ -438,6 +438,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parser.parse_args(argv)
     if args.parent_pid is not None:
         _die_with_parent(args.parent_pid)
+    process_log.install()  # before any candidate code: the processes it starts, each seen as it starts
     faulthandler.enable()  # a segfault prints the Python stack into the log
     if os.environ.get("CRUCIBLE_DUMP_STACKS_AFTER_S"):  # a slow request shows where it is, in the log
         from .. import stack_dumps

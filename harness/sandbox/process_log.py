@@ -1,0 +1,121 @@
+"""Processes started in the worker, seen by a Python audit hook: what the census of live processes
+(``integrity.new_processes``) misses, a process that started and ended between two looks.
+
+A process is outside every count the harness keeps: the CPU's attribution, and on a GPU the CUPTI trace of the
+worker's process, which the official timer reads (a daemon that computes while the worker waits for it is neither
+timed nor attributed). The static gate refuses the candidate's own ways of starting one and the library helpers it
+knows to run a command line they are given (red team round 9: ``torch._inductor.cpp_builder.run_compile_cmd("sh -c
+'...'")``); this log is the run-time net under it, for a helper the gate does not know.
+
+Legitimate starts are a library's toolchain, started by that library's own code (the first frame outside the standard
+library is in the package of torch, triton, tvm_ffi or flashinfer): Triton's compiler (``ptxas``, the launcher's C
+compiler, ``ldconfig``), PyTorch's and TVM-FFI's extension builders (``ninja``, ``nvcc``, the C++ compiler),
+torch.compile's worker pool (a Python); and the harness's own checks. A shell or ``os.system`` is never a library's
+toolchain, and anything started from the candidate's own files is the candidate's. An audit hook cannot be removed
+once added, and it is added when the worker starts, before any candidate code is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+
+# Shells: a library's own toolchain never needs one (Triton, PyTorch's extension builder and torch.compile's pool run
+# their programs directly); a command line handed to a library helper usually starts with one.
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env"})
+_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                     "os.forkpty", "pty.spawn"})
+_STDLIB = tuple(os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib"))
+_HARNESS = os.path.realpath(os.path.dirname(os.path.dirname(__file__))) + os.sep
+STARTED: list[str] = []  # what the candidate started: "`sh -c ...` from main.py:12"
+_MAX_KEPT = 20
+
+
+def _package_roots() -> tuple[str, ...]:
+    """The folders of the libraries whose own code may start a toolchain program (found, not imported)."""
+    import importlib.util
+
+    roots = [_HARNESS]
+    for name in ("torch", "triton", "tvm_ffi", "flashinfer"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin:
+            roots.append(os.path.realpath(os.path.dirname(spec.origin)) + os.sep)
+    return tuple(roots)
+
+
+_LIBRARIES = _package_roots()
+
+
+def _text(word: object) -> str:
+    return os.fsdecode(word) if isinstance(word, (bytes, os.PathLike)) else str(word)
+
+
+def _program(event: str, args: tuple) -> str:
+    """The command line an event starts, as text (a fork has none)."""
+    if event == "subprocess.Popen":
+        executable, argv = args[0], args[1]
+        words = [argv] if isinstance(argv, (str, bytes, os.PathLike)) else list(argv or [])
+        return " ".join(_text(w) for w in ([executable] if executable and not words else words))
+    if event == "os.system":
+        return f"sh -c {_text(args[0])!r}"
+    if event in ("os.exec", "os.posix_spawn"):
+        return " ".join(_text(w) for w in (args[1] or [args[0]]))
+    if event == "os.spawn":
+        return " ".join(_text(w) for w in (args[2] or [args[1]]))
+    return event  # os.fork, os.forkpty, pty.spawn
+
+
+def _stem(program: str) -> str:
+    """``/usr/bin/bash`` -> ``bash``."""
+    return os.path.basename(program.split(" ", 1)[0])
+
+
+def _standard_library(path: str) -> bool:
+    """A module of Python's own (subprocess, os, multiprocessing...), not a package installed beside them (an image's
+    Python keeps site-packages inside its stdlib folder)."""
+    return path.startswith(_STDLIB) and "/site-packages/" not in path and "/dist-packages/" not in path
+
+
+def _starter() -> tuple[str, int]:
+    """The file and line of the first frame outside the standard library and this module: who asked."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = os.path.realpath(frame.f_code.co_filename)
+        if path != os.path.realpath(__file__) and not _standard_library(path):
+            return path, frame.f_lineno
+        frame = frame.f_back
+    return "", 0
+
+
+def _hook(event: str, args: tuple) -> None:
+    if event not in _EVENTS:
+        return
+    try:
+        program = _program(event, args)
+        path, line = _starter()
+        if path.startswith(_HARNESS):
+            return  # the worker's own checks
+        if path.startswith(_LIBRARIES) and event != "os.system" and _stem(program) not in _SHELLS:
+            return  # a library's own toolchain, run by its own code
+        if len(STARTED) < _MAX_KEPT:
+            STARTED.append(f"`{program[:120]}` from {os.path.basename(path) or '?'}:{line}")
+    except Exception:  # an audit hook must never raise into the code it watches: an odd argument is recorded as such
+        if len(STARTED) < _MAX_KEPT:
+            STARTED.append(f"{event} (unreadable arguments)")
+
+
+def install() -> None:
+    """Add the hook (once; it cannot be removed)."""
+    if not getattr(install, "done", False):
+        sys.addaudithook(_hook)
+        install.done = True  # type: ignore[attr-defined]
+
+
+def started() -> list[str]:
+    """The processes the candidate started so far, as the recheck's reply names them."""
+    return [f"started {s}" for s in STARTED]
+

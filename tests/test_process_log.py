@@ -1,0 +1,74 @@
+"""The worker's process log (harness/sandbox/process_log.py): what the candidate starts is seen as it starts, a
+library's own toolchain is not the candidate's."""
+
+from __future__ import annotations
+
+import textwrap
+
+from support import run_interpreted
+
+STARTS = textwrap.dedent('''
+    import json, os, subprocess, sys
+    sys.path.insert(0, sys.argv[1])
+    from harness.sandbox import process_log
+    process_log.install()
+    import torch
+    from torch._inductor import cpp_builder
+
+    out = {}
+
+    def after(name, fn):
+        before = len(process_log.STARTED)
+        try:
+            fn()
+        except Exception:
+            pass
+        out[name] = process_log.STARTED[before:]
+
+    after("subprocess from the candidate's file", lambda: subprocess.run(["true"]))
+    after("os.system", lambda: os.system("true"))
+    after("a shell through a library helper", lambda: cpp_builder.run_compile_cmd("sh -c 'exit 0'", "."))
+    after("a library's own program", lambda: cpp_builder.run_compile_cmd("true", "."))
+    after("Triton's ldconfig", lambda: __import__("triton.backends.nvidia.driver", fromlist=["x"]).libcuda_dirs())
+    print(json.dumps(out))
+''')
+
+
+def test_starts_are_told_apart_by_who_asked_and_what_runs(tmp_path):
+    got = run_interpreted(tmp_path, STARTS)
+    assert [s.split(" from ")[0] for s in got["subprocess from the candidate's file"]] == ["`true`"]
+    assert got["subprocess from the candidate's file"][0].endswith(f"kernels.py:{_line('subprocess.run')}")
+    assert got["os.system"] == [f"`sh -c 'true'` from kernels.py:{_line('os.system')}"]
+    assert [s.split(" from ")[0] for s in got["a shell through a library helper"]] == ["`sh -c exit 0`"]
+    assert got["a library's own program"] == []
+    assert got["Triton's ldconfig"] == []
+
+
+def _line(text: str) -> int:
+    """The line of kernels.py (STARTS, as written) that starts ``text``."""
+    return next(i for i, line in enumerate(STARTS.splitlines(), 1) if text in line and "after(" in line)
+
+
+def test_the_recheck_names_a_process_that_came_and_went(tiny_dataset_root, tmp_path):
+    from harness.archive.database import Archive
+    from harness.data.dataset import Dataset
+    from harness.data.options import SubmitOptions
+    from harness.data.schema import Solution
+    from harness.pipeline.evaluate import Session
+
+    from support import TORCH_CANDIDATE, solution_dict
+
+    # The library helper's name is spelled so the static gate cannot resolve it: only the run-time log can see it.
+    source = ("import importlib\nimport torch\n"
+              "_b = importlib.import_module('torch._inductor.' + 'cpp_' + 'builder')\n"
+              "def _start():\n    try:\n        _b.run_compile_cmd(\"sh -c 'exit 0'\", '.')\n    except Exception:\n"
+              "        pass\n" + TORCH_CANDIDATE.replace("def run(", "def _run(") +
+              "\ndef run(*args, **kwargs):\n    _start()\n    return _run(*args, **kwargs)\n")
+    with Session(Dataset(tiny_dataset_root), Archive(tmp_path / "a"),
+                 SubmitOptions(workloads=["tiny_b2_t40"], timeout_s=300)) as s:
+        result = s.submit(Solution.model_validate(solution_dict(source, name="starts"))).workloads[0]
+    audits = {a.name: a for a in result.audits}
+    assert result.status == "PASSED", result.message
+    assert not audits["thread_creation"].passed
+    assert "started `sh -c exit 0`" in audits["thread_creation"].detail, audits["thread_creation"].detail
+
