@@ -225,7 +225,7 @@ def test_values_taken_out_of_pytorch_are_host_reads_inside_launches_too():
     indptr = torch.tensor([0, 15, 40])
     counter = Counter()
     with counter:
-        lengths = indptr.tolist()  # integers: planning, not counted
+        lengths = indptr.tolist()  # integers: planning, counted toward the share only (round 9)
         s = (k.numpy() * 2.0).sum(-1)  # numpy's compute on the inputs' values: no ATen operator sees it
         rows = k[:2].tolist()
         triton_interp.IN_LAUNCH[0] += 1  # while a launch runs, only the interpreter's own copies are exempt
@@ -236,7 +236,9 @@ def test_values_taken_out_of_pytorch_are_host_reads_inside_launches_too():
     assert torch._C._len_torch_dispatch_stack() == 0 and torch._C._len_torch_function_stack() == 0
     assert lengths == [0, 15, 40] and s.shape == (40,) and len(rows) == 2
     assert counter.report({"k": k})["ops"] == {"host: Tensor.numpy": {"kind": "host", "elements": 2 * 640},
-                                                "host: Tensor.tolist": {"kind": "host", "elements": 32}}
+                                                "host: Tensor.tolist": {"kind": "host", "elements": 32},
+                                                "host: Tensor.tolist (integers)": {"kind": "host_integers",
+                                                                                   "elements": 3}}
 
 
 # -- end to end, through the harness's workers on this CPU -------------------------------------------------------

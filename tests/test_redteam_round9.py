@@ -44,7 +44,9 @@ PAGES = torch.arange(512, dtype=torch.int32)
      {"host: Tensor.to_dlpack": X.numel()}),
     ("torch.to_dlpack", lambda: torch.to_dlpack(X), {"host: Tensor.to_dlpack": X.numel()}),
     ("the method, counted once", lambda: np.from_dlpack(X.float()), {"host: Tensor.__dlpack__": X.numel()}),
-    ("a page table's text is bookkeeping", lambda: (repr(PAGES), torch.to_dlpack(PAGES)), {}),
+    ("a page table's text is integers", lambda: (repr(PAGES), torch.to_dlpack(PAGES)),
+     {"host: Tensor.__repr__ (integers)": 512, "host: Tensor.to_dlpack (integers)": 512}),
+    ("a mask's answer is nothing", lambda: bool((X > 0).any()), {}),
     ("a shape's text is bookkeeping", lambda: f"{X.shape} {X.dtype}", {}),
 ])
 def test_values_leaving_as_text_or_capsules_are_host_reads(name, fn, want):
@@ -103,6 +105,22 @@ LAUNCHES = textwrap.dedent('''
     def hook(*args, **kwargs):
         x.numpy().sum()
 
+    @triton.jit
+    def bits(x_ptr, y_ptr, N: tl.constexpr):  # the attack: value bits stored where no ATen operator marks them
+        o = tl.arange(0, N)
+        tl.store(y_ptr + o, tl.load(x_ptr + o).to(tl.int16, bitcast=True))
+
+    xb, stored = torch.randn(64).to(torch.bfloat16), torch.empty(64, dtype=torch.int16)
+    bits[(1,)](xb, stored, N=64)
+
+    def decoded():
+        wide = stored.to(torch.int32)
+        return (((wide >> 7) & 0xFF) * 3).sum(), stored.tolist()
+
+    with library_ops.Counter() as counter:
+        decoded()
+    after = {name: [kind, n] for name, (kind, n) in {**counter.aten.ops, **counter.host.ops}.items()}
+
     def through_the_interpreter(meta):  # values read by an interpreter function the candidate hands them to
         from triton.runtime.interpreter import interpreter_builder
         [interpreter_builder.get_fp32(v) for v in x]
@@ -112,7 +130,8 @@ LAUNCHES = textwrap.dedent('''
     hooked = reads(lambda: copy[(1,)](x, y, N=64))
     copy.pre_run_hooks.clear()
     print(json.dumps({"honest": reads(lambda: copy[(1,)](x, y, N=64)), "grid": reads(lambda: copy[grid](x, y, N=64)),
-                      "hook": hooked, "builder": reads(lambda: copy[through_the_interpreter](x, y, N=64))}))
+                      "hook": hooked, "builder": reads(lambda: copy[through_the_interpreter](x, y, N=64)),
+                      "stored bits": after}))
 ''')
 
 
@@ -122,7 +141,10 @@ def test_reads_of_the_candidates_code_inside_a_launch_count(tmp_path):
     assert got["honest"] == {}  # the interpreter's own copies and fp8 casts of the launch's tensors
     assert got["grid"] == {"host: Tensor.tolist": 64}
     assert got["hook"] == {"host: Tensor.numpy": 64}
-    assert sum(got["builder"].values()) >= 64, got["builder"]  # numpy asks __array__ and __float__ of each
+    assert sum(got["builder"].values()) >= 64, got["builder"]
+    # int16 read by a cast (data movement) is not arithmetic; the int32 arithmetic after it is not narrow; the host
+    # read of the int16 buffer counts toward the share
+    assert got["stored bits"] == {"host: Tensor.tolist (integers)": ["host_integers", 64]}, got["stored bits"]
 
 
 @pytest.mark.parametrize("name,source", [
@@ -157,3 +179,33 @@ def test_compiled_glue_runs_eagerly_and_is_counted_while_counting():
     assert torch.allclose(got, torch.sigmoid(a) * b)
     assert counter.aten.ops == {"aten::sigmoid": ("pointwise", 8), "aten::mul": ("pointwise", 16)}
     assert torch._C._len_torch_dispatch_stack() == 0
+
+
+# -- integers toward the share ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,fn,want", [
+    ("arithmetic on int16 bits", lambda: ((X.view(torch.int16).clone() >> 7) & 0xFF), {}),  # derived: values
+    ("arithmetic on unmarked int16", lambda: (torch.zeros(4, 128, dtype=torch.int16) >> 7) & 0xFF,
+     {"aten::__rshift__": ("integer", 512), "aten::bitwise_and": ("integer", 512)}),
+    ("uint8 sums", lambda: torch.ones(100, dtype=torch.uint8).sum(), {"aten::sum": ("integer", 100)}),
+    ("a page table's arithmetic", lambda: PAGES * 64 + 3, {}),
+])
+def test_narrow_integer_arithmetic_counts_as_integers(name, fn, want):
+    with library_ops.Counter() as counter:
+        fn()
+    got = {k: v for k, v in counter.aten.ops.items() if v[0] == "integer"}
+    assert got == want, (name, counter.aten.ops)
+
+
+def test_packed_fp8_inputs_are_part_of_the_whole():
+    inputs = {"q": torch.randn(2, 4), "k_cache": torch.zeros(3, 8, dtype=torch.int8), "lengths": PAGES}
+    assert library_ops.Counter().report(inputs)["input_elements"] == 8 + 24
+
+
+@pytest.mark.parametrize("kind,elements,rank", [
+    ("host_integers", 100, 2), ("integer", 100, 2), ("host_integers", 1, 0), ("integer", 1, 0), ("host", 1, 1),
+])
+def test_integers_count_toward_the_share_only(kind, elements, rank):
+    from harness.audits.cpu_attribution import call_verdict
+
+    assert call_verdict((100, {"op": (kind, elements)}))[0] == rank

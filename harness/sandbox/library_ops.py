@@ -152,6 +152,20 @@ def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str
     return sum(t.numel() for t in _tensors(read) if counted(t))
 
 
+# Integers of a value's width (bf16 and fp16 bits in 16, FP8 and packed FP4 in 8), which no index is: what a kernel
+# of the candidate's stored value bits into (red team round 9: a Triton kernel bitcast bf16 to int16 buffers, outside
+# every ATen operator that would have marked them, and its caller computed on them). Their arithmetic counts toward
+# the share, never as values (`integer`: an FP8 cache's int8 scales read by honest glue are not attention).
+NARROW_INTEGERS = frozenset({torch.int8, torch.uint8, torch.int16, torch.uint16})
+
+
+def narrow_integer_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
+    """Elements of 8- and 16-bit integer tensors a computing operator reads (its ``out=`` buffers left out)."""
+    outs = {a.name for a in func._schema.arguments if a.is_out}
+    read = list(args) + [v for k, v in kwargs.items() if k not in outs]
+    return sum(t.numel() for t in _tensors(read) if t.dtype in NARROW_INTEGERS)
+
+
 def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     """Mark the integer and boolean tensors of ``result`` as values where the operator read a tensor so marked, or
     only moved or reinterpreted a float one (``q.view(torch.int16)``, ``.to(torch.int64)``). What an operator
@@ -206,6 +220,8 @@ class LibraryOps(TorchDispatchMode):
         kind = op_kind(func, args, kwargs) if func.namespace in ("aten", "prims") else _library_kind(func)
         if kind is not None:
             read = float_elements_read(func, args, kwargs, kind)
+            if not read and kind != "matmul":  # arithmetic on narrow integers no value was seen moving into
+                read, kind = narrow_integer_elements_read(func, args, kwargs), "integer"
             if read:
                 name = func._schema.name
                 self.ops[name] = (kind, self.ops.get(name, (kind, 0))[1] + read)
@@ -272,11 +288,16 @@ class HostReads(TorchFunctionMode):
             _HOST_ENTERED.remove(self)
 
     def _seen(self, name: str, args: tuple) -> None:
-        if name in HOST_READS and args and isinstance(args[0], torch.Tensor) and holds_values(args[0]) \
-                and not (triton_interp.IN_LAUNCH[0] and _by_the_interpreter()):
-            key = f"host: Tensor.{name}"
-            read = _shown(args[0]) if name in _AS_TEXT else args[0].numel()
-            self.ops[key] = ("host", self.ops.get(key, ("host", 0))[1] + read)
+        if name not in HOST_READS or not args or not isinstance(args[0], torch.Tensor) or args[0].dtype == torch.bool:
+            return
+        if triton_interp.IN_LAUNCH[0] and _by_the_interpreter():
+            return
+        # Values, and integers no value was seen moving into: page tables and lengths, but also value bits a kernel
+        # stored (red team round 9): those count toward the share only (`host_integers`), as a plan's reads are small
+        kind, key = ("host", f"host: Tensor.{name}") if holds_values(args[0]) else \
+            ("host_integers", f"host: Tensor.{name} (integers)")
+        read = _shown(args[0]) if name in _AS_TEXT else args[0].numel()
+        self.ops[key] = (kind, self.ops.get(key, (kind, 0))[1] + read)
 
 
 def _shown(t: torch.Tensor) -> int:
@@ -363,7 +384,8 @@ class Counter:
         """What the reply carries (``harness.sandbox.messages.LibraryCompute``): the float elements of the call's
         inputs (the definition's), and per operator (or host read) its kind and the float elements it read."""
         ops = {**self.aten.ops, **self.host.ops}
-        return {"input_elements": sum(t.numel() for t in _tensors(inputs.values()) if t.is_floating_point()),
+        return {"input_elements": sum(t.numel() for t in _tensors(inputs.values()) if _is_float(t)
+                                      or t.dtype in (torch.int8, torch.uint8)),  # an FP8 cache packed as int8
                 "ops": {name: {"kind": kind, "elements": n} for name, (kind, n) in ops.items()}}
 
 

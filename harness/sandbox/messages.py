@@ -293,18 +293,22 @@ class LibraryOp(_Message):
     """One ATen operator's computing, or one way values left PyTorch, in a call on a host without a GPU
     (harness.sandbox.library_ops)."""
 
-    kind: Literal["pointwise", "reduction", "matmul", "host"] = Field(
+    kind: Literal["pointwise", "reduction", "matmul", "host", "integer", "host_integers"] = Field(
         description="pointwise: an elementwise map; matmul: a matrix product, convolution, attention or linear "
                     "algebra; reduction: any other computing operator (reductions, scans, sorts, top-k, softmax); "
-                    "host: values taken out of PyTorch (Tensor.numpy, tolist...), computed on where no count sees")
-    elements: int = Field(ge=0, description="floating-point elements it read over the call")
+                    "host: values taken out of PyTorch (Tensor.numpy, tolist...), computed on where no count sees; "
+                    "integer: arithmetic on 8- and 16-bit integers no value was seen moving into; host_integers: "
+                    "other integers taken out of PyTorch (a plan's lengths, or value bits a kernel stored)")
+    elements: int = Field(ge=0, description="elements it read over the call (of values; integers for the integer "
+                                            "kinds)")
 
 
 class LibraryCompute(_Message):
     """The ATen compute of one checked call of a Triton or Python solution under Triton's CPU interpreter: the
     evidence of the CPU's attribution (harness.audits.cpu_attribution)."""
 
-    input_elements: int = Field(ge=0, description="floating-point elements of the call's inputs (the definition's)")
+    input_elements: int = Field(ge=0, description="floating-point (and 8-bit integer: FP8 packed) elements of the "
+                                                  "call's inputs (the definition's)")
     ops: dict[str, LibraryOp] = Field(default_factory=dict,
                                       description="operator (aten::mul) -> its kind and the float elements it read")
 
