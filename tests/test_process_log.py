@@ -72,3 +72,33 @@ def test_the_recheck_names_a_process_that_came_and_went(tiny_dataset_root, tmp_p
     assert not audits["thread_creation"].passed
     assert "started `sh -c exit 0`" in audits["thread_creation"].detail, audits["thread_creation"].detail
 
+
+
+COMPILES_WITHOUT_A_PASSWD_ENTRY = '''
+import pwd
+
+def _no_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+pwd.getpwuid = _no_entry  # the sandbox's user id on a host that maps it (an H100 host, 2026-12-07)
+import getpass
+import torch
+
+@torch.compile(fullgraph=True)
+def twice(x):
+    return x * 2
+
+print(getpass.getuser(), float(twice(torch.ones(2)).sum()))
+'''
+
+
+def test_torch_compile_works_in_the_workers_environment_without_a_passwd_entry(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.sandbox.runner import scrubbed_environment
+
+    proc = subprocess.run([sys.executable, "-c", COMPILES_WITHOUT_A_PASSWD_ENTRY], capture_output=True, text=True,
+                          timeout=300, env=scrubbed_environment(home=tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["worker", "4.0"]

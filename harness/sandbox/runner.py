@@ -90,8 +90,11 @@ def scrubbed_environment(extra: Optional[dict[str, str]] = None, home: Optional[
     if home is not None:
         # the extension builders' folders too (torch's TORCH_EXTENSIONS_DIR, TVM-FFI's TVM_FFI_CACHE_DIR, never the
         # shared ~/.cache/tvm-ffi): private to the worker, collected for the SASS audit and kept (extension_cache)
+        # USER and LOGNAME: the sandbox's user id has no passwd entry on a host that maps it, and getpass.getuser()
+        # (torch.compile's cache folder, at import of torch._inductor) then raises KeyError: honest torch.compile
+        # glue was a COMPILE_ERROR on such a GPU host (H100, 2026-12-07)
         env.update(HOME=str(home), TMPDIR=str(home), TRITON_CACHE_DIR=str(home / ".triton"),
-                   XDG_CACHE_HOME=str(home / ".cache"), **folder_environment(home))
+                   XDG_CACHE_HOME=str(home / ".cache"), USER="worker", LOGNAME="worker", **folder_environment(home))
     env.update(extra)
     return env
 
