@@ -156,9 +156,18 @@ def rendered_gqa_template(tmp_path: Path, template_name: str, **params):
     return module
 
 
+# The top of a script for run_interpreted: the repository importable, the worker's interpreter fixes applied.
+INTERPRETED_HEAD = """import json, sys
+import torch, triton, triton.language as tl
+sys.path.insert(0, sys.argv[1])
+from harness.sandbox import library_ops, triton_interp
+triton_interp.apply()
+"""
+
+
 def run_interpreted(folder: Path, script: str) -> dict:
     """``script`` run as a file (its tracebacks show the kernels' source lines) under Triton's CPU interpreter, with
-    the repository's root as its argument; the JSON object its last line prints."""
+    the repository's root as its argument (INTERPRETED_HEAD starts one); the JSON object its last line prints."""
     path = folder / "kernels.py"
     path.write_text(script)
     proc = subprocess.run([sys.executable, str(path), str(ROOT)], capture_output=True, text=True, timeout=300,

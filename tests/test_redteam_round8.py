@@ -25,7 +25,7 @@ from harness.sandbox.library_ops import LibraryOps
 
 from harness.data.schema import Definition, Solution, load_model
 
-from support import DEFINITIONS, KV8_PS1, run_interpreted, solution_dict
+from support import DEFINITIONS, INTERPRETED_HEAD, KV8_PS1, run_interpreted, solution_dict
 
 
 def _counted(fn):
@@ -317,12 +317,7 @@ def test_a_byte_order_mark_passes_the_signature_check():
     assert "takes 1 (x)" in static_signature_problem(broken, definition)
 
 
-KERNELS = textwrap.dedent('''
-    import json, sys
-    import torch, triton, triton.language as tl
-    sys.path.insert(0, sys.argv[1])
-    from harness.sandbox import triton_interp
-    triton_interp.apply()
+KERNELS = INTERPRETED_HEAD + textwrap.dedent('''
 
     @triton.jit
     def flip(x_ptr, y_ptr, N: tl.constexpr):

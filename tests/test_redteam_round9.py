@@ -18,7 +18,7 @@ import torch
 from harness.audits.static_gate import scan_sources
 from harness.sandbox import library_ops
 
-from support import run_interpreted
+from support import INTERPRETED_HEAD, run_interpreted
 
 
 def _host_reads(fn) -> dict:
@@ -79,12 +79,7 @@ def test_dlpack_outside_a_counted_call_runs_unchanged():
     assert torch._C._to_dlpack.__name__ == "to_dlpack"  # the worker's, installed at import
 
 
-LAUNCHES = textwrap.dedent('''
-    import json, sys
-    import torch, triton, triton.language as tl
-    sys.path.insert(0, sys.argv[1])
-    from harness.sandbox import library_ops, triton_interp
-    triton_interp.apply()
+LAUNCHES = INTERPRETED_HEAD + textwrap.dedent('''
 
     @triton.jit
     def copy(x_ptr, y_ptr, N: tl.constexpr):
