@@ -3,6 +3,7 @@ library's own toolchain is not the candidate's."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
 
 from support import run_interpreted
@@ -29,6 +30,9 @@ STARTS = textwrap.dedent('''
     after("os.system", lambda: os.system("true"))
     after("a shell through a library helper", lambda: cpp_builder.run_compile_cmd("sh -c 'exit 0'", "."))
     after("a library's own program", lambda: cpp_builder.run_compile_cmd("true", "."))
+    import functools, uuid
+    job = functools.partial(uuid._get_command_stdout, sys.executable, "-c", "pass")
+    after("a callback run by library code", lambda: torch.no_grad()(job)())
     after("Triton's ldconfig", lambda: __import__("triton.backends.nvidia.driver", fromlist=["x"]).libcuda_dirs())
     print(json.dumps(out))
 ''')
@@ -41,6 +45,9 @@ def test_starts_are_told_apart_by_who_asked_and_what_runs(tmp_path):
     assert got["os.system"] == [f"`sh -c 'true'` from kernels.py:{_line('os.system')}"]
     assert [s.split(" from ")[0] for s in got["a shell through a library helper"]] == ["`sh -c exit 0`"]
     assert got["a library's own program"] == []
+    # torch's frame ran it, but that module never builds anything: the candidate's callback (red team round 9c)
+    (callback,) = got["a callback run by library code"]
+    assert callback.startswith(f"`{sys.executable} -c pass` from _contextlib.py:"), callback
     assert got["Triton's ldconfig"] == []
 
 

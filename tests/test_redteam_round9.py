@@ -147,10 +147,23 @@ def test_reads_of_the_candidates_code_inside_a_launch_count(tmp_path):
     ("from-import", "from torch._inductor.codecache import CppCodeCache\nCppCodeCache.load('int x;')\n"),
     ("torch's test shell", "import torch.testing._internal.common_utils as u\nu.shell(['sh', '-c', 'true'])\n"),
     ("Triton's disassembler", "from triton.tools.disasm import get_sass\nget_sass(b'')\n"),
+    ("uuid's command runner (9c)", "import uuid, functools\nj = functools.partial(uuid._get_command_stdout, 'x')\n"),
 ])
 def test_library_helpers_that_run_commands_are_concurrency(name, source, policy):
     found = [(f.rule, f.line) for f in scan_sources({"main.py": source}, "python", policy) if f.severity == "error"]
     assert ("concurrency", 1) in found or ("concurrency", 2) in found, (name, found)
+
+
+@pytest.mark.parametrize("name,source,rule", [
+    ("Inductor past Dynamo (9c)", "import torch._inductor\nf = torch._inductor.compile(g, [x])\n", "dynamic_code"),
+    ("Inductor's compile_fx", "from torch._inductor.compile_fx import compile_fx\nf = compile_fx(g, [x])\n",
+     "dynamic_code"),
+    ("a storage from an address (9c)",
+     "import torch\ns = torch._C._construct_storage_from_data_pointer(p, d, n)\n", "native_ffi"),
+])
+def test_compiled_code_and_raw_addresses_block(name, source, rule, policy):
+    found = [(f.rule, f.line) for f in scan_sources({"main.py": source}, "python", policy) if f.severity == "error"]
+    assert (rule, 2) in found, (name, found)
 
 
 def test_honest_triton_tools_and_inductor_settings_stay_clear(policy):

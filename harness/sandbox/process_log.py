@@ -7,8 +7,9 @@ timed nor attributed). The static gate refuses the candidate's own ways of start
 knows to run a command line they are given (red team round 9: ``torch._inductor.cpp_builder.run_compile_cmd("sh -c
 '...'")``); this log is the run-time net under it, for a helper the gate does not know.
 
-Legitimate starts are a library's toolchain, started by that library's own code (the first frame outside the standard
-library is in the package of torch, triton, tvm_ffi or flashinfer): Triton's compiler (``ptxas``, the launcher's C
+Legitimate starts are a library's toolchain, started by that library's own building code (the first frame outside the
+standard library is in one of its modules that builds, ``_SPAWNERS``: torch's extension builder and Inductor, Triton's
+backends and build, TVM-FFI's and FlashInfer's JIT): Triton's compiler (``ptxas``, the launcher's C
 compiler, ``ldconfig``), PyTorch's and TVM-FFI's extension builders (``ninja``, ``nvcc``, the C++ compiler),
 torch.compile's worker pool (a Python); and the harness's own checks. A shell or ``os.system`` is never a library's
 toolchain, and anything started from the candidate's own files is the candidate's. An audit hook cannot be removed
@@ -32,22 +33,35 @@ STARTED: list[str] = []  # what the candidate started: "`sh -c ...` from main.py
 _MAX_KEPT = 20
 
 
-def _package_roots() -> tuple[str, ...]:
-    """The folders of the libraries whose own code may start a toolchain program (found, not imported)."""
+# The modules of each library that start its toolchain (relative to the package's folder; a folder ends in "/"): a
+# start whose first frame outside the standard library is elsewhere in the library is a callback of the candidate's
+# run by library code (red team round 9c: `functools.partial` of `uuid._get_command_stdout` handed to
+# `torch.no_grad()` started `python -c ...` from torch/utils/_contextlib.py).
+_SPAWNERS = {
+    "torch": ("utils/cpp_extension.py", "_inductor/"),
+    "triton": ("backends/", "runtime/build.py", "runtime/driver.py", "knobs.py", "compiler/", "tools/"),
+    "tvm_ffi": ("cpp/", "utils/", "libinfo.py"),
+    "flashinfer": ("jit/", "utils.py", "compilation_context.py"),
+}
+
+
+def _spawning_modules() -> tuple[str, ...]:
+    """The files and folders whose code may start a toolchain program (the packages found, not imported)."""
     import importlib.util
 
-    roots = [_HARNESS]
-    for name in ("torch", "triton", "tvm_ffi", "flashinfer"):
+    places = []
+    for name, parts in _SPAWNERS.items():
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             spec = None
         if spec is not None and spec.origin:
-            roots.append(os.path.realpath(os.path.dirname(spec.origin)) + os.sep)
-    return tuple(roots)
+            root = os.path.realpath(os.path.dirname(spec.origin))
+            places += [os.path.join(root, part) for part in parts]
+    return tuple(places)
 
 
-_LIBRARIES = _package_roots()
+_LIBRARIES = _spawning_modules()
 
 
 def _text(word: object) -> str:
@@ -100,7 +114,7 @@ def _hook(event: str, args: tuple) -> None:
         if path.startswith(_HARNESS):
             return  # the worker's own checks
         if path.startswith(_LIBRARIES) and event != "os.system" and _stem(program) not in _SHELLS:
-            return  # a library's own toolchain, run by its own code
+            return  # a library's own toolchain, run by the module of it that builds
         if len(STARTED) < _MAX_KEPT:
             STARTED.append(f"`{program[:120]}` from {os.path.basename(path) or '?'}:{line}")
     except Exception:  # an audit hook must never raise into the code it watches: an odd argument is recorded as such

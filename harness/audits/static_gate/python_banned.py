@@ -25,6 +25,9 @@ _CONCURRENCY_NAMES = (
     "torch._vendor", "torch.backends.xeon", "torch.cuda._memory_viz", "torch.distributed.elastic",
     "torch.testing._internal", "torch.utils._get_clean_triton", "torch.utils.benchmark.utils.valgrind_wrapper",
     "triton._filecheck", "triton.tools.build_extern", "triton.tools.disasm",
+    # ...and the standard library's (round 9c: `uuid._get_command_stdout` started `python -c ...`)
+    "uuid._get_command_stdout", "uuid._popen", "imaplib.IMAP4_stream", "pipes", "ensurepip", "venv",
+    "_osx_support", "test.support", "idlelib", "ctypes.util", "mailcap",
 )
 _HARNESS_NAMES = (
     "gc", "inspect", "__builtin__", "__main__", "harness", "controller", "crucible", "flashinfer_bench",
@@ -87,11 +90,22 @@ _DYNAMIC_NAMES = (
     # loaded at run time, in C++ no operator count on a CPU sees
     "torch._inductor.aoti_compile_and_package", "torch._inductor.aoti_load_package", "torch._inductor.aot_compile",
     "torch._inductor.package", "torch._export.aot_compile", "torch._export.aot_load", "torch._C._aoti",
+    # ...and compiled by Inductor directly, past Dynamo (red team round 9c: `torch._inductor.compile(fx_graph, ...)`
+    # at import ran attention in generated C++ that no dispatch mode saw; torch.compile itself runs eagerly while the
+    # CPU counts: library_ops)
+    "torch._inductor.compile", "torch._inductor.compile_fx", "torch._inductor.standalone_compile",
+    "torch._inductor.CompiledArtifact", "torch._inductor.graph", "torch._inductor.output_code",
+    "torch._dynamo.aot_compile", "torch._functorch.aot_autograd", "functorch.compile",
 )
 _FFI_NAMES = (
     "ctypes", "_ctypes", "cffi", "torch.utils.cpp_extension", "torch.ops.load_library",
     "torch.classes.load_library", "pycuda", "cupy", "cuda.bindings", "cuda.cuda", "cuda.cudart", "cuda.nvrtc",
     "cuda.core", "numba", "tvm_ffi.load_module",
+    # memory by its address (red team round 9c: a storage made from `data_ptr()`, then `set_` onto an int16 tensor:
+    # the inputs' values in integers no operator made)
+    "torch._C._construct_storage_from_data_pointer", "torch.UntypedStorage._new_with_weak_ptr",
+    "torch.UntypedStorage._new_shared_filename_cpu", "torch.UntypedStorage._new_shared_fd_cpu",
+    "torch.UntypedStorage._release_ipc_counter_cuda", "torch.UntypedStorage._new_using_fd_cpu",
 )
 _STREAM_NAMES = (
     "torch.cuda.Stream", "torch.cuda.ExternalStream", "torch.cuda.Event", "torch.cuda.graph", "torch.cuda.graphs",
