@@ -94,13 +94,16 @@ def test_integers_made_from_values_are_values():
     assert ops["host: Tensor.tolist"]["elements"] == q.numel()  # bits taken to the host are values too
     with library_ops.Counter() as again:  # values decoded in one part of a call (a setup) stay values in the next
         (s * 2).sum()
-        (torch.tensor([1, 2]) * 2).sum()  # integers made from integers are not
+        (torch.tensor([1, 2]) * 2).sum()  # integers made from integers are not: integers, toward the share only
     assert again.report({})["ops"] == {"aten::mul": {"kind": "pointwise", "elements": s.numel()},
-                                       "aten::sum": {"kind": "reduction", "elements": s.numel()}}
+                                       "aten::sum": {"kind": "reduction", "elements": s.numel()},
+                                       "aten::mul (integers)": {"kind": "integer", "elements": 2},
+                                       "aten::sum (integers)": {"kind": "integer", "elements": 2}}
 
 
 def test_integer_index_arithmetic_is_still_not_counted():
     indptr = torch.tensor([0, 15, 40, 41])
+    library_ops.mark_inputs({"kv_indptr": indptr})  # the definition's integer input, as the worker's counter marks it
 
     def index_work():
         lengths = indptr[1:] - indptr[:-1]
@@ -122,9 +125,10 @@ def test_indices_computed_from_values_are_bookkeeping():
     ops = counter.report({"logits": logits})["ops"]
     values = {name for name, op in ops.items() if op["kind"] not in ("integer", "host_integers")}
     assert values == {"aten::topk", "aten::gt"}, ops  # the selection and the comparison read the logits; no more
-    # the counts taken to the host count toward the share only (round 9): 8 + 1 integers
-    assert {name: op for name, op in ops.items() if name not in values} == {
-        "host: Tensor.__int__ (integers)": {"kind": "host_integers", "elements": 9}}
+    # the counts taken to the host, and the arithmetic on top-k's indices, count toward the share only (round 9)
+    assert {name: op["kind"] for name, op in ops.items() if name not in values} == {
+        "host: Tensor.__int__ (integers)": "host_integers", "aten::bincount (integers)": "integer",
+        "aten::cumsum (integers)": "integer", "aten::sub (integers)": "integer"}, ops
 
 
 def test_redispatch_outside_a_counted_call_runs_unchanged():

@@ -137,9 +137,11 @@ def test_reads_of_the_candidates_code_inside_a_launch_count(tmp_path):
     assert got["grid"] == {"host: Tensor.tolist": 64}
     assert got["hook"] == {"host: Tensor.numpy": 64}
     assert sum(got["builder"].values()) >= 64, got["builder"]
-    # int16 read by a cast (data movement) is not arithmetic; the int32 arithmetic after it is not narrow; the host
-    # read of the int16 buffer counts toward the share
-    assert got["stored bits"] == {"host: Tensor.tolist (integers)": ["host_integers", 64]}, got["stored bits"]
+    # the int32 arithmetic on the stored bits (9c) and the host read of the buffer count toward the share; the cast
+    # that widened them is data movement
+    integers = {f"{op} (integers)": ["integer", 64] for op in ("aten::__rshift__", "aten::bitwise_and", "aten::mul",
+                                                                "aten::sum")}
+    assert got["stored bits"] == {"host: Tensor.tolist (integers)": ["host_integers", 64], **integers}
 
 
 @pytest.mark.parametrize("name,source", [
@@ -191,15 +193,22 @@ def test_compiled_glue_runs_eagerly_and_is_counted_while_counting():
 
 # -- integers toward the share ------------------------------------------------------------------------------------
 
+INDPTR = torch.tensor([0, 100, 300, 512], dtype=torch.int32)
+
+
 @pytest.mark.parametrize("name,fn,want", [
     ("arithmetic on int16 bits", lambda: ((X.view(torch.int16).clone() >> 7) & 0xFF), {}),  # derived: values
     ("arithmetic on unmarked int16", lambda: (torch.zeros(4, 128, dtype=torch.int16) >> 7) & 0xFF,
-     {"aten::__rshift__": ("integer", 512), "aten::bitwise_and": ("integer", 512)}),
-    ("uint8 sums", lambda: torch.ones(100, dtype=torch.uint8).sum(), {"aten::sum": ("integer", 100)}),
+     {"aten::__rshift__ (integers)": ("integer", 512), "aten::bitwise_and (integers)": ("integer", 512)}),
+    ("uint8 sums", lambda: torch.ones(100, dtype=torch.uint8).sum(), {"aten::sum (integers)": ("integer", 100)}),
+    ("int64 fixed point (9c)", lambda: (torch.ones(64, dtype=torch.int64) * 3).sum(),
+     {"aten::mul (integers)": ("integer", 64), "aten::sum (integers)": ("integer", 64)}),
     ("a page table's arithmetic", lambda: PAGES * 64 + 3, {}),
+    ("lengths from the indptr, then theirs", lambda: ((INDPTR[1:] - INDPTR[:-1]) * 2).cumsum(0), {}),
+    ("a gather of the page table", lambda: PAGES[INDPTR[:-1].long()] + 1, {}),
 ])
-def test_narrow_integer_arithmetic_counts_as_integers(name, fn, want):
-    with library_ops.Counter() as counter:
+def test_integer_arithmetic_counts_unless_indices(name, fn, want):
+    with library_ops.Counter({"kv_indices": PAGES, "kv_indptr": INDPTR, "q": X}) as counter:
         fn()
     got = {k: v for k, v in counter.aten.ops.items() if v[0] == "integer"}
     assert got == want, (name, counter.aten.ops)

@@ -20,11 +20,13 @@ module judges the count against the float elements of the definition's inputs (q
   Liger; `library_fallback`: cuBLAS, CUTLASS), which a CPU does not run as a GPU would: a solution that calls
   FlashInfer where it imports and its own kernel elsewhere passes here and is not cleared by it.
 
-Integers count toward the share too, never as values: arithmetic on 8- and 16-bit integers (the widths of bf16, fp16
-and FP8 bits; no index is so narrow) and integers taken out of PyTorch (a plan's lengths, a few per request), so value
-bits a kernel of the candidate's stored into integer buffers, where no ATen operator marked them, and read back or
-computed on, are a fallback (red team round 9), while a plan's reads stay far under the bound. The share's whole is the
-inputs' float elements and their 8-bit integer ones (an FP8 cache packed as int8, the DSA indexer's).
+Integers count toward the share too, never as values: arithmetic on integer tensors that are neither values nor the
+definition's indices (its integer inputs and what is computed from them alone: page tables, lengths, block tables),
+and integers taken out of PyTorch (a plan's lengths, a few per request). So value bits a kernel of the candidate's
+stored into integer buffers, where no ATen operator marked them, read back or computed on (attention in int64 fixed
+point), are a fallback (red team round 9), while a plan's arithmetic and reads stay far under the bound. The share's
+whole is the inputs' float elements and their 8-bit integer ones (an FP8 cache packed as int8, the DSA indexer's,
+whose elements count as values).
 
 A workload's verdict is its worst call's (the correctness trials' and the fresh-input recheck's calls all count:
 a solution cannot compute honestly only where it guesses it is watched).

@@ -46,7 +46,7 @@ import os
 import re
 import sys
 import weakref
-from typing import Any, ContextManager, Iterable, Optional
+from typing import Any, ContextManager, Iterable, Mapping, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -121,11 +121,33 @@ def op_kind(func: Any, args: tuple, kwargs: dict) -> Optional[str]:
 # lengths, top-k's indices) never join. Kept across calls and parts of a call (values a setup decoded stay
 # values in the call that uses them); an entry goes with its tensor.
 _DERIVED: dict[int, weakref.ref] = {}  # id -> the tensor, held weakly (a tensor's == is elementwise: no WeakSet)
+# The definition's integer inputs (page tables, lengths, indices, block tables) and what is computed from them alone:
+# bookkeeping, whatever its size. Every other integer tensor's arithmetic counts toward the share (``integer``).
+_INDEX: dict[int, weakref.ref] = {}
+
+
+def _mark(table: dict[int, weakref.ref], t: torch.Tensor) -> None:
+    key = id(t)
+    table[key] = weakref.ref(t, lambda _ref, key=key: table.pop(key, None))
+
+
+def _marked(table: dict[int, weakref.ref], t: torch.Tensor) -> bool:
+    ref = table.get(id(t))
+    return ref is not None and ref() is t
 
 
 def _mark_derived(t: torch.Tensor) -> None:
-    key = id(t)
-    _DERIVED[key] = weakref.ref(t, lambda _ref, key=key: _DERIVED.pop(key, None))
+    _mark(_DERIVED, t)
+
+
+def mark_inputs(inputs: Mapping[str, Any]) -> None:
+    """The call's inputs as the count sees them: 8-bit integer ones are values (an FP8 cache packed as int8, the DSA
+    indexer's), other integer ones indices."""
+    for t in _tensors(inputs.values()):
+        if t.dtype in (torch.int8, torch.uint8):
+            _mark(_DERIVED, t)
+        elif not _is_float(t) and t.dtype != torch.bool:
+            _mark(_INDEX, t)
 
 
 def _is_float(t: torch.Tensor) -> bool:
@@ -133,8 +155,7 @@ def _is_float(t: torch.Tensor) -> bool:
 
 
 def _derived(t: torch.Tensor) -> bool:
-    ref = _DERIVED.get(id(t))
-    return ref is not None and ref() is t
+    return _marked(_DERIVED, t)
 
 
 def holds_values(t: torch.Tensor) -> bool:
@@ -152,18 +173,14 @@ def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str
     return sum(t.numel() for t in _tensors(read) if counted(t))
 
 
-# Integers of a value's width (bf16 and fp16 bits in 16, FP8 and packed FP4 in 8), which no index is: what a kernel
-# of the candidate's stored value bits into (red team round 9: a Triton kernel bitcast bf16 to int16 buffers, outside
-# every ATen operator that would have marked them, and its caller computed on them). Their arithmetic counts toward
-# the share, never as values (`integer`: an FP8 cache's int8 scales read by honest glue are not attention).
-NARROW_INTEGERS = frozenset({torch.int8, torch.uint8, torch.int16, torch.uint16})
-
-
-def narrow_integer_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
-    """Elements of 8- and 16-bit integer tensors a computing operator reads (its ``out=`` buffers left out)."""
+def integer_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
+    """Elements of the integer tensors a computing operator reads that are neither values nor indices (``_INDEX``):
+    its ``out=`` buffers left out. Value bits a kernel of the candidate's stored into integer buffers are such
+    tensors (red team round 9: bf16 bitcast to int16 buffers; 9c: to int32, then attention in int64 fixed point)."""
     outs = {a.name for a in func._schema.arguments if a.is_out}
     read = list(args) + [v for k, v in kwargs.items() if k not in outs]
-    return sum(t.numel() for t in _tensors(read) if t.dtype in NARROW_INTEGERS)
+    return sum(t.numel() for t in _tensors(read)
+               if not _is_float(t) and t.dtype != torch.bool and not _marked(_INDEX, t) and not _derived(t))
 
 
 def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
@@ -175,11 +192,15 @@ def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     if not inputs:
         return
     derived = any(_derived(t) for t in inputs)
-    if not derived and not (op_kind(func, args, kwargs) is None and any(_is_float(t) for t in inputs)):
+    if derived or (op_kind(func, args, kwargs) is None and any(_is_float(t) for t in inputs)):
+        table = _DERIVED
+    elif any(_marked(_INDEX, t) for t in inputs):
+        table = _INDEX  # indices computed from indices (`kv_indptr[1:] - kv_indptr[:-1]`, a gather of a page table)
+    else:
         return
     for t in _tensors(result if isinstance(result, (list, tuple)) else [result]):
         if not _is_float(t):
-            _mark_derived(t)
+            _mark(table, t)
 
 
 def _library_kind(func: Any) -> str:
@@ -220,10 +241,10 @@ class LibraryOps(TorchDispatchMode):
         kind = op_kind(func, args, kwargs) if func.namespace in ("aten", "prims") else _library_kind(func)
         if kind is not None:
             read = float_elements_read(func, args, kwargs, kind)
-            if not read and kind != "matmul":  # arithmetic on narrow integers no value was seen moving into
-                read, kind = narrow_integer_elements_read(func, args, kwargs), "integer"
+            name = func._schema.name
+            if not read and kind != "matmul":  # arithmetic on integers neither values nor indices: their own entry
+                read, kind, name = integer_elements_read(func, args, kwargs), "integer", f"{name} (integers)"
             if read:
-                name = func._schema.name
                 self.ops[name] = (kind, self.ops.get(name, (kind, 0))[1] + read)
 
     def _inside(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -363,8 +384,9 @@ for _module in (torch, torch._C, torch.utils.dlpack):
 class Counter:
     """Both counts for one checked call, entered around each of its parts (its setup, its entry point)."""
 
-    def __init__(self) -> None:
+    def __init__(self, inputs: Optional[Mapping[str, Any]] = None) -> None:
         self.aten, self.host = LibraryOps(), HostReads()
+        mark_inputs(inputs or {})
 
     def __enter__(self) -> "Counter":
         with contextlib.ExitStack() as stack:
@@ -389,12 +411,12 @@ class Counter:
                 "ops": {name: {"kind": kind, "elements": n} for name, (kind, n) in ops.items()}}
 
 
-def counter(language: str, device: torch.device) -> Optional[Counter]:
+def counter(language: str, device: torch.device, inputs: Optional[Mapping[str, Any]] = None) -> Optional[Counter]:
     """A counter for one checked call of a Triton or Python solution run by Triton's CPU interpreter; None elsewhere
     (on a GPU the CUPTI records say who did the work; CUDA solutions are not run on a CPU)."""
     if language not in ("triton", "python") or device.type == "cuda" or os.environ.get("TRITON_INTERPRET") != "1":
         return None
-    return Counter()
+    return Counter(inputs)
 
 
 def counting(ops: Optional[Counter]) -> ContextManager[Any]:

@@ -297,7 +297,7 @@ class LibraryOp(_Message):
         description="pointwise: an elementwise map; matmul: a matrix product, convolution, attention or linear "
                     "algebra; reduction: any other computing operator (reductions, scans, sorts, top-k, softmax); "
                     "host: values taken out of PyTorch (Tensor.numpy, tolist...), computed on where no count sees; "
-                    "integer: arithmetic on 8- and 16-bit integers no value was seen moving into; host_integers: "
+                    "integer: arithmetic on integers neither values nor the definition's indices; host_integers: "
                     "other integers taken out of PyTorch (a plan's lengths, or value bits a kernel stored)")
     elements: int = Field(ge=0, description="elements it read over the call (of values; integers for the integer "
                                             "kinds)")

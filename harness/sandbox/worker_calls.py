@@ -84,7 +84,7 @@ def checked_call(built: Built, spec: Any, definition: Definition, workload: Any,
     """The run request's call of the candidate (its setup, then its entry point) on ``args``: its outputs by name, a
     note, and on a CPU the ATen compute it dispatched (``library_ops``: the CPU's attribution; the mode is popped
     before any of the worker's own steps, and before its integrity check, which fails a dispatch mode left over)."""
-    library = library_ops.counter(spec.language.value, device)
+    library = library_ops.counter(spec.language.value, device, args)
     with library_ops.counting(library):
         state = (built.setup(*args.values()),) if built.setup is not None else ()
     if spec.destination_passing_style:
@@ -190,7 +190,7 @@ def recheck_calls(built: Built, destination_passing_style: bool, definition: Def
                     inputs[name] = value
             del fresh
 
-        ops = library_ops.counter(language, device)
+        ops = library_ops.counter(language, device, inputs)
         with library_ops.counting(ops):
             state = setup()
         tuned_before = triton_tuning.tuned_keys(triton_tuning.autotuners(folder)) if device.type == "cuda" else {}
