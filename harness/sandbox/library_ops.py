@@ -140,11 +140,14 @@ def _mark_derived(t: torch.Tensor) -> None:
     _mark(_DERIVED, t)
 
 
+PACKED_VALUES = (torch.int8, torch.uint8)  # integer inputs that hold values: FP8 (and scales) packed as bytes
+
+
 def mark_inputs(inputs: Mapping[str, Any]) -> None:
     """The call's inputs as the count sees them: 8-bit integer ones are values (an FP8 cache packed as int8, the DSA
     indexer's), other integer ones indices."""
     for t in _tensors(inputs.values()):
-        if t.dtype in (torch.int8, torch.uint8):
+        if t.dtype in PACKED_VALUES:
             _mark(_DERIVED, t)
         elif not _is_float(t) and t.dtype != torch.bool:
             _mark(_INDEX, t)
@@ -167,19 +170,21 @@ def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str
     """Elements of the value tensors (``holds_values``) an operator reads, of any non-boolean one for a matrix product:
     its arguments, less the ``out=`` buffers it only writes (an in-place operator's own tensor is read as well as
     written, and counts)."""
-    outs = {a.name for a in func._schema.arguments if a.is_out}
-    read = list(args) + [v for k, v in kwargs.items() if k not in outs]
     counted = (lambda t: t.dtype != torch.bool) if kind == "matmul" else holds_values
-    return sum(t.numel() for t in _tensors(read) if counted(t))
+    return sum(t.numel() for t in _tensors_read(func, args, kwargs) if counted(t))
+
+
+def _tensors_read(func: Any, args: tuple, kwargs: dict) -> Iterable[torch.Tensor]:
+    """An operator's tensor arguments, less the ``out=`` buffers it only writes."""
+    outs = {a.name for a in func._schema.arguments if a.is_out}
+    return _tensors(list(args) + [v for k, v in kwargs.items() if k not in outs])
 
 
 def integer_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
     """Elements of the integer tensors a computing operator reads that are neither values nor indices (``_INDEX``):
     its ``out=`` buffers left out. Value bits a kernel of the candidate's stored into integer buffers are such
     tensors (red team round 9: bf16 bitcast to int16 buffers; 9c: to int32, then attention in int64 fixed point)."""
-    outs = {a.name for a in func._schema.arguments if a.is_out}
-    read = list(args) + [v for k, v in kwargs.items() if k not in outs]
-    return sum(t.numel() for t in _tensors(read)
+    return sum(t.numel() for t in _tensors_read(func, args, kwargs)
                if not _is_float(t) and t.dtype != torch.bool and not _marked(_INDEX, t) and not _derived(t))
 
 
@@ -403,11 +408,12 @@ class Counter:
         self._entered.__exit__(*exc)  # the dispatch mode first, then the function mode, whatever the call raised
 
     def report(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """What the reply carries (``harness.sandbox.messages.LibraryCompute``): the float elements of the call's
-        inputs (the definition's), and per operator (or host read) its kind and the float elements it read."""
+        """What the reply carries (``harness.sandbox.messages.LibraryCompute``): the value elements of the call's
+        inputs (the definition's: floats, and bytes of packed FP8), and per operator (or host read) its kind and the
+        elements it read."""
         ops = {**self.aten.ops, **self.host.ops}
-        return {"input_elements": sum(t.numel() for t in _tensors(inputs.values()) if _is_float(t)
-                                      or t.dtype in (torch.int8, torch.uint8)),  # an FP8 cache packed as int8
+        return {"input_elements": sum(t.numel() for t in _tensors(inputs.values())
+                                      if _is_float(t) or t.dtype in PACKED_VALUES),
                 "ops": {name: {"kind": kind, "elements": n} for name, (kind, n) in ops.items()}}
 
 
