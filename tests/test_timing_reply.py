@@ -107,6 +107,24 @@ def test_a_cuda_check_failing_on_a_cpu_host_says_why(error, has_gpu, hinted):
     assert bool(cpu_host_hint(error, has_gpu)) is hinted
 
 
+_LOOP_CARRIED = ("InductorError: CompilationError: at 32:4:\n    for start in range(0, seq_len, BLOCK_N):\n    ^\n"
+                 "AssertionError(\"Loop-carried variable m has initial type <['16'], fp32> but is re-assigned to "
+                 "<['16'], fp64> in loop! Please make sure that the type stays consistent.\")")
+
+
+@pytest.mark.parametrize("error, hinted", [
+    (_LOOP_CARRIED, True),  # as an H100 host answered a torch.compile'd triton_op with a float scale
+    (_LOOP_CARRIED.replace("fp64", "bf16"), False),  # the kernel's own type mistake: no torch.compile to blame
+    ("AssertionError: Loop-carried variable acc has initial type fp32 but is re-assigned to fp64 in loop!", True),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", False),
+    (None, False),
+])
+def test_a_float_argument_typed_fp64_by_inductor_is_named(error, hinted):
+    from harness.pipeline.workload_evaluation import inductor_float_hint
+
+    assert bool(inductor_float_hint(error)) is hinted
+
+
 def test_the_triton_kernels_compiled_outside_the_solution_reach_the_result():
     """The worker's Triton cache says which kernels a library defined (harness.sandbox.triton_cache); attribution
     reads them from the result."""

@@ -1,8 +1,8 @@
 """Programmatic dependent launch under Triton's CPU interpreter: `tl.extra.cuda.gdc_wait()` and
 `gdc_launch_dependents()` are no-ops there (every launch has finished before the next starts), so a PDL kernel is
-checked instead of SKIPPED; a loop index has `.to` as the compiler's scalar tensor has; and a Triton builtin the
-interpreter cannot call is named in the SKIPPED reason (it was
-always "a libdevice (extern) call")."""
+checked instead of SKIPPED; a loop index and a float argument are the scalar tensors the compiler makes of them;
+and a Triton builtin the interpreter cannot call is named in the SKIPPED reason (it was always "a libdevice (extern)
+call")."""
 
 from __future__ import annotations
 
@@ -66,7 +66,18 @@ KERNELS = textwrap.dedent('''
             acc += s
         tl.store(y_ptr + tl.arange(0, B), acc)
 
+    @triton.jit
+    def scaled(x_ptr, y_ptr, z_ptr, scale, N: tl.constexpr):
+        o = tl.arange(0, N)
+        x = tl.load(x_ptr + o)  # bf16
+        tl.store(y_ptr + o, x * scale.to(tl.float32))  # Inductor's fp64 scalar kept fp32, as Liger's kernels do
+        tl.store(z_ptr + o, x * scale)  # an fp32 scalar promotes bf16 to fp32 on a GPU
+
     out = {}
+    xb = torch.ones(4, dtype=torch.bfloat16)
+    yb, zb = torch.empty(4), torch.empty(4)
+    scaled[(1,)](xb, yb, zb, 1.0 + 2.0 ** -10, N=4)  # not a bf16 value: a bf16 product would round it to 1.0
+    out["scaled"] = [yb.tolist(), zb.tolist()]
     x = torch.arange(8, dtype=torch.float32)
     s = torch.empty(1)
     staged_sum[(1,)](x, s, 8)
@@ -105,6 +116,11 @@ def test_a_loop_index_takes_the_scalar_tensor_methods_it_has_when_compiled(resul
     every = [sum(x[2 * t + c] for t in range(4)) for c in range(2)]
     even = [sum(x[2 * t + c] for t in (0, 2)) for c in range(2)]
     assert results["wide"] == [a + b + 3 for a, b in zip(every, even)]
+
+
+def test_a_float_argument_is_the_fp32_scalar_tensor_it_is_when_compiled(results):
+    exact = 1.0 + 2.0 ** -10
+    assert results["scaled"] == [[exact] * 4, [exact] * 4]
 
 
 def test_a_builtin_the_interpreter_cannot_call_is_named(results):

@@ -45,6 +45,19 @@ def cpu_host_hint(error: Optional[str], has_gpu: bool) -> str:
             "CUDA tensors fails here; it passes on a GPU host)")
 
 
+# Inductor types a Python float given to a user-defined Triton kernel as fp64 where eager Triton types it fp32, so
+# the kernel that passes outside torch.compile fails to compile inside it (a loop-carried fp32 value turns fp64).
+_INDUCTOR_FP64 = re.compile(r"Loop-carried variable \w+ has initial type .*fp32.* re-assigned to .*fp64", re.S)
+
+
+def inductor_float_hint(error: Optional[str]) -> str:
+    """What a contestant needs to know when a Triton kernel fails only under torch.compile: its float argument."""
+    if not error or not _INDUCTOR_FP64.search(error):
+        return ""
+    return (" (under torch.compile, Inductor passes a Python float argument of a Triton kernel as fp64, where eager "
+            "Triton passes fp32: cast it in the kernel, `x.to(tl.float32)`, or make it a `tl.constexpr`)")
+
+
 def extension_built_at_call(traceback: Optional[str]) -> Optional[str]:
     """Why a call failed on a host without a GPU where the solution builds its CUDA extension at its first call
     (load_inline in the entry point, not at import), or None: the failure went through the extension builder."""
@@ -175,7 +188,8 @@ class WorkloadEvaluation:
                     break
                 if not reply.ok:
                     wr.status = reply.status or EvaluationStatus.RUNTIME_ERROR.value
-                    wr.message = f"trial {trial}: {reply.error or 'failed'}" + cpu_host_hint(reply.error, self.has_gpu)
+                    wr.message = (f"trial {trial}: {reply.error or 'failed'}" + cpu_host_hint(reply.error, self.has_gpu)
+                                  + inductor_float_hint(reply.error))
                     if reply.context_broken:
                         wr.message += " (the CUDA context is broken; the next workload gets a fresh process)"
                         worker.kill()

@@ -26,6 +26,9 @@ The compiler makes the index of a ``range`` or ``tl.range`` loop a scalar tensor
 (``i_t.to(tl.int64)`` before a 64-bit offset, as a real GDN prefill kernel does); the interpreter's index is a Python
 int, which has no ``.to``. In the interpreter's copy such an index is an int that also has ``.to``
 (``_LoopIndex``); ``tl.static_range`` keeps plain ints, as its index is a compile-time constant on a GPU too.
+Likewise a Python float given to a parameter that is not a ``tl.constexpr``: the compiler makes it an fp32 scalar
+tensor (``scale.to(tl.float32)`` works, ``bf16 * scale`` is fp32), the interpreter passed the float itself
+(``_patch_float_arguments``).
 """
 
 from __future__ import annotations
@@ -216,6 +219,26 @@ def _patch_builtin_range_keywords() -> None:
     rewriter._transform_ast = transform
 
 
+def _patch_float_arguments(interp) -> None:
+    """A Python float given to a kernel's parameter (not a ``tl.constexpr``) is an fp32 scalar tensor, as the
+    compiler types it (``mangle_type``: fp32): the interpreter passed the float itself, so ``scale.to(tl.float32)``
+    (the idiom that keeps a kernel fp32 under Inductor, which types such floats fp64) raised, and ``bf16 * scale``
+    stayed bf16 where a GPU computes it in fp32."""
+    import triton.language as tl
+
+    original = getattr(interp, "_implicit_cvt", None)
+    if original is None or getattr(original, "_crucible_floats", False):  # another Triton's interpreter, or done
+        return
+
+    def implicit_cvt(arg):
+        if type(arg) is float:
+            return tl.tensor(interp.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        return original(arg)
+
+    implicit_cvt._crucible_floats = True
+    interp._implicit_cvt = implicit_cvt
+
+
 def apply() -> bool:
     """Patch the interpreter once per process. Returns False when Triton is not importable."""
     global _PATCHED
@@ -296,5 +319,6 @@ def apply() -> bool:
     _patch_unsigned_and_precisions(interp)
     _patch_grid_dependency()
     _patch_builtin_range_keywords()
+    _patch_float_arguments(interp)
     _PATCHED = True
     return True
