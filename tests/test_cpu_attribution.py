@@ -116,8 +116,8 @@ def test_a_cpu_pass_settles_pytorch_findings_only(audit, finding, blocked):
 # -- the worker's counter -------------------------------------------------------------------------------------
 
 
-def _counted(fn):
-    ops = LibraryOps()
+def _counted(fn, index_budget=0):
+    ops = LibraryOps(index_budget)
     with ops:
         result = fn()
     assert torch._C._len_torch_dispatch_stack() == 0  # popped: the worker's integrity check finds no mode left
@@ -127,7 +127,7 @@ def _counted(fn):
 def test_data_movement_views_and_index_arithmetic_are_not_compute():
     k = torch.randn(40, 1, 8, 16, dtype=torch.bfloat16)
     indptr = torch.tensor([0, 15, 40], dtype=torch.int32)
-    library_ops.mark_inputs({"k": k, "indptr": indptr})  # as the worker's counter does with the call's inputs
+    indices = library_ops.mark_inputs({"k": k, "indptr": indptr})  # as the worker's counter does with the inputs
 
     def moves():
         lengths = (indptr[1:] - indptr[:-1]).cumsum(0)  # arithmetic on the definition's indices: bookkeeping
@@ -139,7 +139,7 @@ def test_data_movement_views_and_index_arithmetic_are_not_compute():
         out.fill_(0.5)
         return torch.cat([out, torch.gather(rows, 0, order.long())]).clone().to(torch.bfloat16)
 
-    ops, _ = _counted(moves)
+    ops, _ = _counted(moves, library_ops.INDEX_ARITHMETIC_BUDGET * indices)
     assert ops == {}, ops
 
 

@@ -109,3 +109,44 @@ def test_torch_compile_works_in_the_workers_environment_without_a_passwd_entry(t
                           timeout=300, env=scrubbed_environment(home=tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["worker", "4.0"]
+
+
+NINJA = textwrap.dedent('''
+    import json, os, sys, tempfile
+    sys.path.insert(0, sys.argv[1])
+    from harness.sandbox import process_log
+    process_log.install()
+    from torch.utils import cpp_extension
+
+    out = {}
+    for name, flags in (("honest", ["-O3", '-DVERSION="1.0"', "-I/opt/inc"]),
+                        ("backticks", ["-O2 `python3 -c 'print(1)'`"]),
+                        ("a second command", ["-O2; python3 -c pass"]),
+                        ("an escaped substitution", ["-O2 $$(id)"])):
+        folder = tempfile.mkdtemp()
+        open(os.path.join(folder, "main.cpp"), "w").write("int x;")
+        cpp_extension._write_ninja_file_to_build_library(
+            path=os.path.join(folder, "build.ninja"), name="ext", sources=[os.path.join(folder, "main.cpp")],
+            extra_cflags=flags, extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=[],
+            with_cuda=False, with_sycl=False, is_standalone=False)
+        before = len(process_log.STARTED)
+        try:
+            cpp_extension._run_ninja_build(folder, verbose=False, error_prefix="build")  # torch's own start of ninja
+            error = ""
+        except BaseException as e:
+            error = f"{type(e).__name__}: {e}"
+        out[name] = [error, process_log.STARTED[before:]]
+    print(json.dumps(out))
+''')
+
+
+def test_shell_syntax_in_a_build_file_is_refused_before_ninja_runs_it(tmp_path):
+    """Red team round 10: flags written into build.ninja as they are, and ninja runs each line in a shell: a command
+    in backticks ran unseen (the shell's child is no start of Python's). The start is refused and logged."""
+    got = run_interpreted(tmp_path, NINJA)
+    error, started = got["honest"]
+    assert started == [] and "ShellInBuild" not in error, got["honest"]  # built (or failed to compile), not refused
+    for name in ("backticks", "a second command", "an escaped substitution"):
+        error, started = got[name]
+        assert "ShellInBuild" in error or "shell syntax" in error, (name, error)
+        assert len(started) == 1 and "its build file runs shell syntax" in started[0], (name, started)

@@ -104,6 +104,16 @@ EMBEDDED_CPP_POSITIVES = [
         from torch.utils.cpp_extension import load_inline
         m = load_inline("k", "void f();", "", extra_cflags=["-O3", "-fopenmp"])
         '''),
+    # shell syntax in a flag: ninja runs the build line in a shell (red team round 10)
+    ("concurrency", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        m = load_inline("k", "void f();", "", extra_cflags=["-O2 `python3 -c 'print(1)'`"])
+        '''),
+    ("concurrency", 2, '''\
+        from torch.utils.cpp_extension import load_inline
+        FLAGS = ["-O3", "-DX=1; id"]  # named where the text is
+        m = load_inline("k", "void f();", "", extra_cuda_cflags=FLAGS)
+        '''),
     ("harness_internals", 3, '''\
         import os
         import torch.utils.cpp_extension

@@ -104,6 +104,49 @@ def test_a_solution_s_kernel_calling_a_library_s_jit_helper_is_the_solution_s(tm
     assert kernels_outside(tmp_path / "cache", solution) == []  # ...which is still the solution's
 
 
+def _inductor_copy(kernel_name: str, body: str) -> str:
+    """A module as torch.compile writes one for a user-defined Triton kernel: its imports, Inductor's decorators and the
+    kernel's source copied (re-indented by `splice`, renamed `NAME_0` with `unique_user_kernel_names`)."""
+    return ("import triton\nimport triton.language as tl\n\n\n"
+            "class triton_heuristics:  # Inductor's, which needs a device\n"
+            "    user_autotune = staticmethod(lambda **meta: (lambda fn: fn))\n\n\n"
+            "@triton_heuristics.user_autotune(configs=[], inductor_meta={}, triton_meta={}, filename=__file__,"
+            " custom_kernel=True)\n@triton.jit\n"
+            + body.split("@triton.jit\n", 1)[1].replace("def merge_state_kernel(", f"def {kernel_name}(")
+            .replace("        offs", "        # copied\n        offs"))
+
+
+@pytest.mark.parametrize("kernel_name, body, own", [
+    ("merge_state_kernel", KERNEL, True),  # torch.compile's copy of the solution's own kernel
+    ("merge_state_kernel_0", KERNEL, True),  # ...under Inductor's unique name
+    ("merge_state_kernel", KERNEL.replace("* 2", "* 3"), False),  # other code under the name of the solution's
+    ("merge_state_kernel_0", KERNEL.replace("* 2", "* 3"), False),
+])
+def test_torch_compile_s_copy_of_the_solution_s_kernel_is_the_solution_s(tmp_path, monkeypatch, kernel_name, body,
+                                                                        own):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    solution, inductor = tmp_path / "src" / "crucible_solution_tc", tmp_path / "torchinductor_worker" / "ab"
+    solution.mkdir(parents=True)
+    inductor.mkdir(parents=True)
+    (solution / "crucible_tc_kernel.py").write_text(KERNEL)
+    module_name = f"cab{abs(hash((kernel_name, body))) % 10**8}"
+    (inductor / f"{module_name}.py").write_text(_inductor_copy(kernel_name, body))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(inductor))
+    try:
+        module = importlib.import_module(module_name)
+        src = ASTSource(getattr(module, kernel_name), {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                        constexprs={"BLOCK": 128})
+        triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    finally:
+        sys.modules.pop(module_name, None)
+    assert compiled_kernels(tmp_path / "cache") == {kernel_name: {str((inductor / f"{module_name}.py").resolve())}}
+    assert kernels_outside(tmp_path / "cache", solution) == ([] if own else [kernel_name])
+
+
 def test_a_cache_entry_without_a_location_or_unreadable_is_skipped(tmp_path):
     entry = tmp_path / "HASH"
     entry.mkdir()

@@ -229,7 +229,7 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
     except BaseException as err:  # SyntaxError, ImportError, SystemExit from module level...
         log = log_path.read_text(errors="replace") if log_path.exists() else ""
         tb = traceback.format_exc()
-        builder = extension_builder(tb)
+        builder = None if "ShellInBuild" in tb else extension_builder(tb)  # refused, on any host (process_log)
         if not have_gpu and builder:  # a CUDA extension needs the GPU host's toolchain
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=gpu_only_extension(builder))
         limit = None if have_gpu else (_missing_gpu_package(err) or _gpu_asked_for_at_import(tb)

@@ -100,8 +100,7 @@ def op_kind(func: Any, args: tuple, kwargs: dict) -> Optional[str]:
     """``pointwise`` (elementwise maps: ``torch.Tag.pointwise``), ``matmul`` (matrix products, convolutions, attention,
     linear algebra), ``reduction`` (every other computing operator: reductions, scans, sorts and top-k, softmax,
     scatter-adds), or None: not compute (data movement, a view)."""
-    base = func._schema.name.split("::", 1)[-1]
-    base = base[:-1] if base.endswith("_") and not base.endswith("__") else base
+    base = _base_name(func)
     if func.is_view or base in DATA_MOVEMENT or base.endswith("_copy"):
         return None
     if base in _MOVES_UNLESS_REDUCING:
@@ -143,18 +142,34 @@ def _mark_derived(t: torch.Tensor) -> None:
 PACKED_VALUES = (torch.int8, torch.uint8)  # integer inputs that hold values: FP8 (and scales) packed as bytes
 
 
-def mark_inputs(inputs: Mapping[str, Any]) -> None:
+def mark_inputs(inputs: Mapping[str, Any]) -> int:
     """The call's inputs as the count sees them: 8-bit integer ones are values (an FP8 cache packed as int8, the DSA
-    indexer's), other integer ones indices."""
+    indexer's), other integer ones indices. Returns the index elements."""
+    indices = 0
     for t in _tensors(inputs.values()):
         if t.dtype in PACKED_VALUES:
             _mark(_DERIVED, t)
         elif not _is_float(t) and t.dtype != torch.bool:
             _mark(_INDEX, t)
+            indices += _numel(t)
+    return indices
+
+
+# Arithmetic on indices is free up to this many times the definition's index elements, and counts toward the share
+# (``integer``) past it: a buffer allocated like a page table and filled by a kernel is marked an index whatever the
+# kernel stored (red team round 10: attention in int64 on value bits in `kv_indices.new_empty(...)`, 0.8% "glue").
+# A plan's arithmetic on page tables and lengths, or sparse top-k positions mapped to pages, reads a few times the
+# indices; attention reads every value at least once, hundreds of elements per index (GQA: 2 x heads x dim per token).
+INDEX_ARITHMETIC_BUDGET = 64
+
+
+# Through the type, never the tensor: a method set on a tensor itself (`t.numel = lambda: 0`) would count nothing
+# (red team round 10); `dtype` and `shape` are the type's data descriptors, which no instance entry shadows.
+_numel = torch.Tensor.numel
 
 
 def _is_float(t: torch.Tensor) -> bool:
-    return t.is_floating_point() or t.is_complex()
+    return t.dtype.is_floating_point or t.dtype.is_complex
 
 
 def _derived(t: torch.Tensor) -> bool:
@@ -171,7 +186,7 @@ def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str
     its arguments, less the ``out=`` buffers it only writes (an in-place operator's own tensor is read as well as
     written, and counts)."""
     counted = (lambda t: t.dtype != torch.bool) if kind == "matmul" else holds_values
-    return sum(t.numel() for t in _tensors_read(func, args, kwargs) if counted(t))
+    return sum(_numel(t) for t in _tensors_read(func, args, kwargs) if counted(t))
 
 
 def _tensors_read(func: Any, args: tuple, kwargs: dict) -> Iterable[torch.Tensor]:
@@ -180,12 +195,35 @@ def _tensors_read(func: Any, args: tuple, kwargs: dict) -> Iterable[torch.Tensor
     return _tensors(list(args) + [v for k, v in kwargs.items() if k not in outs])
 
 
+def index_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
+    """Elements of the index tensors (``_INDEX``) a computing operator reads, its ``out=`` buffers left out."""
+    return sum(_numel(t) for t in _tensors_read(func, args, kwargs) if _marked(_INDEX, t) and not _derived(t))
+
+
 def integer_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
     """Elements of the integer tensors a computing operator reads that are neither values nor indices (``_INDEX``):
     its ``out=`` buffers left out. Value bits a kernel of the candidate's stored into integer buffers are such
     tensors (red team round 9: bf16 bitcast to int16 buffers; 9c: to int32, then attention in int64 fixed point)."""
-    return sum(t.numel() for t in _tensors_read(func, args, kwargs)
+    return sum(_numel(t) for t in _tensors_read(func, args, kwargs)
                if not _is_float(t) and t.dtype != torch.bool and not _marked(_INDEX, t) and not _derived(t))
+
+
+# Operators whose result holds nothing of their inputs: what is stored there later is not an index by birth.
+_ALLOCATIONS = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+                          "randint_like", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full"})
+
+
+def _base_name(func: Any) -> str:
+    base = func._schema.name.split("::", 1)[-1]
+    return base[:-1] if base.endswith("_") and not base.endswith("__") else base
+
+
+def _all_indices(tensors: list[torch.Tensor]) -> bool:
+    """Every integer tensor among ``tensors`` an index, and one at least: an unmarked integer buffer gathered by a
+    page table (``bits[kv_indices]``) is what the buffer holds, not an index (red team round 10: value bits a kernel
+    stored took the mark from the page table that gathered them)."""
+    integers = [t for t in tensors if not _is_float(t) and t.dtype != torch.bool]
+    return bool(integers) and all(_marked(_INDEX, t) for t in integers)
 
 
 def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
@@ -199,7 +237,7 @@ def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     derived = any(_derived(t) for t in inputs)
     if derived or (op_kind(func, args, kwargs) is None and any(_is_float(t) for t in inputs)):
         table = _DERIVED
-    elif any(_marked(_INDEX, t) for t in inputs):
+    elif _all_indices(inputs) and _base_name(func) not in _ALLOCATIONS:
         table = _INDEX  # indices computed from indices (`kv_indptr[1:] - kv_indptr[:-1]`, a gather of a page table)
     else:
         return
@@ -216,9 +254,10 @@ class LibraryOps(TorchDispatchMode):
     """Counts, per operator (``aten::mul``), the float elements read by the computing ATen operators dispatched while
     it is entered. Every operator runs exactly as it would without the mode (``func(*args, **kwargs)``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, index_budget: int = 0) -> None:
         super().__init__()
         self.ops: dict[str, tuple[str, int]] = {}  # operator -> (kind, float elements read)
+        self.index_read, self.index_budget = 0, index_budget  # index elements computed on; free up to the budget
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         return self._dispatch(func, args, kwargs or {})
@@ -248,9 +287,19 @@ class LibraryOps(TorchDispatchMode):
             read = float_elements_read(func, args, kwargs, kind)
             name = func._schema.name
             if not read and kind != "matmul":  # arithmetic on integers neither values nor indices: their own entry
+                self._count(f"{name} (indices past {INDEX_ARITHMETIC_BUDGET}x the inputs')", "integer",
+                            self._past_budget(index_elements_read(func, args, kwargs)))
                 read, kind, name = integer_elements_read(func, args, kwargs), "integer", f"{name} (integers)"
-            if read:
-                self.ops[name] = (kind, self.ops.get(name, (kind, 0))[1] + read)
+            self._count(name, kind, read)
+
+    def _count(self, name: str, kind: str, read: int) -> None:
+        if read:
+            self.ops[name] = (kind, self.ops.get(name, (kind, 0))[1] + read)
+
+    def _past_budget(self, read: int) -> int:
+        """Of ``read`` index elements, those past the budget (``INDEX_ARITHMETIC_BUDGET``) of the whole count."""
+        before, self.index_read = self.index_read, self.index_read + read
+        return min(read, max(0, self.index_read - max(before, self.index_budget)))
 
     def _inside(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """A custom operator (the solution's own, or an extension's): its kernel run with this mode entered again,
@@ -322,7 +371,7 @@ class HostReads(TorchFunctionMode):
         # stored (red team round 9): those count toward the share only (`host_integers`), as a plan's reads are small
         kind, key = ("host", f"host: Tensor.{name}") if holds_values(args[0]) else \
             ("host_integers", f"host: Tensor.{name} (integers)")
-        read = _shown(args[0]) if name in _AS_TEXT else args[0].numel()
+        read = _shown(args[0]) if name in _AS_TEXT else _numel(args[0])
         self.ops[key] = (kind, self.ops.get(key, (kind, 0))[1] + read)
 
 
@@ -330,8 +379,8 @@ def _shown(t: torch.Tensor) -> int:
     """The elements a tensor's text holds: all of them up to the print options' threshold, else the summary's corners
     (``edgeitems`` at each end of every dimension)."""
     options = torch._tensor_str.PRINT_OPTS
-    if t.numel() <= options.threshold:
-        return t.numel()
+    if _numel(t) <= options.threshold:
+        return _numel(t)
     shown = 1
     for size in t.shape:
         shown *= min(size, 2 * options.edgeitems)
@@ -390,8 +439,8 @@ class Counter:
     """Both counts for one checked call, entered around each of its parts (its setup, its entry point)."""
 
     def __init__(self, inputs: Optional[Mapping[str, Any]] = None) -> None:
-        self.aten, self.host = LibraryOps(), HostReads()
-        mark_inputs(inputs or {})
+        self.aten = LibraryOps(index_budget=INDEX_ARITHMETIC_BUDGET * mark_inputs(inputs or {}))
+        self.host = HostReads()
 
     def __enter__(self) -> "Counter":
         with contextlib.ExitStack() as stack:
@@ -412,7 +461,7 @@ class Counter:
         inputs (the definition's: floats, and bytes of packed FP8), and per operator (or host read) its kind and the
         elements it read."""
         ops = {**self.aten.ops, **self.host.ops}
-        return {"input_elements": sum(t.numel() for t in _tensors(inputs.values())
+        return {"input_elements": sum(_numel(t) for t in _tensors(inputs.values())
                                       if _is_float(t) or t.dtype in PACKED_VALUES),
                 "ops": {name: {"kind": kind, "elements": n} for name, (kind, n) in ops.items()}}
 

@@ -19,6 +19,7 @@ once added, and it is added when the worker starts, before any candidate code is
 from __future__ import annotations
 
 import os
+import re
 import sys
 import sysconfig
 
@@ -38,7 +39,8 @@ _MAX_KEPT = 20
 # run by library code (red team round 9c: `functools.partial` of `uuid._get_command_stdout` handed to
 # `torch.no_grad()` started `python -c ...` from torch/utils/_contextlib.py).
 _SPAWNERS = {
-    "torch": ("utils/cpp_extension.py", "_inductor/"),
+    # _dynamo/debug_utils.py: torch.compile's `nvcc --version` (its one command, fixed) for a repro's header
+    "torch": ("utils/cpp_extension.py", "_inductor/", "_dynamo/debug_utils.py"),
     "triton": ("backends/", "runtime/build.py", "runtime/driver.py", "knobs.py", "compiler/", "tools/"),
     "tvm_ffi": ("cpp/", "utils/", "libinfo.py"),
     "flashinfer": ("jit/", "utils.py", "compilation_context.py"),
@@ -105,21 +107,60 @@ def _starter() -> tuple[str, int]:
     return "", 0
 
 
+# What a shell makes of a build line that ninja hands it: a command substitution, a second command, a redirection
+# (``$$`` is ninja's escape of ``$``, so `$$(...)` reaches the shell as `$(...)`). PyTorch's and TVM-FFI's build
+# files hold none outside their rules' own `command =` lines.
+_SHELL_SYNTAX = re.compile(r"`|\$\$|[;|&<>]")
+
+
+class ShellInBuild(PermissionError):
+    """A build file's flags or paths carry shell syntax: ninja would run the candidate's command line in a shell."""
+
+
+def _ninja_file(args: tuple) -> str:
+    """The build file a ``ninja`` start reads: ``-C DIR``'s or the working folder's ``build.ninja``."""
+    argv = [_text(w) for w in (args[1] if isinstance(args[1], (list, tuple)) else [])]
+    folder = next((argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "-C"), None) or _text(args[2] or ".")
+    name = next((argv[i + 1] for i, w in enumerate(argv[:-1]) if w == "-f"), "build.ninja")
+    return os.path.join(folder, name)
+
+
+def _shell_syntax_in_build(args: tuple) -> str:
+    """The first line of a ``ninja`` start's build file that carries shell syntax outside a rule's command (red team
+    round 10: ``load_inline(extra_cflags=["-O2 `python3 -c ...`"])``: torch writes flags into build.ninja as they
+    are, ninja runs each line through ``/bin/sh -c``, and the shell's child is no start this hook sees), or ""."""
+    try:
+        with open(_ninja_file(args), encoding="utf-8", errors="replace") as f:
+            lines = f.read(4 << 20).splitlines()
+    except (OSError, TypeError, IndexError):
+        return ""
+    for line in lines:
+        if not line.strip().startswith(("command =", "command=", "#")) and _SHELL_SYNTAX.search(line):
+            return line.strip()[:120]
+    return ""
+
+
 def _hook(event: str, args: tuple) -> None:
     if event not in _EVENTS:
         return
+    refused = ""
     try:
         program = _program(event, args)
         path, line = _starter()
         if path.startswith(_HARNESS):
             return  # the worker's own checks
-        if path.startswith(_LIBRARIES) and event != "os.system" and _stem(program) not in _SHELLS:
+        if event == "subprocess.Popen" and _stem(program) == "ninja":
+            refused = _shell_syntax_in_build(args)
+        if not refused and path.startswith(_LIBRARIES) and event != "os.system" and _stem(program) not in _SHELLS:
             return  # a library's own toolchain, run by the module of it that builds
         if len(STARTED) < _MAX_KEPT:
-            STARTED.append(f"`{program[:120]}` from {os.path.basename(path) or '?'}:{line}")
+            STARTED.append(f"`{program[:120]}` from {os.path.basename(path) or '?'}:{line}"
+                           + (f" (its build file runs shell syntax: `{refused}`)" if refused else ""))
     except Exception:  # an audit hook must never raise into the code it watches: an odd argument is recorded as such
         if len(STARTED) < _MAX_KEPT:
             STARTED.append(f"{event} (unreadable arguments)")
+    if refused:  # raised from the hook, the start does not happen: the build fails, and the log names it
+        raise ShellInBuild(f"the build file's flags or paths carry shell syntax, which ninja would run: `{refused}`")
 
 
 def install() -> None:

@@ -12,6 +12,8 @@ launched was compiled into it during this evaluation.
 
 from __future__ import annotations
 
+import ast
+import copy
 import os
 import re
 from pathlib import Path
@@ -50,11 +52,58 @@ def triton_cache_dir(workdir: Path) -> Path:
     return Path(os.environ.get("TRITON_CACHE_DIR", workdir / ".triton"))
 
 
+_MAX_SOURCE_BYTES = 4 << 20
+_INDUCTOR_SUFFIX = re.compile(r"_\d+$")  # Inductor's name for its copy with `unique_user_kernel_names` on
+
+
+def _functions(path: str) -> dict[str, set[str]]:
+    """A Python file's function definitions, by name: the AST of each without its decorators or its name (comments
+    and layout left out, as a copy re-indents them)."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(_MAX_SOURCE_BYTES))
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return {}
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bare = copy.copy(node)
+            bare.decorator_list, bare.name = [], ""
+            found.setdefault(node.name, set()).add(ast.dump(bare))
+    return found
+
+
+def _solution_functions(solution_folder: Path) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted(Path(solution_folder).rglob("*.py"))[:_MAX_FILES]:
+        for name, shapes in _functions(str(path)).items():
+            found.setdefault(name, set()).update(shapes)
+    return found
+
+
+def _copy_of_own(name: str, path: str, own: dict[str, set[str]]) -> bool:
+    """Whether the kernel ``name`` defined in ``path`` is one of the solution's own functions, copied: torch.compile
+    compiles a user-defined Triton kernel (``triton_op`` + ``wrap_triton``, a kernel called in a compiled function)
+    from a module Inductor writes into its cache, the kernel's source copied there (on an H100 host an honest
+    compiled `triton_op` was "compiled from files outside the solution"). The same code as the solution's is the
+    solution's kernel wherever the file is; a library's kernel under the name of a decoy of the solution's is not."""
+    copies = _functions(path).get(name, set())
+    return bool(copies & (own.get(name, set()) | own.get(_INDUCTOR_SUFFIX.sub("", name), set())))
+
+
 def kernels_outside(cache_dir: Path, solution_folder: Path) -> list[str]:
-    """Names of kernels with a variant compiled from a file outside ``solution_folder``."""
+    """Names of kernels with a variant compiled from a file outside ``solution_folder`` that is no copy of the
+    solution's own kernel of that name (``_copy_of_own``)."""
     root = os.path.join(os.path.realpath(solution_folder), "")
-    return sorted(name for name, files in compiled_kernels(cache_dir).items()
-                  if any(not f.startswith(root) for f in files))
+    own: Optional[dict[str, set[str]]] = None
+    outside = []
+    for name, files in sorted(compiled_kernels(cache_dir).items()):
+        elsewhere = [f for f in files if not f.startswith(root)]
+        if elsewhere:
+            own = _solution_functions(solution_folder) if own is None else own
+            if not all(_copy_of_own(name, f, own) for f in elsewhere):
+                outside.append(name)
+    return outside
 
 
 def kernels_from_elsewhere(workdir: Path, package: Optional[Path]) -> list[str]:

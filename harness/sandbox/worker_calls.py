@@ -46,15 +46,33 @@ def as_output_dict(definition: Definition, returned: Any) -> dict[str, Any]:
                     + (f" of length {len(returned)}" if isinstance(returned, (tuple, list)) else ""))
 
 
+_TENSOR_ATTRIBUTES = frozenset(dir(torch.Tensor))
+
+
+def shadowed_methods(t: torch.Tensor) -> list[str]:
+    """The ``torch.Tensor`` attributes a tensor's own ``__dict__`` shadows (``q.numel = f``): a plain tensor whose
+    method the harness calls would run the candidate's code there (``__dict__`` is the type's data descriptor: no
+    instance entry stands in for it)."""
+    own = getattr(t, "__dict__", None)
+    return sorted(k for k in own if k in _TENSOR_ATTRIBUTES) if isinstance(own, dict) and own else []
+
+
 def require_plain(tensors: dict[str, Any], what: str) -> None:
-    """Every tensor of ``tensors`` exactly a ``torch.Tensor``. A subclass (made by any spelling, or a class put on the
-    worker's own output with ``__class__ =``) runs the candidate's code when the harness reads it: its work deferred
-    past the timed call into the reading (``detach``, ``to``, ``__torch_function__``), or a comparison that lies."""
+    """Every tensor of ``tensors`` exactly a ``torch.Tensor`` with its type's methods. A subclass (made by any
+    spelling, or a class put on the worker's own output with ``__class__ =``), or a method set on the tensor itself
+    (red team round 10: ``q.numel = f``, run by the counter's report; ``output.detach``, by the recheck's copy),
+    runs the candidate's code when the harness reads it: its work deferred past the timed call or the count into
+    the reading, or a comparison that lies."""
     odd = {k: type(v).__name__ for k, v in tensors.items()
            if isinstance(v, torch.Tensor) and type(v) is not torch.Tensor}
     if odd:
         raise TypeError(f"{what} must be plain torch.Tensor, got a subclass: "
                         + ", ".join(f"{k} is {n}" for k, n in list(odd.items())[:4]))
+    shadowed = {k: shadowed_methods(v) for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+    shadowed = {k: v for k, v in shadowed.items() if v}
+    if shadowed:
+        raise TypeError(f"{what} must keep torch.Tensor's own methods, got some set on the tensor: "
+                        + ", ".join(f"{k}.{', '.join(v[:3])}" for k, v in list(shadowed.items())[:4]))
 
 
 def interpreted_launches(language: str) -> int | None:
@@ -96,6 +114,8 @@ def checked_call(built: Built, spec: Any, definition: Definition, workload: Any,
         with library_ops.counting(library):
             returned = built.fn(*args.values(), *state)
         outputs, note = as_output_dict(definition, returned), ""
+    require_plain(outputs, "outputs")  # before anything reads them, the count's report included
+    require_plain(args, "inputs")
     return outputs, note, library.report(args) if library is not None else None
 
 

@@ -39,6 +39,8 @@ _FLAG_RULES = (
     ("dynamic_code", re.compile(r"nvrtc"), "links NVRTC (run-time compilation)"),
     ("native_ffi", re.compile(r"LD_PRELOAD|--preload"), "preloads a native library"),
     ("concurrency", re.compile(r"openmp|-lgomp\b|-liomp|-ltbb\b"), "builds host threads (OpenMP/TBB)"),
+    # torch writes flags into build.ninja as they are and ninja runs each line in a shell (red team round 10)
+    ("concurrency", re.compile(r"`|\$[($]|[;|&<>\n]"), "carries shell syntax, which the build's shell would run"),
     ("library_fallback", re.compile(r"cublas|cudnn|cusparse|cufft|cusolver|cutlass|flashinfer|(?:^|[/\\s])cute\b"),
      "builds against a kernel library"),
 )

@@ -1,0 +1,89 @@
+"""Red team round 10 (benchmarks/results/2026-12-07_cpu_redteam_round10/): the CPU attribution's index marks and its
+count of elements, and the tensors the harness reads after a call.
+
+- Value bits a kernel stored into a buffer allocated like the page table (`kv_indices.new_empty(...)`), or gathered
+  by it (`bits[kv_indices]`), took the index mark: attention in int64 on them was free ("0.8% glue").
+- A method set on a tensor itself (`q.numel = f`) ran the candidate's code in the count's report, after the count;
+  one returning 0 hid every operator it read from the count.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.sandbox import library_ops
+from harness.sandbox.worker_calls import require_plain, shadowed_methods
+
+PAGES = torch.arange(512, dtype=torch.int32)
+INDPTR = torch.tensor([0, 512], dtype=torch.int32)
+K = torch.randn(512, 8, 128)
+INPUTS = {"k_cache": K, "kv_indptr": INDPTR, "kv_indices": PAGES}
+
+
+def _integer_ops(fn) -> dict:
+    with library_ops.Counter(INPUTS) as counter:
+        fn()
+    return {k: v for k, v in counter.aten.ops.items() if v[0] == "integer"}
+
+
+def _bits_in(buffer: torch.Tensor) -> torch.Tensor:
+    """What a kernel of the candidate's does unseen (the interpreter writes a launch's results back below the mode)."""
+    with torch._C._DisableTorchDispatch():
+        buffer.copy_(K.view(torch.int32).reshape(buffer.shape).to(buffer.dtype))
+    return buffer
+
+
+@pytest.mark.parametrize("name,fn,counted", [
+    ("a page table's own arithmetic", lambda: ((PAGES * 64 + 3) // 2).cumsum(0), False),
+    ("a gather of the page table by the lengths", lambda: PAGES[INDPTR[:-1].long()] + 1, False),
+    ("bits in a buffer allocated like the page table",
+     lambda: (_bits_in(PAGES.new_empty(K.numel())).view(512, -1) * 3).sum(-1), True),
+    ("bits in a plain buffer, gathered by the page table",
+     lambda: (_bits_in(torch.empty(K.numel(), dtype=torch.int32)).view(512, -1)[PAGES.long()] >> 2).sum(), True),
+])
+def test_only_what_is_computed_from_indices_alone_is_an_index(name, fn, counted):
+    ops = _integer_ops(fn)
+    assert bool(ops) is counted, (name, ops)
+    if counted:  # at least every element of the bits once: the attention's own reads
+        assert sum(n for _, n in ops.values()) >= K.numel(), ops
+
+
+def test_arithmetic_on_indices_past_the_budget_counts_toward_the_share():
+    rounds = library_ops.INDEX_ARITHMETIC_BUDGET + 8
+
+    def many():
+        x = PAGES
+        for _ in range(rounds):
+            x = x + 1  # an index computed from an index, each time
+        return x
+
+    ops = _integer_ops(many)
+    past = ops.pop(f"aten::add (indices past {library_ops.INDEX_ARITHMETIC_BUDGET}x the inputs')")
+    budget = library_ops.INDEX_ARITHMETIC_BUDGET * (PAGES.numel() + INDPTR.numel())  # times the index inputs
+    assert past == ("integer", rounds * PAGES.numel() - budget), past
+    assert ops == {}
+
+
+def test_a_method_set_on_a_tensor_counts_nothing_different():
+    q = torch.randn(32, 128)
+    q.numel = lambda: 0  # the candidate's, read by the count
+    q.is_floating_point = lambda: False
+    with library_ops.Counter({"q": q}) as counter:
+        torch.exp(q)
+    assert counter.aten.ops == {"aten::exp": ("pointwise", 32 * 128)}
+    assert counter.report({"q": q})["input_elements"] == 32 * 128
+
+
+def test_tensors_with_methods_of_their_own_are_refused_before_the_harness_reads_them():
+    out = torch.empty(4)
+    assert shadowed_methods(out) == []
+    out.detach = lambda: torch.zeros(4)
+    out.numel = lambda: 4
+    out.my_plan = "kept"  # a name of the candidate's own is no method of the harness's
+    assert shadowed_methods(out) == ["detach", "numel"]
+    with pytest.raises(TypeError, match=r"outputs must keep torch.Tensor's own methods.*output\.detach, numel"):
+        require_plain({"output": out, "lse": torch.empty(2)}, "outputs")
+    plain = torch.empty(4)
+    plain.my_plan = "kept"
+    require_plain({"output": plain}, "outputs")
