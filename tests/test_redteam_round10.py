@@ -87,3 +87,33 @@ def test_tensors_with_methods_of_their_own_are_refused_before_the_harness_reads_
     plain = torch.empty(4)
     plain.my_plan = "kept"
     require_plain({"output": plain}, "outputs")
+
+
+_CACHED = '''
+import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+_CACHE = {}
+
+
+def run(q, k_cache, output):
+    key = (k_cache.data_ptr(), tuple(k_cache.shape))
+    desc = _CACHE.get(key)
+    if desc is None:
+        desc = _CACHE[key] = VALUE
+    return desc
+'''
+
+
+@pytest.mark.parametrize("value,blocked", [
+    ("TensorDescriptor.from_tensor(k_cache, [64, 128])", False),  # a view of the memory its address keys
+    ("TensorDescriptor(k_cache, list(k_cache.shape), list(k_cache.stride()), [64, 128])", False),
+    ("output.clone()", True),  # the answer, kept by the inputs' address: output_cache as before
+    ("(TensorDescriptor.from_tensor(k_cache, [64, 128]), output.clone())", True),
+])
+def test_a_cache_of_tma_descriptors_keyed_by_address_is_no_output_cache(value, blocked, policy):
+    from harness.audits.static_gate import scan_sources
+
+    found = [f.rule for f in scan_sources({"main.py": _CACHED.replace("VALUE", value)}, "triton", policy)
+             if f.severity == "error"]
+    assert ("output_cache" in found) is blocked, (value, found)

@@ -198,6 +198,24 @@ class _StateChecks:
                                            and not re.search(rf"\b{re.escape(stmt.name)}\b", elsewhere))
         return self._code_names_cache
 
+    def _holds_descriptors_only(self, container: ast.AST) -> bool:
+        """Every value the module puts into ``container`` is a TMA descriptor made there (``TensorDescriptor(t, ...)``,
+        ``TensorDescriptor.from_tensor``, ``tl.make_tensor_descriptor``): a view of a tensor's memory, which must be
+        keyed by its address (red team round 10: an honest descriptor cache keyed by `data_ptr()` was an error). A
+        descriptor of an answer kept aside replays as any cache would: the run-time recheck is for that."""
+        target = ast.dump(container)
+        values = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                values += [node.value for t in targets
+                           if isinstance(t, ast.Subscript) and ast.dump(t.value) == target]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLS
+                  and ast.dump(node.func.value) == target):
+                values += node.args[1:] if node.func.attr == "setdefault" else [*node.args, None]
+        return bool(values) and all(isinstance(v, ast.Call) and (self._resolve(v.func) or "").startswith(_DESCRIPTORS)
+                                    for v in values)
+
     @staticmethod
     def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
         if isinstance(container, ast.Name):
@@ -214,7 +232,7 @@ class _StateChecks:
         if not self._outlives_call(container, facts):
             return False
         derivation = self._derives_identity(key, facts, frame.node)
-        if derivation is None:
+        if derivation is None or self._holds_descriptors_only(container):
             return False
         self._hit("output_cache", node,
                   f"output/result cache keyed by tensor identity: `{ast.unparse(container)}` is indexed in "
@@ -385,6 +403,9 @@ class _StateChecks:
 
 # Calls that put something into a container (a cache filled before the launch: _launched_by_its_body)
 _FILLS = frozenset({"setdefault", "update", "__setitem__", "append", "add", "insert", "extend"})
+# What makes a TMA descriptor (`_holds_descriptors_only`): the host's class, its constructor, the kernel language's
+_DESCRIPTORS = ("triton.tools.tensor_descriptor.TensorDescriptor", "triton.language.make_tensor_descriptor",
+                "triton.language.core.make_tensor_descriptor")
 _ENUM_BASES = frozenset({"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag"})
 
 
