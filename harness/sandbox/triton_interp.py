@@ -24,11 +24,14 @@ copy of such a kernel drops them too (``_patch_builtin_range_keywords``).
 
 The compiler makes the index of a ``range`` or ``tl.range`` loop a scalar tensor, so kernels call tensor methods on it
 (``i_t.to(tl.int64)`` before a 64-bit offset, as a real GDN prefill kernel does); the interpreter's index is a Python
-int, which has no ``.to``. In the interpreter's copy such an index is an int that also has ``.to``
-(``_LoopIndex``); ``tl.static_range`` keeps plain ints, as its index is a compile-time constant on a GPU too.
-Likewise a Python float given to a parameter that is not a ``tl.constexpr``: the compiler makes it an fp32 scalar
-tensor (``scale.to(tl.float32)`` works, ``bf16 * scale`` is fp32), the interpreter passed the float itself
-(``_patch_float_arguments``).
+int, which has no ``.to``. In the interpreter's copy such an index is an int that also has ``.to``, and so is any int
+arithmetic on it (``(blk * BLOCK_N).to(tl.int64)``; ``LoopIndex`` in ``triton_interp_scalars``); ``tl.static_range``
+keeps plain ints, as its index is a compile-time constant on a GPU too. Likewise a float or a bool given to a parameter
+that is not a ``tl.constexpr``: the compiler makes it an fp32 or int1 scalar tensor (``scale.to(tl.float32)`` works,
+``bf16 * scale`` is fp32), the interpreter passed the float itself and refused the bool. ``triton_interp_scalars``
+also gives math functions called as tensor methods (``x.exp2()``) the ``_semantic`` the interpreter withheld, and
+exchanges fp32/fp64 atomically (``tl.atomic_xchg``) as the same-width integer, as the native exchange takes integers
+only.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import numpy as np
 
 from .triton_interp_bf16 import bf16_bits_to_f32 as _bf16_bits_to_f32
 from .triton_interp_bf16 import f32_to_bf16_bits as _f32_to_bf16_bits_rtne
+from .triton_interp_scalars import LoopIndex
 
 _PATCHED = False
 # Kernels the interpreter has launched in this process: on a GPU attribution wants at least one own kernel per
@@ -159,19 +163,10 @@ def _patch_grid_dependency() -> None:
                 setattr(module, no_op.__name__, no_op)
 
 
-class _LoopIndex(int):
-    """A ``range``/``tl.range`` loop's index under the interpreter: an int, with the scalar tensor's ``.to``."""
-
-    def to(self, dtype, *args, **kwargs):
-        import triton.language as tl
-
-        return tl.full((), int(self), dtype)
-
-
 def _loop_indices(iterable):
     """The interpreter's copy of a kernel loops over this instead of a ``range``/``tl.range`` (see the docstring)."""
     for index in iterable:
-        yield _LoopIndex(index) if type(index) is int else index
+        yield LoopIndex(index) if type(index) is int else index
 
 
 _LOOP_INDICES = "_crucible_loop_indices"  # the name the rewritten loops call (the interpreter's globals hold it)
@@ -217,26 +212,6 @@ def _patch_builtin_range_keywords() -> None:
         return tree
 
     rewriter._transform_ast = transform
-
-
-def _patch_float_arguments(interp) -> None:
-    """A Python float given to a kernel's parameter (not a ``tl.constexpr``) is an fp32 scalar tensor, as the
-    compiler types it (``mangle_type``: fp32): the interpreter passed the float itself, so ``scale.to(tl.float32)``
-    (the idiom that keeps a kernel fp32 under Inductor, which types such floats fp64) raised, and ``bf16 * scale``
-    stayed bf16 where a GPU computes it in fp32."""
-    import triton.language as tl
-
-    original = getattr(interp, "_implicit_cvt", None)
-    if original is None or getattr(original, "_crucible_floats", False):  # another Triton's interpreter, or done
-        return
-
-    def implicit_cvt(arg):
-        if type(arg) is float:
-            return tl.tensor(interp.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
-        return original(arg)
-
-    implicit_cvt._crucible_floats = True
-    interp._implicit_cvt = implicit_cvt
 
 
 def apply() -> bool:
@@ -319,6 +294,8 @@ def apply() -> bool:
     _patch_unsigned_and_precisions(interp)
     _patch_grid_dependency()
     _patch_builtin_range_keywords()
-    _patch_float_arguments(interp)
+    from . import triton_interp_scalars
+
+    triton_interp_scalars.apply(tl, interp)
     _PATCHED = True
     return True

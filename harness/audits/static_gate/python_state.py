@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .common import _is_word_char
 from .python_env_flags import _bound, _stores
@@ -198,24 +198,6 @@ class _StateChecks:
                                            and not re.search(rf"\b{re.escape(stmt.name)}\b", elsewhere))
         return self._code_names_cache
 
-    def _holds_descriptors_only(self, container: ast.AST) -> bool:
-        """Every value the module puts into ``container`` is a TMA descriptor made there (``TensorDescriptor(t, ...)``,
-        ``TensorDescriptor.from_tensor``, ``tl.make_tensor_descriptor``): a view of a tensor's memory, which must be
-        keyed by its address (red team round 10: an honest descriptor cache keyed by `data_ptr()` was an error). A
-        descriptor of an answer kept aside replays as any cache would: the run-time recheck is for that."""
-        target = ast.dump(container)
-        values = []
-        for node in ast.walk(self.tree):
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                values += [node.value for t in targets
-                           if isinstance(t, ast.Subscript) and ast.dump(t.value) == target]
-            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLS
-                  and ast.dump(node.func.value) == target):
-                values += node.args[1:] if node.func.attr == "setdefault" else [*node.args, None]
-        return bool(values) and all(isinstance(v, ast.Call) and (self._resolve(v.func) or "").startswith(_DESCRIPTORS)
-                                    for v in values)
-
     @staticmethod
     def _outlives_call(container: ast.AST, facts: _FunctionFacts) -> bool:
         if isinstance(container, ast.Name):
@@ -232,7 +214,7 @@ class _StateChecks:
         if not self._outlives_call(container, facts):
             return False
         derivation = self._derives_identity(key, facts, frame.node)
-        if derivation is None or self._holds_descriptors_only(container):
+        if derivation is None or holds_descriptors_only(self.tree, container, self._resolve):
             return False
         self._hit("output_cache", node,
                   f"output/result cache keyed by tensor identity: `{ast.unparse(container)}` is indexed in "
@@ -407,6 +389,24 @@ _FILLS = frozenset({"setdefault", "update", "__setitem__", "append", "add", "ins
 _DESCRIPTORS = ("triton.tools.tensor_descriptor.TensorDescriptor", "triton.language.make_tensor_descriptor",
                 "triton.language.core.make_tensor_descriptor")
 _ENUM_BASES = frozenset({"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag"})
+
+
+def holds_descriptors_only(tree: ast.AST, container: ast.AST, resolve: Callable[[ast.AST], str | None]) -> bool:
+    """Every value the module puts into ``container`` is a TMA descriptor made there (``TensorDescriptor(t, ...)``,
+    ``TensorDescriptor.from_tensor``, ``tl.make_tensor_descriptor``): a view of a tensor's memory, which must be
+    keyed by its address (red team round 10: an honest descriptor cache keyed by `data_ptr()` was an error). A
+    descriptor of an answer kept aside replays as any cache would: the run-time recheck is for that."""
+    target = ast.dump(container)
+    values: list[ast.AST | None] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            values += [node.value for t in targets if isinstance(t, ast.Subscript) and ast.dump(t.value) == target]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLS
+              and ast.dump(node.func.value) == target):
+            values += node.args[1:] if node.func.attr == "setdefault" else [*node.args, None]
+    return bool(values) and all(isinstance(v, ast.Call) and (resolve(v.func) or "").startswith(_DESCRIPTORS)
+                                for v in values)
 
 
 def _enum_annotation(annotation: ast.AST | None, enums: frozenset[str]) -> bool:
