@@ -102,6 +102,15 @@ def run(q, k_cache, output):
     if desc is None:
         desc = _CACHE[key] = VALUE
     return desc
+
+
+def run_paged(q, k_cache, output):  # stored by name, as an honest cache does (round 10's g16)
+    key = (k_cache.data_ptr(), k_cache.dtype)
+    made = _CACHE.get(key)
+    if made is None:
+        made = VALUE
+        _CACHE[key] = made
+    return made
 '''
 
 
@@ -109,6 +118,7 @@ def run(q, k_cache, output):
     ("TensorDescriptor.from_tensor(k_cache, [64, 128])", False),  # a view of the memory its address keys
     ("TensorDescriptor(k_cache, list(k_cache.shape), list(k_cache.stride()), [64, 128])", False),
     ("output.clone()", True),  # the answer, kept by the inputs' address: output_cache as before
+    ("_CACHE.get(key) or TensorDescriptor.from_tensor(k_cache, [64, 128])", True),  # what `or` gives: not followed
     ("(TensorDescriptor.from_tensor(k_cache, [64, 128]), output.clone())", True),
 ])
 def test_a_cache_of_tma_descriptors_keyed_by_address_is_no_output_cache(value, blocked, policy):

@@ -405,8 +405,24 @@ def holds_descriptors_only(tree: ast.AST, container: ast.AST, resolve: Callable[
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLS
               and ast.dump(node.func.value) == target):
             values += node.args[1:] if node.func.attr == "setdefault" else [*node.args, None]
-    return bool(values) and all(isinstance(v, ast.Call) and (resolve(v.func) or "").startswith(_DESCRIPTORS)
-                                for v in values)
+    names: dict[str, list[ast.AST]] = {}  # a value stored by name (`desc = ...; CACHE[key] = desc`): its bindings
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Name):
+                    names.setdefault(t.id, []).append(node.value)
+
+    def descriptor(value: ast.AST | None, depth: int = 0) -> bool:
+        if isinstance(value, ast.Call) and (resolve(value.func) or "").startswith(_DESCRIPTORS):
+            return True
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get":
+            return ast.dump(value.func.value) == target  # read back from the cache itself
+        if isinstance(value, ast.Subscript) or (isinstance(value, ast.Constant) and value.value is None):
+            return isinstance(value, ast.Constant) or ast.dump(value.value) == target
+        return (isinstance(value, ast.Name) and depth < 2 and bool(names.get(value.id))
+                and all(descriptor(v, depth + 1) for v in names[value.id]))
+
+    return bool(values) and all(descriptor(v) for v in values)
 
 
 def _enum_annotation(annotation: ast.AST | None, enums: frozenset[str]) -> bool:
