@@ -127,3 +127,38 @@ def test_a_cache_of_tma_descriptors_keyed_by_address_is_no_output_cache(value, b
     found = [f.rule for f in scan_sources({"main.py": _CACHED.replace("VALUE", value)}, "triton", policy)
              if f.severity == "error"]
     assert ("output_cache" in found) is blocked, (value, found)
+
+
+def test_a_dict_subclass_put_as_a_tensor_s_dict_hides_nothing():
+    """Round 10b: `output.__dict__ = Quiet(numel=f)`, a dict whose iteration and length say it is empty."""
+    class Quiet(dict):
+        def __iter__(self):
+            return iter(())
+
+        def __len__(self):
+            return 0
+
+    out = torch.empty(4)
+    out.__dict__ = Quiet(numel=lambda: 99)
+    assert out.numel() == 99  # attribute lookup still finds it
+    assert shadowed_methods(out) == ["__dict__"]
+    with pytest.raises(TypeError, match="own methods"):
+        require_plain({"output": out}, "outputs")
+
+
+@pytest.mark.parametrize("name,fn,counted", [
+    ("bit planes of codes, summed as booleans (10b)", lambda: ((CODES & 1).bool() & (CODES & 2).bool()).sum(), True),
+    ("products of codes looked up in a table of integers (10b)", lambda: TABLE[CODES.long()], True),
+    ("the same by gather", lambda: TABLE.gather(0, CODES.long().flatten()), True),
+    ("the cache gathered by the page table", lambda: K[PAGES.long()], False),
+    ("values gathered by positions top-k found (MoE's routing)", lambda: K[torch.topk(K[:, 0, 0], 4).indices], False),
+    ("a mask of the page table", lambda: (PAGES >= 0).all(), False),  # booleans of indices are indices
+])
+def test_booleans_and_tables_of_integers_count_toward_the_share(name, fn, counted):
+    ops = _integer_ops(fn)
+    assert bool(ops) is counted, (name, ops)
+
+
+CODES = torch.randint(0, 256, (512, 8, 16), dtype=torch.int32)  # what a candidate's kernel stored, unmarked
+TABLE = torch.arange(256 * 256, dtype=torch.int32)
+

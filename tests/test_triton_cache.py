@@ -194,3 +194,22 @@ def test_a_solution_without_a_python_package_has_no_kernels_from_elsewhere(tmp_p
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / ".triton"))
     assert kernels_from_elsewhere(tmp_path, None) == []  # a CUDA solution: nothing of it is Triton
     assert kernels_from_elsewhere(tmp_path, tmp_path / "src" / "crucible_solution_x") == ["k"]
+
+
+@pytest.mark.parametrize("copy, own", [
+    ("import triton\n\n@triton.jit\ndef _body(x):\n    pass\n\n@triton.jit\ndef k(x):\n    _body(x)\n", True),
+    # round 10b: the kernel's code is the solution's, the helper it calls is not
+    ("import triton\n\n@triton.jit\ndef _body(x):\n    x += 1\n\n@triton.jit\ndef k(x):\n    _body(x)\n", False),
+    ("import triton\nfrom heavy import _body\n\n@triton.jit\ndef k(x):\n    _body(x)\n", False),
+    ("import triton\n\n@triton.jit\ndef k_0(x):\n    _body(x)\n\n@triton.jit\ndef _body(x):\n    pass\n", True),
+])
+def test_a_copy_is_the_solution_s_only_with_every_function_it_defines_and_nothing_imported(tmp_path, copy, own):
+    from harness.sandbox.triton_cache import _copy_of_own, _solution_functions
+
+    solution = tmp_path / "sol"
+    solution.mkdir()
+    (solution / "main.py").write_text("import triton\n\n@triton.jit\ndef _body(x):\n    pass\n\n\n"
+                                      "@triton.jit\ndef k(x):\n    _body(x)\n")
+    (tmp_path / "copy.py").write_text(copy)
+    name = "k_0" if "def k_0" in copy else "k"
+    assert _copy_of_own(name, str(tmp_path / "copy.py"), _solution_functions(solution)) is own

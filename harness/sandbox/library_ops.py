@@ -201,11 +201,11 @@ def index_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
 
 
 def integer_elements_read(func: Any, args: tuple, kwargs: dict) -> int:
-    """Elements of the integer tensors a computing operator reads that are neither values nor indices (``_INDEX``):
+    """Elements of the integer and boolean tensors a computing operator reads that are neither values nor indices:
     its ``out=`` buffers left out. Value bits a kernel of the candidate's stored into integer buffers are such
     tensors (red team round 9: bf16 bitcast to int16 buffers; 9c: to int32, then attention in int64 fixed point)."""
     return sum(_numel(t) for t in _tensors_read(func, args, kwargs)
-               if not _is_float(t) and t.dtype != torch.bool and not _marked(_INDEX, t) and not _derived(t))
+               if not _is_float(t) and not _marked(_INDEX, t) and not _derived(t))
 
 
 # Operators whose result holds nothing of their inputs: what is stored there later is not an index by birth.
@@ -216,6 +216,21 @@ _ALLOCATIONS = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", 
 def _base_name(func: Any) -> str:
     base = func._schema.name.split("::", 1)[-1]
     return base[:-1] if base.endswith("_") and not base.endswith("__") else base
+
+
+# Reads of a table by position: data movement, unless the table is integers that are neither values nor indices and
+# the positions are no indices either (red team round 10b: products of codes looked up in a table of integers, sums of
+# boolean bit planes: attention in lookups and booleans, "0.003%").
+_LOOKUPS = frozenset({"index", "index_select", "gather", "take", "take_along_dim", "embedding"})
+
+
+def table_lookups(args: tuple, kwargs: dict) -> int:
+    """Elements looked up (the positions' elements) where ``args``'s first tensor is such a table of integers."""
+    tensors = list(_tensors([*args, *kwargs.values()]))
+    if not tensors or _is_float(tensors[0]) or _derived(tensors[0]) or _marked(_INDEX, tensors[0]):
+        return 0
+    positions = [t for t in tensors[1:] if not _is_float(t) and not _marked(_INDEX, t)]
+    return sum(_numel(t) for t in positions)
 
 
 def _all_indices(tensors: list[torch.Tensor]) -> bool:
@@ -291,6 +306,8 @@ class LibraryOps(TorchDispatchMode):
                             self._past_budget(index_elements_read(func, args, kwargs)))
                 read, kind, name = integer_elements_read(func, args, kwargs), "integer", f"{name} (integers)"
             self._count(name, kind, read)
+        elif func.namespace == "aten" and _base_name(func) in _LOOKUPS:
+            self._count(f"{func._schema.name} (a table of integers)", "integer", table_lookups(args, kwargs))
 
     def _count(self, name: str, kind: str, read: int) -> None:
         if read:

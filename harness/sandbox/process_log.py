@@ -19,9 +19,10 @@ once added, and it is added when the worker starts, before any candidate code is
 from __future__ import annotations
 
 import os
-import re
 import sys
 import sysconfig
+
+from . import build_file_check
 
 # Shells: a library's own toolchain never needs one (Triton, PyTorch's extension builder and torch.compile's pool run
 # their programs directly); a command line handed to a library helper usually starts with one.
@@ -107,14 +108,9 @@ def _starter() -> tuple[str, int]:
     return "", 0
 
 
-# What a shell makes of a build line that ninja hands it: a command substitution, a second command, a redirection
-# (``$$`` is ninja's escape of ``$``, so `$$(...)` reaches the shell as `$(...)`). PyTorch's and TVM-FFI's build
-# files hold none outside their rules' own `command =` lines.
-_SHELL_SYNTAX = re.compile(r"`|\$\$|[;|&<>]")
-
-
 class ShellInBuild(PermissionError):
-    """A build file's flags or paths carry shell syntax: ninja would run the candidate's command line in a shell."""
+    """A build file's flags, paths or statements are not what a library's builder writes (``build_file_check``):
+    ninja would run the candidate's command line in a shell."""
 
 
 def _ninja_file(args: tuple) -> str:
@@ -125,19 +121,13 @@ def _ninja_file(args: tuple) -> str:
     return os.path.join(folder, name)
 
 
-def _shell_syntax_in_build(args: tuple) -> str:
-    """The first line of a ``ninja`` start's build file that carries shell syntax outside a rule's command (red team
-    round 10: ``load_inline(extra_cflags=["-O2 `python3 -c ...`"])``: torch writes flags into build.ninja as they
-    are, ninja runs each line through ``/bin/sh -c``, and the shell's child is no start this hook sees), or ""."""
+def _refused_build(args: tuple) -> str:
+    """Why a ``ninja`` start's build file is refused, or "" (unreadable: ninja fails on it as well)."""
     try:
         with open(_ninja_file(args), encoding="utf-8", errors="replace") as f:
-            lines = f.read(4 << 20).splitlines()
+            return build_file_check.problem(f.read(4 << 20))
     except (OSError, TypeError, IndexError):
         return ""
-    for line in lines:
-        if not line.strip().startswith(("command =", "command=", "#")) and _SHELL_SYNTAX.search(line):
-            return line.strip()[:120]
-    return ""
 
 
 def _hook(event: str, args: tuple) -> None:
@@ -150,17 +140,18 @@ def _hook(event: str, args: tuple) -> None:
         if path.startswith(_HARNESS):
             return  # the worker's own checks
         if event == "subprocess.Popen" and _stem(program) == "ninja":
-            refused = _shell_syntax_in_build(args)
+            refused = _refused_build(args)
         if not refused and path.startswith(_LIBRARIES) and event != "os.system" and _stem(program) not in _SHELLS:
             return  # a library's own toolchain, run by the module of it that builds
         if len(STARTED) < _MAX_KEPT:
             STARTED.append(f"`{program[:120]}` from {os.path.basename(path) or '?'}:{line}"
-                           + (f" (its build file runs shell syntax: `{refused}`)" if refused else ""))
+                           + (f" (its build file is refused: {refused})" if refused else ""))
     except Exception:  # an audit hook must never raise into the code it watches: an odd argument is recorded as such
         if len(STARTED) < _MAX_KEPT:
             STARTED.append(f"{event} (unreadable arguments)")
     if refused:  # raised from the hook, the start does not happen: the build fails, and the log names it
-        raise ShellInBuild(f"the build file's flags or paths carry shell syntax, which ninja would run: `{refused}`")
+        raise ShellInBuild(f"the build file is not what the library's builder writes, and ninja runs it in a shell: "
+                           f"{refused}")
 
 
 def install() -> None:

@@ -53,6 +53,8 @@ def triton_cache_dir(workdir: Path) -> Path:
 
 
 _MAX_SOURCE_BYTES = 4 << 20
+_IMPORTS = " imports"  # no function's name: the roots of the modules a file imports
+_COPY_IMPORTS = frozenset({"triton", "torch", "math"})  # what Inductor's copy of a kernel imports
 _INDUCTOR_SUFFIX = re.compile(r"_\d+$")  # Inductor's name for its copy with `unique_user_kernel_names` on
 
 
@@ -66,7 +68,10 @@ def _functions(path: str) -> dict[str, set[str]]:
         return {}
     found: dict[str, set[str]] = {}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):  # what the file's functions may call from elsewhere
+            roots = [(node.module or "") if isinstance(node, ast.ImportFrom) else a.name for a in node.names]
+            found.setdefault(_IMPORTS, set()).update(r.split(".")[0] if r else "." for r in roots)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             bare = copy.copy(node)
             bare.decorator_list, bare.name = [], ""
             found.setdefault(node.name, set()).add(ast.dump(bare))
@@ -87,8 +92,16 @@ def _copy_of_own(name: str, path: str, own: dict[str, set[str]]) -> bool:
     from a module Inductor writes into its cache, the kernel's source copied there (on an H100 host an honest
     compiled `triton_op` was "compiled from files outside the solution"). The same code as the solution's is the
     solution's kernel wherever the file is; a library's kernel under the name of a decoy of the solution's is not."""
-    copies = _functions(path).get(name, set())
-    return bool(copies & (own.get(name, set()) | own.get(_INDUCTOR_SUFFIX.sub("", name), set())))
+    defined = _functions(path)
+    if not defined.pop(_IMPORTS, set()) <= _COPY_IMPORTS:  # a helper the kernel calls could be another's
+        return False
+
+    def owned(function: str, shapes: set[str]) -> bool:
+        return bool(shapes & (own.get(function, set()) | own.get(_INDUCTOR_SUFFIX.sub("", function), set())))
+
+    # every function of that file, not the kernel alone: its helpers and what it calls are looked up there (red team
+    # round 10b: the kernel's own code matched the solution's, the helpers it called did another's work)
+    return name in defined and all(owned(function, shapes) for function, shapes in defined.items())
 
 
 def kernels_outside(cache_dir: Path, solution_folder: Path) -> list[str]:

@@ -54,7 +54,11 @@ def shadowed_methods(t: torch.Tensor) -> list[str]:
     method the harness calls would run the candidate's code there (``__dict__`` is the type's data descriptor: no
     instance entry stands in for it)."""
     own = getattr(t, "__dict__", None)
-    return sorted(k for k in own if k in _TENSOR_ATTRIBUTES) if isinstance(own, dict) and own else []
+    if own is None:
+        return []
+    if type(own) is not dict:  # a dict subclass hides its keys from iteration, not from attribute lookup (round 10b)
+        return ["__dict__"]
+    return sorted(k for k in dict.keys(own) if k in _TENSOR_ATTRIBUTES)
 
 
 def require_plain(tensors: dict[str, Any], what: str) -> None:
