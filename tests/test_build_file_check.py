@@ -128,6 +128,9 @@ def test_what_a_flag_puts_into_the_file_is_refused(tmp_path, name, flag, why):
     ("cxx = /tmp/c++", "no known compiler"),  # a compiler's name on a program of the candidate's
     ("cxx = /usr/bin/g++-12", ""),
     ("cxx = clang++-18", ""),
+    ("cxx = ccache c++", ""),  # torch's wrapper where ccache is installed
+    ("cxx = ccache /tmp/c++", "no known compiler"),
+    ("nvcc = sccache '/usr/local/cuda 13/bin/nvcc'", ""),
     ("nvcc = /usr/local/cuda/bin/nvcc", ""),
 ])
 def test_the_program_variables_name_a_compiler(line, why):

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 
 _RULES = frozenset({"compile", "cuda_compile", "sycl_compile", "c_compile", "compile_cuda", "cuda_devlink",
-                    "sycl_devlink", "link", "cuda_link", "merge_objects", "copy_object", "embed_cubin", "phony"})
+                    "sycl_devlink", "link", "cuda_link", "nvcc_link", "merge_objects", "copy_object", "embed_cubin",
+                    "phony"})
 _RULE_KEYS = frozenset({"command", "depfile", "deps", "description", "restat", "generator", "msvc_deps_prefix"})
 _PROGRAM_VARIABLES = frozenset({"cxx", "cc", "nvcc", "sycl", "cxx_launcher", "nvcc_launcher", "hipcc"})
 _COMPILERS = frozenset({"", "c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc", "hipcc", "icpx", "icx", "ccache",
@@ -41,6 +43,15 @@ _BINDING = re.compile(r"^(\s*)([A-Za-z_][\w.-]*)\s*=\s?(.*)$")
 def _known_compiler(program: str) -> bool:
     named = _VERSION.sub("", os.path.basename(program)) in _COMPILERS
     return named and ("/" not in program or program.startswith(_SYSTEM_FOLDERS))
+
+
+def _known_programs(value: str) -> bool:
+    """A program variable's value: compilers of known names, a cache in front (torch writes `cxx = ccache c++` where
+    ccache is installed), quoted as a shell splits them."""
+    try:
+        return all(map(_known_compiler, shlex.split(value)))
+    except ValueError:
+        return False
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -92,7 +103,7 @@ def problem(text: str) -> str:
                 binding = _BINDING.match(line)
                 if binding is None:
                     why = "a line no builder writes"
-                elif binding[2] in _PROGRAM_VARIABLES and not _known_compiler(binding[3].strip()):
+                elif binding[2] in _PROGRAM_VARIABLES and not _known_programs(binding[3]):
                     why = "a program that is no known compiler"
         else:
             binding = _BINDING.match(line)
