@@ -12,8 +12,10 @@ standard library is in one of its modules that builds, ``_SPAWNERS``: torch's ex
 backends and build, TVM-FFI's and FlashInfer's JIT): Triton's compiler (``ptxas``, the launcher's C
 compiler, ``ldconfig``), PyTorch's and TVM-FFI's extension builders (``ninja``, ``nvcc``, the C++ compiler),
 torch.compile's worker pool (a Python); and the harness's own checks. A shell or ``os.system`` is never a library's
-toolchain, and anything started from the candidate's own files is the candidate's. An audit hook cannot be removed
-once added, and it is added when the worker starts, before any candidate code is imported.
+toolchain, and anything started from the candidate's own files is the candidate's. ``ninja`` runs its build file's
+commands in a shell this hook does not see, so its start is refused (``ShellInBuild``, raised from the hook) unless the
+file has the shape the library's builder writes (``build_file_check``; red team round 10). An audit hook cannot be
+removed once added, and it is added when the worker starts, before any candidate code is imported.
 """
 
 from __future__ import annotations
