@@ -53,55 +53,55 @@ def triton_cache_dir(workdir: Path) -> Path:
 
 
 _MAX_SOURCE_BYTES = 4 << 20
-_IMPORTS = " imports"  # no function's name: the roots of the modules a file imports
 _COPY_IMPORTS = frozenset({"triton", "torch", "math"})  # what Inductor's copy of a kernel imports
 _INDUCTOR_SUFFIX = re.compile(r"_\d+$")  # Inductor's name for its copy with `unique_user_kernel_names` on
 
 
-def _functions(path: str) -> dict[str, set[str]]:
-    """A Python file's function definitions, by name: the AST of each without its decorators or its name (comments
-    and layout left out, as a copy re-indents them)."""
+def _functions(path: str) -> tuple[dict[str, set[str]], set[str]]:
+    """A Python file's function definitions, by name, the AST of each without its decorators or its name (comments
+    and layout left out, as a copy re-indents them); and the top-level packages it imports from."""
     try:
         with open(path, "rb") as f:
             tree = ast.parse(f.read(_MAX_SOURCE_BYTES))
     except (OSError, SyntaxError, ValueError, RecursionError):
-        return {}
+        return {}, set()
     found: dict[str, set[str]] = {}
+    imports: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):  # what the file's functions may call from elsewhere
-            roots = [(node.module or "") if isinstance(node, ast.ImportFrom) else a.name for a in node.names]
-            found.setdefault(_IMPORTS, set()).update(r.split(".")[0] if r else "." for r in roots)
+        if isinstance(node, ast.Import):
+            imports.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imports.add((node.module or ".").split(".")[0] if not node.level else ".")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             bare = copy.copy(node)
             bare.decorator_list, bare.name = [], ""
             found.setdefault(node.name, set()).add(ast.dump(bare))
-    return found
+    return found, imports
 
 
 def _solution_functions(solution_folder: Path) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for path in sorted(Path(solution_folder).rglob("*.py"))[:_MAX_FILES]:
-        for name, shapes in _functions(str(path)).items():
+        for name, shapes in _functions(str(path))[0].items():
             found.setdefault(name, set()).update(shapes)
     return found
 
 
 def _copy_of_own(name: str, path: str, own: dict[str, set[str]]) -> bool:
-    """Whether the kernel ``name`` defined in ``path`` is one of the solution's own functions, copied: torch.compile
-    compiles a user-defined Triton kernel (``triton_op`` + ``wrap_triton``, a kernel called in a compiled function)
-    from a module Inductor writes into its cache, the kernel's source copied there (on an H100 host an honest
-    compiled `triton_op` was "compiled from files outside the solution"). The same code as the solution's is the
-    solution's kernel wherever the file is; a library's kernel under the name of a decoy of the solution's is not."""
-    defined = _functions(path)
-    if not defined.pop(_IMPORTS, set()) <= _COPY_IMPORTS:  # a helper the kernel calls could be another's
-        return False
+    """Whether the kernel ``name`` defined in ``path`` is the solution's own, copied: torch.compile compiles a
+    user-defined Triton kernel (``triton_op`` + ``wrap_triton``, a kernel called in a compiled function) from a
+    module Inductor writes into its cache, the kernel's source copied there (on an H100 host an honest compiled
+    `triton_op` was "compiled from files outside the solution"). Every function of that file must be one of the
+    solution's, and it may import only what Inductor's copy does: the kernel's helpers are looked up in that file (red
+    team round 10b: the kernel's code matched the solution's, the helper it imported did another's work). A library's
+    kernel under the name of a decoy of the solution's is the library's."""
+    defined, imports = _functions(path)
 
     def owned(function: str, shapes: set[str]) -> bool:
         return bool(shapes & (own.get(function, set()) | own.get(_INDUCTOR_SUFFIX.sub("", function), set())))
 
-    # every function of that file, not the kernel alone: its helpers and what it calls are looked up there (red team
-    # round 10b: the kernel's own code matched the solution's, the helpers it called did another's work)
-    return name in defined and all(owned(function, shapes) for function, shapes in defined.items())
+    return (name in defined and imports <= _COPY_IMPORTS
+            and all(owned(function, shapes) for function, shapes in defined.items()))
 
 
 def kernels_outside(cache_dir: Path, solution_folder: Path) -> list[str]:
