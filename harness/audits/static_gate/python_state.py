@@ -214,7 +214,7 @@ class _StateChecks:
         if not self._outlives_call(container, facts):
             return False
         derivation = self._derives_identity(key, facts, frame.node)
-        if derivation is None or holds_descriptors_only(self.tree, container, self._resolve):
+        if derivation is None or holds_descriptors_only(self.tree, container, self._resolve, self.assignments):
             return False
         self._hit("output_cache", node,
                   f"output/result cache keyed by tensor identity: `{ast.unparse(container)}` is indexed in "
@@ -391,11 +391,13 @@ _DESCRIPTORS = ("triton.tools.tensor_descriptor.TensorDescriptor", "triton.langu
 _ENUM_BASES = frozenset({"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag"})
 
 
-def holds_descriptors_only(tree: ast.AST, container: ast.AST, resolve: Callable[[ast.AST], str | None]) -> bool:
+def holds_descriptors_only(tree: ast.AST, container: ast.AST, resolve: Callable[[ast.AST], str | None],
+                           names: dict[str, list[ast.AST]]) -> bool:
     """Every value the module puts into ``container`` is a TMA descriptor made there (``TensorDescriptor(t, ...)``,
     ``TensorDescriptor.from_tensor``, ``tl.make_tensor_descriptor``): a view of a tensor's memory, which must be
     keyed by its address (red team round 10: an honest descriptor cache keyed by `data_ptr()` was an error). A
-    descriptor of an answer kept aside replays as any cache would: the run-time recheck is for that."""
+    descriptor of an answer kept aside replays as any cache would: the run-time recheck is for that. ``names``: what
+    each name of the module is bound to (the scanner's ``assignments``), for a value stored by name."""
     target = ast.dump(container)
     values: list[ast.AST | None] = []
     for node in ast.walk(tree):
@@ -405,13 +407,6 @@ def holds_descriptors_only(tree: ast.AST, container: ast.AST, resolve: Callable[
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLS
               and ast.dump(node.func.value) == target):
             values += node.args[1:] if node.func.attr == "setdefault" else [*node.args, None]
-    names: dict[str, list[ast.AST]] = {}  # a value stored by name (`desc = ...; CACHE[key] = desc`): its bindings
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(t, ast.Name):
-                    names.setdefault(t.id, []).append(node.value)
-
     def descriptor(value: ast.AST | None, depth: int = 0) -> bool:
         if isinstance(value, ast.Call) and (resolve(value.func) or "").startswith(_DESCRIPTORS):
             return True
