@@ -32,7 +32,8 @@ _COMPILERS = frozenset({"", "c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc
 _SYSTEM_FOLDERS = ("/usr/", "/opt/", "$cuda_home/")
 _VERSION = re.compile(r"-\d+(?:\.\d+)*$")  # g++-12, clang++-18
 _LITERAL_WORDS = frozenset({"ld", "cp", sys.executable, os.path.realpath(sys.executable), "tvm_ffi.utils.embed_cubin"})
-_SHELL_SYNTAX = re.compile(r"`|\$\$|\$\(|[;|&<>]")  # `$$` is ninja's `$`: `$$(...)` reaches the shell as `$(...)`
+# `$$` is ninja's `$`: `$$(...)` reaches the shell as `$(...)` (the static gate's build-flag rule reads it too)
+SHELL_SYNTAX = re.compile(r"`|\$\$|\$\(|[;|&<>\n]")
 _RUNS_A_PROGRAM = re.compile(r"(?:^|\s)(?:-wrapper|-fplugin|-B(?=$|\s|[/.~])|-?-specs)\b")
 # nvcc's host compiler (torch passes `-ccbin $CC` where CC is set): a compiler of a known name only
 _HOST_COMPILER = re.compile(r"(?:^|\s)(?:-ccbin|--compiler-bindir)(?:\s+|=)(\S+)")
@@ -82,7 +83,7 @@ def problem(text: str) -> str:
         if not stripped or stripped.startswith("#"):
             continue
         why = ""
-        if _SHELL_SYNTAX.search(line):
+        if SHELL_SYNTAX.search(line):
             why = "shell syntax"
         elif _RUNS_A_PROGRAM.search(line) or not all(map(_known_compiler, _HOST_COMPILER.findall(line))):
             why = "a compiler option that runs another program"

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from ...sandbox.build_file_check import SHELL_SYNTAX
 from .common import _ENV_MARKER_RE, _QUOTES_AND_SPACE, _TEMP_PATH_RE, _WHY, _Hit
 from .cpp import _strip_cpp, scan_cpp
 from .python_names import _BUILD_FUNCTIONS, _TEMP_BUILD_DIRECTORIES, _str_const
@@ -40,7 +41,7 @@ _FLAG_RULES = (
     ("native_ffi", re.compile(r"LD_PRELOAD|--preload"), "preloads a native library"),
     ("concurrency", re.compile(r"openmp|-lgomp\b|-liomp|-ltbb\b"), "builds host threads (OpenMP/TBB)"),
     # torch writes flags into build.ninja as they are and ninja runs each line in a shell (red team round 10)
-    ("concurrency", re.compile(r"`|\$[($]|[;|&<>\n]"), "carries shell syntax, which the build's shell would run"),
+    ("concurrency", SHELL_SYNTAX, "carries shell syntax, which the build's shell would run"),
     ("library_fallback", re.compile(r"cublas|cudnn|cusparse|cufft|cusolver|cutlass|flashinfer|(?:^|[/\\s])cute\b"),
      "builds against a kernel library"),
 )
