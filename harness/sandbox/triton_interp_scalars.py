@@ -124,14 +124,24 @@ def _patch_tensor_methods(tl, interp) -> None:
                 known[member] = False
         return known[member]
 
+    found: dict[tuple, list[tuple[str, object]]] = {}  # the classes' sizes -> the members to patch (one entry)
+
+    def members() -> list[tuple[str, object]]:
+        # a member attached later (a Triton module imported after this one) changes the sizes: found all the same;
+        # builtins are the interpreter's own to patch
+        sizes = tuple(len(vars(klass)) for klass in tensor.__mro__[:-1])
+        if sizes not in found:
+            names = {name for klass in tensor.__mro__[:-1] for name in vars(klass)}
+            found.clear()
+            found[sizes] = [(name, member) for name in sorted(names)
+                            if inspect.isfunction(member := getattr(tensor, name, None)) and takes_semantic(member)]
+        return found[sizes]
+
     def patch_lang(fn):
         scope = original(fn)
-        # builtins are the interpreter's own to patch; a patched member takes *args, **kwargs and is never patched
-        # twice; a member attached later (a Triton module imported after this one) is found all the same
-        for name in {name for klass in tensor.__mro__[:-1] for name in vars(klass)}:
-            member = getattr(tensor, name, None)
-            if inspect.isfunction(member) and takes_semantic(member):
-                interp._patch_attr(tensor, name, member, interp.interpreter_builder, scope)
+        # `_patch_lang` runs at every launch and every call of a jit helper: the members are looked up once
+        for name, member in members():
+            interp._patch_attr(tensor, name, member, interp.interpreter_builder, scope)
         return scope
 
     patch_lang._crucible_methods = True
