@@ -150,3 +150,64 @@ def test_shell_syntax_in_a_build_file_is_refused_before_ninja_runs_it(tmp_path):
         error, started = got[name]
         assert "ShellInBuild" in error and "shell syntax" in error, (name, error)
         assert len(started) == 1 and "its build file is refused: shell syntax" in started[0], (name, started)
+
+
+NINJA_RACE = textwrap.dedent('''
+    import json, os, subprocess, sys, tempfile
+    sys.path.insert(0, sys.argv[1])
+    from harness.sandbox import build_file_check, process_log
+    process_log.install()
+    from torch.utils import cpp_extension
+
+    EVIL = "rule evil\\n  command = touch {marker}\\nbuild {marker}: evil\\ndefault {marker}\\n"
+    out = {}
+
+    def build(folder):
+        try:
+            cpp_extension._run_ninja_build(folder, verbose=False, error_prefix="build")  # torch's own start
+            return ""
+        except BaseException as e:
+            return f"{type(e).__name__}"
+
+    # 1. the file rewritten between the check and ninja's read of it (a thread of the candidate's wins the race)
+    folder = tempfile.mkdtemp()
+    marker = os.path.join(folder, "raced")
+    open(os.path.join(folder, "main.cpp"), "w").write("int x;")
+    cpp_extension._write_ninja_file_to_build_library(
+        path=os.path.join(folder, "build.ninja"), name="ext", sources=[os.path.join(folder, "main.cpp")],
+        extra_cflags=["-O2"], extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=[], extra_include_paths=[],
+        with_cuda=False, with_sycl=False, is_standalone=False)
+    checked = build_file_check.problem
+
+    def check_then_rewrite(text):
+        verdict = checked(text)
+        with open(os.path.join(folder, "build.ninja"), "w") as f:
+            f.write(EVIL.format(marker=marker))
+        return verdict
+
+    build_file_check.problem = check_then_rewrite
+    error = build(folder)
+    build_file_check.problem = checked
+    out["raced"] = [os.path.exists(marker), error, process_log.STARTED[:]]
+
+    # 2. a file past what the check reads, its command after the part read
+    folder = tempfile.mkdtemp()
+    marker = os.path.join(folder, "tail")
+    with open(os.path.join(folder, "build.ninja"), "w") as f:
+        f.write("# padding\\n" * (500 * 1024))
+        f.write(EVIL.format(marker=marker))
+    error = build(folder)
+    out["tail"] = [os.path.exists(marker), error]
+    print(json.dumps(out))
+''')
+
+
+def test_ninja_runs_the_build_file_that_was_checked(tmp_path):
+    """The build file is read once, checked, and ninja is pointed at a sealed copy of those bytes: rewriting the file
+    after the check (a thread or process of the candidate's racing the build) or past the part the check reads
+    runs nothing of the rewrite."""
+    got = run_interpreted(tmp_path, NINJA_RACE)
+    ran, error, started = got["raced"]
+    assert not ran and started == [], got["raced"]
+    ran, error = got["tail"]
+    assert not ran, got["tail"]

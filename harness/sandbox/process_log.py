@@ -14,8 +14,9 @@ compiler, ``ldconfig``), PyTorch's and TVM-FFI's extension builders (``ninja``, 
 torch.compile's worker pool (a Python); and the harness's own checks. A shell or ``os.system`` is never a library's
 toolchain, and anything started from the candidate's own files is the candidate's. ``ninja`` runs its build file's
 commands in a shell this hook does not see, so its start is refused (``ShellInBuild``, raised from the hook) unless the
-file has the shape the library's builder writes (``build_file_check``; red team round 10). An audit hook cannot be
-removed once added, and it is added when the worker starts, before any candidate code is imported.
+file has the shape the library's builder writes (``build_file_check``; red team round 10); an accepted start reads a
+sealed copy of the very bytes checked, so a rewrite racing the build changes nothing ninja runs. An audit hook cannot
+be removed once added, and it is added when the worker starts, before any candidate code is imported.
 """
 
 from __future__ import annotations
@@ -123,13 +124,59 @@ def _ninja_file(args: tuple) -> str:
     return os.path.join(folder, name)
 
 
-def _refused_build(args: tuple) -> str:
-    """Why a ``ninja`` start's build file is refused, or "" (unreadable: ninja fails on it as well)."""
+_SEALED: list[int] = []  # the sealed copies ninja was pointed at; kept open for the worker's life (a few per build)
+
+
+def _sealed_copy(data: bytes) -> str:
+    """A path to a copy of ``data`` no one can change: a memory file sealed against writes, shrinking and growing,
+    whose seals cannot be lifted, read by the child through this process's ``/proc`` entry."""
+    import fcntl
+
+    fd = os.memfd_create("build.ninja", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        with open(_ninja_file(args), encoding="utf-8", errors="replace") as f:
-            return build_file_check.problem(f.read(4 << 20))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                    fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    _SEALED.append(fd)
+    return f"/proc/{os.getpid()}/fd/{fd}"
+
+
+def _read_from_sealed_copy(argv: list, data: bytes) -> None:
+    """Point a ``ninja`` start at a sealed copy of the build file just checked, in place (the list an audit event
+    carries is the one ``subprocess`` then runs): a thread or process of the candidate's that rewrites the file
+    between the check and ninja's read of it changes nothing ninja runs (red team round 10's left race)."""
+    words = [_text(w) for w in argv]
+    keep = [argv[0]]
+    i = 1
+    while i < len(argv):
+        if words[i] == "-f":
+            i += 2  # the library's own choice of file, checked above: replaced by its copy
+            continue
+        keep.append(argv[i])
+        i += 1
+    argv[:] = [keep[0], "-f", _sealed_copy(data), *keep[1:]]
+
+
+def _refused_build(args: tuple) -> str:
+    """Why a ``ninja`` start's build file is refused, or "" (unreadable: ninja fails on it as well). A file accepted
+    is what ninja reads: the start is pointed at a sealed copy of the very bytes checked."""
+    try:
+        with open(_ninja_file(args), "rb") as f:
+            data = f.read(4 << 20)
     except (OSError, TypeError, IndexError):
         return ""
+    refused = build_file_check.problem(data.decode("utf-8", errors="replace"))
+    if not refused and isinstance(args[1], list) and hasattr(os, "memfd_create"):
+        try:
+            _read_from_sealed_copy(args[1], data)
+        except OSError:  # no memory files here (an old kernel, a filter): ninja reads the file itself, as before
+            pass
+    return refused
 
 
 def _hook(event: str, args: tuple) -> None:
