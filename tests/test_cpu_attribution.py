@@ -16,7 +16,8 @@ import math
 import pytest
 import torch
 
-from harness.audits.cpu_attribution import MAX_SHARE, call_verdict, cpu_attribution_verdict, is_cpu_variant, settles
+from harness.audits.cpu_attribution import (MAX_SHARE, SCALAR_READS, call_verdict, cpu_attribution_verdict,
+                                           is_cpu_variant, settles)
 from harness.audits.model import Audit
 from harness.audits.verdicts import is_fallback, unconfirmed_library_use
 from harness.sandbox import library_ops, triton_interp
@@ -51,6 +52,17 @@ MOE_INPUTS = 16 * 7168 + 32 * 3 * 2048 * 7168
     (GQA_INPUTS, {"aten::topk": ("reduction", 2048)}, False, 1, "unsettled: CPU: library ops read"),
     # values taken out of PyTorch (numpy, lists): what is computed on them no count sees
     (GQA_INPUTS, {"host: Tensor.numpy": ("host", 4096)}, True, 1, "values taken out of PyTorch (numpy, lists)"),
+    # Python scalars of a plan (`int(counts.max())`, `.item()`): glue, a few of them (red team round 11)...
+    (MOE_INPUTS, {"host: Tensor.__int__": ("host", 3), "host: Tensor.item": ("host", 32)}, True, 0,
+     "CPU: library ops read"),
+    (GQA_INPUTS, {"host: Tensor.__bool__": ("host", 1), "aten::mul": ("pointwise", 4096)}, False, 0, "glue: under"),
+    # ...but not thousands of them, nor more than 1% of the inputs: what Python computes on them no count sees
+    (MOE_INPUTS, {"host: Tensor.item": ("host", SCALAR_READS + 1)}, True, 1, "values taken out of PyTorch"),
+    (GQA_INPUTS // 10, {"host: Tensor.__float__": ("host", GQA_INPUTS // 500)}, False, 1,
+     "values taken out of PyTorch"),
+    # a few scalars beside values taken out whole: the whole ones keep it unsettled
+    (GQA_INPUTS, {"host: Tensor.item": ("host", 1), "host: Tensor.tolist": ("host", 64)}, False, 1,
+     "(host: Tensor.tolist)"),
     # a matrix product is never glue, not even in MoE's family
     (MOE_INPUTS, {"aten::mm": ("matmul", 16 * 7168)}, True, 1, "matrix products (aten::mm) are not glue"),
     # library compute where the inputs hold no float element: all of it is the library's

@@ -49,6 +49,14 @@ from .model import Audit
 # computation (QK^T in PyTorch, P.V in Triton) still fails.
 MAX_SHARE = 0.25
 
+# Python scalars taken out of PyTorch one element at a time (`int(counts.max())` sizing a grid, `.item()` of a padded
+# length, `bool(mask.any())`): a plan's sizes, as MoE solutions in vLLM's style take them. Each reads exactly one
+# element, so a call's count is exact; up to this many (and 1% of the inputs' float elements) nothing an operator does
+# can be computed from them, and they are glue. More, or values taken out whole (`numpy`, `tolist`, storages, text),
+# stay not glue (red team round 11: a MoE solution sizing its grid by `int(counts.max())` was unsettled).
+SCALAR_READS = 4096
+_SCALAR_METHODS = frozenset({"item", "__float__", "__int__", "__index__", "__complex__", "__bool__"})
+
 # (input float elements, {operator: (kind, float elements read)}) of one checked call
 Call = tuple[int, Mapping[str, tuple[str, int]]]
 # Every detail of this variant says so after its outcome's prefix (``fallback: ``, ``unsettled: `` or none).
@@ -115,6 +123,10 @@ def call_verdict(call: Call, aten_glue: bool = False, library_is_own: bool = Fal
                                detail=f"fallback: {said} (the bound is {max_share:.0%})")
     not_glue = {name: v for name, v in ops.items() if v[0] in ("matmul", "host") or (v[0] == "reduction"
                                                                                        and not aten_glue)}
+    scalars = {name for name, (kind, _) in not_glue.items()
+               if kind == "host" and name.removeprefix("host: Tensor.") in _SCALAR_METHODS}
+    if scalars and sum(ops[name][1] for name in scalars) <= min(SCALAR_READS, inputs // 100):
+        not_glue = {name: v for name, v in not_glue.items() if name not in scalars}
     if not_glue:
         kinds = " or ".join(sorted({_NOT_GLUE[k] for k, _ in not_glue.values()}))
         return 1, share, Audit(name="attribution", passed=False, detail=(
