@@ -233,6 +233,20 @@ def test_import_errors_are_build_errors_with_a_traceback(definition, tmp_path, s
     assert log_words in err.value.log
 
 
+@pytest.mark.parametrize("importer, hinted", [("from helpers.consts import SCALE", True),
+                                              ("import helpers", True),
+                                              ("import crucible_no_such_module_xyz as helpers", False)])
+def test_an_own_module_imported_by_its_top_level_name_is_explained(definition, tmp_path, importer, hinted):
+    """The solution is a package, as flashinfer-bench's builder imports it: its own modules are found by relative
+    imports only, and the error says so (round 11: a package layout with `from gqa import ...`)."""
+    source = f"{importer}\n\ndef run({DPS_PARAMS}):\n    return 0\n"
+    with pytest.raises(BuildError) as err:
+        build(solution(source, extra_sources={"helpers/consts.py": "SCALE = 17\n"}), definition, tmp_path,
+              have_gpu=False)
+    assert "ModuleNotFoundError" in str(err.value)
+    assert ("import it relatively: `from .helpers import ...`" in str(err.value)) is hinted, str(err.value)
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU host has Triton's driver")
 def test_asking_for_a_gpu_at_import_is_not_checkable_without_one(definition, tmp_path):
     """Triton's tutorials start with `DEVICE = triton.runtime.driver.active.get_active_torch_device()`, and a module

@@ -238,7 +238,7 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
             return Built(fn=None, compile_only=True, log=(log + "\n" + tb).strip(), note=limit)
         what = ("building a torch extension" if "Error building extension" in str(err)
                 else f"importing {solution.spec.entry_file}")
-        raise BuildError(f"{what} failed: {type(err).__name__}: {str(err)[-4000:]}",
+        raise BuildError(f"{what} failed: {type(err).__name__}: {str(err)[-4000:]}{_own_module_hint(err, solution)}",
                          (log + "\n" + tb).strip()) from None
     fn = getattr(module, solution.spec.entry_symbol, None)
     if fn is None:
@@ -254,6 +254,17 @@ def _import_python(solution: Solution, workdir: Path, have_gpu: bool = True) -> 
             raise BuildError(f"setup {solution.spec.setup} is missing or not callable")
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
     return Built(fn=fn, setup=setup, log=log, artifacts=extension_binaries(), package=pkg_dir)
+
+
+def _own_module_hint(err: BaseException, solution: Solution) -> str:
+    """A module of the solution's own imported by its top-level name (``from gqa import ...`` beside main.py): the
+    solution is a package, as flashinfer-bench's builder imports it (``<package>.main``), so only a relative import
+    finds it there too."""
+    top = str(getattr(err, "name", None) or "").split(".")[0] if isinstance(err, ModuleNotFoundError) else ""
+    if top and any(src.path.split("/")[0] in (top, f"{top}.py") for src in solution.sources):
+        return (f" (`{top}` is one of the solution's own modules: the solution is imported as a package, as "
+                f"flashinfer-bench imports it, so import it relatively: `from .{top} import ...`)")
+    return ""
 
 
 def gpu_only_extension(builder: str, when: str = "") -> str:
