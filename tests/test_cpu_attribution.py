@@ -221,13 +221,15 @@ def run(q, k, out):
 
 
 def test_only_interpreted_triton_or_python_solutions_on_a_cpu_are_counted(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(triton_interp, "_INTERPRETING", True)  # what the worker's start sets (apply())
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # candidate code can remove the variable: counted still
     cpu = torch.device("cpu")
     assert isinstance(library_ops.counter("triton", cpu), Counter)
     assert isinstance(library_ops.counter("python", cpu), Counter)
     assert library_ops.counter("cuda", cpu) is None
     assert library_ops.counter("triton", torch.device("cuda")) is None
-    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setattr(triton_interp, "_INTERPRETING", False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # nor does setting it later start a count
     assert library_ops.counter("triton", cpu) is None
     report = Counter().report({"q": torch.ones(2, 3), "indptr": torch.arange(3), "sm_scale": 0.1})
     assert report == {"input_elements": 6, "ops": {}}

@@ -105,9 +105,10 @@ def _listed(ops: Mapping[str, tuple[str, int]], whole: int) -> str:
 
 
 def call_verdict(call: Call, aten_glue: bool = False, library_is_own: bool = False,
-                 max_share: float = MAX_SHARE) -> tuple[int, float, Audit]:
+                 max_share: float = MAX_SHARE, reduction_share: float = 0.0) -> tuple[int, float, Audit]:
     """One call's verdict, with its rank (2 fallback, 1 unsettled, 0 passed) and the share of the inputs' float
-    elements the library read (inf where the inputs have none and the library read some)."""
+    elements the library read (inf where the inputs have none and the library read some). ``reduction_share``: the
+    family's reductions reading together at most this share of the inputs are glue (GDN's scan of its gates)."""
     inputs, ops = call
     read = sum(n for _, n in ops.values())
     share = read / inputs if inputs else (float("inf") if read else 0.0)
@@ -123,6 +124,9 @@ def call_verdict(call: Call, aten_glue: bool = False, library_is_own: bool = Fal
                                detail=f"fallback: {said} (the bound is {max_share:.0%})")
     not_glue = {name: v for name, v in ops.items() if v[0] in ("matmul", "host") or (v[0] == "reduction"
                                                                                        and not aten_glue)}
+    reductions = {name for name, (kind, _) in not_glue.items() if kind == "reduction"}
+    if reductions and sum(ops[name][1] for name in reductions) <= reduction_share * inputs:
+        not_glue = {name: v for name, v in not_glue.items() if name not in reductions}
     scalars = {name for name, (kind, _) in not_glue.items()
                if kind == "host" and name.removeprefix("host: Tensor.") in _SCALAR_METHODS}
     if scalars and sum(ops[name][1] for name in scalars) <= min(SCALAR_READS, inputs // 100):
@@ -137,11 +141,11 @@ def call_verdict(call: Call, aten_glue: bool = False, library_is_own: bool = Fal
 
 
 def cpu_attribution_verdict(calls: Sequence[Call], aten_glue: bool = False, library_is_own: bool = False,
-                            max_share: float = MAX_SHARE) -> Optional[Audit]:
+                            max_share: float = MAX_SHARE, reduction_share: float = 0.0) -> Optional[Audit]:
     """The workload's verdict: its worst call's (a fallback before an unsettled call before a pass, then the larger
     share); None where no call was counted. ``aten_glue``: the family counts every ATen kernel as glue (its
     ``attribution_aten_glue_us`` or ``_share`` above 0: MoE's routing)."""
-    judged = [call_verdict(c, aten_glue, library_is_own, max_share) for c in calls]
+    judged = [call_verdict(c, aten_glue, library_is_own, max_share, reduction_share) for c in calls]
     if not judged:
         return None
     return max(judged, key=lambda j: (j[0], j[1]))[2]

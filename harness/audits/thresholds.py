@@ -14,11 +14,11 @@ POLICY_THRESHOLDS = ("precision_error_multiple", "precision_error_floor", "preci
                      "setup_work_slack_ms", "attribution_min_share",
                      "attribution_allowance_us", "attribution_pointwise_us",
                      "attribution_aten_glue_us", "attribution_aten_glue_share", "attribution_cpu_max_share",
-                     "speedup_bound", "roofline_margin")
+                     "attribution_cpu_reduction_share", "speedup_bound", "roofline_margin")
 
 # Thresholds that are shares, with their largest value (a roofline margin of 1 would leave no floor).
 SHARES = {"attribution_min_share": 1.0, "attribution_aten_glue_share": 1.0, "attribution_cpu_max_share": 1.0,
-          "roofline_margin": 0.99}
+          "attribution_cpu_reduction_share": 1.0, "roofline_margin": 0.99}
 
 
 def policy_thresholds(data: Optional[dict[str, Any]], definition: Optional[str],

@@ -71,6 +71,10 @@ class AuditConfig:
     # on a host without a GPU: the share of the inputs' float elements library operators may read (its reasons:
     # harness.audits.cpu_attribution.MAX_SHARE)
     attribution_cpu_max_share: float = MAX_SHARE
+    # ...and reductions reading together at most this share of them are glue there: off unless a family's scans are
+    # bookkeeping (GDN's cumulative gates, set in audit_policy.yaml); a top-k that is the work (the DSA indexer's)
+    # reads few elements too, and stays unsettled
+    attribution_cpu_reduction_share: float = 0.0
     speedup_bound: float = 5.0  # faster than FlashInfer by more than this: run every audit
     # a latency below the roofline floor by more than this share is impossible (roofline_plausibility). The floor
     # stands on the bandwidth this GPU achieved for torch.sum (H200: 4274 GB/s, 89% of the data sheet's 4.8 TB/s), and
@@ -394,7 +398,8 @@ def cpu_attribution_audit(calls: Sequence[Any], cfg: AuditConfig, library_is_own
     none was counted (a GPU without timing). A family with ATen glue on a GPU (MoE's routing) has it here too."""
     glue = cfg.attribution_aten_glue_us > 0 or cfg.attribution_aten_glue_share > 0
     judged = [(c.input_elements, {name: (op.kind, op.elements) for name, op in c.ops.items()}) for c in calls]
-    return cpu_attribution_verdict(judged, glue, library_is_own, cfg.attribution_cpu_max_share)
+    return cpu_attribution_verdict(judged, glue, library_is_own, cfg.attribution_cpu_max_share,
+                                   cfg.attribution_cpu_reduction_share)
 
 
 def is_fallback(audits: Iterable[Audit]) -> bool:

@@ -177,8 +177,9 @@ def _derived(t: torch.Tensor) -> bool:
 
 
 def holds_values(t: torch.Tensor) -> bool:
-    """A tensor of values (floating-point or complex, or values moved into integers), not indices, lengths, masks."""
-    return _is_float(t) or _derived(t)
+    """A tensor of values (floating-point or complex, or values moved into integers), not indices, lengths, masks (nor
+    floats computed from indices alone: a plan's `ceil(pages.float() / chunk)`, red team round 11)."""
+    return (_is_float(t) and not _marked(_INDEX, t)) or _derived(t)
 
 
 def float_elements_read(func: Any, args: tuple, kwargs: dict, kind: Optional[str] = None) -> int:
@@ -218,27 +219,28 @@ def _base_name(func: Any) -> str:
     return base[:-1] if base.endswith("_") and not base.endswith("__") else base
 
 
-# Reads of a table by position: data movement, unless the table is integers that are neither values nor indices and
-# the positions are no indices either (red team round 10b: products of codes looked up in a table of integers, sums of
-# boolean bit planes: attention in lookups and booleans, "0.003%").
+# Reads of a table by position: data movement where the positions are the definition's indices (a page table's
+# gather of the cache), else lookups, each position counted toward the share, whatever the table holds (red team
+# round 10b: products of codes looked up in a table of integers; round 11: sums and products of digit codes looked up
+# in float tables, attention in lookups, "0.00019%"). A plan's gathers by positions of its own (MoE's permutation
+# of its tokens, a top-k's gather) read few positions against the inputs; a table of indices (a page table) is free.
 _LOOKUPS = frozenset({"index", "index_select", "gather", "take", "take_along_dim", "embedding"})
 
 
 def table_lookups(args: tuple, kwargs: dict) -> int:
-    """Elements looked up (the positions' elements) where ``args``'s first tensor is such a table of integers."""
+    """Elements looked up (the positions' elements) where the positions are not all indices and the table is none."""
     tensors = list(_tensors([*args, *kwargs.values()]))
-    if not tensors or _is_float(tensors[0]) or _derived(tensors[0]) or _marked(_INDEX, tensors[0]):
+    if not tensors or _marked(_INDEX, tensors[0]):
         return 0
-    positions = [t for t in tensors[1:] if not _is_float(t) and not _marked(_INDEX, t)]
-    return sum(_numel(t) for t in positions)
+    return sum(_numel(t) for t in tensors[1:] if not _is_float(t) and not _marked(_INDEX, t))
 
 
 def _all_indices(tensors: list[torch.Tensor]) -> bool:
-    """Every integer tensor among ``tensors`` an index, and one at least: an unmarked integer buffer gathered by a
-    page table (``bits[kv_indices]``) is what the buffer holds, not an index (red team round 10: value bits a kernel
-    stored took the mark from the page table that gathered them)."""
-    integers = [t for t in tensors if not _is_float(t) and t.dtype != torch.bool]
-    return bool(integers) and all(_marked(_INDEX, t) for t in integers)
+    """Every integer or float tensor among ``tensors`` an index, and one at least: an unmarked integer buffer gathered
+    by a page table (``bits[kv_indices]``) is what the buffer holds, not an index (red team round 10: value bits a
+    kernel stored took the mark from the page table that gathered them), and so is anything a value float entered."""
+    numbers = [t for t in tensors if t.dtype != torch.bool]
+    return bool(numbers) and all(_marked(_INDEX, t) for t in numbers)
 
 
 def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
@@ -250,14 +252,14 @@ def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
     if not inputs:
         return
     derived = any(_derived(t) for t in inputs)
-    if derived or (op_kind(func, args, kwargs) is None and any(_is_float(t) for t in inputs)):
+    if derived or (op_kind(func, args, kwargs) is None and any(holds_values(t) for t in inputs)):
         table = _DERIVED
     elif _all_indices(inputs) and _base_name(func) not in _ALLOCATIONS:
         table = _INDEX  # indices computed from indices (`kv_indptr[1:] - kv_indptr[:-1]`, a gather of a page table)
     else:
         return
     for t in _tensors(result if isinstance(result, (list, tuple)) else [result]):
-        if not _is_float(t):
+        if table is _INDEX or not _is_float(t):
             _mark(table, t)
 
 
@@ -307,7 +309,7 @@ class LibraryOps(TorchDispatchMode):
                 read, kind, name = integer_elements_read(func, args, kwargs), "integer", f"{name} (integers)"
             self._count(name, kind, read)
         elif func.namespace == "aten" and _base_name(func) in _LOOKUPS:
-            self._count(f"{func._schema.name} (a table of integers)", "integer", table_lookups(args, kwargs))
+            self._count(f"{func._schema.name} (lookups by computed positions)", "integer", table_lookups(args, kwargs))
 
     def _count(self, name: str, kind: str, read: int) -> None:
         if read:
@@ -486,7 +488,7 @@ class Counter:
 def counter(language: str, device: torch.device, inputs: Optional[Mapping[str, Any]] = None) -> Optional[Counter]:
     """A counter for one checked call of a Triton or Python solution run by Triton's CPU interpreter; None elsewhere
     (on a GPU the CUPTI records say who did the work; CUDA solutions are not run on a CPU)."""
-    if language not in ("triton", "python") or device.type == "cuda" or os.environ.get("TRITON_INTERPRET") != "1":
+    if language not in ("triton", "python") or device.type == "cuda" or not triton_interp.interpreting_worker():
         return None
     return Counter(inputs)
 

@@ -45,6 +45,7 @@ from .triton_interp_bf16 import f32_to_bf16_bits as _f32_to_bf16_bits_rtne
 from .triton_interp_scalars import LoopIndex
 
 _PATCHED = False
+_INTERPRETING = False  # set once, by apply(): this process runs candidates under the interpreter
 # Kernels the interpreter has launched in this process: on a GPU attribution wants at least one own kernel per
 # workload, and on the CPU this count is the one witness that a call of a Triton solution ran any kernel of its own
 # (worker_calls.own_kernels, the `own_kernel` audit); a list, so the count is data the worker's fingerprint does
@@ -214,9 +215,18 @@ def _patch_builtin_range_keywords() -> None:
     rewriter._transform_ast = transform
 
 
+def interpreting_worker() -> bool:
+    """Whether this process runs candidates under Triton's interpreter: the worker applies the patches at its start
+    where TRITON_INTERPRET=1, before any candidate code. Never the variable itself, which candidate code can remove
+    between calls (red team round 11: `triton.knobs.setenv("TRITON_INTERPRET", None)` after an honest first call,
+    and every later call, in PyTorch, went uncounted)."""
+    return _INTERPRETING
+
+
 def apply() -> bool:
     """Patch the interpreter once per process. Returns False when Triton is not importable."""
-    global _PATCHED
+    global _PATCHED, _INTERPRETING
+    _INTERPRETING = True  # asked for by the worker's start, Triton importable or not (Python solutions are counted)
     if _PATCHED:
         return True
     try:

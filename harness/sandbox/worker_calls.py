@@ -82,10 +82,10 @@ def require_plain(tensors: dict[str, Any], what: str) -> None:
 def interpreted_launches(language: str) -> int | None:
     """Kernels the Triton interpreter has run in this process, for a Triton solution on the CPU; None elsewhere (on a
     GPU the CUPTI records name every kernel, and attribution wants at least one of the candidate's own)."""
-    if language != "triton" or os.environ.get("TRITON_INTERPRET") != "1":
-        return None
     from . import triton_interp
 
+    if language != "triton" or not triton_interp.interpreting_worker():
+        return None
     return triton_interp.LAUNCHES[0] if triton_interp._PATCHED else None
 
 

@@ -60,6 +60,12 @@ _ENV_NAMES = (
     "os.environ", "os.environb", "os.getenv", "os.getenvb", "os.putenv", "os.unsetenv", "os.uname", "os.getlogin",
     "os.getpid", "os.getppid", "os.getuid", "os.ctermid", "sys.argv", "sys.orig_argv",
     "platform", "socket", "getpass", "pwd", "grp", "resource", "psutil", "uuid.getnode", "pytest", "_pytest",
+    # Triton's own readers and writers of the environment (red team round 11: `triton.knobs.setenv` removed
+    # TRITON_INTERPRET between calls, by a name built at run time; it could set CXX or GCC_EXEC_PREFIX for a build)
+    "triton.knobs.setenv", "triton.knobs.getenv", "triton.knobs.getenv_bool", "triton.knobs.propagate_env",
+    "triton.knobs.toenv", "triton.knobs.env_base", "triton.knobs.env_bool", "triton.knobs.env_int",
+    "triton.knobs.env_str", "triton.knobs.env_opt_str", "triton.knobs.env_opt_bool", "triton.knobs.env_class",
+    "triton.knobs.env_str_callable_default", "triton.knobs.env_nvidia_tool", "triton.knobs.Env",
 )
 _FILE_NAMES = (
     "pickle", "_pickle", "cPickle", "shelve", "dbm", "joblib", "dill", "cloudpickle", "sqlite3", "tempfile",
