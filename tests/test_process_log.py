@@ -149,7 +149,7 @@ def test_shell_syntax_in_a_build_file_is_refused_before_ninja_runs_it(tmp_path):
     for name in ("backticks", "a second command", "an escaped substitution"):
         error, started = got[name]
         assert "ShellInBuild" in error and "shell syntax" in error, (name, error)
-        assert len(started) == 1 and "its build file is refused: shell syntax" in started[0], (name, started)
+        assert len(started) == 1 and "refused: shell syntax" in started[0], (name, started)
 
 
 NINJA_RACE = textwrap.dedent('''
@@ -211,3 +211,57 @@ def test_ninja_runs_the_build_file_that_was_checked(tmp_path):
     assert not ran and started == [], got["raced"]
     ran, error = got["tail"]
     assert not ran, got["tail"]
+
+
+REDIRECTED = textwrap.dedent('''
+    import json, os, sys, tempfile
+    sys.path.insert(0, sys.argv[1])
+    from harness.sandbox import process_log
+    process_log.install()
+    from torch.utils import cpp_extension
+    from torch._inductor import cpp_builder
+
+    def build():
+        folder = tempfile.mkdtemp()
+        open(os.path.join(folder, "main.cpp"), "w").write("int x;")
+        cpp_extension._write_ninja_file_to_build_library(
+            path=os.path.join(folder, "build.ninja"), name="ext", sources=[os.path.join(folder, "main.cpp")],
+            extra_cflags=["-O2"], extra_cuda_cflags=[], extra_sycl_cflags=[], extra_ldflags=[],
+            extra_include_paths=[], with_cuda=False, with_sycl=False, is_standalone=False)
+        cpp_extension._run_ninja_build(folder, verbose=False, error_prefix="build")
+
+    out = {}
+    for name, variable, value in (("as started", None, None), ("a variable of its own", "MYKERNEL_BLOCK", "64"),
+                                  ("gcc's parts from elsewhere", "GCC_EXEC_PREFIX", "/tmp/x/"),
+                                  ("a preload", "LD_PRELOAD", "/tmp/x.so"),
+                                  ("nvcc's flags", "NVCC_PREPEND_FLAGS", "-ccbin /tmp/x")):
+        if variable:
+            os.environ[variable] = value
+        before = len(process_log.STARTED)
+        errors = []
+        for start in (build, lambda: cpp_builder.run_compile_cmd("true", ".")):
+            try:
+                start()
+                errors.append("")
+            except BaseException as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        out[name] = [errors, process_log.STARTED[before:]]
+        if variable:
+            del os.environ[variable]
+    print(json.dumps(out))
+''')
+
+
+def test_a_toolchain_redirected_by_the_environment_does_not_start(tmp_path):
+    """Red team round 11: `triton.knobs.setenv` wrote any variable past the gate's list; set after the worker started,
+    one that makes a toolchain program run another (gcc's `-B` as a variable, a preload, nvcc's extra flags) stops
+    every start it would reach, each logged; a variable of the solution's own changes nothing."""
+    got = run_interpreted(tmp_path, REDIRECTED)
+    for name in ("as started", "a variable of its own"):
+        errors, started = got[name]
+        assert not any("ShellInBuild" in e for e in errors) and started == [], (name, got[name])
+    for name, variable in (("gcc's parts from elsewhere", "GCC_EXEC_PREFIX"), ("a preload", "LD_PRELOAD"),
+                           ("nvcc's flags", "NVCC_PREPEND_FLAGS")):
+        errors, started = got[name]
+        assert all("ShellInBuild" in e and f"{variable} changed" in e for e in errors), (name, errors)
+        assert len(started) == 2 and all("the environment redirects the toolchain" in s for s in started), started

@@ -112,8 +112,27 @@ def _starter() -> tuple[str, int]:
 
 
 class ShellInBuild(PermissionError):
-    """A build file's flags, paths or statements are not what a library's builder writes (``build_file_check``):
-    ninja would run the candidate's command line in a shell."""
+    """A build would run a program of the candidate's: a build file's flags, paths or statements are not what a
+    library's builder writes (``build_file_check``: ninja runs its commands in a shell), or the environment the
+    toolchain inherits was changed to redirect it (``_REDIRECTS``)."""
+
+
+# Variables that make a toolchain program run another program or load other code: the compilers a builder picks
+# (Triton's launcher build reads CC), nvcc's extra flags (`-ccbin`), gcc's search for its own parts (the variable form
+# of `-B`), the dynamic loader's preloads. Changed after the worker started, they are the candidate's (every route to
+# set one is a gate error; red team round 11 found `triton.knobs.setenv`).
+_REDIRECTS = ("CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "GCC_EXEC_PREFIX",
+              "COMPILER_PATH", "CCACHE_PREFIX", "CCACHE_COMPILER", "LD_PRELOAD", "LD_AUDIT")
+_STARTING_ENVIRONMENT: dict[str, str | None] = {}
+
+
+def _redirected(event: str, args: tuple) -> str:
+    """The redirecting variables a start's environment changed since the worker started, or ""."""
+    env = {"subprocess.Popen": 3, "os.exec": 2, "os.posix_spawn": 2}.get(event)
+    given = args[env] if env is not None and len(args) > env and args[env] is not None else os.environ
+    values = {_text(k): _text(v) for k, v in (given.items() if hasattr(given, "items") else ())}
+    changed = [name for name in _REDIRECTS if values.get(name) != _STARTING_ENVIRONMENT.get(name)]
+    return f"the environment redirects the toolchain ({', '.join(changed)} changed)" if changed else ""
 
 
 def _ninja_file(args: tuple) -> str:
@@ -188,24 +207,27 @@ def _hook(event: str, args: tuple) -> None:
         path, line = _starter()
         if path.startswith(_HARNESS):
             return  # the worker's own checks
-        if event == "subprocess.Popen" and _stem(program) == "ninja":
+        refused = _redirected(event, args)
+        if not refused and event == "subprocess.Popen" and _stem(program) == "ninja":
             refused = _refused_build(args)
         if not refused and path.startswith(_LIBRARIES) and event != "os.system" and _stem(program) not in _SHELLS:
             return  # a library's own toolchain, run by the module of it that builds
         if len(STARTED) < _MAX_KEPT:
             STARTED.append(f"`{program[:120]}` from {os.path.basename(path) or '?'}:{line}"
-                           + (f" (its build file is refused: {refused})" if refused else ""))
+                           + (f" (refused: {refused})" if refused else ""))
     except Exception:  # an audit hook must never raise into the code it watches: an odd argument is recorded as such
         if len(STARTED) < _MAX_KEPT:
             STARTED.append(f"{event} (unreadable arguments)")
     if refused:  # raised from the hook, the start does not happen: the build fails, and the log names it
-        raise ShellInBuild(f"the build file is not what the library's builder writes, and ninja runs it in a shell: "
+        raise ShellInBuild(refused if refused.startswith("the environment") else
+                           f"the build file is not what the library's builder writes, and ninja runs it in a shell: "
                            f"{refused}")
 
 
 def install() -> None:
     """Add the hook (once; it cannot be removed)."""
     if not getattr(install, "done", False):
+        _STARTING_ENVIRONMENT.update({name: os.environ.get(name) for name in _REDIRECTS})
         sys.addaudithook(_hook)
         install.done = True  # type: ignore[attr-defined]
 
