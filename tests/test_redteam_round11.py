@@ -88,10 +88,21 @@ def test_floats_computed_from_indices_alone_stay_indices():
     ("a value entered the float arithmetic", lambda: torch.cumsum((PAGES.float() * K[0, 0, 0]).to(torch.int64), 0)),
     ("integers a kernel stored, made floats", lambda: torch.cumsum(torch.randint(0, 9, (512,)).float(), 0)),
     ("the values' bits, made floats", lambda: torch.cumsum(K.view(torch.int32).float(), 0)),
+    ("an index float overwritten with values", lambda: torch.cumsum(PAGES.float().copy_(K[:, 0, 0]), 0)),
 ])
 def test_values_never_become_indices_through_floats(name, fn):
     ops = _count(fn)
     assert any(kind == "reduction" for kind, _ in ops.values()), (name, ops)
+
+
+def test_an_index_written_in_place_with_what_is_no_index_is_none():
+    """A copy of the page table overwritten with integers a kernel stored keeps no mark: its arithmetic counts."""
+    def overwrite():
+        pages = PAGES.clone()
+        pages.copy_(torch.randint(0, 9, (512,), dtype=torch.int32))
+        (pages * pages).sum()
+    ops = _count(overwrite)
+    assert any(kind == "integer" for kind, _ in ops.values()), ops
 
 
 def test_the_count_does_not_follow_the_variable_the_candidate_can_remove(monkeypatch):
