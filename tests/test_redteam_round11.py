@@ -11,6 +11,7 @@ marks, the count's switch, and honest plans it misjudged.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,71 @@ def _shipped(op_type: str) -> AuditConfig:
 def test_a_familys_scan_of_its_gates_is_glue_and_only_a_small_one(op_type, reductions, passed):
     audit = _cpu_audit(_shipped(op_type), T * 2048, reductions)
     assert audit.passed is passed, audit.detail
+
+
+# -- wave 11b: marks written around, storages read whole ----------------------------------------------------------
+
+def _laundered(write) -> dict:
+    """Positions made of the values' bits, written into a clone of the page table through an alias, then used."""
+    def run():
+        positions = PAGES.long().clone()
+        write(positions, (K.view(torch.int32)[:, 0, 0] & 511).long())
+        K.flatten()[positions]
+    return _count(run)
+
+
+@pytest.mark.parametrize("name, write", [
+    ("through a view", lambda b, codes: b.view(b.shape).copy_(codes)),
+    ("by item assignment", lambda b, codes: b.__setitem__(Ellipsis, codes)),
+    ("through an unsqueezed view", lambda b, codes: b.unsqueeze(0).__setitem__(0, codes)),
+    ("through as_strided", lambda b, codes: b.as_strided((512,), (1,)).copy_(codes)),
+])
+def test_an_index_written_through_any_alias_is_an_index_no_more(name, write):
+    ops = _laundered(write)
+    assert sum(n for key, (_, n) in ops.items() if "lookups" in key) == 512, (name, ops)
+
+
+def test_a_write_that_leaves_an_index_as_it_was_keeps_it():
+    """The interpreter copies a launch's arguments back whether the kernel wrote them or not."""
+    def run():
+        positions = PAGES.long().clone()
+        positions.view(positions.shape).copy_(PAGES.long().clone())
+        K[positions]
+    assert _count(run) == {}
+
+
+def test_a_storage_is_read_whole():
+    from harness.sandbox.host_reads import HostReads
+
+    buffer = torch.randn(4096)
+    with HostReads() as host:
+        buffer[:1].untyped_storage()
+    assert host.ops == {"host: Tensor.untyped_storage": ("host", 4096)}, host.ops
+
+
+LAUNCHED = textwrap.dedent('''
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import torch, triton, triton.language as tl
+    from harness.sandbox import library_ops, triton_interp
+    triton_interp.apply()
+
+    @triton.jit
+    def double(src, dst, N: tl.constexpr):
+        o = tl.arange(0, N)
+        tl.store(dst + o, tl.load(src + o) * 2)
+
+    pages, out = torch.arange(16, dtype=torch.int32), torch.empty(16, dtype=torch.int32)
+    with library_ops.Counter({"kv_indices": pages, "q": torch.randn(4)}) as counter:
+        double[(1,)](pages, out, 16)
+        marked = library_ops._marked(library_ops._INDEX, pages)
+        (pages[:8] + 1).sum()
+    print(json.dumps({"marked": marked, "ops": sorted(counter.aten.ops)}))
+''')
+
+
+def test_an_index_a_launch_read_stays_an_index(tmp_path):
+    """The interpreter moves a launch's arguments by `set_` over their storages: no write of the index's content."""
+    from support import run_interpreted
+
+    assert run_interpreted(tmp_path, LAUNCHED) == {"marked": True, "ops": []}

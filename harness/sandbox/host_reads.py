@@ -53,8 +53,19 @@ class HostReads(TorchFunctionMode):
         # stored (red team round 9): those count toward the share only (`host_integers`), as a plan's reads are small
         kind, key = ("host", f"host: Tensor.{name}") if library_ops.holds_values(args[0]) else \
             ("host_integers", f"host: Tensor.{name} (integers)")
-        read = _shown(args[0]) if name in _AS_TEXT else library_ops._numel(args[0])
+        read = (_shown(args[0]) if name in _AS_TEXT else _in_storage(args[0]) if name in _STORAGES
+                else library_ops._numel(args[0]))
         self.ops[key] = (kind, self.ops.get(key, (kind, 0))[1] + read)
+
+
+# A storage exposes every element of the buffer, not a view's (red team round 11b: `buf[:1].untyped_storage()` read
+# as one element while `_write_file` gave Python the whole buffer).
+_STORAGES = frozenset({"untyped_storage", "storage", "_typed_storage"})
+
+
+def _in_storage(t: torch.Tensor) -> int:
+    """The elements of the tensor's type its whole storage holds."""
+    return torch.Tensor.untyped_storage(t).nbytes() // max(1, t.element_size())
 
 
 def _shown(t: torch.Tensor) -> int:

@@ -220,7 +220,7 @@ def table_lookups(args: tuple, kwargs: dict) -> int:
     tensors = list(_tensors([*args, *kwargs.values()]))
     if not tensors or _marked(_INDEX, tensors[0]):
         return 0
-    return sum(_numel(t) for t in tensors[1:] if not _is_float(t) and not _marked(_INDEX, t))
+    return sum(_numel(t) for t in tensors[1:] if not _is_float(t) and (_derived(t) or not _marked(_INDEX, t)))
 
 
 def _all_indices(tensors: list[torch.Tensor]) -> bool:
@@ -231,7 +231,17 @@ def _all_indices(tensors: list[torch.Tensor]) -> bool:
     return bool(numbers) and all(_marked(_INDEX, t) for t in numbers)
 
 
-def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+def _index_writes(func: Any, args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The tensors an operator writes that share storage with an index, each with a copy of its content before."""
+    if not func._schema.is_mutable or not _INDEX:
+        return []
+    written = [t for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
+               for t in _tensors([args[i] if i < len(args) else kwargs.get(a.name)])]
+    indices = {_storage_address(x) for ref in list(_INDEX.values()) if (x := ref()) is not None and _numel(x)}
+    return [(t, t.clone()) for t in written if _numel(t) and _storage_address(t) in indices]
+
+
+def _derive(func: Any, args: tuple, kwargs: dict, result: Any, rewritten: bool = False) -> None:
     """Mark the integer and boolean tensors of ``result`` as values where the operator read a tensor so marked, or
     only moved or reinterpreted a float one (``q.view(torch.int16)``, ``.to(torch.int64)``). What an operator
     computes from values as indices or a mask (top-k's indices, argmax, ``s > 0``) is bookkeeping: MoE's routing
@@ -246,11 +256,27 @@ def _derive(func: Any, args: tuple, kwargs: dict, result: Any) -> None:
         table = _INDEX  # indices computed from indices (`kv_indptr[1:] - kv_indptr[:-1]`, a gather of a page table)
     else:
         table = None
-    for t in _tensors(result if isinstance(result, (list, tuple)) else [result]):
+    results = list(_tensors(result if isinstance(result, (list, tuple)) else [result]))
+    for t in results:
         if table is _INDEX or (table is not None and not _is_float(t)):
             _mark(table, t)
-        elif table is not _INDEX:  # an index written in place with what is none (`pages_f.copy_(q)`): no more
-            _INDEX.pop(id(t), None)
+    if table is not _INDEX and rewritten:  # an index written with what is none (`pages_f.copy_(q)`); the
+        _unmark_aliases(results)  # interpreter's copy of a launch's arguments back leaves an index's content as it was
+
+
+def _storage_address(t: torch.Tensor) -> int:
+    return t.data_ptr() - t.storage_offset() * t.element_size()
+
+
+def _unmark_aliases(written: list[torch.Tensor]) -> None:
+    """No tensor sharing storage with ``written`` is an index any more: the view written through, its base and every
+    other view of it (red team round 11b: values copied into a page table's clone through `b.view(...)`, the clone
+    kept its mark and its lookups were free)."""
+    addresses = {_storage_address(t) for t in written if _numel(t)}
+    for key, ref in list(_INDEX.items()):
+        t = ref()
+        if t is not None and _numel(t) and _storage_address(t) in addresses:
+            _INDEX.pop(key, None)
 
 
 def _library_kind(func: Any) -> str:
@@ -283,8 +309,9 @@ class LibraryOps(TorchDispatchMode):
         if func.namespace not in ("aten", "prims") and func.namespace not in TORCH_NAMESPACES:
             return self._inside(func, args, kwargs)
         self.seen(func, args, kwargs)
+        before = _index_writes(func, args, kwargs)
         result = func(*args, **kwargs)
-        _derive(func, args, kwargs, result)
+        _derive(func, args, kwargs, result, rewritten=any(not torch.equal(t, old) for t, old in before))
         return result
 
     def seen(self, func: Any, args: tuple, kwargs: dict) -> None:
