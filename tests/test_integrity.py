@@ -5,6 +5,7 @@ gate is not asked about here: the worker is driven directly)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import types
@@ -111,6 +112,60 @@ def test_torch_compiles_idle_compile_workers_are_torchs_own_and_a_job_on_them_is
         release.set()
         own.shutdown()
     busy.result()
+
+
+# A stand-in of tqdm's monitor (tqdm is not installed here): its thread class, waiting in its own module's code.
+_TQDM_MONITOR = """
+import threading
+
+
+class TMonitor(threading.Thread):
+    def __init__(self, tqdm_cls):
+        super().__init__(daemon=True, name="tqdm_monitor")
+        self.tqdm_cls, self.was_killed = tqdm_cls, threading.Event()
+        self.start()
+
+    def run(self):
+        while not self.was_killed.wait(0.01):
+            for bar in list(self.tqdm_cls._instances):
+                bar.refresh()
+"""
+_TQDM = """
+class tqdm:
+    _instances = []
+
+    def refresh(self):
+        pass
+"""
+
+
+@pytest.mark.parametrize("bar_class, tqdms", [("tqdm", True), ("own", False)])
+def test_tqdms_idle_monitor_is_tqdms_own_unless_it_refreshes_a_bar_of_the_candidates(tmp_path, monkeypatch, bar_class,
+                                                                                      tqdms):
+    """tqdm starts a monitor thread with a library's first bar (torch.compile's autotuning on an H100): it is tqdm's.
+    Watching a bar of a class of the candidate's, it runs the candidate's `refresh`: the candidate's."""
+    (tmp_path / "tqdm").mkdir()
+    (tmp_path / "tqdm" / "__init__.py").write_text(_TQDM)
+    (tmp_path / "tqdm" / "_monitor.py").write_text(_TQDM_MONITOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("tqdm", "tqdm._monitor"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import tqdm
+    from tqdm._monitor import TMonitor
+
+    class Own(tqdm.tqdm):
+        def refresh(self):
+            pass
+
+    check = Integrity()
+    tqdm.tqdm._instances.append(tqdm.tqdm() if bar_class == "tqdm" else Own())
+    monitor = TMonitor(tqdm.tqdm)
+    try:
+        time.sleep(0.05)
+        assert (check.new_threads() == []) is tqdms, check.new_threads()
+    finally:
+        monitor.was_killed.set()
+        monitor.join()
 
 
 # -- through a worker process ---------------------------------------------------------------------------------

@@ -239,11 +239,12 @@ def _waiting_for_a_compile_job(frame: Any) -> bool:
             and _path(frame).endswith("concurrent/futures/thread.py"))
 
 
-def _only_torch_compile_code(frame: Any) -> bool:
-    """Every frame of the stack is threading's bootstrap or torch.compile's own code (its pools' reader loops)."""
+def _only_code_of(frame: Any, folder: str = "/torch/_inductor/") -> bool:
+    """Every frame of the stack is threading's bootstrap or the library's own code under ``folder`` (torch.compile's
+    pools' reader loops, tqdm's monitor)."""
     seen = 0
     while frame is not None:
-        if not (_path(frame).endswith("/threading.py") or "/torch/_inductor/" in _path(frame)):
+        if not (_path(frame).endswith("/threading.py") or folder in _path(frame)):
             return False
         frame, seen = frame.f_back, seen + 1
     return seen > 0
@@ -265,7 +266,27 @@ def torch_compile_threads() -> set[int]:
     for t in threading.enumerate():
         target = getattr(t, "_target", None)
         if (t.ident is not None and str(getattr(target, "__module__", "")).startswith("torch._inductor.")
-                and _only_torch_compile_code(frames.get(t.ident))):
+                and _only_code_of(frames.get(t.ident))):
+            idle.add(t.ident)
+    return idle
+
+
+def tqdm_monitor_threads() -> set[int]:
+    """tqdm's monitor: the daemon thread tqdm starts with a library's first progress bar (torch.compile's autotuning on
+    a GPU host, H100 2026-12-07: "tqdm_monitor" alive at the recheck) and keeps, waiting, in tqdm's own code. It
+    refreshes the bars it watches, so a bar of a class of the candidate's (its `refresh` run on that thread) makes it
+    the candidate's, and so does a monitor class of its own making."""
+    if "tqdm._monitor" not in sys.modules:
+        return set()
+    frames, idle = sys._current_frames(), set()
+    for t in threading.enumerate():
+        kind = type(t)
+        if t.ident is None or kind.__name__ != "TMonitor" or kind.__module__ != "tqdm._monitor":
+            continue
+        bars = getattr(t, "tqdm_cls", None)
+        classes = [bars] + [type(bar) for bar in list(getattr(bars, "_instances", None) or ())]
+        if (all(str(getattr(c, "__module__", "")).startswith("tqdm") for c in classes)
+                and _only_code_of(frames.get(t.ident), "/tqdm/")):
             idle.add(t.ident)
     return idle
 
@@ -305,7 +326,7 @@ class Integrity:
     def __init__(self) -> None:
         # the functions themselves, held here: replacing this module's names later changes nothing of the check
         self._snapshot, self._changed, self._threads = snapshot, changed, python_threads
-        self._compile_threads = torch_compile_threads
+        self._compile_threads, self._tqdm_threads = torch_compile_threads, tqdm_monitor_threads
         self.before = types.MappingProxyType(snapshot())  # read-only: no .clear() or item assignment
         self.threads = python_threads()
         self._processes, self._compile_processes = other_processes, torch_compile_processes
@@ -325,8 +346,8 @@ class Integrity:
 
     def new_threads(self) -> list[str]:
         """Python threads alive now that were not when the worker started: the candidate's (torch.compile's idle
-        compile workers are torch's own)."""
-        torch_own = self._compile_threads()
+        compile workers are torch's own, and tqdm's idle monitor of libraries' bars is tqdm's)."""
+        torch_own = self._compile_threads() | self._tqdm_threads()
         return sorted(name for ident, name in self._threads().items()
                       if ident not in self.threads and ident not in torch_own)
 
