@@ -237,7 +237,7 @@ def _index_writes(func: Any, args: tuple, kwargs: dict) -> list[tuple[torch.Tens
         return []
     written = [t for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
                for t in _tensors([args[i] if i < len(args) else kwargs.get(a.name)])]
-    indices = {_storage_address(x) for ref in list(_INDEX.values()) if (x := ref()) is not None and _numel(x)}
+    indices = {_storage_address(x) for ref in list(_INDEX.values()) if (x := ref()) is not None and _numel(x)} - {None}
     return [(t, t.clone()) for t in written if _numel(t) and _storage_address(t) in indices]
 
 
@@ -264,15 +264,18 @@ def _derive(func: Any, args: tuple, kwargs: dict, result: Any, rewritten: bool =
         _unmark_aliases(results)  # interpreter's copy of a launch's arguments back leaves an index's content as it was
 
 
-def _storage_address(t: torch.Tensor) -> int:
-    return t.data_ptr() - t.storage_offset() * t.element_size()
+def _storage_address(t: torch.Tensor) -> Optional[int]:
+    try:
+        return t.data_ptr() - t.storage_offset() * t.element_size()
+    except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): no alias of an index
+        return None
 
 
 def _unmark_aliases(written: list[torch.Tensor]) -> None:
     """No tensor sharing storage with ``written`` is an index any more: the view written through, its base and every
     other view of it (red team round 11b: values copied into a page table's clone through `b.view(...)`, the clone
     kept its mark and its lookups were free)."""
-    addresses = {_storage_address(t) for t in written if _numel(t)}
+    addresses = {_storage_address(t) for t in written if _numel(t)} - {None}
     for key, ref in list(_INDEX.items()):
         t = ref()
         if t is not None and _numel(t) and _storage_address(t) in addresses:
