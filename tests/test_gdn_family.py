@@ -335,4 +335,5 @@ def test_the_precision_floor_lets_bf16_tensor_core_operands_through():
 
     policy = yaml.safe_load((DATASET / "audit_policy.yaml").read_text())
     for name in (DECODE, PREFILL):
-        assert policy_thresholds(policy, name, "gdn") == {"precision_relative_floor": 0.01}
+        assert policy_thresholds(policy, name, "gdn") == {"precision_relative_floor": 0.01,
+                                                          "attribution_cpu_reduction_share": 0.02}

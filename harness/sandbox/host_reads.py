@@ -11,12 +11,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import library_ops, triton_interp
+from . import triton_interp
+
+# Through the type, never the tensor: a method set on a tensor itself counts nothing (red team round 10).
+_numel = torch.Tensor.numel
 
 HOST_READS = frozenset({"numpy", "__array__", "tolist", "item", "__float__", "__int__", "__index__", "__complex__",
                         "__bool__", "__dlpack__", "untyped_storage", "storage", "_typed_storage", "__repr__",
@@ -26,9 +29,12 @@ class HostReads(TorchFunctionMode):
     """Counts, per method (``host: Tensor.numpy``), the float elements a call took out of PyTorch to the host outside
     Triton's launches (``HOST_READS``); every call runs exactly as it would without the mode."""
 
-    def __init__(self) -> None:
+    def __init__(self, holds_values: Callable[[torch.Tensor], bool] = lambda t: True) -> None:
+        """``holds_values``: whether a tensor holds values (the operators' count's marks, ``library_ops``); a read
+        of one that does not (a page table, lengths) is ``host_integers``."""
         super().__init__()
         self.ops: dict[str, tuple[str, int]] = {}
+        self._holds_values = holds_values
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         self._seen(getattr(func, "__name__", ""), args)
@@ -51,10 +57,10 @@ class HostReads(TorchFunctionMode):
             return
         # Values, and integers no value was seen moving into: page tables and lengths, but also value bits a kernel
         # stored (red team round 9): those count toward the share only (`host_integers`), as a plan's reads are small
-        kind, key = ("host", f"host: Tensor.{name}") if library_ops.holds_values(args[0]) else \
+        kind, key = ("host", f"host: Tensor.{name}") if self._holds_values(args[0]) else \
             ("host_integers", f"host: Tensor.{name} (integers)")
         read = (_shown(args[0]) if name in _AS_TEXT else _in_storage(args[0]) if name in _STORAGES
-                else library_ops._numel(args[0]))
+                else _numel(args[0]))
         self.ops[key] = (kind, self.ops.get(key, (kind, 0))[1] + read)
 
 
@@ -72,8 +78,8 @@ def _shown(t: torch.Tensor) -> int:
     """The elements a tensor's text holds: all of them up to the print options' threshold, else the summary's corners
     (``edgeitems`` at each end of every dimension)."""
     options = torch._tensor_str.PRINT_OPTS
-    if library_ops._numel(t) <= options.threshold:
-        return library_ops._numel(t)
+    if _numel(t) <= options.threshold:
+        return _numel(t)
     shown = 1
     for size in t.shape:
         shown *= min(size, 2 * options.edgeitems)

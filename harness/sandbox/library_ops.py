@@ -384,7 +384,7 @@ class Counter:
 
     def __init__(self, inputs: Optional[Mapping[str, Any]] = None) -> None:
         self.aten = LibraryOps(index_budget=INDEX_ARITHMETIC_BUDGET * mark_inputs(inputs or {}))
-        self.host = HostReads()
+        self.host = HostReads(holds_values)
 
     def __enter__(self) -> "Counter":
         with contextlib.ExitStack() as stack:
