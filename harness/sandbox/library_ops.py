@@ -236,9 +236,11 @@ def _index_writes(func: Any, args: tuple, kwargs: dict) -> list[tuple[torch.Tens
     if not func._schema.is_mutable or not _INDEX:
         return []
     written = [t for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
-               for t in _tensors([args[i] if i < len(args) else kwargs.get(a.name)])]
+               for t in _tensors([args[i] if i < len(args) else kwargs.get(a.name)]) if _numel(t)]
+    if not written:  # the interpreter's `set_` of an empty tensor onto a storage writes no element: no scan
+        return []
     indices = {_storage_address(x) for ref in list(_INDEX.values()) if (x := ref()) is not None and _numel(x)} - {None}
-    return [(t, t.clone()) for t in written if _numel(t) and _storage_address(t) in indices]
+    return [(t, t.clone()) for t in written if _storage_address(t) in indices]
 
 
 def _derive(func: Any, args: tuple, kwargs: dict, result: Any, rewritten: bool = False) -> None:
