@@ -19,6 +19,7 @@ import pytest
 from harness.archive.database import Archive
 from harness.data.dataset import Dataset
 from harness.sandbox import protocol
+from harness.sandbox.channel_guard import BASE
 from harness.sandbox.extension_cache import MAX_BYTES as EXTENSION_BYTES
 from harness.sandbox.messages import (BuildRequest, ExitRequest, HelloRequest, RecheckRequest, RecheckStep,
                                       RunRequest, SassRequest)
@@ -35,8 +36,7 @@ def _forge():
     if _FORGED:
         return
     _FORGED.append(1)
-    argv = open("/proc/self/cmdline", "rb").read().split(b"\0")
-    fd = int(argv[argv.index(b"--wfd") + 1])
+    fd = __WFD__  # where the worker keeps its reply channel (harness.sandbox.channel_guard)
     head, body_len, body_bytes = __MESSAGE__
     _os.write(fd, _struct.pack(">Q", len(head)) + head + _struct.pack(">Q", body_len))
     while body_bytes > 0:  # streamed from one small buffer: the candidate's own memory limit is no bound
@@ -58,7 +58,7 @@ def forging_solution(name: str) -> dict:
     kernel = HONEST.replace("def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n",
                             "def run(q, k_cache, v_cache, kv_indptr, kv_indices, sm_scale, output, lse):\n"
                             "    _forge()\n")
-    prelude = FORGE.replace("__MESSAGE__", repr((head, body_len, body_bytes)))
+    prelude = FORGE.replace("__MESSAGE__", repr((head, body_len, body_bytes))).replace("__WFD__", str(BASE + 1))
     return {"name": name, "definition": KV8_PS1, "author": "hostile",
             "spec": {"language": "triton", "target_hardware": ["cpu"], "entry_point": "kernel.py::run",
                      "dependencies": [], "destination_passing_style": True},

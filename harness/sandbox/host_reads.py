@@ -128,6 +128,16 @@ def _counted_to_dlpack(original: Any) -> Any:
 
 
 _HOST_ENTERED: list[HostReads] = []  # the function modes entered now, innermost last
+
+
+def _printed(elements: int) -> None:
+    """The elements a kernel's `tl.device_print` showed under the interpreter: values on the host, in text."""
+    if _HOST_ENTERED and elements:
+        ops, key = _HOST_ENTERED[-1].ops, "host: tl.device_print"
+        ops[key] = ("host", ops.get(key, ("host", 0))[1] + elements)
+
+
+triton_interp.PRINTED.append(_printed)
 for _module in (torch, torch._C, torch.utils.dlpack):
     for _name in ("to_dlpack", "_to_dlpack", "_to_dlpack_versioned"):
         if hasattr(_module, _name):

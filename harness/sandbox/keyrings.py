@@ -51,12 +51,9 @@ def program(abis: dict[int, tuple[int, ...]]) -> list[tuple[int, int, int, int]]
     return code
 
 
-def close_keyrings() -> str:
-    """Install the filter on this process (and so on all it execs); "" or why it could not be."""
-    abis = ABIS.get(platform.machine())
-    if abis is None:
-        return f"no filter for {platform.machine()}"
-    code = program(abis)
+def install(code: list[tuple[int, int, int, int]]) -> str:
+    """Install a classic-BPF seccomp filter on this process (and so on all it starts); "" or why it could not be.
+    Also used by harness.sandbox.channel_guard, in the worker itself."""
     raw = b"".join(struct.pack("=HBBI", *ins) for ins in code)
     buffer = ctypes.create_string_buffer(raw, len(raw))
 
@@ -69,6 +66,14 @@ def close_keyrings() -> str:
     if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
         return os.strerror(ctypes.get_errno())
     return ""
+
+
+def close_keyrings() -> str:
+    """Install the filter on this process (and so on all it execs); "" or why it could not be."""
+    abis = ABIS.get(platform.machine())
+    if abis is None:
+        return f"no filter for {platform.machine()}"
+    return install(program(abis))
 
 
 def main(argv: list[str]) -> None:

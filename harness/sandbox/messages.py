@@ -72,6 +72,13 @@ class ExitRequest(_Request):
     op: Literal["exit"] = Field("exit", description="the request's kind")
 
 
+class SyncRequest(_Request):
+    """Sent after every reply: answered at once, so a frame found before its answer was not that loop's reply to
+    the request before (a forged one came first: harness.sandbox.runner.WorkerProcess.request)."""
+
+    op: Literal["sync"] = Field("sync", description="the request's kind")
+
+
 class CeilingsRequest(_Request):
     """Measure this GPU's copy and read bandwidth and its bf16 matmul rate (the roofline's ceilings)."""
 
@@ -196,11 +203,12 @@ class RecheckRequest(_OnWorkload):
         return self
 
 
-Request = Annotated[Union[HelloRequest, ExitRequest, CeilingsRequest, SassRequest, BuildRequest, RunRequest,
-                          ReferenceRequest, OracleRequest, JudgeRequest, TimeRequest, RecheckRequest, CompiledRequest],
+Request = Annotated[Union[HelloRequest, ExitRequest, SyncRequest, CeilingsRequest, SassRequest, BuildRequest,
+                          RunRequest, ReferenceRequest, OracleRequest, JudgeRequest, TimeRequest, RecheckRequest,
+                          CompiledRequest],
                     Field(discriminator="op")]
 _REQUEST = TypeAdapter(Request)
-OPS = ("hello", "exit", "ceilings", "sass", "build", "run", "reference", "oracle", "judge", "time", "recheck",
+OPS = ("hello", "exit", "sync", "ceilings", "sass", "build", "run", "reference", "oracle", "judge", "time", "recheck",
        "compiled")
 
 
@@ -419,9 +427,9 @@ class CeilingsReply(Reply):
 
 
 REPLIES: dict[str, type[Reply]] = {
-    "hello": HelloReply, "exit": Reply, "ceilings": CeilingsReply, "sass": SassReply, "build": BuildReply,
-    "run": RunReply, "reference": ReferenceReply, "oracle": ReferenceReply, "judge": JudgeReply, "time": TimeReply,
-    "recheck": RecheckReply, "compiled": CompiledReply}
+    "hello": HelloReply, "exit": Reply, "sync": Reply, "ceilings": CeilingsReply, "sass": SassReply,
+    "build": BuildReply, "run": RunReply, "reference": ReferenceReply, "oracle": ReferenceReply, "judge": JudgeReply,
+    "time": TimeReply, "recheck": RecheckReply, "compiled": CompiledReply}
 
 
 def parse_reply(op: str, header: Any) -> Reply:

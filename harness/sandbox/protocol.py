@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import struct
 import sys
@@ -44,6 +45,20 @@ class PeerClosed(RuntimeError):
 # a replaced json.dumps or os.write must not reach what the harness reads (harness.sandbox.integrity fingerprints
 # these names and json's own module state).
 _dumps, _loads, _write, _read = json.dumps, json.loads, os.write, os.read
+# a JSON escape of a UTF-16 surrogate: a lone one decodes to a str nothing downstream can encode (red team round 12,
+# a02: an exception message holding "\ud800" failed the archive's write and ended the whole batch)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` with every lone surrogate of its strings (keys too) written out as its escape (``\\ud800``)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_encodable(v) for v in value]
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    return value
 
 
 def encode(header: dict[str, Any], tensors: Optional[dict[str, torch.Tensor]] = None) -> bytes:
@@ -129,6 +144,8 @@ def read_message(fd: int, deadline: Optional[float] = None, max_payload: int = M
     raw = _read_exact(fd, head_len, deadline)
     try:
         header = _loads(raw)
+        if _SURROGATE_ESCAPE.search(raw):  # rare: only then is the header walked
+            header = _encodable(header)
     except (ValueError, RecursionError) as err:
         # ValueError: not JSON, not UTF-8, or an integer past Python's digit limit; RecursionError: nesting deeper
         # than the interpreter's stack. Whatever the peer sent, it is that peer's fault, never the harness's.
@@ -137,12 +154,12 @@ def read_message(fd: int, deadline: Optional[float] = None, max_payload: int = M
         raise ProtocolError("header is not a JSON object")
     if _nesting(header) > MAX_NESTING:  # loadable here, but deep enough to break a later dump or validation
         raise ProtocolError(f"header is nested more than {MAX_NESTING} levels deep")
+    if nonce is not None and header.pop("nonce", None) != nonce:  # before its length: a frame of another request
+        raise ForeignFrame("a reply the worker's loop did not write (its request's nonce is missing or wrong): code "
+                           "in the worker wrote into the harness's channel")
     (body_len,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
     if body_len > min(max_payload, MAX_PAYLOAD):
         raise ProtocolError(f"payload of {body_len} bytes is larger than allowed ({min(max_payload, MAX_PAYLOAD)})")
-    if nonce is not None and header.pop("nonce", None) != nonce:
-        raise ForeignFrame("a reply the worker's loop did not write (its request's nonce is missing or wrong): code "
-                           "in the worker wrote into the harness's channel")
     tensors: dict[str, torch.Tensor] = {}
     if body_len:
         from safetensors.torch import load

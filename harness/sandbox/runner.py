@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import protocol
-from .messages import ExitRequest, HelloRequest, MalformedReply, Reply, Request, parse_reply
+from .messages import ExitRequest, HelloRequest, MalformedReply, Reply, Request, SyncRequest, parse_reply
 from .bytecode import worker_bytecode
 from .environment_filter import passes
 from .extension_cache import MAX_BYTES as EXTENSION_BYTES, folder_environment
@@ -38,6 +38,7 @@ LOG_LIMIT = 5 << 20  # the official evaluator keeps at most 5 MiB of log
 
 
 _SPENT_LOCK = threading.Lock()
+_SYNC_S = 10.0  # the least time a sync's answer is waited for (an idle worker answers in a millisecond)
 
 
 class WorkerCrashed(RuntimeError):
@@ -438,6 +439,8 @@ class WorkerProcess:
                 self._definition = message.definition
             limit = reply_payload_limit(message, getattr(self, "_definition", None), self.options.policy.memory_bytes)
             header, tensors = protocol.read_message(self._r, deadline, max_payload=limit, nonce=nonce)
+            if message.op != "exit":
+                self._confirm(deadline)
         except protocol.Timeout:
             self.kill()
             if cut:
@@ -468,6 +471,16 @@ class WorkerProcess:
         if not reply.ok and reply.error is not None and self.sandbox is not None:
             reply.error = self.sandbox.annotate(reply.error)
         return reply, tensors
+
+    def _confirm(self, deadline: float) -> None:
+        """The worker's loop answers requests in order, one reply each: a sync answered with its own nonce right
+        after the reply means that reply was the loop's. A frame candidate code wrote into the channel before the
+        loop's reply (red team round 12, a10: the nonce read from the loop's frame) was taken as the reply; the
+        loop's own then arrives here, with the request's nonce, and is a ForeignFrame. An honest worker answers at
+        once: it is idle, waiting."""
+        nonce = secrets.token_hex(16)
+        protocol.write_message(self._w, {**SyncRequest().wire(), "nonce": nonce})
+        protocol.read_message(self._r, max(deadline, time.monotonic() + _SYNC_S), max_payload=0, nonce=nonce)
 
     def _account(self, op: str, steps: dict[str, float], round_trip_s: float) -> None:
         spent, prefix = self.options.spent, f"{self.options.role}.{op}."

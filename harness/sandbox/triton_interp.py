@@ -37,6 +37,7 @@ only.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -54,6 +55,10 @@ LAUNCHES = [0]
 # Launches in progress: the interpreter's own reads of a launch's tensors (numpy views of its arguments, the fp8 casts
 # above) are not host work of the candidate's (harness.sandbox.library_ops leaves them out of the CPU's attribution).
 IN_LAUNCH = [0]
+# called with the number of elements each `tl.device_print` shows: what it prints is values taken to the host, and
+# Python's stdout can be taken back (red team round 12, a01: K and V printed, parsed, attention in plain Python);
+# harness.sandbox.host_reads counts them
+PRINTED: list[Callable[[int], None]] = []
 
 
 def _torch_fp8_cast(values: np.ndarray, src, dst):
@@ -278,7 +283,15 @@ def apply() -> bool:
         b32 = b32 if b32 is not None else b.data.astype(np.float32)
         return interp.TensorHandle(np.matmul(a32, b32, dtype=d.data.dtype) + d.data, d.dtype.scalar)
 
+    original_print = builder.create_print
+
+    def create_print(self, prefix, hex, values, isSigned):
+        for seen in PRINTED:
+            seen(sum(int(np.size(v.data)) for v in values))
+        return original_print(self, prefix, hex, values, isSigned)
+
     builder.cast_impl = cast_impl
+    builder.create_print = create_print
     for name in ("create_fp_ext", "create_fp_trunc"):
         setattr(builder, name, lambda self, src, dst_type: cast_impl(self, src, dst_type))
     builder.create_fp_to_fp = create_fp_to_fp

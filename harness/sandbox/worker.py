@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from . import process_log, protocol
+from . import channel_guard, process_log, protocol
 from .build import Built, BuildError, build
 from .compiled_sources import collect as collect_compiled
 from .extension_cache import as_bytes, as_tensor, extension_folders, pack, unpack
@@ -331,6 +331,7 @@ class Worker:
         handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
                     "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
                     "oracle": self.oracle, "sass": self.sass, "judge": self.judge, "compiled": self.compiled}
+        channel = channel_guard.Identity(wfd)
         while True:
             try:
                 header, self._request_tensors = protocol.read_message(rfd)
@@ -346,10 +347,16 @@ class Worker:
             if req.op == "exit":
                 protocol.write_message(wfd, {"ok": True, **nonce})
                 return
+            if req.op == "sync":  # the harness's confirmation that the last reply was this loop's (runner.request)
+                protocol.write_message(wfd, {"ok": True, **nonce})
+                continue
             header, tensors = self.answer(handlers[req.op], req)
             if self.role == "candidate" and not self.integrity.tampered and self.integrity.check(kernels=False):
                 # changed while this reply was made (after answer()'s check): nothing of it is sent
                 header, tensors = _tampered_reply(self.integrity.tampered), {}
+            if not channel.intact():  # the descriptor names another file now: nothing written there reaches the harness
+                print("crucible-worker: the reply descriptor was replaced; stopping", file=sys.stderr, flush=True)
+                os._exit(3)
             try:
                 protocol.write_message(wfd, {**header, **nonce}, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
@@ -458,7 +465,13 @@ def main(argv: Optional[list[str]] = None) -> None:
 
         cpu_cuda.apply(torch)  # torch.cuda.synchronize() and the device's properties answered, not raised
     preload(torch.cuda.is_available())  # before the fingerprint: everything the worker will call, imported
-    Worker(args.role).serve(args.rfd, args.wfd)
+    # the channel out of the candidate's reach before any of its code runs (harness.sandbox.channel_guard)
+    rfd, wfd = channel_guard.move_high(args.rfd, args.wfd)
+    why = channel_guard.guard((rfd, wfd))
+    if why:
+        print(f"crucible-worker: the channel to the harness is not guarded by the kernel ({why})", file=sys.stderr,
+              flush=True)
+    Worker(args.role).serve(rfd, wfd)
     # Done: leave without Python's finalisation (torch's, Triton's and the candidate's exit handlers: tenths of a
     # second the harness would wait for on every worker it stops); nothing of this process is kept.
     sys.stdout.flush()

@@ -40,6 +40,7 @@ _HARNESS_NAMES = (
     # (harness/measure/timing.py) from the checked ones
     "traceback.format_stack", "traceback.print_stack", "logging.currentframe", "logging.captureWarnings",
     "tracemalloc", "cProfile", "profile", "trace", "pdb", "bdb", "faulthandler", "contextlib.redirect_stderr",
+    "contextlib.redirect_stdout",  # what Triton's interpreter prints (tl.device_print) taken back (round 12, a01)
     "torch.utils._traceback", "torch._C._profiler", "torch.fx.traceback", "torch.cuda.memory._record_memory_history",
 )
 # Profilers of the candidate's own: a second Kineto/CUPTI session in the process the official timer traces.
@@ -78,6 +79,8 @@ _FILE_NAMES = (
     "torch.save", "torch.load", "torch.from_file", "torch.UntypedStorage.from_file",
     "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.load", "numpy.memmap", "numpy.fromfile",
     "numpy.savetxt", "numpy.loadtxt", "numpy.genfromtxt",
+    # writers that open their file themselves (red team round 12: each passed with no finding)
+    "logging.FileHandler", "logging.handlers", "gzip", "bz2", "lzma", "fileinput", "tarfile", "zipfile",
 )
 _DYNAMIC_NAMES = (
     "builtins.exec", "builtins.eval", "builtins.compile", "builtins.__import__", "importlib", "imp", "runpy",
@@ -102,6 +105,34 @@ _DYNAMIC_NAMES = (
     "torch._inductor.compile", "torch._inductor.compile_fx", "torch._inductor.standalone_compile",
     "torch._inductor.CompiledArtifact", "torch._inductor.graph", "torch._inductor.output_code",
     "torch._dynamo.aot_compile", "torch._functorch.aot_autograd", "functorch.compile",
+    # library helpers that import a module named by a string, or run source text (red team round 12:
+    # `torch._utils._import_dotted_name("sys._getframe")` gave back every banned name, the nonce of the worker's loop
+    # and a way round the count's modes). Found by a scan of torch, Triton and numpy for functions that pass an
+    # argument to importlib, __import__, exec or eval.
+    "torch._utils._import_dotted_name", "torch._utils.try_import", "torch._ops.import_module",
+    "torch._ops._Ops.import_module", "torch.ops.import_module", "torch.fx.graph_module._forward_from_src",
+    "torch.fx.graph_module._exec_with_source", "torch.fx.graph_module._method_from_src",
+    "torch.fx.graph_module.reduce_graph_module", "torch.fx.graph_module.reduce_package_graph_module",
+    "torch.fx.graph_module._loader", "torch.fx.experimental.rewriter", "torch.fx._graph_pickler",
+    "torch.fx.operator_schemas._torchscript_type_to_python_type",
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_guards_expression",
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.evaluate_symexpr",
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv.deserialize_symexpr",
+    "torch._functorch._aot_autograd.subclass_codegen", "torch._guards.Source.get_value",
+    "torch._guards.ChainedSource.get_value", "torch.utils._pytree.treespec_loads",
+    "torch.utils._pytree._defaultdict_deserialize", "torch.utils._pytree.enum_object_hook",
+    "torch.utils._config_module.ConfigModule._get_alias_module_and_name",
+    "torch.nn.utils._deprecation_utils.lazy_deprecated_import", "torch.nn.attention._fa3._fa3_import_module",
+    "torch.nn.attention._fa4._fa4_import_module", "torch._native.get_user_ordering_fn", "torch._vendor.quack",
+    "torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch", "torch.export._unlift",
+    "torch.jit.frontend.build_ignore_context_manager", "torch.jit.unsupported_tensor_ops",
+    "torch.jit.annotations._eval_no_call", "torch.package",
+    "triton.runtime.build._load_module_from_path", "triton.tools.compile",
+    "triton.runtime.jit.create_function_from_signature",
+    "triton.runtime.interpreter.FunctionRewriter", "triton.profiler.proton.execute_as_main",
+    "triton.backends._discover_backends",
+    "numpy.core._ufunc_reconstruct", "numpy._core._ufunc_reconstruct", "numpy.lib._utils_impl._makenamedict",
+    "numpy.f2py", "numpy.distutils",
 )
 _FFI_NAMES = (
     "ctypes", "_ctypes", "cffi", "torch.utils.cpp_extension", "torch.ops.load_library",

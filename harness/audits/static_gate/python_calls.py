@@ -143,6 +143,9 @@ class _CallChecks(_OwnPathChecks):
                 self._check_dynamic_store(owner, node, f"{method}()")
         elif resolved in _OPEN_FUNCTIONS:
             self._check_open_mode(resolved, node, args[1] if len(args) > 1 else None)
+        elif resolved == "logging.basicConfig" and any(k.arg in ("filename", "handlers", None) for k in node.keywords):
+            # a log written to a file (red team round 12: past the gate with no finding); to stderr it is fine
+            self._hit("file_cache", node, "`logging.basicConfig()` with a file or handlers of its own")
         elif resolved in _GLOB_FUNCTIONS or resolved in _LISTINGS:
             self._check_listing(resolved, node)  # python_paths
         elif resolved in ("sys.path.insert", "sys.path.append") and args and self._own_folder(args[-1]):

@@ -71,7 +71,8 @@ _CACHE_ACCESS_METHODS = frozenset({"get", "setdefault", "pop", "__getitem__", "_
 
 # (str.replace / DataFrame.rename are too common to treat .replace()/.rename() as file operations.)
 _FILE_WRITE_METHODS = frozenset({"write_text", "write_bytes", "touch", "mkdir", "unlink", "symlink_to",
-                                 "hardlink_to", "tofile", "exists", "is_file", "is_dir"})
+                                 "hardlink_to", "tofile", "exists", "is_file", "is_dir",
+                                 "_write_file"})  # a storage written to a file
 _FILE_READ_METHODS = frozenset({"read_text", "read_bytes"})
 
 _OPEN_FUNCTIONS = frozenset({"builtins.open", "io.open", "codecs.open", "os.fdopen", "pathlib.Path.open", "io.FileIO",
