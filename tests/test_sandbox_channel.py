@@ -32,15 +32,35 @@ import os as _os, struct as _struct
 _FORGED = []
 
 
+def _nonce():
+    """The nonce of the request being answered, from the worker loop's frame (red team round 12, a10)."""
+    import sys as _sys
+    frame = _sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "serve":
+        frame = frame.f_back
+    return frame.f_locals["nonce"]["nonce"].encode() if frame is not None else b""
+
+
 def _forge():
     if _FORGED:
         return
     _FORGED.append(1)
     fd = __WFD__  # where the worker keeps its reply channel (harness.sandbox.channel_guard)
     head, body_len, body_bytes = __MESSAGE__
+    head = head.replace(b"__NONCE__", _nonce())
     _os.write(fd, _struct.pack(">Q", len(head)) + head + _struct.pack(">Q", body_len))
     while body_bytes > 0:  # streamed from one small buffer: the candidate's own memory limit is no bound
         body_bytes -= _os.write(fd, b"\0" * min(body_bytes, 1 << 20))
+'''
+
+SURROGATE = r'''
+
+_honest_run = run
+
+
+def run(*args):
+    _honest_run(*args)
+    raise RuntimeError("lone \ud800 and \udfff")
 '''
 
 # name -> (header, payload length announced, payload bytes written), and the reason the harness must give
@@ -50,7 +70,12 @@ FORGERIES = {
     "payload": (b'{"ok": true, "input_fingerprint": "x"}', 1 << 30, 64 << 20, "is larger than allowed"),
     # well-formed, as a forged timing would be: told apart by the request's nonce, which the candidate never sees
     "wellformed": (b'{"ok": true, "input_fingerprint": "x"}', 0, 0, "wrote into the harness's channel"),
+    # ...and with the nonce read from the loop's frame: taken as the reply, then the loop's own reply arrives before
+    # the answer to the sync the harness sends after every reply (runner.WorkerProcess._confirm)
+    "with_nonce": (b'{"ok": true, "input_fingerprint": "x", "nonce": "__NONCE__"}', 0, 0,
+                   "wrote into the harness's channel"),
 }
+PROTOCOL_BREAKS = ("wellformed", "with_nonce")
 
 
 def forging_solution(name: str) -> dict:
@@ -70,11 +95,14 @@ def forged_run(tiny_dataset_root, tmp_path_factory):
     """One `harness submit` of every forging candidate, then an honest one, in that order."""
     tmp = tmp_path_factory.mktemp("forged")
     paths = []
-    for name in [*FORGERIES, "honest"]:
-        solution = forging_solution("nested") if name == "honest" else forging_solution(name)
+    for name in [*FORGERIES, "surrogate", "honest"]:
+        solution = forging_solution("nested") if name in ("honest", "surrogate") else forging_solution(name)
         if name == "honest":
             solution["name"] = "honest"
             solution["sources"][0]["content"] = HONEST
+        if name == "surrogate":  # red team round 12, a02: its message once failed the archive's write and the batch
+            solution["name"] = "surrogate"
+            solution["sources"][0]["content"] = HONEST + SURROGATE
         paths.append(tmp / f"{name}.json")
         paths[-1].write_text(json.dumps(solution))
     (tmp / "archive").mkdir()
@@ -90,7 +118,15 @@ def test_a_forged_reply_never_ends_the_harness_nor_the_next_submission(forged_ru
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 1, proc.stderr[-3000:]  # a submission failed: said, not crashed
     statuses = {row["solution_name"]: row["status"] for row in archive.submissions()}
-    assert statuses == {**{name: "RUNTIME_ERROR" for name in FORGERIES}, "honest": "PASSED"}, statuses
+    assert statuses == {**{name: "RUNTIME_ERROR" for name in FORGERIES}, "surrogate": "RUNTIME_ERROR",
+                        "honest": "PASSED"}, statuses
+
+
+def test_lone_surrogates_in_a_message_are_archived_as_their_escapes(forged_run):
+    _, archive, _ = forged_run
+    row = next(r for r in archive.submissions() if r["solution_name"] == "surrogate")
+    message = archive.submission(row["id"])["evaluations"][0]["message"]
+    assert "lone \\ud800 and \\udfff" in message, message
 
 
 @pytest.mark.parametrize("name", list(FORGERIES))
@@ -99,7 +135,7 @@ def test_a_forged_reply_is_the_candidates_runtime_error_naming_it(forged_run, na
     row = next(r for r in archive.submissions() if r["solution_name"] == name)
     message = archive.submission(row["id"])["evaluations"][0]["message"]
     assert FORGERIES[name][3] in message, message
-    assert ("the worker died" if name != "wellformed" else "the worker broke the protocol") in message, message
+    assert ("the worker died" if name not in PROTOCOL_BREAKS else "the worker broke the protocol") in message, message
 
 
 def test_an_oversized_payload_is_refused_before_it_is_read(forged_run):

@@ -1,0 +1,85 @@
+"""Red team round 12 (benchmarks/results/2026-12-08_cpu_redteam_round12/): what got through, now stopped.
+
+- a01: K and V printed by a kernel's `tl.device_print`, Python's stdout taken back with `contextlib.redirect_stdout`,
+  attention in plain Python: "no library compute".
+- a08, a10, a11: `torch._utils._import_dotted_name` (and other library helpers that import by a string) gave back
+  every banned name: the count's modes stepped past, the nonce of the worker's loop read, the reply descriptor
+  redirected (tests/test_channel_guard.py, tests/test_sandbox_channel.py for the channel itself).
+- the gate let files be written through logging's handlers, compressors and storages.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.audits.static_gate import scan_sources
+from harness.audits.static_gate.policy import load_policy
+from support import ROOT
+
+POLICY = load_policy(definition="gqa_paged_decode_h32_kv8_d128_ps1", op_type="gqa_paged")
+
+
+def _errors(source: str) -> set[str]:
+    # the path is computed, as the attacks built theirs (a path in a literal is a finding of its own)
+    findings = scan_sources({"main.py": "import torch\nP = chr(120) * 3\n" + textwrap.dedent(source)}, "triton",
+                            POLICY)
+    return {f.rule for f in findings if str(f.severity).endswith("error")}
+
+
+@pytest.mark.parametrize("source, rule", [
+    ('S = torch._utils._import_dotted_name("sys._getframe")', "dynamic_code"),
+    ('from torch._utils import _import_dotted_name as get\nS = get("sys.modules")', "dynamic_code"),
+    ('S = torch.ops.import_module("sys")', "dynamic_code"),
+    ('S = torch._ops.import_module("sys")', "dynamic_code"),
+    ('import torch.fx.graph_module as g\ng._forward_from_src("x = 1", {}, None)', "dynamic_code"),
+    ('import numpy\nM = numpy.core._ufunc_reconstruct("sys", "modules")', "dynamic_code"),
+    ('from torch.utils import _pytree\n_pytree.treespec_loads("{}")', "dynamic_code"),
+    ('import logging\nlogging.FileHandler(P, mode="ab")', "file_cache"),
+    ('import logging\nlogging.basicConfig(filename=P)', "file_cache"),
+    ('import gzip\ngzip.GzipFile(P, "wb")', "file_cache"),
+    ('import fileinput\nfileinput.input(P, inplace=True)', "file_cache"),
+    ('t = torch.zeros(4)\nt.untyped_storage()._write_file(P, True, True, 4)', "file_cache"),
+    ('import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n    pass', "harness_internals"),
+])
+def test_the_gate_refuses_what_got_through(source, rule):
+    assert rule in _errors(source), source
+
+
+@pytest.mark.parametrize("source", [
+    'import logging\nlogging.basicConfig(level=logging.INFO)\nlogging.getLogger(__name__).info("x")',
+    'import logging\nlogging.getLogger(__name__).addHandler(logging.NullHandler())',
+    "x = torch.ops.aten.add.Tensor",
+])
+def test_honest_twins_stay_clean(source):
+    assert not _errors(source) & {"file_cache", "dynamic_code", "harness_internals"}, source
+
+
+PRINTING = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from harness.sandbox import triton_interp
+    triton_interp.apply()
+    import torch, triton, triton.language as tl
+    from harness.sandbox import library_ops
+
+    @triton.jit
+    def show(x_ptr, N: tl.constexpr):
+        tl.device_print("v", tl.load(x_ptr + tl.arange(0, N)))
+
+    k = torch.randn(64, 128)
+    with library_ops.Counter({"k_cache": k}) as counter:
+        show[(4,)](k, 128)
+    print("COUNTED", dict(counter.host.ops))
+""")
+
+
+def test_what_a_kernel_prints_under_the_interpreter_counts_as_values_on_the_host():
+    out = subprocess.run([sys.executable, "-c", PRINTING, str(ROOT)], capture_output=True, text=True, timeout=300,
+                         env={"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    counted = eval(out.stdout.split("COUNTED ", 1)[1])
+    assert counted == {"host: tl.device_print": ("host", 4 * 128)}, counted
