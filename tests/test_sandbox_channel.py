@@ -67,7 +67,9 @@ def run(*args):
 FORGERIES = {
     "nested": ((b"[" * 100_000 + b"]" * 100_000), 0, 0, "RecursionError"),
     "digits": (b'{"ok": true, "elapsed_s": ' + b"7" * 20_000 + b"}", 0, 0, "ValueError"),
-    "payload": (b'{"ok": true, "input_fingerprint": "x"}', 1 << 30, 64 << 20, "is larger than allowed"),
+    # with the request's nonce (read from the loop's frame): the bound holds for a frame the harness takes as the reply
+    "payload": (b'{"ok": true, "input_fingerprint": "x", "nonce": "__NONCE__"}', 1 << 30, 64 << 20,
+                "is larger than allowed"),
     # well-formed, as a forged timing would be: told apart by the request's nonce, which the candidate never sees
     "wellformed": (b'{"ok": true, "input_fingerprint": "x"}', 0, 0, "wrote into the harness's channel"),
     # ...and with the nonce read from the loop's frame: taken as the reply, then the loop's own reply arrives before

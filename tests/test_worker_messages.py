@@ -32,8 +32,8 @@ from harness.pipeline.workload_evaluation import CLOCK_TRUTH_CALLS, WorkloadEval
 from harness.sandbox import messages
 from harness.sandbox.messages import (OPS, REPLIES, BuildRequest, CeilingsRequest, CompiledRequest, ExitRequest,
                                       HelloRequest, JudgeRequest, MalformedReply, OracleRequest, RecheckRequest,
-                                      ReferenceRequest, RequestError, RunReply, RunRequest, SassRequest, TimeRequest,
-                                      parse_reply, parse_request)
+                                      ReferenceRequest, RequestError, RunReply, RunRequest, SassRequest, SyncRequest,
+                                      TimeRequest, parse_reply, parse_request)
 from harness.sandbox.protocol import encode, read_message, write_message
 from harness.sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess
 from harness.sandbox.worker import Worker
@@ -53,6 +53,7 @@ TOL = Tolerance(atol=1e-3, rtol=2e-3)
 REQUESTS = [
     (HelloRequest(), {"op": "hello"}),
     (ExitRequest(), {"op": "exit"}),
+    (SyncRequest(), {"op": "sync"}),
     (CeilingsRequest(), {"op": "ceilings"}),
     (SassRequest(), {"op": "sass"}),
     (CompiledRequest(), {"op": "compiled"}),
@@ -80,7 +81,7 @@ REQUESTS = [
 
 def test_the_table_covers_every_op():
     assert {model.op for model, _ in REQUESTS} == set(OPS) == set(REPLIES)
-    assert all(callable(getattr(Worker, op)) for op in OPS if op != "exit")  # a handler per op
+    assert all(callable(getattr(Worker, op)) for op in OPS if op not in ("exit", "sync"))  # a handler per op
 
 
 @pytest.mark.parametrize("model, legacy", REQUESTS, ids=[f"{m.op}-{i}" for i, (m, _) in enumerate(REQUESTS)])
@@ -202,9 +203,20 @@ def read(n):
         data += chunk
     return data
 import time
-for reply in json.loads(sys.argv[1]):
+replies = json.loads(sys.argv[1])
+late = b""  # a frame someone else writes once the sync is answered, between two requests
+while True:
     request = json.loads(read(struct.unpack(">Q", read(8))[0]))
     read(struct.unpack(">Q", read(8))[0])
+    if request.get("op") == "sync":  # answered at once, as the worker's loop does
+        head = json.dumps({"ok": True, "nonce": request["nonce"]}).encode()
+        os.write(1, struct.pack(">Q", len(head)) + head + struct.pack(">Q", 0) + late)
+        late = b""
+        continue
+    if not replies:
+        while True:
+            read(1)
+    reply = replies.pop(0)
     time.sleep(reply.pop("_sleep_s", 0))  # a worker that takes this long to answer
     if reply.pop("_forged", False):  # a frame written by someone who does not know the request's nonce
         reply["nonce"] = "0" * 32
@@ -212,8 +224,10 @@ for reply in json.loads(sys.argv[1]):
         reply["nonce"] = request["nonce"]
     extra = reply.pop("_twice", False)  # a second frame after the worker's own, written by someone else
     head = json.dumps(reply).encode()
+    if reply.pop("_late", False):
+        late = struct.pack(">Q", len(head)) + head + struct.pack(">Q", 0)
+        head = json.dumps(reply).encode()
     os.write(1, (struct.pack(">Q", len(head)) + head + struct.pack(">Q", 0)) * (2 if extra else 1))
-read(1)
 """
 
 
@@ -246,7 +260,9 @@ def test_the_runner_kills_a_worker_that_breaks_the_protocol():
 
 @pytest.mark.parametrize("first, words", [
     ({"ok": True, "input_fingerprint": "f", "_forged": True}, "a reply the worker's loop did not write"),
-    ({"ok": True, "input_fingerprint": "f", "_twice": True}, "channel held bytes before a request was sent"),
+    # the second frame is found by the sync the harness sends after every reply (runner.WorkerProcess._confirm)
+    ({"ok": True, "input_fingerprint": "f", "_twice": True}, "a reply the worker's loop did not write"),
+    ({"ok": True, "input_fingerprint": "f", "_late": True}, "channel held bytes before a request was sent"),
 ])
 def test_a_frame_the_workers_loop_did_not_write_ends_the_worker(first, words):
     """Candidate code shares the worker's process and descriptors: a frame it writes (ahead of the worker's reply,
