@@ -342,8 +342,14 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
         names = [n for d in definitions for n in ds.resolve(d)] or None
     except SchemaError as e:
         fail(str(e))
+    target = Path(directory)
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        fail(f"cannot write the trace set to {directory}: {NOT_A_FOLDER}")
+    if target.is_dir() and any(target.iterdir()):
+        # never over a person's files, nor through links planted in the folder (red team round 12, V5)
+        fail(f"cannot write the trace set to {directory}: it holds files already (name a new or empty folder)")
     try:
-        report = export_trace_set(archive, ds, Path(directory), names)
+        report = export_trace_set(archive, ds, target, names)
     except SchemaError as e:
         fail(str(e))
     except OSError as e:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -92,6 +93,12 @@ def invoke(command: Any) -> int:
     except click.Abort:
         print(f"error: interrupted ({INTERRUPTED_NOTE})", file=sys.stderr)
         return 130
+    except sqlite3.OperationalError as e:  # another process held the archive past the busy timeout (30 s)
+        if "locked" not in str(e):
+            raise
+        print(f"error: the archive is locked by another process ({e}); run again when it is done ({INTERRUPTED_NOTE} "
+              "by the next run)", file=sys.stderr)
+        return 2
     except SystemExit as done:  # harness.sandbox.runner.exit_on_sigterm: said on one line, as Ctrl-C is
         if done.code == TERMINATED:
             print(f"error: terminated by SIGTERM ({INTERRUPTED_NOTE})", file=sys.stderr)

@@ -56,6 +56,8 @@ def put(folder: Path, kind: str) -> Path:
         path.write_text(json.dumps({**GOOD, "definition": "no\nsuch\ndefinition"}))
     elif kind == "empty":
         path.write_text("")
+    elif kind == "long number":  # red team round 12: past Python's 4300 digits, a traceback
+        path.write_text('{"name": ' + "9" * 10_000 + "}")
     else:
         return Path(kind)  # a device
     return path
@@ -81,6 +83,7 @@ def digest(folder: Path) -> dict[str, str]:
     ("not UTF-8", "not UTF-8 text"),
     ("definition with newlines", "unknown definition"),
     ("empty", "not valid JSON"),
+    ("long number", "long number.json: a number of more than 4300 digits"),
 ])
 def test_a_bad_solution_file_is_one_line_and_archives_nothing(tmp_path, tiny_dataset_root, monkeypatch, capsys, kind,
                                                               said):

@@ -1,4 +1,4 @@
-"""Red team round 12 (benchmarks/results/2026-12-08_cpu_redteam_round12/): what got through, now stopped.
+"""Red team round 12 (benchmarks/results/2026-12-07_cpu_redteam_round12/): what got through, now stopped.
 
 - a01: K and V printed by a kernel's `tl.device_print`, Python's stdout taken back with `contextlib.redirect_stdout`,
   attention in plain Python: "no library compute".
@@ -83,3 +83,46 @@ def test_what_a_kernel_prints_under_the_interpreter_counts_as_values_on_the_host
     assert out.returncode == 0, out.stderr[-2000:]
     counted = eval(out.stdout.split("COUNTED ", 1)[1])
     assert counted == {"host: tl.device_print": ("host", 4 * 128)}, counted
+
+
+# -- the command line (round 12's third part) ------------------------------------------------------------------
+
+
+def test_export_never_writes_into_a_folder_that_holds_files_or_links(tmp_path, monkeypatch, capsys):
+    """V5: an export over a person's file replaced it, and one through a link planted in the folder wrote outside."""
+    from harness.archive.database import Archive
+    from harness.cli import main
+    from harness.cli_common import invoke
+
+    Archive(tmp_path / "archive")
+    for name, plant in [("notes", lambda d: (d / "notes.txt").write_text("mine")),
+                        ("link", lambda d: (d / "solutions").symlink_to(tmp_path / "elsewhere"))]:
+        folder = tmp_path / name
+        folder.mkdir()
+        plant(folder)
+        before = sorted(p.name for p in folder.iterdir())
+        monkeypatch.setattr(sys, "argv", ["harness", "export", str(folder), "--archive", str(tmp_path / "archive")])
+        with pytest.raises(SystemExit) as done:
+            invoke(main)
+        assert done.value.code == 2
+        assert "it holds files already" in capsys.readouterr().err
+        assert sorted(p.name for p in folder.iterdir()) == before
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_locked_archive_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """V2/V4: a database another process held past the busy timeout was a 61-line traceback."""
+    import sqlite3
+
+    import click
+
+    from harness.cli_common import invoke
+
+    @click.command()
+    def locked() -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(sys, "argv", ["harness"])
+    assert invoke(locked) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "the archive is locked by another process" in lines[0], lines

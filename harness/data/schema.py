@@ -13,6 +13,7 @@ import json
 import math
 import os
 import stat
+import sys
 from enum import Enum
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, Optional, TypeVar, Union
@@ -448,6 +449,11 @@ def _parse_json(text: str, where: str) -> Any:
     except UnicodeEncodeError as err:
         raise SchemaError(f"{where}: a string holds a lone surrogate escape (\\u{ord(err.object[err.start]):04x}),"
                           " which is no text") from None
+    except ValueError as err:  # Python's limit on the digits of an integer (a number too long to be meant)
+        if "integer string conversion" not in str(err):
+            raise
+        raise SchemaError(f"{where}: a number of more than {sys.get_int_max_str_digits()} digits is no value here"
+                          ) from None
     return data
 
 
