@@ -412,17 +412,27 @@ def loop(definition, provider, model, rounds, candidates, repairs, archive_path,
 
 @main.command()
 @click.option("--archive", "archive_path", type=click.Path(file_okay=False), help=ARCHIVE_HELP)
-@click.option("--definition", "-d", help="Only runs of this definition.")
+@click.option("--definition", "-d", help="Only runs of this definition (or alias).")
+@click.option("--dataset", type=click.Path(), help="Trace-set folder that knows --definition if the archive does not.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list, newest first (for scripts).")
-def runs(archive_path, definition, as_json) -> None:
+def runs(archive_path, definition, dataset, as_json) -> None:
     """List the loop's runs (newest first), to find a RUN_ID to resume or replay."""
+    from harness.archive_cli import listed_definitions
+
     from .store import Store
 
-    store = Store(_open_existing(archive_path))
+    archive = _open_existing(archive_path)
+    store = Store(archive)
+    names = [definition]
+    if definition is not None and not (definition and store.runs(definition)):  # '' would mean every run
+        names = listed_definitions(archive.db, definition, dataset)  # an unknown name: one line, no empty table
+    found = [r for name in names for r in store.runs(name)]
+    if len(names) > 1:  # an alias's definitions: newest first across them, as one definition's are
+        found.sort(key=lambda r: (str(r["created_at"] or ""), str(r["id"])), reverse=True)
     rows = [{"run_id": r["id"], "definition": r["definition"], "provider": r["provider"], "status": r["status"],
              "rounds_done": sum(1 for x in store.rounds(r["id"]) if x["status"] == RunStatus.DONE and x["round"] > 0),
              "wall_s": round(store.spend(r["id"])["wall_s"] or 0.0, 1), "stop_reason": r["stop_reason"] or "",
-             "created_at": r["created_at"]} for r in store.runs(definition)]
+             "created_at": r["created_at"]} for r in found]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -447,6 +457,8 @@ def trajectory(run_id, archive_path, out_dir, all_runs) -> None:
     from .store import Store
     from .trajectory import plot_trajectory, trajectory_markdown
 
+    if run_id is not None and all_runs:  # one run, or every run: either choice would leave the other unused
+        fail("give RUN_ID or --all, not both (--all shows every run; RUN_ID only that one)")
     store = Store(_open_existing(archive_path))
     runs_found = store.runs()
     if run_id is not None:

@@ -53,7 +53,8 @@ from .providers.api_errors import redact
 from .providers.base import Provider, ProviderError
 from .providers.registry import make_provider
 from .providers.offline import naive_incumbent, offline_generator
-from .skills import PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds
+from .skills import (PromotionThresholds, Skill, load_skills, machine_blocks, promotion_thresholds,
+                     require_indexable)
 from .screening import RoundEvaluation, search_settings
 from .search import stalled_regimes
 from . import runlock
@@ -351,7 +352,7 @@ class Loop(RoundEvaluation):
         except BaseException as err:
             status = RunStatus.FAILED if isinstance(err, Exception) else RunStatus.INTERRUPTED
             try:
-                self.store.set_run_status(self.run_id, status, f"{type(err).__name__}: {err}")
+                self.store.set_run_status(self.run_id, status, _stop_reason(err))
             except Exception:  # the archive cannot take it either (a full disk): the run stays RUNNING, which
                 pass  # `--resume unfinished` continues; the error that stopped it is the one said
             raise
@@ -382,6 +383,7 @@ def run_loop(config: Optional[LoopConfig], archive_path: Path | str, *, resume: 
     if config.dataset is None:
         config = config.model_copy(update={"dataset": str(dataset.root.resolve())})
     skills = load_skills(config.skills)
+    require_indexable(skills)  # a skill whose front matter is broken: said before a run is archived
     # A definition the skills cannot serve (no naive kernel to start from, no template for the offline
     # provider) is said here, on one line, before a run is archived.
     definition = dataset.definition(config.definition)
@@ -471,3 +473,13 @@ def _labelled(on_event: Optional[Event], lane: str) -> Optional[Event]:
     if on_event is None:
         return None
     return lambda kind, data: on_event(kind, {**data, "lane": lane})
+
+
+def _stop_reason(err: BaseException) -> str:
+    """What stopped a run, as `controller runs` shows it: an interruption in words, an error by its type and text."""
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (Ctrl-C); continue it with --resume"
+    if isinstance(err, SystemExit):
+        return "terminated (SIGTERM); continue it with --resume"
+    return f"{type(err).__name__}: {err}"
+

@@ -22,7 +22,21 @@ from typing import Any, Optional
 
 import click
 
+from harness.cli_common import POSITIVE_SECONDS
+
 EXIT_UNAVAILABLE = 3
+# Fewer bytes hold no more than the evidence's title: the model would read "[evidence truncated]" alone.
+MIN_EVIDENCE_BYTES = 256
+
+
+def _arch(ctx: Any, param: Any, value: Optional[str]) -> Optional[str]:
+    """--arch: an architecture as nvcc and ncu spell it (sm_90, sm_90a, sm_100, sm_100f); any other text would pick
+    a metric table by the digits it happens to hold (controller/evidence/ncu_metrics.py table_arch)."""
+    import re
+
+    if value is not None and not re.fullmatch(r"sm_[0-9]{2,3}[af]?", value):
+        raise click.BadParameter(f"{value!r} is no architecture (give one such as sm_90, sm_90a or sm_100)")
+    return value
 
 
 def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
@@ -42,10 +56,12 @@ def _latest_submission(archive: Any, solution_hash: str) -> Optional[int]:
 @click.option("--json", "as_json", is_flag=True, help="Print the profiles and the evidence as JSON.")
 @click.option("--backend", type=click.Choice(["auto", "ncu", "nsight"]), default="auto", show_default=True,
               help="nsight needs nsight-python 1.x and ncu >= 2026.2.1; auto falls back to raw ncu.")
-@click.option("--arch", help="Metric table to request (sm_90, sm_100). Default: from nvidia-smi, else sm_90.")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per workload.")
+@click.option("--arch", callback=_arch,
+              help="Metric table to request (sm_90, sm_100). Default: from nvidia-smi, else sm_90.")
+@click.option("--timeout", type=POSITIVE_SECONDS, default=600.0, show_default=True, help="Seconds per workload.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Input seed of the profiled call.")
-@click.option("--max-bytes", type=int, default=4096, show_default=True, help="Bound of the Markdown evidence.")
+@click.option("--max-bytes", type=click.IntRange(MIN_EVIDENCE_BYTES), default=4096, show_default=True,
+              help="Bound of the Markdown evidence.")
 @click.option("--no-net-isolation", is_flag=True, help="Let the profiled process use the network.")
 @click.option("--no-sandbox", is_flag=True,
               help="Run ncu and the candidate outside the candidate's sandbox (trusted code only; said in the output).")

@@ -1,4 +1,5 @@
-"""`harness copy-archive`: an archive made small enough to carry to another host (harness.archive.travel)."""
+"""`harness list` (the archive's submissions) and `harness copy-archive` (an archive made small enough to carry to
+another host: harness.archive.travel)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,73 @@ import json
 from typing import Optional
 
 import click
+
+from .cli_common import ARCHIVE_HELP
+
+
+def dataset_names(definition: str, dataset: Optional[str]) -> list[str]:
+    """The definitions ``definition`` names in the dataset: itself, or an alias's. Where it names none, one line
+    and exit 2 with the known names, as `harness submit` says it (Dataset.resolve)."""
+    from .cli_common import fail
+    from .data.dataset import Dataset
+    from .data.schema import SchemaError
+
+    try:
+        return Dataset(dataset).resolve(definition)
+    except (SchemaError, ValueError) as e:  # also a dataset that is missing or malformed
+        fail(" ".join(str(e).split()))
+    raise AssertionError
+
+
+def listed_definitions(db: object, definition: str, dataset: Optional[str]) -> list[str]:
+    """The definitions a `--definition` filter of a listing means: the name itself where the archive holds
+    submissions of it (an archive can outlive the dataset that defined them), else what the dataset calls by it
+    (an alias: several). A name neither knows is one line naming the known ones, never an empty table that
+    reads as "nothing was submitted"."""
+    from .archive.queries import definition_submitted
+
+    return [definition] if definition_submitted(db, definition) else dataset_names(definition, dataset)
+
+
+@click.command("list")
+@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
+@click.option("--definition", help="Only this definition (or alias).")
+@click.option("--dataset", type=click.Path(),
+              help="Trace-set folder that knows the definitions (read only for a --definition the archive has not "
+                   "got).")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(archive_path: Optional[str], definition: Optional[str], dataset: Optional[str], limit: int,
+             as_json: bool) -> None:
+    """List submissions, newest first."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .archive.seal import MODIFIED_WARNING
+    from .cli_common import open_archive, out, styled
+
+    archive = open_archive(archive_path, reading=True)
+    limit = min(limit, (1 << 63) - 1)  # SQLite's largest
+    names = [None] if definition is None else listed_definitions(archive.db, definition, dataset)
+    rows = sorted((r for name in names for r in archive.submissions(limit=limit, definition=name)),
+                  key=lambda r: r["id"], reverse=True)[:limit]
+    for r in rows:
+        check = archive.verify_seal(r["id"])
+        r["seal_state"], r["seal_detail"] = check.state, check.detail
+    if as_json:
+        out.print_json(json.dumps(rows, default=str))
+        return
+    table = Table()
+    for col in ("id", "solution", "definition", "author", "status", "workloads", "created"):
+        table.add_column(col)
+    for r in rows:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(r["counts"].items()))
+        status = styled(r["status"])
+        if r["seal_state"] == "modified":
+            status += f" [bold red]! {MODIFIED_WARNING}[/]"
+        table.add_row(str(r["id"]), escape(r["solution_name"]), escape(r["definition"]), escape(r["author"]), status,
+                      counts, (r["created_at"] or "")[:19])
+    out.print(table)
 
 
 def _mb(n: int) -> str:

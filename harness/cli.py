@@ -18,7 +18,7 @@ from .cli_common import (ARCHIVE_HELP, NOT_A_FOLDER, POSITIVE_SECONDS, dump_stac
                          open_archive, open_dataset, out, run_as_program, styled)
 from .pipeline.phases import timeline
 from .result_view import print_promotability, print_result, print_submission_audits, seconds, times
-from .archive_cli import copy_archive
+from .archive_cli import copy_archive, dataset_names, list_cmd
 from .report_cli import browse, diff, report
 from .data.schema import SchemaError, Solution, load_model
 from .archive.seal import MODIFIED_WARNING
@@ -88,6 +88,9 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
     from .pipeline.worker_options import one_lane_certain
     from .sandbox.isolation import human_bytes, load_sandbox_policy, probe
 
+    for flag, value in (("--address", address), ("--lanes", lanes)):
+        if value is not None and executor != "ray":  # the local executor has no cluster and one lane per GPU
+            fail(f"{flag} is for --executor ray only (it would be ignored)")
     if require_sandbox and (no_sandbox or not probe()[0]):
         fail("--require-sandbox: " + ("--no-sandbox switches it off" if no_sandbox else
                                       f"this host cannot give the full sandbox: {probe()[1]}"))
@@ -158,7 +161,7 @@ def submit(solutions: tuple[str, ...], workloads: tuple[str, ...], archive_path:
 def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_json: bool, executor: str,
                 address: Optional[str], lanes: Optional[int], progress: str = "auto") -> None:
     """``submit`` once its arguments are checked: evaluate, print, exit."""
-    from .pipeline.evaluate import SandboxUnavailable
+    from .pipeline.evaluate import ReferenceFailed, SandboxUnavailable
     from .pipeline.parallel import submit_all
 
     timeline("pipeline_imported")  # torch with it
@@ -181,6 +184,8 @@ def _run_submit(loaded: list[Solution], ds: Any, archive: Any, opts: Any, as_jso
             submit_all(loaded, ds, archive.folder, opts, progress=on_event, on_result=on_result)
         except (SchemaError, SandboxUnavailable) as e:
             fail(str(e))
+        except ReferenceFailed as e:  # the dataset's workload, not the solution: archived as HARNESS_ERROR
+            fail(f"{e}; the submission is archived as HARNESS_ERROR")
     sys.exit(exit_code)
 
 
@@ -214,35 +219,6 @@ def _submit_on_ray(loaded: list[Solution], ds: Any, archive: Any, opts: Any, add
             submit_on_ray(loaded, ds, archive, opts, settings, on_event=progress, on_result=on_result)
     except KeyboardInterrupt:  # the driver writes only finished submissions: nothing is left half-archived
         fail("interrupted: every finished submission is archived; continue with the same command and --resume", 130)
-
-
-@main.command("list")
-@click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
-@click.option("--definition", help="Only this definition.")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(1))
-@click.option("--json", "as_json", is_flag=True)
-def list_cmd(archive_path: Optional[str], definition: Optional[str], limit: int, as_json: bool) -> None:
-    """List submissions, newest first."""
-    archive = open_archive(archive_path, reading=True)
-    rows = archive.submissions(limit=min(limit, (1 << 63) - 1), definition=definition)  # SQLite's largest
-    for r in rows:
-        check = archive.verify_seal(r["id"])
-        r["seal_state"], r["seal_detail"] = check.state, check.detail
-    if as_json:
-        out.print_json(json.dumps(rows, default=str))
-        return
-    table = Table()
-    for col in ("id", "solution", "definition", "author", "status", "workloads", "created"):
-        table.add_column(col)
-    for r in rows:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(r["counts"].items()))
-        status = styled(r["status"])
-        if r["seal_state"] == "modified":
-            status += f" [bold red]! {MODIFIED_WARNING}[/]"
-        table.add_row(str(r["id"]), escape(r["solution_name"]), escape(r["definition"]), escape(r["author"]), status,
-                      counts,
-                      (r["created_at"] or "")[:19])
-    out.print(table)
 
 
 @main.command()
@@ -364,7 +340,8 @@ def export(directory: str, archive_path: Optional[str], dataset: Optional[str], 
 @main.command("import")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
 @click.option("--archive", "archive_path", type=click.Path(), help=ARCHIVE_HELP)
-def import_cmd(directory: str, archive_path: Optional[str]) -> None:
+@click.option("--dataset", type=click.Path(), help="The dataset its definitions and workloads are checked against.")
+def import_cmd(directory: str, archive_path: Optional[str], dataset: Optional[str]) -> None:
     """Read a FlashInfer-Bench trace set's solutions and traces into the archive, all or nothing.
 
     Solutions and traces the archive already holds (the same code; the same trace of the same code) are not added
@@ -373,8 +350,9 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
     from .archive.export import import_trace_set
 
     archive = open_archive(archive_path)
+    ds = open_dataset(dataset)
     try:
-        report = import_trace_set(archive, Path(directory))
+        report = import_trace_set(archive, Path(directory), ds)
     except SchemaError as e:
         fail(str(e))
     except Exception as e:
@@ -390,6 +368,8 @@ def import_cmd(directory: str, archive_path: Optional[str]) -> None:
     else:
         out.print(f"imported {report.solutions} solutions and {report.traces} traces from {directory}"
                   + (f" ({present})" if present else ""), highlight=False)
+    for n in report.notices:  # what was left out, and why (harness.archive.trace_import)
+        out.print(f"[yellow]notice:[/] {escape(n)}", highlight=False)
 
 
 # Files `harness pack` takes from a folder: Python, CUDA and C++ sources and headers, and the text data a solution
@@ -401,11 +381,13 @@ PACKED_SUFFIXES = {".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hp
 @main.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False))
 @click.option("--definition", required=True)
+@click.option("--dataset", type=click.Path(), help="Trace-set folder that defines --definition.")
 @click.option("--entry-point", required=True, help="file.py::symbol")
 @click.option("--language", required=True, type=click.Choice(["python", "triton", "cuda", "cpp"]))
 @click.option("--name", required=True)
 @click.option("--author", required=True)
-@click.option("--binding", type=click.Choice(["torch", "tvm-ffi"]))
+@click.option("--binding", type=click.Choice(["torch", "tvm-ffi"]),
+              help="--language cuda or cpp: how the extension is bound (default: tvm-ffi).")
 @click.option("--target", "targets", multiple=True, default=("H200",), show_default=True)
 @click.option("--value-returning", is_flag=True, help="The entry point returns outputs instead of writing them.")
 @click.option("--setup", help="file.py::symbol called once per input set outside the kernel figure (a plan), "
@@ -413,14 +395,19 @@ PACKED_SUFFIXES = {".py", ".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hp
 @click.option("--instruction-claim", "claims", multiple=True,
               help="An instruction family the built code must be shown to use (wgmma, tma, ...); repeatable.")
 @click.option("--output", "-o", type=click.Path(), help="Write here (default: stdout).")
-def pack(folder: str, definition: str, entry_point: str, language: str, name: str, author: str,
-         binding: Optional[str], targets: tuple[str, ...], value_returning: bool, setup: Optional[str],
+def pack(folder: str, definition: str, dataset: Optional[str], entry_point: str, language: str, name: str,
+         author: str, binding: Optional[str], targets: tuple[str, ...], value_returning: bool, setup: Optional[str],
          claims: tuple[str, ...], output: Optional[str]) -> None:
     """Pack the source files of FOLDER into a solution JSON."""
     from .data.schema import parse_model
     from .sandbox.build import require_native_entry
     from .sandbox.isolation import SandboxPolicy, human_bytes
 
+    if binding and language not in ("cuda", "cpp"):  # only a native extension is bound; Python is imported
+        fail(f"--binding is for --language cuda or cpp only (a {language} solution is imported, not bound: "
+             "it would be ignored)")
+    if any(not t.strip() for t in targets):  # "" names no GPU, yet would be written as a target of the solution
+        fail("--target names no hardware (an empty value); give a GPU such as H100 or H200")
     root, limit, total = Path(folder), SandboxPolicy().solution_bytes, 0
     sources, left_out = [], []
     for p in sorted(root.rglob("*")):
@@ -441,6 +428,9 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
             sources.append({"path": str(p.relative_to(root)), "content": p.read_text()})
         except (OSError, UnicodeDecodeError) as err:
             fail(f"{p}: cannot be packed as source text: {getattr(err, 'strerror', None) or err}")
+    names = dataset_names(definition, dataset)
+    if names != [definition]:  # the solution names one definition: an alias would be unknown to every reader
+        fail(f"--definition {definition!r} is an alias of {', '.join(names)}: give one definition's name")
     spec = {"language": language, "target_hardware": list(targets), "entry_point": entry_point,
             "dependencies": [], "destination_passing_style": not value_returning, "binding": binding,
             **({"setup": setup} if setup else {}), **({"instruction_claims": list(claims)} if claims else {})}
@@ -462,7 +452,7 @@ def pack(folder: str, definition: str, entry_point: str, language: str, name: st
         sys.stdout.write(text)
 
 
-for _command in (report, browse, diff, copy_archive):
+for _command in (list_cmd, report, browse, diff, copy_archive):
     main.add_command(_command)
 
 

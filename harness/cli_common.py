@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from .archive.database import ARCHIVE_ENV, Archive, ArchiveError, ArchiveMissing, archive_location
 from .data.dataset import Dataset
@@ -131,7 +132,8 @@ def run_as_program(command: Any) -> None:
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # the message as it is: brackets in it are text ("[enforce fail at alloc_cpu.cpp:127]", ".[ray]"), not markup
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     sys.exit(code)
 
 

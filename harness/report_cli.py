@@ -200,7 +200,9 @@ def diff(a: str, b: str, archive_path: Optional[str], definition: Optional[str],
               f"{styled(d.b.status)}", highlight=False)
     if d.a.definition != d.b.definition:
         out.print(f"[yellow]notice:[/] different definitions: {d.a.definition} vs {d.b.definition}", highlight=False)
-    if d.same_source:
+    if d.unreadable_sources:  # a missing or damaged blob: the sources are unknown, never "identical"
+        out.print(f"[yellow]sources: cannot be read:[/] {escape('; '.join(d.unreadable_sources))}", highlight=False)
+    elif d.same_source:
         out.print("sources: identical", highlight=False)
     for f in d.files:
         if f.change == "unchanged":

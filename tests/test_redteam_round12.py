@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -126,3 +127,87 @@ def test_a_locked_archive_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     assert invoke(locked) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "the archive is locked by another process" in lines[0], lines
+
+
+@pytest.mark.parametrize("front, said", [
+    ("---\nname: [gqa-decode\n", "front matter"),  # YAML that does not parse
+    ("", "front matter"),  # none at all
+    ("---\nname: gqa-decode\n---\n", "description"),  # parses, but says nothing a model could pick it by
+])
+def test_a_skill_whose_front_matter_is_broken_stops_the_run_before_it_starts(tmp_path, front, said):
+    """V11: the loop ran, and its requests listed the skill with an empty description, without a word."""
+    import shutil
+
+    from controller.skills import SkillError, load_skills, require_indexable
+
+    shutil.copytree(ROOT / "skills", tmp_path / "skills")
+    require_indexable(load_skills(tmp_path / "skills"))  # the shipped ones are clean
+    skill = tmp_path / "skills" / "gqa-decode" / "SKILL.md"
+    text = skill.read_text()
+    body = text.split("\n---\n", 1)[1]  # past the front matter
+    skill.write_text(front + ("---\n" if front.startswith("---\nname: [") else "") + body)
+    with pytest.raises(SkillError, match=said) as raised:
+        require_indexable(load_skills(tmp_path / "skills"))
+    assert "gqa-decode" in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("err, said", [
+    (KeyboardInterrupt(), "interrupted (Ctrl-C)"),
+    (SystemExit(143), "terminated (SIGTERM)"),
+    (ValueError("no such workload"), "ValueError: no such workload"),
+])
+def test_a_runs_stop_reason_is_said_in_words(err, said):
+    """V14: Ctrl-C was archived as the run's stop reason `KeyboardInterrupt: `."""
+    from controller.loop import _stop_reason
+
+    assert _stop_reason(err).startswith(said)
+
+
+def test_a_reference_that_cannot_run_is_one_line(tmp_path, tiny_dataset_root, monkeypatch, capsys):
+    """V8: a dataset's workload the reference cannot hold (axes of 10^8: 819 GB) was a 78-line traceback."""
+    from harness.cli import main
+    from harness.cli_common import invoke
+    from harness.pipeline import parallel
+    from harness.pipeline.trusted import ReferenceFailed
+    from support import TORCH_CANDIDATE, solution_dict
+
+    def refuses(*args, **kwargs):
+        raise ReferenceFailed("the reference failed on workload w: RuntimeError: can't allocate memory", "Traceback")
+
+    monkeypatch.setattr(parallel, "submit_all", refuses)
+    solution = tmp_path / "s.json"
+    solution.write_text(json.dumps(solution_dict(TORCH_CANDIDATE)))
+    monkeypatch.setattr(sys, "argv", ["harness", "submit", str(solution), "--archive", str(tmp_path / "a"),
+                                      "--dataset", str(tiny_dataset_root), "-w", "tiny_b2_t40", "--no-baselines"])
+    (tmp_path / "a").mkdir()
+    with pytest.raises(SystemExit) as done:
+        invoke(main)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert done.value.code == 2 and len(lines) == 1, lines
+    assert "the reference failed on workload w" in lines[0] and "HARNESS_ERROR" in lines[0]
+
+
+def test_a_reference_that_dies_is_not_the_candidates_runtime_error(tmp_path, tiny_dataset_root):
+    """F3: the reference worker out of memory at MoE's full size (33.8 GB on a 23 GB host) was charged to the
+    candidate, whose call never ran, as RUNTIME_ERROR "the worker died"."""
+    import shutil
+
+    from harness.archive.database import Archive
+    from support import KV8_PS1, TORCH_CANDIDATE, solution_dict
+
+    root = tmp_path / "dataset"
+    shutil.copytree(tiny_dataset_root, root)
+    path = root / "definitions" / "gqa_paged" / f"{KV8_PS1}.json"
+    definition = json.loads(path.read_text())
+    definition["reference"] = "import os\nos._exit(9)  # as the kernel's OOM killer ends it\n" + definition["reference"]
+    path.write_text(json.dumps(definition))
+    solution = tmp_path / "s.json"
+    solution.write_text(json.dumps(solution_dict(TORCH_CANDIDATE)))
+    (tmp_path / "a").mkdir()
+    done = subprocess.run([sys.executable, "-m", "harness", "submit", str(solution), "--archive", str(tmp_path / "a"),
+                           "--dataset", str(root), "-w", "tiny_b2_t40", "--no-baselines"], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    [evaluation] = Archive(tmp_path / "a").submission(1)["evaluations"]
+    assert evaluation["status"] == "SKIPPED", evaluation
+    assert "not judged: the reference could not run" in evaluation["message"], evaluation["message"]

@@ -18,7 +18,7 @@ from harness.data.dataset import Dataset
 from harness.data.generation_request import GenerationRequest, render_prompt
 
 from ..providers.base import estimate_tokens
-from ..skills import load_skills
+from ..skills import load_skills, require_indexable
 from ..store import Store
 from .tool_loop import SYSTEM, split_prompt
 from .tools import TOOL_SPECS
@@ -55,6 +55,7 @@ def dry_run(config: Any, provider: Any) -> dict[str, Any]:
 
     dataset = Dataset(config.dataset)
     skills = load_skills(config.skills)
+    require_indexable(skills)
     with tempfile.TemporaryDirectory(prefix="crucible-dry-run-") as folder:
         store = Store(Archive(folder))
         run_id = new_run_id()

@@ -49,12 +49,13 @@ from .templates import (
     render_template,
     template_placeholders,
 )
-from .validation import validate_skill, validate_skills
+from .validation import require_indexable, validate_skill, validate_skills
 
 __all__ = [
     "ALLOWED_FRONT_MATTER_KEYS", "MAX_BODY_LINES", "MAX_COMPATIBILITY_CHARS", "MAX_DESCRIPTION_CHARS",
     "MAX_NAME_CHARS", "NAME_PATTERN", "PLACEHOLDER_PATTERN", "PROMOTION_SKILL", "SKILL_FILE", "KernelTemplate",
     "PromotionThresholds", "Skill", "SkillError", "kernel_templates", "load_skill", "load_skills", "machine_blocks",
-    "promotion_thresholds", "render_skill_template", "render_template", "skill_excerpt", "template_placeholders",
+    "promotion_thresholds", "render_skill_template", "render_template", "require_indexable", "skill_excerpt",
+    "template_placeholders",
     "validate_skill", "validate_skills",
 ]

@@ -17,6 +17,7 @@ from .model import (
     NAME_PATTERN,
     SKILL_FILE,
     Skill,
+    SkillError,
 )
 
 # Only these files are scanned for further links: a template or script is not a document, and
@@ -150,6 +151,20 @@ def validate_skill(skill: Skill) -> list[str]:
     problems += _check_references(skill, where)
     problems += _check_machine_blocks(skill, where)
     return problems
+
+
+def require_indexable(skills: dict[str, Skill]) -> None:
+    """SkillError, on one line, where a skill's front matter does not parse or lacks its name or description: the
+    skill index every request carries is made of them, and a skill listed with no description is one no model
+    picks (red team round 12: a broken front matter ran a whole loop without a word). Checked before a run starts;
+    style rules (``validate_skill``'s others) are not run stoppers."""
+    problems: list[str] = []
+    for skill in skills.values():
+        where = str(skill.path)
+        problems += skill.problems_on_load or (_check_name(skill, where) + _check_description(skill, where))
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SkillError(f"{one_line(problems[0])}{more}")
 
 
 def validate_skills(skills: dict[str, Skill]) -> list[str]:

@@ -329,7 +329,8 @@ class Archive:
                 continue
             self.finish_submission(row["id"], SubmissionStatus.INTERRUPTED,
                                    f"its harness process (pid {owner['pid']} on {host}) ended without closing it "
-                                   "(killed); finished workloads are kept")
+                                   "(killed, or the archive was locked by another process when it tried); finished "
+                                   "workloads are kept")
             closed.append(row["id"])
         return closed
 

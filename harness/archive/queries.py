@@ -57,6 +57,16 @@ def submission_exists(db: Any, submission_id: int, definition: Optional[str] = N
     return db.execute(f"select 1 from submissions where id = ?{clause}", [submission_id, *extra]).fetchone() is not None
 
 
+def definition_submitted(db: Any, definition: str) -> bool:
+    """Whether any submission is of this definition (by the name it was archived under)."""
+    return db.execute("select 1 from submissions where definition = ? limit 1", [definition]).fetchone() is not None
+
+
+def submitted_definitions(db: Any) -> list[str]:
+    """The definitions the archive holds submissions of, sorted."""
+    return [str(r[0]) for r in db.execute("select distinct definition from submissions order by 1").fetchall()]
+
+
 def submissions_named(db: Any, solution_name: str,
                       definition: Optional[str] = None) -> list[tuple[int, str, str]]:
     """(id, definition, solution_hash) of the submissions of a solution name (and definition, if given), newest

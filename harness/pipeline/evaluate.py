@@ -43,7 +43,8 @@ from ..sandbox.runner import WorkerOptions, WorkerProcess
 from ..data.schema import Definition, EvaluationStatus, Language, Solution, Workload, dump_json
 from ..sandbox.isolation import load_sandbox_policy
 from ..sandbox.stale import remove_stale
-from .trusted import SandboxUnavailable, TrustedReference, TrustedSettings  # noqa: F401 (SandboxUnavailable: the CLI's)
+from .trusted import (ReferenceFailed, SandboxUnavailable, TrustedReference,  # noqa: F401 (the CLI's errors)
+                      TrustedSettings)
 from ..data.results import SubmissionResult, WorkloadResult
 from ..audits.session_audits import SessionAudits
 from .submission_summary import (

@@ -27,7 +27,7 @@ from ..measure.correctness import CheckResult, Tolerance
 from ..data.dataset import Dataset, EvalPreset
 from ..families import family_for
 from ..sandbox.messages import CeilingsRequest, JudgeRequest, OracleRequest, ReferenceRequest, TimeRequest
-from ..sandbox.runner import WorkerOptions, WorkerProcess
+from ..sandbox.runner import WorkerCrashed, WorkerOptions, WorkerProcess, WorkerTimeout
 from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_records import aggregate_timing
 
@@ -36,6 +36,16 @@ Outputs = tuple[dict[str, Any], dict[str, torch.Tensor]]
 
 class SandboxUnavailable(RuntimeError):
     """--require-sandbox on a host that cannot give the full sandbox."""
+
+
+class ReferenceFailed(RuntimeError):
+    """The definition's reference (or its float64 oracle) could not run on a workload: a dataset whose workload this
+    host cannot hold (red team round 12: axes of 10^8 asked 819 GB), a reference that raises. The submission is the
+    harness's failure (HARNESS_ERROR); the command says so on one line. ``details``: the worker's traceback."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,12 +167,16 @@ class TrustedReference:
             cache[key] = reference_cache.decode_entry(*stored)
             return cache[key]
         kind = ReferenceRequest if op == "reference" else OracleRequest
-        with self._phase(phase):
-            reply, tensors = worker.request(kind(definition=definition, workload=workload, seed=seed,
-                                                 dataset_root=str(self.dataset.root)), timeout_s=3600)
-        if not reply.ok:
-            raise RuntimeError(f"the {op} failed on workload {workload.uuid}: {reply.error}\n"
-                               f"{reply.traceback or ''}")
+        try:
+            with self._phase(phase):
+                reply, tensors = worker.request(kind(definition=definition, workload=workload, seed=seed,
+                                                     dataset_root=str(self.dataset.root)), timeout_s=3600)
+        except (WorkerCrashed, WorkerTimeout) as err:  # red team round 12: its death was the candidate's error
+            raise ReferenceFailed(f"the {op} could not run on workload {workload.uuid}: {' '.join(str(err).split())}",
+                                  getattr(err, "log", "")) from None
+        if not reply.ok:  # the trusted side could not run: nothing of any candidate can be judged on this workload
+            raise ReferenceFailed(f"the {op} failed on workload {workload.uuid}: {' '.join(str(reply.error).split())}",
+                                  reply.traceback or "")
         header = reply.wire()  # as the archive keeps it (harness.pipeline.reference_cache)
         cache[key] = (header, tensors)
         entry = reference_cache.encode_entry(header, tensors) if reuse else None

@@ -26,6 +26,7 @@ from ..sandbox.runner import WorkerCrashed, WorkerPastDeadline, WorkerProcess, W
 from ..data.statuses import SubmissionStatus
 from ..data.schema import Definition, EvaluationStatus, Workload
 from ..measure.timing_reply import apply_timing_reply
+from .trusted import ReferenceFailed
 
 
 # Plain wall-clock calls of the clock-truth audit after a workload's last trial; under tracing, that trial's timed
@@ -231,6 +232,9 @@ class WorkloadEvaluation:
             wr.status, wr.message = EvaluationStatus.TIMEOUT.value, f"{err}{limit}"
         except WorkerCrashed as err:
             wr.status, wr.message = EvaluationStatus.RUNTIME_ERROR.value, str(err)
+        except ReferenceFailed as err:  # the harness's side could not run here (its memory at full size): not judged
+            wr.status = SubmissionStatus.SKIPPED
+            wr.message = f"not judged: {err} (the reference's failure, not the candidate's)"
         if merged is not None and merged.has_errors:
             wr.max_absolute_error = merged.max_absolute_error
             wr.max_relative_error = merged.max_relative_error

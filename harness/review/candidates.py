@@ -37,21 +37,35 @@ def _num(v: Any) -> Optional[float]:
     return None
 
 
+def _finite(v: Any) -> Optional[float]:
+    """A figure the report can show and plot, or None (shown as missing)."""
+    x = _num(v)
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _time_ms(v: Any) -> Optional[float]:
+    """A time: finite and above zero, else None (shown as missing). An archive an older import filled may hold an
+    infinite, zero or negative latency, on which the latency chart's log scale failed (red team round 12, V6)."""
+    x = _finite(v)
+    return x if x is not None and x > 0 else None
+
+
 def _workload_row(e: dict[str, Any]) -> WorkloadRow:
     x = _loads(e.get("extra"))
     throttled = x.get("throttled")
     return WorkloadRow(
         evaluation_id=e["id"], uuid=e["workload_uuid"], label=e["workload_label"] or e["workload_uuid"][:8],
-        status=e["status"], latency_ms=_num(e["latency_ms"]), kernel_latency_ms=_num(x.get("kernel_latency_ms")),
-        reference_latency_ms=_num(e["reference_latency_ms"]), speedup_vs_reference=_num(e["speedup_factor"]),
-        fi_official_ms=_num(x.get("flashinfer_official_ms")), fi_kernel_ms=_num(x.get("flashinfer_kernel_ms")),
-        speedup_vs_fi_official=_num(x.get("speedup_vs_flashinfer_official")),
-        speedup_vs_fi_kernel=_num(x.get("speedup_vs_flashinfer_kernel")), floor_ms=_num(x.get("floor_ms")),
-        fraction_of_floor=_num(x.get("fraction_of_floor")), throttled=None if throttled is None else bool(throttled),
+        status=e["status"], latency_ms=_time_ms(e["latency_ms"]),
+        kernel_latency_ms=_time_ms(x.get("kernel_latency_ms")),
+        reference_latency_ms=_time_ms(e["reference_latency_ms"]), speedup_vs_reference=_finite(e["speedup_factor"]),
+        fi_official_ms=_time_ms(x.get("flashinfer_official_ms")), fi_kernel_ms=_time_ms(x.get("flashinfer_kernel_ms")),
+        speedup_vs_fi_official=_finite(x.get("speedup_vs_flashinfer_official")),
+        speedup_vs_fi_kernel=_finite(x.get("speedup_vs_flashinfer_kernel")), floor_ms=_time_ms(x.get("floor_ms")),
+        fraction_of_floor=_finite(x.get("fraction_of_floor")), throttled=None if throttled is None else bool(throttled),
         aligned=None if e["aligned"] is None else bool(e["aligned"]), max_absolute_error=_num(e["max_absolute_error"]),
         audits=[a for a in x.get("audits") or [] if isinstance(a, dict)], message=e["message"] or "",
-        timing_note=e["timing_note"] or "", log_blob=e["log_blob"], bytes_moved=_num(x.get("bytes_moved")),
-        flops=_num(x.get("flops")))
+        timing_note=e["timing_note"] or "", log_blob=e["log_blob"], bytes_moved=_finite(x.get("bytes_moved")),
+        flops=_finite(x.get("flops")))
 
 
 def _artifacts(archive: Any, sub: dict[str, Any], workloads: list[WorkloadRow]) -> dict[str, Artifact]:
@@ -174,14 +188,18 @@ def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[st
     workloads = [_workload_row(e) for e in evals]
     sol = q.solution_rows(archive.db, sub["solution_hash"])
     sources: list[dict[str, str]] = []
-    language = ""
+    language, unreadable = "", "the archive has no solution row for it"
     if sol:
         language = sol[0]["language"] or ""
+        blob = str(sol[0]["blob"] or "")
         try:
             sources = [{"path": str(s.get("path", "")), "content": str(s.get("content", ""))}
-                       for s in json.loads(archive.get_blob(sol[0]["blob"])).get("sources", [])]
-        except (OSError, json.JSONDecodeError, AttributeError):
-            sources = []
+                       for s in json.loads(archive.get_blob(blob)).get("sources", [])]
+            unreadable = ""
+        except OSError as e:
+            unreadable = f"solution blob {blob[:12]}: {e.strerror or e}"
+        except (ValueError, AttributeError, TypeError):  # not JSON (UnicodeDecodeError too), or no solution's JSON
+            unreadable = f"solution blob {blob[:12]}: not a solution's JSON (damaged)"
     hardware = ""
     if sub.get("environment_id"):
         if environments is not None and sub["environment_id"] in environments:
@@ -198,7 +216,8 @@ def _candidate(archive: Any, sub: dict[str, Any], environments: Optional[dict[st
         submission_id=sub["id"], solution_hash=sub["solution_hash"], solution_name=sub["solution_name"],
         definition=sub["definition"], author=sub["author"] or "", language=language, status=sub["status"],
         created_at=sub["created_at"] or "", finished_at=sub["finished_at"], message=sub["message"] or "",
-        scores=scores, workloads=workloads, sources=sources, artifacts=_artifacts(archive, sub, workloads),
+        scores=scores, workloads=workloads, sources=sources, sources_unreadable=unreadable,
+        artifacts=_artifacts(archive, sub, workloads),
         hardware=hardware or "", seal_state=seal.state if seal else "", seal_detail=seal.detail if seal else "",
         sandbox=str(options.get("sandbox") or ""),
         static_findings=[f for f in static_gate.get("findings") or [] if isinstance(f, dict)],

@@ -58,7 +58,17 @@ class SubmissionDiff:
     workloads: list[WorkloadDelta]
 
     @property
-    def same_source(self) -> bool:
+    def unreadable_sources(self) -> list[str]:
+        """Why a side's sources could not be read ("A (submission 1): solution blob ...: No such file ..."); empty
+        when both were. Then nothing is said about how the sources compare."""
+        return [f"{side} (submission {c.submission_id}): {c.sources_unreadable}"
+                for side, c in (("A", self.a), ("B", self.b)) if c.sources_unreadable]
+
+    @property
+    def same_source(self) -> Optional[bool]:
+        """Whether the sources are the same; None where either side's cannot be read (unknown, not identical)."""
+        if self.unreadable_sources:
+            return None
         return all(f.change == "unchanged" for f in self.files)
 
     @property
@@ -72,6 +82,7 @@ class SubmissionDiff:
                     "definition": c.definition, "status": c.status, "scores": c.scores}
 
         return {"a": side(self.a), "b": side(self.b), "same_source": self.same_source,
+                "unreadable_sources": self.unreadable_sources,
                 "geomean_speedup_b_over_a": self.geomean_speedup,
                 "files": [{"path": f.path, "change": f.change, "added": f.added, "removed": f.removed,
                            "diff": "\n".join(f.lines)} for f in self.files],
@@ -95,7 +106,33 @@ def resolve_submission(archive: Any, ref: str, definition: Optional[str] = None)
     named = q.submissions_named(db, ref, definition)
     prefixed = (q.submissions_with_hash_prefix(db, ref.lower(), definition)
                 if len(ref) >= HASH_PREFIX_MIN and re.fullmatch(r"[0-9a-fA-F]+", ref) else [])
+    if definition and by_id is None and not named and not prefixed:
+        _refuse_definition(archive, ref, definition)
     return pick_submission(ref, by_id, named, prefixed, str(archive.folder))
+
+
+def _refuse_definition(archive: Any, ref: str, definition: str) -> None:
+    """Where ``ref`` names nothing of ``definition``, an error that says whether the definition is the cause (the
+    archive holds none of it, or ``ref`` names a submission of another one) rather than blame ``ref``. Returns
+    where ``ref`` names nothing in any definition: the caller's "no submission" error is then the right one."""
+    from ..archive.database import ArchiveError
+
+    db = archive.db
+    if not q.definition_submitted(db, definition):
+        held = q.submitted_definitions(db)
+        raise ArchiveError(f"no submission of definition {definition!r} in {archive.folder} (it holds "
+                           + (", ".join(held) if held else "no submissions") + ")")
+    if re.fullmatch(r"[0-9]{1,18}", ref) and q.submission_exists(db, int(ref)):
+        row = q.submission_row(db, int(ref)) or {}
+        raise ArchiveError(f"submission {ref} is of definition {row.get('definition', '?')}, not {definition}")
+    named = q.submissions_named(db, ref)
+    prefixed = (q.submissions_with_hash_prefix(db, ref.lower())
+                if len(ref) >= HASH_PREFIX_MIN and re.fullmatch(r"[0-9a-fA-F]+", ref) else [])
+    found = {str((q.submission_row(db, int(sub_id)) or {}).get("definition", "?"))
+             for sub_id in [r[0] for r in named] + [r[0] for r in prefixed]}
+    if found:
+        raise ArchiveError(f"{ref!r} names no submission of definition {definition}, only of "
+                           f"{', '.join(sorted(found))}")
 
 
 def pick_submission(ref: str, by_id: Optional[int], named: list[tuple[int, str, str]],
@@ -156,8 +193,8 @@ def diff_submissions(archive: Any, a_ref: Union[str, int], b_ref: Union[str, int
                      definition: Optional[str] = None, context: int = 3) -> SubmissionDiff:
     a = load_candidate(archive, resolve_submission(archive, str(a_ref), definition))
     b = load_candidate(archive, resolve_submission(archive, str(b_ref), definition))
-    files = source_diff(a.sources, b.sources, f"{a.solution_name}#{a.submission_id}",
-                        f"{b.solution_name}#{b.submission_id}", context)
+    files = [] if a.sources_unreadable or b.sources_unreadable else source_diff(  # no diff against nothing
+        a.sources, b.sources, f"{a.solution_name}#{a.submission_id}", f"{b.solution_name}#{b.submission_id}", context)
     a_rows = {w.uuid: w for w in a.workloads}
     b_rows = {w.uuid: w for w in b.workloads}
     deltas = []

@@ -85,6 +85,9 @@ class Candidate:
     scores: dict[str, Optional[float]]
     workloads: list[WorkloadRow]
     sources: list[dict[str, str]] = field(default_factory=list)  # {"path", "content"}
+    # why ``sources`` could not be read from the archive ("" when they were): a missing or damaged blob, never
+    # taken for a solution without files (two of them would compare as identical)
+    sources_unreadable: str = ""
     artifacts: dict[str, Artifact] = field(default_factory=dict)
     hardware: str = ""
     runs: int = 1  # submissions of this solution for this definition

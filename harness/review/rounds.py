@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Annotated, Any, Iterable, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..archive import queries as q
+from ..data.schema import SchemaError
 from ..data.statuses import EvaluationStatus
-from .candidates import _num
+from .candidates import _num, _time_ms
 from .model import Round
 
 
@@ -21,7 +24,7 @@ def _rounds_from(items: Iterable[dict[str, Any]],
         if not definition or item.get("round") is None:
             continue
         r = Round(run=str(item.get("run") or item.get("run_id") or "run"), round=int(item["round"]),
-                  best_latency_ms=_num(item.get("best_latency_ms")), spend_usd=_num(item.get("spend_usd")),
+                  best_latency_ms=_time_ms(item.get("best_latency_ms")), spend_usd=_num(item.get("spend_usd")),
                   cumulative_spend_usd=_num(item.get("cumulative_spend_usd")),
                   candidates=int(item["candidates"]) if item.get("candidates") is not None else None,
                   best_solution=str(item.get("best_solution") or ""), note=str(item.get("note") or ""),
@@ -29,10 +32,10 @@ def _rounds_from(items: Iterable[dict[str, Any]],
                   passed=int(item["passed"]) if item.get("passed") is not None else None,
                   promoted=int(item["promoted"]) if item.get("promoted") is not None else None,
                   incumbent=str(item.get("incumbent") or ""),
-                  incumbent_latency_ms=_num(item.get("incumbent_latency_ms")),
+                  incumbent_latency_ms=_time_ms(item.get("incumbent_latency_ms")),
                   incumbent_fraction_of_floor=_num(item.get("incumbent_fraction_of_floor")),
                   incumbent_speedup_vs_fi=_num(item.get("incumbent_speedup_vs_fi")),
-                  incumbent_regimes={str(k): _num(v) for k, v in (item.get("incumbent_regimes") or {}).items()},
+                  incumbent_regimes={str(k): _time_ms(v) for k, v in (item.get("incumbent_regimes") or {}).items()},
                   mode=str(item.get("mode") or ""), provider=str(item.get("provider") or ""))
         out.setdefault(definition, {}).setdefault(r.run, []).append(r)
     for runs in out.values():
@@ -110,14 +113,80 @@ def _incumbent_standing(summary: Any) -> dict[str, Any]:
             "incumbent_regimes": {k: (v or {}).get("latency_ms") for k, v in regimes.items()}}
 
 
+Count = Annotated[int, Field(ge=0)]
+Ms = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a time: finite, above zero
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class RoundsFileEntry(BaseModel):
+    """One round of a ``harness report --rounds`` file: the fields ``rounds_from_archive`` gives for the
+    controller's own runs. Numbers are JSON numbers (no "12" for 12, no true for 1), every field but ``round`` may
+    be left out or null, and other keys (a `controller trajectory` round summary's kind, tokens or decision, say)
+    are not read."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    round: Count  # the round's number within its run (0: the starting incumbent)
+    run: Optional[Union[str, int]] = None  # the run it belongs to ("run" when neither this nor run_id is given)
+    run_id: Optional[Union[str, int]] = None
+    definition: Optional[str] = None  # else the report's --definition, or the archive's only one
+    best_latency_ms: Optional[Ms] = None  # the round's best mean latency over the workloads
+    best_solution: Optional[str] = None
+    metric: Optional[str] = None  # what best_latency_ms is a mean of, e.g. "mean over 14 workloads"
+    spend_usd: Optional[Amount] = None  # the providers' cost in this round
+    cumulative_spend_usd: Optional[Amount] = None  # the run's cost to the end of this round (else summed)
+    candidates: Optional[Count] = None  # made in this round
+    passed: Optional[Count] = None
+    promoted: Optional[Count] = None
+    note: Optional[str] = None
+    incumbent: Optional[Union[str, dict[str, Any]]] = None  # its name, or a round summary's incumbent block
+    incumbent_latency_ms: Optional[Ms] = None
+    incumbent_fraction_of_floor: Optional[Amount] = None
+    incumbent_speedup_vs_fi: Optional[Amount] = None
+    incumbent_regimes: Optional[dict[str, Optional[Ms]]] = None  # regime -> its mean latency
+    mode: Optional[str] = None  # "assisted" or "full agent"
+    provider: Optional[str] = None
+
+
+_ENTRIES = TypeAdapter(list[RoundsFileEntry])
+
+
+def _entry_dict(entry: RoundsFileEntry) -> dict[str, Any]:
+    item = entry.model_dump(exclude_none=True)
+    for key in ("run", "run_id"):
+        if key in item:
+            item[key] = str(item[key])
+    if isinstance(item.get("incumbent"), dict):  # a `controller trajectory` summary: flattened as the archive's are
+        item.update({k: v for k, v in _incumbent_standing({"incumbent": item["incumbent"]}).items()
+                     if k not in item or k == "incumbent"})
+    return item
+
+
 def load_rounds_file(path: Union[str, Path]) -> list[dict[str, Any]]:
-    """A JSON file of rounds: a list of objects, or {"rounds": [...]}. Read as every JSON file is (a FIFO, a device
-    or a file past the limit is refused unread): SchemaError, a ValueError, on one line."""
+    """A JSON file of rounds: a list of objects, or {"rounds": [...]} (as `controller trajectory` writes), each a
+    ``RoundsFileEntry``. Read as every JSON file is (a FIFO, a device or a file past the limit is refused unread).
+    SchemaError (a ValueError) on one line naming the file, the round and the field otherwise: a round of the wrong
+    shape is never left out unsaid, nor shown with a figure it does not have."""
     from ..data.schema import load_json
 
     data = load_json(path)
+    where = ""
     if isinstance(data, dict):
-        data = data.get("rounds", [])
+        if not isinstance(data.get("rounds"), list):
+            keys = ", ".join(sorted(map(str, data))[:8]) or "none"
+            raise SchemaError(f"{path}: expected a list of round objects, or an object whose \"rounds\" is one "
+                              f"(this object's keys: {keys})")
+        data, where = data["rounds"], "rounds"
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise ValueError(f"{path}: expected a list of round objects (or {{\"rounds\": [...]}})")
-    return data
+        raise SchemaError(f"{path}: expected a list of round objects (or {{\"rounds\": [...]}})")
+    try:
+        entries = _ENTRIES.validate_python(data)
+    except ValidationError as err:
+        raise SchemaError(f"{path}: " + "; ".join(_field_error(where, e) for e in err.errors()[:3])) from None
+    return [_entry_dict(e) for e in entries]
+
+
+def _field_error(where: str, error: Any) -> str:
+    index, *fields = error["loc"]
+    got = "" if error["type"] == "missing" else f" (got {json.dumps(error['input'], default=str)[:40]})"
+    return f"{where}[{index}].{'.'.join(map(str, fields))}: {error['msg']}{got}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import sys
 from typing import Optional
 
 from . import keyrings
@@ -136,3 +137,10 @@ class Identity:
 
     def intact(self) -> bool:
         return self.key is not None and self._key() == self.key
+
+    def require_intact(self) -> None:
+        """Before a reply: a descriptor that names another file now reaches someone else, never the harness; the
+        worker stops (the harness then reports it as dead) rather than write there."""
+        if not self.intact():
+            print("crucible-worker: the reply descriptor was replaced; stopping", file=sys.stderr, flush=True)
+            os._exit(3)

@@ -328,9 +328,6 @@ class Worker:
 
     def serve(self, rfd: int, wfd: int) -> None:
         """Answer requests until ``exit`` or the harness closes the channel (harness.sandbox.messages)."""
-        handlers = {"hello": self.hello, "build": self.build, "run": self.run, "reference": self.reference,
-                    "time": self.time, "ceilings": self.ceilings, "recheck": self.recheck,
-                    "oracle": self.oracle, "sass": self.sass, "judge": self.judge, "compiled": self.compiled}
         channel = channel_guard.Identity(wfd)
         while True:
             try:
@@ -344,19 +341,16 @@ class Worker:
             except RequestError as err:  # the harness's mistake: said, not a crash
                 protocol.write_message(wfd, {**failure(str(err)), **nonce})
                 continue
-            if req.op == "exit":
+            if req.op in ("exit", "sync"):  # sync: the harness's check that the last reply was this loop's (runner)
                 protocol.write_message(wfd, {"ok": True, **nonce})
-                return
-            if req.op == "sync":  # the harness's confirmation that the last reply was this loop's (runner.request)
-                protocol.write_message(wfd, {"ok": True, **nonce})
+                if req.op == "exit":
+                    return
                 continue
-            header, tensors = self.answer(handlers[req.op], req)
+            header, tensors = self.answer(getattr(self, req.op), req)  # a method per op of messages.OPS
             if self.role == "candidate" and not self.integrity.tampered and self.integrity.check(kernels=False):
                 # changed while this reply was made (after answer()'s check): nothing of it is sent
                 header, tensors = _tampered_reply(self.integrity.tampered), {}
-            if not channel.intact():  # the descriptor names another file now: nothing written there reaches the harness
-                print("crucible-worker: the reply descriptor was replaced; stopping", file=sys.stderr, flush=True)
-                os._exit(3)
+            channel.require_intact()
             try:
                 protocol.write_message(wfd, {**header, **nonce}, tensors)
             except Exception as err:  # e.g. outputs that cannot be serialised
