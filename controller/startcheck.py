@@ -88,6 +88,8 @@ def read_hint(value: Optional[str]) -> str:
             return data.decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as err:
             raise SchemaError(f"--hint {value}: cannot read it ({' '.join(str(err).split())})") from None
+    if len(value) < 4096 and os.path.isdir(value):  # a folder is no text to send (red team round 12, V14)
+        raise SchemaError(f"--hint {value}: is a folder; give the hint's text or a file holding it")
     return value.strip()
 
 

@@ -51,6 +51,10 @@ def report(archive_path: Optional[str], definition: Optional[str], out_dir: str,
         except ImportError:
             fail("--plots matplotlib needs matplotlib (pip install 'crucible[report]')")
     archive = open_archive(archive_path, reading=True)
+    if definition is not None:  # a name neither the archive nor the dataset knows: said, not an empty report
+        from .archive_cli import listed_definitions
+
+        listed_definitions(archive.db, definition, dataset)
     rounds = None
     if rounds_file:
         try:

@@ -211,3 +211,30 @@ def test_a_reference_that_dies_is_not_the_candidates_runtime_error(tmp_path, tin
     [evaluation] = Archive(tmp_path / "a").submission(1)["evaluations"]
     assert evaluation["status"] == "SKIPPED", evaluation
     assert "not judged: the reference could not run" in evaluation["message"], evaluation["message"]
+
+
+def test_a_report_of_a_definition_nobody_knows_is_refused(tmp_path, monkeypatch, capsys):
+    """V13: `harness report --definition nope` wrote an empty report with a notice."""
+    from harness.archive.database import Archive
+    from harness.cli import main
+    from harness.cli_common import invoke
+
+    Archive(tmp_path / "archive")
+    monkeypatch.setattr(sys, "argv", ["harness", "report", "--definition", "nope", "--archive",
+                                      str(tmp_path / "archive"), "--out", str(tmp_path / "report")])
+    with pytest.raises(SystemExit) as done:
+        invoke(main)
+    assert done.value.code == 2 and "unknown definition 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "report").exists()
+
+
+def test_a_hint_that_names_a_folder_is_refused(tmp_path):
+    """V14: `--hint DIR` sent the folder's path as the hint's text."""
+    from controller.startcheck import read_hint
+    from harness.data.schema import SchemaError
+
+    (tmp_path / "notes.md").write_text("try split-KV\n")
+    assert read_hint(str(tmp_path / "notes.md")) == "try split-KV"
+    assert read_hint("use tensor cores") == "use tensor cores"
+    with pytest.raises(SchemaError, match="is a folder"):
+        read_hint(str(tmp_path))
