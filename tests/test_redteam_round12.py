@@ -45,6 +45,8 @@ def _errors(source: str) -> set[str]:
     ('import fileinput\nfileinput.input(P, inplace=True)', "file_cache"),
     ('t = torch.zeros(4)\nt.untyped_storage()._write_file(P, True, True, 4)', "file_cache"),
     ('import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n    pass', "harness_internals"),
+    ("with torch._C.DisableTorchFunction():\n    pass", "monkeypatch"),
+    ("g = torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.Python, True)", "monkeypatch"),
 ])
 def test_the_gate_refuses_what_got_through(source, rule):
     assert rule in _errors(source), source
@@ -238,3 +240,59 @@ def test_a_hint_that_names_a_folder_is_refused(tmp_path):
     assert read_hint("use tensor cores") == "use tensor cores"
     with pytest.raises(SchemaError, match="is a folder"):
         read_hint(str(tmp_path))
+
+
+STEPPING = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    from harness.sandbox import library_ops, mode_guard
+    from harness.audits.cpu_attribution import call_verdict
+    mode_guard.apply()
+    sys.path.insert(0, sys.argv[2])
+    import candidate  # a file outside PyTorch and the harness, as a solution's module is
+
+    k = torch.randn(64, 128)
+    for name in ("exclude_python_key", "disable_torch_function", "disable_current_modes", "honest"):
+        with library_ops.Counter({"k_cache": k}) as counter:
+            getattr(candidate, name)(k)
+        report = counter.report({"k_cache": k})
+        ops = {n: (o["kind"], o["elements"]) for n, o in report["ops"].items()}
+        verdict = call_verdict((report["input_elements"], ops))[2]
+        print(name, "|", sorted(n for n in ops if n.startswith("stepped past")), "|", verdict.passed)
+""")
+
+CANDIDATE = textwrap.dedent("""
+    import torch
+    import torch.utils._python_dispatch as pd
+
+    def exclude_python_key(k):
+        with torch._C._SetExcludeDispatchKeyGuard(torch._C.DispatchKey.Python, True):
+            return (k @ k.T).sum()
+
+    def disable_torch_function(k):
+        with torch._C.DisableTorchFunction():
+            return k.numpy().sum()
+
+    def disable_current_modes(k):
+        with pd._disable_current_modes():
+            return torch.softmax(k @ k.T, -1)
+
+    def honest(k):  # PyTorch's own use of the same functions (a library op, a subclass's default) is not counted
+        return torch.nn.functional.scaled_dot_product_attention(k[None, None, :4], k[None, None], k[None, None])
+""")
+
+
+def test_stepping_past_the_count_is_seen_whatever_name_reached_it(tmp_path):
+    """Round 12: `_SetExcludeDispatchKeyGuard(DispatchKey.Python, True)` hid a matmul and `DisableTorchFunction()` a
+    `.numpy()` from the CPU's count, both with no gate finding; `_disable_current_modes()` hid attention (a08)."""
+    (tmp_path / "candidate.py").write_text(CANDIDATE)
+    out = subprocess.run([sys.executable, "-c", STEPPING, str(ROOT), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in out.stdout.splitlines() if " | " in line}
+    assert rows["exclude_python_key"] == ["['stepped past the count: torch._C._SetExcludeDispatchKeyGuard']", "False"]
+    assert rows["disable_torch_function"] == ["['stepped past the count: torch._C.DisableTorchFunction']", "False"]
+    assert rows["disable_current_modes"] == [
+        "['stepped past the count: torch.utils._python_dispatch._disable_current_modes']", "False"]
+    assert rows["honest"][0] == "[]", rows

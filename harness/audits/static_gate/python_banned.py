@@ -164,6 +164,10 @@ _MONKEYPATCH_NAMES = (
     # what steps past the modes the worker holds around a checked call (the CPU's attribution counts library ops
     # through a TorchDispatchMode and values leaving PyTorch through a TorchFunctionMode)
     "torch._C._DisableTorchDispatch", "torch._C._DisableTorchFunction", "torch._C._DisableTorchFunctionSubclass",
+    # ...under their other names (red team round 12: `torch._C._SetExcludeDispatchKeyGuard(DispatchKey.Python, True)`
+    # hid a matmul from the count, `torch._C.DisableTorchFunction()` a `.numpy()`; both passed with no finding)
+    "torch._C.DisableTorchFunction", "torch._C.DisableTorchFunctionSubclass", "torch._C.ExcludeDispatchKeyGuard",
+    "torch._C._SetExcludeDispatchKeyGuard", "torch._C._PreserveDispatchKeyGuard", "torch._C.DispatchKey",
     "torch._C._DisablePythonDispatcher", "torch._C._DisableFuncTorch", "torch._C._get_dispatch_mode",
     "torch._C._get_dispatch_stack_at", "torch._C._len_torch_dispatch_stack", "torch._C._len_torch_function_stack",
     "torch._C._get_function_stack_at", "torch._C._is_torch_function_mode_enabled",
